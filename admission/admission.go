@@ -1,0 +1,89 @@
+package admission
+
+import "time"
+
+// Verdict is the outcome of an admission decision.
+type Verdict uint8
+
+const (
+	// Admit lets the request through to the load balancer.
+	Admit Verdict = iota
+	// RejectTest: the batch test Q + (η + ⌈β/n⌉)·S ≤ R_sla − d_i failed.
+	RejectTest
+	// RejectCascade: a more important class failed its test this round.
+	RejectCascade
+	// RejectQueueFull: the wait queue for the request's class and bucket was at its cap.
+	RejectQueueFull
+	// RejectThreshold: threshold mode's (i, p) draw rejected the request.
+	RejectThreshold
+	// RejectNoBackend: no healthy backend could take the request.
+	RejectNoBackend
+	// RejectGone: the client disconnected while waiting.
+	RejectGone
+	numVerdicts
+)
+
+var verdictNames = [numVerdicts]string{
+	Admit:           "admitted",
+	RejectTest:      "rejected_test",
+	RejectCascade:   "rejected_cascade",
+	RejectQueueFull: "queue_full",
+	RejectThreshold: "rejected_threshold",
+	RejectNoBackend: "no_backend",
+	RejectGone:      "client_gone",
+}
+
+// String returns the metric label value for v.
+func (v Verdict) String() string {
+	if v < numVerdicts {
+		return verdictNames[v]
+	}
+	return "unknown"
+}
+
+// Verdicts lists every verdict, for pre-creating metric series.
+func Verdicts() []Verdict {
+	out := make([]Verdict, numVerdicts)
+	for i := range out {
+		out[i] = Verdict(i)
+	}
+	return out
+}
+
+// Request is what the proxy knows about a request when it asks for admission.
+// It is filled by the classifier and the estimator and must not be retained
+// by an Admitter after Admit returns.
+type Request struct {
+	// Class is the index of the request's priority class; 0 is the most important.
+	Class int
+	// Bucket is the service-time bucket index (0 = smallest).
+	Bucket int
+	// S is the estimated inherent service time.
+	S time.Duration
+	// Gone is closed (or receives) when the client disconnects while the
+	// request waits. It may be nil when the front end cannot tell.
+	Gone <-chan struct{}
+}
+
+// Decision is an admission decision.
+type Decision struct {
+	Verdict Verdict
+	// RetryAfter is the predicted time until the farm drains enough to take
+	// the request; zero means "use the policy's default".
+	RetryAfter time.Duration
+}
+
+// Admitter decides whether a request may go to a backend. Admit may block,
+// for at most the class period plus one policer run (batch mode); it must be
+// safe for concurrent use and should not allocate.
+type Admitter interface {
+	Admit(r *Request) Decision
+}
+
+// AdmitAll is the "off" mode: every request is admitted.
+type AdmitAll struct{}
+
+// Admit always admits.
+func (AdmitAll) Admit(*Request) Decision { return Decision{Verdict: Admit} }
+
+var _ Admitter = AdmitAll{}

@@ -1,0 +1,18 @@
+// Package admission holds the single seam between the request path and the
+// admission algorithms: the Admitter interface the proxy calls before it
+// relays a request, the Request it passes (class, bucket, estimated service
+// time) and the Decision it gets back.
+//
+// The proxy knows only this package. Algorithms live in batchac (Cataclysm
+// §3.1–3.2), thresholdac (§3.3) and, in "off" mode, AdmitAll. Every
+// implementation must be safe for concurrent use, must not allocate per
+// decision, and must bound how long Admit blocks.
+//
+// Usage:
+//
+//	var a admission.Admitter = admission.AdmitAll{}
+//	req := admission.Request{Class: 0, Bucket: 2, S: 3 * time.Millisecond}
+//	if d := a.Admit(&req); d.Verdict != admission.Admit {
+//		// answer with the prebuilt reject response
+//	}
+package admission
