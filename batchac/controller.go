@@ -1,0 +1,614 @@
+package batchac
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sentry-proxy/sentry/admission"
+)
+
+// maxVerdicts sizes the per-class decision counters.
+const maxVerdicts = 16
+
+func init() {
+	if len(admission.Verdicts()) > maxVerdicts {
+		panic("batchac: more admission verdicts than counters")
+	}
+}
+
+// classState is what a class keeps across Reconfigure (keyed by name):
+// its schedule, cascade mark and metrics.
+type classState struct {
+	name string
+	// next is when the class's policer is due next. Guarded by Controller.run.
+	next time.Time
+	// cascadeUntil is the class's cascade mark in clock nanoseconds: while
+	// now < cascadeUntil, every less important class is rejected without a
+	// test. Zero means no mark.
+	cascadeUntil atomic.Int64
+	decisions    [maxVerdicts]atomic.Uint64
+	wait         waitHist
+}
+
+// class is a class as configured in one snapshot.
+type class struct {
+	*classState
+	period time.Duration
+	// queues holds one wait queue per bucket; nil when period == 0.
+	queues []*queue
+}
+
+func (cl *class) queueLen() int64 {
+	var n int64
+	for _, q := range cl.queues {
+		n += q.length.Load()
+	}
+	return n
+}
+
+// snapshot is an immutable configuration; Admit loads it once per request.
+type snapshot struct {
+	classes      []*class
+	buckets      int
+	queueCap     int
+	allOrNothing bool
+	parallelism  float64
+	learn        bool
+}
+
+// classIndex maps a request's class to a configured one. Out-of-range
+// indexes (a classifier configured with more classes than the admitter)
+// count as the least important class.
+func (s *snapshot) classIndex(i int) int {
+	if i < 0 || i >= len(s.classes) {
+		return len(s.classes) - 1
+	}
+	return i
+}
+
+// bucket clamps a request's bucket index to [0, buckets).
+func (s *snapshot) bucket(b int) int {
+	switch {
+	case b < 0:
+		return 0
+	case b >= s.buckets:
+		return s.buckets - 1
+	}
+	return b
+}
+
+// cascadeMark returns the latest cascade mark among classes (the classes
+// more important than the one being decided).
+func cascadeMark(classes []*class) int64 {
+	var until int64
+	for _, cl := range classes {
+		until = max(until, cl.cascadeUntil.Load())
+	}
+	return until
+}
+
+// Controller is Cataclysm's batch admission controller for one app. It
+// implements admission.Admitter and prometheus.Collector. Create it with New,
+// start its policers with Run (or drive Tick yourself), stop it with Close.
+type Controller struct {
+	st  State
+	now func() time.Time
+
+	snap    atomic.Pointer[snapshot]
+	closed  atomic.Bool
+	pending atomic.Int64 // admitted by a run; Admit has not returned yet
+	par     parEstimate
+	waiters sync.Pool
+	wake    chan struct{} // Reconfigure → Run: recompute the next due time
+	done    chan struct{} // closed by Close
+	desc    descs
+
+	// run is the policer's state. Its mutex serialises policer runs,
+	// Reconfigure and Close; it is taken before any queue mutex.
+	run struct {
+		sync.Mutex
+		batch  []*waiter
+		prefix []float64
+		heads  []*waiter
+		due    []bool
+	}
+
+	// states holds every class's state ever configured, by name, so that a
+	// class removed and later restored keeps its counters. Guarded by run.
+	states map[string]*classState
+
+	// testHookEnqueued, when set before use, is called (outside any lock)
+	// after a request is queued.
+	testHookEnqueued func()
+}
+
+var _ admission.Admitter = (*Controller)(nil)
+
+// New builds a controller that reads the farm through st.
+func New(st State, cfg Config) (*Controller, error) {
+	if st == nil {
+		return nil, errors.New("batchac: nil State")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		st:     st,
+		now:    cfg.Now,
+		wake:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		desc:   newDescs(cfg.ConstLabels),
+		states: make(map[string]*classState),
+	}
+	c.waiters.New = func() any { return &waiter{ch: make(chan admission.Decision, 1)} }
+	c.par.store(cfg.Parallelism)
+	s, _ := build(cfg, nil, c.states, c.now())
+	c.snap.Store(s)
+	return c, nil
+}
+
+// retiredQueue is a queue Reconfigure dropped, with its class's position in
+// the old snapshot.
+type retiredQueue struct {
+	class int
+	q     *queue
+}
+
+// build makes the snapshot for cfg, reusing the queues of old where class
+// names, bucket indexes and a non-zero period persist, and the class state
+// in states by name (adding new ones). It returns the old queues that are not
+// reused. The caller holds c.run (or is New).
+func build(cfg Config, old *snapshot, states map[string]*classState, now time.Time) (*snapshot, []retiredQueue) {
+	s := &snapshot{
+		classes:      make([]*class, len(cfg.Classes)),
+		buckets:      cfg.Buckets,
+		queueCap:     cfg.QueueCap,
+		allOrNothing: cfg.AllOrNothing,
+		parallelism:  cfg.Parallelism,
+		learn:        cfg.LearnParallelism,
+	}
+	prevByName := make(map[string]*class)
+	if old != nil {
+		for _, cl := range old.classes {
+			prevByName[cl.name] = cl
+		}
+	}
+	kept := make(map[*queue]bool)
+	for i, cc := range cfg.Classes {
+		prev := prevByName[cc.Name]
+		st := states[cc.Name]
+		if st == nil {
+			st = &classState{name: cc.Name}
+			states[cc.Name] = st
+		}
+		if prev == nil {
+			st.cascadeUntil.Store(0) // a restored class starts unmarked
+		}
+		cl := &class{classState: st, period: cc.Period}
+		if cc.Period > 0 {
+			reuse := prev != nil && prev.period > 0
+			cl.queues = make([]*queue, cfg.Buckets)
+			for b := range cl.queues {
+				if reuse && b < len(prev.queues) {
+					q := prev.queues[b]
+					q.setCap(cfg.QueueCap)
+					kept[q] = true
+					cl.queues[b] = q
+				} else {
+					cl.queues[b] = newQueue(cfg.QueueCap)
+				}
+			}
+			// Keep the schedule, but never wait longer than the new period.
+			if first := now.Add(cc.Period); !reuse || cl.next.After(first) {
+				cl.next = first
+			}
+		}
+		s.classes[i] = cl
+	}
+	var retired []retiredQueue
+	if old != nil {
+		for i, cl := range old.classes {
+			for _, q := range cl.queues {
+				if !kept[q] {
+					retired = append(retired, retiredQueue{class: i, q: q})
+				}
+			}
+		}
+	}
+	return s, retired
+}
+
+// Admit implements admission.Admitter. For a class with a period it queues
+// the request and blocks until the class's next policer run decides (at most
+// the period plus one run), or until r.Gone fires. For a class with period 0
+// it tests the request at once. It does not allocate.
+func (c *Controller) Admit(r *admission.Request) admission.Decision {
+	for {
+		s := c.snap.Load()
+		idx := s.classIndex(r.Class)
+		cl := s.classes[idx]
+		if c.closed.Load() {
+			return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend})
+		}
+		sNs := float64(max(r.S, 0))
+		if cl.period == 0 {
+			return c.count(cl, c.testNow(s, idx, sNs))
+		}
+		n := c.st.Healthy()
+		if n <= 0 {
+			return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend})
+		}
+		q := cl.queues[s.bucket(r.Bucket)]
+		w := c.waiters.Get().(*waiter)
+		w.s = sNs
+		start := c.now()
+		switch q.push(w) {
+		case pushRetired: // Reconfigure or Close dropped the queue: reload
+			c.waiters.Put(w)
+			continue
+		case pushFull:
+			c.waiters.Put(w)
+			m := c.model(s, n)
+			return c.count(cl, admission.Decision{
+				Verdict:    admission.RejectQueueFull,
+				RetryAfter: retryAfter(m.drain(sNs, float64(cl.period))),
+			})
+		}
+		if h := c.testHookEnqueued; h != nil {
+			h()
+		}
+		d := c.await(q, w, r.Gone)
+		c.waiters.Put(w)
+		cl.wait.observe(c.now().Sub(start))
+		return c.count(cl, d)
+	}
+}
+
+// await parks until w's decision arrives or gone fires.
+func (c *Controller) await(q *queue, w *waiter, gone <-chan struct{}) admission.Decision {
+	var d admission.Decision
+	select {
+	case d = <-w.ch:
+	case <-gone:
+		if q.remove(w) {
+			return admission.Decision{Verdict: admission.RejectGone}
+		}
+		// A run has taken w; its decision is on the way.
+		d = <-w.ch
+		if d.Verdict == admission.Admit {
+			c.pending.Add(-1)
+			return admission.Decision{Verdict: admission.RejectGone}
+		}
+		return d
+	}
+	if d.Verdict == admission.Admit {
+		c.pending.Add(-1)
+	}
+	return d
+}
+
+func (c *Controller) count(cl *class, d admission.Decision) admission.Decision {
+	cl.decisions[d.Verdict].Add(1)
+	return d
+}
+
+// model reads the State for one test; n > 0.
+func (c *Controller) model(s *snapshot, n int) model {
+	return model{
+		n:    n,
+		load: max(c.st.Inflight(), 0) + c.pending.Load(),
+		q:    float64(c.st.Q()),
+		rsla: float64(c.st.RSLA()),
+		p:    c.parallelism(s),
+	}
+}
+
+func (c *Controller) parallelism(s *snapshot) float64 {
+	if s.learn {
+		return c.par.load()
+	}
+	return s.parallelism
+}
+
+// testNow is the immediate test of a period-0 class: a batch of one,
+// Q + max(1, (η + 1)/P)·S ≤ R_sla.
+func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decision {
+	n := c.st.Healthy()
+	if n <= 0 {
+		return admission.Decision{Verdict: admission.RejectNoBackend}
+	}
+	now := c.now().UnixNano()
+	m := c.model(s, n)
+	if until := cascadeMark(s.classes[:idx]); until > now {
+		return admission.Decision{
+			Verdict:    admission.RejectCascade,
+			RetryAfter: retryAfter(max(float64(until-now), m.drain(sNs, 0))),
+		}
+	}
+	cl := s.classes[idx]
+	if m.fits(1, sNs, 0) {
+		if cl.cascadeUntil.Load() != 0 {
+			cl.cascadeUntil.Store(0)
+		}
+		return admission.Decision{Verdict: admission.Admit}
+	}
+	wait := m.drain(sNs, 0)
+	// An immediate class has no next run: its mark lasts for the predicted
+	// drain (at most the Retry-After ceiling) or until its next passing test.
+	cl.cascadeUntil.Store(now + int64(min(wait, float64(maxRetryAfter))))
+	return admission.Decision{Verdict: admission.RejectTest, RetryAfter: retryAfter(wait)}
+}
+
+// runCtx is the state of one policer run.
+type runCtx struct {
+	m            model
+	now          int64 // clock nanoseconds
+	noBackend    bool
+	allOrNothing bool
+}
+
+// newRun reads the State once for a run. Called with c.run held.
+func (c *Controller) newRun(s *snapshot, now time.Time) runCtx {
+	rc := runCtx{now: now.UnixNano(), allOrNothing: s.allOrNothing}
+	n := c.st.Healthy()
+	if n <= 0 {
+		rc.noBackend = true
+		return rc
+	}
+	rc.m = c.model(s, n)
+	return rc
+}
+
+// Tick runs, in one policer run, every class whose policer is due at now,
+// in importance order. Run calls it; tests call it directly with a manual
+// clock. Safe for concurrent use (runs are serialised).
+func (c *Controller) Tick(now time.Time) { c.tick(now) }
+
+// tick is Tick; it returns which classes ran (valid until the next tick;
+// for tests).
+func (c *Controller) tick(now time.Time) []bool {
+	c.run.Lock()
+	defer c.run.Unlock()
+	if c.closed.Load() {
+		return nil
+	}
+	s := c.snap.Load()
+	due := c.run.due[:0]
+	anyDue := false
+	for _, cl := range s.classes {
+		isDue := cl.period > 0 && !now.Before(cl.next)
+		due = append(due, isDue)
+		if isDue {
+			anyDue = true
+			// Stay on the period grid so classes with commensurate periods
+			// keep firing in the same tick; skip periods missed entirely.
+			cl.next = cl.next.Add(cl.period)
+			if !cl.next.After(now) {
+				cl.next = now.Add(cl.period)
+			}
+		}
+	}
+	c.run.due = due
+	if !anyDue {
+		return due
+	}
+	rc := c.newRun(s, now)
+	for i, cl := range s.classes {
+		if !due[i] {
+			continue
+		}
+		heads := c.run.heads[:0]
+		for _, q := range cl.queues {
+			heads = append(heads, q.take(false))
+		}
+		c.police(&rc, s.classes, i, heads)
+		clear(heads)
+		c.run.heads = heads[:0]
+	}
+	return due
+}
+
+// police decides the taken lists (one per bucket, smallest bucket first) of
+// class order[i] and updates its cascade mark. Called with c.run held.
+func (c *Controller) police(rc *runCtx, order []*class, i int, heads []*waiter) {
+	cl := order[i]
+	until := cascadeMark(order[:i])
+	cascaded := until > rc.now
+	failed := false
+	for _, h := range heads {
+		if h != nil && c.decide(rc, float64(cl.period), h, cascaded, until) {
+			failed = true
+		}
+	}
+	switch {
+	case rc.noBackend || cascaded:
+		// Not tested: the class's own mark is left to expire.
+	case failed:
+		cl.cascadeUntil.Store(rc.now + int64(cl.period))
+	case cl.cascadeUntil.Load() != 0:
+		cl.cascadeUntil.Store(0)
+	}
+}
+
+var admitted = admission.Decision{Verdict: admission.Admit}
+
+// decide tests one bucket's batch (the list from head) and sends every
+// waiter its decision. It reports whether the test rejected anything.
+// Called with c.run held and no queue lock.
+func (c *Controller) decide(rc *runCtx, d float64, head *waiter, cascaded bool, until int64) bool {
+	batch, prefix := c.run.batch[:0], c.run.prefix[:0]
+	var sum float64
+	// Read every link before the first send: a waiter that got its
+	// decision may be reused at once.
+	for w := head; w != nil; w = w.next {
+		sum += w.s
+		batch = append(batch, w)
+		prefix = append(prefix, sum)
+	}
+	beta := len(batch)
+	k := 0
+	var reject admission.Decision
+	switch {
+	case rc.noBackend:
+		reject.Verdict = admission.RejectNoBackend
+	case cascaded:
+		reject.Verdict = admission.RejectCascade
+		wait := max(float64(until-rc.now), rc.m.drain(sum/float64(beta), d))
+		reject.RetryAfter = retryAfter(wait)
+	default:
+		if rc.allOrNothing {
+			if rc.m.fits(beta, sum, d) {
+				k = beta
+			}
+		} else {
+			k = rc.m.largestPrefix(prefix, d)
+		}
+		rc.m.load += int64(k) // η grows by β'/n
+		if k < beta {
+			rest := sum
+			if k > 0 {
+				rest -= prefix[k-1]
+			}
+			reject.Verdict = admission.RejectTest
+			reject.RetryAfter = retryAfter(rc.m.drain(rest/float64(beta-k), d))
+		}
+	}
+	if k > 0 {
+		c.pending.Add(int64(k))
+	}
+	for j, w := range batch {
+		if j < k {
+			w.ch <- admitted
+		} else {
+			w.ch <- reject
+		}
+		batch[j] = nil
+	}
+	c.run.batch, c.run.prefix = batch[:0], prefix[:0]
+	return !rc.noBackend && !cascaded && k < beta
+}
+
+// Run drives the policers until ctx is done or Close is called: it sleeps
+// until the next class is due (by the injected clock) and calls Tick. It
+// returns ctx.Err(), or nil after Close. Run one Run per controller.
+func (c *Controller) Run(ctx context.Context) error {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		t.Reset(c.untilDue())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return nil
+		case <-c.wake:
+		case <-t.C:
+			c.Tick(c.now())
+		}
+	}
+}
+
+// idleWait is how long Run sleeps when no class has a period; Reconfigure
+// wakes it early.
+const idleWait = time.Hour
+
+// untilDue is the time until the next policer is due.
+func (c *Controller) untilDue() time.Duration {
+	c.run.Lock()
+	var next time.Time
+	found := false
+	for _, cl := range c.snap.Load().classes {
+		if cl.period > 0 && (!found || cl.next.Before(next)) {
+			next, found = cl.next, true
+		}
+	}
+	c.run.Unlock()
+	if !found {
+		return idleWait
+	}
+	return max(next.Sub(c.now()), 0)
+}
+
+// ErrClosed is returned by Reconfigure after Close.
+var ErrClosed = errors.New("batchac: controller closed")
+
+// Reconfigure swaps in cfg (cfg.Now and cfg.ConstLabels are ignored). Classes
+// are matched by name: a class that persists keeps its counters, cascade mark
+// and, when its period stays non-zero, its queued requests (bucket by bucket;
+// the new QueueCap applies to further arrivals only). Requests in queues that
+// go away (class removed, bucket removed, period set to 0) are decided at
+// once in a final run, in the old importance order. A learned P restarts from
+// cfg.Parallelism when that changes.
+func (c *Controller) Reconfigure(cfg Config) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	now := c.now()
+	c.run.Lock()
+	defer c.run.Unlock()
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	old := c.snap.Load()
+	s, retired := build(cfg, old, c.states, now)
+	if cfg.Parallelism != old.parallelism || (cfg.LearnParallelism && !old.learn) {
+		c.par.store(cfg.Parallelism)
+	}
+	c.snap.Store(s)
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	if len(retired) == 0 {
+		return nil
+	}
+	// Retire after the swap: a pusher that still holds the old snapshot sees
+	// the retired flag, reloads, and finds the new one.
+	heads := make([][]*waiter, len(old.classes))
+	for _, rq := range retired {
+		if h := rq.q.take(true); h != nil {
+			heads[rq.class] = append(heads[rq.class], h)
+		}
+	}
+	rc := c.newRun(s, now)
+	for i, hs := range heads {
+		if len(hs) > 0 {
+			c.police(&rc, old.classes, i, hs)
+		}
+	}
+	return nil
+}
+
+// Close stops the controller: every waiting request and every later arrival
+// is rejected with RejectNoBackend (RetryAfter 0: the proxy's default), and
+// Run returns. Close is idempotent.
+func (c *Controller) Close() {
+	c.run.Lock()
+	defer c.run.Unlock()
+	if c.closed.Swap(true) {
+		return
+	}
+	close(c.done)
+	reject := admission.Decision{Verdict: admission.RejectNoBackend}
+	for _, cl := range c.snap.Load().classes {
+		for _, q := range cl.queues {
+			for w := q.take(true); w != nil; {
+				next := w.next
+				w.ch <- reject
+				w = next
+			}
+		}
+	}
+}
+
+// QueueLen returns the number of requests waiting in class i's queues (i is
+// clamped like a request's class).
+func (c *Controller) QueueLen(i int) int {
+	s := c.snap.Load()
+	return int(s.classes[s.classIndex(i)].queueLen())
+}

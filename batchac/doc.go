@@ -1,0 +1,157 @@
+// Package batchac is Cataclysm's batch admission control (Urgaonkar &
+// Shenoy, §3.1–3.2; docs ALGORITHMS.md §2) as a pure library: no sockets, the
+// clock injected, the farm read through the small State interface. A
+// *Controller implements admission.Admitter and prometheus.Collector.
+//
+// # How a request is decided
+//
+// Admit puts the request in the wait queue of its class and bucket
+// (Request.Class, Request.Bucket; out-of-range classes count as the least
+// important class, buckets are clamped) and parks on a pooled waiter with a
+// one-slot channel. Each class i has a policer that runs every d_i (its
+// Period). A run takes every queue of each due class whole (O(1) under the
+// queue's lock) and tests each bucket as one batch, smallest bucket first,
+// classes in importance order (C1 first). When several classes are due at
+// the same instant they are decided in one run, in that order. A class with
+// Period 0 has no queue: Admit runs the test for that one request at once.
+//
+// The test for a batch of β requests (Cataclysm eq. 5, with P slots per
+// backend, see below) is
+//
+//	Q + max(1, (η + ⌈β/n⌉)/P) · S  ≤  R_sla − d_i
+//
+// S is the batch's actual mean of the requests' estimates (Request.S), not
+// the bucket midpoint. n = State.Healthy(); n = 0 rejects with
+// RejectNoBackend (at arrival, and in a run). η = load/n where load is
+// State.Inflight() plus the requests a run admitted whose Admit call has not
+// returned yet (the proxy only counts a request in flight once the load
+// balancer picks a backend, after Admit returns), plus the requests admitted
+// earlier in the same run, so η grows by exactly β'/n per admitted batch, as
+// the paper specifies. Q, R_sla and the in-flight count are read once per run.
+//
+// Outcome rule: by default the largest FIFO prefix β' ≤ β whose own test
+// passes (with that prefix's mean S) is admitted and the rest rejected with
+// RejectTest. The prefix test is not monotone in β' (the prefix mean moves),
+// so when the whole batch fails every shorter prefix is tried; when it
+// passes, that is the only test. Config.AllOrNothing keeps the paper's rule:
+// the batch is admitted or rejected as a whole. Either way later buckets of
+// the same class are still tested; delivering the decisions is O(β), the
+// tests O(b·L) per run when batches pass.
+//
+// # Parallelism
+//
+// The paper models each backend as one processor shared by the requests on
+// it: with η in service plus ⌈β/n⌉ new ones, the last request of the batch
+// takes (η + ⌈β/n⌉)·S. Our backends have P worker slots (cores, threads)
+// and serve up to P requests at full speed. We model a backend as P
+// processors shared by its m = η + ⌈β/n⌉ requests: each request gets
+// min(1, P/m) of a processor, so it takes S·max(1, m/P). For m ≤ P the
+// batch costs only its inherent time; above, the stretch grows linearly with
+// slope 1/P. With P = 1 and β ≥ 1, m ≥ 1, so max(1, m) = m and the test is the
+// paper's formula exactly (TestPaperFormula and the hand-computed scripts
+// in testdata/ check this). Q stays unscaled: it is a measured backend
+// queueing delay, already the effect of whatever parallelism the backend has.
+//
+// P is Config.Parallelism (default 1). With Config.LearnParallelism the
+// controller refines it online from ObserveService(inService, S, service):
+// under the same model service ≈ max(1, inService/P)·S, so a sample that
+// took ≥ 1.25·S came from a saturated backend and estimates
+// P ≈ inService·S/service, and a sample that took ≤ 1.05·S with inService
+// above the current estimate shows P ≥ inService. Everything else carries no
+// information about P and is ignored; estimates are clamped to [1, 4096] and
+// smoothed (EWMA, weight 1/32). The estimator is simple and trusts S; it is
+// off by default.
+//
+// # The cascade
+//
+// When class i fails — any of its buckets rejects anything by test — every
+// less important class is rejected without a test (RejectCascade) while i's
+// cascade mark lasts. Decision for policers that fire at different times:
+// a failing run of a periodic class i sets its mark until now + d_i, the
+// instant of i's next run. Every run of a less important class j (and every
+// immediate test of one) is cascaded while any more important class has an
+// active mark (now < mark). At i's next run, i is processed before any less
+// important class of the same run (classes with commensurate periods fire in
+// the same run because schedules stay on their period grid), and that run
+// re-sets the mark if i fails again or clears it if i passes (an empty queue
+// passes). So the mark lasts exactly until the failing class's next run
+// passes. A cascaded class is not tested, so it neither sets nor clears its
+// own mark; an n = 0 run sets none. An immediate (d = 0) class has no next
+// run: a failed test marks it for the predicted drain time (see Retry-After,
+// at most 60s), and its next passing test clears the mark early. A late
+// tick changes nothing: the failing class is due as well and goes first.
+//
+// # Retry-After
+//
+// A rejection carries the predicted time until the farm has room for one
+// request of the batch's mean size S in its class: with budget
+// B = R_sla − d_i − Q, if S ≤ B the request passes once η has fallen to
+// η_max = P·B/S − 1, and the excess drains at P requests per S per backend,
+// so the wait is max(0, η − η_max)·S/P (η including this run's admissions).
+// If S > B no fall in η helps, and the prediction is that the whole backlog
+// drains, Q + η·S/P. A cascaded request waits at least until the mark that
+// cascaded it expires. The result is rounded up to whole seconds and clamped
+// to [1s, 60s]. RejectNoBackend and RejectGone carry 0 (the proxy's default).
+//
+// # Bounds
+//
+// A request waits at most d_i plus one run: a run decides everything it
+// takes, and Run ticks when the next class is due by the injected clock; a
+// late tick is one run, and the schedule stays on its grid. Each queue has a
+// cap (QueueCap); an arrival beyond it is rejected at once with
+// RejectQueueFull. When Request.Gone fires, the waiter unlinks itself (O(1))
+// and Admit returns RejectGone; if a run already took it, Admit takes the
+// run's decision, turning an admission into RejectGone. Close rejects every
+// waiter and later arrival with RejectNoBackend and makes Run return.
+//
+// # Reconfigure
+//
+// Classes are matched by name. A class keeps its counters, histogram and
+// cascade mark across any Reconfigure (also when removed and restored);
+// its queued requests stay, bucket by bucket, while its period stays
+// non-zero. Queues that go away (class or bucket removed, period set to 0)
+// are decided at once in a final run, in the old order. A kept schedule is
+// shortened to the new period when needed; Run is woken to notice.
+//
+// # Concurrency and lock order
+//
+// Locks, in the order they may be taken: Controller.run (serialises runs,
+// Reconfigure and Close; never taken by Admit), then one queue's mu (short:
+// link, unlink, or detach the whole list; never two queue locks at once).
+// Admit takes only its queue's lock, and only for O(1) work; time.Now and
+// every channel operation happen outside queue locks; nothing calls a
+// callback under a lock. A run sends decisions while holding Controller.run,
+// but those sends cannot block (one-slot channel, empty by construction).
+// Waiter structs are pooled (sync.Pool), so Admit does not allocate
+// (TestAdmitAllocs, benchmarks). Counters and the wait histogram are atomics
+// observed per request; everything else is read at scrape time.
+//
+// # Metrics
+//
+// All with Config.ConstLabels: sentry_batch_decisions_total{class,verdict},
+// sentry_batch_queue_length{class}, sentry_batch_wait_seconds{class}
+// (histogram), sentry_batch_eta, sentry_batch_queue_delay_seconds (Q),
+// sentry_batch_rsla_seconds, sentry_batch_parallelism (P in use),
+// sentry_batch_admitted_pending. Class labels come from the configuration.
+//
+// # Usage
+//
+//	ctl, err := batchac.New(farm, batchac.Config{ // farm implements batchac.State
+//		Classes: []batchac.ClassConfig{
+//			{Name: "gold", Period: 50 * time.Millisecond},
+//			{Name: "bronze", Period: 200 * time.Millisecond},
+//		},
+//		Parallelism: 8,
+//		ConstLabels: prometheus.Labels{"app": "shop"},
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	reg.MustRegister(ctl)
+//	go ctl.Run(ctx) // owned: returns on ctx.Done() or Close
+//	defer ctl.Close()
+//	var a admission.Admitter = ctl
+//	d := a.Admit(&admission.Request{Class: 0, Bucket: 2, S: 12 * time.Millisecond, Gone: gone})
+//
+// Tests drive Tick(now) directly on a manual clock; see testdata/*.txt.
+package batchac

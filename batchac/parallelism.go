@@ -1,0 +1,83 @@
+package batchac
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// maxParallelism bounds configured and learned P.
+const maxParallelism = 4096
+
+// Learning constants (see doc.go, "Parallelism").
+const (
+	// learnWeight is the EWMA weight of one informative sample.
+	learnWeight = 1.0 / 32
+	// saturatedRatio: a request whose service took at least this multiple of
+	// its inherent time ran on a saturated backend (m > P), so m·S/T
+	// estimates P.
+	saturatedRatio = 1.25
+	// fullSpeedRatio: a request that took at most this multiple of its
+	// inherent time ran at full speed next to m−1 others, so P ≥ m.
+	fullSpeedRatio = 1.05
+)
+
+// parEstimate is the learned P, a float64 in an atomic word.
+type parEstimate struct{ bits atomic.Uint64 }
+
+func (e *parEstimate) load() float64   { return math.Float64frombits(e.bits.Load()) }
+func (e *parEstimate) store(p float64) { e.bits.Store(math.Float64bits(p)) }
+
+// observe folds one sample into the estimate; see ObserveService.
+func (e *parEstimate) observe(m, s, t float64) {
+	for {
+		old := e.bits.Load()
+		cur := math.Float64frombits(old)
+		ratio := t / s
+		var sample float64
+		switch {
+		case ratio >= saturatedRatio:
+			sample = m / ratio
+		case ratio <= fullSpeedRatio && m > cur:
+			sample = m
+		default:
+			return // uninformative: unsaturated, or too close to the knee
+		}
+		sample = min(max(sample, 1), maxParallelism)
+		next := cur + learnWeight*(sample-cur)
+		if e.bits.CompareAndSwap(old, math.Float64bits(next)) {
+			return
+		}
+	}
+}
+
+// ObserveService feeds the parallelism learner one finished request: inService
+// is the number of requests the backend had in service while this one ran
+// (counting itself; the proxy's per-backend in-flight count at dispatch is a
+// good proxy), s its estimated inherent service time and service the measured
+// time it spent in service (response time minus the backend queueing delay).
+// It is a no-op unless Config.LearnParallelism is set. Safe for concurrent
+// use; lock-free and allocation-free.
+//
+// The model is service ≈ max(1, inService/P)·s. A sample with
+// service ≥ 1.25·s came from a saturated backend and estimates
+// P ≈ inService·s/service; a sample with service ≤ 1.05·s and
+// inService > P shows P is at least inService. Other samples carry no
+// information about P and are ignored. Estimates are clamped to [1, 4096] and
+// smoothed with an EWMA of weight 1/32.
+func (c *Controller) ObserveService(inService int, s, service time.Duration) {
+	if !c.snap.Load().learn || inService < 1 || s <= 0 || service <= 0 {
+		return
+	}
+	c.par.observe(float64(inService), float64(s), float64(service))
+}
+
+// Parallelism returns the P the test currently uses: the configured value, or
+// the learned one when Config.LearnParallelism is set.
+func (c *Controller) Parallelism() float64 {
+	s := c.snap.Load()
+	if s.learn {
+		return c.par.load()
+	}
+	return s.parallelism
+}

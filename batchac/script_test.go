@@ -1,0 +1,474 @@
+package batchac
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sentry-proxy/sentry/admission"
+)
+
+// The scenario scripts in testdata/*.txt drive a Controller on a manual
+// clock, CockroachDB datadriven style:
+//
+//	# comment (kept on -rewrite)
+//	command key=value ...
+//	----
+//	expected output
+//	<blank line>
+//
+// Commands:
+//
+//	init classes=gold:100ms,silver:0 rsla=1s n=2 q=10ms inflight=0
+//	     [parallelism=1] [buckets=8] [cap=1024] [all_or_nothing]
+//	                          new controller at t=0 (closing the previous one)
+//	reconfigure classes=... [parallelism=] [buckets=] [cap=] [all_or_nothing]
+//	arrive id=a[,b,...] class=gold s=50ms [bucket=0]
+//	                          each arrival calls Admit in its own goroutine and
+//	                          waits until it is queued or decided; immediate
+//	                          decisions are printed
+//	advance 100ms             moves the clock; prints t=
+//	tick [advance=D]          Controller.Tick(now); prints which classes ran
+//	                          and every decision the run made
+//	state [inflight=] [n=] [q=] [rsla=]
+//	gone id=a                 the client disconnects
+//	close                     Controller.Close
+//	queue                     queue lengths per class
+//	decisions                 decision counters per class
+//	maxwait                   the longest wait per class so far
+//
+// A decision prints as "id: verdict [retry_after=] [waited=]"; waited is the
+// manual-clock time between arrival and decision, omitted when zero.
+//
+// Run with -rewrite to regenerate the expected output.
+
+var rewrite = flag.Bool("rewrite", false, "rewrite testdata scripts with the actual output")
+
+func TestScripts(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts: %v", err)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScript(t, f) })
+	}
+}
+
+type scriptBlock struct {
+	pre  []string // comments and blank lines before the command
+	cmd  string
+	line int
+	want []string
+}
+
+func parseScript(t *testing.T, path string) (blocks []scriptBlock, trailer []string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	i := 0
+	for i < len(lines) {
+		var pre []string
+		for i < len(lines) && (strings.TrimSpace(lines[i]) == "" || strings.HasPrefix(lines[i], "#")) {
+			pre = append(pre, lines[i])
+			i++
+		}
+		if i == len(lines) {
+			return blocks, pre
+		}
+		b := scriptBlock{pre: pre, cmd: lines[i], line: i + 1}
+		i++
+		if i >= len(lines) || lines[i] != "----" {
+			t.Fatalf("%s:%d: command %q not followed by ----", path, b.line, b.cmd)
+		}
+		i++
+		for i < len(lines) && strings.TrimSpace(lines[i]) != "" {
+			b.want = append(b.want, lines[i])
+			i++
+		}
+		if i < len(lines) {
+			i++ // the blank line that ends the block
+		}
+		blocks = append(blocks, b)
+	}
+	return blocks, nil
+}
+
+func runScript(t *testing.T, path string) {
+	blocks, trailer := parseScript(t, path)
+	h := &harness{t: t, path: path}
+	defer h.shutdown()
+	var out strings.Builder
+	for _, b := range blocks {
+		h.line = b.line
+		got := h.exec(b.cmd)
+		if !*rewrite && !slices.Equal(got, b.want) {
+			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, b.line, b.cmd,
+				strings.Join(got, "\n"), strings.Join(b.want, "\n"))
+		}
+		for _, l := range b.pre {
+			out.WriteString(l + "\n")
+		}
+		out.WriteString(b.cmd + "\n----\n")
+		for _, l := range got {
+			out.WriteString(l + "\n")
+		}
+		out.WriteString("\n")
+	}
+	for _, l := range trailer {
+		out.WriteString(l + "\n")
+	}
+	if *rewrite {
+		if err := os.WriteFile(path, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// manualClock is a clock that moves only when told.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// fakeState is a State set by the test.
+type fakeState struct {
+	q, rsla  atomic.Int64
+	inflight atomic.Int64
+	n        atomic.Int64
+}
+
+func (s *fakeState) Q() time.Duration    { return time.Duration(s.q.Load()) }
+func (s *fakeState) Inflight() int64     { return s.inflight.Load() }
+func (s *fakeState) Healthy() int        { return int(s.n.Load()) }
+func (s *fakeState) RSLA() time.Duration { return time.Duration(s.rsla.Load()) }
+
+type scriptArrival struct {
+	id      string
+	seq     int
+	class   string
+	at      time.Time
+	gone    chan struct{}
+	decided bool
+}
+
+type scriptResult struct {
+	id string
+	d  admission.Decision
+}
+
+type harness struct {
+	t     *testing.T
+	path  string
+	line  int
+	clock *manualClock
+	t0    time.Time
+	st    *fakeState
+	c     *Controller
+	cfg   Config
+
+	arrivals map[string]*scriptArrival
+	seq      int
+	results  chan scriptResult
+	enq      chan struct{}
+	wg       sync.WaitGroup
+	maxWait  map[string]time.Duration
+}
+
+func (h *harness) fatalf(format string, args ...any) {
+	h.t.Helper()
+	h.t.Fatalf("%s:%d: %s", h.path, h.line, fmt.Sprintf(format, args...))
+}
+
+func (h *harness) shutdown() {
+	if h.c != nil {
+		h.c.Close()
+		h.wg.Wait()
+	}
+}
+
+func parseArgs(fields []string) map[string]string {
+	args := make(map[string]string)
+	for _, f := range fields {
+		k, v, _ := strings.Cut(f, "=")
+		args[k] = v
+	}
+	return args
+}
+
+func (h *harness) dur(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		h.fatalf("bad duration %q: %v", s, err)
+	}
+	return d
+}
+
+func (h *harness) num(s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		h.fatalf("bad number %q: %v", s, err)
+	}
+	return n
+}
+
+func (h *harness) exec(line string) []string {
+	fields := strings.Fields(line)
+	args := parseArgs(fields[1:])
+	switch fields[0] {
+	case "init":
+		return h.init(args)
+	case "reconfigure":
+		cfg := h.config(args)
+		before := h.queued()
+		if err := h.c.Reconfigure(cfg); err != nil {
+			return []string{"error: " + err.Error()}
+		}
+		h.cfg = cfg
+		return h.collect(before - h.queued())
+	case "arrive":
+		return h.arrive(args)
+	case "advance":
+		h.clock.Advance(h.dur(fields[1]))
+		return []string{"t=" + h.clock.Now().Sub(h.t0).String()}
+	case "tick":
+		if a, ok := args["advance"]; ok {
+			h.clock.Advance(h.dur(a))
+		}
+		before := h.queued()
+		due := h.c.tick(h.clock.Now())
+		var ran []string
+		for i, d := range due {
+			if d {
+				ran = append(ran, h.cfg.Classes[i].Name)
+			}
+		}
+		if len(ran) == 0 {
+			ran = []string{"none"}
+		}
+		out := []string{"ran: " + strings.Join(ran, ",")}
+		return append(out, h.collect(before-h.queued())...)
+	case "state":
+		h.setState(args)
+		return nil
+	case "gone":
+		a := h.arrivals[args["id"]]
+		if a == nil || a.decided {
+			h.fatalf("gone: no waiting arrival %q", args["id"])
+		}
+		close(a.gone)
+		return h.collect(1)
+	case "close":
+		before := h.queued()
+		h.c.Close()
+		return append([]string{"closed"}, h.collect(before)...)
+	case "queue":
+		var out []string
+		for i, cc := range h.cfg.Classes {
+			out = append(out, fmt.Sprintf("%s: %d", cc.Name, h.c.QueueLen(i)))
+		}
+		return out
+	case "decisions":
+		var out []string
+		for _, cl := range h.c.snap.Load().classes {
+			var parts []string
+			for _, v := range admission.Verdicts() {
+				if n := cl.decisions[v].Load(); n > 0 {
+					parts = append(parts, fmt.Sprintf("%s=%d", v, n))
+				}
+			}
+			if len(parts) == 0 {
+				parts = []string{"-"}
+			}
+			out = append(out, cl.name+": "+strings.Join(parts, " "))
+		}
+		return out
+	case "maxwait":
+		var out []string
+		for _, cc := range h.cfg.Classes {
+			out = append(out, fmt.Sprintf("%s: %v (period %v)", cc.Name, h.maxWait[cc.Name], cc.Period))
+		}
+		return out
+	}
+	h.fatalf("unknown command %q", fields[0])
+	return nil
+}
+
+func (h *harness) config(args map[string]string) Config {
+	cfg := Config{Now: h.clock.Now}
+	for _, spec := range strings.Split(args["classes"], ",") {
+		name, period, ok := strings.Cut(spec, ":")
+		if !ok {
+			h.fatalf("class %q: want name:period", spec)
+		}
+		cfg.Classes = append(cfg.Classes, ClassConfig{Name: name, Period: h.dur(period)})
+	}
+	if v, ok := args["parallelism"]; ok {
+		p, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			h.fatalf("parallelism: %v", err)
+		}
+		cfg.Parallelism = p
+	}
+	if v, ok := args["buckets"]; ok {
+		cfg.Buckets = int(h.num(v))
+	}
+	if v, ok := args["cap"]; ok {
+		cfg.QueueCap = int(h.num(v))
+	}
+	_, cfg.AllOrNothing = args["all_or_nothing"]
+	return cfg
+}
+
+func (h *harness) setState(args map[string]string) {
+	for k, v := range args {
+		switch k {
+		case "inflight":
+			h.st.inflight.Store(h.num(v))
+		case "n":
+			h.st.n.Store(h.num(v))
+		case "q":
+			h.st.q.Store(int64(h.dur(v)))
+		case "rsla":
+			h.st.rsla.Store(int64(h.dur(v)))
+		case "classes", "parallelism", "buckets", "cap", "all_or_nothing":
+		default:
+			h.fatalf("unknown state key %q", k)
+		}
+	}
+}
+
+func (h *harness) init(args map[string]string) []string {
+	h.shutdown()
+	h.t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	h.clock = &manualClock{t: h.t0}
+	h.st = &fakeState{}
+	h.st.n.Store(1)
+	h.st.rsla.Store(int64(time.Second))
+	h.setState(args)
+	h.cfg = h.config(args)
+	c, err := New(h.st, h.cfg)
+	if err != nil {
+		return []string{"error: " + err.Error()}
+	}
+	h.c = c
+	h.arrivals = make(map[string]*scriptArrival)
+	h.results = make(chan scriptResult, 4096)
+	h.enq = make(chan struct{}, 1)
+	h.maxWait = make(map[string]time.Duration)
+	c.testHookEnqueued = func() { h.enq <- struct{}{} }
+	return nil
+}
+
+// queued is the total number of waiting requests.
+func (h *harness) queued() int {
+	total := 0
+	for i := range h.cfg.Classes {
+		total += h.c.QueueLen(i)
+	}
+	return total
+}
+
+func (h *harness) classIndex(name string) int {
+	for i, cc := range h.cfg.Classes {
+		if cc.Name == name {
+			return i
+		}
+	}
+	if n, err := strconv.Atoi(name); err == nil {
+		return n // a raw index, to test out-of-range classes
+	}
+	h.fatalf("unknown class %q", name)
+	return 0
+}
+
+func (h *harness) arrive(args map[string]string) []string {
+	class := h.classIndex(args["class"])
+	var bucket int
+	if v, ok := args["bucket"]; ok {
+		bucket = int(h.num(v))
+	}
+	s := h.dur(args["s"])
+	var out []string
+	for _, id := range strings.Split(args["id"], ",") {
+		if _, dup := h.arrivals[id]; dup {
+			h.fatalf("arrival %q twice", id)
+		}
+		h.seq++
+		a := &scriptArrival{id: id, seq: h.seq, class: args["class"], at: h.clock.Now(), gone: make(chan struct{})}
+		h.arrivals[id] = a
+		req := &admission.Request{Class: class, Bucket: bucket, S: s, Gone: a.gone}
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			h.results <- scriptResult{id: id, d: h.c.Admit(req)}
+		}()
+		select {
+		case <-h.enq:
+		case r := <-h.results:
+			out = append(out, h.format(r))
+		case <-time.After(10 * time.Second):
+			h.fatalf("arrival %s neither queued nor decided", id)
+		}
+	}
+	return out
+}
+
+// collect waits for exactly n decisions and formats them in arrival order.
+func (h *harness) collect(n int) []string {
+	rs := make([]scriptResult, 0, n)
+	for range n {
+		select {
+		case r := <-h.results:
+			rs = append(rs, r)
+		case <-time.After(10 * time.Second):
+			h.fatalf("waited for %d decisions, got %d", n, len(rs))
+		}
+	}
+	select {
+	case r := <-h.results:
+		h.fatalf("unexpected extra decision %s", h.format(r))
+	default:
+	}
+	slices.SortFunc(rs, func(a, b scriptResult) int { return h.arrivals[a.id].seq - h.arrivals[b.id].seq })
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = h.format(r)
+	}
+	return out
+}
+
+func (h *harness) format(r scriptResult) string {
+	a := h.arrivals[r.id]
+	a.decided = true
+	s := r.id + ": " + r.d.Verdict.String()
+	if r.d.RetryAfter != 0 {
+		s += " retry_after=" + r.d.RetryAfter.String()
+	}
+	if w := h.clock.Now().Sub(a.at); w > 0 {
+		s += " waited=" + w.String()
+		h.maxWait[a.class] = max(h.maxWait[a.class], w)
+	}
+	return s
+}

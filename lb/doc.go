@@ -1,0 +1,129 @@
+// Package lb picks the backend for each admitted request: the least-loaded
+// healthy backend of the app's pool (ALGORITHMS.md §5, Cataclysm §3 and
+// §6.1), with round robin and power of two choices as alternatives. It is a
+// pure library: the clock, the random source, the health probe and the
+// address resolver are injected, and it opens no sockets.
+//
+// # Design
+//
+// A Pool holds two immutable snapshots behind atomic.Pointer: the
+// membership (every backend, in the order given) and the available set (the
+// members neither marked down by active checks nor within a passive
+// ejection). Pick loads both lock-free, chooses from the available set and
+// increments the backend's in-flight count; Release decrements it. Both are
+// a handful of atomic operations and allocate nothing:
+//
+//   - least_loaded (default) scans the available set from a rotating start
+//     index for the fewest in flight, stopping at the first idle backend, so
+//     idle backends take turns. Cost is O(1) at low load and O(n) under
+//     load (about 2 ns per backend); for large pools prefer p2c.
+//   - round_robin takes available[counter mod len]; it shares exactly evenly
+//     among the healthy backends whichever ones are out.
+//   - p2c draws two distinct available backends (one 64-bit random value,
+//     multiply-shift reduced) and takes the less loaded. O(1).
+//
+// The available set is rebuilt, under a mutex the request path never
+// waits for, after every transition: membership change, ejection, rejoin,
+// active up/down, Reconfigure. Cooldowns end by time, not by event, so the
+// set records the earliest end of the ejections it left out; the first
+// Pick (or Healthy) after that moment rebuilds it (TryLock: one goroutine
+// rebuilds, the others go on with the old set). While no ejection is
+// running Pick never reads the clock. The backend Pick chooses is checked
+// once more; if a transition has not reached the set yet, Pick falls back
+// to a least-loaded scan that checks every member, so a down or ejected
+// backend is never returned.
+//
+// Each Backend keeps everything a pick touches (in-flight, counters,
+// health) on one 64-byte line and is sized to whole lines, so a scan reads
+// one line per backend and neighbours never false-share. The pool's total
+// in flight (Inflight, the η numerator of the admission test) is its own
+// counter on its own line: exact, including requests on backends removed
+// since they were picked. Healthy (the n of the admission test) is the
+// length of the available set: O(1).
+//
+// # Health
+//
+// Passive: Failures consecutive Release(b, false) eject b until now+Cooldown
+// (an atomic int64 of unix nanoseconds). A success resets the count. The
+// count is not reset by the ejection, so after the cooldown the backend is
+// half-open: pickable, its next failure ejects it again at once and its next
+// success ends the ejection ("backend rejoined"). Results of requests picked
+// before the ejection that land during the cooldown neither extend nor end
+// it. Eject is a failed Release that ejects at once, for failures that are
+// unambiguous (connection refused). Active: Run probes every member each Interval, each probe bounded by
+// Timeout; Fall failures in a row mark a backend down, Rise successes mark
+// it up. The two are independent; a backend is pickable only if neither
+// applies. New backends start up: with active checks they go down after
+// Fall failed probes, and Run probes at once when it starts. Turning a
+// check off in Reconfigure clears the state it had set.
+//
+// # Membership
+//
+// SetAddrs (and DNS re-resolution, and Partition) build a new membership
+// copy-on-write; a backend whose address stays is the same *Backend and
+// keeps all its state. Attach runs for each new address before its backend
+// is published, Detach for each removed one after it is unpublished (it may
+// still have requests in flight; releasing them is fine). Both run outside
+// every lock: SetAddrs attaches the missing addresses unlocked and retries,
+// so concurrent SetAddrs calls converge on the last one, and any backend
+// attached but not published is detached: Attach and Detach are always
+// paired. When several sentries split one app, Options.Partition keeps the
+// addresses this sentry owns by rendezvous hashing, so the split is
+// disjoint, needs no coordination and moves only what must move.
+//
+// A Registry keeps one Pool per app name across policy reloads: Pool
+// returns the existing pool reconfigured and moved to the new addresses
+// (a DNS pool keeps its resolved set and re-resolves at once), Retain
+// closes the pools of apps that are gone.
+//
+// # Goroutines
+//
+// Pool.Run owns two loops (active checks, DNS) that run on a timer plus a
+// wake-up from Reconfigure, and the probe goroutines of each round (at most
+// 32 at a time). It returns only once all of them have stopped; a round
+// cut short by cancellation changes no health state. Probe and Resolve
+// must honour their context. Registry.Run owns the Run of every pool in
+// the registry, including pools added later, and stops a pool's Run when
+// Retain drops it. Nothing else in the package starts a goroutine.
+//
+// # Locks
+//
+// No lock is taken by Pick or Release on their common path. The locks,
+// each guarding the fields grouped with it:
+//
+//	Registry.mu   pools map; leaf (pool methods run after it is released)
+//	Pool.checkMu  serialises probe rounds; held while Probe runs
+//	Pool.mu       membership bookkeeping and the reconfigure signal; leaf
+//	Pool.availMu  serialises rebuilds of the available set; leaf
+//	Backend.mu    health transitions and rise/fall counts; leaf
+//
+// Order: Pool.checkMu before Backend.mu and Pool.availMu; no other lock is
+// ever held while taking another. Attach, Detach, Resolve and Now are never
+// called with a lock held except that a probe round (under checkMu) reads
+// the clock; Attach and Detach must not call back into the same pool's
+// SetAddrs, Reconfigure or Close.
+//
+// # Usage
+//
+//	var reg lb.Registry
+//	go reg.Run(ctx) // health checks and DNS for every pool
+//
+//	// On every policy load, for each app:
+//	pool := reg.Pool(app.Name, lb.Options{
+//		Algorithm: lb.LeastLoaded,
+//		Failures:  3, Cooldown: 10 * time.Second,
+//		Active:    &lb.Active{Interval: 5 * time.Second, Timeout: time.Second, Rise: 2, Fall: 3, Probe: probe},
+//		Attach:    func(addr string) any { return newBackendClient(addr) },
+//		Detach:    func(addr string, c any) { c.(*backendClient).CloseIdleConnections() },
+//		Logger:    logger,
+//	}, app.Backends.Static)
+//	reg.Retain(appNames)
+//
+//	// Per request:
+//	b := pool.Pick()
+//	if b == nil {
+//		// no healthy backend: 503
+//	}
+//	err := relay(b.Attachment.(*backendClient), req)
+//	pool.Release(b, err == nil)
+package lb

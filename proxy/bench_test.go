@@ -1,0 +1,122 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"strings"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// fastBackend serves a fixed 128-byte body over loopback with fasthttp.
+func fastBackend(b *testing.B) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := make([]byte, 128)
+	for i := range body {
+		body[i] = 'x'
+	}
+	s := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBody(body) }}
+	go s.Serve(ln)
+	b.Cleanup(func() { s.Shutdown() })
+	return ln.Addr().String()
+}
+
+func benchClient(addr string) *fasthttp.HostClient {
+	return &fasthttp.HostClient{Addr: addr, MaxConns: 256}
+}
+
+// BenchmarkRelay is the whole relay path over loopback: client → proxy →
+// backend, keep-alive on both sides. Loopback syscalls dominate; compare
+// allocs/op and use e2e/bench/peers.sh for throughput against nginx.
+func BenchmarkRelay(b *testing.B) {
+	be := fastBackend(b)
+	h := startProxy(&testing.T{}, []string{be}, nil)
+	defer h.close()
+	c := benchClient(h.addr)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://" + h.addr + "/x")
+		for pb.Next() {
+			if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+				b.Errorf("relay: %v %d", err, resp.StatusCode())
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkReject is the prebuilt rejection (no healthy backend).
+func BenchmarkReject(b *testing.B) {
+	h := startProxy(&testing.T{}, []string{"127.0.0.1:1"}, nil)
+	defer h.close()
+	c := benchClient(h.addr)
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	req.SetRequestURI("http://" + h.addr + "/x")
+	c.Do(req, resp) // ejects the dead backend
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://" + h.addr + "/x")
+		for pb.Next() {
+			if err := c.Do(req, resp); err != nil || resp.StatusCode() != 503 {
+				b.Errorf("reject: %v %d", err, resp.StatusCode())
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkServeInMemory runs the handler on an in-memory RequestCtx with a
+// rejecting pool: the proxy's own per-request CPU, without sockets.
+func BenchmarkServeInMemory(b *testing.B) {
+	h := startProxy(&testing.T{}, []string{"127.0.0.1:1"}, nil)
+	defer h.close()
+	fe := &frontend{p: h.p, addr: h.addr}
+	fe.route.Store(h.p.cur.Load().routes[h.addr])
+	a := fe.route.Load().def
+	a.pool.Eject(a.pool.Backends()[0])
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5555}, nil)
+	raw := "GET /search?q=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: bench\r\nAccept: */*\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n"
+	sr := strings.NewReader(raw)
+	br := bufio.NewReader(sr)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ctx.Request.Reset()
+		ctx.Response.Reset()
+		sr.Reset(raw)
+		br.Reset(sr)
+		if err := ctx.Request.Header.Read(br); err != nil {
+			b.Fatal(err)
+		}
+		fe.handle(&ctx)
+		if ctx.Response.StatusCode() != 503 {
+			b.Fatalf("status %d", ctx.Response.StatusCode())
+		}
+	}
+}
+
+func BenchmarkClientFromXFF(b *testing.B) {
+	tp := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.0/8")}
+	xff := []byte("203.0.113.7, 10.1.2.3, 10.9.9.9")
+	peer := netip.MustParseAddr("127.0.0.1")
+	want := netip.MustParseAddr("203.0.113.7")
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if clientFromXFF(tp, peer, xff) != want {
+			b.Fatal("wrong client")
+		}
+	}
+}
+
+var _ = io.Discard

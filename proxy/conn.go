@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// idleConn is a backend connection whose read and write deadlines are
+// "idle" deadlines, like nginx's proxy_read_timeout: each Read or Write must
+// make progress within timeout. fasthttp sets one absolute deadline per
+// exchange, which would cut long streamed bodies; idleConn owns the
+// deadlines instead and ignores the ones fasthttp sets.
+//
+// Deadlines are refreshed at most every timeout/16, so a busy connection
+// pays for one SetDeadline call in sixteen reads, not one per read.
+type idleConn struct {
+	net.Conn
+	timeout   *atomic.Int64 // nanoseconds; shared with the upstream so a reload applies at once
+	readSet   int64         // unix nanos when the read deadline was last pushed
+	writeSet  int64
+	readDead  bool // a timeout expired on this conn
+	writeDead bool
+}
+
+func (c *idleConn) refresh(last *int64, set func(time.Time) error) error {
+	t := c.timeout.Load()
+	if t <= 0 {
+		return nil
+	}
+	now := time.Now()
+	n := now.UnixNano()
+	if n-*last < t/16 {
+		return nil
+	}
+	*last = n
+	return set(now.Add(time.Duration(t)))
+}
+
+func (c *idleConn) Read(b []byte) (int, error) {
+	if err := c.refresh(&c.readSet, c.Conn.SetReadDeadline); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *idleConn) Write(b []byte) (int, error) {
+	if err := c.refresh(&c.writeSet, c.Conn.SetWriteDeadline); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+// SetReadDeadline is called by fasthttp before each exchange; it only forces
+// the next Read to push a fresh idle deadline.
+func (c *idleConn) SetReadDeadline(time.Time) error  { c.readSet = 0; return nil }
+func (c *idleConn) SetWriteDeadline(time.Time) error { c.writeSet = 0; return nil }
+func (c *idleConn) SetDeadline(time.Time) error      { c.readSet, c.writeSet = 0, 0; return nil }
+
+// dialError marks a failure to connect: nothing was sent, so the request may
+// safely be retried on another backend.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return "connect: " + e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+func isDialError(err error) bool {
+	var d *dialError
+	return errors.As(err, &d)
+}
+
+// dialer dials a backend with a connect timeout and wraps the conn.
+func dialer(connect *atomic.Int64, idle *atomic.Int64) func(addr string) (net.Conn, error) {
+	return func(addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: time.Duration(connect.Load()), KeepAlive: 30 * time.Second}
+		c, err := d.DialContext(context.Background(), "tcp", addr)
+		if err != nil {
+			return nil, &dialError{err: err}
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetNoDelay(true)
+		}
+		return &idleConn{Conn: c, timeout: idle}, nil
+	}
+}

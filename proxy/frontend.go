@@ -1,0 +1,185 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http2"
+
+	"github.com/sentry-proxy/sentry/policy"
+)
+
+// frontend is one listening address.
+type frontend struct {
+	p     *Proxy
+	addr  string
+	route atomic.Pointer[route]
+	srv   *fasthttp.Server
+	h2    *http2.Server
+	h2cfg *http.Server
+	done  chan struct{}
+	err   error
+}
+
+// Serve starts serving the listener for policy address addr (which must be
+// one of the snapshot's Listeners) in the background. TLS is applied here
+// when the policy asks for it; ln must be a plain TCP listener.
+func (p *Proxy) Serve(addr string, ln net.Listener) error {
+	st := p.cur.Load()
+	rt, ok := st.routes[addr]
+	if !ok {
+		return fmt.Errorf("listener %s is not in the policy", addr)
+	}
+	sv := st.snap.Server
+	fe := &frontend{p: p, addr: addr, done: make(chan struct{})}
+	fe.route.Store(rt)
+	bodyTimeout := sv.BodyTimeout
+	fe.srv = &fasthttp.Server{
+		Handler:      fe.handle,
+		ErrorHandler: fe.handleError,
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			// The read-header timeout covers the head only; a body gets
+			// its own budget so a long upload is not cut at 10 s.
+			if h.ContentLength() != 0 && h.ContentLength() != -2 {
+				return fasthttp.RequestConfig{ReadTimeout: bodyTimeout}
+			}
+			return fasthttp.RequestConfig{}
+		},
+		Name:                          "",
+		NoDefaultServerHeader:         true,
+		NoDefaultContentType:          true,
+		ReadBufferSize:                sv.MaxHeaderBytes,
+		WriteBufferSize:               16 << 10,
+		ReadTimeout:                   sv.ReadHeaderTimeout,
+		IdleTimeout:                   sv.IdleTimeout,
+		WriteTimeout:                  sv.WriteTimeout,
+		Concurrency:                   sv.MaxConns,
+		MaxRequestBodySize:            maxBody(st.snap),
+		StreamRequestBody:             true,
+		DisablePreParseMultipartForm:  true,
+		CloseOnShutdown:               true,
+		SecureErrorLogMessage:         true,
+		Logger:                        fasthttpLogger{p.log.Named("http")},
+		DisableHeaderNamesNormalizing: false,
+	}
+	if rt.tls != nil {
+		cert, err := tls.LoadX509KeyPair(rt.tls.CertFile, rt.tls.KeyFile)
+		if err != nil {
+			return fmt.Errorf("listener %s: %w", addr, err)
+		}
+		fe.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		fe.h2 = &http2.Server{IdleTimeout: sv.IdleTimeout, MaxConcurrentStreams: 250}
+		fe.h2cfg = &http.Server{ReadHeaderTimeout: sv.ReadHeaderTimeout, IdleTimeout: sv.IdleTimeout,
+			MaxHeaderBytes: sv.MaxHeaderBytes, ErrorLog: p.log.Named("h2").StandardLogger(nil)}
+		fe.srv.NextProto("h2", fe.serveH2Conn)
+		// Prefer h2: Go's TLS server takes the server's order.
+		fe.srv.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
+		ln = tls.NewListener(ln, fe.srv.TLSConfig)
+	}
+	p.mu.Lock()
+	if _, dup := p.mu.fronts[addr]; dup {
+		p.mu.Unlock()
+		return fmt.Errorf("listener %s already served", addr)
+	}
+	p.mu.fronts[addr] = fe
+	p.mu.Unlock()
+	go func() {
+		defer close(fe.done)
+		fe.err = fe.srv.Serve(ln)
+	}()
+	p.log.Info("listening", "addr", addr, "tls", rt.tls != nil)
+	return nil
+}
+
+func maxBody(s *policy.Snapshot) int {
+	// Bodies stream, so this is a cap, not a buffer. 0 = unlimited in the
+	// policy; fasthttp needs a number.
+	max := int64(0)
+	for _, a := range s.Apps {
+		if a.MaxBodyBytes == 0 {
+			return 1 << 62
+		}
+		if a.MaxBodyBytes > max {
+			max = a.MaxBodyBytes
+		}
+	}
+	return int(max)
+}
+
+// Listening returns the addresses being served.
+func (p *Proxy) Listening() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.mu.fronts))
+	for a := range p.mu.fronts {
+		out = append(out, a)
+	}
+	return out
+}
+
+// Shutdown stops the front end for addr: it stops accepting, lets in-flight
+// requests finish until ctx is done, then closes what is left.
+func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
+	p.mu.Lock()
+	fe := p.mu.fronts[addr]
+	delete(p.mu.fronts, addr)
+	p.mu.Unlock()
+	if fe == nil {
+		return nil
+	}
+	return fe.srv.ShutdownWithContext(ctx)
+}
+
+// ShutdownAll drains every front end and every tunnel (WebSockets) until
+// ctx is done; tunnels still open then are closed.
+func (p *Proxy) ShutdownAll(ctx context.Context) error {
+	var errs []error
+	for _, addr := range p.Listening() {
+		if err := p.Shutdown(ctx, addr); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	done := make(chan struct{})
+	go func() { p.tunnels.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		p.stopOnce.Do(func() { close(p.stopTunnels) })
+		<-done
+	}
+	return errors.Join(errs...)
+}
+
+// handleError answers requests fasthttp could not parse.
+func (fe *frontend) handleError(ctx *fasthttp.RequestCtx, err error) {
+	status, reason := fasthttp.StatusBadRequest, "bad_request"
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		status, reason = fasthttp.StatusRequestHeaderFieldsTooLarge, "header_too_large"
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		status, reason = fasthttp.StatusRequestEntityTooLarge, "body_too_large"
+	case errors.As(err, &ne) && ne.Timeout():
+		status, reason = fasthttp.StatusRequestTimeout, "timeout"
+	}
+	fe.p.metrics.clientErrors.WithLabelValues(fe.addr, reason).Inc()
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.Response.Header.SetContentTypeBytes(strTextPlain)
+	ctx.SetBodyString(fmt.Sprintf("sentry: %s\n", http.StatusText(status)))
+	ctx.SetConnectionClose()
+}
+
+type fasthttpLogger struct{ l interface{ Debug(string, ...any) } }
+
+func (f fasthttpLogger) Printf(format string, args ...any) { f.l.Debug(fmt.Sprintf(format, args...)) }
+
+var _ = time.Second

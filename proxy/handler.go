@@ -1,0 +1,321 @@
+package proxy
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sentry-proxy/sentry/admission"
+)
+
+// exchange is the per-request scratch space, pooled so the request path
+// does not allocate.
+type exchange struct {
+	ar  admission.Request
+	buf []byte
+}
+
+var exchangePool = sync.Pool{New: func() any { return &exchange{buf: make([]byte, 0, 128)} }}
+
+// maxDialAttempts bounds retries after connect failures (nothing was sent,
+// so a retry on another backend is always safe).
+const maxDialAttempts = 3
+
+var (
+	hdrXFF         = []byte("X-Forwarded-For")
+	hdrXFProto     = []byte("X-Forwarded-Proto")
+	hdrXFHost      = []byte("X-Forwarded-Host")
+	hdrRetryAfter  = []byte("Retry-After")
+	hdrReject      = []byte("X-Sentry-Reject")
+	strHTTP        = []byte("http")
+	strHTTPS       = []byte("https")
+	strTextPlain   = []byte("text/plain; charset=utf-8")
+	strContentLen  = []byte("content-length")
+	hopByHopCommon = []string{"Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Proxy-Authorization", "Proxy-Authenticate"}
+)
+
+// lookup returns the app for a Host header on this route.
+func (rt *route) lookup(host []byte) *app {
+	if len(rt.hosts) == 0 {
+		return rt.def
+	}
+	h := hostOnly(host)
+	if a, ok := rt.hosts[string(h)]; ok {
+		return a
+	}
+	if !lowerASCII(h) {
+		var tmp [256]byte
+		if len(h) <= len(tmp) {
+			l := tmp[:len(h)]
+			for i, c := range h {
+				if 'A' <= c && c <= 'Z' {
+					c += 'a' - 'A'
+				}
+				l[i] = c
+			}
+			if a, ok := rt.hosts[string(l)]; ok {
+				return a
+			}
+		}
+	}
+	return rt.def
+}
+
+// peerAddr returns the connection's remote address without allocating.
+func peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
+	if ta, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
+		return ta.AddrPort().Addr().Unmap()
+	}
+	return netip.IPv6Unspecified()
+}
+
+// handle is the HTTP/1.1 request path.
+func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	p := fe.p
+	rt := fe.route.Load()
+	a := rt.lookup(ctx.Request.Header.Host())
+	if a == nil {
+		p.writeError(ctx, nil, outNoApp)
+		return
+	}
+	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS())
+	a.m.observe(o, ctx.Response.StatusCode(), b, start)
+	if rt.access {
+		p.logAccess(a, ctx, o, b, start)
+	}
+}
+
+// serve runs one request through admission and relay. The response (relayed
+// or generated) is left in ctx.Response. It returns the outcome and the
+// upstream that served it (nil if none).
+func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool) (outcome, *upstream) {
+	req := &ctx.Request
+	h := &req.Header
+
+	// Request smuggling: Transfer-Encoding with Content-Length. fasthttp
+	// already rejects duplicate Content-Length and unknown encodings; a
+	// chunked request that also carries Content-Length is refused here.
+	if h.ContentLength() == -1 && hasHeaderName(h.RawHeaders(), strContentLen) {
+		ctx.SetConnectionClose()
+		p.writeError(ctx, a, outBadRequest)
+		return outBadRequest, nil
+	}
+
+	x := exchangePool.Get().(*exchange)
+	defer exchangePool.Put(x)
+
+	isTrusted := a.trusted && trusted(a.cfg.TrustedProxies, peer)
+	client := peer
+	if isTrusted {
+		client = clientFromXFF(a.cfg.TrustedProxies, peer, h.PeekBytes(hdrXFF))
+	}
+	_ = client // the classifier (issue 4) consumes it
+
+	if !a.off {
+		x.ar = admission.Request{}
+		d := a.admit.Admit(&x.ar)
+		a.m.decision(x.ar.Class, d.Verdict)
+		if d.Verdict != admission.Admit {
+			a.writeReject(ctx, d)
+			return outRejected, nil
+		}
+	}
+
+	// Forwarding headers.
+	x.buf = x.buf[:0]
+	if isTrusted {
+		if v := h.PeekBytes(hdrXFF); len(v) > 0 {
+			x.buf = append(append(x.buf, v...), ", "...)
+		}
+	}
+	x.buf = peer.AppendTo(x.buf)
+	h.SetBytesKV(hdrXFF, x.buf)
+	if !isTrusted || len(h.PeekBytes(hdrXFProto)) == 0 {
+		if isTLS {
+			h.SetBytesKV(hdrXFProto, strHTTPS)
+		} else {
+			h.SetBytesKV(hdrXFProto, strHTTP)
+		}
+	}
+	if !isTrusted || len(h.PeekBytes(hdrXFHost)) == 0 {
+		h.SetBytesKV(hdrXFHost, h.Host())
+	}
+	id := h.Peek(a.reqID)
+	if !isTrusted || len(id) == 0 {
+		x.buf = p.ids.append(x.buf[:0])
+		h.SetBytesV(a.reqID, x.buf)
+		id = x.buf
+	}
+
+	if h.ConnectionUpgrade() && len(h.Peek(fasthttp.HeaderUpgrade)) > 0 {
+		return p.upgrade(a, ctx)
+	}
+	stripHopByHop(h)
+	clientClose := h.ConnectionClose()
+	h.ResetConnectionClose()
+	if isTLS {
+		// The backend hop is plain HTTP; fasthttp's HostClient refuses a
+		// request whose URI says https.
+		req.URI().SetSchemeBytes(strHTTP)
+	}
+
+	o, u := p.relay(a, req, &ctx.Response)
+	if o != outRelayed {
+		p.writeError(ctx, a, o)
+	} else {
+		rh := &ctx.Response.Header
+		rh.ResetConnectionClose()
+		for _, k := range hopByHopCommon {
+			rh.Del(k)
+		}
+		rh.Del(fasthttp.HeaderConnection)
+		rh.Del(fasthttp.HeaderUpgrade)
+	}
+	ctx.Response.Header.SetBytesV(a.reqID, id)
+	if clientClose {
+		ctx.SetConnectionClose()
+	}
+	return o, u
+}
+
+// relay sends req to the least-loaded healthy backend and reads the response
+// head into resp. Connect failures are retried on another backend.
+func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response) (outcome, *upstream) {
+	var last *upstream
+	for attempt := 1; ; attempt++ {
+		b := a.pool.Pick()
+		if b == nil {
+			if last != nil {
+				return outBackendFailed, last // every backend we tried refused
+			}
+			return outNoBackend, nil
+		}
+		u := b.Attachment.(*upstream)
+		err := u.hc.Do(req, resp)
+		if err == nil {
+			a.pool.Release(b, true)
+			return outRelayed, u
+		}
+		o := relayError(err)
+		if isDialError(err) {
+			a.pool.Eject(b) // connect refused/timed out is unambiguous
+		} else {
+			a.pool.Release(b, !countsAsFailure(o))
+		}
+		if p.log.IsDebug() {
+			p.log.Debug("relay failed", "app", a.name, "backend", u.addr, "error", err)
+		}
+		if !isDialError(err) || attempt >= maxDialAttempts {
+			return o, u
+		}
+		last = u
+		resp.Reset()
+	}
+}
+
+// stripHopByHop removes hop-by-hop request headers (RFC 9110 §7.6.1),
+// including any listed in Connection. fasthttp keeps framing headers
+// (Transfer-Encoding, Content-Length) itself.
+func stripHopByHop(h *fasthttp.RequestHeader) {
+	if c := h.Peek(fasthttp.HeaderConnection); len(c) > 0 {
+		for len(c) > 0 {
+			var tok []byte
+			if i := bytes.IndexByte(c, ','); i >= 0 {
+				tok, c = bytes.TrimSpace(c[:i]), c[i+1:]
+			} else {
+				tok, c = bytes.TrimSpace(c), nil
+			}
+			if len(tok) > 0 && !bytes.EqualFold(tok, []byte("close")) && !bytes.EqualFold(tok, []byte("keep-alive")) {
+				h.DelBytes(tok)
+			}
+		}
+		h.Del(fasthttp.HeaderConnection)
+	}
+	for _, k := range hopByHopCommon {
+		h.Del(k)
+	}
+	h.Del(fasthttp.HeaderUpgrade)
+	// The 100-continue handshake was done with the client already.
+	h.Del(fasthttp.HeaderExpect)
+}
+
+// hasHeaderName reports whether raw request headers contain name
+// (lower-case), case-insensitively, as a header name.
+func hasHeaderName(raw, name []byte) bool {
+	for len(raw) > 0 {
+		i := bytes.IndexByte(raw, '\n')
+		line := raw
+		if i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		if c := bytes.IndexByte(line, ':'); c == len(name) && bytes.EqualFold(line[:c], name) {
+			return true
+		}
+	}
+	return false
+}
+
+// writeReject writes the prebuilt rejection: nothing reaches a backend.
+func (a *app) writeReject(ctx *fasthttp.RequestCtx, d admission.Decision) {
+	r := &a.reject
+	secs := r.retryAfter
+	if d.RetryAfter > 0 {
+		secs = int((d.RetryAfter + time.Second - 1) / time.Second)
+	}
+	resp := &ctx.Response
+	resp.SetStatusCode(r.status)
+	resp.Header.SetContentTypeBytes(strTextPlain)
+	resp.Header.SetBytesKV(hdrRetryAfter, retryAfterBytes(secs))
+	resp.Header.SetBytesKV(hdrReject, verdictBytes[d.Verdict])
+	resp.SetBodyRaw(r.body)
+}
+
+// writeError writes a proxy-generated error. a may be nil.
+func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, a *app, o outcome) {
+	resp := &ctx.Response
+	resp.Reset()
+	if o == outNoBackend && a != nil {
+		a.writeReject(ctx, admission.Decision{Verdict: admission.RejectNoBackend})
+		resp.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		return
+	}
+	resp.SetStatusCode(statusOf(o))
+	resp.Header.SetContentTypeBytes(strTextPlain)
+	if o == outBackendBusy {
+		resp.Header.SetBytesKV(hdrRetryAfter, retryAfterBytes(1))
+	}
+	resp.SetBodyString(errorBody(o))
+}
+
+// retryAfterBytes returns the decimal bytes for small second counts without
+// allocating.
+func retryAfterBytes(secs int) []byte {
+	if secs >= 0 && secs < len(smallInts) {
+		return smallInts[secs]
+	}
+	return retryAfterValue(secs)
+}
+
+var smallInts = func() [121][]byte {
+	var t [121][]byte
+	for i := range t {
+		t[i] = retryAfterValue(i)
+	}
+	t[0] = t[1]
+	return t
+}()
+
+// verdictBytes holds each verdict's name for the X-Sentry-Reject header.
+var verdictBytes = func() (t [16][]byte) {
+	for _, v := range admission.Verdicts() {
+		t[v] = []byte(v.String())
+	}
+	return t
+}()

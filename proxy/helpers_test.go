@@ -1,0 +1,147 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sentry-proxy/sentry/policy"
+)
+
+// testSnap builds a defaulted one-app snapshot listening on addr.
+func testSnap(addr string, backends []string, mod func(*policy.Snapshot, *policy.App)) *policy.Snapshot {
+	a := &policy.App{
+		Name:               "web",
+		Listen:             []string{addr},
+		Backends:           policy.Backends{Static: backends},
+		Balance:            policy.LeastLoaded,
+		Health:             policy.Health{Passive: policy.PassiveHealth{Failures: 3, Cooldown: 10 * time.Second}},
+		Timeouts:           policy.Timeouts{Connect: 2 * time.Second, Response: 5 * time.Second},
+		MaxConnsPerBackend: 1024,
+		RequestIDHeader:    "X-Request-Id",
+		Reject:             policy.Reject{Status: 503, Body: "sentry: overloaded, retry later\n", RetryAfter: time.Second},
+		Admission:          policy.Admission{Mode: "off"},
+	}
+	s := &policy.Snapshot{
+		Source: "<test>",
+		Admin:  policy.Admin{},
+		Log:    policy.Log{Level: "info", Format: "text"},
+		Server: policy.Server{ReadHeaderTimeout: 2 * time.Second, BodyTimeout: time.Minute, IdleTimeout: 5 * time.Second,
+			MaxHeaderBytes: 16384, MaxConns: 10000, ShutdownTimeout: 5 * time.Second},
+		Apps: []*policy.App{a},
+	}
+	if mod != nil {
+		mod(s, a)
+	}
+	s.Listeners = nil
+	byAddr := map[string]*policy.Listener{}
+	for _, ap := range s.Apps {
+		for _, l := range ap.Listen {
+			pl := byAddr[l]
+			if pl == nil {
+				pl = &policy.Listener{Addr: l, TLS: ap.TLS}
+				byAddr[l] = pl
+				s.Listeners = append(s.Listeners, pl)
+			}
+			pl.Apps = append(pl.Apps, ap)
+			if len(ap.Hosts) == 0 {
+				pl.Default = ap
+			}
+		}
+	}
+	for i, ap := range s.Apps {
+		ap.Index = i
+	}
+	return s
+}
+
+// harness is a proxy serving one listener in front of test backends.
+type harness struct {
+	t     *testing.T
+	p     *Proxy
+	reg   *prometheus.Registry
+	addr  string
+	snap  *policy.Snapshot
+	close func()
+}
+
+func freeAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func startProxy(t *testing.T, backends []string, mod func(*policy.Snapshot, *policy.App)) *harness {
+	t.Helper()
+	addr := freeAddr(t)
+	snap := testSnap(addr, backends, mod)
+	reg := prometheus.NewRegistry()
+	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.Discard})
+	p, err := New(Options{Logger: log, Registerer: reg}, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range snap.Listeners {
+		ln, err := net.Listen("tcp", l.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Serve(l.Addr, ln); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &harness{t: t, p: p, reg: reg, addr: addr, snap: snap}
+	h.close = func() {
+		ctx, cancel := contextWithTimeout(3 * time.Second)
+		defer cancel()
+		_ = p.ShutdownAll(ctx)
+		p.Close()
+	}
+	t.Cleanup(h.close)
+	return h
+}
+
+func (h *harness) url(path string) string { return "http://" + h.addr + path }
+
+// backend starts an httptest server and returns its host:port.
+func backend(t *testing.T, fn http.HandlerFunc) string {
+	t.Helper()
+	s := httptest.NewServer(fn)
+	t.Cleanup(s.Close)
+	return strings.TrimPrefix(s.URL, "http://")
+}
+
+// rawRequest writes raw bytes to the proxy and reads one response.
+func rawRequest(t *testing.T, addr, raw string) (*http.Response, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading response: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }

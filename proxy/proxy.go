@@ -1,0 +1,381 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/lb"
+	"github.com/sentry-proxy/sentry/policy"
+)
+
+// Options are the proxy's collaborators. Only Logger is optional.
+type Options struct {
+	Logger hclog.Logger
+	// Registerer receives the proxy's metrics (the project's own registry).
+	Registerer prometheus.Registerer
+	// Admitter builds the admission controller for an app in a snapshot. It
+	// is called on every Apply; returning the previous controller for the
+	// same app keeps its learned state. Nil means admission.AdmitAll for all.
+	Admitter func(app *policy.App, pool *lb.Pool) (admission.Admitter, error)
+	// Probe is the active health-check probe; nil uses an HTTP GET.
+	Probe func(ctx context.Context, addr, path string) error
+	// Resolver looks up DNS backends; nil uses net.DefaultResolver.
+	Resolver *net.Resolver
+}
+
+// Proxy is the request path. It is built once and reconfigured by Apply;
+// front ends (one per listener address) are started with Serve.
+type Proxy struct {
+	opts    Options
+	log     hclog.Logger
+	pools   lb.Registry
+	metrics *metrics
+	ids     *idSource
+
+	cur atomic.Pointer[state]
+
+	tunnels     sync.WaitGroup // open Upgrade tunnels
+	stopTunnels chan struct{}  // closed when draining runs out of time
+	stopOnce    sync.Once
+
+	mu struct {
+		sync.Mutex
+		fronts  map[string]*frontend
+		shared  map[string]*appShared
+		poolCtx context.Context
+		cancel  context.CancelFunc
+		running map[*lb.Pool]context.CancelFunc
+	}
+	wg sync.WaitGroup
+}
+
+// state is everything built from one snapshot; immutable once stored.
+type state struct {
+	snap   *policy.Snapshot
+	apps   []*app
+	routes map[string]*route // by listener address
+}
+
+// route maps a Host to an app on one listener.
+type route struct {
+	hosts map[string]*app
+	def   *app
+	tls    *policy.TLS
+	access bool // access log on
+}
+
+// app is the runtime of one policy app.
+type app struct {
+	cfg     *policy.App
+	name    string
+	pool    *lb.Pool
+	admit   admission.Admitter
+	off     bool // admission is AdmitAll: skip the call
+	reject  rejectResponse
+	trusted bool // has trusted proxies
+	reqID   string
+	m       *appMetrics
+	shared  *appShared
+}
+
+// appShared is the part of an app's runtime that outlives snapshots: its
+// metrics and the timeout cells every upstream connection reads, so a reload
+// changes timeouts on live connections.
+type appShared struct {
+	m       *appMetrics
+	idle    atomic.Int64 // Timeouts.Response, ns
+	connect atomic.Int64 // Timeouts.Connect, ns
+}
+
+// rejectResponse is the prebuilt rejection.
+type rejectResponse struct {
+	status     int
+	body       []byte
+	retryAfter int // seconds, default
+}
+
+// upstream is what the proxy attaches to each lb.Backend.
+type upstream struct {
+	addr string
+	hc   *fasthttp.HostClient
+	reqs [6]prometheus.Counter // by code class
+}
+
+// New builds a proxy for snap. Call Serve for each of snap.Listeners.
+func New(opts Options, snap *policy.Snapshot) (*Proxy, error) {
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	p := &Proxy{opts: opts, log: opts.Logger.Named("proxy"), ids: newIDSource(), stopTunnels: make(chan struct{})}
+	p.mu.fronts = map[string]*frontend{}
+	p.mu.shared = map[string]*appShared{}
+	p.mu.running = map[*lb.Pool]context.CancelFunc{}
+	p.mu.poolCtx, p.mu.cancel = context.WithCancel(context.Background())
+	m, err := newMetrics(opts.Registerer, p)
+	if err != nil {
+		return nil, err
+	}
+	p.metrics = m
+	if err := p.Apply(snap); err != nil {
+		p.mu.cancel()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Snapshot returns the policy in force.
+func (p *Proxy) Snapshot() *policy.Snapshot { return p.cur.Load().snap }
+
+// Apply swaps in a new snapshot. Backend pools, health and in-flight counts
+// survive for apps and addresses that still exist. Listener changes are the
+// caller's: Serve new addresses, Close removed ones.
+func (p *Proxy) Apply(snap *policy.Snapshot) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.cur.Load()
+	st := &state{snap: snap, routes: map[string]*route{}}
+	byName := map[string]*app{}
+	names := make([]string, 0, len(snap.Apps))
+	for _, ac := range snap.Apps {
+		a, err := p.buildApp(ac)
+		if err != nil {
+			return fmt.Errorf("app %s: %w", ac.Name, err)
+		}
+		st.apps = append(st.apps, a)
+		byName[ac.Name] = a
+		names = append(names, ac.Name)
+	}
+	for _, l := range snap.Listeners {
+		rt := &route{hosts: map[string]*app{}, tls: l.TLS, access: snap.Log.Access}
+		for _, ac := range l.Apps {
+			for _, h := range ac.Hosts {
+				rt.hosts[h] = byName[ac.Name]
+			}
+		}
+		if l.Default != nil {
+			rt.def = byName[l.Default.Name]
+		}
+		st.routes[l.Addr] = rt
+	}
+	p.pools.Retain(names)
+	// Start health/DNS loops for new pools; stop loops of dropped pools.
+	live := map[*lb.Pool]bool{}
+	for _, a := range st.apps {
+		live[a.pool] = true
+		if _, ok := p.mu.running[a.pool]; !ok {
+			ctx, cancel := context.WithCancel(p.mu.poolCtx)
+			p.mu.running[a.pool] = cancel
+			p.wg.Add(1)
+			go func(pl *lb.Pool) { defer p.wg.Done(); pl.Run(ctx) }(a.pool)
+		}
+	}
+	for pl, cancel := range p.mu.running {
+		if !live[pl] {
+			cancel()
+			delete(p.mu.running, pl)
+		}
+	}
+	for name := range p.mu.shared {
+		if byName[name] == nil {
+			delete(p.mu.shared, name)
+		}
+	}
+	p.cur.Store(st)
+	for addr, fe := range p.mu.fronts {
+		if rt, ok := st.routes[addr]; ok {
+			fe.route.Store(rt)
+		}
+	}
+	if old != nil {
+		p.log.Info("policy applied", "source", snap.Source, "apps", len(snap.Apps))
+	}
+	return nil
+}
+
+func (p *Proxy) buildApp(ac *policy.App) (*app, error) {
+	a := &app{cfg: ac, name: ac.Name, reqID: ac.RequestIDHeader, trusted: len(ac.TrustedProxies) > 0}
+	sh := p.mu.shared[ac.Name]
+	if sh == nil {
+		sh = &appShared{m: p.metrics.forApp(ac.Name)}
+		p.mu.shared[ac.Name] = sh
+	}
+	sh.idle.Store(ac.Timeouts.Response.Nanoseconds())
+	sh.connect.Store(ac.Timeouts.Connect.Nanoseconds())
+	a.shared, a.m = sh, sh.m
+	a.reject = rejectResponse{status: ac.Reject.Status, body: []byte(ac.Reject.Body), retryAfter: int((ac.Reject.RetryAfter + time.Second - 1) / time.Second)}
+	opts := p.poolOptions(sh, ac)
+	var addrs []string
+	if ac.Backends.DNS == nil {
+		addrs = ac.Backends.Static
+	}
+	a.pool = p.pools.Pool(ac.Name, opts, addrs)
+	if p.opts.Admitter != nil {
+		adm, err := p.opts.Admitter(ac, a.pool)
+		if err != nil {
+			return nil, err
+		}
+		a.admit = adm
+	}
+	if a.admit == nil {
+		a.admit = admission.AdmitAll{}
+	}
+	_, a.off = a.admit.(admission.AdmitAll)
+	return a, nil
+}
+
+func (p *Proxy) poolOptions(sh *appShared, ac *policy.App) lb.Options {
+	idle, connect := &sh.idle, &sh.connect
+	maxConns := ac.MaxConnsPerBackend
+	appName := ac.Name
+	o := lb.Options{
+		App:       ac.Name,
+		Algorithm: lb.Algorithm(ac.Balance),
+		Failures:  ac.Health.Passive.Failures,
+		Cooldown:  ac.Health.Passive.Cooldown,
+		Logger:    p.opts.Logger.Named("lb").With("app", ac.Name),
+		Attach: func(addr string) any {
+			u := &upstream{addr: addr, hc: newHostClient(addr, maxConns, connect, idle)}
+			for c := range u.reqs {
+				u.reqs[c] = p.metrics.requests.WithLabelValues(appName, addr, codeClassNames[c])
+			}
+			return u
+		},
+		Detach: func(addr string, v any) {
+			if u, ok := v.(*upstream); ok {
+				u.hc.CloseIdleConnections()
+			}
+		},
+	}
+	if h := ac.Health.Active; h != nil {
+		path := h.Path
+		probe := p.opts.Probe
+		if probe == nil {
+			probe = httpProbe
+		}
+		o.Active = &lb.Active{Interval: h.Interval, Timeout: h.Timeout, Rise: h.Rise, Fall: h.Fall,
+			Probe: func(ctx context.Context, addr string) error { return probe(ctx, addr, path) }}
+	}
+	if d := ac.Backends.DNS; d != nil {
+		res := p.opts.Resolver
+		if res == nil {
+			res = net.DefaultResolver
+		}
+		name, port := d.Name, strconv.Itoa(int(d.Port))
+		o.ResolveInterval = d.Interval
+		o.Resolve = func(ctx context.Context) ([]string, error) {
+			ips, err := res.LookupHost(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]string, len(ips))
+			for i, ip := range ips {
+				out[i] = net.JoinHostPort(ip, port)
+			}
+			return out, nil
+		}
+	}
+	return o
+}
+
+// newHostClient builds the keep-alive client for one backend.
+func newHostClient(addr string, maxConns int, connect, idle *atomic.Int64) *fasthttp.HostClient {
+	return &fasthttp.HostClient{
+		Addr:                          addr,
+		Dial:                          dialer(connect, idle),
+		MaxConns:                      maxConns,
+		MaxConnWaitTimeout:            time.Duration(connect.Load()),
+		MaxIdleConnDuration:           30 * time.Second,
+		MaxResponseBodySize:           streamThreshold,
+		StreamResponseBody:            true,
+		DisablePathNormalizing:        true,
+		DisableHeaderNamesNormalizing: false,
+		NoDefaultUserAgentHeader:      true,
+		ReadBufferSize:                16 << 10,
+		WriteBufferSize:               16 << 10,
+		// Retry only where nothing can have reached the backend twice: a
+		// stale keep-alive connection that was closed before our write.
+		RetryIfErr: func(req *fasthttp.Request, attempts int, err error) (bool, bool) {
+			if attempts > 1 || req.IsBodyStream() {
+				return false, false
+			}
+			return false, errors.Is(err, fasthttp.ErrConnectionClosed)
+		},
+	}
+}
+
+// streamThreshold: responses with bodies above this size (or chunked) are
+// streamed to the client instead of buffered.
+const streamThreshold = 64 << 10
+
+// httpProbe is the default active health check: GET path, 2xx/3xx is up.
+func httpProbe(ctx context.Context, addr, path string) error {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + addr + path)
+	req.Header.Set("User-Agent", "sentry-health/1")
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Second)
+	}
+	if err := fasthttp.DoDeadline(req, resp, deadline); err != nil {
+		return err
+	}
+	if s := resp.StatusCode(); s < 200 || s >= 400 {
+		return fmt.Errorf("health check status %d", s)
+	}
+	return nil
+}
+
+// Close stops the pools' background loops. Front ends are closed with
+// Shutdown.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.mu.cancel()
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func lowerASCII(b []byte) bool {
+	for _, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// hostOnly strips a port from a Host value.
+func hostOnly(h []byte) []byte {
+	if len(h) > 0 && h[0] == '[' { // [v6]:port
+		if i := strings.IndexByte(string(h), ']'); i > 0 {
+			return h[:i+1]
+		}
+		return h
+	}
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i] == ':' {
+			return h[:i]
+		}
+		if h[i] < '0' || h[i] > '9' {
+			break
+		}
+	}
+	return h
+}

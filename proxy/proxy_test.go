@@ -1,0 +1,433 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/net/http2"
+
+	"github.com/sentry-proxy/sentry/policy"
+)
+
+func TestRelayKeepAlive(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello %s", r.URL.Path)
+	}))
+	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	h := startProxy(t, []string{strings.TrimPrefix(srv.URL, "http://")}, nil)
+
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i := 0; i < 20; i++ {
+		fmt.Fprintf(c, "GET /p%d HTTP/1.1\r\nHost: x\r\n\r\n", i)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := fmt.Sprintf("hello /p%d", i); string(body) != want || resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %q, want 200 %q", i, resp.StatusCode, body, want)
+		}
+		if resp.Close {
+			t.Fatalf("request %d: proxy closed a keep-alive connection", i)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("backend saw %d connections for 20 sequential requests, want 1 (upstream keep-alive)", n)
+	}
+}
+
+func TestChunkedBodiesBothWays(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if len(r.TransferEncoding) == 0 && r.ContentLength != int64(len(b)) {
+			t.Errorf("backend got inconsistent framing")
+		}
+		w.(http.Flusher).Flush() // forces a chunked response
+		fmt.Fprintf(w, "got %d bytes: %s", len(b), b)
+	})
+	h := startProxy(t, []string{be}, nil)
+	resp, body := rawRequest(t, h.addr, "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+	if resp.StatusCode != 200 || body != "got 11 bytes: hello world" {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	if len(resp.TransferEncoding) == 0 || resp.TransferEncoding[0] != "chunked" {
+		t.Errorf("response was not chunked: %v", resp.TransferEncoding)
+	}
+}
+
+func TestExpectContinue(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Expect") != "" {
+			t.Errorf("Expect header was forwarded")
+		}
+		b, _ := io.ReadAll(r.Body)
+		w.Write(b)
+	})
+	h := startProxy(t, []string{be}, nil)
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "PUT /x HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100") {
+		t.Fatalf("want 100 Continue before the body, got %q %v", line, err)
+	}
+	br.ReadString('\n') // blank line
+	io.WriteString(c, "data")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != "data" {
+		t.Fatalf("got %d %q", resp.StatusCode, b)
+	}
+}
+
+func TestForwardedHeaders(t *testing.T) {
+	seen := make(chan http.Header, 4)
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Clone()
+		h.Set("Host", r.Host)
+		seen <- h
+	})
+	t.Run("untrusted peer cannot spoof", func(t *testing.T) {
+		h := startProxy(t, []string{be}, nil)
+		rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: example.com\r\nX-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: evil\r\nX-Request-Id: forged\r\n\r\n")
+		got := <-seen
+		if v := got.Get("X-Forwarded-For"); v != "127.0.0.1" {
+			t.Errorf("X-Forwarded-For = %q, want 127.0.0.1", v)
+		}
+		if v := got.Get("X-Forwarded-Proto"); v != "http" {
+			t.Errorf("X-Forwarded-Proto = %q, want http", v)
+		}
+		if v := got.Get("X-Forwarded-Host"); v != "example.com" {
+			t.Errorf("X-Forwarded-Host = %q, want example.com", v)
+		}
+		if v := got.Get("X-Request-Id"); v == "forged" || len(v) != 32 {
+			t.Errorf("X-Request-Id = %q, want a fresh 32-hex id", v)
+		}
+		if got.Get("Host") != "example.com" {
+			t.Errorf("Host = %q, want it passed through", got.Get("Host"))
+		}
+	})
+	t.Run("trusted peer is appended to", func(t *testing.T) {
+		h := startProxy(t, []string{be}, func(_ *policy.Snapshot, a *policy.App) {
+			a.TrustedProxies = append(a.TrustedProxies, mustPrefix("127.0.0.0/8"))
+		})
+		resp, _ := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: example.com\r\nX-Forwarded-For: 203.0.113.9\r\nX-Forwarded-Proto: https\r\nX-Request-Id: abc123\r\n\r\n")
+		got := <-seen
+		if v := got.Get("X-Forwarded-For"); v != "203.0.113.9, 127.0.0.1" {
+			t.Errorf("X-Forwarded-For = %q", v)
+		}
+		if v := got.Get("X-Forwarded-Proto"); v != "https" {
+			t.Errorf("X-Forwarded-Proto = %q, want the trusted https kept", v)
+		}
+		if v := got.Get("X-Request-Id"); v != "abc123" {
+			t.Errorf("X-Request-Id = %q, want the trusted id kept", v)
+		}
+		if v := resp.Header.Get("X-Request-Id"); v != "abc123" {
+			t.Errorf("response X-Request-Id = %q", v)
+		}
+	})
+}
+
+func TestHopByHopRemoved(t *testing.T) {
+	seen := make(chan http.Header, 1)
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+		w.Header().Set("Keep-Alive", "timeout=5")
+		w.Header().Set("Proxy-Authenticate", "Basic")
+		w.Header().Set("X-App", "1")
+	})
+	h := startProxy(t, []string{be}, nil)
+	resp, _ := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, X-Secret\r\nX-Secret: s\r\nKeep-Alive: 300\r\nProxy-Authorization: Basic Zm9v\r\nTE: trailers\r\nX-Keep: yes\r\n\r\n")
+	got := <-seen
+	for _, k := range []string{"X-Secret", "Keep-Alive", "Proxy-Authorization", "Te", "Proxy-Connection"} {
+		if v := got.Get(k); v != "" {
+			t.Errorf("hop-by-hop %s forwarded: %q", k, v)
+		}
+	}
+	if got.Get("X-Keep") != "yes" {
+		t.Errorf("end-to-end header dropped")
+	}
+	for _, k := range []string{"Keep-Alive", "Proxy-Authenticate"} {
+		if v := resp.Header.Get(k); v != "" {
+			t.Errorf("hop-by-hop response %s passed: %q", k, v)
+		}
+	}
+	if resp.Header.Get("X-App") != "1" {
+		t.Errorf("end-to-end response header dropped")
+	}
+}
+
+func TestMalformedAndSmuggling(t *testing.T) {
+	var hits atomic.Int32
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
+	h := startProxy(t, []string{be}, func(s *policy.Snapshot, _ *policy.App) { s.Server.MaxHeaderBytes = 4096 })
+	cases := []struct {
+		name, raw string
+		status    int
+	}{
+		{"garbage", "NOT HTTP AT ALL\r\n\r\n", 400},
+		{"CL and TE", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"TE and CL", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n", 400},
+		{"conflicting CL", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcde", 400},
+		{"bad CL", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -4\r\n\r\n", 400},
+		{"unknown TE", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 400},
+		{"header too large", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 8000) + "\r\n\r\n", 431},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, _ := rawRequest(t, h.addr, c.raw)
+			if resp.StatusCode != c.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, c.status)
+			}
+		})
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("%d malformed requests reached the backend", n)
+	}
+}
+
+func TestReadHeaderTimeout(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {})
+	h := startProxy(t, []string{be}, func(s *policy.Snapshot, _ *policy.App) { s.Server.ReadHeaderTimeout = 200 * time.Millisecond })
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n") // never finished: slowloris
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("connection not closed by the read-header timeout: %v", err)
+	}
+	if len(b) > 0 && !strings.HasPrefix(string(b), "HTTP/1.1 408") {
+		t.Fatalf("unexpected answer to a stalled head: %q", b)
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {})
+	h := startProxy(t, []string{be}, func(s *policy.Snapshot, _ *policy.App) { s.Server.IdleTimeout = 200 * time.Millisecond })
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first request: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("idle connection not closed: %v", err)
+	}
+	if time.Since(start) > 4*time.Second {
+		t.Fatalf("idle close took too long")
+	}
+}
+
+func TestBackendErrors(t *testing.T) {
+	t.Run("connect refused is 502", func(t *testing.T) {
+		dead := freeAddr(t) // nothing listens there
+		h := startProxy(t, []string{dead}, nil)
+		resp, _ := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp.StatusCode != 502 {
+			t.Fatalf("status %d, want 502", resp.StatusCode)
+		}
+		// The dead backend is now ejected: the next answer is the fast 503.
+		resp, _ = rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || resp.Header.Get("X-Sentry-Reject") != "no_backend" {
+			t.Fatalf("status %d headers %v, want fast 503 no_backend with Retry-After", resp.StatusCode, resp.Header)
+		}
+	})
+	t.Run("slow backend is 504", func(t *testing.T) {
+		release := make(chan struct{})
+		defer close(release)
+		be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-time.After(5 * time.Second):
+			}
+		})
+		h := startProxy(t, []string{be}, func(_ *policy.Snapshot, a *policy.App) { a.Timeouts.Response = 200 * time.Millisecond })
+		start := time.Now()
+		resp, _ := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp.StatusCode != 504 {
+			t.Fatalf("status %d, want 504", resp.StatusCode)
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Fatalf("504 after %v: the timeout was retried or ignored", d)
+		}
+	})
+	t.Run("connect failure retried on a live backend", func(t *testing.T) {
+		live := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "live") })
+		h := startProxy(t, []string{freeAddr(t), live}, nil)
+		for i := 0; i < 10; i++ {
+			resp, body := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+			if resp.StatusCode != 200 || body != "live" {
+				t.Fatalf("request %d: %d %q; a dead backend must cost no failure", i, resp.StatusCode, body)
+			}
+		}
+	})
+}
+
+func TestHostRouting(t *testing.T) {
+	a := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "A") })
+	b := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "B") })
+	h := startProxy(t, []string{a}, func(s *policy.Snapshot, app *policy.App) {
+		app.Hosts = []string{"a.example"}
+		second := *app
+		second.Name, second.Hosts, second.Backends = "b", []string{"b.example"}, policy.Backends{Static: []string{b}}
+		s.Apps = append(s.Apps, &second)
+	})
+	for host, want := range map[string]string{"a.example": "A", "B.Example:8080": "B"} {
+		resp, body := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+		if resp.StatusCode != 200 || body != want {
+			t.Errorf("Host %s: %d %q, want %q", host, resp.StatusCode, body, want)
+		}
+	}
+	resp, _ := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: other.example\r\n\r\n")
+	if resp.StatusCode != 404 {
+		t.Errorf("unknown host: %d, want 404", resp.StatusCode)
+	}
+}
+
+func TestWebSocketUpgrade(t *testing.T) {
+	// A raw backend: answers 101 and then echoes bytes upper-cased.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				req, err := http.ReadRequest(br)
+				if err != nil || req.Header.Get("Upgrade") != "websocket" {
+					io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+					return
+				}
+				io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+				buf := make([]byte, 1024)
+				for {
+					n, err := br.Read(buf)
+					if err != nil {
+						return
+					}
+					c.Write([]byte(strings.ToUpper(string(buf[:n]))))
+				}
+			}(c)
+		}
+	}()
+	h := startProxy(t, []string{ln.Addr().String()}, nil)
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	for _, msg := range []string{"hello", "world"} {
+		io.WriteString(c, msg)
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(br, buf); err != nil || string(buf) != strings.ToUpper(msg) {
+			t.Fatalf("echo %q: got %q %v", msg, buf, err)
+		}
+	}
+}
+
+func TestTLSAndHTTP2(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "proto=%s xfp=%s", r.Proto, r.Header.Get("X-Forwarded-Proto"))
+	})
+	certFile, keyFile := writeTestCert(t)
+	h := startProxy(t, []string{be}, func(_ *policy.Snapshot, a *policy.App) {
+		a.TLS = &policy.TLS{CertFile: certFile, KeyFile: keyFile}
+	})
+	for _, proto := range []string{"h2", "http/1.1"} {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, NextProtos: []string{proto}}}
+		if proto == "h2" {
+			if err := http2.ConfigureTransport(tr); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+		}
+		cl := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+		resp, err := cl.Get("https://" + h.addr + "/")
+		if err != nil {
+			t.Fatalf("%s: %v", proto, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		wantProto := map[string]int{"h2": 2, "http/1.1": 1}[proto]
+		if resp.ProtoMajor != wantProto {
+			t.Errorf("%s: client spoke HTTP/%d", proto, resp.ProtoMajor)
+		}
+		if resp.StatusCode != 200 || string(b) != "proto=HTTP/1.1 xfp=https" {
+			t.Errorf("%s: %d %q", proto, resp.StatusCode, b)
+		}
+		tr.CloseIdleConnections()
+	}
+}
+
+func TestMetricsCountRequests(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {})
+	h := startProxy(t, []string{be}, nil)
+	for i := 0; i < 3; i++ {
+		rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	}
+	if got := testutil.ToFloat64(h.p.metrics.requests.WithLabelValues("web", be, "2xx")); got != 3 {
+		t.Errorf("sentry_requests_total{2xx} = %v, want 3", got)
+	}
+	n, err := testutil.GatherAndCount(h.reg, "sentry_backend_inflight", "sentry_backend_healthy", "sentry_request_duration_seconds")
+	if err != nil || n != 3 {
+		t.Errorf("gathered %d series (%v), want 3", n, err)
+	}
+}

@@ -1,0 +1,162 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// maxUpgradeHead bounds the backend's response head on an Upgrade request.
+const maxUpgradeHead = 16 << 10
+
+var errUpgradeHead = errors.New("bad or oversized response head")
+
+// upgrade relays a request carrying Connection: upgrade (WebSocket and the
+// like). The request head goes to a fresh backend connection; if the backend
+// answers 101 the client connection is hijacked and bytes are piped both
+// ways until either side closes. Any other answer is relayed as a normal
+// response. The backend stays "in flight" in the balancer for the life of
+// the tunnel, and the tunnel counts toward draining on shutdown.
+func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (outcome, *upstream) {
+	b := a.pool.Pick()
+	if b == nil {
+		p.writeError(ctx, a, outNoBackend)
+		return outNoBackend, nil
+	}
+	u := b.Attachment.(*upstream)
+	conn, err := net.DialTimeout("tcp", u.addr, time.Duration(a.shared.connect.Load()))
+	if err != nil {
+		a.pool.Eject(b)
+		p.writeError(ctx, a, outBackendFailed)
+		return outBackendFailed, u
+	}
+	timeout := time.Duration(a.shared.idle.Load())
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	req := &ctx.Request
+	req.Header.Del(fasthttp.HeaderExpect)
+	for _, k := range hopByHopCommon {
+		req.Header.Del(k)
+	}
+	if _, err = conn.Write(req.Header.Header()); err == nil && !req.IsBodyStream() && len(req.Body()) > 0 {
+		_, err = conn.Write(req.Body())
+	}
+	br := bufio.NewReaderSize(conn, 4096)
+	var head []byte
+	if err == nil {
+		head, err = readHead(br)
+	}
+	if err != nil {
+		conn.Close()
+		o := relayError(err)
+		if errors.Is(err, errUpgradeHead) {
+			o = outBackendFailed
+		}
+		a.pool.Release(b, !countsAsFailure(o))
+		p.writeError(ctx, a, o)
+		return o, u
+	}
+	status := statusFromHead(head)
+	if status != fasthttp.StatusSwitchingProtocols {
+		// Not upgraded: relay it as an ordinary response, then drop the conn.
+		defer conn.Close()
+		resp := &ctx.Response
+		resp.Reset()
+		err := resp.Read(bufio.NewReader(io.MultiReader(bytes.NewReader(head), br)))
+		a.pool.Release(b, err == nil)
+		if err != nil {
+			p.writeError(ctx, a, outBackendFailed)
+			return outBackendFailed, u
+		}
+		resp.Header.ResetConnectionClose()
+		return outRelayed, u
+	}
+	_ = conn.SetDeadline(time.Time{})
+	ctx.Response.SetStatusCode(status) // for metrics and the access log
+	ctx.HijackSetNoResponse(true)
+	p.tunnels.Add(1)
+	ctx.Hijack(func(c net.Conn) {
+		defer p.tunnels.Done()
+		defer a.pool.Release(b, true)
+		defer conn.Close()
+		if _, err := c.Write(head); err != nil {
+			return
+		}
+		if n := br.Buffered(); n > 0 {
+			buf, _ := br.Peek(n)
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+		pipe(c, conn, p.stopTunnels)
+	})
+	return outRelayed, u
+}
+
+// pipe copies both ways until both directions end or stop is closed. When
+// one direction ends, the write side of the other conn is half-closed so the
+// peer sees EOF.
+func pipe(client, backend net.Conn, stop <-chan struct{}) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	cp := func(dst, src net.Conn) {
+		defer wg.Done()
+		_, _ = io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			_ = dst.Close()
+		}
+	}
+	go cp(backend, client)
+	go cp(client, backend)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-stop:
+		_ = client.Close()
+		_ = backend.Close()
+		<-done
+	}
+}
+
+// readHead reads an HTTP response head (through the blank line).
+func readHead(br *bufio.Reader) ([]byte, error) {
+	var head []byte
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				return nil, errUpgradeHead
+			}
+			return nil, err
+		}
+		head = append(head, line...)
+		if len(head) > maxUpgradeHead {
+			return nil, errUpgradeHead
+		}
+		if len(line) <= 2 && (len(line) == 1 || line[0] == '\r') {
+			return head, nil
+		}
+	}
+}
+
+// statusFromHead parses the status code of "HTTP/1.1 101 ...".
+func statusFromHead(head []byte) int {
+	sp := bytes.IndexByte(head, ' ')
+	if sp < 0 || len(head) < sp+4 {
+		return 0
+	}
+	n, err := strconv.Atoi(string(head[sp+1 : sp+4]))
+	if err != nil {
+		return 0
+	}
+	return n
+}
