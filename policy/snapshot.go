@@ -44,6 +44,9 @@ type Log struct {
 type Server struct {
 	// ReadHeaderTimeout bounds reading a request's headers. Default 10s.
 	ReadHeaderTimeout time.Duration
+	// BodyTimeout bounds reading a request body once its headers are in.
+	// Default 5m.
+	BodyTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long. Default 60s.
 	IdleTimeout time.Duration
 	// WriteTimeout bounds writing a response to the client; 0 means none
@@ -69,7 +72,9 @@ type Listener struct {
 	Default *App
 }
 
-// TLS is a certificate/key pair loaded from files.
+// TLS is a certificate/key pair loaded from files. The names are as the
+// policy gave them, except that relative names are joined to the policy
+// file's directory; Parse has checked that the pair loads.
 type TLS struct {
 	CertFile string
 	KeyFile  string
@@ -91,7 +96,8 @@ type App struct {
 	Name  string
 	// Listen addresses (host:port). Default: 127.0.0.1:8080 for the first app.
 	Listen []string
-	// Hosts routes by the Host header (lower-case, without port). Empty means
+	// Hosts routes by the Host header (lower-case, without port; IPv6
+	// literals keep their brackets, "[::1]", as in the header). Empty means
 	// this app is the default on its listeners.
 	Hosts []string
 	TLS   *TLS

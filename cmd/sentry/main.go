@@ -1,0 +1,55 @@
+// Command sentry is an admission-control reverse proxy. See the README.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+const usage = `sentry: an admission-control reverse proxy for web farms.
+
+Usage:
+  sentry run -config FILE [-pidfile FILE]
+        Run with a policy file. SIGHUP reloads it (a bad policy is refused
+        and the old one kept); SIGTERM/SIGINT drain and stop.
+  sentry run -listen ADDR -backend ADDR [-backend ADDR ...] [-admin ADDR]
+        Run a quick policy without a file: one app on ADDR (default
+        127.0.0.1:8080) relaying to the backends; admin on 127.0.0.1:9901.
+  sentry check -config FILE
+        Validate a policy. Prints every error as FILE:LINE: message; exit 1
+        if there is any.
+  sentry demo [-listen ADDR] [-admin ADDR] [-duration D]
+        Start simulated backends on loopback and the proxy in front of
+        them, then print the URLs to try.
+  sentry version
+        Print the version.
+
+Run "sentry COMMAND -h" for a command's flags.
+`
+
+func main() {
+	os.Exit(realMain(os.Args[1:]))
+}
+
+func realMain(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:])
+	case "check":
+		return cmdCheck(args[1:])
+	case "demo":
+		return cmdDemo(args[1:])
+	case "version", "-version", "--version":
+		fmt.Println("sentry", version())
+		return 0
+	case "-h", "-help", "--help", "help":
+		fmt.Print(usage)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "sentry: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}

@@ -1,0 +1,74 @@
+// Package policy reads sentry's policy file: the YAML schema, strict
+// decoding, defaults, validation and the immutable Snapshot the rest of
+// sentry reads.
+//
+// # Pipeline
+//
+// Parse turns bytes into a *Snapshot in four steps, and either returns a
+// complete, valid snapshot or none at all:
+//
+//  1. yaml.v3 parses the bytes into a yaml.Node tree (one document only).
+//     A syntax error is reported as one Error at the line yaml gives.
+//  2. The decoder walks the tree section by section, starting from a
+//     snapshot filled with every default (defaultSnapshot, defaultApp), and
+//     overwrites what the file sets. Each section is a table of keys; an
+//     unknown key, a duplicate key, a value of the wrong kind, a bad
+//     duration, address or enum, or a value out of range is reported with
+//     its line, and decoding goes on. Starting from the defaults, rather
+//     than filling zeros afterwards, lets an explicit 0 mean 0
+//     (write_timeout: 0 is "no timeout", failures: 0 is "passive checks
+//     off").
+//  3. finish checks what spans sections and apps — unique app names, one
+//     default listen address, one default app and unique hosts per address,
+//     identical TLS per address, no wildcard/specific address overlap, the
+//     admin address free — and derives Snapshot.Listeners.
+//  4. If anything was reported, Parse returns Errors, sorted by line, and
+//     no snapshot.
+//
+// Every problem in a file is reported in one pass. A section that failed is
+// marked in a side table (meta), so that cross-checks skip it instead of
+// piling follow-on errors onto the real one: a misspelt key, a bad duration
+// and a bad address give exactly three errors.
+//
+// # Why a node walker, not Decoder.KnownFields
+//
+// The design notes suggest decoding into structs with yaml.v3's
+// Decoder.KnownFields(true). That catches unknown keys, but its messages
+// speak Go ("cannot unmarshal !!int `250` into time.Duration", "field helth
+// not found in type policy.appFile"), and once a value has decoded its line
+// is gone, so a bad address, a port of 80800 or a duplicate host found by
+// validation could not be placed. Walking the yaml.Node tree keeps the line
+// of every key and value, lets each message say what to write instead
+// (use a unit, e.g. 250ms; did you mean "health"?), and handles
+// unions such as listen (a string or a list) without custom unmarshalers.
+// YAML anchors, aliases and merge keys (<<) are supported; the walk is
+// bounded (nodeBudget) so a hostile file cannot expand exponentially.
+//
+// # Adding a section
+//
+// A section is a struct in snapshot.go (with its defaults in defaultApp or
+// defaultSnapshot) and one decoder method that decodes and range-checks it,
+// hooked in by one row of its parent's key table; see (*decoder).app. Rules
+// that tie two sections of an app together go at the end of that method.
+//
+// # Snapshots
+//
+// A Snapshot is never modified after Parse, Load or FromFlags returns it.
+// The proxy keeps the current one in an atomic.Pointer[Snapshot]; a reload
+// parses the new file completely and swaps the pointer only on success, so
+// a bad file leaves the running policy untouched. State learned at run time
+// (estimates, backend health) is keyed by stable names (app name, backend
+// address), not by snapshot pointers, so it survives a reload.
+//
+// Usage:
+//
+//	snap, err := policy.Load("/etc/sentry/policy.yaml")
+//	if err != nil {
+//		// err is a policy.Errors: one "FILE:LINE: message" per line.
+//		log.Fatal(err)
+//	}
+//	current.Store(snap)
+//
+// The file format is documented key by key in docs/policy.md; annotated
+// examples are in deploy/examples.
+package policy

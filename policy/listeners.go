@@ -1,0 +1,159 @@
+package policy
+
+import (
+	"fmt"
+	"net"
+)
+
+// finish runs the checks that need the whole policy (unique names, one
+// default app per address, hosts unique per address, consistent TLS,
+// non-overlapping addresses) and derives s.Listeners. It runs even when
+// decoding found errors, on what decoded cleanly, so that one pass reports
+// everything; the meta flags keep a broken section from causing follow-on
+// errors here.
+func finish(s *Snapshot, m *meta, c *collector) {
+	label := func(i int) string {
+		if s.Apps[i].Name != "" {
+			return fmt.Sprintf("app %q", s.Apps[i].Name)
+		}
+		return m.apps[i].path
+	}
+	at := func(ln, fallback int) int {
+		if ln > 0 {
+			return ln
+		}
+		return fallback
+	}
+
+	names := map[string]int{}
+	for i, a := range s.Apps {
+		if a.Name == "" {
+			continue
+		}
+		if j, dup := names[a.Name]; dup {
+			c.add(at(m.apps[i].nameLine, m.apps[i].line), "%s: duplicate app name %q (first at line %d)",
+				m.apps[i].path, a.Name, at(m.apps[j].nameLine, m.apps[j].line))
+			continue
+		}
+		names[a.Name] = i
+	}
+
+	defaulted := -1
+	for i, a := range s.Apps {
+		am := &m.apps[i]
+		if am.listenGiven {
+			continue
+		}
+		if defaulted >= 0 {
+			c.add(am.line, "%s: listen is required: %s (line %d) already takes the default address %s",
+				label(i), label(defaulted), m.apps[defaulted].line, DefaultListen)
+			continue
+		}
+		defaulted = i
+		a.Listen = []string{DefaultListen}
+		am.listenLines = []int{0}
+	}
+
+	type hostRef struct{ app, line int }
+	type state struct {
+		l          *Listener
+		line       int // where the address first appears
+		tlsApp     int // the app whose TLS the listener took; -1: none yet
+		defaultApp int
+		hosts      map[string]hostRef
+	}
+	byAddr := map[string]*state{}
+	for i, a := range s.Apps {
+		am := &m.apps[i]
+		for j, addr := range a.Listen {
+			ln := am.listenLine(j)
+			st := byAddr[addr]
+			if st == nil {
+				st = &state{l: &Listener{Addr: addr}, line: ln, tlsApp: -1, defaultApp: -1, hosts: map[string]hostRef{}}
+				byAddr[addr] = st
+				s.Listeners = append(s.Listeners, st.l)
+			}
+			switch {
+			case am.tlsBad:
+			case st.tlsApp < 0:
+				st.tlsApp = i
+				st.l.TLS = a.TLS
+			case !sameTLS(st.l.TLS, a.TLS):
+				where := ln
+				if a.TLS != nil {
+					where = at(am.tlsLine, ln)
+				}
+				c.add(where, "%s: %s on %s, but %s (line %d) has %s; apps sharing a listen address must use the same tls",
+					label(i), describeTLS(a.TLS), addr, label(st.tlsApp), m.apps[st.tlsApp].line, describeTLS(st.l.TLS))
+			}
+			st.l.Apps = append(st.l.Apps, a)
+			if len(a.Hosts) == 0 && !am.hostsBad {
+				if st.defaultApp >= 0 {
+					c.add(ln, "%s: both %s (line %d) and %s have no hosts on %s; only one app per listen address can be the default (give the others hosts)",
+						label(i), label(st.defaultApp), m.apps[st.defaultApp].line, label(i), addr)
+				} else {
+					st.defaultApp = i
+					st.l.Default = a
+				}
+			}
+			for k, h := range a.Hosts {
+				hl := ln
+				if k < len(am.hostLines) {
+					hl = at(am.hostLines[k], ln)
+				}
+				if ref, dup := st.hosts[h]; dup {
+					c.add(hl, "%s: host %q is already served on %s by %s (line %d)", label(i), h, addr, label(ref.app), ref.line)
+					continue
+				}
+				st.hosts[h] = hostRef{i, hl}
+			}
+		}
+	}
+
+	for i, x := range s.Listeners {
+		for _, y := range s.Listeners[:i] {
+			if overlaps(x.Addr, y.Addr) {
+				c.add(byAddr[x.Addr].line, "listen %s overlaps %s (line %d): a wildcard address takes its port on every interface",
+					x.Addr, y.Addr, byAddr[y.Addr].line)
+			}
+		}
+	}
+
+	if s.Admin.Listen != "" {
+		for _, l := range s.Listeners {
+			if l.Addr == s.Admin.Listen || overlaps(l.Addr, s.Admin.Listen) {
+				st := byAddr[l.Addr]
+				c.add(at(m.adminLine, st.line), "admin.listen %s conflicts with the app listen address %s (line %d)",
+					s.Admin.Listen, l.Addr, st.line)
+			}
+		}
+	}
+}
+
+func sameTLS(a, b *TLS) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func describeTLS(t *TLS) string {
+	if t == nil {
+		return "no tls"
+	}
+	return fmt.Sprintf("tls cert %q", t.CertFile)
+}
+
+// overlaps reports whether two different canonical listen addresses would
+// fight over one port: same port, and one of them is a wildcard.
+func overlaps(a, b string) bool {
+	if a == b {
+		return false
+	}
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil || pa != pb {
+		return false
+	}
+	return isWildcardHost(ha) || isWildcardHost(hb)
+}

@@ -1,0 +1,524 @@
+package policy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDefaults spells out every default by hand (from the field docs in
+// snapshot.go), rather than calling defaultApp, so a changed default fails
+// here.
+func TestDefaults(t *testing.T) {
+	src := []byte("apps:\n  - name: web\n    backends:\n      static: [127.0.0.1:9001]\n")
+	s, err := Parse("d.yaml", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Source != "d.yaml" || s.Hash != sha256.Sum256(src) {
+		t.Errorf("Source %q Hash %x", s.Source, s.Hash)
+	}
+	if want := (Admin{Listen: "127.0.0.1:9901"}); s.Admin != want {
+		t.Errorf("Admin = %+v, want %+v", s.Admin, want)
+	}
+	if want := (Log{Level: "info", Format: "text", Access: false}); s.Log != want {
+		t.Errorf("Log = %+v, want %+v", s.Log, want)
+	}
+	wantServer := Server{
+		ReadHeaderTimeout: 10 * time.Second,
+		BodyTimeout:       5 * time.Minute,
+		IdleTimeout:       60 * time.Second,
+		WriteTimeout:      0,
+		MaxHeaderBytes:    16384,
+		MaxConns:          100000,
+		ShutdownTimeout:   30 * time.Second,
+	}
+	if s.Server != wantServer {
+		t.Errorf("Server = %+v, want %+v", s.Server, wantServer)
+	}
+	if len(s.Apps) != 1 {
+		t.Fatalf("%d apps", len(s.Apps))
+	}
+	want := &App{
+		Index:    0,
+		Name:     "web",
+		Listen:   []string{"127.0.0.1:8080"},
+		Backends: Backends{Static: []string{"127.0.0.1:9001"}},
+		Balance:  LeastLoaded,
+		Health: Health{
+			Active:  nil,
+			Passive: PassiveHealth{Failures: 3, Cooldown: 10 * time.Second},
+		},
+		Timeouts:           Timeouts{Connect: 2 * time.Second, Response: 30 * time.Second},
+		MaxBodyBytes:       0,
+		MaxConnsPerBackend: 1024,
+		RequestIDHeader:    "X-Request-Id",
+		Reject:             Reject{Status: 503, Body: "sentry: overloaded, retry later\n", RetryAfter: time.Second},
+		Admission:          Admission{Mode: "off"},
+	}
+	if !reflect.DeepEqual(s.Apps[0], want) {
+		t.Errorf("app =\n%+v\nwant\n%+v", *s.Apps[0], *want)
+	}
+	if len(s.Listeners) != 1 {
+		t.Fatalf("%d listeners", len(s.Listeners))
+	}
+	l := s.Listeners[0]
+	if l.Addr != "127.0.0.1:8080" || l.TLS != nil || l.Default != s.Apps[0] || len(l.Apps) != 1 || l.Apps[0] != s.Apps[0] {
+		t.Errorf("listener = %+v", *l)
+	}
+}
+
+// TestEverySetting sets every key to a value other than its default and
+// checks that each arrives in the snapshot.
+func TestEverySetting(t *testing.T) {
+	dir := t.TempDir()
+	writePair(t, dir, "site")
+	src := `
+admin:
+  listen: off
+log:
+  level: debug
+  format: json
+  access: true
+server:
+  read_header_timeout: 3s
+  body_timeout: 1m
+  idle_timeout: 90s
+  write_timeout: 2m
+  max_header_bytes: 32KiB
+  max_conns: 500
+  shutdown_timeout: 5s
+apps:
+  - name: shop-1
+    listen: ["[::1]:8443", 127.0.0.1:8443]
+    hosts: [Shop.Example.com, "[::1]:8443", 10.0.0.1]
+    tls: {cert: site.pem, key: site.key}
+    trusted_proxies: [10.0.0.0/8, 192.168.1.10, "2001:db8::/32"]
+    backends:
+      dns: {name: shop.svc.cluster.local, port: 8080, interval: 2s}
+    balance: p2c
+    health:
+      active: {path: /healthz, interval: 2s, timeout: 500ms, rise: 1, fall: 5}
+      passive: {failures: 0, cooldown: 1m}
+    timeouts: {connect: 100ms, response: 5s}
+    max_body_bytes: 10MiB
+    max_conns_per_backend: 64
+    request_id_header: x-trace-id
+    reject:
+      status: 429
+      body: ""
+      retry_after: 3s
+    admission: {mode: "off"}
+`
+	s, err := Parse(filepath.Join(dir, "p.yaml"), []byte(strings.TrimPrefix(src, "\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Admin.Listen != "" {
+		t.Errorf("admin listen %q, want disabled", s.Admin.Listen)
+	}
+	if want := (Log{Level: "debug", Format: "json", Access: true}); s.Log != want {
+		t.Errorf("Log = %+v", s.Log)
+	}
+	wantServer := Server{3 * time.Second, time.Minute, 90 * time.Second, 2 * time.Minute, 32 << 10, 500, 5 * time.Second}
+	if s.Server != wantServer {
+		t.Errorf("Server = %+v, want %+v", s.Server, wantServer)
+	}
+	tlsPair := &TLS{CertFile: filepath.Join(dir, "site.pem"), KeyFile: filepath.Join(dir, "site.key")}
+	want := &App{
+		Name:   "shop-1",
+		Listen: []string{"[::1]:8443", "127.0.0.1:8443"},
+		Hosts:  []string{"shop.example.com", "[::1]", "10.0.0.1"},
+		TLS:    tlsPair,
+		TrustedProxies: []netip.Prefix{
+			netip.MustParsePrefix("10.0.0.0/8"),
+			netip.MustParsePrefix("192.168.1.10/32"),
+			netip.MustParsePrefix("2001:db8::/32"),
+		},
+		Backends: Backends{DNS: &DNS{Name: "shop.svc.cluster.local", Port: 8080, Interval: 2 * time.Second}},
+		Balance:  P2C,
+		Health: Health{
+			Active:  &ActiveHealth{Path: "/healthz", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond, Rise: 1, Fall: 5},
+			Passive: PassiveHealth{Failures: 0, Cooldown: time.Minute},
+		},
+		Timeouts:           Timeouts{Connect: 100 * time.Millisecond, Response: 5 * time.Second},
+		MaxBodyBytes:       10 << 20,
+		MaxConnsPerBackend: 64,
+		RequestIDHeader:    "X-Trace-Id",
+		Reject:             Reject{Status: 429, Body: "", RetryAfter: 3 * time.Second},
+		Admission:          Admission{Mode: "off"},
+	}
+	if !reflect.DeepEqual(s.Apps[0], want) {
+		t.Errorf("app =\n%+v\nwant\n%+v", *s.Apps[0], *want)
+	}
+	if len(s.Listeners) != 2 || s.Listeners[0].TLS == nil || *s.Listeners[0].TLS != *tlsPair {
+		t.Errorf("listeners: %+v", s.Listeners)
+	}
+}
+
+// TestActiveHealthDefaults: an empty active section turns checks on with
+// every default.
+func TestActiveHealthDefaults(t *testing.T) {
+	s := mustParse(t, `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    health: {active: {}}
+`)
+	want := ActiveHealth{Path: "/", Interval: 5 * time.Second, Timeout: time.Second, Rise: 2, Fall: 3}
+	if a := s.Apps[0].Health.Active; a == nil || *a != want {
+		t.Errorf("active = %+v, want %+v", a, want)
+	}
+	s = mustParse(t, `
+apps:
+  - name: a
+    backends: {dns: {name: svc, port: 80}}
+    health:
+`)
+	if s.Apps[0].Health.Active != nil {
+		t.Errorf("active checks on without an active section")
+	}
+	if d := s.Apps[0].Backends.DNS; d == nil || d.Interval != 5*time.Second || s.Apps[0].Backends.Static != nil {
+		t.Errorf("dns = %+v", d)
+	}
+}
+
+// TestListeners checks the derivation: grouping by address in first-seen
+// order, apps in policy order, the default app, TLS per listener.
+func TestListeners(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := writePair(t, dir, "x")
+	src := strings.NewReplacer("$CERT", cert, "$KEY", key).Replace(`
+apps:
+  - name: a
+    listen: [":8080", 127.0.0.1:9000]
+    hosts: [A.com:8080]
+  - name: b
+    listen: ":8080"
+  - name: c
+    listen: 127.0.0.1:9000
+    hosts: [c.com]
+  - name: d
+    listen: "[::1]:9443"
+    tls: {cert: $CERT, key: $KEY}
+  - name: e
+    listen: "[::1]:9443"
+    hosts: [e.com]
+    tls: {cert: $CERT, key: $KEY}
+`)
+	src = strings.ReplaceAll(src, "\n  - name:", "\n  - backends: {static: [\"h:1\"]}\n    name:")
+	s := mustParse(t, src)
+	app := map[string]*App{}
+	for i, a := range s.Apps {
+		if a.Index != i {
+			t.Errorf("app %s has Index %d, want %d", a.Name, a.Index, i)
+		}
+		app[a.Name] = a
+	}
+	if got := app["a"].Hosts; !reflect.DeepEqual(got, []string{"a.com"}) {
+		t.Errorf("hosts = %q, want [a.com]", got)
+	}
+	type want struct {
+		addr string
+		tls  bool
+		apps []string
+		def  string
+	}
+	wants := []want{
+		{":8080", false, []string{"a", "b"}, "b"},
+		{"127.0.0.1:9000", false, []string{"a", "c"}, ""},
+		{"[::1]:9443", true, []string{"d", "e"}, "d"},
+	}
+	if len(s.Listeners) != len(wants) {
+		t.Fatalf("%d listeners, want %d", len(s.Listeners), len(wants))
+	}
+	for i, w := range wants {
+		l := s.Listeners[i]
+		if l.Addr != w.addr {
+			t.Errorf("listener %d: addr %q, want %q", i, l.Addr, w.addr)
+		}
+		if (l.TLS != nil) != w.tls {
+			t.Errorf("listener %s: TLS %+v", l.Addr, l.TLS)
+		}
+		var names []string
+		for _, a := range l.Apps {
+			names = append(names, a.Name)
+		}
+		if !reflect.DeepEqual(names, w.apps) {
+			t.Errorf("listener %s: apps %q, want %q", l.Addr, names, w.apps)
+		}
+		switch {
+		case w.def == "" && l.Default != nil:
+			t.Errorf("listener %s: default %q, want none", l.Addr, l.Default.Name)
+		case w.def != "" && l.Default != app[w.def]:
+			t.Errorf("listener %s: default %v, want %q", l.Addr, l.Default, w.def)
+		}
+	}
+	if s.Listeners[2].TLS.CertFile != cert || s.Listeners[2].TLS.KeyFile != key {
+		t.Errorf("tls = %+v", s.Listeners[2].TLS)
+	}
+}
+
+// TestNormalisation: addresses and hosts are put in one canonical form.
+func TestNormalisation(t *testing.T) {
+	s := mustParse(t, `
+apps:
+  - name: a
+    listen: [":08080", "LOCALHOST:81", "[::FFFF:1.2.3.4]:82"]
+    hosts: [WWW.Example.COM, "www.example.org:443", "[2001:DB8::1]", "2001:db8::2"]
+    backends: {static: ["Backend.Local:0080", "[2001:db8::1]:80"]}
+`)
+	a := s.Apps[0]
+	if want := []string{":8080", "localhost:81", "[::ffff:1.2.3.4]:82"}; !reflect.DeepEqual(a.Listen, want) {
+		t.Errorf("listen = %q, want %q", a.Listen, want)
+	}
+	if want := []string{"www.example.com", "www.example.org", "[2001:db8::1]", "[2001:db8::2]"}; !reflect.DeepEqual(a.Hosts, want) {
+		t.Errorf("hosts = %q, want %q", a.Hosts, want)
+	}
+	if want := []string{"backend.local:80", "[2001:db8::1]:80"}; !reflect.DeepEqual(a.Backends.Static, want) {
+		t.Errorf("backends = %q, want %q", a.Backends.Static, want)
+	}
+}
+
+// TestExplicitZero: a zero written in the file is kept, not replaced by the
+// default.
+func TestExplicitZero(t *testing.T) {
+	s := mustParse(t, `
+server: {write_timeout: 0}
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    max_body_bytes: 0
+    health: {passive: {failures: 0}}
+    reject: {body: ""}
+`)
+	a := s.Apps[0]
+	if s.Server.WriteTimeout != 0 || a.MaxBodyBytes != 0 || a.Health.Passive.Failures != 0 || a.Reject.Body != "" {
+		t.Errorf("zeros not kept: %+v %+v", s.Server, *a)
+	}
+	if a.Health.Passive.Cooldown != 10*time.Second {
+		t.Errorf("cooldown = %v, want the default 10s", a.Health.Passive.Cooldown)
+	}
+}
+
+// TestMergeKeys: anchors, aliases and merge keys, with explicit keys
+// winning, and x- keys at the top level to hold the anchors.
+func TestMergeKeys(t *testing.T) {
+	s := mustParse(t, `
+x-common: &common
+  backends: {static: ["h:1"]}
+  timeouts: {connect: 1s}
+  balance: round_robin
+apps:
+  - <<: *common
+    name: a
+    timeouts: {connect: 3s}
+  - <<: [{balance: p2c}, *common]
+    name: b
+    listen: 127.0.0.1:8081
+`)
+	a, b := s.Apps[0], s.Apps[1]
+	if a.Timeouts.Connect != 3*time.Second || a.Timeouts.Response != 30*time.Second || a.Balance != RoundRobin {
+		t.Errorf("a: %+v %v", a.Timeouts, a.Balance)
+	}
+	if b.Timeouts.Connect != time.Second || b.Balance != P2C || !reflect.DeepEqual(b.Backends.Static, []string{"h:1"}) {
+		t.Errorf("b: %+v %v %v", b.Timeouts, b.Balance, b.Backends)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	writePair(t, dir, "c")
+	data := []byte("apps:\n  - name: a\n    tls: {cert: c.pem, key: c.key}\n    backends: {static: [\"h:1\"]}\n")
+	path := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Source != path || s.Hash != sha256.Sum256(data) {
+		t.Errorf("Source %q, Hash %x", s.Source, s.Hash)
+	}
+	if want := (TLS{filepath.Join(dir, "c.pem"), filepath.Join(dir, "c.key")}); s.Apps[0].TLS == nil || *s.Apps[0].TLS != want {
+		t.Errorf("TLS = %+v, want %+v (relative to the policy file)", s.Apps[0].TLS, want)
+	}
+
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Load(missing) = %v, want ErrNotExist", err)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("apps: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(bad)
+	if es := asErrors(t, err); len(es) != 1 || es[0].File != bad || es[0].Line != 1 {
+		t.Errorf("Load(bad) = %v", err)
+	}
+}
+
+// TestSnapshotsIndependent: two parses share nothing mutable.
+func TestSnapshotsIndependent(t *testing.T) {
+	src := "apps: [{name: a, backends: {static: [\"h:1\"]}}]"
+	s1 := mustParse(t, src)
+	s2 := mustParse(t, src)
+	s1.Apps[0].Backends.Static[0] = "changed:1"
+	s1.Apps[0].Listen[0] = "changed:2"
+	if s2.Apps[0].Backends.Static[0] != "h:1" || s2.Apps[0].Listen[0] != DefaultListen {
+		t.Errorf("snapshots share slices")
+	}
+}
+
+func TestFromFlags(t *testing.T) {
+	s, err := FromFlags("", []string{"127.0.0.1:9001, 127.0.0.1:9002", "backend.local:80"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Source != "<flags>" || s.Admin.Listen != DefaultAdminListen || len(s.Apps) != 1 || len(s.Listeners) != 1 {
+		t.Fatalf("snapshot = %+v", s)
+	}
+	a := s.Apps[0]
+	if a.Name != "default" || !reflect.DeepEqual(a.Listen, []string{DefaultListen}) ||
+		!reflect.DeepEqual(a.Backends.Static, []string{"127.0.0.1:9001", "127.0.0.1:9002", "backend.local:80"}) {
+		t.Errorf("app = %+v", *a)
+	}
+	if s.Listeners[0].Default != a || s.Listeners[0].Addr != DefaultListen {
+		t.Errorf("listener = %+v", *s.Listeners[0])
+	}
+	// Same defaults as a file.
+	f := mustParse(t, "apps: [{name: default, backends: {static: [127.0.0.1:9001, 127.0.0.1:9002, backend.local:80]}}]")
+	if !reflect.DeepEqual(a, f.Apps[0]) || s.Server != f.Server || s.Log != f.Log || s.Admin != f.Admin {
+		t.Errorf("FromFlags differs from the equivalent file:\n%+v\n%+v", *a, *f.Apps[0])
+	}
+	// Hash is deterministic and depends on the inputs.
+	s2, _ := FromFlags("", []string{"127.0.0.1:9001,127.0.0.1:9002,backend.local:80"}, "")
+	s3, _ := FromFlags("", []string{"127.0.0.1:9001"}, "")
+	if s.Hash != s2.Hash || s.Hash == s3.Hash || s.Hash == [32]byte{} {
+		t.Errorf("hashes: %x %x %x", s.Hash, s2.Hash, s3.Hash)
+	}
+
+	s, err = FromFlags(":8080,127.0.0.1:9090", []string{"h:1"}, "off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Admin.Listen != "" || !reflect.DeepEqual(s.Apps[0].Listen, []string{":8080", "127.0.0.1:9090"}) || len(s.Listeners) != 2 {
+		t.Errorf("snapshot = %+v %+v", s.Admin, s.Apps[0].Listen)
+	}
+}
+
+func TestFromFlagsErrors(t *testing.T) {
+	tests := []struct {
+		listen   string
+		backends []string
+		admin    string
+		want     []string
+	}{
+		{"", nil, "", []string{"-backend: at least one backend address (host:port) is required"}},
+		{"", []string{" , "}, "", []string{"-backend: at least one backend"}},
+		{"", []string{"h"}, "", []string{`-backend: invalid address "h": missing port in address`}},
+		{"", []string{"h:1", "h:1"}, "", []string{"-backend: h:1 is given twice"}},
+		{"localhost", []string{"h:1"}, "", []string{`-listen: invalid address "localhost"`}},
+		{":1,:1", []string{"h:1"}, "", []string{"-listen: :1 is given twice"}},
+		{"", []string{"h:1"}, "9901", []string{`-admin: invalid address "9901"`}},
+		{"", []string{"h:1"}, "127.0.0.1:8080", []string{"admin.listen 127.0.0.1:8080 conflicts with the app listen address 127.0.0.1:8080"}},
+		{"x:y", []string{":1"}, "z", []string{"-listen:", "-backend:", "-admin:"}},
+	}
+	for _, tc := range tests {
+		s, err := FromFlags(tc.listen, tc.backends, tc.admin)
+		if err == nil || s != nil {
+			t.Errorf("FromFlags(%q, %q, %q) = %v, %v; want errors", tc.listen, tc.backends, tc.admin, s, err)
+			continue
+		}
+		es := asErrors(t, err)
+		if len(es) != len(tc.want) {
+			t.Errorf("FromFlags(%q, %q, %q): %d errors, want %d:\n%v", tc.listen, tc.backends, tc.admin, len(es), len(tc.want), err)
+			continue
+		}
+		for _, e := range es {
+			if e.File != "<flags>" || e.Line != 0 || !strings.HasPrefix(e.Error(), "<flags>: ") {
+				t.Errorf("error %#v: want File <flags>, no line", e)
+			}
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("FromFlags(%q, %q, %q):\n%v\nwant %q", tc.listen, tc.backends, tc.admin, err, w)
+			}
+		}
+	}
+}
+
+// exampleFiles lists deploy/examples/*.yaml.
+func exampleFiles(t testing.TB) []string {
+	files, err := filepath.Glob(filepath.Join("..", "deploy", "examples", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// TestExamples: every shipped example is a valid policy.
+func TestExamples(t *testing.T) {
+	files := exampleFiles(t)
+	if len(files) < 5 {
+		t.Fatalf("found %d examples in deploy/examples, want at least 5", len(files))
+	}
+	sawTLS := false
+	for _, f := range files {
+		s, err := Load(f)
+		if err != nil {
+			t.Errorf("%s:\n%v", f, err)
+			continue
+		}
+		for _, l := range s.Listeners {
+			sawTLS = sawTLS || l.TLS != nil
+		}
+	}
+	if !sawTLS {
+		t.Errorf("no example uses tls")
+	}
+}
+
+// docsExample returns the YAML block under "## Complete example" in
+// docs/policy.md.
+func docsExample(t testing.TB) []byte {
+	data, err := os.ReadFile(filepath.Join("..", "docs", "policy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := bytes.Cut(data, []byte("\n## Complete example\n"))
+	if !ok {
+		t.Fatal("docs/policy.md has no Complete example section")
+	}
+	_, rest, ok = bytes.Cut(rest, []byte("```yaml\n"))
+	if !ok {
+		t.Fatal("no yaml block in the Complete example section")
+	}
+	block, _, ok := bytes.Cut(rest, []byte("\n```"))
+	if !ok {
+		t.Fatal("unterminated yaml block")
+	}
+	return block
+}
+
+// TestDocsExample: the reference's complete example is a valid policy, and
+// really does set every key (each default is written out).
+func TestDocsExample(t *testing.T) {
+	src := filepath.Join("..", "deploy", "examples", "docs-policy-md.yaml") // for relative TLS names
+	s, err := Parse(src, docsExample(t))
+	if err != nil {
+		t.Fatalf("docs/policy.md example:\n%v", err)
+	}
+	if len(s.Apps) != 2 || len(s.Listeners) != 1 || s.Listeners[0].TLS == nil {
+		t.Errorf("apps %d listeners %d", len(s.Apps), len(s.Listeners))
+	}
+}

@@ -1,0 +1,162 @@
+package policy
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Defaults that other packages (flag defaults, docs) may want to name.
+const (
+	// DefaultListen is the listen address of the first app that gives none.
+	DefaultListen = "127.0.0.1:8080"
+	// DefaultAdminListen is the admin listener's address.
+	DefaultAdminListen = "127.0.0.1:9901"
+)
+
+// defaultSnapshot holds every top-level default. Decoding overwrites what the
+// file gives, so an explicit zero stays zero.
+func defaultSnapshot() *Snapshot {
+	return &Snapshot{
+		Admin: Admin{Listen: DefaultAdminListen},
+		Log:   Log{Level: "info", Format: "text"},
+		Server: Server{
+			ReadHeaderTimeout: 10 * time.Second,
+			BodyTimeout:       5 * time.Minute,
+			IdleTimeout:       60 * time.Second,
+			WriteTimeout:      0,
+			MaxHeaderBytes:    16 << 10,
+			MaxConns:          100000,
+			ShutdownTimeout:   30 * time.Second,
+		},
+	}
+}
+
+// meta records where things were written, for the checks that run after
+// decoding (listeners, duplicates). Snapshot carries no positions: it is
+// what the rest of sentry reads.
+type meta struct {
+	adminLine int
+	apps      []appMeta // parallel to Snapshot.Apps
+}
+
+type appMeta struct {
+	path     string // "apps[2]", for messages before the name is known
+	line     int    // the app's mapping
+	nameLine int
+	// listenGiven: the app has a listen key (even an invalid one), so it
+	// does not take the default address.
+	listenGiven bool
+	listenLines []int // parallel to App.Listen
+	hostLines   []int // parallel to App.Hosts
+	// hostsBad / tlsBad: the section had errors, so checks that depend on
+	// it are skipped rather than piling up follow-on errors.
+	hostsBad bool
+	tlsBad   bool
+	tlsLine  int
+}
+
+func (m *appMeta) listenLine(j int) int {
+	if j < len(m.listenLines) && m.listenLines[j] > 0 {
+		return m.listenLines[j]
+	}
+	return m.line
+}
+
+// top decodes the document root.
+func (d *decoder) top(doc *yaml.Node, s *Snapshot, m *meta) {
+	root := doc
+	if doc.Kind == yaml.DocumentNode {
+		root = nil
+		if len(doc.Content) > 0 {
+			root = doc.Content[0]
+		}
+	}
+	if isNull(resolve(root)) {
+		d.add(max(1, line(root)), "the policy is empty; at least one app is required")
+		return
+	}
+	sawApps := false
+	ok := d.mapping(root, "", []field{
+		{"admin", func(v *yaml.Node, p string) { d.admin(v, p, &s.Admin, m) }},
+		{"log", func(v *yaml.Node, p string) { d.log(v, p, &s.Log) }},
+		{"server", func(v *yaml.Node, p string) { d.server(v, p, &s.Server) }},
+		{"apps", func(v *yaml.Node, p string) { sawApps = true; d.apps(v, p, s, m) }},
+		// Extension keys, as in docker compose: ignored, so that they can
+		// hold anchors shared by apps (x-defaults: &defaults ...).
+		{"x-*", func(*yaml.Node, string) {}},
+	})
+	if ok && !sawApps {
+		d.errorf(root, "", "apps is required: list at least one app")
+	}
+}
+
+func (d *decoder) admin(n *yaml.Node, path string, a *Admin, m *meta) {
+	d.mapping(n, path, []field{
+		{"listen", func(v *yaml.Node, p string) {
+			m.adminLine = line(v)
+			s, ok := d.str(v, p)
+			switch {
+			case !ok:
+			case s == "off":
+				a.Listen = ""
+			case s == "":
+				d.errorf(v, p, "empty address; write off to disable the admin listener")
+			default:
+				addr, err := parseListenAddr(s)
+				if err != nil {
+					d.errorf(v, p, "%v", err)
+					return
+				}
+				a.Listen = addr
+			}
+		}},
+	})
+}
+
+func (d *decoder) log(n *yaml.Node, path string, l *Log) {
+	d.mapping(n, path, []field{
+		{"level", d.enumField(&l.Level, "trace", "debug", "info", "warn", "error")},
+		{"format", d.enumField(&l.Format, "text", "json")},
+		{"access", d.boolField(&l.Access)},
+	})
+}
+
+func (d *decoder) server(n *yaml.Node, path string, s *Server) {
+	d.mapping(n, path, []field{
+		{"read_header_timeout", d.durationField(&s.ReadHeaderTimeout, time.Nanosecond)},
+		{"body_timeout", d.durationField(&s.BodyTimeout, time.Nanosecond)},
+		{"idle_timeout", d.durationField(&s.IdleTimeout, time.Nanosecond)},
+		{"write_timeout", d.durationField(&s.WriteTimeout, 0)},
+		{"max_header_bytes", d.intSizeField(&s.MaxHeaderBytes, 1<<10, 16<<20)},
+		{"max_conns", d.intField(&s.MaxConns, 1, math.MaxInt32)},
+		{"shutdown_timeout", d.durationField(&s.ShutdownTimeout, time.Nanosecond)},
+	})
+}
+
+func (d *decoder) apps(n *yaml.Node, path string, s *Snapshot, m *meta) {
+	r := resolve(n)
+	if isNull(r) || r.Kind == yaml.SequenceNode && len(r.Content) == 0 {
+		d.errorf(n, path, "at least one app is required")
+		return
+	}
+	if r.Kind != yaml.SequenceNode {
+		d.errorf(n, path, "expected a list of apps, got %s", describe(r))
+		return
+	}
+	for i, e := range r.Content {
+		if !d.spend() {
+			return
+		}
+		a := defaultApp()
+		am := appMeta{path: path + "[" + strconv.Itoa(i) + "]", line: line(e)}
+		if !d.app(e, am.path, a, &am) {
+			continue
+		}
+		a.Index = len(s.Apps)
+		s.Apps = append(s.Apps, a)
+		m.apps = append(m.apps, am)
+	}
+}

@@ -1,0 +1,672 @@
+package policy
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestValidation feeds invalid policies and checks every error: its line
+// and the gist of its message, and that nothing else is reported.
+// $CERT_A/$KEY_A and $CERT_B/$KEY_B are two valid, different TLS pairs.
+func TestValidation(t *testing.T) {
+	dir := t.TempDir()
+	certA, keyA := writePair(t, dir, "a")
+	certB, keyB := writePair(t, dir, "b")
+	expand := strings.NewReplacer("$CERT_A", certA, "$KEY_A", keyA, "$CERT_B", certB, "$KEY_B", keyB, "$DIR", dir)
+
+	tests := []struct {
+		name string
+		src  string
+		want []string
+	}{
+		{"misspelt top-level key", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+sever:
+  max_conns: 1
+`, []string{`4: unknown key "sever" (did you mean "server"?)`}},
+
+		{"misspelt nested key", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    health:
+      pasive: {failures: 1}
+`, []string{`5: apps[0].health: unknown key "pasive" (did you mean "passive"?)`}},
+
+		{"unknown key lists known keys", `
+log:
+  colour: true
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`2: log: unknown key "colour" (known keys: access, format, level)`}},
+
+		{"bare number duration", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    timeouts:
+      connect: 250
+`, []string{`5: apps[0].timeouts.connect: duration "250" has no unit; use a unit, e.g. 250ms`}},
+
+		{"bare float duration", `
+server:
+  idle_timeout: 1.5
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`2: server.idle_timeout: duration "1.5" has no unit`}},
+
+		{"unparseable duration", `
+server:
+  shutdown_timeout: 5 sec
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`2: server.shutdown_timeout: invalid duration "5 sec"`}},
+
+		{"negative duration", `
+server:
+  write_timeout: -1s
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`2: server.write_timeout: -1s must not be negative`}},
+
+		{"zero where positive required", `
+server:
+  idle_timeout: 0
+  read_header_timeout: 0s
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`2: server.idle_timeout: 0s must be positive`, `3: server.read_header_timeout: 0s must be positive`}},
+
+		{"duration of wrong type", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    timeouts: {response: [1s]}
+`, []string{`4: apps[0].timeouts.response: expected a duration such as 250ms, got a list`}},
+
+		{"bad listen addresses", `
+apps:
+  - name: a
+    listen:
+      - 127.0.0.1:80800
+      - 127.0.0.1
+      - "bad host!:80"
+    backends: {static: ["h:1"]}
+`, []string{
+			`4: apps[0].listen[0]: invalid address "127.0.0.1:80800": port "80800" is not a number from 1 to 65535`,
+			`5: apps[0].listen[1]: invalid address "127.0.0.1": missing port in address`,
+			`6: apps[0].listen[2]: invalid address "bad host!:80": "bad host!" is neither an IP address nor a host name`,
+		}},
+
+		{"listen listed twice", `
+apps:
+  - name: a
+    listen: [":8080", ":08080"]
+    backends: {static: ["h:1"]}
+`, []string{`3: apps[0].listen[1]: :8080 is listed twice (first at line 3)`}},
+
+		{"listen empty list", `
+apps:
+  - name: a
+    listen: []
+    backends: {static: ["h:1"]}
+`, []string{`3: apps[0].listen: empty`}},
+
+		{"listen of wrong type", `
+apps:
+  - name: a
+    listen: {addr: ":80"}
+    backends: {static: ["h:1"]}
+`, []string{`3: apps[0].listen: expected a string or a list, got a mapping`}},
+
+		{"backend without host, duplicate backend", `
+apps:
+  - name: a
+    backends:
+      static:
+        - ":80"
+        - 10.0.0.1:80
+        - 10.0.0.1:0080
+`, []string{
+			`5: apps[0].backends.static[0]: invalid address ":80": missing host`,
+			`7: apps[0].backends.static[2]: backend 10.0.0.1:80 is listed twice (first at line 6)`,
+		}},
+
+		{"enums", `
+log:
+  level: verbose
+  format: xml
+apps:
+  - name: a
+    balance: fastest
+    backends: {static: ["h:1"]}
+`, []string{
+			`2: log.level: invalid value "verbose"; valid: trace, debug, info, warn, error`,
+			`3: log.format: invalid value "xml"; valid: text, json`,
+			`6: apps[0].balance: invalid value "fastest"; valid: least_loaded, round_robin, p2c`,
+		}},
+
+		{"yes is not a bool", `
+log:
+  access: yes
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`2: log.access: expected true or false, got the string "yes"`}},
+
+		{"bool is not a string", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    reject: {body: true}
+`, []string{`4: apps[0].reject.body: expected a string, got the boolean true (quote it if you mean the text)`}},
+
+		{"null where a value is needed", `
+apps:
+  - name:
+    backends: {static: ["h:1"]}
+`, []string{`2: apps[0].name: expected a string, got nothing (null)`}},
+
+		{"required name and backends", `
+apps:
+  - listen: 127.0.0.1:8080
+  - name: b
+    listen: 127.0.0.1:8081
+`, []string{
+			`2: apps[0]: name is required`,
+			`2: apps[0]: backends is required`,
+			`3: apps[1]: backends is required`,
+		}},
+
+		{"bad names", `
+apps:
+  - name: Shop
+    backends: {static: ["h:1"]}
+  - name: "a very long name that goes on and on and on and on and on and on"
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+`, []string{
+			`2: apps[0].name: name "Shop": use only a-z, 0-9, '_' and '-'`,
+			`4: apps[1].name: name "a very long name that goes on and on and on and on and on and on" is longer than 63 characters`,
+		}},
+
+		{"duplicate app names", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+  - name: a
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+`, []string{`4: apps[1]: duplicate app name "a" (first at line 2)`}},
+
+		{"duplicate key", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    name: b
+`, []string{`4: apps[0]: duplicate key "name" (first at line 2)`}},
+
+		{"backends: both, neither, empty", `
+apps:
+  - name: a
+    listen: 127.0.0.1:8081
+    backends:
+      static: ["h:1"]
+      dns: {name: svc.local, port: 80}
+  - name: b
+    listen: 127.0.0.1:8082
+    backends: {}
+  - name: c
+    listen: 127.0.0.1:8083
+    backends: {static: []}
+`, []string{
+			`4: apps[0].backends: give static or dns, not both`,
+			`9: apps[1].backends: give static: [host:port, ...] or dns: {name, port}`,
+			`12: apps[2].backends.static: at least one backend address is required`,
+		}},
+
+		{"dns problems", `
+apps:
+  - name: a
+    listen: 127.0.0.1:8081
+    backends:
+      dns: {name: svc.local, interval: 0s}
+  - name: b
+    listen: 127.0.0.1:8082
+    backends:
+      dns: {name: 10.0.0.1, port: 70000}
+`, []string{
+			`5: apps[0].backends.dns: port is required`,
+			`5: apps[0].backends.dns.interval: 0s must be positive`,
+			`9: apps[1].backends.dns.name: dns name "10.0.0.1" is an IP address; use static backends`,
+			`9: apps[1].backends.dns.port: 70000 is out of range; must be from 1 to 65535`,
+		}},
+
+		{"tls: missing file, missing key", `
+apps:
+  - name: a
+    listen: 127.0.0.1:8443
+    tls:
+      cert: $DIR/nope.pem
+      key: $KEY_A
+    backends: {static: ["h:1"]}
+  - name: b
+    listen: 127.0.0.1:8444
+    tls: {cert: $CERT_A}
+    backends: {static: ["h:1"]}
+`, []string{
+			`5: apps[0].tls.cert: stat $DIR/nope.pem: no such file or directory`,
+			`10: apps[1].tls: key is required`,
+		}},
+
+		{"tls: mismatched pair", `
+apps:
+  - name: a
+    tls:
+      cert: $CERT_A
+      key: $KEY_B
+    backends: {static: ["h:1"]}
+`, []string{`3: apps[0].tls: cannot load the certificate and key as a pair: tls: private key does not match public key`}},
+
+		{"tls: a directory is not a file", `
+apps:
+  - name: a
+    tls: {cert: $DIR, key: $KEY_A}
+    backends: {static: ["h:1"]}
+`, []string{`3: apps[0].tls.cert: $DIR is not a regular file`}},
+
+		{"trusted proxies", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    trusted_proxies:
+      - 10.0.0.1/8
+      - proxy.local
+      - 10.0.0.0/8
+      - 192.168.0.1
+      - 192.168.0.1/32
+`, []string{
+			`5: apps[0].trusted_proxies[0]: CIDR "10.0.0.1/8" has host bits set; did you mean 10.0.0.0/8?`,
+			`6: apps[0].trusted_proxies[1]: invalid IP or CIDR "proxy.local"`,
+			`9: apps[0].trusted_proxies[4]: 192.168.0.1/32 is listed twice (first at line 8)`,
+		}},
+
+		{"hosts", `
+apps:
+  - name: a
+    hosts:
+      - "*.example.com"
+      - Example.com:8080
+      - example.COM
+      - http://x.com/
+      - "bad_host!"
+    backends: {static: ["h:1"]}
+`, []string{
+			`4: apps[0].hosts[0]: host "*.example.com": wildcards are not supported`,
+			`6: apps[0].hosts[2]: host "example.com" is listed twice (first at line 5)`,
+			`7: apps[0].hosts[3]: host "http://x.com/": give a host name, not a URL`,
+			`8: apps[0].hosts[4]: invalid host "bad_host!"`,
+		}},
+
+		{"hosts of wrong type", `
+apps:
+  - name: a
+    hosts: example.com
+    backends: {static: ["h:1"]}
+`, []string{`3: apps[0].hosts: expected a list, got the string "example.com"`}},
+
+		{"two default apps on one listener", `
+apps:
+  - name: a
+    listen: ":8080"
+    backends: {static: ["h:1"]}
+  - name: b
+    listen: ":8080"
+    backends: {static: ["h:1"]}
+`, []string{`6: app "b": both app "a" (line 2) and app "b" have no hosts on :8080; only one app per listen address can be the default`}},
+
+		{"same host on two apps of one listener", `
+apps:
+  - name: a
+    listen: ":8080"
+    hosts: [shop.example.com]
+    backends: {static: ["h:1"]}
+  - name: b
+    listen: [":8080", ":9090"]
+    hosts: [api.example.com, SHOP.example.com]
+    backends: {static: ["h:1"]}
+`, []string{`8: app "b": host "shop.example.com" is already served on :8080 by app "a" (line 4)`}},
+
+		{"same host on two listeners is fine, inconsistent tls is not", `
+apps:
+  - name: a
+    listen: ":8443"
+    hosts: [a.com]
+    tls: {cert: $CERT_A, key: $KEY_A}
+    backends: {static: ["h:1"]}
+  - name: b
+    listen: ":8443"
+    hosts: [b.com]
+    tls: {cert: $CERT_B, key: $KEY_B}
+    backends: {static: ["h:1"]}
+  - name: c
+    listen: ":8443"
+    hosts: [c.com]
+    backends: {static: ["h:1"]}
+  - name: d
+    listen: ":9443"
+    hosts: [a.com]
+    backends: {static: ["h:1"]}
+`, []string{
+			`10: app "b": tls cert "$CERT_B" on :8443, but app "a" (line 2) has tls cert "$CERT_A"`,
+			`13: app "c": no tls on :8443, but app "a" (line 2) has tls cert "$CERT_A"`,
+		}},
+
+		{"two apps would both take the default listen", `
+apps:
+  - name: a
+    hosts: [a.com]
+    backends: {static: ["h:1"]}
+  - name: b
+    hosts: [b.com]
+    backends: {static: ["h:1"]}
+`, []string{`5: app "b": listen is required: app "a" (line 2) already takes the default address 127.0.0.1:8080`}},
+
+		{"wildcard overlaps a specific address", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+  - name: b
+    listen: 0.0.0.0:8080
+    backends: {static: ["h:1"]}
+`, []string{`5: listen 0.0.0.0:8080 overlaps 127.0.0.1:8080 (line 2)`}},
+
+		{"admin on an app address", `
+admin:
+  listen: ":8080"
+apps:
+  - name: a
+    listen: 127.0.0.1:8080
+    backends: {static: ["h:1"]}
+`, []string{`2: admin.listen :8080 conflicts with the app listen address 127.0.0.1:8080 (line 5)`}},
+
+		{"admin empty", `
+admin:
+  listen: ""
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`2: admin.listen: empty address; write off to disable`}},
+
+		{"reject", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    reject:
+      status: 500
+      retry_after: 1500ms
+  - name: b
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+    reject:
+      status: "503"
+      retry_after: 500ms
+`, []string{
+			`5: apps[0].reject.status: status 500 is not allowed; use 503 or 429`,
+			`6: apps[0].reject.retry_after: 1.5s is not whole seconds`,
+			`11: apps[1].reject.status: expected an integer, got the string "503"`,
+			`12: apps[1].reject.retry_after: 500ms is too short; must be at least 1s`,
+		}},
+
+		{"admission mode", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    admission: {mode: batch}
+`, []string{`4: apps[0].admission.mode: invalid value "batch"; valid: off`}},
+
+		{"integer and size ranges", `
+server:
+  max_conns: 99999999999999999999
+  max_header_bytes: 100
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    max_conns_per_backend: 0
+    max_body_bytes: 10mb
+`, []string{
+			`2: server.max_conns: expected an integer, got the number 99999999999999999999`,
+			`3: server.max_header_bytes: 100 bytes is out of range; must be from 1024 to 16777216`,
+			`7: apps[0].max_conns_per_backend: 0 is out of range; must be from 1 to 1048576`,
+			`8: apps[0].max_body_bytes: invalid size "10mb"`,
+		}},
+
+		{"request id header", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    request_id_header: X Request
+`, []string{`4: apps[0].request_id_header: invalid header name "X Request"`}},
+
+		{"active health", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    health:
+      active:
+        path: healthz
+        interval: 1s
+        timeout: 2s
+        rise: 0
+`, []string{
+			`6: apps[0].health.active.path: path "healthz" must start with /`,
+			`8: apps[0].health.active: timeout 2s is longer than interval 1s`,
+			`9: apps[0].health.active.rise: 0 is out of range; must be from 1 to 1000`,
+		}},
+
+		{"passive health", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    health:
+      passive: {failures: -1, cooldown: 0s}
+`, []string{
+			`5: apps[0].health.passive.failures: -1 is out of range; must be from 0 to 1000`,
+			`5: apps[0].health.passive.cooldown: 0s must be positive`,
+		}},
+
+		{"apps of wrong type", `
+apps: {name: a}
+`, []string{`1: apps: expected a list of apps, got a mapping`}},
+
+		{"app of wrong type", `
+apps: [web]
+`, []string{`1: apps[0]: expected a mapping, got the string "web"`}},
+
+		{"no apps", `
+apps: []
+log: {level: info}
+`, []string{`1: apps: at least one app is required`}},
+
+		{"apps missing", `
+log: {level: info}
+`, []string{`1: apps is required`}},
+
+		{"empty file", ``, []string{`1: the policy is empty`}},
+
+		{"comments only", `
+# nothing here
+`, []string{`1: the policy is empty`}},
+
+		{"root is a list", `
+- name: a
+`, []string{`1: expected a mapping, got a list`}},
+
+		{"key that is not a word", `
+? [a, b]
+: c
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`1: keys must be plain words, got a list`}},
+
+		{"syntax error", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]
+`, []string{`3: invalid YAML: did not find expected ',' or '}'`}},
+
+		{"tab indentation", "apps:\n\t- name: a\n", []string{`2: invalid YAML: found character that cannot start any token`}},
+
+		{"second document", `
+apps: [{name: a, backends: {static: ["h:1"]}}]
+---
+apps: []
+`, []string{`3: a second YAML document`}},
+
+		{"unknown alias", `
+apps: [*web]
+`, []string{`1: invalid YAML: unknown anchor 'web' referenced`}},
+
+		{"merge of a non-mapping", `
+apps:
+  - <<: [1]
+    name: a
+    backends: {static: ["h:1"]}
+`, []string{`2: apps[0]: merge (<<) needs a mapping or a list of mappings, got the integer 1`}},
+
+		{"merge that includes itself", `
+apps:
+  - &app
+    name: a
+    backends: {static: ["h:1"]}
+    <<: *app
+`, []string{`5: apps[0]: merge (<<) includes itself`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := expand.Replace(strings.TrimPrefix(tc.src, "\n"))
+			s, err := Parse("t.yaml", []byte(src))
+			if err == nil {
+				t.Fatalf("no error; want %q", tc.want)
+			}
+			if s != nil {
+				t.Errorf("Parse returned a snapshot with its errors")
+			}
+			es := asErrors(t, err)
+			want := make([]string, len(tc.want))
+			for i, w := range tc.want {
+				want[i] = expand.Replace(w)
+			}
+			matchErrors(t, es, want)
+			for _, e := range es {
+				if e.File != "t.yaml" {
+					t.Errorf("error %q has File %q, want t.yaml", e.Msg, e.File)
+				}
+			}
+		})
+	}
+}
+
+// TestThreeErrors is the acceptance case: a misspelt key, a bad duration and
+// a bad address give exactly three FILE:LINE errors, in line order, and
+// nothing that follows from them.
+func TestThreeErrors(t *testing.T) {
+	src := `apps:
+  - name: shop
+    listen: 127.0.0.1:99999
+    backends:
+      static: [10.0.0.1:80, 10.0.0.2:80]
+    balanse: p2c
+    timeouts:
+      connect: 250
+`
+	_, err := Parse("/etc/sentry/policy.yaml", []byte(src))
+	es := asErrors(t, err)
+	if len(es) != 3 {
+		t.Fatalf("got %d errors, want 3:\n%v", len(es), err)
+	}
+	want := []string{
+		`/etc/sentry/policy.yaml:3: apps[0].listen: invalid address "127.0.0.1:99999": port "99999" is not a number from 1 to 65535`,
+		`/etc/sentry/policy.yaml:6: apps[0]: unknown key "balanse" (did you mean "balance"?)`,
+		`/etc/sentry/policy.yaml:8: apps[0].timeouts.connect: duration "250" has no unit; use a unit, e.g. 250ms or 250s`,
+	}
+	for i, w := range want {
+		if got := es[i].Error(); got != w {
+			t.Errorf("error %d:\n got %s\nwant %s", i, got, w)
+		}
+	}
+	if got, w := err.Error(), strings.Join(want, "\n"); got != w {
+		t.Errorf("Errors.Error():\n%s\nwant:\n%s", got, w)
+	}
+}
+
+// TestErrorsSorted checks that errors come out in line order even when
+// found out of order (cross-checks run after decoding).
+func TestErrorsSorted(t *testing.T) {
+	src := `apps:
+  - name: a
+    backends: {static: ["h:1"]}
+  - name: a
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+    timeouts: {connect: 5}
+log: {level: loud}
+`
+	_, err := Parse("t.yaml", []byte(src))
+	es := asErrors(t, err)
+	if len(es) != 3 {
+		t.Fatalf("got %d errors, want 3:\n%v", len(es), err)
+	}
+	for i := 1; i < len(es); i++ {
+		if es[i-1].Line > es[i].Line {
+			t.Errorf("errors not sorted by line:\n%v", err)
+		}
+	}
+}
+
+func TestErrorFormat(t *testing.T) {
+	for _, tc := range []struct {
+		e    Error
+		want string
+	}{
+		{Error{"p.yaml", 3, "bad"}, "p.yaml:3: bad"},
+		{Error{"<flags>", 0, "-backend: bad"}, "<flags>: -backend: bad"},
+		{Error{"", 7, "bad"}, "7: bad"},
+		{Error{"", 0, "bad"}, "bad"},
+	} {
+		if got := tc.e.Error(); got != tc.want {
+			t.Errorf("%#v.Error() = %q, want %q", tc.e, got, tc.want)
+		}
+	}
+	es := Errors{{"f", 1, "a"}, {"f", 2, "b"}}
+	if got := es.Error(); got != "f:1: a\nf:2: b" {
+		t.Errorf("Errors.Error() = %q", got)
+	}
+}
+
+// TestBillionLaughs: merge keys that double at every level must not
+// expand: each merged mapping is walked once.
+func TestBillionLaughs(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("x-l0: &l0 {name: a}\n")
+	for i := 1; i <= 60; i++ {
+		b.WriteString("x-l" + strconv.Itoa(i) + ": &l" + strconv.Itoa(i) + " {<<: [*l" + strconv.Itoa(i-1) + ", *l" + strconv.Itoa(i-1) + "]}\n")
+	}
+	b.WriteString("apps:\n  - <<: *l60\n    backends: {static: [\"h:1\"]}\n")
+	s, err := parse("t.yaml", []byte(b.String()), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Apps[0].Name != "a" {
+		t.Errorf("name = %q", s.Apps[0].Name)
+	}
+}
+
+// TestNodeBudget: aliases that make the walk larger than the budget stop
+// it with one error instead of running on.
+func TestNodeBudget(t *testing.T) {
+	src := "x-app: &app {name: a, hosts: [a, b, c, d, e, f, g, h, i, j], backends: {static: [\"h:1\"]}}\napps: [" +
+		strings.Repeat("*app, ", 200) + "*app]\n"
+	_, err := parse("t.yaml", []byte(src), 1000)
+	if err == nil || err.Error() != "t.yaml: policy is too large or too deeply aliased; stopped reading" {
+		t.Fatalf("want only a too-large error, got %v", err)
+	}
+	// The same document is fine with the real budget.
+	_, err = Parse("t.yaml", []byte(src))
+	if err == nil || strings.Contains(err.Error(), "too large") || !strings.Contains(err.Error(), "duplicate app name") {
+		t.Fatalf("want only duplicate names, got %v", err)
+	}
+}
