@@ -8,6 +8,11 @@
 // implementation must be safe for concurrent use, must not allocate per
 // decision, and must bound how long Admit blocks.
 //
+// Switch and Switched (modeswitch.go) choose batch or threshold at run time
+// from sentry's own CPU (Cataclysm §3.3, last paragraph; ALGORITHMS.md §4);
+// CPUMeter and ProcessCPUTime measure it. See Switch for hysteresis,
+// episodes and the anti-flap guards.
+//
 // Usage:
 //
 //	var a admission.Admitter = admission.AdmitAll{}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sentry-proxy/sentry/classify"
 	"gopkg.in/yaml.v3"
 )
 
@@ -26,7 +27,11 @@ func defaultApp() *App {
 			Body:       "sentry: overloaded, retry later\n",
 			RetryAfter: time.Second,
 		},
-		Admission: Admission{Mode: "off"},
+		Classes:      defaultClasses(),
+		ServerTiming: ServerTiming{Strip: true},
+		SLA:          defaultSLA(),
+		Estimator:    defaultEstimator(),
+		Admission:    defaultAdmission(),
 	}
 }
 
@@ -39,14 +44,19 @@ const defaultDNSInterval = 5 * time.Second
 // app decodes one entry of apps. It reports false when the entry is not a
 // mapping at all (nothing to add to the snapshot).
 //
-// Adding a section (classes, sla, estimator, ...): add its struct to App in
-// snapshot.go and its defaults to defaultApp, write one
+// Adding a section: add its struct to App in snapshot.go and its defaults
+// to defaultApp, write one
 // `func (d *decoder) section(n *yaml.Node, path string, x *Section)` that
 // decodes and range-checks it (see reject below for the pattern), and add
 // one row to the table here. Rules that tie two sections together go at the
 // end of this function.
 func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 	var sawName, sawBackends bool
+	// Where classes and estimator were written, and whether they decoded
+	// cleanly, for the checks at the end.
+	var classesNode, estimatorNode *yaml.Node
+	var classLines []int
+	var classesBad, estimatorBad bool
 	ok := d.mapping(n, path, []field{
 		{"name", func(v *yaml.Node, p string) {
 			sawName = true
@@ -93,6 +103,21 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 			}
 		}},
 		{"reject", func(v *yaml.Node, p string) { d.reject(v, p, &a.Reject) }},
+		{"classes", func(v *yaml.Node, p string) {
+			classesNode = v
+			var cs []classify.ClassConfig
+			if cs, classLines, classesBad = d.classes(v, p); !classesBad {
+				a.Classes = cs
+			}
+		}},
+		{"server_timing", func(v *yaml.Node, p string) { d.serverTiming(v, p, &a.ServerTiming) }},
+		{"sla", func(v *yaml.Node, p string) { d.sla(v, p, &a.SLA) }},
+		{"estimator", func(v *yaml.Node, p string) {
+			estimatorNode = v
+			mark := d.reports
+			d.estimator(v, p, &a.Estimator)
+			estimatorBad = d.reported(mark)
+		}},
 		{"admission", func(v *yaml.Node, p string) { d.admission(v, p, &a.Admission) }},
 	})
 	if !ok {
@@ -104,8 +129,20 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 	if !sawBackends {
 		d.errorf(n, path, "backends is required (static: [host:port, ...] or dns: {name, port})")
 	}
-	// Rules that tie two sections of one app together go here, once there
-	// are any (admission modes with classes will bring the first).
+	// Rules that tie two sections of one app together go here. The classes
+	// and the estimator settings are also handed to the libraries that will
+	// run them, as a backstop to the checks above: a bad rule or setting
+	// must fail the policy, not the reload that applies it.
+	if classesNode != nil && !classesBad {
+		d.compileClasses(a.Classes, classLines, classesNode, joinPath(path, "classes"))
+	}
+	if !estimatorBad && !classesBad {
+		at, p := estimatorNode, joinPath(path, "estimator")
+		if at == nil {
+			at, p = n, path
+		}
+		d.checkEstimator(a, classNames(a.Classes), at, p)
+	}
 	return true
 }
 
@@ -408,12 +445,5 @@ func (d *decoder) reject(n *yaml.Node, path string, r *Reject) {
 			}
 			r.RetryAfter = ra
 		}},
-	})
-}
-
-// admission decodes the admission section. Only mode off exists so far.
-func (d *decoder) admission(n *yaml.Node, path string, a *Admission) {
-	d.mapping(n, path, []field{
-		{"mode", d.enumField(&a.Mode, "off")},
 	})
 }

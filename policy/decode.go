@@ -427,6 +427,69 @@ func (d *decoder) duration(n *yaml.Node, path string, lo time.Duration) (time.Du
 	return v, true
 }
 
+// number decodes a finite number, written as an integer or a decimal
+// (95, 0.85, 1e3). A quoted number is refused, as a quoted bool is.
+func (d *decoder) number(n *yaml.Node, path string) (float64, bool) {
+	r, ok := d.scalar(n, path, "a number")
+	if !ok {
+		return 0, false
+	}
+	if t := r.ShortTag(); t != "!!int" && t != "!!float" {
+		d.errorf(n, path, "expected a number, got %s", describe(r))
+		return 0, false
+	}
+	var v float64
+	if err := r.Decode(&v); err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		d.errorf(n, path, "expected a finite number, got %s", r.Value)
+		return 0, false
+	}
+	return v, true
+}
+
+// numRange is the allowed range of a number: lo and hi are the bounds
+// (hi +Inf for none), each included unless its Open flag is set.
+type numRange struct {
+	lo, hi         float64
+	loOpen, hiOpen bool
+}
+
+// atLeast and above are the common one-sided ranges.
+func atLeast(lo float64) numRange { return numRange{lo: lo, hi: math.Inf(1)} }
+func above(lo float64) numRange   { return numRange{lo: lo, hi: math.Inf(1), loOpen: true} }
+
+func (r numRange) contains(v float64) bool {
+	return (v > r.lo || !r.loOpen && v == r.lo) && (v < r.hi || !r.hiOpen && v == r.hi)
+}
+
+func (r numRange) String() string {
+	lo := "at least " + fmtNum(r.lo)
+	if r.loOpen {
+		lo = "greater than " + fmtNum(r.lo)
+	}
+	switch {
+	case math.IsInf(r.hi, 1):
+		return lo
+	case r.hiOpen:
+		return lo + " and less than " + fmtNum(r.hi)
+	}
+	return lo + " and at most " + fmtNum(r.hi)
+}
+
+func fmtNum(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// numberIn decodes a number within r.
+func (d *decoder) numberIn(n *yaml.Node, path string, r numRange) (float64, bool) {
+	v, ok := d.number(n, path)
+	if !ok {
+		return 0, false
+	}
+	if !r.contains(v) {
+		d.errorf(n, path, "%s is out of range; must be %v", fmtNum(v), r)
+		return 0, false
+	}
+	return v, true
+}
+
 // boolean decodes true or false (YAML 1.2: not yes/no/on/off).
 func (d *decoder) boolean(n *yaml.Node, path string) (bool, bool) {
 	r, ok := d.scalar(n, path, "true or false")
@@ -487,6 +550,14 @@ func (d *decoder) intSizeField(dst *int, lo, hi int64) func(*yaml.Node, string) 
 	return func(v *yaml.Node, p string) {
 		if x, ok := d.size(v, p, lo, hi); ok {
 			*dst = int(x)
+		}
+	}
+}
+
+func (d *decoder) numField(dst *float64, r numRange) func(*yaml.Node, string) {
+	return func(v *yaml.Node, p string) {
+		if x, ok := d.numberIn(v, p, r); ok {
+			*dst = x
 		}
 	}
 }

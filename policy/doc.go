@@ -17,7 +17,14 @@
 //     its line, and decoding goes on. Starting from the defaults, rather
 //     than filling zeros afterwards, lets an explicit 0 mean 0
 //     (write_timeout: 0 is "no timeout", failures: 0 is "passive checks
-//     off").
+//     off"). Values that a library will run are checked against what the
+//     library accepts, field by field so each error has its line: class
+//     rules (classify), the estimator settings (estimator), the admission
+//     modes (batchac, thresholdac, the admission mode switch). Each app's
+//     classes then go through classify.Compile and its estimator settings
+//     through estimator.New, as a backstop, so that whatever the field
+//     checks miss still fails the policy and not the reload that applies
+//     it.
 //  3. finish checks what spans sections and apps — unique app names, one
 //     default listen address, one default app and unique hosts per address,
 //     identical TLS per address, no wildcard/specific address overlap, the
@@ -50,6 +57,11 @@
 // defaultSnapshot) and one decoder method that decodes and range-checks it,
 // hooked in by one row of its parent's key table; see (*decoder).app. Rules
 // that tie two sections of an app together go at the end of that method.
+// Defaults taken from a library are written out in full (see tuning.go),
+// so that a snapshot shows the values in use rather than zeros. A value
+// whose zero a library reads as "use the default" is refused as 0 in the
+// file (estimator.alpha: 0 is an error, not 1), so that what is written is
+// what runs.
 //
 // # Snapshots
 //

@@ -58,9 +58,13 @@ type collector struct {
 	full bool
 	// seen drops repeats, which aliases and merges can cause.
 	seen map[string]bool
+	// reports counts every call of add, kept or dropped, so a section can
+	// tell whether it reported anything (see reported).
+	reports int
 }
 
 func (c *collector) add(line int, format string, args ...any) {
+	c.reports++
 	if c.full {
 		return
 	}
@@ -80,6 +84,11 @@ func (c *collector) add(line int, format string, args ...any) {
 	}
 	c.errs = append(c.errs, Error{File: c.file, Line: line, Msg: msg})
 }
+
+// reported tells whether anything was reported since mark was taken from
+// c.reports: a section that failed is then skipped by the checks that would
+// only add follow-on errors.
+func (c *collector) reported(mark int) bool { return c.reports != mark }
 
 // err returns the collected errors sorted by line, or nil.
 func (c *collector) err() error {

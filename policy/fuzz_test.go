@@ -2,9 +2,15 @@ package policy
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/batchac"
+	"github.com/sentry-proxy/sentry/classify"
+	"github.com/sentry-proxy/sentry/estimator"
 )
 
 // FuzzParse: Parse never panics, and what it returns is coherent: either a
@@ -28,6 +34,11 @@ func FuzzParse(f *testing.F) {
 		"apps: [{name: a, hosts: [A.com, \"[::1]:80\"], backends: {dns: {name: s, port: 1}}}]",
 		"a: [\n",
 		"apps: *x",
+		"apps:\n  - name: a\n    backends: {static: [\"h:1\"]}\n    classes:\n      - name: gold\n        period: 10ms\n        rules:\n          - {path_prefix: /api/, methods: [GET], key: /api}\n          - {headers: [{name: X-Tier, value: gold}], cookies: [{name: s}]}\n      - name: rest\n        default: true\n",
+		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: g, rules: [{path_glob: /s/**/*.css, hosts: [\"*.a.com\", \"[::1]\"], networks: [10.0.0.0/8]}, {path_regexp: \"^/i/[0-9]+$\"}]}, {name: d}]}]",
+		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: g}, {name: g, default: true}, {name: h, rules: [{}]}]}]",
+		"apps: [{name: a, backends: {static: [\"h:1\"]}, sla: {percentile: 99, targets: [{below: 10, target: 1s}, {below: 5, target: 1ms}, {target: 2s}]}, estimator: {buckets: [1ms, 2ms], alpha: 0.5}}]",
+		"apps: [{name: a, backends: {static: [\"h:1\"]}, admission: {mode: threshold, batch: {parallelism: 2}, threshold: {capacity: 1.5}, switch: {cpu_high: 0.9, cpu_low: 0.95}}, server_timing: {strip: false}}]",
 	} {
 		f.Add([]byte(s))
 	}
@@ -101,5 +112,50 @@ func checkInvariants(t *testing.T, s *Snapshot) {
 		if a.Timeouts.Connect <= 0 || a.Timeouts.Response <= 0 || a.MaxConnsPerBackend < 1 {
 			t.Fatalf("app %s: bad timeouts or limits", a.Name)
 		}
+		checkTuning(t, a)
+	}
+}
+
+// checkTuning checks what the admission code assumes of an app's classes,
+// SLA, estimator and admission settings: the libraries accept them, and
+// the values are in range.
+func checkTuning(t *testing.T, a *App) {
+	t.Helper()
+	c, err := classify.Compile(a.Classes)
+	if err != nil {
+		t.Fatalf("app %s: valid snapshot, but classify.Compile: %v", a.Name, err)
+	}
+	if c.Len() > batchac.MaxClasses {
+		t.Fatalf("app %s: %d classes", a.Name, c.Len())
+	}
+	if _, err := estimator.New(a.Estimator, c.Names()); err != nil {
+		t.Fatalf("app %s: valid snapshot, but estimator.New: %v", a.Name, err)
+	}
+	e := a.Estimator
+	if e.HalfLife <= 0 || e.QueueHalfLife <= 0 || e.MaxKeys < 1 || !(e.Alpha > 0) || len(e.Edges) == 0 ||
+		e.RateWindow <= 0 || e.RateSmoothing <= 0 || e.Refresh <= 0 {
+		t.Fatalf("app %s: estimator %+v", a.Name, e)
+	}
+	sla := a.SLA
+	if !(sla.Percentile > 0 && sla.Percentile < 100) || !(sla.Revenue >= 0) || len(sla.Targets) == 0 {
+		t.Fatalf("app %s: sla %+v", a.Name, sla)
+	}
+	for i, b := range sla.Targets {
+		last := i == len(sla.Targets)-1
+		if b.Target <= 0 || last != (b.Below == 0) || i > 0 && !last && b.Below <= sla.Targets[i-1].Below {
+			t.Fatalf("app %s: sla targets %+v", a.Name, sla.Targets)
+		}
+	}
+	ad := a.Admission
+	if _, err := admission.ParseMode(ad.Mode); err != nil {
+		t.Fatalf("app %s: %v", a.Name, err)
+	}
+	if ad.Batch.QueueCap < 1 || ad.Batch.Parallelism != 0 && !(ad.Batch.Parallelism >= 1) ||
+		ad.Threshold.Recompute <= 0 || !(ad.Threshold.Capacity >= 0) || math.IsInf(ad.Threshold.Capacity, 0) {
+		t.Fatalf("app %s: admission %+v", a.Name, ad)
+	}
+	sw := ad.Switch
+	if !(sw.CPULow > 0 && sw.CPULow < sw.CPUHigh && sw.CPUHigh <= 1) || sw.Hold <= 0 || sw.RevertAfter <= 0 {
+		t.Fatalf("app %s: switch %+v", a.Name, sw)
 	}
 }

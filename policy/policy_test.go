@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sentry-proxy/sentry/classify"
+	"github.com/sentry-proxy/sentry/estimator"
 )
 
 // TestDefaults spells out every default by hand (from the field docs in
@@ -62,10 +65,44 @@ func TestDefaults(t *testing.T) {
 		MaxConnsPerBackend: 1024,
 		RequestIDHeader:    "X-Request-Id",
 		Reject:             Reject{Status: 503, Body: "sentry: overloaded, retry later\n", RetryAfter: time.Second},
-		Admission:          Admission{Mode: "off"},
+		Classes:            []classify.ClassConfig{{Name: "default", Period: 0, Default: true}},
+		ServerTiming:       ServerTiming{Strip: true},
+		SLA: SLA{
+			Percentile: 95,
+			Targets: []SLABand{
+				{Below: 1000, Target: time.Second},
+				{Below: 10000, Target: 2 * time.Second},
+				{Below: 0, Target: 3 * time.Second},
+			},
+			Revenue: 0,
+		},
+		Estimator: estimator.Config{
+			HalfLife:      30 * time.Second,
+			QueueHalfLife: 5 * time.Second,
+			MaxKeys:       10000,
+			Alpha:         1,
+			FitAlpha:      false,
+			Edges: []time.Duration{
+				time.Millisecond, 4 * time.Millisecond, 16 * time.Millisecond, 64 * time.Millisecond,
+				256 * time.Millisecond, time.Second, 4 * time.Second,
+			},
+			RateWindow:    time.Second,
+			RateSmoothing: 5 * time.Second,
+			Refresh:       100 * time.Millisecond,
+		},
+		Admission: Admission{
+			Mode:      "auto",
+			Batch:     BatchAdmission{QueueCap: 1024, AllOrNothing: false, Parallelism: 0},
+			Threshold: ThresholdAdmission{Recompute: time.Second, Capacity: 0},
+			Switch:    ModeSwitch{CPUHigh: 0.85, CPULow: 0.6, Hold: 2 * time.Second, RevertAfter: 30 * time.Second},
+		},
 	}
 	if !reflect.DeepEqual(s.Apps[0], want) {
 		t.Errorf("app =\n%+v\nwant\n%+v", *s.Apps[0], *want)
+	}
+	// The library's defaults are what the snapshot shows.
+	if e, err := estimator.New(estimator.Config{}, []string{"default"}); err != nil || !reflect.DeepEqual(e.Config(), s.Apps[0].Estimator) {
+		t.Errorf("estimator defaults: %v\n%+v\nwant the library's\n%+v", err, s.Apps[0].Estimator, e.Config())
 	}
 	if len(s.Listeners) != 1 {
 		t.Fatalf("%d listeners", len(s.Listeners))
@@ -116,7 +153,48 @@ apps:
       status: 429
       body: ""
       retry_after: 3s
-    admission: {mode: "off"}
+    classes:
+      - name: gold
+        period: 50ms
+        rules:
+          - path: /exact
+            methods: [get, HEAD]
+            hosts: [Shop.Example.com, "*.example.org", "[2001:DB8::1]", 10.0.0.1]
+            headers: [{name: x-tier, value: gold}, {name: X-Beta}, {name: user-agent, regexp: bot}]
+            cookies: [{name: session}, {name: plan, value: premium}]
+            networks: [10.0.0.0/8, 192.0.2.7]
+            key: /exact-key
+          - path_prefix: /api/
+          - path_glob: /static/**/*.css
+          - path_regexp: ^/item/[0-9]+$
+      - name: rest
+        period: 1s
+        default: true
+      - name: last
+        rules: [{path: /last}]
+    server_timing: {strip: false}
+    sla:
+      percentile: 99.9
+      targets:
+        - {below: 10, target: 100ms}
+        - {below: 20.5, target: 200ms}
+        - {below: 1e3, target: 1s}
+        - {target: 5s}
+      revenue: 0.25
+    estimator:
+      half_life: 1m
+      queue_half_life: 2s
+      max_keys: 500
+      alpha: 0.5
+      fit_alpha: true
+      buckets: [2ms, 20ms, 200ms]
+      rate_window: 500ms
+      rate_smoothing: 10s
+    admission:
+      mode: threshold
+      batch: {queue_cap: 64, all_or_nothing: true, parallelism: 8}
+      threshold: {recompute: 250ms, capacity: 3.5}
+      switch: {cpu_high: 1, cpu_low: 0.25, hold: 5s, revert_after: 1m}
 `
 	s, err := Parse(filepath.Join(dir, "p.yaml"), []byte(strings.TrimPrefix(src, "\n")))
 	if err != nil {
@@ -154,7 +232,55 @@ apps:
 		MaxConnsPerBackend: 64,
 		RequestIDHeader:    "X-Trace-Id",
 		Reject:             Reject{Status: 429, Body: "", RetryAfter: 3 * time.Second},
-		Admission:          Admission{Mode: "off"},
+		Classes: []classify.ClassConfig{
+			{Name: "gold", Period: 50 * time.Millisecond, Rules: []classify.Rule{
+				{
+					Path:    "/exact",
+					Methods: []string{"GET", "HEAD"},
+					Hosts:   []string{"shop.example.com", "*.example.org", "[2001:db8::1]", "10.0.0.1"},
+					Headers: []classify.HeaderMatch{{Name: "X-Tier", Value: "gold"}, {Name: "X-Beta"}, {Name: "User-Agent", Regexp: "bot"}},
+					Cookies: []classify.CookieMatch{{Name: "session"}, {Name: "plan", Value: "premium"}},
+					Networks: []netip.Prefix{
+						netip.MustParsePrefix("10.0.0.0/8"),
+						netip.MustParsePrefix("192.0.2.7/32"),
+					},
+					Key: "/exact-key",
+				},
+				{PathPrefix: "/api/"},
+				{PathGlob: "/static/**/*.css"},
+				{PathRegexp: "^/item/[0-9]+$"},
+			}},
+			{Name: "rest", Period: time.Second, Default: true},
+			{Name: "last", Rules: []classify.Rule{{Path: "/last"}}},
+		},
+		ServerTiming: ServerTiming{Strip: false},
+		SLA: SLA{
+			Percentile: 99.9,
+			Targets: []SLABand{
+				{Below: 10, Target: 100 * time.Millisecond},
+				{Below: 20.5, Target: 200 * time.Millisecond},
+				{Below: 1000, Target: time.Second},
+				{Target: 5 * time.Second},
+			},
+			Revenue: 0.25,
+		},
+		Estimator: estimator.Config{
+			HalfLife:      time.Minute,
+			QueueHalfLife: 2 * time.Second,
+			MaxKeys:       500,
+			Alpha:         0.5,
+			FitAlpha:      true,
+			Edges:         []time.Duration{2 * time.Millisecond, 20 * time.Millisecond, 200 * time.Millisecond},
+			RateWindow:    500 * time.Millisecond,
+			RateSmoothing: 10 * time.Second,
+			Refresh:       100 * time.Millisecond, // no key; the default
+		},
+		Admission: Admission{
+			Mode:      "threshold",
+			Batch:     BatchAdmission{QueueCap: 64, AllOrNothing: true, Parallelism: 8},
+			Threshold: ThresholdAdmission{Recompute: 250 * time.Millisecond, Capacity: 3.5},
+			Switch:    ModeSwitch{CPUHigh: 1, CPULow: 0.25, Hold: 5 * time.Second, RevertAfter: time.Minute},
+		},
 	}
 	if !reflect.DeepEqual(s.Apps[0], want) {
 		t.Errorf("app =\n%+v\nwant\n%+v", *s.Apps[0], *want)
@@ -299,10 +425,20 @@ apps:
     max_body_bytes: 0
     health: {passive: {failures: 0}}
     reject: {body: ""}
+    classes: [{name: only, period: 0s}]
+    sla: {revenue: 0, targets: [{target: 2s}]}
+    admission:
+      batch: {parallelism: 0}
+      threshold: {capacity: 0}
 `)
 	a := s.Apps[0]
 	if s.Server.WriteTimeout != 0 || a.MaxBodyBytes != 0 || a.Health.Passive.Failures != 0 || a.Reject.Body != "" {
 		t.Errorf("zeros not kept: %+v %+v", s.Server, *a)
+	}
+	if len(a.Classes) != 1 || a.Classes[0].Period != 0 || a.SLA.Revenue != 0 ||
+		!reflect.DeepEqual(a.SLA.Targets, []SLABand{{Below: 0, Target: 2 * time.Second}}) ||
+		a.Admission.Batch.Parallelism != 0 || a.Admission.Threshold.Capacity != 0 {
+		t.Errorf("zeros not kept: %+v %+v %+v", a.Classes, a.SLA, a.Admission)
 	}
 	if a.Health.Passive.Cooldown != 10*time.Second {
 		t.Errorf("cooldown = %v, want the default 10s", a.Health.Passive.Cooldown)
@@ -367,15 +503,52 @@ func TestLoad(t *testing.T) {
 	}
 }
 
-// TestSnapshotsIndependent: two parses share nothing mutable.
+// TestSnapshotsIndependent: two parses share nothing mutable, with each
+// other or with the libraries' defaults.
 func TestSnapshotsIndependent(t *testing.T) {
 	src := "apps: [{name: a, backends: {static: [\"h:1\"]}}]"
 	s1 := mustParse(t, src)
 	s2 := mustParse(t, src)
-	s1.Apps[0].Backends.Static[0] = "changed:1"
-	s1.Apps[0].Listen[0] = "changed:2"
-	if s2.Apps[0].Backends.Static[0] != "h:1" || s2.Apps[0].Listen[0] != DefaultListen {
+	a1 := s1.Apps[0]
+	a1.Backends.Static[0] = "changed:1"
+	a1.Listen[0] = "changed:2"
+	a1.Classes[0].Name = "changed"
+	a1.SLA.Targets[0].Target = time.Hour
+	a1.Estimator.Edges[0] = time.Hour
+	a2 := s2.Apps[0]
+	if a2.Backends.Static[0] != "h:1" || a2.Listen[0] != DefaultListen || a2.Classes[0].Name != DefaultClassName ||
+		a2.SLA.Targets[0].Target != time.Second || a2.Estimator.Edges[0] != time.Millisecond {
 		t.Errorf("snapshots share slices")
+	}
+	if estimator.DefaultEdges[0] != time.Millisecond {
+		t.Errorf("a snapshot shares estimator.DefaultEdges")
+	}
+}
+
+// TestSharedClasses: a class list written once under an anchor serves
+// several apps, each with its own copy.
+func TestSharedClasses(t *testing.T) {
+	s := mustParse(t, `
+x-classes: &classes
+  - name: gold
+    rules: [{headers: [{name: X-Tier, value: gold}]}]
+  - name: rest
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    classes: *classes
+  - name: b
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+    classes: *classes
+`)
+	a, b := s.Apps[0], s.Apps[1]
+	if !reflect.DeepEqual(a.Classes, b.Classes) || len(a.Classes) != 2 || a.Classes[0].Rules[0].Headers[0].Name != "X-Tier" {
+		t.Fatalf("classes: %+v %+v", a.Classes, b.Classes)
+	}
+	a.Classes[0].Rules[0].Headers[0].Value = "changed"
+	if b.Classes[0].Rules[0].Headers[0].Value != "gold" {
+		t.Errorf("apps share a rule")
 	}
 }
 
@@ -394,6 +567,9 @@ func TestFromFlags(t *testing.T) {
 	}
 	if s.Listeners[0].Default != a || s.Listeners[0].Addr != DefaultListen {
 		t.Errorf("listener = %+v", *s.Listeners[0])
+	}
+	if a.Admission.Mode != "auto" || len(a.Classes) != 1 || a.Classes[0].Name != DefaultClassName || !a.ServerTiming.Strip {
+		t.Errorf("quick policy: admission %+v classes %+v server timing %+v", a.Admission, a.Classes, a.ServerTiming)
 	}
 	// Same defaults as a file.
 	f := mustParse(t, "apps: [{name: default, backends: {static: [127.0.0.1:9001, 127.0.0.1:9002, backend.local:80]}}]")
@@ -479,6 +655,7 @@ func TestExamples(t *testing.T) {
 			t.Errorf("%s:\n%v", f, err)
 			continue
 		}
+		checkInvariants(t, s)
 		for _, l := range s.Listeners {
 			sawTLS = sawTLS || l.TLS != nil
 		}
@@ -519,6 +696,22 @@ func TestDocsExample(t *testing.T) {
 		t.Fatalf("docs/policy.md example:\n%v", err)
 	}
 	if len(s.Apps) != 2 || len(s.Listeners) != 1 || s.Listeners[0].TLS == nil {
-		t.Errorf("apps %d listeners %d", len(s.Apps), len(s.Listeners))
+		t.Fatalf("apps %d listeners %d", len(s.Apps), len(s.Listeners))
+	}
+	// The example writes the tuning sections out at their defaults; they
+	// must be the defaults.
+	shop, def := s.Apps[0], defaultApp()
+	if !reflect.DeepEqual(shop.ServerTiming, def.ServerTiming) || !reflect.DeepEqual(shop.SLA, def.SLA) ||
+		!reflect.DeepEqual(shop.Estimator, def.Estimator) || !reflect.DeepEqual(shop.Admission, def.Admission) {
+		t.Errorf("docs example's tuning sections differ from the defaults:\n%+v %+v %+v %+v\nwant\n%+v %+v %+v %+v",
+			shop.ServerTiming, shop.SLA, shop.Estimator, shop.Admission, def.ServerTiming, def.SLA, def.Estimator, def.Admission)
+	}
+	if len(shop.Classes) < 3 {
+		t.Errorf("docs example has %d classes; it should show several", len(shop.Classes))
+	}
+	// The second app leaves every new section out.
+	api := s.Apps[1]
+	if !reflect.DeepEqual(api.Classes, def.Classes) || api.Admission.Mode != "auto" {
+		t.Errorf("api app: %+v %+v", api.Classes, api.Admission)
 	}
 }

@@ -3,6 +3,9 @@ package policy
 import (
 	"net/netip"
 	"time"
+
+	"github.com/sentry-proxy/sentry/classify"
+	"github.com/sentry-proxy/sentry/estimator"
 )
 
 // Snapshot is a parsed, defaulted and validated policy. It is immutable once
@@ -116,7 +119,64 @@ type App struct {
 	// trusted proxy is kept, otherwise a new ID is made. Default X-Request-Id.
 	RequestIDHeader string
 	Reject          Reject
-	Admission       Admission
+	// Classes, most important first. Default: one class "default" (marked
+	// Default) that takes every request, with period 0. Compiled by
+	// classify.Compile at load time, so a bad rule is a policy error.
+	// Methods are upper-cased, header names canonical and rule hosts
+	// lower-cased.
+	Classes []classify.ClassConfig
+	// ServerTiming controls the backend's Server-Timing report.
+	ServerTiming ServerTiming
+	SLA          SLA
+	// Estimator tunes service-time estimation. Parse and FromFlags fill
+	// every field, Refresh included (it has no policy key), with the
+	// library's default unless the policy sets it, so the snapshot shows
+	// the values in use; estimator.New has accepted it with Classes' names.
+	Estimator estimator.Config
+	Admission Admission
+}
+
+// ServerTiming: what happens to the backend's Server-Timing header.
+type ServerTiming struct {
+	// Strip removes the cpu, io, db and queue entries before the response
+	// reaches the client (other entries are kept). Default true.
+	Strip bool
+}
+
+// SLA is the app's response-time objective (Cataclysm eq. 1–2).
+type SLA struct {
+	// Percentile the target applies to, in (0, 100). Default 95.
+	Percentile float64
+	// Targets is the QoS table: the target R_sla for the measured arrival
+	// rate. Bands are sorted by Below; the last band has Below 0 (no upper
+	// bound). Default: below 1000 req/s 1s, below 10000 req/s 2s, else 3s
+	// (the paper's sample).
+	Targets []SLABand
+	// Revenue earned per admitted request that meets the target (eq. 2),
+	// exported as a metric. 0 means none. Default 0.
+	Revenue float64
+}
+
+// SLABand is one row of the QoS table.
+type SLABand struct {
+	// Below is the arrival rate (req/s, whole app) under which this band
+	// applies; 0 means no upper bound (only the last band).
+	Below float64
+	// Target is R_sla in this band; > 0.
+	Target time.Duration
+}
+
+// Target returns R_sla for an arrival rate.
+func (s SLA) Target(rate float64) time.Duration {
+	for _, b := range s.Targets {
+		if b.Below == 0 || rate < b.Below {
+			return b.Target
+		}
+	}
+	if n := len(s.Targets); n > 0 {
+		return s.Targets[n-1].Target
+	}
+	return time.Second
 }
 
 // Backends is a static list or a DNS name re-resolved periodically.
@@ -176,8 +236,44 @@ type Reject struct {
 	RetryAfter time.Duration
 }
 
-// Admission selects the admission mode. Later issues add its parameters.
+// Admission selects and tunes admission control.
 type Admission struct {
-	// Mode: off (default for now).
-	Mode string
+	// Mode: auto (default: batch, switching to threshold when sentry's own
+	// CPU saturates), batch, threshold or off (admit everything).
+	Mode      string
+	Batch     BatchAdmission
+	Threshold ThresholdAdmission
+	Switch    ModeSwitch
+}
+
+// BatchAdmission tunes batch mode (Cataclysm §3.1–3.2, package batchac).
+type BatchAdmission struct {
+	// QueueCap caps each class×bucket wait queue; an arrival beyond it is
+	// rejected at once. Default 1024.
+	QueueCap int
+	// AllOrNothing keeps the paper's rule (a failing bucket is dropped
+	// whole) instead of admitting its largest passing prefix. Default false.
+	AllOrNothing bool
+	// Parallelism is P, the requests one backend serves at full speed in
+	// parallel (worker slots); ≥ 1. 0 means learn it from observed response
+	// times, starting at 1. Default 0.
+	Parallelism float64
+}
+
+// ThresholdAdmission tunes threshold mode (§3.3, package thresholdac).
+type ThresholdAdmission struct {
+	// Recompute is how often (i, p) is recomputed. Default 1s.
+	Recompute time.Duration
+	// Capacity is one backend's capacity in server-seconds per second
+	// (K = n × Capacity). 0 means learn it from what batch mode sustained
+	// within the SLA. Default 0.
+	Capacity float64
+}
+
+// ModeSwitch tunes the CPU-driven switch between batch and threshold (§4).
+type ModeSwitch struct {
+	CPUHigh     float64       // default 0.85
+	CPULow      float64       // default 0.6
+	Hold        time.Duration // default 2s
+	RevertAfter time.Duration // default 30s
 }

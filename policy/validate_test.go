@@ -412,12 +412,406 @@ apps:
 			`12: apps[1].reject.retry_after: 500ms is too short; must be at least 1s`,
 		}},
 
-		{"admission mode", `
+		{"admission", `
 apps:
   - name: a
     backends: {static: ["h:1"]}
-    admission: {mode: batch}
-`, []string{`4: apps[0].admission.mode: invalid value "batch"; valid: off`}},
+    admission:
+      mode: fast
+      batch: {queue_cap: 0, parallelism: 0.5, all_or_nothing: "no"}
+      threshold:
+        recompute: 0s
+        capacity: -1
+      swich: {}
+  - name: b
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+    admission:
+      batch: {parallelism: 5000}
+      threshold: {capacity: .inf}
+`, []string{
+			`5: apps[0].admission.mode: invalid value "fast"; valid: auto, batch, threshold, off`,
+			`6: apps[0].admission.batch.queue_cap: 0 is out of range; must be from 1 to 1048576`,
+			`6: apps[0].admission.batch.parallelism: 0.5 is out of range; use 0 to learn it, or a value from 1 to 4096`,
+			`6: apps[0].admission.batch.all_or_nothing: expected true or false, got the string "no"`,
+			`8: apps[0].admission.threshold.recompute: 0s must be positive`,
+			`9: apps[0].admission.threshold.capacity: -1 is out of range; must be at least 0`,
+			`10: apps[0].admission: unknown key "swich" (did you mean "switch"?)`,
+			`15: apps[1].admission.batch.parallelism: 5000 is out of range; use 0 to learn it, or a value from 1 to 4096`,
+			`16: apps[1].admission.threshold.capacity: expected a finite number, got .inf`,
+		}},
+
+		{"mode switch", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    admission:
+      switch:
+        cpu_high: 1.5
+        cpu_low: 0
+        hold: 0s
+        revert_after: 30
+  - name: b
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+    admission:
+      switch:
+        cpu_high: 0.5
+  - name: c
+    listen: 127.0.0.1:8082
+    backends: {static: ["h:1"]}
+    admission:
+      switch: {cpu_high: 0.7, cpu_low: 0.7}
+`, []string{
+			`6: apps[0].admission.switch.cpu_high: 1.5 is out of range; must be greater than 0 and at most 1`,
+			`7: apps[0].admission.switch.cpu_low: 0 is out of range; must be greater than 0 and less than 1`,
+			`8: apps[0].admission.switch.hold: 0s must be positive`,
+			`9: apps[0].admission.switch.revert_after: duration "30" has no unit`,
+			`15: apps[1].admission.switch.cpu_high: cpu_low 0.6 must be below cpu_high 0.5`,
+			`20: apps[2].admission.switch.cpu_low: cpu_low 0.7 must be below cpu_high 0.7`,
+		}},
+
+		{"server timing", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    server_timing: {strip: 1, keep: [cpu]}
+`, []string{
+			`4: apps[0].server_timing.strip: expected true or false, got the integer 1`,
+			`4: apps[0].server_timing: unknown key "keep"`,
+		}},
+
+		{"sla values", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    sla:
+      percentile: 100
+      revenue: -0.5
+      target: 1s
+  - name: b
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+    sla: {percentile: "95", revenue: .nan}
+  - name: c
+    listen: 127.0.0.1:8082
+    backends: {static: ["h:1"]}
+    sla: {percentile: 0, targets: []}
+`, []string{
+			`5: apps[0].sla.percentile: 100 is out of range; must be greater than 0 and less than 100`,
+			`6: apps[0].sla.revenue: -0.5 is out of range; must be at least 0`,
+			`7: apps[0].sla: unknown key "target" (did you mean "targets"?)`,
+			`11: apps[1].sla.percentile: expected a number, got the string "95"`,
+			`11: apps[1].sla.revenue: expected a finite number, got .nan`,
+			`15: apps[2].sla.percentile: 0 is out of range; must be greater than 0 and less than 100`,
+			`15: apps[2].sla.targets: empty; give at least one band`,
+		}},
+
+		{"sla targets", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    sla:
+      targets:
+        - {below: 1000, target: 1s}
+        - {below: 1000, target: 2s}
+        - {target: 3s}
+        - {below: 10000}
+  - name: b
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+    sla:
+      targets:
+        - target: 1s
+        - below: 0
+          target: 0s
+        - {target: 2s, below: 5}
+  - name: c
+    listen: 127.0.0.1:8082
+    backends: {static: ["h:1"]}
+    sla:
+      targets: {below: 1, target: 1s}
+`, []string{
+			`7: apps[0].sla.targets[1].below: below 1000 is not above the previous band's 1000 (line 6); list bands by increasing rate`,
+			`8: apps[0].sla.targets[2]: below is required (the arrival rate in req/s under which this band applies); only the last band leaves it out`,
+			`9: apps[0].sla.targets[3]: target is required`,
+			`9: apps[0].sla.targets[3].below: leave below out of the last band`,
+			`15: apps[1].sla.targets[0]: below is required`,
+			`16: apps[1].sla.targets[1].below: 0 is out of range; must be greater than 0`,
+			`17: apps[1].sla.targets[1].target: 0s must be positive`,
+			`18: apps[1].sla.targets[2].below: leave below out of the last band`,
+			`23: apps[2].sla.targets: expected a list of {below: REQ/S, target: DURATION}, got a mapping`,
+		}},
+
+		{"estimator", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    estimator:
+      half_life: 0s
+      queue_half_life: -5s
+      max_keys: 0
+      alpha: 0
+      fit_alpha: 1
+      rate_window: 1
+      rate_smoothing: 0
+      refresh: 1s
+  - name: b
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+    estimator: {alpha: -1, max_keys: 1000000000}
+`, []string{
+			`5: apps[0].estimator.half_life: 0s must be positive`,
+			`6: apps[0].estimator.queue_half_life: -5s must be positive`,
+			`7: apps[0].estimator.max_keys: 0 is out of range; must be from 1 to 100000000`,
+			`8: apps[0].estimator.alpha: 0 is out of range; must be greater than 0 (to ignore io time, use a tiny value such as 1e-9)`,
+			`9: apps[0].estimator.fit_alpha: expected true or false, got the integer 1`,
+			`10: apps[0].estimator.rate_window: duration "1" has no unit`,
+			`11: apps[0].estimator.rate_smoothing: 0s must be positive`,
+			`12: apps[0].estimator: unknown key "refresh"`,
+			`16: apps[1].estimator.alpha: -1 is out of range; must be at least 0`,
+			`16: apps[1].estimator.max_keys: 1000000000 is out of range; must be from 1 to 100000000`,
+		}},
+
+		{"estimator buckets", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    estimator:
+      buckets:
+        - 1ms
+        - 4ms
+        - 4ms
+        - 2ms
+        - 0s
+        - 1
+        - 1s
+  - name: b
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+    estimator: {buckets: []}
+  - name: c
+    listen: 127.0.0.1:8082
+    backends: {static: ["h:1"]}
+    estimator: {buckets: 1ms}
+`, []string{
+			`8: apps[0].estimator.buckets[2]: 4ms is not above the previous edge 4ms (line 7); edges must increase`,
+			`9: apps[0].estimator.buckets[3]: 2ms is not above the previous edge 4ms (line 7)`,
+			`10: apps[0].estimator.buckets[4]: 0s must be positive`,
+			`11: apps[0].estimator.buckets[5]: duration "1" has no unit`,
+			`16: apps[1].estimator.buckets: empty; give at least one edge`,
+			`20: apps[2].estimator.buckets: expected a list of durations, got the string "1ms"`,
+		}},
+
+		{"classes: the list", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    classes: []
+  - name: b
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+    classes: {name: gold}
+  - name: c
+    listen: 127.0.0.1:8082
+    backends: {static: ["h:1"]}
+    classes:
+  - name: d
+    listen: 127.0.0.1:8083
+    backends: {static: ["h:1"]}
+    classes: [gold]
+`, []string{
+			`4: apps[0].classes: empty; list at least one class, or leave classes out for one class "default"`,
+			`8: apps[1].classes: expected a list of classes, got a mapping`,
+			`12: apps[2].classes: empty; list at least one class`,
+			`16: apps[3].classes[0]: expected a mapping, got the string "gold"`,
+		}},
+
+		{"classes: names, defaults, periods", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    classes:
+      - name: gold
+        period: -1s
+        rules: [{path: /a}]
+      - name: Silver
+        rules: [{path: /b}]
+      - name: gold
+        default: true
+      - period: 1s
+      - name: bronze
+        default: yes
+        rules: [{path: /c}]
+      - name: rest
+        default: true
+`, []string{
+			`6: apps[0].classes[0].period: -1s must not be negative`,
+			`8: apps[0].classes[1].name: name "Silver": use only a-z, 0-9, '_' and '-'`,
+			`10: apps[0].classes[2].name: class name "gold" is used twice (first at line 5)`,
+			`12: apps[0].classes[3]: name is required`,
+			`14: apps[0].classes[4].default: expected true or false, got the string "yes"`,
+			`17: apps[0].classes[5].default: class "rest" is marked default, but so is class "gold" (line 11); only one class may take unmatched requests`,
+		}},
+
+		{"classes: a class without rules", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    classes:
+      - name: gold
+      - name: silver
+        rules: []
+      - name: bronze
+        rules: [{path: /}]
+  - name: b
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+    classes:
+      - name: gold
+      - name: rest
+        default: true
+      - name: last
+        rules: [{path: /}]
+`, []string{
+			`5: apps[0].classes[0]: class "gold" has no rules, so no request could reach it; give it rules, or make it the default class (the default class is "bronze", the last one, since none is marked default)`,
+			`6: apps[0].classes[1]: class "silver" has no rules`,
+			`14: apps[1].classes[0]: class "gold" has no rules, so no request could reach it; give it rules, or make it the default class (the default class is "rest" (line 16))`,
+		}},
+
+		{"classes: paths", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    classes:
+      - name: gold
+        rules:
+          - path: /a
+            path_prefix: /b
+            path_regexp: ^/c
+          - path: api/x
+          - path_prefix: "/search?q="
+          - path_glob: /static/[/*.css
+          - path_glob: /a b/**
+          - path_regexp: "^/item/[0-9+$"
+          - path_regexp: ""
+          - path: ""
+          - path: [/a]
+      - name: rest
+`, []string{
+			`8: apps[0].classes[0].rules[0].path_prefix: path is already given (line 7); a rule takes at most one of path, path_prefix, path_glob and path_regexp`,
+			`9: apps[0].classes[0].rules[0].path_regexp: path is already given (line 7)`,
+			`10: apps[0].classes[0].rules[1].path: "api/x" must start with /`,
+			`11: apps[0].classes[0].rules[2].path_prefix: "/search?q=" has a query (?); paths are matched without the query string`,
+			`12: apps[0].classes[0].rules[3].path_glob: "/static/[/*.css": syntax error in segment "["`,
+			`13: apps[0].classes[0].rules[4].path_glob: "/a b/**" has a space, control character or #`,
+			`14: apps[0].classes[0].rules[5].path_regexp: invalid regexp "^/item/[0-9+$": missing closing ]`,
+			`15: apps[0].classes[0].rules[6].path_regexp: empty regexp`,
+			`16: apps[0].classes[0].rules[7].path: empty path`,
+			`17: apps[0].classes[0].rules[8].path: expected a string, got a list`,
+		}},
+
+		{"classes: methods, hosts, networks, key", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    classes:
+      - name: gold
+        rules:
+          - methods: [GET, get, "G T", true]
+          - methods: []
+          - methods: GET
+          - hosts: ["*.Example.com", "a.com:80", "x*.y", "*.", http://a.com/, a.com., a.COM, A.com]
+          - networks: [10.0.0.0/8, 10.0.0.1/8, 10.0.0.0/8, host.local]
+          - networks:
+          - {key: /k}
+          - {path: /, key: ""}
+          - {}
+          -
+      - name: rest
+`, []string{
+			`7: apps[0].classes[0].rules[0].methods[1]: GET is listed twice (first at line 7)`,
+			`7: apps[0].classes[0].rules[0].methods[2]: "G T" is not a method name`,
+			`7: apps[0].classes[0].rules[0].methods[3]: expected a string, got the boolean true`,
+			`8: apps[0].classes[0].rules[1].methods: empty list; give at least one entry, or leave methods out`,
+			`9: apps[0].classes[0].rules[2].methods: expected a list, got the string "GET"`,
+			`10: apps[0].classes[0].rules[3].hosts[1]: host "a.com:80": give the host without a port`,
+			`10: apps[0].classes[0].rules[3].hosts[2]: host "x*.y": the only wildcard is a leading *.`,
+			`10: apps[0].classes[0].rules[3].hosts[3]: host "*.": remove the trailing dot`,
+			`10: apps[0].classes[0].rules[3].hosts[4]: host "http://a.com/": give a host name, not a URL`,
+			`10: apps[0].classes[0].rules[3].hosts[5]: host "a.com.": remove the trailing dot`,
+			`10: apps[0].classes[0].rules[3].hosts[7]: host "a.com" is listed twice (first at line 10)`,
+			`11: apps[0].classes[0].rules[4].networks[1]: CIDR "10.0.0.1/8" has host bits set; did you mean 10.0.0.0/8?`,
+			`11: apps[0].classes[0].rules[4].networks[2]: 10.0.0.0/8 is listed twice (first at line 11)`,
+			`11: apps[0].classes[0].rules[4].networks[3]: invalid IP or CIDR "host.local"`,
+			`12: apps[0].classes[0].rules[5].networks: empty list; give at least one entry, or leave networks out`,
+			`13: apps[0].classes[0].rules[6]: a rule needs at least one condition (path, path_prefix, path_glob, path_regexp, methods, hosts, headers, cookies or networks)`,
+			`14: apps[0].classes[0].rules[7].key: empty key; leave key out to key requests by their path`,
+			`15: apps[0].classes[0].rules[8]: a rule needs at least one condition`,
+			`16: apps[0].classes[0].rules[9]: a rule needs at least one condition`,
+		}},
+
+		{"classes: headers and cookies", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    classes:
+      - name: gold
+        rules:
+          - headers:
+              - {name: X-Tier, value: gold}
+              - {name: "X Tier"}
+              - {value: gold}
+              - {name: X-A, value: a, regexp: a}
+              - {name: User-Agent, regexp: "bot("}
+              - {name: X-B, value: ""}
+              - {name: X-C, regexp: ""}
+              - {name: X-D, valeu: d}
+              - X-E
+          - cookies:
+              - {name: session}
+              - {name: "a b"}
+              - {value: premium}
+              - {name: plan, value: ""}
+          - headers: []
+          - cookies: {name: session}
+      - name: rest
+`, []string{
+			`9: apps[0].classes[0].rules[0].headers[1].name: invalid header name "X Tier"`,
+			`10: apps[0].classes[0].rules[0].headers[2]: name is required (the header's name)`,
+			`11: apps[0].classes[0].rules[0].headers[3]: give value or regexp, not both`,
+			`12: apps[0].classes[0].rules[0].headers[4].regexp: invalid regexp "bot(": missing closing )`,
+			`13: apps[0].classes[0].rules[0].headers[5].value: empty value; leave value out to require only that the header is present`,
+			`14: apps[0].classes[0].rules[0].headers[6].regexp: empty regexp; leave regexp out`,
+			`15: apps[0].classes[0].rules[0].headers[7]: unknown key "valeu" (known keys: name, regexp, value)`,
+			`16: apps[0].classes[0].rules[0].headers[8]: expected a mapping, got the string "X-E"`,
+			`19: apps[0].classes[0].rules[1].cookies[1].name: "a b" is not a cookie name`,
+			`20: apps[0].classes[0].rules[1].cookies[2]: name is required (the cookie's name)`,
+			`21: apps[0].classes[0].rules[1].cookies[3].value: empty value; leave value out to require only that the cookie is set`,
+			`22: apps[0].classes[0].rules[2].headers: empty list; give at least one entry, or leave headers out`,
+			`23: apps[0].classes[0].rules[3].cookies: expected a list of {name: ..., ...}, got a mapping`,
+		}},
+
+		{"classes: too many", "apps:\n  - name: a\n    backends: {static: [\"h:1\"]}\n    classes:\n" + strings.Repeat("      - {name: c, rules: [{path: /}]}\n", 65),
+			[]string{`4: apps[0].classes: 65 classes; at most 64`}},
+
+		{"classes and the other sections all report", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    classes:
+      - name: gold
+        rules: [{path: x}]
+      - name: rest
+    sla: {percentile: 101}
+    estimator: {alpha: -1}
+    admission: {mode: on}
+`, []string{
+			`6: apps[0].classes[0].rules[0].path: "x" must start with /`,
+			`8: apps[0].sla.percentile: 101 is out of range`,
+			`9: apps[0].estimator.alpha: -1 is out of range`,
+			`10: apps[0].admission.mode: invalid value "on"`,
+		}},
 
 		{"integer and size ranges", `
 server:

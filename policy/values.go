@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -278,6 +279,95 @@ func checkProbePath(s string) error {
 	for i := 0; i < len(s); i++ {
 		if s[i] <= ' ' || s[i] == 0x7f {
 			return fmt.Errorf("path %q has a space or control character; percent-encode it", s)
+		}
+	}
+	return nil
+}
+
+// isToken reports whether s is a non-empty RFC 9110 token (a method or
+// cookie name).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// parseRuleHost normalises an entry of a class rule's hosts: a host name,
+// "*.domain" (any subdomain of domain, not domain itself) or an IP address,
+// without a port. It is lower-cased; IPv6 literals are kept in brackets.
+func parseRuleHost(s string) (string, error) {
+	h := strings.ToLower(strings.TrimSpace(s))
+	switch {
+	case h == "":
+		return "", errors.New("empty host")
+	case strings.Contains(h, "/"):
+		return "", fmt.Errorf("host %q: give a host name, not a URL", s)
+	case strings.HasSuffix(h, "."):
+		return "", fmt.Errorf("host %q: remove the trailing dot", s)
+	}
+	if ip, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")); err == nil {
+		if ip.Zone() != "" {
+			return "", fmt.Errorf("invalid host %q: zones are not allowed", s)
+		}
+		if ip.Is6() {
+			return "[" + ip.String() + "]", nil
+		}
+		return ip.String(), nil
+	}
+	name, wild := strings.CutPrefix(h, "*.")
+	switch {
+	case strings.Contains(name, "*"):
+		return "", fmt.Errorf("host %q: the only wildcard is a leading *. (*.example.com)", s)
+	case strings.Contains(name, ":"):
+		return "", fmt.Errorf("host %q: give the host without a port (the request's port is ignored)", s)
+	case wild && name == "":
+		return "", fmt.Errorf("host %q has an empty domain", s)
+	case !validHostname(name):
+		return "", fmt.Errorf("invalid host %q: use letters, digits, '-' and '.', or *.domain", s)
+	}
+	return h, nil
+}
+
+// checkRulePath checks a path, path_prefix or (glob) path_glob of a class
+// rule: it starts with / and holds nothing a request path (without its
+// query) cannot, so that it can match.
+func checkRulePath(s string, glob bool) error {
+	switch {
+	case s == "":
+		return errors.New("empty path")
+	case !strings.HasPrefix(s, "/"):
+		return fmt.Errorf("%q must start with /", s)
+	case !glob && strings.Contains(s, "?"):
+		return fmt.Errorf("%q has a query (?); paths are matched without the query string", s)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] == 0x7f || s[i] == '#' {
+			return fmt.Errorf("%q has a space, control character or #; write the path percent-encoded, as requests carry it", s)
+		}
+	}
+	if glob {
+		return checkGlob(s)
+	}
+	return nil
+}
+
+// checkGlob checks a path_glob the way classify compiles it: each
+// '/'-separated segment is "**" or a path.Match pattern.
+func checkGlob(s string) error {
+	for _, seg := range strings.Split(s, "/") {
+		if seg == "**" {
+			continue
+		}
+		if _, err := path.Match(seg, ""); err != nil {
+			return fmt.Errorf("%q: syntax error in segment %q (see Go's path.Match)", s, seg)
 		}
 	}
 	return nil

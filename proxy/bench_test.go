@@ -3,9 +3,9 @@ package proxy
 import (
 	"bufio"
 	"io"
-	"strings"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"

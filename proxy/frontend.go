@@ -178,7 +178,9 @@ func (fe *frontend) handleError(ctx *fasthttp.RequestCtx, err error) {
 	ctx.SetConnectionClose()
 }
 
-type fasthttpLogger struct{ l interface{ Debug(string, ...any) } }
+type fasthttpLogger struct {
+	l interface{ Debug(string, ...any) }
+}
 
 func (f fasthttpLogger) Printf(format string, args ...any) { f.l.Debug(fmt.Sprintf(format, args...)) }
 

@@ -55,7 +55,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		o = outNoApp
 		p.writeError(&ctx, nil, o)
 	} else {
-		o, u = p.serve(a, &ctx, peer, true)
+		o, u = p.serve(a, &ctx, peer, true, start, r.Context().Done())
 	}
 	resp := &ctx.Response
 	hdr := w.Header()

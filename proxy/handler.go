@@ -10,14 +10,24 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/estimator"
 )
 
 // exchange is the per-request scratch space, pooled so the request path
 // does not allocate.
 type exchange struct {
 	ar  admission.Request
-	buf []byte
+	ctx *fasthttp.RequestCtx
+	buf []byte // forwarding headers and the request ID
+	st  []byte // stripped Server-Timing
 }
+
+// exchange is the classifier's view of the request (classify.Request).
+func (x *exchange) Method() []byte            { return x.ctx.Method() }
+func (x *exchange) Path() []byte              { return x.ctx.Path() }
+func (x *exchange) Host() []byte              { return x.ctx.Host() }
+func (x *exchange) Peek(h string) []byte      { return x.ctx.Request.Header.Peek(h) }
+func (x *exchange) Cookie(name string) []byte { return x.ctx.Request.Header.Cookie(name) }
 
 var exchangePool = sync.Pool{New: func() any { return &exchange{buf: make([]byte, 0, 128)} }}
 
@@ -26,16 +36,17 @@ var exchangePool = sync.Pool{New: func() any { return &exchange{buf: make([]byte
 const maxDialAttempts = 3
 
 var (
-	hdrXFF         = []byte("X-Forwarded-For")
-	hdrXFProto     = []byte("X-Forwarded-Proto")
-	hdrXFHost      = []byte("X-Forwarded-Host")
-	hdrRetryAfter  = []byte("Retry-After")
-	hdrReject      = []byte("X-Sentry-Reject")
-	strHTTP        = []byte("http")
-	strHTTPS       = []byte("https")
-	strTextPlain   = []byte("text/plain; charset=utf-8")
-	strContentLen  = []byte("content-length")
-	hopByHopCommon = []string{"Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Proxy-Authorization", "Proxy-Authenticate"}
+	hdrXFF          = []byte("X-Forwarded-For")
+	hdrXFProto      = []byte("X-Forwarded-Proto")
+	hdrXFHost       = []byte("X-Forwarded-Host")
+	hdrRetryAfter   = []byte("Retry-After")
+	hdrReject       = []byte("X-Sentry-Reject")
+	hdrServerTiming = []byte("Server-Timing")
+	strHTTP         = []byte("http")
+	strHTTPS        = []byte("https")
+	strTextPlain    = []byte("text/plain; charset=utf-8")
+	strContentLen   = []byte("content-length")
+	hopByHopCommon  = []string{"Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Proxy-Authorization", "Proxy-Authenticate"}
 )
 
 // lookup returns the app for a Host header on this route.
@@ -83,7 +94,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		p.writeError(ctx, nil, outNoApp)
 		return
 	}
-	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS())
+	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), start, nil)
 	a.m.observe(o, ctx.Response.StatusCode(), b, start)
 	if rt.access {
 		p.logAccess(a, ctx, o, b, start)
@@ -93,7 +104,10 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 // serve runs one request through admission and relay. The response (relayed
 // or generated) is left in ctx.Response. It returns the outcome and the
 // upstream that served it (nil if none).
-func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool) (outcome, *upstream) {
+//
+// gone, if not nil, is closed when the client disconnects (h2 streams); for
+// HTTP/1.1 the connection is checked after a wait instead.
+func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, gone <-chan struct{}) (outcome, *upstream) {
 	req := &ctx.Request
 	h := &req.Header
 
@@ -107,23 +121,44 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	}
 
 	x := exchangePool.Get().(*exchange)
-	defer exchangePool.Put(x)
+	x.ctx = ctx
+	defer func() { x.ctx = nil; exchangePool.Put(x) }()
 
 	isTrusted := a.trusted && trusted(a.cfg.TrustedProxies, peer)
 	client := peer
 	if isTrusted {
 		client = clientFromXFF(a.cfg.TrustedProxies, peer, h.PeekBytes(hdrXFF))
 	}
-	_ = client // the classifier (issue 4) consumes it
 
-	if !a.off {
-		x.ar = admission.Request{}
-		d := a.admit.Admit(&x.ar)
-		a.m.decision(x.ar.Class, d.Verdict)
-		if d.Verdict != admission.Admit {
-			a.writeReject(ctx, d)
-			return outRejected, nil
+	// Classify, estimate, admit (DESIGN.md: the way a request travels).
+	ctl := a.ctl
+	var key []byte
+	x.ar = admission.Request{Gone: gone}
+	if ctl != nil {
+		x.ar.Class, key = ctl.Classify(x, client)
+		x.ar.S, x.ar.Bucket = ctl.Estimate(x.ar.Class, key, start)
+		if !a.off {
+			d := ctl.Admit(&x.ar)
+			a.decision(x.ar.Class, d.Verdict)
+			if d.Verdict != admission.Admit {
+				a.writeReject(ctx, d)
+				return outRejected, nil
+			}
+			// A request that waited for its policer may have lost its
+			// client meanwhile: do not spend a backend on it.
+			if gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
+				ctx.SetConnectionClose()
+				return outClientGone, nil
+			}
+		} else {
+			a.decision(x.ar.Class, admission.Admit)
 		}
+	}
+
+	// No healthy backend: answer before spending anything on the request.
+	if a.pool.Healthy() == 0 {
+		p.writeError(ctx, a, outNoBackend)
+		return outNoBackend, nil
 	}
 
 	// Forwarding headers.
@@ -164,7 +199,22 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		req.URI().SetSchemeBytes(strHTTP)
 	}
 
-	o, u := p.relay(a, req, &ctx.Response)
+	dispatch := time.Now()
+	o, u, inService := p.relay(a, req, &ctx.Response)
+	if o == outRelayed && ctl != nil {
+		now := time.Now()
+		rh := &ctx.Response.Header
+		st := rh.PeekBytes(hdrServerTiming)
+		ctl.Observe(x.ar.Class, key, st, now.Sub(dispatch), inService, x.ar.S, now.Sub(start), now)
+		if len(st) > 0 && ctl.StripServerTiming() {
+			x.st = estimator.StripServerTiming(x.st[:0], st)
+			if len(x.st) == 0 {
+				rh.DelBytes(hdrServerTiming)
+			} else {
+				rh.SetBytesKV(hdrServerTiming, x.st)
+			}
+		}
+	}
 	if o != outRelayed {
 		p.writeError(ctx, a, o)
 	} else {
@@ -185,21 +235,25 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 
 // relay sends req to the least-loaded healthy backend and reads the response
 // head into resp. Connect failures are retried on another backend.
-func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response) (outcome, *upstream) {
+//
+// It also returns the backend's in-flight count at dispatch (this request
+// included), for the estimator's parallelism model.
+func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response) (outcome, *upstream, int) {
 	var last *upstream
 	for attempt := 1; ; attempt++ {
 		b := a.pool.Pick()
 		if b == nil {
 			if last != nil {
-				return outBackendFailed, last // every backend we tried refused
+				return outBackendFailed, last, 0 // every backend we tried refused
 			}
-			return outNoBackend, nil
+			return outNoBackend, nil, 0
 		}
 		u := b.Attachment.(*upstream)
+		inService := int(b.Inflight())
 		err := u.hc.Do(req, resp)
 		if err == nil {
 			a.pool.Release(b, true)
-			return outRelayed, u
+			return outRelayed, u, inService
 		}
 		o := relayError(err)
 		if isDialError(err) {
@@ -211,7 +265,7 @@ func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response) (o
 			p.log.Debug("relay failed", "app", a.name, "backend", u.addr, "error", err)
 		}
 		if !isDialError(err) || attempt >= maxDialAttempts {
-			return o, u
+			return o, u, 0
 		}
 		last = u
 		resp.Reset()

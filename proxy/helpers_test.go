@@ -85,11 +85,17 @@ func freeAddr(t testing.TB) string {
 
 func startProxy(t *testing.T, backends []string, mod func(*policy.Snapshot, *policy.App)) *harness {
 	t.Helper()
+	return startProxyOpts(t, backends, Options{}, mod)
+}
+
+func startProxyOpts(t *testing.T, backends []string, opts Options, mod func(*policy.Snapshot, *policy.App)) *harness {
+	t.Helper()
 	addr := freeAddr(t)
 	snap := testSnap(addr, backends, mod)
 	reg := prometheus.NewRegistry()
-	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.Discard})
-	p, err := New(Options{Logger: log, Registerer: reg}, snap)
+	opts.Registerer = reg
+	opts.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.Discard})
+	p, err := New(opts, snap)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,10 +23,9 @@ type metrics struct {
 // appMetrics holds the per-app series resolved once, so the request path
 // only does atomic adds.
 type appMetrics struct {
-	none      [6]prometheus.Counter // requests not relayed, by code class
-	latency   prometheus.Observer
-	errs      [outNoApp + 1]prometheus.Counter
-	decisions [][]prometheus.Counter // [class][verdict]
+	none    [6]prometheus.Counter // requests not relayed, by code class
+	latency prometheus.Observer
+	errs    [outClientGone + 1]prometheus.Counter
 }
 
 var outcomeReason = [...]string{
@@ -38,6 +37,7 @@ var outcomeReason = [...]string{
 	outBackendBusy:    "backend_busy",
 	outBadRequest:     "bad_request",
 	outNoApp:          "no_app",
+	outClientGone:     "client_gone",
 }
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
@@ -82,7 +82,6 @@ func (m *metrics) forApp(name string) *appMetrics {
 			am.errs[o] = m.errors.WithLabelValues(name, r)
 		}
 	}
-	am.decisions = m.classDecisions(name, []string{"default"})
 	return am
 }
 
@@ -111,9 +110,9 @@ func (am *appMetrics) observe(o outcome, status int, u *upstream, start time.Tim
 }
 
 // decision counts an admission decision.
-func (am *appMetrics) decision(class int, v admission.Verdict) {
-	if class >= 0 && class < len(am.decisions) {
-		am.decisions[class][v].Inc()
+func (a *app) decision(class int, v admission.Verdict) {
+	if class >= 0 && class < len(a.decisions) {
+		a.decisions[class][v].Inc()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/classify"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
 )
@@ -25,14 +27,42 @@ type Options struct {
 	Logger hclog.Logger
 	// Registerer receives the proxy's metrics (the project's own registry).
 	Registerer prometheus.Registerer
-	// Admitter builds the admission controller for an app in a snapshot. It
-	// is called on every Apply; returning the previous controller for the
-	// same app keeps its learned state. Nil means admission.AdmitAll for all.
-	Admitter func(app *policy.App, pool *lb.Pool) (admission.Admitter, error)
+	// Control builds each app's admission stack (classifier, estimator,
+	// admission controller). It is called on every Apply; returning the
+	// previous stack for the same app keeps its learned state. Nil means no
+	// classification and admission.AdmitAll for every app.
+	Control ControlBuilder
 	// Probe is the active health-check probe; nil uses an HTTP GET.
 	Probe func(ctx context.Context, addr, path string) error
 	// Resolver looks up DNS backends; nil uses net.DefaultResolver.
 	Resolver *net.Resolver
+}
+
+// Controller is an app's admission stack as the request path sees it
+// (implemented by package control).
+type Controller interface {
+	admission.Admitter
+	// Classes returns the class names, most important first.
+	Classes() []string
+	// Classify returns the class index and the history key (which may alias
+	// the request's path).
+	Classify(r classify.Request, client netip.Addr) (class int, key []byte)
+	// Estimate counts the arrival and returns S and its bucket.
+	Estimate(class int, key []byte, now time.Time) (s time.Duration, bucket int)
+	// Observe feeds a relayed request back: its Server-Timing value (may be
+	// empty), the time from dispatch to response head, the backend's
+	// in-flight count at dispatch, the estimate used, and the latency from
+	// arrival at sentry.
+	Observe(class int, key, serverTiming []byte, measured time.Duration, inService int, s, latency time.Duration, now time.Time)
+	// StripServerTiming tells whether to remove the timing entries.
+	StripServerTiming() bool
+}
+
+// ControlBuilder makes Controllers from the policy and drops those of apps
+// that are gone.
+type ControlBuilder interface {
+	Build(app *policy.App, pool *lb.Pool) (Controller, error)
+	Retain(apps []string)
 }
 
 // Proxy is the request path. It is built once and reconfigured by Apply;
@@ -70,8 +100,8 @@ type state struct {
 
 // route maps a Host to an app on one listener.
 type route struct {
-	hosts map[string]*app
-	def   *app
+	hosts  map[string]*app
+	def    *app
 	tls    *policy.TLS
 	access bool // access log on
 }
@@ -81,13 +111,15 @@ type app struct {
 	cfg     *policy.App
 	name    string
 	pool    *lb.Pool
-	admit   admission.Admitter
-	off     bool // admission is AdmitAll: skip the call
+	ctl     Controller // nil: no classification, admit all
+	off     bool       // admission mode off: never call Admit
 	reject  rejectResponse
 	trusted bool // has trusted proxies
 	reqID   string
 	m       *appMetrics
 	shared  *appShared
+	// decisions[class][verdict], resolved for this snapshot's classes.
+	decisions [][]prometheus.Counter
 }
 
 // appShared is the part of an app's runtime that outlives snapshots: its
@@ -173,6 +205,9 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 		st.routes[l.Addr] = rt
 	}
 	p.pools.Retain(names)
+	if p.opts.Control != nil {
+		p.opts.Control.Retain(names)
+	}
 	// Start health/DNS loops for new pools; stop loops of dropped pools.
 	live := map[*lb.Pool]bool{}
 	for _, a := range st.apps {
@@ -224,17 +259,17 @@ func (p *Proxy) buildApp(ac *policy.App) (*app, error) {
 		addrs = ac.Backends.Static
 	}
 	a.pool = p.pools.Pool(ac.Name, opts, addrs)
-	if p.opts.Admitter != nil {
-		adm, err := p.opts.Admitter(ac, a.pool)
+	classes := []string{"default"}
+	a.off = true
+	if p.opts.Control != nil {
+		ctl, err := p.opts.Control.Build(ac, a.pool)
 		if err != nil {
 			return nil, err
 		}
-		a.admit = adm
+		a.ctl, a.off = ctl, ac.Admission.Mode == "off"
+		classes = ctl.Classes()
 	}
-	if a.admit == nil {
-		a.admit = admission.AdmitAll{}
-	}
-	_, a.off = a.admit.(admission.AdmitAll)
+	a.decisions = p.metrics.classDecisions(ac.Name, classes)
 	return a, nil
 }
 
@@ -343,13 +378,16 @@ func httpProbe(ctx context.Context, addr, path string) error {
 	return nil
 }
 
-// Close stops the pools' background loops. Front ends are closed with
-// Shutdown.
+// Close stops the pools' background loops and the admission stacks'
+// goroutines. Front ends are closed with Shutdown first.
 func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.mu.cancel()
 	p.mu.Unlock()
 	p.wg.Wait()
+	if p.opts.Control != nil {
+		p.opts.Control.Retain(nil)
+	}
 }
 
 func lowerASCII(b []byte) bool {

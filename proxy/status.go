@@ -22,6 +22,7 @@ const (
 	outBackendBusy                   // backend connection limit reached: 503
 	outBadRequest                    // malformed or smuggling-shaped request: 400
 	outNoApp                         // no app for this Host: 404
+	outClientGone                    // client left while waiting for admission: nothing sent (499 in logs)
 )
 
 // statusOf maps an outcome to its HTTP status.
@@ -37,6 +38,8 @@ func statusOf(o outcome) int {
 		return fasthttp.StatusBadRequest
 	case outNoApp:
 		return fasthttp.StatusNotFound
+	case outClientGone:
+		return 499
 	}
 	return fasthttp.StatusOK
 }

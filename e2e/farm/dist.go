@@ -268,3 +268,17 @@ func (d *Dist) UnmarshalYAML(n *yaml.Node) error {
 	*d = Dist(p)
 	return nil
 }
+
+// newRand returns a PCG generator for (seed, stream). Both are scrambled
+// with splitmix64 first: PCG seeded with small raw values (0, 0) starts
+// with outputs close to 1, which for a Pareto draw is a maximal sample.
+func newRand(seed, stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(splitmix64(seed), splitmix64(stream^0x6a09e667f3bcc909)))
+}
+
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}

@@ -210,7 +210,7 @@ func newServer(idx int, cfg Config, body []byte, now func() time.Time) *server {
 		now:    now,
 		start:  now(),
 		slots:  newSlotPool(cfg.Slots, now),
-		rng:    rand.New(rand.NewPCG(cfg.Seed, uint64(idx))),
+		rng:    newRand(cfg.Seed, uint64(idx)),
 		done:   make(chan struct{}),
 	}
 }
@@ -272,12 +272,12 @@ func (s *server) stats() Stats {
 }
 
 // draw takes the CPU and I/O times for one request.
-func (s *server) draw(r *Route) (cpu, io time.Duration) {
+func (s *server) draw(r *Route) (cpuD, ioD time.Duration) {
 	s.rngMu.Lock()
-	cpu = r.CPU.Sample(s.rng)
-	io = r.IO.Sample(s.rng)
+	cpuD = r.CPU.Sample(s.rng)
+	ioD = r.IO.Sample(s.rng)
 	s.rngMu.Unlock()
-	return
+	return cpuD, ioD
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, req *http.Request) {

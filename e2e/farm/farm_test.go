@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -167,4 +168,39 @@ func TestFarmHTTP(t *testing.T) {
 	if st := f.Stats()[0]; st.InFlight != 0 || st.Abandoned != 2 {
 		t.Fatalf("after close: %+v", st)
 	}
+}
+
+// waitGoroutines polls until at most n goroutines run (bounded: 2 s).
+func waitGoroutines(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > n {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines, want ≤ %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Close leaves nothing running: servers, handlers in a queue or a sleep.
+func TestFarmCloseNoLeak(t *testing.T) {
+	base := runtime.NumGoroutine()
+	f, err := Start(Config{Servers: 2, Slots: 1, Routes: []Route{{Path: "/", Prefix: true, IO: Dist{Kind: Fixed, Mean: time.Minute}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testClient(8)
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		wg.Go(func() { get(c, f.URLs()[i%2]+"/") })
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for st := f.Stats(); st[0].InFlight+st[1].InFlight < 6 && time.Now().Before(deadline); st = f.Stats() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.Close()
+	wg.Wait()
+	c.Transport.(*http.Transport).CloseIdleConnections()
+	waitGoroutines(t, base)
 }

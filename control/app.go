@@ -1,0 +1,229 @@
+package control
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/batchac"
+	"github.com/sentry-proxy/sentry/classify"
+	"github.com/sentry-proxy/sentry/estimator"
+	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/thresholdac"
+)
+
+// Pool is what the admission stack reads from the app's backend pool.
+type Pool interface {
+	Healthy() int
+	Inflight() int64
+}
+
+// App is one app's admission stack. Its learned state (estimates, learned
+// parallelism and capacity, counters) lives as long as the app's name is
+// in the policy; a reload reconfigures it in place.
+type App struct {
+	name string
+	log  hclog.Logger
+	now  func() time.Time
+	pool atomic.Pointer[poolRef]
+
+	cfg     atomic.Pointer[appConfig]
+	est     *estimator.Estimator
+	batch   *batchac.Controller
+	thr     atomic.Pointer[thresholdac.Controller]
+	learner *thresholdac.Learner
+	sw      atomic.Pointer[admission.Switch]
+
+	rsla atomic.Int64 // current R_sla, ns
+
+	// Per-interval accounting, drained by the monitor.
+	lat     window       // latency of admitted, relayed requests
+	classes atomic.Pointer[[]classStats]
+	work    atomic.Int64 // Σ S of admitted requests, ns
+	rejects atomic.Int64
+
+	// Per-class counters of completions that met the target (revenue).
+	met []atomic.Uint64
+
+	lastQuantile atomic.Int64 // ns, last interval's admitted percentile
+
+	mu struct { // guards reconfiguration and the goroutines it starts
+		sync.Mutex
+		thrCancel context.CancelFunc
+		swCancel  context.CancelFunc
+		swCfg     policy.ModeSwitch
+		thrCfg    policy.ThresholdAdmission
+		nClasses  int
+	}
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type poolRef struct{ Pool }
+
+// classStats is a class's per-interval latency window and its last
+// percentile; replaced (not resized in place) when the class count grows.
+type classStats struct {
+	lat      window
+	quantile atomic.Int64 // ns
+}
+
+// appConfig is the part of the policy read per request; immutable.
+type appConfig struct {
+	cls        *classify.Classifier
+	names      []string
+	sla        policy.SLA
+	mode       admission.Mode
+	strip      bool
+	percentile float64
+	revenue    float64
+}
+
+// Classes returns the class names, most important first.
+func (a *App) Classes() []string { return a.cfg.Load().names }
+
+// Classify returns the request's class index and history key.
+func (a *App) Classify(r classify.Request, client netip.Addr) (int, []byte) {
+	return a.cfg.Load().cls.Classify(r, client)
+}
+
+// Estimate counts the arrival and returns the estimated inherent service
+// time and bucket.
+func (a *App) Estimate(class int, key []byte, now time.Time) (time.Duration, int) {
+	a.est.Arrive(class, now)
+	return a.est.Estimate(class, key)
+}
+
+// Admit dispatches on the configured mode, or on the switch in auto mode.
+func (a *App) Admit(r *admission.Request) admission.Decision {
+	var d admission.Decision
+	switch a.sw.Load().Mode() {
+	case admission.ModeOff:
+		return admission.Decision{Verdict: admission.Admit}
+	case admission.ModeThreshold:
+		d = a.thr.Load().Admit(r)
+	default:
+		d = a.batch.Admit(r)
+	}
+	if d.Verdict == admission.Admit {
+		a.work.Add(int64(r.S))
+	} else {
+		a.rejects.Add(1)
+	}
+	return d
+}
+
+// Observe records a relayed request's outcome: the backend's Server-Timing
+// (may be empty), the measured time from dispatch to response head, the
+// in-service count on its backend at dispatch, the estimate it was
+// admitted with, and the latency from arrival at sentry.
+func (a *App) Observe(class int, key []byte, serverTiming []byte, measured time.Duration, inService int, s time.Duration, latency time.Duration, now time.Time) {
+	var t estimator.Timing
+	if len(serverTiming) > 0 {
+		t, _ = estimator.ParseServerTiming(serverTiming)
+	}
+	a.est.ObserveTiming(class, key, t, measured, now)
+	service := measured
+	if t.HasQueue {
+		service -= t.Queue
+	}
+	if s > 0 && inService > 0 {
+		a.batch.ObserveService(inService, s, service)
+	}
+	a.lat.add(latency)
+	if cs := *a.classes.Load(); uint(class) < uint(len(cs)) {
+		cs[class].lat.add(latency)
+	}
+	if latency <= time.Duration(a.rsla.Load()) && uint(class) < uint(len(a.met)) {
+		a.met[class].Add(1)
+	}
+}
+
+// StripServerTiming tells whether the proxy removes the timing entries.
+func (a *App) StripServerTiming() bool { return a.cfg.Load().strip }
+
+// Mode returns the mode in force now.
+func (a *App) Mode() admission.Mode { return a.sw.Load().Mode() }
+
+// batchac.State and thresholdac.Inputs.
+
+func (a *App) Q() time.Duration      { return a.est.Q() }
+func (a *App) Inflight() int64       { return a.pool.Load().Inflight() }
+func (a *App) Healthy() int          { return a.pool.Load().Healthy() }
+func (a *App) RSLA() time.Duration   { return time.Duration(a.rsla.Load()) }
+func (a *App) Rate(class int) float64 { return a.est.Rate(class, a.now()) }
+func (a *App) MeanS(class int) time.Duration {
+	return a.est.ClassMean(class)
+}
+
+var (
+	_ batchac.State      = (*App)(nil)
+	_ thresholdac.Inputs = (*App)(nil)
+	_ admission.Admitter = (*App)(nil)
+)
+
+// monitorInterval is how often R_sla follows the arrival rate and the
+// capacity learner is fed.
+const monitorInterval = time.Second
+
+// monitor runs once per interval: R_sla from the measured arrival rate
+// (QoS table, eq. 1), the admitted percentile, and one observation for the
+// capacity learner while batch mode is in force.
+func (a *App) monitor() {
+	defer a.wg.Done()
+	t := time.NewTicker(monitorInterval)
+	defer t.Stop()
+	last := a.now()
+	for {
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := a.now()
+		a.tick(now, now.Sub(last))
+		last = now
+	}
+}
+
+// minSamples is the fewest completions an interval needs before its
+// percentile says anything about the SLA.
+const minSamples = 20
+
+func (a *App) tick(now time.Time, interval time.Duration) {
+	cfg := a.cfg.Load()
+	var rate float64
+	for c := range cfg.names {
+		rate += a.est.Rate(c, now)
+	}
+	a.rsla.Store(int64(cfg.sla.Target(rate)))
+	n, q := a.lat.drain(cfg.percentile / 100)
+	work := a.work.Swap(0)
+	rejected := a.rejects.Swap(0)
+	if n > 0 {
+		a.lastQuantile.Store(int64(q))
+	}
+	for i := range *a.classes.Load() {
+		cs := &(*a.classes.Load())[i]
+		if cn, cq := cs.lat.drain(cfg.percentile / 100); cn > 0 {
+			cs.quantile.Store(int64(cq))
+		} else {
+			cs.quantile.Store(0)
+		}
+	}
+	if interval <= 0 || n < minSamples || a.sw.Load().Mode() != admission.ModeBatch {
+		return
+	}
+	a.learner.Observe(thresholdac.Observation{
+		Work:    float64(work) / float64(interval),
+		SLAMet:  q <= time.Duration(a.rsla.Load()),
+		Healthy: a.pool.Load().Healthy(),
+		Limited: rejected > 0,
+	})
+}

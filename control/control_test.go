@@ -1,0 +1,230 @@
+package control
+
+import (
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/classify"
+	"github.com/sentry-proxy/sentry/policy"
+)
+
+type fakePool struct {
+	healthy  atomic.Int64
+	inflight atomic.Int64
+}
+
+func (p *fakePool) Healthy() int    { return int(p.healthy.Load()) }
+func (p *fakePool) Inflight() int64 { return p.inflight.Load() }
+
+type req struct{ method, path, host string }
+
+func (r req) Method() []byte       { return []byte(r.method) }
+func (r req) Path() []byte         { return []byte(r.path) }
+func (r req) Host() []byte         { return []byte(r.host) }
+func (r req) Peek(string) []byte   { return nil }
+func (r req) Cookie(string) []byte { return nil }
+
+func testApp(mode string) *policy.App {
+	return &policy.App{
+		Name: "shop",
+		Classes: []classify.ClassConfig{
+			{Name: "gold", Rules: []classify.Rule{{PathPrefix: "/checkout"}}},
+			{Name: "bronze", Default: true},
+		},
+		ServerTiming: policy.ServerTiming{Strip: true},
+		SLA:          policy.SLA{Percentile: 95, Targets: []policy.SLABand{{Below: 1000, Target: time.Second}, {Target: 3 * time.Second}}},
+		Admission: policy.Admission{Mode: mode,
+			Threshold: policy.ThresholdAdmission{Recompute: time.Second},
+			Switch:    policy.ModeSwitch{CPUHigh: 0.85, CPULow: 0.6, Hold: 2 * time.Second, RevertAfter: 30 * time.Second}},
+	}
+}
+
+func newManager(t *testing.T, now func() time.Time) (*Manager, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := NewManager(Options{Registerer: reg, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m, reg
+}
+
+func TestBuildClassifyEstimateAdmit(t *testing.T) {
+	m, reg := newManager(t, nil)
+	pool := &fakePool{}
+	pool.healthy.Store(2)
+	a, err := m.Build(testApp("batch"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Classes(); len(got) != 2 || got[0] != "gold" || got[1] != "bronze" {
+		t.Fatalf("classes %v", got)
+	}
+	c, key := a.Classify(req{"POST", "/checkout/pay", "x"}, netip.Addr{})
+	if c != 0 || string(key) != "/checkout/pay" {
+		t.Fatalf("classify: %d %q", c, key)
+	}
+	now := time.Now()
+	for i := 0; i < 50; i++ {
+		a.Observe(0, key, []byte("cpu;dur=8, queue;dur=1"), 9*time.Millisecond, 1, 0, 10*time.Millisecond, now)
+	}
+	s, _ := a.Estimate(0, key, now)
+	if s < 7*time.Millisecond || s > 9*time.Millisecond {
+		t.Errorf("estimate after cpu;dur=8 reports: %v", s)
+	}
+	d := a.Admit(&admission.Request{Class: 0, S: s})
+	if d.Verdict != admission.Admit {
+		t.Errorf("idle farm rejected gold: %v", d.Verdict)
+	}
+	// With no healthy backend the batch test cannot admit.
+	pool.healthy.Store(0)
+	if d := a.Admit(&admission.Request{Class: 1, S: s}); d.Verdict == admission.Admit {
+		t.Errorf("n=0 admitted")
+	}
+	n, err := testutil.GatherAndCount(reg, "sentry_admission_mode", "sentry_class_service_seconds", "sentry_sla_target_seconds")
+	if err != nil || n != 3+2+1 {
+		t.Errorf("gathered %d (%v)", n, err)
+	}
+}
+
+func TestReloadKeepsLearnedState(t *testing.T) {
+	m, _ := newManager(t, nil)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a1, err := m.Build(testApp("batch"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for i := 0; i < 30; i++ {
+		a1.Observe(1, []byte("/search"), []byte("cpu;dur=40"), 40*time.Millisecond, 1, 0, 40*time.Millisecond, now)
+	}
+	// Reload: classes reordered and one added; bronze keeps its history.
+	ac := testApp("auto")
+	ac.Classes = []classify.ClassConfig{
+		{Name: "platinum", Rules: []classify.Rule{{Path: "/vip"}}},
+		{Name: "gold", Rules: []classify.Rule{{PathPrefix: "/checkout"}}},
+		{Name: "bronze", Default: true},
+	}
+	a2, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a1 != a2 {
+		t.Fatal("reload built a new stack: learned state lost")
+	}
+	if got := a2.Classes(); len(got) != 3 || got[2] != "bronze" {
+		t.Fatalf("classes after reload %v", got)
+	}
+	s, _ := a2.Estimate(2, []byte("/search"), now)
+	if s < 35*time.Millisecond || s > 45*time.Millisecond {
+		t.Errorf("bronze /search estimate after reload = %v, want ~40ms", s)
+	}
+	if a2.Mode() != admission.ModeBatch {
+		t.Errorf("auto mode should start in batch, got %v", a2.Mode())
+	}
+	// A bad policy changes nothing.
+	bad := testApp("batch")
+	bad.Classes = []classify.ClassConfig{{Name: "x", Rules: []classify.Rule{{PathRegexp: "("}}}}
+	if _, err := m.Build(bad, pool); err == nil {
+		t.Fatal("bad regexp accepted")
+	}
+	if got := a2.Classes(); len(got) != 3 {
+		t.Errorf("failed build changed classes to %v", got)
+	}
+	m.Retain(nil)
+	if _, ok := m.apps["shop"]; ok {
+		t.Error("Retain(nil) kept the app")
+	}
+}
+
+func TestModeOffAndThreshold(t *testing.T) {
+	m, _ := newManager(t, nil)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a, err := m.Build(testApp("off"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := a.Admit(&admission.Request{Class: 1}); d.Verdict != admission.Admit {
+		t.Errorf("off rejected")
+	}
+	// Threshold with a configured capacity of 0.1 server-s/s per backend
+	// and gold alone offering 50 req/s × 10 ms = 0.5: bronze gets nothing.
+	ac := testApp("threshold")
+	ac.Admission.Threshold.Capacity = 0.1
+	a, err = m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for i := 0; i < 40; i++ {
+		a.Observe(0, []byte("/checkout"), []byte("cpu;dur=10"), 10*time.Millisecond, 1, 0, 10*time.Millisecond, now)
+	}
+	for i := 0; i < 500; i++ {
+		a.Estimate(0, []byte("/checkout"), now.Add(time.Duration(i)*20*time.Millisecond))
+	}
+	th := a.thr.Load().Recompute(now.Add(10 * time.Second))
+	if th.Class != 0 || th.P >= 1 {
+		t.Fatalf("threshold pair %+v, want class 0 partially admitted", th)
+	}
+	if d := a.Admit(&admission.Request{Class: 1}); d.Verdict != admission.RejectThreshold {
+		t.Errorf("bronze under threshold: %v", d.Verdict)
+	}
+}
+
+func TestTickFollowsQoSTable(t *testing.T) {
+	var nowNs atomic.Int64
+	nowNs.Store(time.Unix(1000, 0).UnixNano())
+	m, _ := newManager(t, func() time.Time { return time.Unix(0, nowNs.Load()) })
+	clock := time.Unix(1000, 0)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a, err := m.Build(testApp("batch"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.RSLA() != time.Second {
+		t.Fatalf("initial R_sla %v", a.RSLA())
+	}
+	// 2000 req/s for 10 s moves the app into the second band (3 s).
+	for s := 0; s < 10; s++ {
+		for i := 0; i < 2000; i++ {
+			a.Estimate(1, []byte("/"), clock.Add(time.Duration(i)*500*time.Microsecond))
+		}
+		clock = clock.Add(time.Second)
+		nowNs.Store(clock.UnixNano())
+	}
+	a.tick(clock, time.Second)
+	if a.RSLA() != 3*time.Second {
+		t.Errorf("R_sla at ~2000 req/s = %v, want 3s", a.RSLA())
+	}
+}
+
+func TestWindowQuantile(t *testing.T) {
+	var w window
+	for i := 0; i < 95; i++ {
+		w.add(10 * time.Millisecond)
+	}
+	for i := 0; i < 5; i++ {
+		w.add(2 * time.Second)
+	}
+	n, q := w.drain(0.95)
+	if n != 100 || q < 10*time.Millisecond || q > 13*time.Millisecond {
+		t.Errorf("p95 of 95×10ms+5×2s = %v (n=%d), want ~10ms", q, n)
+	}
+	if n, _ := w.drain(0.95); n != 0 {
+		t.Error("drain did not reset")
+	}
+	w.add(2 * time.Second)
+	if _, q := w.drain(0.5); q < 2*time.Second || q > 2500*time.Millisecond {
+		t.Errorf("upper-bound quantile %v for 2s", q)
+	}
+}

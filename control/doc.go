@@ -1,0 +1,54 @@
+// Package control assembles one app's admission stack from the policy and
+// keeps it across reloads: the classifier (classify), the service-time
+// estimator (estimator), batch admission (batchac), threshold admission
+// (thresholdac), the CPU-driven mode switch (admission.Switch), and the SLA
+// bookkeeping that ties them together. The proxy sees an App only through
+// proxy.Controller.
+//
+// # Per request
+//
+//	Classify(req, client) → class, key        classify, first match wins
+//	Estimate(class, key)  → S, bucket         estimator; counts the arrival
+//	Admit(&admission.Request)                  switch.Mode(): batch | threshold | off
+//	Observe(class, key, Server-Timing, measured, in-service, S, latency)
+//
+// Nothing here allocates per request; the mode dispatch is one atomic load.
+//
+// # Once per second (monitor)
+//
+//   - R_sla follows the app's measured arrival rate through the QoS table
+//     (Cataclysm eq. 1), and batchac reads it through batchac.State.
+//   - The admitted requests' percentile (the SLA's, default p95) over the
+//     interval is computed from a lock-free log histogram (window.go; it
+//     errs at most 25% high, never low).
+//   - While batch mode is in force and the interval had at least 20
+//     completions, the capacity learner gets one observation: the admitted
+//     work rate Σ S/interval, whether the percentile met R_sla, n, and
+//     whether batch mode rejected anything (ALGORITHMS.md §3, learned K).
+//
+// # Decisions
+//
+//   - One mode switch per app. CPU is process-wide, so every app's switch
+//     sees the same utilisation and they move together; per-app switches
+//     keep the policy's per-app switch settings meaningful. A reload that
+//     changes an app's switch settings or mode rebuilds its switch (its
+//     episode state and switch counters restart); any other reload keeps it.
+//   - Learned state survives reloads keyed by app name: the estimator's
+//     history (estimator.Registry, keyed further by class name and key),
+//     batchac's queues and learned parallelism (Reconfigure), and the
+//     capacity learner. The threshold controller is rebuilt when the class
+//     count or its settings change; its state is recomputed every period.
+//   - The SLA "met" counter and revenue (eq. 2) count admitted, relayed
+//     requests whose latency from arrival at sentry to response head was
+//     within the R_sla in force.
+//
+// # Lock order
+//
+// Manager.mu, then App.mu. Neither is taken on the request path.
+//
+// Usage:
+//
+//	m, _ := control.NewManager(control.Options{Logger: log, Registerer: reg})
+//	app, err := m.Build(snap.Apps[0], pool)   // again on reload: same *App
+//	m.Retain(names)                            // drop apps no longer in the policy
+package control

@@ -1,0 +1,356 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/batchac"
+	"github.com/sentry-proxy/sentry/classify"
+	"github.com/sentry-proxy/sentry/estimator"
+	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/thresholdac"
+)
+
+// Options are the manager's collaborators.
+type Options struct {
+	Logger     hclog.Logger
+	Registerer prometheus.Registerer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// CPU reads the process CPU time for the mode switch; nil means
+	// admission.ProcessCPUTime.
+	CPU func() (time.Duration, error)
+}
+
+// Manager builds each app's admission stack from the policy and keeps it
+// across reloads, keyed by app name.
+type Manager struct {
+	opts Options
+	log  hclog.Logger
+	ests *estimator.Registry
+
+	mu   sync.Mutex
+	apps map[string]*App
+}
+
+// NewManager returns a manager; its metrics go to opts.Registerer.
+func NewManager(opts Options) (*Manager, error) {
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	m := &Manager{opts: opts, log: opts.Logger.Named("control"), ests: estimator.NewRegistry(), apps: map[string]*App{}}
+	if err := opts.Registerer.Register(&collector{m: m}); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Estimators exposes the estimator registry (for the estimator's collector).
+func (m *Manager) Estimators() *estimator.Registry { return m.ests }
+
+// Build returns the app's stack, creating it or reconfiguring the existing
+// one in place. On error nothing changes.
+func (m *Manager) Build(ac *policy.App, pool Pool) (*App, error) {
+	cls, err := classify.Compile(ac.Classes)
+	if err != nil {
+		return nil, fmt.Errorf("classes: %w", err)
+	}
+	mode, err := admission.ParseMode(ac.Admission.Mode)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &appConfig{cls: cls, names: cls.Names(), sla: ac.SLA, mode: mode, strip: ac.ServerTiming.Strip,
+		percentile: ac.SLA.Percentile, revenue: ac.SLA.Revenue}
+	if cfg.percentile <= 0 || cfg.percentile >= 100 {
+		cfg.percentile = 95
+	}
+	est, err := m.ests.Get(ac.Name, ac.Estimator, cfg.names)
+	if err != nil {
+		return nil, fmt.Errorf("estimator: %w", err)
+	}
+	bcfg := batchConfig(ac, cls, est)
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.apps[ac.Name]
+	if a == nil {
+		return m.create(ac, pool, cfg, est, bcfg)
+	}
+	if err := a.batch.Reconfigure(bcfg); err != nil {
+		return nil, fmt.Errorf("batch: %w", err)
+	}
+	a.pool.Store(&poolRef{pool})
+	a.resizeMet(len(cfg.names))
+	a.cfg.Store(cfg)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.mu.nClasses != len(cfg.names) || a.mu.thrCfg != ac.Admission.Threshold {
+		if err := a.startThreshold(ac, len(cfg.names)); err != nil {
+			return nil, err
+		}
+	}
+	if a.mu.swCfg != ac.Admission.Switch || a.sw.Load().Configured() != mode {
+		if err := a.startSwitch(ac, mode, m.opts); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func batchConfig(ac *policy.App, cls *classify.Classifier, est *estimator.Estimator) batchac.Config {
+	bc := batchac.Config{
+		Buckets:          est.Buckets().N(),
+		QueueCap:         ac.Admission.Batch.QueueCap,
+		AllOrNothing:     ac.Admission.Batch.AllOrNothing,
+		Parallelism:      ac.Admission.Batch.Parallelism,
+		LearnParallelism: ac.Admission.Batch.Parallelism == 0,
+	}
+	if bc.Parallelism == 0 {
+		bc.Parallelism = 1
+	}
+	for i := 0; i < cls.Len(); i++ {
+		c := cls.Class(i)
+		bc.Classes = append(bc.Classes, batchac.ClassConfig{Name: c.Name, Period: c.Period})
+	}
+	return bc
+}
+
+func (m *Manager) create(ac *policy.App, pool Pool, cfg *appConfig, est *estimator.Estimator, bcfg batchac.Config) (*App, error) {
+	a := &App{name: ac.Name, log: m.log.With("app", ac.Name), now: m.opts.Now, est: est}
+	a.pool.Store(&poolRef{pool})
+	a.cfg.Store(cfg)
+	a.resizeMet(len(cfg.names))
+	a.rsla.Store(int64(cfg.sla.Target(0)))
+	labels := prometheus.Labels{"app": ac.Name}
+	bcfg.ConstLabels = labels
+	bcfg.Now = m.opts.Now
+	b, err := batchac.New(a, bcfg)
+	if err != nil {
+		return nil, fmt.Errorf("batch: %w", err)
+	}
+	a.batch = b
+	a.learner, err = thresholdac.NewLearner(thresholdac.LearnerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a.mu.Lock()
+	if err := a.startThreshold(ac, len(cfg.names)); err == nil {
+		err = a.startSwitch(ac, cfg.mode, m.opts)
+	}
+	a.mu.Unlock()
+	if err != nil {
+		a.stop()
+		return nil, err
+	}
+	if err := m.opts.Registerer.Register(b); err != nil {
+		a.stop()
+		return nil, fmt.Errorf("batch metrics: %w", err)
+	}
+	a.wg.Add(2)
+	go func() { defer a.wg.Done(); b.Run(a.ctx) }()
+	go a.monitor()
+	m.apps[ac.Name] = a
+	return a, nil
+}
+
+// startThreshold (re)builds the threshold controller; a.mu held.
+func (a *App) startThreshold(ac *policy.App, classes int) error {
+	tc := thresholdac.Config{Classes: classes, Inputs: a, Period: ac.Admission.Threshold.Recompute, Now: a.now}
+	if c := ac.Admission.Threshold.Capacity; c > 0 {
+		tc.PerServer = c
+	} else {
+		tc.Learned = a.learner
+	}
+	t, err := thresholdac.New(tc)
+	if err != nil {
+		return fmt.Errorf("threshold: %w", err)
+	}
+	t.Recompute(a.now())
+	if a.mu.thrCancel != nil {
+		a.mu.thrCancel()
+	}
+	ctx, cancel := context.WithCancel(a.ctx)
+	a.mu.thrCancel, a.mu.thrCfg, a.mu.nClasses = cancel, ac.Admission.Threshold, classes
+	a.thr.Store(t)
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); t.Run(ctx) }()
+	return nil
+}
+
+// startSwitch (re)builds the mode switch; a.mu held.
+func (a *App) startSwitch(ac *policy.App, mode admission.Mode, o Options) error {
+	s := ac.Admission.Switch
+	sw, err := admission.NewSwitch(admission.SwitchConfig{
+		Mode: mode, CPUHigh: s.CPUHigh, CPULow: s.CPULow, Hold: s.Hold, RevertAfter: s.RevertAfter,
+		CPU: o.CPU, Now: a.now, Logger: a.log,
+		Rate: func() float64 {
+			now, r := a.now(), 0.0
+			for c := range a.cfg.Load().names {
+				r += a.est.Rate(c, now)
+			}
+			return r
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("mode switch: %w", err)
+	}
+	if a.mu.swCancel != nil {
+		a.mu.swCancel()
+	}
+	ctx, cancel := context.WithCancel(a.ctx)
+	a.mu.swCancel, a.mu.swCfg = cancel, s
+	a.sw.Store(sw)
+	if mode == admission.ModeAuto {
+		a.wg.Add(1)
+		go func() { defer a.wg.Done(); sw.Run(ctx, admission.DefaultSampleInterval) }()
+	}
+	return nil
+}
+
+func (a *App) resizeMet(n int) {
+	if cs := a.classes.Load(); cs == nil || len(*cs) < n {
+		next := make([]classStats, n)
+		a.classes.Store(&next)
+	}
+	if len(a.met) < n {
+		met := make([]atomic.Uint64, n)
+		for i := range a.met {
+			met[i].Store(a.met[i].Load())
+		}
+		a.met = met
+	}
+}
+
+func (a *App) stop() {
+	if a.cancel != nil {
+		a.cancel()
+	}
+	if a.batch != nil {
+		a.batch.Close()
+	}
+	a.wg.Wait()
+}
+
+// Retain stops and forgets the apps not named.
+func (m *Manager) Retain(names []string) {
+	keep := map[string]bool{}
+	for _, n := range names {
+		keep[n] = true
+	}
+	m.mu.Lock()
+	var gone []*App
+	for name, a := range m.apps {
+		if !keep[name] {
+			gone = append(gone, a)
+			delete(m.apps, name)
+		}
+	}
+	m.mu.Unlock()
+	for _, a := range gone {
+		m.opts.Registerer.Unregister(a.batch)
+		a.stop()
+	}
+	m.ests.Retain(names...)
+}
+
+// Close stops every app.
+func (m *Manager) Close() { m.Retain(nil) }
+
+// collector exports the stacks' state at scrape time.
+type collector struct{ m *Manager }
+
+var (
+	descMode     = prometheus.NewDesc("sentry_admission_mode", "1 for the admission mode in force (batch, threshold, off).", []string{"app", "mode"}, nil)
+	descSwitches = prometheus.NewDesc("sentry_admission_mode_switches_total", "Mode switches, by the mode switched to.", []string{"app", "to"}, nil)
+	descCPU      = prometheus.NewDesc("sentry_cpu_utilization", "sentry's own CPU utilisation (fraction of GOMAXPROCS) as the mode switch last saw it.", []string{"app"}, nil)
+	descRSLA     = prometheus.NewDesc("sentry_sla_target_seconds", "Current response-time target R_sla (follows the arrival rate through the QoS table).", []string{"app"}, nil)
+	descQuant    = prometheus.NewDesc("sentry_sla_admitted_percentile_seconds", "Admitted requests' response-time percentile (the SLA's) over the last interval.", []string{"app"}, nil)
+	descCQuant   = prometheus.NewDesc("sentry_class_admitted_percentile_seconds", "Per class: admitted requests' response-time percentile (the SLA's) over the last interval; 0 if none completed.", []string{"app", "class"}, nil)
+	descRevenue  = prometheus.NewDesc("sentry_revenue_total", "Revenue earned: admitted requests that met the target × sla.revenue (Cataclysm eq. 2).", []string{"app", "class"}, nil)
+	descMet      = prometheus.NewDesc("sentry_sla_met_total", "Admitted requests answered within the target.", []string{"app", "class"}, nil)
+	descCap      = prometheus.NewDesc("sentry_learned_capacity_per_server", "Learned per-server capacity in server-seconds per second (0 while unknown).", []string{"app"}, nil)
+	descThr      = prometheus.NewDesc("sentry_threshold_class", "Threshold mode's class index i (0-based) admitted with probability p.", []string{"app"}, nil)
+	descThrP     = prometheus.NewDesc("sentry_threshold_admit_probability", "Threshold mode's admit probability p for class i.", []string{"app"}, nil)
+	descThrK     = prometheus.NewDesc("sentry_threshold_capacity_server_seconds", "Threshold mode's capacity K = n × per-server capacity (0 while unknown).", []string{"app"}, nil)
+	descClassS   = prometheus.NewDesc("sentry_class_service_seconds", "Estimated mean inherent service time per class.", []string{"app", "class"}, nil)
+	descClassR   = prometheus.NewDesc("sentry_class_arrival_rate", "Measured arrival rate per class (req/s, smoothed).", []string{"app", "class"}, nil)
+	descQ        = prometheus.NewDesc("sentry_queue_delay_seconds", "Estimated mean queueing delay Q at the backends.", []string{"app"}, nil)
+	descEta      = prometheus.NewDesc("sentry_eta", "η: requests in service per healthy backend.", []string{"app"}, nil)
+	descKeys     = prometheus.NewDesc("sentry_estimator_keys", "Keys in the service-time table.", []string{"app"}, nil)
+	descEvict    = prometheus.NewDesc("sentry_estimator_evictions_total", "Keys evicted from the service-time table.", []string{"app"}, nil)
+)
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descMode, descSwitches, descCPU, descRSLA, descQuant, descCQuant, descRevenue, descMet,
+		descCap, descThr, descThrP, descThrK, descClassS, descClassR, descQ, descEta, descKeys, descEvict} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	apps := make([]*App, 0, len(c.m.apps))
+	for _, a := range c.m.apps {
+		apps = append(apps, a)
+	}
+	c.m.mu.Unlock()
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	counter := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+	}
+	for _, a := range apps {
+		cfg := a.cfg.Load()
+		st := a.sw.Load().Status()
+		for _, md := range []admission.Mode{admission.ModeBatch, admission.ModeThreshold, admission.ModeOff} {
+			v := 0.0
+			if st.Mode == md {
+				v = 1
+			}
+			gauge(descMode, v, a.name, md.String())
+		}
+		counter(descSwitches, float64(st.ToThreshold), a.name, "threshold")
+		counter(descSwitches, float64(st.ToBatch), a.name, "batch")
+		if !math.IsNaN(st.Utilization) {
+			gauge(descCPU, st.Utilization, a.name)
+		}
+		gauge(descRSLA, a.RSLA().Seconds(), a.name)
+		gauge(descQuant, time.Duration(a.lastQuantile.Load()).Seconds(), a.name)
+		now := a.now()
+		cs := *a.classes.Load()
+		for i, name := range cfg.names {
+			gauge(descCQuant, time.Duration(cs[i].quantile.Load()).Seconds(), a.name, name)
+			met := float64(a.met[i].Load())
+			counter(descMet, met, a.name, name)
+			counter(descRevenue, met*cfg.revenue, a.name, name)
+			gauge(descClassS, a.est.ClassMean(i).Seconds(), a.name, name)
+			gauge(descClassR, a.est.Rate(i, now), a.name, name)
+		}
+		cap, _ := a.learner.PerServer()
+		gauge(descCap, cap, a.name)
+		th := a.thr.Load().Current()
+		gauge(descThr, float64(th.Class), a.name)
+		gauge(descThrP, th.P, a.name)
+		gauge(descThrK, th.K, a.name)
+		gauge(descQ, a.est.Q().Seconds(), a.name)
+		gauge(descEta, estimator.Eta(a.Inflight(), a.Healthy()), a.name)
+		gauge(descKeys, float64(a.est.Len()), a.name)
+		counter(descEvict, float64(a.est.Evictions()), a.name)
+	}
+}

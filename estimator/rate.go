@@ -1,0 +1,80 @@
+package estimator
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// rateState measures a class's arrival rate: arrivals are counted per window
+// (Config.RateWindow) with one atomic add, and each closed window's rate is
+// folded into an exponential average (time constant Config.RateSmoothing).
+// The first closed window sets the average directly; windows with no
+// arrivals count as rate 0.
+type rateState struct {
+	count atomic.Int64
+	end   atomic.Int64  // unix ns at which the current window closes; 0 = not started
+	rate  atomic.Uint64 // float64 bits, requests per second
+	mu    struct {      // closing a window; a leaf lock
+		sync.Mutex
+		seeded bool
+	}
+}
+
+func (r *rateState) arrive(now int64, sn *snapshot) {
+	if end := r.end.Load(); end == 0 || now >= end {
+		r.roll(now, sn)
+	}
+	r.count.Add(1)
+}
+
+func (r *rateState) roll(now int64, sn *snapshot) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	end := r.end.Load()
+	if end == 0 {
+		r.end.Store(now + sn.win)
+		return
+	}
+	if now < end {
+		return
+	}
+	k := 1 + (now-end)/sn.win // windows closed: one with the count, k-1 empty
+	n := r.count.Swap(0)
+	sample := float64(n) / (float64(sn.win) / float64(time.Second))
+	rate := math.Float64frombits(r.rate.Load())
+	if !r.mu.seeded {
+		rate, r.mu.seeded = sample, true
+	} else {
+		rate += sn.rateAlpha * (sample - rate)
+	}
+	if k > 1 {
+		rate *= math.Pow(1-sn.rateAlpha, float64(k-1))
+	}
+	r.rate.Store(math.Float64bits(rate))
+	r.end.Store(end + k*sn.win)
+}
+
+// Arrive counts one arrival of class at now. It takes one atomic load and
+// one atomic add, plus a short lock once per window.
+func (e *Estimator) Arrive(class int, now time.Time) {
+	sn := e.snap.Load()
+	if uint(class) < uint(len(sn.classes)) {
+		sn.classes[class].rate.arrive(now.UnixNano(), sn)
+	}
+}
+
+// Rate returns class's smoothed arrival rate λ in requests per second,
+// closing any windows that ended before now. It lags by up to one window.
+func (e *Estimator) Rate(class int, now time.Time) float64 {
+	sn := e.snap.Load()
+	if uint(class) >= uint(len(sn.classes)) {
+		return 0
+	}
+	r := &sn.classes[class].rate
+	if end := r.end.Load(); end != 0 && now.UnixNano() >= end {
+		r.roll(now.UnixNano(), sn)
+	}
+	return math.Float64frombits(r.rate.Load())
+}

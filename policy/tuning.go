@@ -1,0 +1,282 @@
+package policy
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/batchac"
+	"github.com/sentry-proxy/sentry/estimator"
+	"github.com/sentry-proxy/sentry/thresholdac"
+	"gopkg.in/yaml.v3"
+)
+
+// This file holds the sections that tune admission control: server_timing,
+// sla, estimator and admission. Their defaults come from the libraries that
+// run them, written out in full so that a snapshot shows the values in use.
+
+func defaultSLA() SLA {
+	return SLA{
+		Percentile: 95,
+		Targets: []SLABand{
+			{Below: 1000, Target: time.Second},
+			{Below: 10000, Target: 2 * time.Second},
+			{Target: 3 * time.Second},
+		},
+	}
+}
+
+func defaultEstimator() estimator.Config {
+	return estimator.Config{
+		HalfLife:      estimator.DefaultHalfLife,
+		QueueHalfLife: estimator.DefaultQueueHalfLife,
+		MaxKeys:       estimator.DefaultMaxKeys,
+		Alpha:         estimator.DefaultAlpha,
+		// A copy: a snapshot must not share a slice with the library.
+		Edges:         append([]time.Duration(nil), estimator.DefaultEdges...),
+		RateWindow:    estimator.DefaultRateWindow,
+		RateSmoothing: estimator.DefaultRateSmoothing,
+		Refresh:       estimator.DefaultRefresh,
+	}
+}
+
+func defaultAdmission() Admission {
+	return Admission{
+		Mode:      admission.ModeAuto.String(),
+		Batch:     BatchAdmission{QueueCap: batchac.DefaultQueueCap},
+		Threshold: ThresholdAdmission{Recompute: thresholdac.DefaultPeriod},
+		Switch: ModeSwitch{
+			CPUHigh:     admission.DefaultCPUHigh,
+			CPULow:      admission.DefaultCPULow,
+			Hold:        admission.DefaultHold,
+			RevertAfter: admission.DefaultRevertAfter,
+		},
+	}
+}
+
+// Limits beyond which a value is a mistake, not a wish.
+const (
+	maxEstimatorKeys = 100_000_000
+	maxBucketEdges   = 255 // estimator.NewBuckets
+	maxQueueCap      = 1 << 20
+	maxParallelism   = 4096 // batchac refuses more
+)
+
+func (d *decoder) serverTiming(n *yaml.Node, path string, st *ServerTiming) {
+	d.mapping(n, path, []field{
+		{"strip", d.boolField(&st.Strip)},
+	})
+}
+
+func (d *decoder) sla(n *yaml.Node, path string, s *SLA) {
+	d.mapping(n, path, []field{
+		{"percentile", d.numField(&s.Percentile, numRange{lo: 0, hi: 100, loOpen: true, hiOpen: true})},
+		{"targets", func(v *yaml.Node, p string) {
+			if t, ok := d.slaTargets(v, p); ok {
+				s.Targets = t
+			}
+		}},
+		{"revenue", d.numField(&s.Revenue, atLeast(0))},
+	})
+}
+
+// slaTargets decodes the QoS table: bands in increasing order of below,
+// the last one without below. ok is false when anything was reported.
+func (d *decoder) slaTargets(n *yaml.Node, path string) (out []SLABand, ok bool) {
+	mark := d.reports
+	r := resolve(n)
+	switch {
+	case isNull(r) || r.Kind == yaml.SequenceNode && len(r.Content) == 0:
+		d.errorf(n, path, "empty; give at least one band ({target: 1s}), or leave targets out for the default table")
+		return nil, false
+	case r.Kind != yaml.SequenceNode:
+		d.errorf(n, path, "expected a list of {below: REQ/S, target: DURATION}, got %s", describe(r))
+		return nil, false
+	}
+	prev, prevLine := 0.0, 0 // the last valid below, and its line
+	for i, e := range r.Content {
+		if !d.spend() {
+			return nil, false
+		}
+		p := path + "[" + strconv.Itoa(i) + "]"
+		last := i == len(r.Content)-1
+		var b SLABand
+		var belowNode *yaml.Node
+		belowOK, sawTarget := false, false
+		if !d.mapping(e, p, []field{
+			{"below", func(v *yaml.Node, p string) {
+				belowNode = v
+				b.Below, belowOK = d.numberIn(v, p, above(0))
+			}},
+			{"target", func(v *yaml.Node, p string) {
+				sawTarget = true
+				d.durationField(&b.Target, time.Nanosecond)(v, p)
+			}},
+		}) {
+			continue
+		}
+		if !sawTarget {
+			d.errorf(e, p, "target is required (the response-time target in this band, e.g. 1s)")
+		}
+		switch {
+		case last && belowNode != nil:
+			d.errorf(belowNode, joinPath(p, "below"), "leave below out of the last band: it takes every rate above the band before it")
+		case !last && belowNode == nil:
+			d.errorf(e, p, "below is required (the arrival rate in req/s under which this band applies); only the last band leaves it out")
+		case belowOK && prevLine > 0 && b.Below <= prev:
+			d.errorf(belowNode, joinPath(p, "below"), "below %s is not above the previous band's %s (line %d); list bands by increasing rate",
+				fmtNum(b.Below), fmtNum(prev), prevLine)
+		}
+		if belowOK {
+			prev, prevLine = b.Below, line(belowNode)
+		}
+		out = append(out, b)
+	}
+	if d.reported(mark) {
+		return nil, false
+	}
+	return out, true
+}
+
+// estimator decodes the estimator section. Each value is checked here, so
+// that its line is known; Parse then also hands the result to
+// estimator.New.
+func (d *decoder) estimator(n *yaml.Node, path string, c *estimator.Config) {
+	d.mapping(n, path, []field{
+		{"half_life", d.durationField(&c.HalfLife, time.Nanosecond)},
+		{"queue_half_life", d.durationField(&c.QueueHalfLife, time.Nanosecond)},
+		{"max_keys", d.intField(&c.MaxKeys, 1, maxEstimatorKeys)},
+		{"alpha", func(v *yaml.Node, p string) {
+			x, ok := d.numberIn(v, p, atLeast(0))
+			switch {
+			case !ok:
+			case x == 0:
+				d.errorf(v, p, "0 is out of range; must be greater than 0 (to ignore io time, use a tiny value such as 1e-9)")
+			default:
+				c.Alpha = x
+			}
+		}},
+		{"fit_alpha", d.boolField(&c.FitAlpha)},
+		{"buckets", func(v *yaml.Node, p string) {
+			if e, ok := d.bucketEdges(v, p); ok {
+				c.Edges = e
+			}
+		}},
+		{"rate_window", d.durationField(&c.RateWindow, time.Nanosecond)},
+		{"rate_smoothing", d.durationField(&c.RateSmoothing, time.Nanosecond)},
+	})
+}
+
+// bucketEdges decodes the service-time bucket edges: positive durations in
+// strictly increasing order. ok is false when anything was reported.
+func (d *decoder) bucketEdges(n *yaml.Node, path string) (out []time.Duration, ok bool) {
+	mark := d.reports
+	r := resolve(n)
+	switch {
+	case isNull(r) || r.Kind == yaml.SequenceNode && len(r.Content) == 0:
+		d.errorf(n, path, "empty; give at least one edge, or leave buckets out for the default")
+		return nil, false
+	case r.Kind != yaml.SequenceNode:
+		d.errorf(n, path, "expected a list of durations, got %s", describe(r))
+		return nil, false
+	case len(r.Content) > maxBucketEdges:
+		d.errorf(n, path, "%d edges; at most %d", len(r.Content), maxBucketEdges)
+		return nil, false
+	}
+	prevLine := 0
+	for i, e := range r.Content {
+		if !d.spend() {
+			return nil, false
+		}
+		p := path + "[" + strconv.Itoa(i) + "]"
+		x, good := d.duration(e, p, time.Nanosecond)
+		if !good {
+			continue
+		}
+		if k := len(out); k > 0 && x <= out[k-1] {
+			d.errorf(e, p, "%v is not above the previous edge %v (line %d); edges must increase", x, out[k-1], prevLine)
+			continue
+		}
+		out = append(out, x)
+		prevLine = line(e)
+	}
+	if d.reported(mark) {
+		return nil, false
+	}
+	return out, true
+}
+
+func (d *decoder) admission(n *yaml.Node, path string, a *Admission) {
+	modes := []string{
+		admission.ModeAuto.String(), admission.ModeBatch.String(),
+		admission.ModeThreshold.String(), admission.ModeOff.String(),
+	}
+	d.mapping(n, path, []field{
+		{"mode", d.enumField(&a.Mode, modes...)},
+		{"batch", func(v *yaml.Node, p string) { d.batchAdmission(v, p, &a.Batch) }},
+		{"threshold", func(v *yaml.Node, p string) { d.thresholdAdmission(v, p, &a.Threshold) }},
+		{"switch", func(v *yaml.Node, p string) { d.modeSwitch(v, p, &a.Switch) }},
+	})
+}
+
+func (d *decoder) batchAdmission(n *yaml.Node, path string, b *BatchAdmission) {
+	d.mapping(n, path, []field{
+		{"queue_cap", d.intField(&b.QueueCap, 1, maxQueueCap)},
+		{"all_or_nothing", d.boolField(&b.AllOrNothing)},
+		{"parallelism", func(v *yaml.Node, p string) {
+			x, ok := d.number(v, p)
+			switch {
+			case !ok:
+			case x != 0 && (x < 1 || x > maxParallelism):
+				d.errorf(v, p, "%s is out of range; use 0 to learn it, or a value from 1 to %d", fmtNum(x), maxParallelism)
+			default:
+				b.Parallelism = x
+			}
+		}},
+	})
+}
+
+func (d *decoder) thresholdAdmission(n *yaml.Node, path string, t *ThresholdAdmission) {
+	d.mapping(n, path, []field{
+		{"recompute", d.durationField(&t.Recompute, time.Nanosecond)},
+		{"capacity", d.numField(&t.Capacity, atLeast(0))},
+	})
+}
+
+func (d *decoder) modeSwitch(n *yaml.Node, path string, s *ModeSwitch) {
+	mark := d.reports
+	var highNode, lowNode *yaml.Node
+	if !d.mapping(n, path, []field{
+		{"cpu_high", func(v *yaml.Node, p string) {
+			highNode = v
+			d.numField(&s.CPUHigh, numRange{lo: 0, hi: 1, loOpen: true})(v, p)
+		}},
+		{"cpu_low", func(v *yaml.Node, p string) {
+			lowNode = v
+			d.numField(&s.CPULow, numRange{lo: 0, hi: 1, loOpen: true, hiOpen: true})(v, p)
+		}},
+		{"hold", d.durationField(&s.Hold, time.Nanosecond)},
+		{"revert_after", d.durationField(&s.RevertAfter, time.Nanosecond)},
+	}) || d.reported(mark) {
+		return
+	}
+	if s.CPULow >= s.CPUHigh {
+		at, key := lowNode, "cpu_low"
+		if at == nil {
+			at, key = highNode, "cpu_high"
+		}
+		d.errorf(at, joinPath(path, key), "cpu_low %s must be below cpu_high %s (the switch back to batch needs a lower utilisation than the switch away)",
+			fmtNum(s.CPULow), fmtNum(s.CPUHigh))
+	}
+}
+
+// checkEstimator hands an app's estimator settings to estimator.New, the
+// library's own validation, with the app's class names. The decoder has
+// checked every value already, so this is a backstop: an error is
+// reported at the estimator key, or the app when there is none.
+func (d *decoder) checkEstimator(a *App, names []string, at *yaml.Node, path string) {
+	if _, err := estimator.New(a.Estimator, names); err != nil {
+		d.errorf(at, path, "%s", strings.TrimPrefix(err.Error(), "estimator: "))
+	}
+}

@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/classify"
+	"github.com/sentry-proxy/sentry/lb"
+	"github.com/sentry-proxy/sentry/policy"
+)
+
+// fakeControl classifies by the X-Class header (gold=0, else bronze=1),
+// rejects bronze, and records observations.
+type fakeControl struct {
+	mu       sync.Mutex
+	observed []observation
+	strip    bool
+	retained [][]string
+}
+
+type observation struct {
+	class  int
+	key    string
+	timing string
+	s      time.Duration
+}
+
+func (f *fakeControl) Build(*policy.App, *lb.Pool) (Controller, error) { return f, nil }
+func (f *fakeControl) Retain(apps []string) {
+	f.mu.Lock()
+	f.retained = append(f.retained, apps)
+	f.mu.Unlock()
+}
+func (f *fakeControl) Classes() []string { return []string{"gold", "bronze"} }
+func (f *fakeControl) Classify(r classify.Request, _ netip.Addr) (int, []byte) {
+	if bytes.Equal(r.Peek("X-Class"), []byte("gold")) {
+		return 0, r.Path()
+	}
+	return 1, r.Path()
+}
+func (f *fakeControl) Estimate(class int, key []byte, _ time.Time) (time.Duration, int) {
+	return 7 * time.Millisecond, 2
+}
+func (f *fakeControl) Admit(r *admission.Request) admission.Decision {
+	if r.Class == 1 {
+		return admission.Decision{Verdict: admission.RejectTest, RetryAfter: 3 * time.Second}
+	}
+	return admission.Decision{Verdict: admission.Admit}
+}
+func (f *fakeControl) Observe(class int, key, st []byte, measured time.Duration, inService int, s, latency time.Duration, now time.Time) {
+	f.mu.Lock()
+	f.observed = append(f.observed, observation{class, string(key), string(st), s})
+	f.mu.Unlock()
+}
+func (f *fakeControl) StripServerTiming() bool { return f.strip }
+
+func startControlled(t *testing.T, ctl *fakeControl, be string) *harness {
+	t.Helper()
+	return startProxyOpts(t, []string{be}, Options{Control: ctl}, func(_ *policy.Snapshot, a *policy.App) { a.Admission.Mode = "batch" })
+}
+
+func TestAdmissionPath(t *testing.T) {
+	var hits int
+	var mu sync.Mutex
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits++
+		mu.Unlock()
+		w.Header().Set("Server-Timing", "cpu;dur=2, db;dur=5, queue;dur=1, cache;desc=hit")
+		io.WriteString(w, "ok")
+	})
+	ctl := &fakeControl{strip: true}
+	h := startControlled(t, ctl, be)
+
+	resp, body := rawRequest(t, h.addr, "GET /item?id=3 HTTP/1.1\r\nHost: x\r\nX-Class: gold\r\n\r\n")
+	if resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("gold: %d %q", resp.StatusCode, body)
+	}
+	if st := resp.Header.Get("Server-Timing"); st != "cache;desc=hit" {
+		t.Errorf("Server-Timing to client = %q, want only the non-timing entry", st)
+	}
+	ctl.mu.Lock()
+	obs := append([]observation(nil), ctl.observed...)
+	ctl.mu.Unlock()
+	if len(obs) != 1 || obs[0].class != 0 || obs[0].key != "/item" || obs[0].s != 7*time.Millisecond ||
+		obs[0].timing != "cpu;dur=2, db;dur=5, queue;dur=1, cache;desc=hit" {
+		t.Errorf("observations %+v", obs)
+	}
+
+	resp, body = rawRequest(t, h.addr, "GET /item HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "3" || resp.Header.Get("X-Sentry-Reject") != "rejected_test" {
+		t.Fatalf("bronze: %d %v", resp.StatusCode, resp.Header)
+	}
+	if body != "sentry: overloaded, retry later\n" {
+		t.Errorf("reject body %q", body)
+	}
+	mu.Lock()
+	if hits != 1 {
+		t.Errorf("backend saw %d requests; a rejected one reached it", hits)
+	}
+	mu.Unlock()
+	if v := testutil.ToFloat64(h.p.metrics.decisions.WithLabelValues("web", "bronze", "rejected_test")); v != 1 {
+		t.Errorf("decisions{bronze,rejected_test} = %v", v)
+	}
+	if v := testutil.ToFloat64(h.p.metrics.decisions.WithLabelValues("web", "gold", "admitted")); v != 1 {
+		t.Errorf("decisions{gold,admitted} = %v", v)
+	}
+}
+
+func TestReject429AndKeepTiming(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Server-Timing", "cpu;dur=2")
+	})
+	ctl := &fakeControl{strip: false}
+	h := startProxyOpts(t, []string{be}, Options{Control: ctl}, func(_ *policy.Snapshot, a *policy.App) {
+		a.Admission.Mode = "batch"
+		a.Reject = policy.Reject{Status: 429, Body: "slow down\n", RetryAfter: 2 * time.Second}
+	})
+	resp, _ := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\nX-Class: gold\r\n\r\n")
+	if resp.Header.Get("Server-Timing") != "cpu;dur=2" {
+		t.Errorf("strip off: Server-Timing %q", resp.Header.Get("Server-Timing"))
+	}
+	resp, body := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp.StatusCode != 429 || body != "slow down\n" {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+}
+
+func TestModeOffClassifiesButAdmits(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {})
+	ctl := &fakeControl{}
+	h := startProxyOpts(t, []string{be}, Options{Control: ctl}, func(_ *policy.Snapshot, a *policy.App) { a.Admission.Mode = "off" })
+	resp, _ := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n") // bronze
+	if resp.StatusCode != 200 {
+		t.Fatalf("mode off rejected: %d", resp.StatusCode)
+	}
+	if v := testutil.ToFloat64(h.p.metrics.decisions.WithLabelValues("web", "bronze", "admitted")); v != 1 {
+		t.Errorf("decisions{bronze,admitted} = %v", v)
+	}
+}
