@@ -136,6 +136,9 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 	if classesNode != nil && !classesBad {
 		d.compileClasses(a.Classes, classLines, classesNode, joinPath(path, "classes"))
 	}
+	if classesNode != nil && !classesBad {
+		d.checkPeriods(a, classLines, joinPath(path, "classes"))
+	}
 	if !estimatorBad && !classesBad {
 		at, p := estimatorNode, joinPath(path, "estimator")
 		if at == nil {
@@ -446,4 +449,25 @@ func (d *decoder) reject(n *yaml.Node, path string, r *Reject) {
 			r.RetryAfter = ra
 		}},
 	})
+}
+
+// checkPeriods refuses a class whose policer period leaves no time within
+// an SLA target: the batch test admits only when Q + (η + ⌈β/n⌉)·S ≤
+// R_sla − d_i, so d_i ≥ R_sla rejects the class even on an idle farm.
+func (d *decoder) checkPeriods(a *App, lines []int, path string) {
+	if len(a.SLA.Targets) == 0 {
+		return
+	}
+	minT, minIdx := a.SLA.Targets[0].Target, 0
+	for i, b := range a.SLA.Targets {
+		if b.Target < minT {
+			minT, minIdx = b.Target, i
+		}
+	}
+	for i, c := range a.Classes {
+		if c.Period > 0 && c.Period >= minT && i < len(lines) {
+			d.add(lines[i], "%s[%d].period: %v leaves no time within the SLA target %v (sla.targets[%d]): the batch test admits only while Q + (η + ⌈β/n⌉)·S ≤ R_sla − period; use a period well below every target",
+				path, i, c.Period, minT, minIdx)
+		}
+	}
 }

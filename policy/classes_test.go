@@ -47,7 +47,7 @@ func TestThreeClassesExample(t *testing.T) {
 	if got := c.Names(); !reflect.DeepEqual(got, []string{"gold", "silver", "bronze"}) || c.Default() != 2 {
 		t.Fatalf("classes %q, default %d", got, c.Default())
 	}
-	if p := []time.Duration{c.Class(0).Period, c.Class(1).Period, c.Class(2).Period}; !reflect.DeepEqual(p, []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond}) {
+	if p := []time.Duration{c.Class(0).Period, c.Class(1).Period, c.Class(2).Period}; !reflect.DeepEqual(p, []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}) {
 		t.Errorf("periods %v", p)
 	}
 	for _, tc := range []struct {

@@ -168,7 +168,7 @@ apps:
           - path_glob: /static/**/*.css
           - path_regexp: ^/item/[0-9]+$
       - name: rest
-        period: 1s
+        period: 50ms
         default: true
       - name: last
         rules: [{path: /last}]
@@ -250,7 +250,7 @@ apps:
 				{PathGlob: "/static/**/*.css"},
 				{PathRegexp: "^/item/[0-9]+$"},
 			}},
-			{Name: "rest", Period: time.Second, Default: true},
+			{Name: "rest", Period: 50 * time.Millisecond, Default: true},
 			{Name: "last", Rules: []classify.Rule{{Path: "/last"}}},
 		},
 		ServerTiming: ServerTiming{Strip: false},

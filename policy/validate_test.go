@@ -1064,3 +1064,28 @@ func TestNodeBudget(t *testing.T) {
 		t.Fatalf("want only duplicate names, got %v", err)
 	}
 }
+
+func TestPeriodMustLeaveTimeWithinSLA(t *testing.T) {
+	_, err := Parse("p.yaml", []byte(`apps:
+  - name: a
+    backends: {static: [127.0.0.1:9000]}
+    classes:
+      - name: gold
+        period: 100ms
+        rules: [{path_prefix: /buy/}]
+      - name: bronze
+        period: 500ms
+        default: true
+    sla:
+      targets: [{below: 100, target: 500ms}, {target: 2s}]
+`))
+	if err == nil {
+		t.Fatal("a period equal to the smallest SLA target was accepted")
+	}
+	if !strings.Contains(err.Error(), "p.yaml:8:") {
+		t.Errorf("error lacks the class line: %v", err)
+	}
+	if !strings.Contains(err.Error(), "classes[1].period: 500ms leaves no time") {
+		t.Errorf("unexpected error: %v", err)
+	}
+}

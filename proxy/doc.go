@@ -59,7 +59,8 @@
 // # Failures to statuses (status.go, the only place)
 //
 // Connect failure 502 (retried on another backend first, since nothing was
-// sent), response timeout 504, other backend failures 502, backend
+// sent; an idempotent request whose connection broke before any response
+// is retried too, like nginx's default proxy_next_upstream error), response timeout 504, other backend failures 502, backend
 // connection cap 503 + Retry-After, no healthy backend 503 (the prebuilt
 // rejection), admission rejection 503 or 429 + Retry-After, malformed 400,
 // head too large 431, body too large 413, slow head 408, unknown Host 404.

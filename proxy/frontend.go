@@ -24,6 +24,7 @@ type frontend struct {
 	srv   *fasthttp.Server
 	h2    *http2.Server
 	h2cfg *http.Server
+	tls   *tlsListener // nil for plain HTTP
 	done  chan struct{}
 	err   error
 }
@@ -74,18 +75,28 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		if err != nil {
 			return fmt.Errorf("listener %s: %w", addr, err)
 		}
-		fe.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		tcfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+			// Prefer h2: Go's TLS server takes the server's order.
+			NextProtos: []string{"h2", "http/1.1"}}
 		fe.h2 = &http2.Server{IdleTimeout: sv.IdleTimeout, MaxConcurrentStreams: 250}
 		fe.h2cfg = &http.Server{ReadHeaderTimeout: sv.ReadHeaderTimeout, IdleTimeout: sv.IdleTimeout,
 			MaxHeaderBytes: sv.MaxHeaderBytes, ErrorLog: p.log.Named("h2").StandardLogger(nil)}
-		fe.srv.NextProto("h2", fe.serveH2Conn)
-		// Prefer h2: Go's TLS server takes the server's order.
-		fe.srv.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
-		ln = tls.NewListener(ln, fe.srv.TLSConfig)
+		// ConfigureServer ties fe.h2's connections to fe.h2cfg, whose
+		// Shutdown then sends them GOAWAY (see Shutdown).
+		if err := http2.ConfigureServer(fe.h2cfg, fe.h2); err != nil {
+			return fmt.Errorf("listener %s: %w", addr, err)
+		}
+		// TLS and the h2/HTTP/1.1 split happen in front of fasthttp, which
+		// cannot drain h2 (see tlsListener).
+		fe.tls = newTLSListener(ln, tcfg, sv.ReadHeaderTimeout, func(c net.Conn) { _ = fe.serveH2Conn(c) })
+		ln = fe.tls
 	}
 	p.mu.Lock()
 	if _, dup := p.mu.fronts[addr]; dup {
 		p.mu.Unlock()
+		if fe.tls != nil {
+			fe.tls.Close()
+		}
 		return fmt.Errorf("listener %s already served", addr)
 	}
 	p.mu.fronts[addr] = fe
@@ -134,7 +145,19 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 	if fe == nil {
 		return nil
 	}
-	return fe.srv.ShutdownWithContext(ctx)
+	if fe.tls == nil {
+		return fe.srv.ShutdownWithContext(ctx)
+	}
+	// TLS: stop accepting, then drain fasthttp's HTTP/1.1 connections and
+	// the h2 ones (GOAWAY; each closes once its streams are done) together.
+	fe.tls.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- fe.srv.ShutdownWithContext(ctx) }()
+	err := fe.tls.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx) })
+	if herr := <-errc; herr != nil {
+		err = herr
+	}
+	return err
 }
 
 // ShutdownAll drains every front end and every tunnel (WebSockets) until

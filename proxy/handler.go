@@ -2,9 +2,12 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -264,12 +267,31 @@ func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response) (o
 		if p.log.IsDebug() {
 			p.log.Debug("relay failed", "app", a.name, "backend", u.addr, "error", err)
 		}
-		if !isDialError(err) || attempt >= maxDialAttempts {
+		if attempt >= maxDialAttempts || !(isDialError(err) || retryable(req, err)) {
 			return o, u, 0
 		}
 		last = u
 		resp.Reset()
 	}
+}
+
+// retryable reports whether a failed exchange may be sent to another
+// backend although the connection was up: like nginx's default
+// proxy_next_upstream "error", an idempotent request whose body was not
+// streamed, failed by the connection breaking (reset, closed, EOF) before
+// any response. Timeouts are never retried: the backend may still be
+// working on the request.
+func retryable(req *fasthttp.Request, err error) bool {
+	if req.IsBodyStream() {
+		return false
+	}
+	switch string(req.Header.Method()) {
+	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace, fasthttp.MethodPut, fasthttp.MethodDelete:
+	default:
+		return false
+	}
+	return errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // stripHopByHop removes hop-by-hop request headers (RFC 9110 §7.6.1),

@@ -431,3 +431,52 @@ func TestMetricsCountRequests(t *testing.T) {
 		t.Errorf("gathered %d series (%v), want 3", n, err)
 	}
 }
+
+func TestIdempotentRetriedOnBrokenConnection(t *testing.T) {
+	// One backend hangs up on every request without answering; the other
+	// answers. GETs are retried on the good one; a POST is not replayed.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				bufio.NewReader(c).ReadString('\n')
+				c.Close()
+			}()
+		}
+	}()
+	var posts atomic.Int32
+	good := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "POST" {
+			posts.Add(1)
+		}
+		io.WriteString(w, "good")
+	})
+	h := startProxy(t, []string{ln.Addr().String(), good}, func(_ *policy.Snapshot, a *policy.App) {
+		a.Balance = policy.RoundRobin
+		a.Health.Passive.Failures = 0 // keep the bad backend in rotation
+	})
+	for i := 0; i < 6; i++ {
+		resp, body := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp.StatusCode != 200 || body != "good" {
+			t.Fatalf("GET %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	var bad int
+	for i := 0; i < 6; i++ {
+		resp, _ := rawRequest(t, h.addr, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx")
+		if resp.StatusCode == 502 {
+			bad++
+		}
+	}
+	if bad == 0 || int(posts.Load())+bad != 6 {
+		t.Errorf("POSTs: %d got 502, %d reached the good backend; want the bad backend's share to fail, not be replayed", bad, posts.Load())
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,22 +25,31 @@ import (
 type listenFunc func(network, addr string) (net.Listener, error)
 
 // daemon wires the pieces built from a policy: proxy, listeners, admin.
+//
+// Lock order: d.mu only; it is never held on the request path. reload and
+// shutdown run on the run loop's goroutine, and d.mu makes them exclusive
+// with anything else that looks at the listener set.
 type daemon struct {
 	log    hclog.Logger
 	reg    *prometheus.Registry
 	proxy  *proxy.Proxy
 	listen listenFunc
 
-	mu       sync.Mutex // serialises reloads
-	admin    *http.Server
-	adminLn  net.Listener
+	mu        sync.Mutex              // serialises reload and shutdown; guards the fields below
+	lns       map[string]net.Listener // listening sockets by policy address, as opened
+	admin     *http.Server
+	adminLn   net.Listener
+	adminAddr string // "" when the admin listener is off
+
 	ready    atomic.Bool
 	draining atomic.Bool
 	extra    map[string]http.Handler // extra admin routes (demo status page)
+	drains   sync.WaitGroup          // listeners a reload removed, still draining
 
-	reloads    *prometheus.CounterVec
-	lastReload prometheus.Gauge
-	lastOK     prometheus.Gauge
+	reloads         *prometheus.CounterVec
+	lastReload      prometheus.Gauge
+	lastOK          prometheus.Gauge
+	upgradeFailures prometheus.Counter
 }
 
 // newLogger builds the root logger from the policy's log section.
@@ -60,52 +70,74 @@ func startDaemon(snap *policy.Snapshot, log hclog.Logger, listen listenFunc, ext
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sentry_build_info", Help: "Build information.", ConstLabels: prometheus.Labels{"version": version()}})
 	info.Set(1)
-	d := &daemon{log: log, reg: reg, listen: listen, extra: extra,
+	d := &daemon{log: log, reg: reg, listen: listen, extra: extra, lns: map[string]net.Listener{},
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sentry_policy_reloads_total",
 			Help: "Policy reloads by result (success, error)."}, []string{"result"}),
 		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sentry_policy_last_reload_timestamp_seconds",
 			Help: "Unix time of the last reload attempt."}),
 		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sentry_policy_last_reload_success",
 			Help: "1 if the last reload succeeded (or none was tried), 0 if it failed."}),
+		upgradeFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "sentry_upgrade_failures_total",
+			Help: "Binary upgrades (SIGUSR2) whose new process failed before it was ready; this process kept serving."}),
 	}
 	d.lastOK.Set(1)
-	reg.MustRegister(info, d.reloads, d.lastReload, d.lastOK)
+	reg.MustRegister(info, d.reloads, d.lastReload, d.lastOK, d.upgradeFailures)
 	d.reloads.WithLabelValues("success")
 	d.reloads.WithLabelValues("error")
 
-	p, err := proxy.New(proxy.Options{Logger: log, Registerer: reg}, snap)
+	ctl, err := newControl(log, reg)
+	if err != nil {
+		return nil, err
+	}
+	p, err := proxy.New(proxy.Options{Logger: log, Registerer: reg, Control: ctl}, snap)
 	if err != nil {
 		return nil, err
 	}
 	d.proxy = p
 	for _, l := range snap.Listeners {
-		if err := d.serve(l.Addr); err != nil {
+		ln, err := d.open(l.Addr)
+		if err == nil {
+			err = d.serve(l.Addr, ln)
+		}
+		if err != nil {
 			d.abort()
 			return nil, err
 		}
 	}
 	if snap.Admin.Listen != "" {
-		if err := d.startAdmin(snap.Admin.Listen); err != nil {
+		ln, err := d.listen("tcp", snap.Admin.Listen)
+		if err != nil {
 			d.abort()
-			return nil, err
+			return nil, fmt.Errorf("admin listen %s: %w", snap.Admin.Listen, err)
 		}
+		d.serveAdmin(snap.Admin.Listen, ln)
 	}
 	d.ready.Store(true)
 	return d, nil
 }
 
-func (d *daemon) serve(addr string) error {
+// open opens the listening socket for a policy address.
+func (d *daemon) open(addr string) (net.Listener, error) {
 	ln, err := d.listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", addr, err)
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
+	return ln, nil
+}
+
+// serve hands ln to the proxy; on failure ln is closed.
+func (d *daemon) serve(addr string, ln net.Listener) error {
 	if err := d.proxy.Serve(addr, ln); err != nil {
 		ln.Close()
 		return err
 	}
+	d.lns[addr] = ln
 	return nil
 }
 
+// abort undoes a failed start. It closes our descriptors but never stops a
+// socket: in an upgraded process they are shared with the process still
+// serving, which must keep serving.
 func (d *daemon) abort() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -116,11 +148,8 @@ func (d *daemon) abort() {
 	}
 }
 
-func (d *daemon) startAdmin(addr string) error {
-	ln, err := d.listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("admin listen %s: %w", addr, err)
-	}
+// serveAdmin serves metrics, health and readiness on ln.
+func (d *daemon) serveAdmin(addr string, ln net.Listener) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg, EnableOpenMetrics: true}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -139,53 +168,129 @@ func (d *daemon) startAdmin(addr string) error {
 	for path, h := range d.extra {
 		mux.Handle(path, h)
 	}
-	d.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second,
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second,
 		ErrorLog: d.log.Named("admin").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
-	d.adminLn = ln
+	d.admin, d.adminLn, d.adminAddr = srv, ln, addr
 	go func() {
-		if err := d.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("admin server stopped", "error", err)
 		}
 	}()
 	d.log.Info("admin listening", "addr", addr)
-	return nil
 }
 
-// reload applies a new snapshot: the proxy first, then listener changes.
-// If the proxy refuses it, nothing changes.
+// reload applies a new, fully validated snapshot. Everything that can fail
+// is done before the proxy switches: listening sockets for new addresses
+// (and a moved admin listener) are opened first, so a port that cannot be
+// had refuses the whole policy and the old one stays in force, untouched.
+// Then the proxy swaps the snapshot (pools, health and in-flight state
+// survive by app name and backend address), new listeners start serving,
+// and removed ones stop accepting at once and drain in the background
+// within server.shutdown_timeout. Listeners present in both policies are
+// not touched.
+//
+// The server section configures fasthttp servers, whose settings cannot
+// change on a live listener: a change applies to listeners opened from now
+// on, and to every listener after an upgrade (SIGUSR2). reload warns.
 func (d *daemon) reload(snap *policy.Snapshot) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.lastReload.SetToCurrentTime()
-	if err := d.proxy.Apply(snap); err != nil {
+	if d.draining.Load() {
+		err := errors.New("stopping; reload refused")
 		d.reloadFailed(err)
 		return err
 	}
+	cur := d.proxy.Snapshot()
+
 	want := map[string]bool{}
+	opened := map[string]net.Listener{}
+	var adminLn net.Listener
+	undo := func() {
+		// Sockets opened here are ours alone (never inherited: the
+		// upgrader closes unused inherited sockets at Ready).
+		for _, ln := range opened {
+			stopListening(ln)
+			ln.Close()
+		}
+		if adminLn != nil {
+			stopListening(adminLn)
+			adminLn.Close()
+		}
+	}
 	for _, l := range snap.Listeners {
 		want[l.Addr] = true
+		if d.lns[l.Addr] != nil {
+			continue
+		}
+		ln, err := d.open(l.Addr)
+		if err != nil {
+			undo()
+			d.reloadFailed(err)
+			return err
+		}
+		opened[l.Addr] = ln
 	}
-	have := map[string]bool{}
-	for _, a := range d.proxy.Listening() {
-		have[a] = true
+	adminMoved := snap.Admin.Listen != d.adminAddr
+	if adminMoved && snap.Admin.Listen != "" {
+		ln, err := d.listen("tcp", snap.Admin.Listen)
+		if err != nil {
+			undo()
+			err = fmt.Errorf("admin listen %s: %w", snap.Admin.Listen, err)
+			d.reloadFailed(err)
+			return err
+		}
+		adminLn = ln
 	}
+	if err := d.proxy.Apply(snap); err != nil {
+		undo()
+		d.reloadFailed(err)
+		return err
+	}
+
+	// The new policy is in force from here.
 	var errs []error
-	for a := range want {
-		if !have[a] {
-			if err := d.serve(a); err != nil {
+	for _, l := range snap.Listeners {
+		if ln := opened[l.Addr]; ln != nil {
+			if err := d.serve(l.Addr, ln); err != nil {
+				stopListening(ln)
 				errs = append(errs, err)
 			}
 		}
 	}
-	for a := range have {
-		if !want[a] {
-			ctx, cancel := context.WithTimeout(context.Background(), snap.Server.ShutdownTimeout)
-			if err := d.proxy.Shutdown(ctx, a); err != nil {
-				d.log.Warn("listener drain incomplete", "addr", a, "error", err)
-			}
-			cancel()
-			d.log.Info("listener closed", "addr", a)
+	for addr, ln := range d.lns {
+		if !want[addr] {
+			delete(d.lns, addr)
+			d.retire(addr, ln, snap.Server.ShutdownTimeout)
 		}
+	}
+	if adminMoved {
+		old, oldLn := d.admin, d.adminLn
+		d.admin, d.adminLn, d.adminAddr = nil, nil, ""
+		if adminLn != nil {
+			d.serveAdmin(snap.Admin.Listen, adminLn)
+		}
+		if old != nil {
+			stopListening(oldLn)
+			d.drains.Add(1)
+			go func() {
+				defer d.drains.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = old.Shutdown(ctx)
+			}()
+			d.log.Info("admin listener closed", "addr", cur.Admin.Listen)
+		}
+	}
+	if diff := serverDiff(cur.Server, snap.Server); diff != "" {
+		d.log.Warn("server settings changed: they apply to listeners opened from now on and to every listener after an upgrade (SIGUSR2); listeners already open keep the old ones",
+			"changed", diff)
+	}
+	if snap.Log.Level != cur.Log.Level {
+		d.log.SetLevel(hclog.LevelFromString(snap.Log.Level))
+	}
+	if snap.Log.Format != cur.Log.Format {
+		d.log.Warn("log.format changed: it applies after a restart or an upgrade (SIGUSR2)", "old", cur.Log.Format, "new", snap.Log.Format)
 	}
 	if err := errors.Join(errs...); err != nil {
 		d.reloadFailed(err)
@@ -196,23 +301,103 @@ func (d *daemon) reload(snap *policy.Snapshot) error {
 	return nil
 }
 
+// retire stops a listener the policy no longer has: the socket stops
+// accepting now, and requests and tunnels on it drain in the background.
+// d.mu held.
+func (d *daemon) retire(addr string, ln net.Listener, timeout time.Duration) {
+	stopListening(ln)
+	d.drains.Add(1)
+	go func() {
+		defer d.drains.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := d.proxy.Shutdown(ctx, addr); err != nil {
+			d.log.Warn("listener drain incomplete", "addr", addr, "error", err)
+		}
+		d.log.Info("listener closed", "addr", addr)
+	}()
+}
+
+// reloadFailed counts a refused reload and logs why, one FILE:LINE error
+// per line.
 func (d *daemon) reloadFailed(err error) {
 	d.reloads.WithLabelValues("error").Inc()
 	d.lastOK.Set(0)
-	d.log.Error("policy reload failed; the old policy stays in force", "error", err)
+	var list policy.Errors
+	if errors.As(err, &list) {
+		for _, e := range list {
+			d.log.Error("policy error", "error", e.Error())
+		}
+		d.log.Error("policy reload refused; the old policy stays in force", "errors", len(list))
+		return
+	}
+	d.log.Error("policy reload refused; the old policy stays in force", "error", err)
 }
 
-// shutdown drains: readiness goes false, front ends stop accepting and
-// finish in-flight requests and tunnels within timeout.
-func (d *daemon) shutdown(timeout time.Duration) {
+// shutdown drains and stops: readiness goes false, front ends stop
+// accepting and finish in-flight requests and tunnels within timeout.
+//
+// handover is true when an upgraded process has taken the listening
+// sockets over: our descriptors are closed but the sockets must keep
+// listening, and the admin listener is closed first, so that probes and
+// scrapes reach the new process while this one drains. Otherwise (a stop)
+// every socket stops listening at once, and the admin listener answers
+// /readyz with 503 until the drain is over.
+func (d *daemon) shutdown(timeout time.Duration, handover bool) {
 	d.draining.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	d.mu.Lock()
+	admin, adminLn := d.admin, d.adminLn
+	lns := d.lns
+	d.lns = map[string]net.Listener{}
+	d.mu.Unlock()
+
+	var adminDone chan struct{}
+	if handover && admin != nil {
+		adminDone = make(chan struct{})
+		go func() { defer close(adminDone); _ = admin.Shutdown(ctx) }()
+	}
+	if !handover {
+		for _, ln := range lns {
+			stopListening(ln)
+		}
+	}
 	if err := d.proxy.ShutdownAll(ctx); err != nil {
 		d.log.Warn("drain incomplete", "error", err)
 	}
-	d.proxy.Close()
-	if d.admin != nil {
-		_ = d.admin.Shutdown(ctx)
+	drained := make(chan struct{})
+	go func() { d.drains.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-ctx.Done():
 	}
+	d.proxy.Close()
+	if adminDone != nil {
+		<-adminDone
+	} else if admin != nil {
+		stopListening(adminLn)
+		_ = admin.Shutdown(ctx)
+	}
+}
+
+// serverDiff lists the server settings that differ, as "key: old -> new".
+func serverDiff(a, b policy.Server) string {
+	var out []string
+	add := func(key string, x, y any) {
+		if x != y {
+			out = append(out, fmt.Sprintf("%s: %v -> %v", key, x, y))
+		}
+	}
+	add("read_header_timeout", a.ReadHeaderTimeout, b.ReadHeaderTimeout)
+	add("body_timeout", a.BodyTimeout, b.BodyTimeout)
+	add("idle_timeout", a.IdleTimeout, b.IdleTimeout)
+	add("write_timeout", a.WriteTimeout, b.WriteTimeout)
+	add("max_header_bytes", a.MaxHeaderBytes, b.MaxHeaderBytes)
+	add("max_conns", a.MaxConns, b.MaxConns)
+	// shutdown_timeout is read when a drain starts, so it applies at once.
+	if len(out) == 0 {
+		return ""
+	}
+	return strings.Join(out, ", ")
 }

@@ -54,6 +54,9 @@ type Config struct {
 	// that runs to the end, the work is done and wasted. A request whose
 	// client leaves while it still waits for a slot is always dropped.
 	AbortOnDisconnect bool `yaml:"abort_on_disconnect,omitempty"`
+	// NoServerTiming turns off the Server-Timing report, like a backend
+	// that reports nothing (sentry then estimates from measured times).
+	NoServerTiming bool `yaml:"no_server_timing,omitempty"`
 }
 
 // Route is the service model of one path or path prefix. A static file

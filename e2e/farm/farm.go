@@ -339,7 +339,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	h := w.Header()
-	h.Set("Server-Timing", serverTiming(cpu, ioT, queue))
+	if !s.cfg.NoServerTiming {
+		h.Set("Server-Timing", serverTiming(cpu, ioT, queue))
+	}
 	h.Set("Content-Type", rt.ContentType)
 	h.Set("Content-Length", strconv.Itoa(rt.Bytes))
 	w.WriteHeader(rt.Status)

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/sentry-proxy/sentry/policy"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func parse(t *testing.T, yaml string) *policy.Snapshot {
+	t.Helper()
+	s, err := policy.Parse("<test>", []byte(yaml))
+	if err != nil {
+		t.Fatalf("policy: %v\n%s", err, yaml)
+	}
+	return s
+}
+
+func testDaemon(t *testing.T, snap *policy.Snapshot) *daemon {
+	t.Helper()
+	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.Discard})
+	d, err := startDaemon(snap, log, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.shutdown(2*time.Second, false) })
+	return d
+}
+
+// metric returns the value of one series in the daemon's registry.
+func metric(t *testing.T, d *daemon, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	mfs, err := d.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue next
+				}
+			}
+			switch {
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue(), true
+			case m.Counter != nil:
+				return m.GetCounter().GetValue(), true
+			}
+		}
+	}
+	return 0, false
+}
+
+func backendServer(t *testing.T, body string) string {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) }))
+	t.Cleanup(s.Close)
+	return strings.TrimPrefix(s.URL, "http://")
+}
+
+// keepAlive is one client connection that sends requests in turn.
+type keepAlive struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dialKeepAlive(t *testing.T, addr string) *keepAlive {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &keepAlive{c: c, br: bufio.NewReader(c)}
+}
+
+func (k *keepAlive) get(t *testing.T) string {
+	t.Helper()
+	k.c.SetDeadline(time.Now().Add(3 * time.Second))
+	fmt.Fprintf(k.c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(k.br, nil)
+	if err != nil {
+		t.Fatalf("keep-alive request: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("keep-alive request: %d, close=%v", resp.StatusCode, resp.Close)
+	}
+	return string(b)
+}
+
+// A reload that adds and then removes a listener leaves the other
+// listener's connections alone; the removed address refuses connections at
+// once; an app's backend pool (its ejected backend here) survives.
+func TestReloadListenersAndLearnedState(t *testing.T) {
+	be := backendServer(t, "one")
+	dead := freeAddr(t)
+	l1, l2 := freeAddr(t), freeAddr(t)
+	base := fmt.Sprintf(`
+admin: {listen: "off"}
+apps:
+  - name: web
+    listen: %s
+    backends: {static: [%s, %s]}
+    health: {passive: {failures: 1, cooldown: 1h}}
+`, l1, be, dead)
+	withL2 := base + fmt.Sprintf(`
+  - name: api
+    listen: %s
+    backends: {static: [%s]}
+`, l2, be)
+	d := testDaemon(t, parse(t, base))
+	ka := dialKeepAlive(t, l1)
+	for i := 0; i < 4; i++ { // the dead backend fails once, is ejected, the request retried
+		if got := ka.get(t); got != "one" {
+			t.Fatalf("got %q", got)
+		}
+	}
+	healthy := map[string]string{"app": "web", "backend": dead}
+	if v, _ := metric(t, d, "sentry_backend_healthy", healthy); v != 0 {
+		t.Fatalf("dead backend not ejected")
+	}
+
+	if err := d.reload(parse(t, withL2)); err != nil {
+		t.Fatal(err)
+	}
+	if got := ka.get(t); got != "one" {
+		t.Errorf("old listener after adding one: %q", got)
+	}
+	if got := dialKeepAlive(t, l2).get(t); got != "one" {
+		t.Errorf("new listener: %q", got)
+	}
+	if v, _ := metric(t, d, "sentry_backend_healthy", healthy); v != 0 {
+		t.Errorf("reload brought the ejected backend back")
+	}
+
+	if err := d.reload(parse(t, base)); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := net.DialTimeout("tcp", l2, time.Second); err == nil {
+		c.Close()
+		t.Errorf("removed listener %s still accepts", l2)
+	}
+	if got := ka.get(t); got != "one" {
+		t.Errorf("old listener after removing one: %q", got)
+	}
+	if v, ok := metric(t, d, "sentry_policy_reloads_total", map[string]string{"result": "success"}); !ok || v != 2 {
+		t.Errorf("reloads_total{success} = %v", v)
+	}
+}
+
+// A policy whose new listener cannot be opened is refused whole: the old
+// policy stays in force and the listeners the refused reload opened are
+// closed again.
+func TestReloadRefusesUnopenableListener(t *testing.T) {
+	be := backendServer(t, "one")
+	l1, l2 := freeAddr(t), freeAddr(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	old := parse(t, fmt.Sprintf("admin: {listen: \"off\"}\napps:\n  - name: web\n    listen: %s\n    backends: {static: [%s]}\n", l1, be))
+	d := testDaemon(t, old)
+	next := parse(t, fmt.Sprintf(`
+admin: {listen: "off"}
+apps:
+  - name: web
+    listen: [%s, %s, %s]
+    backends: {static: [%s]}
+`, l1, l2, busy.Addr(), be))
+	if err := d.reload(next); err == nil || !strings.Contains(err.Error(), busy.Addr().String()) {
+		t.Fatalf("reload: %v", err)
+	}
+	if d.proxy.Snapshot() != old {
+		t.Errorf("the refused policy is in force")
+	}
+	if v, _ := metric(t, d, "sentry_policy_reloads_total", map[string]string{"result": "error"}); v != 1 {
+		t.Errorf("reloads_total{error} = %v", v)
+	}
+	if v, _ := metric(t, d, "sentry_policy_last_reload_success", nil); v != 0 {
+		t.Errorf("last_reload_success = %v", v)
+	}
+	ln, err := net.Listen("tcp", l2) // closed again
+	if err != nil {
+		t.Errorf("the refused reload left %s open: %v", l2, err)
+	} else {
+		ln.Close()
+	}
+	if got := dialKeepAlive(t, l1).get(t); got != "one" {
+		t.Errorf("old listener: %q", got)
+	}
+}
+
+// Moving the admin listener opens the new address and closes the old one.
+func TestReloadMovesAdmin(t *testing.T) {
+	be := backendServer(t, "one")
+	l1, a1, a2 := freeAddr(t), freeAddr(t), freeAddr(t)
+	pol := "admin: {listen: %s}\napps:\n  - name: web\n    listen: %s\n    backends: {static: [%s]}\n"
+	d := testDaemon(t, parse(t, fmt.Sprintf(pol, a1, l1, be)))
+	if err := d.reload(parse(t, fmt.Sprintf(pol, a2, l1, be))); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + a2 + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("new admin: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if c, err := net.DialTimeout("tcp", a1, time.Second); err == nil {
+		c.Close()
+		t.Errorf("old admin address still accepts")
+	}
+}
+
+func TestServerDiff(t *testing.T) {
+	a := policy.Server{IdleTimeout: time.Minute, MaxConns: 10, ShutdownTimeout: time.Second}
+	b := a
+	if d := serverDiff(a, b); d != "" {
+		t.Errorf("same: %q", d)
+	}
+	b.ShutdownTimeout = time.Hour // applies at once: not reported
+	if d := serverDiff(a, b); d != "" {
+		t.Errorf("shutdown_timeout only: %q", d)
+	}
+	b.IdleTimeout, b.MaxConns = 30*time.Second, 20
+	if d := serverDiff(a, b); d != "idle_timeout: 1m0s -> 30s, max_conns: 10 -> 20" {
+		t.Errorf("got %q", d)
+	}
+}

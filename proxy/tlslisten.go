@@ -1,0 +1,145 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+// tlsListener terminates TLS for a front end and splits connections by
+// ALPN: h2 connections are served here with x/net/http2, HTTP/1.1 ones are
+// handed to fasthttp through Accept.
+//
+// fasthttp cannot drain h2 connections handed to a NextProto handler: it
+// counts them as new connections that never became active, and a shutdown
+// closes any such connection older than five seconds, cutting the streams
+// on it. Kept out of fasthttp's sight, h2 connections are drained the h2
+// way instead: GOAWAY, then each connection closes once its streams end
+// (see drain). Handshakes also move off fasthttp's workers into their own
+// goroutines, bounded by the read-header timeout.
+type tlsListener struct {
+	net.Listener // the TCP listener
+	cfg          *tls.Config
+	h2           func(net.Conn) // serves one h2 connection; returns when it ends
+	timeout      time.Duration  // handshake deadline
+
+	conns  chan net.Conn // handshaken HTTP/1.1 connections for fasthttp
+	closed chan struct{}
+	once   sync.Once
+	err    error
+
+	mu struct {
+		sync.Mutex
+		live map[net.Conn]struct{} // handshaking or serving h2 (raw conns)
+	}
+	wg sync.WaitGroup // the accept loop, handshakes and h2 connections
+}
+
+func newTLSListener(ln net.Listener, cfg *tls.Config, timeout time.Duration, h2 func(net.Conn)) *tlsListener {
+	l := &tlsListener{Listener: ln, cfg: cfg, h2: h2, timeout: timeout,
+		conns: make(chan net.Conn), closed: make(chan struct{})}
+	l.mu.live = map[net.Conn]struct{}{}
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l
+}
+
+func (l *tlsListener) acceptLoop() {
+	defer l.wg.Done()
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			l.Close()
+			return
+		}
+		l.mu.Lock()
+		l.mu.live[c] = struct{}{}
+		l.mu.Unlock()
+		l.wg.Add(1)
+		go l.handshake(c)
+	}
+}
+
+func (l *tlsListener) handshake(raw net.Conn) {
+	defer l.wg.Done()
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			raw.Close()
+		}
+		l.mu.Lock()
+		delete(l.mu.live, raw)
+		l.mu.Unlock()
+	}()
+	tc := tls.Server(raw, l.cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	err := tc.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		return
+	}
+	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+		l.h2(tc)
+		return
+	}
+	select {
+	case l.conns <- tc:
+		handedOff = true
+	case <-l.closed:
+	}
+}
+
+// Accept returns the next handshaken HTTP/1.1 connection.
+func (l *tlsListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close stops accepting. Connections being handshaken or served over h2
+// are left to drain.
+func (l *tlsListener) Close() error {
+	l.once.Do(func() {
+		close(l.closed)
+		l.err = l.Listener.Close()
+	})
+	return l.err
+}
+
+// drain waits for the h2 connections (and handshakes) to end, calling
+// goaway every 100ms so that connections that appear meanwhile are told
+// too. When ctx is done first, whatever is left is closed.
+func (l *tlsListener) drain(ctx context.Context, goaway func()) error {
+	l.Close()
+	done := make(chan struct{})
+	go func() { l.wg.Wait(); close(done) }()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		goaway()
+		select {
+		case <-done:
+			return nil
+		case <-t.C:
+		case <-ctx.Done():
+			l.mu.Lock()
+			for c := range l.mu.live {
+				c.Close()
+			}
+			l.mu.Unlock()
+			<-done
+			return ctx.Err()
+		}
+	}
+}
