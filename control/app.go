@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"math"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -39,10 +40,11 @@ type App struct {
 	learner *thresholdac.Learner
 	sw      atomic.Pointer[admission.Switch]
 
-	rsla atomic.Int64 // current R_sla, ns
+	rsla    atomic.Int64 // current R_sla, ns
+	lastObs atomic.Int64 // unix ns of the last observed completion
 
 	// Per-interval accounting, drained by the monitor.
-	lat     window       // latency of admitted, relayed requests
+	lat     window // latency of admitted, relayed requests
 	classes atomic.Pointer[[]classStats]
 	work    atomic.Int64 // Σ S of admitted requests, ns
 	rejects atomic.Int64
@@ -129,12 +131,13 @@ func (a *App) Observe(class int, key []byte, serverTiming []byte, measured time.
 		t, _ = estimator.ParseServerTiming(serverTiming)
 	}
 	a.est.ObserveTiming(class, key, t, measured, now)
-	service := measured
-	if t.HasQueue {
-		service -= t.Queue
-	}
+	a.lastObs.Store(now.UnixNano())
+	// The parallelism model predicts the whole response time at the
+	// backend, waiting for a slot included: max(1, m/P)·S. So it learns
+	// from the measured time, not from measured − queue (which is ≈ S
+	// whatever the load, and would let P grow without bound).
 	if s > 0 && inService > 0 {
-		a.batch.ObserveService(inService, s, service)
+		a.batch.ObserveService(inService, s, measured)
 	}
 	a.lat.add(latency)
 	if cs := *a.classes.Load(); uint(class) < uint(len(cs)) {
@@ -153,10 +156,29 @@ func (a *App) Mode() admission.Mode { return a.sw.Load().Mode() }
 
 // batchac.State and thresholdac.Inputs.
 
-func (a *App) Q() time.Duration      { return a.est.Q() }
-func (a *App) Inflight() int64       { return a.pool.Load().Inflight() }
-func (a *App) Healthy() int          { return a.pool.Load().Healthy() }
-func (a *App) RSLA() time.Duration   { return time.Duration(a.rsla.Load()) }
+// Q is the estimator's queueing delay, corrected for staleness: with
+// nothing in flight the backends this sentry owns have no queue, and an
+// estimate whose last sample is old decays toward 0 with the queue
+// half-life. Without this, a Q above R_sla would reject everything, no
+// sample would ever come to lower it, and admission would deadlock.
+func (a *App) Q() time.Duration {
+	if a.pool.Load().Inflight() == 0 {
+		return 0
+	}
+	q := a.est.Q()
+	if q <= 0 {
+		return q
+	}
+	age := a.now().UnixNano() - a.lastObs.Load()
+	hl := a.est.Config().QueueHalfLife
+	if hl <= 0 || age <= int64(time.Second) {
+		return q
+	}
+	return time.Duration(float64(q) * math.Exp2(-float64(age-int64(time.Second))/float64(hl)))
+}
+func (a *App) Inflight() int64        { return a.pool.Load().Inflight() }
+func (a *App) Healthy() int           { return a.pool.Load().Healthy() }
+func (a *App) RSLA() time.Duration    { return time.Duration(a.rsla.Load()) }
 func (a *App) Rate(class int) float64 { return a.est.Rate(class, a.now()) }
 func (a *App) MeanS(class int) time.Duration {
 	return a.est.ClassMean(class)

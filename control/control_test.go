@@ -228,3 +228,64 @@ func TestWindowQuantile(t *testing.T) {
 		t.Errorf("upper-bound quantile %v for 2s", q)
 	}
 }
+
+// A queue estimate above R_sla must not lock admission forever: with
+// nothing in flight the owned backends have no queue, and a stale estimate
+// decays.
+func TestNoDeadlockOnHighQueueEstimate(t *testing.T) {
+	var nowNs atomic.Int64
+	nowNs.Store(time.Unix(5000, 0).UnixNano())
+	clock := func() time.Time { return time.Unix(0, nowNs.Load()) }
+	m, _ := newManager(t, clock)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	ac := testApp("batch")
+	ac.Classes[0].Period = 0
+	a, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The farm reported 900 ms of queueing: Q is far above R_sla (1 s) − S.
+	for i := 0; i < 50; i++ {
+		a.Observe(0, []byte("/checkout/x"), []byte("cpu;dur=200, queue;dur=900"), 1100*time.Millisecond, 1, 0, 1100*time.Millisecond, clock())
+	}
+	a.est.Refresh(clock().Add(time.Second))
+	if q := a.est.Q(); q < 800*time.Millisecond {
+		t.Fatalf("setup: Q = %v", q)
+	}
+	pool.inflight.Store(3)
+	if d := a.Admit(&admission.Request{Class: 0, S: 200 * time.Millisecond}); d.Verdict == admission.Admit {
+		t.Fatalf("with 3 in flight and Q≈900ms a 200ms request should fail a 1s target")
+	}
+	// Everything drains: nothing in flight, so no queue.
+	pool.inflight.Store(0)
+	if d := a.Admit(&admission.Request{Class: 0, S: 200 * time.Millisecond}); d.Verdict != admission.Admit {
+		t.Fatalf("idle farm still rejects: %v (Q=%v)", d.Verdict, a.Q())
+	}
+	// Something in flight but no completion for 20 s: the estimate decays.
+	pool.inflight.Store(1)
+	nowNs.Add(int64(20 * time.Second))
+	if q := a.Q(); q > 100*time.Millisecond {
+		t.Fatalf("stale Q after 20 s = %v, want decayed", q)
+	}
+}
+
+// Server-Timing's queue must not make the parallelism learner think the
+// backend serves everything in parallel.
+func TestParallelismLearnsFromMeasuredTime(t *testing.T) {
+	m, _ := newManager(t, nil)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a, err := m.Build(testApp("batch"), pool) // parallelism 0: learned
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	// A 3-slot backend with 30 in service: each request waits ~9 S.
+	for i := 0; i < 2000; i++ {
+		a.Observe(1, []byte("/"), []byte("cpu;dur=10, queue;dur=90"), 100*time.Millisecond, 30, 10*time.Millisecond, 100*time.Millisecond, now)
+	}
+	if p := a.batch.Parallelism(); p < 2 || p > 5 {
+		t.Fatalf("learned parallelism %v for a 3-slot backend", p)
+	}
+}

@@ -23,8 +23,8 @@ type metrics struct {
 // appMetrics holds the per-app series resolved once, so the request path
 // only does atomic adds.
 type appMetrics struct {
-	none    [6]prometheus.Counter // requests not relayed, by code class
-	latency prometheus.Observer
+	none    [6]prometheus.Counter  // requests not relayed, by code class
+	latency [3]prometheus.Observer // by result: relayed, rejected, error
 	errs    [outClientGone + 1]prometheus.Counter
 }
 
@@ -48,9 +48,9 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 		}, []string{"app", "backend", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sentry_request_duration_seconds",
-			Help:    "Time from request head received to response head ready, by app.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"app"}),
+			Help:    "Time from request head received to response head ready, by app and result (relayed, rejected: admission or no backend, error: sentry-generated 4xx/5xx).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"app", "result"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sentry_admission_decisions_total",
 			Help: "Admission decisions by app, class and verdict.",
@@ -73,7 +73,10 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 }
 
 func (m *metrics) forApp(name string) *appMetrics {
-	am := &appMetrics{latency: m.duration.WithLabelValues(name)}
+	am := &appMetrics{}
+	for i, r := range resultNames {
+		am.latency[i] = m.duration.WithLabelValues(name, r)
+	}
 	for c := range am.none {
 		am.none[c] = m.requests.WithLabelValues(name, "none", codeClassNames[c])
 	}
@@ -106,8 +109,23 @@ func (am *appMetrics) observe(o outcome, status int, u *upstream, start time.Tim
 	if c := am.errs[o]; c != nil {
 		c.Inc()
 	}
-	am.latency.Observe(time.Since(start).Seconds())
+	r := resultError
+	switch o {
+	case outRelayed:
+		r = resultRelayed
+	case outRejected, outNoBackend:
+		r = resultRejected
+	}
+	am.latency[r].Observe(time.Since(start).Seconds())
 }
+
+const (
+	resultRelayed = iota
+	resultRejected
+	resultError
+)
+
+var resultNames = [...]string{resultRelayed: "relayed", resultRejected: "rejected", resultError: "error"}
 
 // decision counts an admission decision.
 func (a *app) decision(class int, v admission.Verdict) {

@@ -427,8 +427,8 @@ func TestMetricsCountRequests(t *testing.T) {
 		t.Errorf("sentry_requests_total{2xx} = %v, want 3", got)
 	}
 	n, err := testutil.GatherAndCount(h.reg, "sentry_backend_inflight", "sentry_backend_healthy", "sentry_request_duration_seconds")
-	if err != nil || n != 3 {
-		t.Errorf("gathered %d series (%v), want 3", n, err)
+	if err != nil || n != 5 {
+		t.Errorf("gathered %d series (%v), want 5 (inflight, healthy, duration by 3 results)", n, err)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy"
+	"github.com/sentry-proxy/sentry/status"
 )
 
 // listenFunc opens a listener; the upgrader's in production.
@@ -165,6 +166,11 @@ func (d *daemon) serveAdmin(addr string, ln net.Listener) {
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	for p, h := range status.Routes(d.reg, status.Options{Policy: d.proxy.Snapshot}) {
+		if _, dup := d.extra[p]; !dup { // the demo passes its own
+			mux.Handle(p, h)
+		}
+	}
 	for path, h := range d.extra {
 		mux.Handle(path, h)
 	}

@@ -264,7 +264,7 @@ func cmdDemo(args []string) int {
 	dref.Store(d)
 	adminURL := "http://" + dialable(*admin)
 
-	loadLine := fmt.Sprintf("a %v cycle from 0.5× to 2.5× capacity and back (≈ %.0f req/s at 1×), bronze rising first.", demoCycle, dl.rate1x)
+	loadLine := fmt.Sprintf("a %.0f s cycle from 0.5× to 2.5× capacity and back (≈ %.0f req/s at 1×), bronze rising first, looping.", demoCycle.Seconds(), dl.rate1x)
 	if *noLoad {
 		loadLine = "off (-no-load): send your own."
 	}
@@ -369,9 +369,9 @@ func (v *demoView) frame(prev, cur *status.Snapshot) []byte {
 	}
 	if v.load != nil {
 		if n := v.cycle.Load(); n > 0 {
-			in := now.Sub(time.Unix(0, v.cycleStart.Load()))
+			in := min(now.Sub(time.Unix(0, v.cycleStart.Load())), demoCycle-time.Millisecond) // a cycle's drain counts as its end
 			m, r := v.load.offered(in)
-			fmt.Fprintf(&b, "load: cycle %d, %2.0fs of %v, offered %.1f× capacity (%.0f req/s)\n", n, in.Seconds(), demoCycle, m, r)
+			fmt.Fprintf(&b, "load: cycle %d, %2d s of %.0f s, offered %.1f× capacity (%.0f req/s)\n", n, int(in/time.Second), demoCycle.Seconds(), m, r)
 		}
 	} else {
 		b.WriteString("load: off (-no-load)\n")
