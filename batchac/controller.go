@@ -337,11 +337,23 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decisi
 		return admission.Decision{Verdict: admission.Admit}
 	}
 	wait := m.drain(sNs, 0)
-	// An immediate class has no next run: its mark lasts for the predicted
-	// drain (at most the Retry-After ceiling) or until its next passing test.
-	cl.cascadeUntil.Store(now + int64(min(wait, float64(maxRetryAfter))))
+	// An immediate class has no next run: its mark holds less important
+	// classes back until its next passing test, so that the load drains
+	// until it gets in (strict priority; a drain-time mark let a flood of
+	// small, less important requests refill the farm between its tests).
+	// Every failure renews the mark; immediateMarkHold bounds it if the
+	// class's traffic stops. A request that would fail even on an idle farm
+	// (S > R_sla − Q... with nothing in service) says nothing about load
+	// and sets no mark.
+	if idle := (model{n: m.n, q: 0, rsla: m.rsla, p: m.p}); idle.fits(1, sNs, 0) {
+		cl.cascadeUntil.Store(now + int64(max(immediateMarkHold, time.Duration(min(wait, float64(maxRetryAfter))))))
+	}
 	return admission.Decision{Verdict: admission.RejectTest, RetryAfter: retryAfter(wait)}
 }
+
+// immediateMarkHold is how long a failing period-0 class keeps blocking
+// less important classes after its last failed test, if no test passes.
+const immediateMarkHold = time.Second
 
 // runCtx is the state of one policer run.
 type runCtx struct {

@@ -88,7 +88,7 @@ func TestBuildClassifyEstimateAdmit(t *testing.T) {
 	if d := a.Admit(&admission.Request{Class: 1, S: s}); d.Verdict == admission.Admit {
 		t.Errorf("n=0 admitted")
 	}
-	n, err := testutil.GatherAndCount(reg, "sentry_admission_mode", "sentry_class_service_seconds", "sentry_sla_target_seconds")
+	n, err := testutil.GatherAndCount(reg, "sentry_admission_mode", "sentry_estimator_service_time_seconds", "sentry_sla_target_seconds")
 	if err != nil || n != 3+2+1 {
 		t.Errorf("gathered %d (%v)", n, err)
 	}

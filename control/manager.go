@@ -15,6 +15,7 @@ import (
 	"github.com/sentry-proxy/sentry/batchac"
 	"github.com/sentry-proxy/sentry/classify"
 	"github.com/sentry-proxy/sentry/estimator"
+	estcollector "github.com/sentry-proxy/sentry/estimator/collector"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/thresholdac"
 )
@@ -54,6 +55,19 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, log: opts.Logger.Named("control"), ests: estimator.NewRegistry(), apps: map[string]*App{}}
 	if err := opts.Registerer.Register(&collector{m: m}); err != nil {
+		return nil, err
+	}
+	// Per-class λ and S, Q, η and the key table, at scrape time.
+	eta := func(app string) (float64, bool) {
+		m.mu.Lock()
+		a := m.apps[app]
+		m.mu.Unlock()
+		if a == nil {
+			return 0, false
+		}
+		return estimator.Eta(a.Inflight(), a.Healthy()), true
+	}
+	if err := opts.Registerer.Register(estcollector.New(m.ests, opts.Now, eta)); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -287,17 +301,11 @@ var (
 	descThr      = prometheus.NewDesc("sentry_threshold_class", "Threshold mode's class index i (0-based) admitted with probability p.", []string{"app"}, nil)
 	descThrP     = prometheus.NewDesc("sentry_threshold_admit_probability", "Threshold mode's admit probability p for class i.", []string{"app"}, nil)
 	descThrK     = prometheus.NewDesc("sentry_threshold_capacity_server_seconds", "Threshold mode's capacity K = n × per-server capacity (0 while unknown).", []string{"app"}, nil)
-	descClassS   = prometheus.NewDesc("sentry_class_service_seconds", "Estimated mean inherent service time per class.", []string{"app", "class"}, nil)
-	descClassR   = prometheus.NewDesc("sentry_class_arrival_rate", "Measured arrival rate per class (req/s, smoothed).", []string{"app", "class"}, nil)
-	descQ        = prometheus.NewDesc("sentry_queue_delay_seconds", "Estimated mean queueing delay Q at the backends.", []string{"app"}, nil)
-	descEta      = prometheus.NewDesc("sentry_eta", "η: requests in service per healthy backend.", []string{"app"}, nil)
-	descKeys     = prometheus.NewDesc("sentry_estimator_keys", "Keys in the service-time table.", []string{"app"}, nil)
-	descEvict    = prometheus.NewDesc("sentry_estimator_evictions_total", "Keys evicted from the service-time table.", []string{"app"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMode, descSwitches, descCPU, descRSLA, descQuant, descCQuant, descRevenue, descMet,
-		descCap, descThr, descThrP, descThrK, descClassS, descClassR, descQ, descEta, descKeys, descEvict} {
+		descCap, descThr, descThrP, descThrK} {
 		ch <- d
 	}
 }
@@ -332,15 +340,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descRSLA, a.RSLA().Seconds(), a.name)
 		gauge(descQuant, time.Duration(a.lastQuantile.Load()).Seconds(), a.name)
-		now := a.now()
 		cs := *a.classes.Load()
 		for i, name := range cfg.names {
 			gauge(descCQuant, time.Duration(cs[i].quantile.Load()).Seconds(), a.name, name)
 			met := float64(a.met[i].Load())
 			counter(descMet, met, a.name, name)
 			counter(descRevenue, met*cfg.revenue, a.name, name)
-			gauge(descClassS, a.est.ClassMean(i).Seconds(), a.name, name)
-			gauge(descClassR, a.est.Rate(i, now), a.name, name)
 		}
 		cap, _ := a.learner.PerServer()
 		gauge(descCap, cap, a.name)
@@ -348,9 +353,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descThr, float64(th.Class), a.name)
 		gauge(descThrP, th.P, a.name)
 		gauge(descThrK, th.K, a.name)
-		gauge(descQ, a.est.Q().Seconds(), a.name)
-		gauge(descEta, estimator.Eta(a.Inflight(), a.Healthy()), a.name)
-		gauge(descKeys, float64(a.est.Len()), a.name)
-		counter(descEvict, float64(a.est.Evictions()), a.name)
 	}
 }

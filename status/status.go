@@ -186,7 +186,7 @@ func (b *builder) add(family string, m *dto.Metric) {
 	switch family {
 	case "sentry_admission_decisions_total":
 		b.class(app, l["class"]).Decisions[l["verdict"]] += v
-	case "sentry_class_arrival_rate":
+	case "sentry_estimator_arrival_rate":
 		b.class(app, l["class"]).ArrivalRate = v
 	case "sentry_class_admitted_percentile_seconds":
 		b.class(app, l["class"]).PercentileSeconds = v

@@ -31,7 +31,7 @@ func newTestRegistry(t *testing.T) *testRegistry {
 	r.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sentry_requests_total", Help: "h"}, []string{"app", "backend", "code"})
 	r.inflight = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_backend_inflight", Help: "h"}, []string{"app", "backend"})
 	healthy := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_backend_healthy", Help: "h"}, []string{"app", "backend"})
-	rate := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_class_arrival_rate", Help: "h"}, []string{"app", "class"})
+	rate := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_estimator_arrival_rate", Help: "h"}, []string{"app", "class"})
 	pct := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_class_admitted_percentile_seconds", Help: "h"}, []string{"app", "class"})
 	target := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_sla_target_seconds", Help: "h"}, []string{"app"})
 	mode := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_admission_mode", Help: "h"}, []string{"app", "mode"})
