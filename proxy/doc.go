@@ -56,6 +56,21 @@
 //     function, so routing, admission, balancing and metrics are shared; it
 //     costs one RequestCtx and a header copy per request.
 //
+// # Draining (Shutdown, on stop, upgrade or a removed listener)
+//
+// fasthttp's Shutdown stops accepting, closes idle keep-alive connections
+// and waits for active ones (answering them with Connection: close). Two
+// things are added. TLS and the h2/HTTP/1.1 split by ALPN happen in
+// tlsListener, in front of fasthttp: fasthttp sees an h2 connection handed
+// to a NextProto handler as never active and closes it five seconds into a
+// shutdown, cutting its streams; kept apart, h2 connections get GOAWAY and
+// close when their streams end. And every HTTP/1.1 connection is a
+// drainConn: while draining, fasthttp's close of a connection that is
+// between requests is put off for idleGrace (a request arriving then is
+// served, with Connection: close), and closes are lingering closes (FIN,
+// read and drop until the client closes or lingerTimeout), so no client
+// gets a reset for a request it sent as the drain began.
+//
 // # Failures to statuses (status.go, the only place)
 //
 // Connect failure 502 (retried on another backend first, since nothing was

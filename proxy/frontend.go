@@ -12,8 +12,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
-
-	"github.com/sentry-proxy/sentry/policy"
 )
 
 // frontend is one listening address.
@@ -25,8 +23,12 @@ type frontend struct {
 	h2    *http2.Server
 	h2cfg *http.Server
 	tls   *tlsListener // nil for plain HTTP
-	done  chan struct{}
-	err   error
+	// draining is set when Shutdown starts; closes are then graceful
+	// (drainConn).
+	draining  atomic.Bool
+	lingering atomic.Int64 // connections in a lingering close
+	done      chan struct{}
+	err       error
 }
 
 // Serve starts serving the listener for policy address addr (which must be
@@ -45,6 +47,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	fe.srv = &fasthttp.Server{
 		Handler:      fe.handle,
 		ErrorHandler: fe.handleError,
+		ConnState:    fe.connState,
 		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 			// The read-header timeout covers the head only; a body gets
 			// its own budget so a long upload is not cut at 10 s.
@@ -62,7 +65,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		IdleTimeout:                   sv.IdleTimeout,
 		WriteTimeout:                  sv.WriteTimeout,
 		Concurrency:                   sv.MaxConns,
-		MaxRequestBodySize:            maxBody(st.snap),
+		MaxRequestBodySize:            noBodyLimit,
 		StreamRequestBody:             true,
 		DisablePreParseMultipartForm:  true,
 		CloseOnShutdown:               true,
@@ -88,8 +91,10 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		}
 		// TLS and the h2/HTTP/1.1 split happen in front of fasthttp, which
 		// cannot drain h2 (see tlsListener).
-		fe.tls = newTLSListener(ln, tcfg, sv.ReadHeaderTimeout, func(c net.Conn) { _ = fe.serveH2Conn(c) })
+		fe.tls = newTLSListener(ln, fe, tcfg, sv.ReadHeaderTimeout, func(c net.Conn) { _ = fe.serveH2Conn(c) })
 		ln = fe.tls
+	} else {
+		ln = &drainListener{Listener: ln, fe: fe}
 	}
 	p.mu.Lock()
 	if _, dup := p.mu.fronts[addr]; dup {
@@ -109,20 +114,10 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	return nil
 }
 
-func maxBody(s *policy.Snapshot) int {
-	// Bodies stream, so this is a cap, not a buffer. 0 = unlimited in the
-	// policy; fasthttp needs a number.
-	max := int64(0)
-	for _, a := range s.Apps {
-		if a.MaxBodyBytes == 0 {
-			return 1 << 62
-		}
-		if a.MaxBodyBytes > max {
-			max = a.MaxBodyBytes
-		}
-	}
-	return int(max)
-}
+// noBodyLimit: bodies stream, and fasthttp's MaxRequestBodySize only
+// decides how much is prefetched, so the per-app max_body_bytes cap is
+// enforced in serve(), not here.
+const noBodyLimit = 1 << 62
 
 // Listening returns the addresses being served.
 func (p *Proxy) Listening() []string {
@@ -145,17 +140,35 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 	if fe == nil {
 		return nil
 	}
+	fe.draining.Store(true)
+	var err error
 	if fe.tls == nil {
-		return fe.srv.ShutdownWithContext(ctx)
+		err = fe.srv.ShutdownWithContext(ctx)
+	} else {
+		// TLS: stop accepting, then drain fasthttp's HTTP/1.1 connections
+		// and the h2 ones (GOAWAY; each closes once its streams are done)
+		// together.
+		fe.tls.Close()
+		errc := make(chan error, 1)
+		go func() { errc <- fe.srv.ShutdownWithContext(ctx) }()
+		err = fe.tls.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx) })
+		if herr := <-errc; herr != nil {
+			err = herr
+		}
 	}
-	// TLS: stop accepting, then drain fasthttp's HTTP/1.1 connections and
-	// the h2 ones (GOAWAY; each closes once its streams are done) together.
-	fe.tls.Close()
-	errc := make(chan error, 1)
-	go func() { errc <- fe.srv.ShutdownWithContext(ctx) }()
-	err := fe.tls.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx) })
-	if herr := <-errc; herr != nil {
-		err = herr
+	// Lingering closes end within lingerTimeout.
+	limit := time.NewTimer(lingerTimeout + 100*time.Millisecond)
+	defer limit.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for fe.lingering.Load() > 0 {
+		select {
+		case <-tick.C:
+		case <-limit.C:
+			return err
+		case <-ctx.Done():
+			return err
+		}
 	}
 	return err
 }
@@ -206,5 +219,3 @@ type fasthttpLogger struct {
 }
 
 func (f fasthttpLogger) Printf(format string, args ...any) { f.l.Debug(fmt.Sprintf(format, args...)) }
-
-var _ = time.Second

@@ -123,6 +123,21 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		return outBadRequest, nil
 	}
 
+	// Per-app body cap (max_body_bytes): a declared length over it is
+	// refused before anything is read. A chunked body cannot be capped
+	// while it streams, so an app with a cap requires Content-Length.
+	if lim := a.cfg.MaxBodyBytes; lim > 0 {
+		if cl := h.ContentLength(); cl > 0 && int64(cl) > lim {
+			ctx.SetConnectionClose()
+			p.writeError(ctx, a, outBodyTooLarge)
+			return outBodyTooLarge, nil
+		} else if cl == -1 {
+			ctx.SetConnectionClose()
+			p.writeError(ctx, a, outLengthRequired)
+			return outLengthRequired, nil
+		}
+	}
+
 	x := exchangePool.Get().(*exchange)
 	x.ctx = ctx
 	defer func() { x.ctx = nil; exchangePool.Put(x) }()

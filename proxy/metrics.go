@@ -25,7 +25,7 @@ type metrics struct {
 type appMetrics struct {
 	none    [6]prometheus.Counter  // requests not relayed, by code class
 	latency [3]prometheus.Observer // by result: relayed, rejected, error
-	errs    [outClientGone + 1]prometheus.Counter
+	errs    [outLengthRequired + 1]prometheus.Counter
 }
 
 var outcomeReason = [...]string{
@@ -38,6 +38,8 @@ var outcomeReason = [...]string{
 	outBadRequest:     "bad_request",
 	outNoApp:          "no_app",
 	outClientGone:     "client_gone",
+	outBodyTooLarge:   "body_too_large",
+	outLengthRequired: "length_required",
 }
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {

@@ -480,3 +480,39 @@ func TestIdempotentRetriedOnBrokenConnection(t *testing.T) {
 		t.Errorf("POSTs: %d got 502, %d reached the good backend; want the bad backend's share to fail, not be replayed", bad, posts.Load())
 	}
 }
+
+func TestMaxBodyBytesPerApp(t *testing.T) {
+	var got atomic.Int64
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		got.Add(n)
+	})
+	// "small" caps bodies at 10 bytes; "open" has no cap. Both share the
+	// listener, so the cap must follow the Host, not the listener.
+	h := startProxy(t, []string{be}, func(s *policy.Snapshot, a *policy.App) {
+		a.Name, a.Hosts, a.MaxBodyBytes = "small", []string{"small.example"}, 10
+		open := *a
+		open.Name, open.Hosts, open.MaxBodyBytes = "open", nil, 0
+		s.Apps = append(s.Apps, &open)
+	})
+	resp, _ := rawRequest(t, h.addr, "POST / HTTP/1.1\r\nHost: small.example\r\nContent-Length: 11\r\n\r\nhello world")
+	if resp.StatusCode != 413 {
+		t.Errorf("11 bytes to a 10-byte app: %d, want 413", resp.StatusCode)
+	}
+	resp, _ = rawRequest(t, h.addr, "POST / HTTP/1.1\r\nHost: small.example\r\nContent-Length: 5\r\n\r\nhello")
+	if resp.StatusCode != 200 {
+		t.Errorf("5 bytes to a 10-byte app: %d", resp.StatusCode)
+	}
+	body := strings.Repeat("x", 100000)
+	resp, _ = rawRequest(t, h.addr, "POST / HTTP/1.1\r\nHost: other.example\r\nContent-Length: 100000\r\n\r\n"+body)
+	if resp.StatusCode != 200 {
+		t.Errorf("100 kB to the uncapped app: %d", resp.StatusCode)
+	}
+	resp, _ = rawRequest(t, h.addr, "POST / HTTP/1.1\r\nHost: small.example\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+	if resp.StatusCode != 411 {
+		t.Errorf("chunked body to a capped app: %d, want 411", resp.StatusCode)
+	}
+	if got.Load() != 100005 {
+		t.Errorf("backend received %d body bytes, want 100005", got.Load())
+	}
+}

@@ -23,6 +23,8 @@ const (
 	outBadRequest                    // malformed or smuggling-shaped request: 400
 	outNoApp                         // no app for this Host: 404
 	outClientGone                    // client left while waiting for admission: nothing sent (499 in logs)
+	outBodyTooLarge                  // Content-Length over the app's max_body_bytes: 413
+	outLengthRequired                // chunked body to an app with max_body_bytes: 411
 )
 
 // statusOf maps an outcome to its HTTP status.
@@ -40,6 +42,10 @@ func statusOf(o outcome) int {
 		return fasthttp.StatusNotFound
 	case outClientGone:
 		return 499
+	case outBodyTooLarge:
+		return fasthttp.StatusRequestEntityTooLarge
+	case outLengthRequired:
+		return fasthttp.StatusLengthRequired
 	}
 	return fasthttp.StatusOK
 }
@@ -86,6 +92,10 @@ func errorBody(o outcome) string {
 		return "sentry: bad request\n"
 	case outNoApp:
 		return "sentry: no app for this host\n"
+	case outBodyTooLarge:
+		return "sentry: request body larger than this app accepts\n"
+	case outLengthRequired:
+		return "sentry: this app limits body size; send Content-Length instead of a chunked body\n"
 	}
 	return ""
 }

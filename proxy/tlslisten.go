@@ -11,7 +11,7 @@ import (
 
 // tlsListener terminates TLS for a front end and splits connections by
 // ALPN: h2 connections are served here with x/net/http2, HTTP/1.1 ones are
-// handed to fasthttp through Accept.
+// handed to fasthttp through Accept (in a drainConn).
 //
 // fasthttp cannot drain h2 connections handed to a NextProto handler: it
 // counts them as new connections that never became active, and a shutdown
@@ -22,6 +22,7 @@ import (
 // goroutines, bounded by the read-header timeout.
 type tlsListener struct {
 	net.Listener // the TCP listener
+	fe           *frontend
 	cfg          *tls.Config
 	h2           func(net.Conn) // serves one h2 connection; returns when it ends
 	timeout      time.Duration  // handshake deadline
@@ -38,8 +39,8 @@ type tlsListener struct {
 	wg sync.WaitGroup // the accept loop, handshakes and h2 connections
 }
 
-func newTLSListener(ln net.Listener, cfg *tls.Config, timeout time.Duration, h2 func(net.Conn)) *tlsListener {
-	l := &tlsListener{Listener: ln, cfg: cfg, h2: h2, timeout: timeout,
+func newTLSListener(ln net.Listener, fe *frontend, cfg *tls.Config, timeout time.Duration, h2 func(net.Conn)) *tlsListener {
+	l := &tlsListener{Listener: ln, fe: fe, cfg: cfg, h2: h2, timeout: timeout,
 		conns: make(chan net.Conn), closed: make(chan struct{})}
 	l.mu.live = map[net.Conn]struct{}{}
 	l.wg.Add(1)
@@ -91,7 +92,7 @@ func (l *tlsListener) handshake(raw net.Conn) {
 		return
 	}
 	select {
-	case l.conns <- tc:
+	case l.conns <- (drainTLSConn{drainConn: &drainConn{Conn: tc, fe: l.fe}, tc: tc}):
 		handedOff = true
 	case <-l.closed:
 	}

@@ -1,0 +1,176 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+const (
+	// idleGrace is how long a keep-alive connection that is idle when a
+	// drain starts stays open for one more request.
+	idleGrace = time.Second
+	// lingerTimeout bounds a lingering close: how long a connection closed
+	// while draining stays half-open waiting for the client to close its
+	// side.
+	lingerTimeout = time.Second
+)
+
+// drainListener wraps each accepted plain-HTTP connection in a drainConn.
+type drainListener struct {
+	net.Listener
+	fe *frontend
+}
+
+func (l *drainListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &drainConn{Conn: c, fe: l.fe}, nil
+}
+
+// drainConn makes the closes of a draining front end graceful. It wraps
+// each HTTP/1.1 connection fasthttp serves (over TLS, the tls.Conn).
+//
+// On shutdown fasthttp closes every keep-alive connection it sees as idle,
+// at once. A client may be sending its next request at that moment: it
+// gets a reset (the kernel's answer to a close with unread data) or an
+// end of stream instead of a response, and only a client that retries on a
+// new connection gets through. So, while the front end drains:
+//
+//   - A close of a connection that is between requests (fasthttp's
+//     StateNew or StateIdle, followed through Server.ConnState) is put off
+//     once: the connection stays open for idleGrace. A request arriving
+//     meanwhile is served, with Connection: close (fasthttp adds it while
+//     shutting down), and the connection's goroutine closes the connection
+//     after it; otherwise the wait times out and the goroutine closes it.
+//     If the goroutine has already gone, fasthttp's StateClosed ends the
+//     wait at once.
+//   - Every other close is a lingering close, as in nginx: FIN first, so
+//     the client reads the end of the stream after everything sent, not a
+//     reset; whatever the client still sends is read and dropped until it
+//     closes its side or lingerTimeout passes; then the socket is closed.
+//
+// Outside a drain, Close is a plain close.
+type drainConn struct {
+	net.Conn
+	fe   *frontend
+	idle atomic.Bool // between requests, as fasthttp last reported
+
+	mu        sync.Mutex
+	deferred  bool
+	lingering bool
+	closed    bool
+}
+
+// connState is the front end's fasthttp Server.ConnState hook.
+func (fe *frontend) connState(nc net.Conn, st fasthttp.ConnState) {
+	var c *drainConn
+	switch x := nc.(type) {
+	case *drainConn:
+		c = x
+	case drainTLSConn:
+		c = x.drainConn
+	default:
+		return
+	}
+	switch st {
+	case fasthttp.StateNew, fasthttp.StateIdle:
+		c.idle.Store(true)
+	case fasthttp.StateActive:
+		c.idle.Store(false)
+	case fasthttp.StateClosed:
+		// fasthttp closed the conn and its goroutine is gone: a close put
+		// off for the next request would wait for nothing.
+		if c.fe.draining.Load() {
+			c.mu.Lock()
+			wait := c.deferred && !c.lingering && !c.closed
+			c.mu.Unlock()
+			if wait {
+				_ = c.linger(true)
+			}
+		}
+	}
+}
+
+func (c *drainConn) Close() error {
+	if !c.fe.draining.Load() {
+		return c.closeNow()
+	}
+	return c.linger(false)
+}
+
+// linger is Close while draining; force skips putting the close off.
+func (c *drainConn) linger(force bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return nil
+	case c.lingering:
+		// The linger is over (or the conn's goroutine saw the client
+		// close first): close for real.
+		c.closed = true
+		c.fe.lingering.Add(-1)
+		return c.Conn.Close()
+	case !force && !c.deferred && c.idle.Load():
+		c.deferred = true
+		_ = c.Conn.SetReadDeadline(time.Now().Add(idleGrace))
+		return nil
+	}
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		c.closed = true
+		return c.Conn.Close()
+	}
+	c.lingering = true
+	c.fe.lingering.Add(1)
+	_ = c.Conn.SetReadDeadline(time.Now().Add(lingerTimeout))
+	go func() {
+		_, _ = io.Copy(io.Discard, c.Conn)
+		_ = c.Close()
+	}()
+	return nil
+}
+
+func (c *drainConn) closeNow() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	if c.lingering {
+		c.fe.lingering.Add(-1)
+	}
+	return c.Conn.Close()
+}
+
+// SyscallConn exposes the socket (connAlive uses it).
+func (c *drainConn) SyscallConn() (syscall.RawConn, error) {
+	nc := c.Conn
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	if sc, ok := nc.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, syscall.EINVAL
+}
+
+// drainTLSConn is a drainConn over a tls.Conn. fasthttp recognises TLS
+// connections by these two methods (RequestCtx.IsTLS, ALPN).
+type drainTLSConn struct {
+	*drainConn
+	tc *tls.Conn
+}
+
+func (c drainTLSConn) Handshake() error                     { return c.tc.Handshake() }
+func (c drainTLSConn) ConnectionState() tls.ConnectionState { return c.tc.ConnectionState() }
