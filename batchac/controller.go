@@ -341,12 +341,13 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decisi
 	// classes back until its next passing test, so that the load drains
 	// until it gets in (strict priority; a drain-time mark let a flood of
 	// small, less important requests refill the farm between its tests).
-	// Every failure renews the mark; immediateMarkHold bounds it if the
-	// class's traffic stops. A request that would fail even on an idle farm
+	// Every failure renews the mark, for immediateMarkHold: while the
+	// class keeps failing the mark holds; if its traffic stops (or the
+	// farm goes idle) it lapses within the hold. A request that would fail even on an idle farm
 	// (S > R_sla − Q... with nothing in service) says nothing about load
 	// and sets no mark.
 	if idle := (model{n: m.n, q: 0, rsla: m.rsla, p: m.p}); idle.fits(1, sNs, 0) {
-		cl.cascadeUntil.Store(now + int64(max(immediateMarkHold, time.Duration(min(wait, float64(maxRetryAfter))))))
+		cl.cascadeUntil.Store(now + int64(immediateMarkHold))
 	}
 	return admission.Decision{Verdict: admission.RejectTest, RetryAfter: retryAfter(wait)}
 }

@@ -77,9 +77,8 @@
 // passes). So the mark lasts exactly until the failing class's next run
 // passes. A cascaded class is not tested, so it neither sets nor clears its
 // own mark; an n = 0 run sets none. An immediate (d = 0) class has no next
-// run: a failed test marks it until its next passing test, at most
-// max(1 s, predicted drain) after its last failure (every failure renews
-// it). An earlier version marked only for the predicted drain; under a
+// run: a failed test marks it until its next passing test, at most 1 s
+// after its last failure (every failure renews it). An earlier version marked only for the predicted drain; under a
 // flood of small less important requests that let them refill the farm
 // between two tests of the more important class, which then never got in
 // (priority inversion, seen in the demo). A request that would fail even

@@ -44,13 +44,10 @@ type App struct {
 	lastObs atomic.Int64 // unix ns of the last observed completion
 
 	// Per-interval accounting, drained by the monitor.
-	lat     window // latency of admitted, relayed requests
-	classes atomic.Pointer[[]classStats]
-	work    atomic.Int64 // Σ S of admitted requests, ns
+	lat     window                        // latency of admitted, relayed requests
+	classes atomic.Pointer[[]*classStats] // by class index; entries keyed by name across reloads
+	work    atomic.Int64                  // Σ S of admitted requests, ns
 	rejects atomic.Int64
-
-	// Per-class counters of completions that met the target (revenue).
-	met []atomic.Uint64
 
 	lastQuantile atomic.Int64 // ns, last interval's admitted percentile
 
@@ -72,6 +69,8 @@ type poolRef struct{ Pool }
 // classStats is a class's per-interval latency window and its last
 // percentile; replaced (not resized in place) when the class count grows.
 type classStats struct {
+	name     string
+	met      atomic.Uint64 // completions within the target (revenue, eq. 2)
 	lat      window
 	quantile atomic.Int64 // ns
 }
@@ -142,9 +141,9 @@ func (a *App) Observe(class int, key []byte, serverTiming []byte, measured time.
 	a.lat.add(latency)
 	if cs := *a.classes.Load(); uint(class) < uint(len(cs)) {
 		cs[class].lat.add(latency)
-	}
-	if latency <= time.Duration(a.rsla.Load()) && uint(class) < uint(len(a.met)) {
-		a.met[class].Add(1)
+		if latency <= time.Duration(a.rsla.Load()) {
+			cs[class].met.Add(1)
+		}
 	}
 }
 
@@ -231,8 +230,7 @@ func (a *App) tick(now time.Time, interval time.Duration) {
 	if n > 0 {
 		a.lastQuantile.Store(int64(q))
 	}
-	for i := range *a.classes.Load() {
-		cs := &(*a.classes.Load())[i]
+	for _, cs := range *a.classes.Load() {
 		if cn, cq := cs.lat.drain(cfg.percentile / 100); cn > 0 {
 			cs.quantile.Store(int64(cq))
 		} else {

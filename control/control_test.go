@@ -289,3 +289,40 @@ func TestParallelismLearnsFromMeasuredTime(t *testing.T) {
 		t.Fatalf("learned parallelism %v for a 3-slot backend", p)
 	}
 }
+
+// Per-class counters follow the class name across a reload that inserts a
+// class, and a reload racing with Observe is safe (run with -race).
+func TestReloadKeepsClassCountersByName(t *testing.T) {
+	m, _ := newManager(t, nil)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a, err := m.Build(testApp("batch"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for i := 0; i < 7; i++ {
+		a.Observe(1, []byte("/"), nil, time.Millisecond, 1, 0, time.Millisecond, now) // bronze, within target
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 2000; i++ {
+			a.Observe(0, []byte("/checkout/x"), nil, time.Millisecond, 1, 0, 10*time.Second, now) // gold, late
+		}
+	}()
+	ac := testApp("batch")
+	ac.Classes = []classify.ClassConfig{
+		{Name: "gold", Rules: []classify.Rule{{PathPrefix: "/checkout"}}},
+		{Name: "silver", Rules: []classify.Rule{{PathPrefix: "/search"}}},
+		{Name: "bronze", Default: true},
+	}
+	if _, err := m.Build(ac, pool); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	cs := *a.classes.Load()
+	if cs[2].name != "bronze" || cs[2].met.Load() != 7 || cs[1].met.Load() != 0 {
+		t.Errorf("after inserting silver: bronze met %d (want 7), silver met %d (want 0)", cs[2].met.Load(), cs[1].met.Load())
+	}
+}

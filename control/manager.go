@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -108,7 +107,7 @@ func (m *Manager) Build(ac *policy.App, pool Pool) (*App, error) {
 		return nil, fmt.Errorf("batch: %w", err)
 	}
 	a.pool.Store(&poolRef{pool})
-	a.resizeMet(len(cfg.names))
+	a.setClasses(cfg.names)
 	a.cfg.Store(cfg)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -147,7 +146,7 @@ func (m *Manager) create(ac *policy.App, pool Pool, cfg *appConfig, est *estimat
 	a := &App{name: ac.Name, log: m.log.With("app", ac.Name), now: m.opts.Now, est: est}
 	a.pool.Store(&poolRef{pool})
 	a.cfg.Store(cfg)
-	a.resizeMet(len(cfg.names))
+	a.setClasses(cfg.names)
 	a.rsla.Store(int64(cfg.sla.Target(0)))
 	labels := prometheus.Labels{"app": ac.Name}
 	bcfg.ConstLabels = labels
@@ -236,18 +235,25 @@ func (a *App) startSwitch(ac *policy.App, mode admission.Mode, o Options) error 
 	return nil
 }
 
-func (a *App) resizeMet(n int) {
-	if cs := a.classes.Load(); cs == nil || len(*cs) < n {
-		next := make([]classStats, n)
-		a.classes.Store(&next)
-	}
-	if len(a.met) < n {
-		met := make([]atomic.Uint64, n)
-		for i := range a.met {
-			met[i].Store(a.met[i].Load())
+// setClasses lays out the per-class stats for names, keeping each class's
+// counters by name across reloads (a class that moves keeps its own).
+// Replaced atomically; Observe may run concurrently.
+func (a *App) setClasses(names []string) {
+	old := map[string]*classStats{}
+	if cur := a.classes.Load(); cur != nil {
+		for _, cs := range *cur {
+			old[cs.name] = cs
 		}
-		a.met = met
 	}
+	next := make([]*classStats, len(names))
+	for i, n := range names {
+		if cs := old[n]; cs != nil {
+			next[i] = cs
+		} else {
+			next[i] = &classStats{name: n}
+		}
+	}
+	a.classes.Store(&next)
 }
 
 func (a *App) stop() {
@@ -343,7 +349,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		cs := *a.classes.Load()
 		for i, name := range cfg.names {
 			gauge(descCQuant, time.Duration(cs[i].quantile.Load()).Seconds(), a.name, name)
-			met := float64(a.met[i].Load())
+			met := float64(cs[i].met.Load())
 			counter(descMet, met, a.name, name)
 			counter(descRevenue, met*cfg.revenue, a.name, name)
 		}

@@ -50,8 +50,8 @@
 //   - Upgrade/WebSocket: relayed on a dedicated backend connection; on 101
 //     the client connection is hijacked and piped. Tunnels count as in
 //     flight on their backend and are drained on shutdown.
-//   - HTTP/2: fasthttp cannot serve h2, so TLS listeners register "h2" with
-//     fasthttp's NextProto and serve those connections with x/net/http2. The
+//   - HTTP/2: fasthttp cannot serve h2, so TLS listeners split connections
+//     by ALPN in tlsListener and serve "h2" ones with x/net/http2. The
 //     h2 handler builds a fasthttp request and runs the same serve()
 //     function, so routing, admission, balancing and metrics are shared; it
 //     costs one RequestCtx and a header copy per request.
@@ -70,6 +70,25 @@
 // served, with Connection: close), and closes are lingering closes (FIN,
 // read and drop until the client closes or lingerTimeout), so no client
 // gets a reset for a request it sent as the drain began.
+//
+//   - Classification sees the normalised path (percent-decoded, dot segments
+//     resolved), like nginx's location matching; the backend receives the
+//     request URI as the client sent it, like nginx's proxy_pass without a
+//     URI part. A backend that does not normalise may thus see a path that
+//     is classified as another class would be; normalise in the backend, or
+//     classify by something it cannot disguise (host, header, network).
+//   - Measured service time (when the backend sends no Server-Timing) runs
+//     to the response head, and a request leaves the balancer's in-flight
+//     count at the head too: a streamed body (over 64 KiB) is transfer, not
+//     service. A tunnel leaves it once the 101 arrives.
+//   - A body that sentry does not relay (rejection, unknown host, backend
+//     failure) streams, so only a prefix of it has been read: the
+//     connection is closed after such a response, never reused.
+//
+// Known limits: HTTP/2 connections do not count toward server.max_conns,
+// and server.body_timeout / write_timeout do not apply to h2 streams (the
+// h2 server has its own idle timeout and 250 concurrent streams per
+// connection).
 //
 // # Failures to statuses (status.go, the only place)
 //

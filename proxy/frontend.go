@@ -182,13 +182,25 @@ func (p *Proxy) ShutdownAll(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	done := make(chan struct{})
-	go func() { p.tunnels.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	// Tunnels end on their own; at the deadline the rest are cut. Polling
+	// keeps this bounded whatever happens to a tunnel's goroutines.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for p.tunnelCount.Load() > 0 {
+		select {
+		case <-tick.C:
+			continue
+		case <-ctx.Done():
+		}
 		p.stopOnce.Do(func() { close(p.stopTunnels) })
-		<-done
+		cut := time.Now().Add(time.Second)
+		for p.tunnelCount.Load() > 0 && time.Now().Before(cut) {
+			<-tick.C
+		}
+		if n := p.tunnelCount.Load(); n > 0 {
+			errs = append(errs, fmt.Errorf("%d tunnels still open after the drain deadline", n))
+		}
+		break
 	}
 	return errors.Join(errs...)
 }

@@ -79,6 +79,19 @@ func (rt *route) lookup(host []byte) *app {
 	return rt.def
 }
 
+// closeIfBodyUnread closes the connection after a response sentry made
+// itself when the request had a body: the body streams, so fasthttp has
+// read at most a prefix of it, and the rest would otherwise be parsed as
+// the next request on this connection (a request-smuggling desync).
+func closeIfBodyUnread(ctx *fasthttp.RequestCtx, o outcome) {
+	if o == outRelayed {
+		return
+	}
+	if cl := ctx.Request.Header.ContentLength(); cl != 0 && cl != -2 {
+		ctx.SetConnectionClose()
+	}
+}
+
 // peerAddr returns the connection's remote address without allocating.
 func peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 	if ta, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
@@ -95,9 +108,11 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	a := rt.lookup(ctx.Request.Header.Host())
 	if a == nil {
 		p.writeError(ctx, nil, outNoApp)
+		closeIfBodyUnread(ctx, outNoApp)
 		return
 	}
 	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), start, nil)
+	closeIfBodyUnread(ctx, o)
 	a.m.observe(o, ctx.Response.StatusCode(), b, start)
 	if rt.access {
 		p.logAccess(a, ctx, o, b, start)
@@ -165,7 +180,11 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 			// A request that waited for its policer may have lost its
 			// client meanwhile: do not spend a backend on it.
 			if gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
-				ctx.SetConnectionClose()
+				// Nobody to answer: close without writing a response;
+				// 499 is for the metrics and the access log only.
+				ctx.Response.SetStatusCode(statusOf(outClientGone))
+				ctx.HijackSetNoResponse(true)
+				ctx.Hijack(func(net.Conn) {})
 				return outClientGone, nil
 			}
 		} else {
@@ -297,16 +316,21 @@ func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response) (o
 // any response. Timeouts are never retried: the backend may still be
 // working on the request.
 func retryable(req *fasthttp.Request, err error) bool {
-	if req.IsBodyStream() {
-		return false
-	}
-	switch string(req.Header.Method()) {
-	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace, fasthttp.MethodPut, fasthttp.MethodDelete:
-	default:
+	if req.IsBodyStream() || !idempotent(req) {
 		return false
 	}
 	return errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// idempotent reports whether the request's method is idempotent (RFC 9110
+// §9.2.2), so sending it twice is harmless.
+func idempotent(req *fasthttp.Request) bool {
+	switch string(req.Header.Method()) {
+	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace, fasthttp.MethodPut, fasthttp.MethodDelete:
+		return true
+	}
+	return false
 }
 
 // stripHopByHop removes hop-by-hop request headers (RFC 9110 §7.6.1),
@@ -361,7 +385,11 @@ func (a *app) writeReject(ctx *fasthttp.RequestCtx, d admission.Decision) {
 		secs = int((d.RetryAfter + time.Second - 1) / time.Second)
 	}
 	resp := &ctx.Response
-	resp.SetStatusCode(r.status)
+	if d.Verdict == admission.RejectNoBackend {
+		resp.SetStatusCode(fasthttp.StatusServiceUnavailable) // not the client's rate: never 429
+	} else {
+		resp.SetStatusCode(r.status)
+	}
 	resp.Header.SetContentTypeBytes(strTextPlain)
 	resp.Header.SetBytesKV(hdrRetryAfter, retryAfterBytes(secs))
 	resp.Header.SetBytesKV(hdrReject, verdictBytes[d.Verdict])
@@ -374,7 +402,6 @@ func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, a *app, o outcome) {
 	resp.Reset()
 	if o == outNoBackend && a != nil {
 		a.writeReject(ctx, admission.Decision{Verdict: admission.RejectNoBackend})
-		resp.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		return
 	}
 	resp.SetStatusCode(statusOf(o))

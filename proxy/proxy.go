@@ -76,8 +76,8 @@ type Proxy struct {
 
 	cur atomic.Pointer[state]
 
-	tunnels     sync.WaitGroup // open Upgrade tunnels
-	stopTunnels chan struct{}  // closed when draining runs out of time
+	tunnelCount atomic.Int64  // open Upgrade tunnels
+	stopTunnels chan struct{} // closed when draining runs out of time
 	stopOnce    sync.Once
 
 	mu struct {
@@ -342,10 +342,11 @@ func newHostClient(addr string, maxConns int, connect, idle *atomic.Int64) *fast
 		NoDefaultUserAgentHeader:      true,
 		ReadBufferSize:                16 << 10,
 		WriteBufferSize:               16 << 10,
-		// Retry only where nothing can have reached the backend twice: a
-		// stale keep-alive connection that was closed before our write.
+		// Retry on the same backend once, for a stale keep-alive
+		// connection, and only idempotent requests: fasthttp cannot tell
+		// whether the backend saw the request before the close.
 		RetryIfErr: func(req *fasthttp.Request, attempts int, err error) (bool, bool) {
-			if attempts > 1 || req.IsBodyStream() {
+			if attempts > 1 || req.IsBodyStream() || !idempotent(req) {
 				return false, false
 			}
 			return false, errors.Is(err, fasthttp.ErrConnectionClosed)

@@ -380,6 +380,14 @@ func TestWebSocketUpgrade(t *testing.T) {
 			t.Fatalf("echo %q: got %q %v", msg, buf, err)
 		}
 	}
+	// An open tunnel is not a request in service: it must not inflate the
+	// in-flight count that balancing and admission (η) read.
+	if n := h.p.cur.Load().apps[0].pool.Inflight(); n != 0 {
+		t.Errorf("in flight with one open tunnel = %d, want 0", n)
+	}
+	if n := h.p.tunnelCount.Load(); n != 1 {
+		t.Errorf("tunnel count = %d, want 1", n)
+	}
 }
 
 func TestTLSAndHTTP2(t *testing.T) {
@@ -514,5 +522,44 @@ func TestMaxBodyBytesPerApp(t *testing.T) {
 	}
 	if got.Load() != 100005 {
 		t.Errorf("backend received %d body bytes, want 100005", got.Load())
+	}
+}
+
+// A body sentry did not relay must not be parsed as the next request.
+func TestUnreadBodyClosesConnection(t *testing.T) {
+	var hits atomic.Int32
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
+	h := startProxy(t, []string{be}, func(_ *policy.Snapshot, a *policy.App) { a.Hosts = []string{"known.example"} })
+	smuggled := "GET /smuggled HTTP/1.1\r\nHost: known.example\r\n\r\n"
+	body := strings.Repeat("j", 9000) + smuggled
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: unknown.example\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 404 {
+		t.Fatalf("first response: %v %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if resp2, err := http.ReadResponse(br, nil); err == nil {
+		t.Fatalf("a second response (%d) came from the unread body: smuggling", resp2.StatusCode)
+	}
+	if hits.Load() != 0 {
+		t.Errorf("the smuggled request reached the backend")
+	}
+}
+
+func TestNoBackendIs503Even429Configured(t *testing.T) {
+	h := startProxy(t, []string{"127.0.0.1:1"}, func(_ *policy.Snapshot, a *policy.App) {
+		a.Reject.Status = 429
+	})
+	rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n") // ejects the dead backend
+	resp, _ := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp.StatusCode != 503 || resp.Header.Get("X-Sentry-Reject") != "no_backend" {
+		t.Fatalf("no backend: %d %q, want 503 (a farm with no backend is not a client rate limit)", resp.StatusCode, resp.Header.Get("X-Sentry-Reject"))
 	}
 }

@@ -21,9 +21,10 @@ var errUpgradeHead = errors.New("bad or oversized response head")
 // upgrade relays a request carrying Connection: upgrade (WebSocket and the
 // like). The request head goes to a fresh backend connection; if the backend
 // answers 101 the client connection is hijacked and bytes are piped both
-// ways until either side closes. Any other answer is relayed as a normal
-// response. The backend stays "in flight" in the balancer for the life of
-// the tunnel, and the tunnel counts toward draining on shutdown.
+// ways until either side closes. Any other answer (at most 1 MiB) is
+// relayed as a normal response. Once upgraded, the tunnel no longer counts
+// as in flight for balancing and admission (a WebSocket is not a request in
+// service); it does count toward draining on shutdown.
 func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (outcome, *upstream) {
 	b := a.pool.Pick()
 	if b == nil {
@@ -68,7 +69,7 @@ func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (outcome, *upstream) {
 		defer conn.Close()
 		resp := &ctx.Response
 		resp.Reset()
-		err := resp.Read(bufio.NewReader(io.MultiReader(bytes.NewReader(head), br)))
+		err := resp.ReadLimitBody(bufio.NewReader(io.MultiReader(bytes.NewReader(head), br)), maxUpgradeRefusal)
 		a.pool.Release(b, err == nil)
 		if err != nil {
 			p.writeError(ctx, a, outBackendFailed)
@@ -79,11 +80,26 @@ func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (outcome, *upstream) {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	ctx.Response.SetStatusCode(status) // for metrics and the access log
+	// Upgraded: from here on it is a tunnel, not a request in service.
+	// It leaves the balancer's in-flight count, which admission reads as
+	// η, so long-lived WebSockets cannot make the farm look full.
+	a.pool.Release(b, true)
 	ctx.HijackSetNoResponse(true)
-	p.tunnels.Add(1)
+	// fasthttp runs the hijack handler only if the client connection is
+	// still usable after the handler returns; if it never runs, the
+	// backend connection must not leak.
+	started := make(chan struct{})
+	time.AfterFunc(hijackGrace, func() {
+		select {
+		case <-started:
+		default:
+			conn.Close()
+		}
+	})
 	ctx.Hijack(func(c net.Conn) {
-		defer p.tunnels.Done()
-		defer a.pool.Release(b, true)
+		close(started)
+		p.tunnelCount.Add(1)
+		defer p.tunnelCount.Add(-1)
 		defer conn.Close()
 		if _, err := c.Write(head); err != nil {
 			return
@@ -98,6 +114,15 @@ func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (outcome, *upstream) {
 	})
 	return outRelayed, u
 }
+
+const (
+	// maxUpgradeRefusal bounds a backend's non-101 answer to an Upgrade
+	// request, which is read whole.
+	maxUpgradeRefusal = 1 << 20
+	// hijackGrace is how long a tunnel's backend connection waits for
+	// fasthttp to start the hijack handler before it is closed.
+	hijackGrace = 10 * time.Second
+)
 
 // pipe copies both ways until both directions end or stop is closed. When
 // one direction ends, the write side of the other conn is half-closed so the

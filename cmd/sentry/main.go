@@ -21,9 +21,12 @@ Usage:
   sentry check -config FILE
         Validate a policy. Prints every error as FILE:LINE: message; exit 1
         if there is any.
-  sentry demo [-listen ADDR] [-admin ADDR] [-duration D]
-        Start simulated backends on loopback and the proxy in front of
-        them, then print the URLs to try.
+  sentry demo [-listen ADDR] [-admin ADDR] [-duration D] [-no-load] [-quiet]
+        Start simulated backends on loopback, the proxy in front of them
+        with three classes and a 500 ms target, and a looping load that
+        crosses capacity; show per class, every second, arrivals,
+        admissions, rejections and p95 vs target (also live at
+        http://ADMIN/status). Prints the URLs to try.
   sentry version
         Print the version.
 
