@@ -1,0 +1,89 @@
+// Package scenario runs sentry's experiments from files: a scenario names a
+// simulated farm (package farm), the traffic offered to it (package load)
+// and the sentry policy fragment to use, and the runner plays it against
+// each peer in turn — sentry, sentry with admission off, HAProxy and nginx
+// — writing per-second series, plots and a summary (ALGORITHMS.md §9:
+// goodput, admitted p95 against the target, admission per class,
+// rejections).
+//
+// # Scenario files
+//
+// YAML, decoded strictly (unknown keys are errors) with FILE:LINE in every
+// error, including the semantic ones (a class whose path has no farm
+// route, a closed-loop class in capacity units, …):
+//
+//	name: fig5
+//	duration: 85s
+//	seed: 5
+//	farm: {servers: 4, slots: 8, routes: [{path: /, prefix: true, io: "exp:80ms"}]}
+//	load: {timeout: 10s, max_in_flight: 6000}
+//	classes:                    # package load's classes, plus unit
+//	  - name: gold
+//	    sla: 1s
+//	    unit: capacity          # rate levels are multiples of capacity
+//	    request: {paths: [{path: /checkout/pay}], headers: {X-Tier: gold}}
+//	    open: {rate: [{duration: 40s, from: 0.2}, {duration: 20s, from: 0.2, to: 1.2}]}
+//	capacity: {note: "…"}       # or rate: N, or mix: [{path, weight}]
+//	sentry:                     # app policy keys; the runner adds name, listen, backends
+//	  classes: [...]
+//	  sla: {targets: [{target: 1s}]}
+//	  admission: {mode: batch}
+//
+// Capacity is servers × slots / mean service time of a request mix
+// (farm.Config.Capacity for one path); by default the mix of every
+// open-loop class's paths weighted by the class's expected arrivals.
+// Levels in unit capacity are multiplied by it, so a scenario keeps its
+// shape when the farm changes. The file's scale and the runner's Scaling
+// (level and time factors) shrink or stretch a run without editing the
+// file; the end-to-end test runs fig5 at 0.1× time.
+//
+// # The runner
+//
+// Run takes the peers one at a time. For each it starts a fresh farm (same
+// seed) in process, starts the peer in front of it as a child process in
+// its own process group (killed with the runner: Pdeathsig), waits until a
+// request through it answers, runs the load while sampling farm.Stats
+// every second, collects (sentry's /metrics), stops the peer (SIGTERM, then
+// SIGKILL to its group) and closes the farm. Nothing is left running when
+// Run returns.
+//
+// Peers:
+//
+//   - sentry: the sentry binary with a generated policy: the scenario's
+//     fragment in an app listening on a free 127.0.0.1 port, the farm's
+//     servers as static backends, an admin port for metrics. The policy is
+//     checked with `sentry check` first.
+//   - off: the same, with the fragment's admission replaced by {mode: off}.
+//   - haproxy: maxconn per server = the farm's slots, the excess waits in
+//     the backend queue for at most `timeout queue` = the smallest class
+//     SLA and then gets a 503; leastconn; keep-alive both sides.
+//   - nginx: limit_conn per virtual server = servers × slots, beyond which
+//     503 at once; least_conn; upstream keep-alive.
+//
+// HAProxy and nginx mark nothing, so their 503s are counted as rejections
+// with reason PeerRejectReason ("peer_503"); sentry's carry
+// X-Sentry-Reject. A peer whose binary is missing is skipped with a
+// message.
+//
+// # Outputs
+//
+// OUT/<scenario>/<peer>/series.csv has one row per second and class (and
+// "all"): offered, overflow and admitted counted by arrival second;
+// completed, rejected (and rejected_<reason>), errors, goodput (2xx within
+// the class SLA) and p50/p95/p99 of admitted latency by completion
+// second; the target; and the farm's utilisation in that second with its
+// busy slots and queue at the second's end. Three PNG plots (gonum/plot):
+// arrival.png (offered vs admitted per class, completed, capacity),
+// p95.png (admitted p95 per class against the target, log scale) and
+// util.png (farm utilisation and goodput / capacity). summary.json holds
+// the numbers of summary.md, which OUT/<scenario>/summary.md shows for
+// every peer run with the same file and scaling (so peers can be run
+// separately).
+//
+// # Concurrency
+//
+// Run is sequential; during a peer's run it owns one sampler goroutine
+// (ticker plus context, bounded by a sample count) and, per child process,
+// one goroutine waiting for it. Both end before runPeer returns. The load
+// generator's goroutines are owned by load.Run.
+package scenario

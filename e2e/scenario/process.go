@@ -1,0 +1,145 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// process is a peer running as a child process in its own process group.
+// Its output goes to a log file, capped so an overloaded peer that logs
+// every request cannot fill the disk.
+type process struct {
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{}
+	err  error
+}
+
+// maxLogBytes caps a peer's log file.
+const maxLogBytes = 20 << 20
+
+type cappedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+	n  int64
+}
+
+func (c *cappedWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n >= maxLogBytes {
+		return len(p), nil
+	}
+	q := p
+	if rest := maxLogBytes - c.n; int64(len(q)) > rest {
+		q = q[:rest]
+	}
+	n, err := c.w.Write(q)
+	c.n += int64(n)
+	if err != nil {
+		return n, err
+	}
+	return len(p), nil
+}
+
+func startProcess(logPath, name string, args ...string) (*process, error) {
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(name, args...)
+	w := &cappedWriter{w: lf}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, err
+	}
+	p := &process{cmd: cmd, log: lf, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		lf.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// exited reports whether the process has ended.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends sig to the process, waits up to grace, then kills its
+// process group (the process and the children it started, e.g. nginx's
+// workers). It returns when the process has exited.
+func (p *process) stop(sig syscall.Signal, grace time.Duration) {
+	if p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		killGroup(p.cmd.Process.Pid)
+		<-p.done
+	}
+	// nginx workers exit on their own after the master; make sure.
+	killGroup(p.cmd.Process.Pid)
+}
+
+// waitReady polls url until it answers 200, the process exits, or within
+// passes.
+func waitReady(ctx context.Context, p *process, url string, within time.Duration) error {
+	c := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(within)
+	var last error
+	for i := 0; time.Now().Before(deadline) && i < 1000; i++ {
+		if p != nil && p.exited() {
+			return fmt.Errorf("exited before it was ready: %v", p.err)
+		}
+		resp, err := c.Get(url)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s not ready within %v: %v", url, within, last)
+}
+
+// freeAddr returns a 127.0.0.1 address with a port free right now.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+var errNotInstalled = errors.New("not installed")
