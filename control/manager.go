@@ -187,7 +187,7 @@ func (a *App) startThreshold(ac *policy.App, classes int) error {
 	if c := ac.Admission.Threshold.Capacity; c > 0 {
 		tc.PerServer = c
 	} else {
-		tc.Learned = a.learner
+		tc.Learned = capacityOf{a}
 	}
 	t, err := thresholdac.New(tc)
 	if err != nil {
@@ -203,6 +203,20 @@ func (a *App) startThreshold(ac *policy.App, classes int) error {
 	a.wg.Add(1)
 	go func() { defer a.wg.Done(); t.Run(ctx) }()
 	return nil
+}
+
+// capacityOf is threshold mode's per-server capacity: what the learner has
+// learned from batch mode, or, before it knows, the batch test's P (a
+// backend with P parallel slots does P server-seconds of work per second).
+// Without the fallback, threshold mode entered before any learning (forced
+// threshold, or an early switch) would admit everything.
+type capacityOf struct{ a *App }
+
+func (c capacityOf) PerServer() (float64, bool) {
+	if v, ok := c.a.learner.PerServer(); ok {
+		return v, true
+	}
+	return c.a.batch.Parallelism(), true
 }
 
 // startSwitch (re)builds the mode switch; a.mu held.
@@ -303,7 +317,7 @@ var (
 	descCQuant   = prometheus.NewDesc("sentry_class_admitted_percentile_seconds", "Per class: admitted requests' response-time percentile (the SLA's) over the last interval; 0 if none completed.", []string{"app", "class"}, nil)
 	descRevenue  = prometheus.NewDesc("sentry_revenue_total", "Revenue earned: admitted requests that met the target × sla.revenue (Cataclysm eq. 2).", []string{"app", "class"}, nil)
 	descMet      = prometheus.NewDesc("sentry_sla_met_total", "Admitted requests answered within the target.", []string{"app", "class"}, nil)
-	descCap      = prometheus.NewDesc("sentry_learned_capacity_per_server", "Learned per-server capacity in server-seconds per second (0 while unknown).", []string{"app"}, nil)
+	descCap      = prometheus.NewDesc("sentry_learned_capacity_per_server", "Per-server capacity threshold mode uses when none is configured, in server-seconds per second: learned from batch mode, or the batch test's P until then.", []string{"app"}, nil)
 	descThr      = prometheus.NewDesc("sentry_threshold_class", "Threshold mode's class index i (0-based) admitted with probability p.", []string{"app"}, nil)
 	descThrP     = prometheus.NewDesc("sentry_threshold_admit_probability", "Threshold mode's admit probability p for class i.", []string{"app"}, nil)
 	descThrK     = prometheus.NewDesc("sentry_threshold_capacity_server_seconds", "Threshold mode's capacity K = n × per-server capacity (0 while unknown).", []string{"app"}, nil)
@@ -353,7 +367,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counter(descMet, met, a.name, name)
 			counter(descRevenue, met*cfg.revenue, a.name, name)
 		}
-		cap, _ := a.learner.PerServer()
+		cap, _ := capacityOf{a}.PerServer()
 		gauge(descCap, cap, a.name)
 		th := a.thr.Load().Current()
 		gauge(descThr, float64(th.Class), a.name)

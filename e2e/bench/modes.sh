@@ -9,6 +9,7 @@
 #
 #   bash e2e/bench/modes.sh            # 15 s per mode
 #   DURATION=30 bash e2e/bench/modes.sh
+#   MODES=auto DURATION=60 bash e2e/bench/modes.sh   # memory over a minute
 #
 # Loopback only; each run is bounded by DURATION; everything is killed on exit.
 set -euo pipefail
@@ -107,9 +108,15 @@ YAML
   printf "%s %s %s %s %s %s\n" "$mode" "$steady" "$rs" "$p99" "$rp99" "${switched:-never}" >>"$tmp/summary"
 }
 
-run_mode batch 17201 17301
-run_mode threshold 17202 17302
-run_mode auto 17203 17303
+MODES=${MODES:-batch threshold auto}
+for m in $MODES; do
+  case $m in
+    batch) run_mode batch 17201 17301 ;;
+    threshold) run_mode threshold 17202 17302 ;;
+    auto) run_mode auto 17203 17303 ;;
+    *) echo "unknown mode $m" >&2; exit 2 ;;
+  esac
+done
 echo
 echo "| mode | steady handled/s | wrk req/s | wrk p99 (all) | reject p99 (sentry histogram, bucket bound) | first second in threshold |"
 echo "|---|--:|--:|--:|--:|--:|"
