@@ -147,6 +147,16 @@ func (a *App) Observe(class int, key []byte, serverTiming []byte, measured time.
 	}
 }
 
+// Waits tells whether Admit may queue a request of class: batch mode in
+// force and the class has a policer period.
+func (a *App) Waits(class int) bool {
+	cfg := a.cfg.Load()
+	if uint(class) >= uint(cfg.cls.Len()) || a.sw.Load().Mode() != admission.ModeBatch {
+		return false
+	}
+	return cfg.cls.Class(class).Period > 0
+}
+
 // StripServerTiming tells whether the proxy removes the timing entries.
 func (a *App) StripServerTiming() bool { return a.cfg.Load().strip }
 

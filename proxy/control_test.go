@@ -3,9 +3,11 @@ package proxy
 import (
 	"bytes"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +26,8 @@ type fakeControl struct {
 	observed []observation
 	strip    bool
 	retained [][]string
+	wait     chan struct{} // if set, Admit blocks until it is closed or r.Gone fires
+	gone     int
 }
 
 type observation struct {
@@ -50,6 +54,16 @@ func (f *fakeControl) Estimate(class int, key []byte, _ time.Time) (time.Duratio
 	return 7 * time.Millisecond, 2
 }
 func (f *fakeControl) Admit(r *admission.Request) admission.Decision {
+	if f.wait != nil {
+		select {
+		case <-f.wait:
+		case <-r.Gone:
+			f.mu.Lock()
+			f.gone++
+			f.mu.Unlock()
+			return admission.Decision{Verdict: admission.RejectGone}
+		}
+	}
 	if r.Class == 1 {
 		return admission.Decision{Verdict: admission.RejectTest, RetryAfter: 3 * time.Second}
 	}
@@ -61,6 +75,7 @@ func (f *fakeControl) Observe(class int, key, st []byte, measured time.Duration,
 	f.mu.Unlock()
 }
 func (f *fakeControl) StripServerTiming() bool { return f.strip }
+func (f *fakeControl) Waits(class int) bool    { return f.wait != nil }
 
 func startControlled(t *testing.T, ctl *fakeControl, be string) *harness {
 	t.Helper()
@@ -144,5 +159,41 @@ func TestModeOffClassifiesButAdmits(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(h.p.metrics.decisions.WithLabelValues("web", "bronze", "admitted")); v != 1 {
 		t.Errorf("decisions{bronze,admitted} = %v", v)
+	}
+}
+
+// A client that hangs up while its request waits in a batch queue leaves
+// the queue: Admit sees Gone fire, nothing reaches the backend, and no
+// answer is written.
+func TestClientGoneLeavesQueue(t *testing.T) {
+	var hits atomic.Int32
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
+	ctl := &fakeControl{wait: make(chan struct{})}
+	defer close(ctl.wait)
+	h := startControlled(t, ctl, be)
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nX-Class: gold\r\n\r\n")
+	time.Sleep(100 * time.Millisecond) // let it reach the queue
+	c.Close()
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		ctl.mu.Lock()
+		g := ctl.gone
+		ctl.mu.Unlock()
+		if g == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	if ctl.gone != 1 {
+		t.Fatalf("the waiting request did not see its client leave")
+	}
+	if hits.Load() != 0 {
+		t.Errorf("a request whose client left reached the backend")
 	}
 }

@@ -81,6 +81,12 @@
 //     to the response head, and a request leaves the balancer's in-flight
 //     count at the head too: a streamed body (over 64 KiB) is transfer, not
 //     service. A tunnel leaves it once the 101 arrives.
+//   - A request that may wait in a batch queue (batch mode, class period
+//     > 0) is told when its client hangs up and leaves the queue: one
+//     process-wide epoll set watches waiting sockets for EPOLLRDHUP
+//     (gone_linux.go; two epoll_ctl calls per waiting request, no
+//     polling). h2 streams use the stream's context. Such a request gets
+//     no answer and no backend (499 in the logs).
 //   - A body that sentry does not relay (rejection, unknown host, backend
 //     failure) streams, so only a prefix of it has been read: the
 //     connection is closed after such a response, never reused.

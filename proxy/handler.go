@@ -171,21 +171,33 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		x.ar.Class, key = ctl.Classify(x, client)
 		x.ar.S, x.ar.Bucket = ctl.Estimate(x.ar.Class, key, start)
 		if !a.off {
-			d := ctl.Admit(&x.ar)
-			a.decision(x.ar.Class, d.Verdict)
-			if d.Verdict != admission.Admit {
-				a.writeReject(ctx, d)
-				return outRejected, nil
+			// A request that may wait in a batch queue is told when its
+			// client hangs up, so it leaves the queue.
+			var unwatch func()
+			if gone == nil && ctl.Waits(x.ar.Class) {
+				if ch, stop, ok := watchGone(ctx.Conn()); ok {
+					x.ar.Gone, unwatch = ch, stop
+				}
 			}
-			// A request that waited for its policer may have lost its
-			// client meanwhile: do not spend a backend on it.
-			if gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
-				// Nobody to answer: close without writing a response;
-				// 499 is for the metrics and the access log only.
+			d := ctl.Admit(&x.ar)
+			if unwatch != nil {
+				unwatch()
+			}
+			a.decision(x.ar.Class, d.Verdict)
+			// A client that left while waiting gets no answer, and no
+			// backend is spent on it.
+			if d.Verdict == admission.RejectGone ||
+				d.Verdict == admission.Admit && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
+				// Close without writing a response; 499 is for the
+				// metrics and the access log only.
 				ctx.Response.SetStatusCode(statusOf(outClientGone))
 				ctx.HijackSetNoResponse(true)
 				ctx.Hijack(func(net.Conn) {})
 				return outClientGone, nil
+			}
+			if d.Verdict != admission.Admit {
+				a.writeReject(ctx, d)
+				return outRejected, nil
 			}
 		} else {
 			a.decision(x.ar.Class, admission.Admit)

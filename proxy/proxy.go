@@ -56,6 +56,9 @@ type Controller interface {
 	Observe(class int, key, serverTiming []byte, measured time.Duration, inService int, s, latency time.Duration, now time.Time)
 	// StripServerTiming tells whether to remove the timing entries.
 	StripServerTiming() bool
+	// Waits tells whether Admit may make a request of this class wait (a
+	// batch policer with a period), so the front end watches its client.
+	Waits(class int) bool
 }
 
 // ControlBuilder makes Controllers from the policy and drops those of apps
