@@ -37,7 +37,7 @@ func benchClient(addr string) *fasthttp.HostClient {
 func BenchmarkRelay(b *testing.B) {
 	be := fastBackend(b)
 	h := startProxy(&testing.T{}, []string{be}, nil)
-	defer h.close()
+	defer func() { b.StopTimer(); h.close() }() // the drain's grace is not relay time
 	c := benchClient(h.addr)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -56,7 +56,7 @@ func BenchmarkRelay(b *testing.B) {
 // BenchmarkReject is the prebuilt rejection (no healthy backend).
 func BenchmarkReject(b *testing.B) {
 	h := startProxy(&testing.T{}, []string{"127.0.0.1:1"}, nil)
-	defer h.close()
+	defer func() { b.StopTimer(); h.close() }()
 	c := benchClient(h.addr)
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	req.SetRequestURI("http://" + h.addr + "/x")

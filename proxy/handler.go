@@ -267,6 +267,15 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	if o != outRelayed {
 		p.writeError(ctx, a, o)
 	} else {
+		// A body of known size up to the stream threshold was read whole
+		// by the client; fasthttp still hands it over as a stream, which
+		// holds the backend connection until the client write ends and
+		// costs a wrapper per response. Turn it back into a plain body:
+		// the backend connection goes back to the pool now and the
+		// response is written in one piece.
+		if cl := ctx.Response.Header.ContentLength(); cl >= 0 && cl <= streamThreshold && ctx.Response.IsBodyStream() {
+			ctx.Response.Body()
+		}
 		rh := &ctx.Response.Header
 		rh.ResetConnectionClose()
 		for _, k := range hopByHopCommon {
