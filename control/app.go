@@ -109,6 +109,9 @@ func (a *App) Admit(r *admission.Request) admission.Decision {
 		return admission.Decision{Verdict: admission.Admit}
 	case admission.ModeThreshold:
 		d = a.thr.Load().Admit(r)
+		if d.Verdict == admission.Admit && a.farmFull(r.S) {
+			d = admission.Decision{Verdict: admission.RejectThreshold, RetryAfter: thresholdac.RetryAfter(a.thr.Load().Period())}
+		}
 	default:
 		d = a.batch.Admit(r)
 	}
@@ -118,6 +121,26 @@ func (a *App) Admit(r *admission.Request) admission.Decision {
 		a.rejects.Add(1)
 	}
 	return d
+}
+
+// farmFull is threshold mode's guard against its own lag: (i, p) follows
+// the arrival rates smoothed over seconds, so on a rising load it admits
+// more than K until the rates catch up, and the backends' queues grow. The
+// guard rejects when one more request of size s would already miss R_sla
+// by the batch test's own model, max(1, (η+1)/P)·s > R_sla − Q, read from
+// atomics (no lock, no allocation). (i, p) still decides who is shed first.
+func (a *App) farmFull(s time.Duration) bool {
+	p := a.pool.Load()
+	n := p.Healthy()
+	if n <= 0 {
+		return true
+	}
+	eta := float64(p.Inflight()) / float64(n)
+	f := (eta + 1) / a.batch.Parallelism()
+	if f < 1 {
+		f = 1
+	}
+	return a.est.Q()+time.Duration(f*float64(s)) > time.Duration(a.rsla.Load())
 }
 
 // Observe records a relayed request's outcome: the backend's Server-Timing
@@ -247,7 +270,12 @@ func (a *App) tick(now time.Time, interval time.Duration) {
 			cs.quantile.Store(0)
 		}
 	}
-	if interval <= 0 || n < minSamples || a.sw.Load().Mode() != admission.ModeBatch {
+	// The learner takes intervals of batch and threshold mode alike: an
+	// interval that met R_sla shows its admitted work is sustainable, one
+	// that missed cuts the estimate (thresholdac.Learner). Threshold mode
+	// needs this to back off; it admits what K says, so without feedback
+	// a K too high would never come down.
+	if m := a.sw.Load().Mode(); interval <= 0 || n < minSamples || m == admission.ModeOff {
 		return
 	}
 	a.learner.Observe(thresholdac.Observation{

@@ -326,3 +326,27 @@ func TestReloadKeepsClassCountersByName(t *testing.T) {
 		t.Errorf("after inserting silver: bronze met %d (want 7), silver met %d (want 0)", cs[2].met.Load(), cs[1].met.Load())
 	}
 }
+
+// Threshold mode's guard: even when (i, p) admits everything (capacity far
+// above the offered work), a farm already full by the batch model rejects.
+func TestThresholdGuardRejectsWhenFarmFull(t *testing.T) {
+	m, _ := newManager(t, nil)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	ac := testApp("threshold")
+	ac.Admission.Batch.Parallelism = 4
+	ac.Admission.Threshold.Capacity = 1000 // (i, p) admits all
+	a, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// R_sla 1 s, P 4, S 100 ms: full once (η+1)/4·100ms > 1s, i.e. η ≥ 40.
+	pool.inflight.Store(10)
+	if d := a.Admit(&admission.Request{Class: 1, S: 100 * time.Millisecond}); d.Verdict != admission.Admit {
+		t.Fatalf("η=10: %v", d.Verdict)
+	}
+	pool.inflight.Store(40)
+	if d := a.Admit(&admission.Request{Class: 0, S: 100 * time.Millisecond}); d.Verdict != admission.RejectThreshold || d.RetryAfter < time.Second {
+		t.Fatalf("η=40: %v %v, want rejected_threshold", d.Verdict, d.RetryAfter)
+	}
+}

@@ -206,8 +206,9 @@ func (a *App) startThreshold(ac *policy.App, classes int) error {
 }
 
 // capacityOf is threshold mode's per-server capacity: what the learner has
-// learned from batch mode, or, before it knows, the batch test's P (a
-// backend with P parallel slots does P server-seconds of work per second).
+// learned (from batch and threshold intervals), or, before it knows, 0.9 ×
+// the batch test's P (a backend with P parallel slots does at most P
+// server-seconds of work per second).
 // Without the fallback, threshold mode entered before any learning (forced
 // threshold, or an early switch) would admit everything.
 type capacityOf struct{ a *App }
@@ -216,8 +217,12 @@ func (c capacityOf) PerServer() (float64, bool) {
 	if v, ok := c.a.learner.PerServer(); ok {
 		return v, true
 	}
-	return c.a.batch.Parallelism(), true
+	return fallbackHeadroom * c.a.batch.Parallelism(), true
 }
+
+// fallbackHeadroom keeps threshold mode below the raw capacity P until the
+// learner knows better: at ρ = 1 queues grow without bound.
+const fallbackHeadroom = 0.9
 
 // startSwitch (re)builds the mode switch; a.mu held.
 func (a *App) startSwitch(ac *policy.App, mode admission.Mode, o Options) error {

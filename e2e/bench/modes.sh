@@ -79,6 +79,7 @@ YAML
   for _ in $(seq 50); do curl -fs "127.0.0.1:$admin/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
   total() { curl -fs "127.0.0.1:$admin/metrics" | awk '/^sentry_requests_total/ {s += $2} END {printf "%d", s}'; }
   cur_mode() { curl -fs "127.0.0.1:$admin/metrics" | awk '/^sentry_admission_mode\{/ && $2 == 1 {match($0, /mode="[a-z]+"/); print substr($0, RSTART+6, RLENGTH-7)}'; }
+  cpu() { curl -fs "127.0.0.1:$admin/metrics" | awk '/^sentry_cpu_utilization\{/ {printf "%.2f", $2; f=1} END {if (!f) printf "-"}'; }
   taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s "$tmp/req.lua" "http://127.0.0.1:$port" >"$tmp/$mode.wrk" 2>&1 &
   local wpid=$!
   local prev; prev=$(total)
@@ -87,7 +88,7 @@ YAML
     sleep 1
     local now; now=$(total)
     local rss; rss=$(awk '/VmRSS/ {print $2}' "/proc/$spid/status")
-    series+="$s $((now - prev)) $(cur_mode) ${rss}\n"
+    series+="$s $((now - prev)) $(cur_mode) ${rss} $(cpu)\n"
     prev=$now
   done
   wait "$wpid" || true
@@ -98,12 +99,14 @@ YAML
     END { total = cnt[n]; if (total == 0) { print "n/a"; exit }
       for (i = 1; i <= n; i++) if (cnt[i] >= 0.99 * total) { printf "%s s", les[i]; exit } }')
   kill "$spid"; wait "$spid" 2>/dev/null || true
-  echo "== mode $mode: second, handled/s, mode in force, RSS KiB"
-  printf "$series" | awk '{printf "  %3d %7d %-9s %6d\n", $1, $2, $3, $4}'
+  echo "== mode $mode: second, handled/s, mode in force, RSS KiB, sentry CPU (fraction of its one core)"
+  printf "$series" | awk '{printf "  %3d %7d %-9s %6d %s\n", $1, $2, $3, $4, $5}'
   local steady; steady=$(printf "$series" | awk -v d="$DURATION" '$1 > d/3 {s += $2; n++} END {printf "%d", s/n}')
   local p99; p99=$(awk '/ 99%/ {print $2}' "$tmp/$mode.wrk")
   local rs; rs=$(awk '/Requests\/sec/ {print $2}' "$tmp/$mode.wrk")
   local switched; switched=$(printf "$series" | awk '$3 == "threshold" {print $1; exit}')
+  local saturated; saturated=$(printf "$series" | awk '$5 != "-" && $5 >= 0.85 {print $1; exit}')
+  [ "$mode" = auto ] && echo "  CPU first at or above cpu_high (0.85) in second ${saturated:-never}; threshold mode first seen in second ${switched:-never} (hold 2s; seconds are 1 s samples)"
   echo "  steady handled/s (last 2/3): $steady; wrk req/s $rs; wrk p99 (all) $p99; reject p99 (sentry) ${rp99}; first second in threshold: ${switched:-never}"
   printf "%s %s %s %s %s %s\n" "$mode" "$steady" "$rs" "$p99" "$rp99" "${switched:-never}" >>"$tmp/summary"
 }
