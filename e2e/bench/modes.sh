@@ -101,7 +101,8 @@ YAML
   kill "$spid"; wait "$spid" 2>/dev/null || true
   echo "== mode $mode: second, handled/s, mode in force, RSS KiB, sentry CPU (fraction of its one core)"
   printf "$series" | awk '{printf "  %3d %7d %-9s %6d %s\n", $1, $2, $3, $4, $5}'
-  local steady; steady=$(printf "$series" | awk -v d="$DURATION" '$1 > d/3 {s += $2; n++} END {printf "%d", s/n}')
+  # Steady: the seconds after the first third while wrk was still sending.
+  local steady; steady=$(printf "$series" | awk -v d="$DURATION" '$1 > d/3 && $2 > 0 {s += $2; n++} END {printf "%d", (n ? s/n : 0)}')
   local p99; p99=$(awk '/ 99%/ {print $2}' "$tmp/$mode.wrk")
   local rs; rs=$(awk '/Requests\/sec/ {print $2}' "$tmp/$mode.wrk")
   local switched; switched=$(printf "$series" | awk '$3 == "threshold" {print $1; exit}')
