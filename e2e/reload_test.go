@@ -467,8 +467,8 @@ func TestReloadUnderLoad(t *testing.T) {
 		valid   bool
 		after   func(t *testing.T)
 	}
-	bad1 := pol.yaml() + "    backendz: {}\n"                                      // unknown key
-	bad2 := strings.Replace(pol.yaml(), "apps:", "apps: [\n", 1)                    // YAML syntax
+	bad1 := pol.yaml() + "    backendz: {}\n"                                            // unknown key
+	bad2 := strings.Replace(pol.yaml(), "apps:", "apps: [\n", 1)                         // YAML syntax
 	bad3 := strings.Replace(pol.yaml(), "cooldown: 1h", "cooldown: 1h, failures: -2", 1) // duplicate key, bad value
 	var visible time.Duration
 	steps := []step{
@@ -655,4 +655,3 @@ func TestWatchReloadsOnChange(t *testing.T) {
 	waitMetric(t, pol.admin, `sentry_policy_reloads_total{result="success"}`, 2, time.Second)
 	waitMetric(t, pol.admin, "sentry_policy_last_reload_success", 1, time.Second)
 }
-
