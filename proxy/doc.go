@@ -91,10 +91,11 @@
 //     failure) streams, so only a prefix of it has been read: the
 //     connection is closed after such a response, never reused.
 //
-// Known limits: HTTP/2 connections do not count toward server.max_conns,
-// and server.body_timeout / write_timeout do not apply to h2 streams (the
-// h2 server has its own idle timeout and 250 concurrent streams per
-// connection).
+// HTTP/2 limits: server.max_conns caps TLS connections in their handshake
+// or serving h2 (refused at accept, counted as too_many_conns), separately
+// from the HTTP/1.1 connections fasthttp counts; each h2 stream gets
+// server.body_timeout to read its body and server.write_timeout (if set) to
+// write its response; 250 concurrent streams per connection.
 //
 // # Failures to statuses (status.go, the only place)
 //

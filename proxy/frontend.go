@@ -23,6 +23,9 @@ type frontend struct {
 	h2    *http2.Server
 	h2cfg *http.Server
 	tls   *tlsListener // nil for plain HTTP
+	// h2 streams: server.body_timeout for reading a request body and
+	// server.write_timeout (0 = none) for writing the response.
+	bodyTimeout, writeTimeout time.Duration
 	// draining is set when Shutdown starts; closes are then graceful
 	// (drainConn).
 	draining  atomic.Bool
@@ -91,7 +94,8 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		}
 		// TLS and the h2/HTTP/1.1 split happen in front of fasthttp, which
 		// cannot drain h2 (see tlsListener).
-		fe.tls = newTLSListener(ln, fe, tcfg, sv.ReadHeaderTimeout, func(c net.Conn) { _ = fe.serveH2Conn(c) })
+		fe.bodyTimeout, fe.writeTimeout = sv.BodyTimeout, sv.WriteTimeout
+		fe.tls = newTLSListener(ln, fe, tcfg, sv.ReadHeaderTimeout, sv.MaxConns, func(c net.Conn) { _ = fe.serveH2Conn(c) })
 		ln = fe.tls
 	} else {
 		ln = &drainListener{Listener: ln, fe: fe}

@@ -44,8 +44,15 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 			req.Header.Add(k, v)
 		}
 	}
+	rc := http.NewResponseController(w)
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		req.SetBodyStream(r.Body, int(r.ContentLength))
+		if fe.bodyTimeout > 0 {
+			_ = rc.SetReadDeadline(time.Now().Add(fe.bodyTimeout))
+		}
+	}
+	if fe.writeTimeout > 0 {
+		_ = rc.SetWriteDeadline(time.Now().Add(fe.writeTimeout))
 	}
 
 	a := rt.lookup(req.Header.Host())

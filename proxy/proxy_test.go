@@ -563,3 +563,31 @@ func TestNoBackendIs503Even429Configured(t *testing.T) {
 		t.Fatalf("no backend: %d %q, want 503 (a farm with no backend is not a client rate limit)", resp.StatusCode, resp.Header.Get("X-Sentry-Reject"))
 	}
 }
+
+// server.max_conns bounds TLS connections still in their handshake (and
+// h2 ones), not only the HTTP/1.1 connections fasthttp counts.
+func TestTLSConnCap(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {})
+	certFile, keyFile := writeTestCert(t)
+	h := startProxy(t, []string{be}, func(s *policy.Snapshot, a *policy.App) {
+		a.TLS = &policy.TLS{CertFile: certFile, KeyFile: keyFile}
+		s.Server.MaxConns = 2
+	})
+	// Two connections that never finish their handshake fill the cap.
+	for i := 0; i < 2; i++ {
+		c, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	time.Sleep(100 * time.Millisecond) // let the accept loop take them
+	c, err := tls.Dial("tcp", h.addr, &tls.Config{InsecureSkipVerify: true})
+	if err == nil {
+		c.Close()
+		t.Fatal("a third TLS connection was accepted with max_conns 2")
+	}
+	if v := testutil.ToFloat64(h.p.metrics.clientErrors.WithLabelValues(h.addr, "too_many_conns")); v < 1 {
+		t.Errorf("too_many_conns counter = %v", v)
+	}
+}

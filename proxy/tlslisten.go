@@ -26,6 +26,7 @@ type tlsListener struct {
 	cfg          *tls.Config
 	h2           func(net.Conn) // serves one h2 connection; returns when it ends
 	timeout      time.Duration  // handshake deadline
+	maxConns     int            // cap on handshaking + h2 connections (server.max_conns)
 
 	conns  chan net.Conn // handshaken HTTP/1.1 connections for fasthttp
 	closed chan struct{}
@@ -39,8 +40,8 @@ type tlsListener struct {
 	wg sync.WaitGroup // the accept loop, handshakes and h2 connections
 }
 
-func newTLSListener(ln net.Listener, fe *frontend, cfg *tls.Config, timeout time.Duration, h2 func(net.Conn)) *tlsListener {
-	l := &tlsListener{Listener: ln, fe: fe, cfg: cfg, h2: h2, timeout: timeout,
+func newTLSListener(ln net.Listener, fe *frontend, cfg *tls.Config, timeout time.Duration, maxConns int, h2 func(net.Conn)) *tlsListener {
+	l := &tlsListener{Listener: ln, fe: fe, cfg: cfg, h2: h2, timeout: timeout, maxConns: maxConns,
 		conns: make(chan net.Conn), closed: make(chan struct{})}
 	l.mu.live = map[net.Conn]struct{}{}
 	l.wg.Add(1)
@@ -62,8 +63,20 @@ func (l *tlsListener) acceptLoop() {
 			return
 		}
 		l.mu.Lock()
-		l.mu.live[c] = struct{}{}
+		full := l.maxConns > 0 && len(l.mu.live) >= l.maxConns
+		if !full {
+			l.mu.live[c] = struct{}{}
+		}
 		l.mu.Unlock()
+		if full {
+			// server.max_conns also bounds connections in the TLS
+			// handshake or serving h2 (fasthttp counts only the
+			// HTTP/1.1 ones it is handed): refuse at once, before any
+			// handshake work.
+			c.Close()
+			l.fe.p.metrics.clientErrors.WithLabelValues(l.fe.addr, "too_many_conns").Inc()
+			continue
+		}
 		l.wg.Add(1)
 		go l.handshake(c)
 	}
