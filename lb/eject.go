@@ -5,13 +5,4 @@ package lb
 // for the cooldown at once, whatever the consecutive-failure count, as
 // nginx's max_fails=1 does. With passive checks off (Failures 0) it is a
 // plain failed Release.
-func (p *Pool) Eject(b *Backend) {
-	cfg := p.cfg.Load()
-	if cfg.failures > 0 {
-		// Bring the count to the threshold so failed() ejects now.
-		for b.consec.Load() < cfg.failures-1 {
-			b.consec.Add(1)
-		}
-	}
-	p.Release(b, false)
-}
+func (p *Pool) Eject(b *Backend) { p.release(b, false, true) }

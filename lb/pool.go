@@ -221,7 +221,9 @@ func (p *Pool) refreshLocked(now int64) {
 // relay succeeded: false counts a consecutive failure for passive health,
 // true resets the count. Release of a backend removed from the pool since
 // Pick is fine. Release(nil, _) does nothing.
-func (p *Pool) Release(b *Backend, ok bool) {
+func (p *Pool) Release(b *Backend, ok bool) { p.release(b, ok, false) }
+
+func (p *Pool) release(b *Backend, ok, force bool) {
 	if b == nil {
 		return
 	}
@@ -237,16 +239,18 @@ func (p *Pool) Release(b *Backend, ok bool) {
 	}
 	b.failures.Add(1)
 	if cfg := bp.cfg.Load(); cfg.failures > 0 {
-		bp.failed(cfg, b)
+		bp.failed(cfg, b, force)
 	}
 }
 
 // failed records one failed relay and ejects b when it has failed
 // cfg.failures times in a row. The count is not reset by ejection, so once
 // the cooldown is over the next failure ejects again (half-open).
-func (p *Pool) failed(cfg *config, b *Backend) {
+// failed counts a failed relay; force ejects at once whatever the count
+// (an unambiguous failure: see Eject).
+func (p *Pool) failed(cfg *config, b *Backend, force bool) {
 	n := b.consec.Add(1)
-	if n < cfg.failures {
+	if n < cfg.failures && !force {
 		return
 	}
 	now := cfg.now().UnixNano()
