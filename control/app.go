@@ -103,24 +103,43 @@ func (a *App) Estimate(class int, key []byte, now time.Time) (time.Duration, int
 
 // Admit dispatches on the configured mode, or on the switch in auto mode.
 func (a *App) Admit(r *admission.Request) admission.Decision {
+	d, _ := a.admit(r, false)
+	return d
+}
+
+// AdmitNow is Admit for a caller that must not block (the event-loop front
+// end): ok is false, with nothing counted, when the request would wait in a
+// batch queue (batch mode and a class period > 0).
+func (a *App) AdmitNow(r *admission.Request) (admission.Decision, bool) {
+	return a.admit(r, true)
+}
+
+func (a *App) admit(r *admission.Request, noWait bool) (admission.Decision, bool) {
 	var d admission.Decision
 	switch a.sw.Load().Mode() {
 	case admission.ModeOff:
-		return admission.Decision{Verdict: admission.Admit}
+		return admission.Decision{Verdict: admission.Admit}, true
 	case admission.ModeThreshold:
 		d = a.thr.Load().Admit(r)
 		if d.Verdict == admission.Admit && a.farmFull(r.S) {
 			d = admission.Decision{Verdict: admission.RejectThreshold, RetryAfter: thresholdac.RetryAfter(a.thr.Load().Period())}
 		}
 	default:
-		d = a.batch.Admit(r)
+		if noWait {
+			var ok bool
+			if d, ok = a.batch.AdmitNow(r); !ok {
+				return d, false
+			}
+		} else {
+			d = a.batch.Admit(r)
+		}
 	}
 	if d.Verdict == admission.Admit {
 		a.work.Add(int64(r.S))
 	} else {
 		a.rejects.Add(1)
 	}
-	return d
+	return d, true
 }
 
 // farmFull is threshold mode's guard against its own lag: (i, p) follows

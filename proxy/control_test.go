@@ -76,6 +76,12 @@ func (f *fakeControl) Observe(class int, key, st []byte, measured time.Duration,
 }
 func (f *fakeControl) StripServerTiming() bool { return f.strip }
 func (f *fakeControl) Waits(class int) bool    { return f.wait != nil }
+func (f *fakeControl) AdmitNow(r *admission.Request) (admission.Decision, bool) {
+	if f.wait != nil {
+		return admission.Decision{}, false
+	}
+	return f.Admit(r), true
+}
 
 func startControlled(t *testing.T, ctl *fakeControl, be string) *harness {
 	t.Helper()

@@ -23,6 +23,7 @@ type frontend struct {
 	h2    *http2.Server
 	h2cfg *http.Server
 	tls   *tlsListener // nil for plain HTTP
+	fast  *fastFront   // event loops (plain HTTP on Linux); nil if fasthttp serves alone
 	// h2 streams: server.body_timeout for reading a request body and
 	// server.write_timeout (0 = none) for writing the response.
 	bodyTimeout, writeTimeout time.Duration
@@ -97,8 +98,6 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		fe.bodyTimeout, fe.writeTimeout = sv.BodyTimeout, sv.WriteTimeout
 		fe.tls = newTLSListener(ln, fe, tcfg, sv.ReadHeaderTimeout, sv.MaxConns, func(c net.Conn) { _ = fe.serveH2Conn(c) })
 		ln = fe.tls
-	} else {
-		ln = &drainListener{Listener: ln, fe: fe}
 	}
 	p.mu.Lock()
 	if _, dup := p.mu.fronts[addr]; dup {
@@ -110,6 +109,12 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	}
 	p.mu.fronts[addr] = fe
 	p.mu.Unlock()
+	if fe.tls == nil {
+		// The event loops take the listener; fasthttp serves what they
+		// hand off (see evloop_linux.go).
+		ln, _ = fe.startFast(ln)
+		ln = &drainListener{Listener: ln, fe: fe}
+	}
 	go func() {
 		defer close(fe.done)
 		fe.err = fe.srv.Serve(ln)
@@ -147,6 +152,11 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 	fe.draining.Store(true)
 	var err error
 	if fe.tls == nil {
+		// The loops drain first: a connection they hand off meanwhile
+		// is then drained by fasthttp.
+		if fe.fast != nil {
+			fe.fast.shutdown(ctx)
+		}
 		err = fe.srv.ShutdownWithContext(ctx)
 	} else {
 		// TLS: stop accepting, then drain fasthttp's HTTP/1.1 connections

@@ -401,20 +401,25 @@ func hasHeaderName(raw, name []byte) bool {
 // writeReject writes the prebuilt rejection: nothing reaches a backend.
 func (a *app) writeReject(ctx *fasthttp.RequestCtx, d admission.Decision) {
 	r := &a.reject
-	secs := r.retryAfter
-	if d.RetryAfter > 0 {
-		secs = int((d.RetryAfter + time.Second - 1) / time.Second)
-	}
+	status, secs := a.rejectStatus(d)
 	resp := &ctx.Response
-	if d.Verdict == admission.RejectNoBackend {
-		resp.SetStatusCode(fasthttp.StatusServiceUnavailable) // not the client's rate: never 429
-	} else {
-		resp.SetStatusCode(r.status)
-	}
+	resp.SetStatusCode(status)
 	resp.Header.SetContentTypeBytes(strTextPlain)
 	resp.Header.SetBytesKV(hdrRetryAfter, retryAfterBytes(secs))
 	resp.Header.SetBytesKV(hdrReject, verdictBytes[d.Verdict])
 	resp.SetBodyRaw(r.body)
+}
+
+// rejectStatus returns the status and Retry-After seconds of a rejection.
+func (a *app) rejectStatus(d admission.Decision) (status, secs int) {
+	secs = a.reject.retryAfter
+	if d.RetryAfter > 0 {
+		secs = int((d.RetryAfter + time.Second - 1) / time.Second)
+	}
+	if d.Verdict == admission.RejectNoBackend {
+		return fasthttp.StatusServiceUnavailable, secs // not the client's rate: never 429
+	}
+	return a.reject.status, secs
 }
 
 // writeError writes a proxy-generated error. a may be nil.

@@ -143,15 +143,28 @@ var (
 	descInflight = prometheus.NewDesc("sentry_backend_inflight", "Requests in flight to a backend.", []string{"app", "backend"}, nil)
 	descHealthy  = prometheus.NewDesc("sentry_backend_healthy", "1 if the backend may be picked (up and not ejected), else 0.", []string{"app", "backend"}, nil)
 	descPoolUp   = prometheus.NewDesc("sentry_backends_healthy", "Healthy backends per app (the n of the admission test).", []string{"app"}, nil)
+	descLoopReqs = prometheus.NewDesc("sentry_evloop_requests_total", "Requests answered by a listener's event loops (the rest are served by fasthttp after a hand-off).", []string{"listener"}, nil)
+	descLoopHand = prometheus.NewDesc("sentry_evloop_handoffs_total", "Connections a listener's event loops handed off to fasthttp.", []string{"listener"}, nil)
 )
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descInflight
 	ch <- descHealthy
 	ch <- descPoolUp
+	ch <- descLoopReqs
+	ch <- descLoopHand
 }
 
 func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
+	c.p.mu.Lock()
+	for addr, fe := range c.p.mu.fronts {
+		if fe.fast != nil {
+			served, handed := fe.fast.counts()
+			ch <- prometheus.MustNewConstMetric(descLoopReqs, prometheus.CounterValue, float64(served), addr)
+			ch <- prometheus.MustNewConstMetric(descLoopHand, prometheus.CounterValue, float64(handed), addr)
+		}
+	}
+	c.p.mu.Unlock()
 	st := c.p.cur.Load()
 	if st == nil {
 		return

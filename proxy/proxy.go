@@ -59,6 +59,9 @@ type Controller interface {
 	// Waits tells whether Admit may make a request of this class wait (a
 	// batch policer with a period), so the front end watches its client.
 	Waits(class int) bool
+	// AdmitNow is Admit for a caller that must not block: ok is false,
+	// with nothing counted, when the request would wait.
+	AdmitNow(r *admission.Request) (d admission.Decision, ok bool)
 }
 
 // ControlBuilder makes Controllers from the policy and drops those of apps
@@ -146,6 +149,12 @@ type upstream struct {
 	addr string
 	hc   *fasthttp.HostClient
 	reqs [6]prometheus.Counter // by code class
+	// Event-loop front ends (evloop_linux.go): their connections to this
+	// backend (counted against max_conns_per_backend with hc's), its
+	// resolved address, and whether it has left the pool.
+	loopConns atomic.Int32
+	sa        atomic.Pointer[fastAddr]
+	closed    atomic.Bool
 }
 
 // New builds a proxy for snap. Call Serve for each of snap.Listeners.
@@ -295,6 +304,7 @@ func (p *Proxy) poolOptions(sh *appShared, ac *policy.App) lb.Options {
 		},
 		Detach: func(addr string, v any) {
 			if u, ok := v.(*upstream); ok {
+				u.closed.Store(true)
 				u.hc.CloseIdleConnections()
 			}
 		},
