@@ -608,7 +608,7 @@ func (v *rawView) Path() []byte {
 	}
 	return t
 }
-func (v *rawView) Host() []byte         { return v.h.host.of(v.b) }
+func (v *rawView) Host() []byte            { return v.h.host.of(v.b) }
 func (v *rawView) Peek(name string) []byte { return v.h.peek(v.b, name) }
 func (v *rawView) Cookie(name string) []byte {
 	for i := 0; i < v.h.nfields; i++ {

@@ -432,8 +432,8 @@ func (h *rawHead) findKind(b []byte, k uint8) []byte {
 // chunkTracker follows a chunked body byte by byte to find where it ends;
 // the bytes themselves are relayed unchanged.
 type chunkTracker struct {
-	state uint8
-	size  int64 // remaining data bytes in csData; the size being read in csSize
+	state  uint8
+	size   int64 // remaining data bytes in csData; the size being read in csSize
 	digits int
 }
 
