@@ -6,7 +6,11 @@
 //
 // # The request path
 //
-//	listener ─> fasthttp front end (keep-alive, TLS; "h2" ALPN → x/net/http2)
+//	listener ─> event loops (plain HTTP/1.1 on Linux; evloop_linux.go)
+//	  ├─ whole plain head in one read ─> route, classify, AdmitNow ─> relay on a
+//	  │    non-blocking backend socket (or the prebuilt rejection)
+//	  └─ anything else ─> hand-off (with the bytes read) ─> fasthttp front end:
+//	listener (TLS) / hand-off ─> fasthttp front end (keep-alive, TLS; "h2" ALPN → x/net/http2)
 //	  ─> route by listener and Host to an app
 //	  ─> smuggling check (Transfer-Encoding with Content-Length → 400)
 //	  ─> client address (X-Forwarded-For only from trusted_proxies)
@@ -20,17 +24,64 @@
 //
 // The reference figures (2 cores shared by wrk -t2 -c64, proxy and
 // backend) put net/http's ReverseProxy at 16k req/s against nginx's 47k, and
-// a fasthttp HostClient relay at 40k. We use fasthttp for the HTTP/1.1 front
-// end and the backend client, and relay zero-copy: the client's parsed
-// request is sent as-is (after header edits) with HostClient.Do into the
-// RequestCtx's own response, so no request or response object is copied or
-// allocated per request. A purpose-written relay could go further but would
-// have to re-earn fasthttp's years of parser hardening; we chose the engine
-// that is well kept and widely used, and made the hot path around it lean.
-// Measured figures are in the README ("Performance") and come from
-// e2e/bench/peers.sh.
+// a fasthttp HostClient relay at 40k. Our first engine was fasthttp alone:
+// a zero-copy relay (HostClient.Do into the RequestCtx's own response) with
+// a 1–2 µs handler. It reached only 0.67–0.83× nginx's relay and
+// 0.6–1.0× its "return 503" on this machine, with a p99 2.5–3× nginx's,
+// and admission on or off made no difference: the cost was the engine.
+// perf showed it in the kernel -- context switches as Go's netpoller parks
+// and wakes a goroutine per connection (finish_task_switch 14%), an extra
+// EAGAIN read per message, and sysmon retaking Ps around blocking-style
+// syscalls.
 //
-// What fasthttp gives and what we add:
+// So sentry now has two front ends over one listener:
+//
+//   - Event loops (evloop_linux.go), one per GOMAXPROCS, each a goroutine
+//     around its own epoll set (level-triggered; the listening socket is in
+//     every set with EPOLLEXCLUSIVE). A loop serves the common request
+//     entirely itself, client and backend sockets alike, with raw
+//     non-blocking read/write calls: no goroutine per connection, no park
+//     and wake, one read per message. Its parser (rawhead.go) is strict
+//     and narrow: it takes an HTTP/1.1 origin-form request with a path
+//     that needs no normalisation, one Host, at most one Content-Length and
+//     the whole body in the first read, and Connection tokens only
+//     "close"/"keep-alive"; a head it accepts is one every HTTP/1.1 parser
+//     reads the same way (fuzzed against fasthttp's parser). Admission is
+//     asked with AdmitNow, which never blocks.
+//   - fasthttp, for everything else. The loop hands the connection off,
+//     with the bytes it has read, to the fasthttp server of the same front
+//     end, which serves it from then on with all of its hardening:
+//     partial heads (slow clients, the read-header timeout), anything the
+//     strict parser is unsure of (fasthttp then answers 400/431 or serves
+//     it), chunked or streamed request bodies, Expect: 100-continue,
+//     Upgrade/WebSocket, and a request that may wait in a batch queue
+//     (batch mode with a class period > 0; the loop cannot block). TLS
+//     listeners and HTTP/2 are fasthttp's (and x/net/http2's) only.
+//
+// Both front ends share routing, classification, admission, balancing,
+// metrics and the failure table. The metrics sentry_evloop_requests_total
+// and sentry_evloop_handoffs_total show the split. SENTRY_EVLOOP=0 in the
+// environment turns the loops off (fasthttp serves every connection), for
+// comparison or as an escape hatch.
+//
+// What the loops do for the requests they serve, matching fasthttp's path:
+// hop-by-hop headers are removed both ways, X-Forwarded-* and the request
+// ID are set as below, the response is relayed as it comes (Content-Length,
+// chunked -- followed byte by byte to find its end -- or until the backend
+// closes, then with Connection: close to the client), 1xx interim
+// responses are dropped, a 101 or a malformed response head is a 502. A
+// client slower than the backend pauses the backend read (backpressure, at
+// most one 16 KiB buffer per exchange). Timeouts are swept every 10 ms:
+// connect and response (idle-style, as below) give 502/504, a client write
+// with no progress for server.write_timeout (or idle_timeout if unset) is
+// cut, idle keep-alive connections close after idle_timeout. An
+// idempotent request whose connection broke before any response byte is
+// retried, a refused connect ejects the backend and tries another, and
+// max_conns_per_backend counts the loops' connections with fasthttp's. A
+// drain closes idle connections after idleGrace, answers in-flight ones
+// with Connection: close, and closes with a lingering close.
+//
+// What fasthttp gives and what we add (for the connections it serves):
 //
 //   - Keep-alive, chunked bodies, 100-continue (answered by the front end;
 //     Expect is not forwarded).

@@ -1129,6 +1129,10 @@ func (l *evloop) startResponse(c *cconn, bc *bconn, data []byte) {
 		switch rh.kinds[i] {
 		case hConnection, hHopByHop, hUpgrade:
 			continue
+		case hContentLength:
+			if rh.chunked {
+				continue // Transfer-Encoding overrides it; not passed on (RFC 9112 §6.3)
+			}
 		case hServerTiming:
 			if strip {
 				l.st = estimator.StripServerTiming(l.st[:0], f.value.of(data))
@@ -1186,12 +1190,18 @@ func (l *evloop) forward(c *cconn, bc *bconn, data []byte) {
 	}
 	c.out = append(c.out, data...)
 	bc.n = 0
-	l.flush(c)
-	if c.fd < 0 {
+	if done {
+		// The exchange is recorded before its last bytes go out (as on
+		// the fasthttp path): a client that has the response sees it in
+		// the metrics.
+		l.finish(c)
+		if c.fd >= 0 {
+			l.flush(c)
+		}
 		return
 	}
-	if done {
-		l.finish(c)
+	l.flush(c)
+	if c.fd < 0 {
 		return
 	}
 	if len(c.out) > 0 {
@@ -1234,6 +1244,7 @@ func (l *evloop) flush(c *cconn) {
 	if c.busy {
 		if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.headSent && bc.events&unix.EPOLLIN == 0 {
 			l.setBackendEvents(bc, bc.events|unix.EPOLLIN|unix.EPOLLRDHUP)
+			c.ex.deadline = l.nowNs + c.ex.a.shared.idle.Load()
 		}
 		return
 	}
@@ -1431,7 +1442,10 @@ func (l *evloop) sweep() {
 	for i := 0; i < len(l.active); i++ {
 		c := l.active[i]
 		ex := &c.ex
-		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline {
+		// While the client has not taken what was relayed, the backend
+		// is not read, so its idle deadline waits (the write timeout
+		// covers the client); flush restarts it.
+		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.headSent && len(c.out) > 0) {
 			if ex.b.connecting {
 				l.dialFailed(ex.b)
 			} else if !ex.headSent {
@@ -1562,6 +1576,10 @@ func rawWrite(fd int, p []byte) (int, error) {
 }
 
 func epollWait(ep int, evs []unix.EpollEvent, msec int) (int, error) {
+	// A loop that always finds work never parks; yield once per round so
+	// the goroutines of handed-off connections, the batch policer and the
+	// admin listener run without waiting for preemption (≈ 0.2 µs).
+	runtime.Gosched()
 	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(ep), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
 	if e == 0 && r > 0 {
 		return int(r), nil

@@ -264,8 +264,10 @@ func parseFields(b []byte, i, end int, h *rawHead) parseResult {
 			h.hostCount++
 			h.host = f.value
 		case hContentLength:
+			// A repeated Content-Length is not sure even when equal:
+			// fasthttp refuses it in a request (RFC 9110 §8.6 allows it).
 			n, ok := parseLength(v)
-			if !ok || h.contentLength >= 0 && h.contentLength != n {
+			if !ok || h.contentLength >= 0 {
 				return headUnsure
 			}
 			h.contentLength = n
@@ -563,7 +565,8 @@ func eqFoldString(b []byte, s string) bool {
 }
 
 // cookieValue returns the value of cookie name in a Cookie header value
-// ("a=1; b=2"), without surrounding double quotes, or nil.
+// ("a=1; b=2"), without surrounding double quotes, or nil. Name and value
+// are read as fasthttp reads them (spaces around each trimmed).
 func cookieValue(v []byte, name string) []byte {
 	for len(v) > 0 {
 		var pair []byte
@@ -572,16 +575,26 @@ func cookieValue(v []byte, name string) []byte {
 		} else {
 			pair, v = v, nil
 		}
-		pair = bytes.TrimSpace(pair)
 		eq := bytes.IndexByte(pair, '=')
-		if eq < 0 || string(pair[:eq]) != name {
+		if eq < 0 || string(trimSpaces(pair[:eq])) != name {
 			continue
 		}
-		val := pair[eq+1:]
+		val := trimSpaces(pair[eq+1:])
 		if len(val) >= 2 && val[0] == '"' && val[len(val)-1] == '"' {
 			val = val[1 : len(val)-1]
 		}
 		return val
 	}
 	return nil
+}
+
+// trimSpaces trims spaces (only) at both ends of b, keeping it non-nil.
+func trimSpaces(b []byte) []byte {
+	for len(b) > 0 && b[0] == ' ' {
+		b = b[1:]
+	}
+	for len(b) > 0 && b[len(b)-1] == ' ' {
+		b = b[:len(b)-1]
+	}
+	return b
 }

@@ -1,0 +1,689 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Tests of the event loop's strict head parser (rawhead.go): unit tables
+// for its helpers, and fuzzers that hold it to fasthttp's reading of the
+// same bytes.
+
+func TestNormalPath(t *testing.T) {
+	cases := []struct {
+		path string
+		want bool
+	}{
+		{"", true},
+		{"/", true},
+		{"/a", true},
+		{"/a/b", true},
+		{"/a/b/", true},
+		{"/.a", true},
+		{"/..a", true},
+		{"/a.", true},
+		{"/a..", true},
+		{"/...", true},
+		{"/a./b", true},
+		{"/a/.b/c", true},
+		{"/a;b=c/d", true},
+		{"//", false},
+		{"//a", false},
+		{"/a//b", false},
+		{"/a/b//", false},
+		{"/.", false},
+		{"/./", false},
+		{"/./a", false},
+		{"/a/.", false},
+		{"/a/./b", false},
+		{"/..", false},
+		{"/../", false},
+		{"/../a", false},
+		{"/a/..", false},
+		{"/a/../b", false},
+		{"/a/b/..", false},
+	}
+	for _, c := range cases {
+		if got := normalPath([]byte(c.path)); got != c.want {
+			t.Errorf("normalPath(%q) = %v, want %v", c.path, got, c.want)
+		}
+		if ref := normalPathRef(c.path); ref != c.want {
+			t.Errorf("reference disagrees on %q: %v (table is wrong)", c.path, ref)
+		}
+	}
+}
+
+// normalPathRef is normalPath written the obvious way: no empty, "." or
+// ".." segment (a trailing slash is allowed).
+func normalPathRef(p string) bool {
+	if p == "" || p == "/" {
+		return true
+	}
+	segs := strings.Split(p[1:], "/")
+	for i, s := range segs {
+		if s == "" && i == len(segs)-1 {
+			continue // trailing slash
+		}
+		if s == "" || s == "." || s == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+func TestParseLength(t *testing.T) {
+	cases := []struct {
+		in   string
+		n    int64
+		want bool
+	}{
+		{"0", 0, true},
+		{"7", 7, true},
+		{"1234", 1234, true},
+		{"000123", 123, true},
+		{"999999999999999999", 999999999999999999, true}, // 18 digits
+		{"1000000000000000000", 0, false},                // 19 digits
+		{"", 0, false},
+		{"-1", 0, false},
+		{"+1", 0, false},
+		{" 1", 0, false},
+		{"1 ", 0, false},
+		{"1a", 0, false},
+		{"0x10", 0, false},
+		{"1,2", 0, false},
+		{"1.0", 0, false},
+	}
+	for _, c := range cases {
+		n, ok := parseLength([]byte(c.in))
+		if ok != c.want || ok && n != c.n {
+			t.Errorf("parseLength(%q) = %d, %v; want %d, %v", c.in, n, ok, c.n, c.want)
+		}
+	}
+}
+
+func TestCookieValue(t *testing.T) {
+	cases := []struct {
+		header, name string
+		want         string
+		found        bool
+	}{
+		{"a=1", "a", "1", true},
+		{"a=1; b=2", "b", "2", true},
+		{"a=1;b=2", "b", "2", true},
+		{"a=1; a=2", "a", "1", true},
+		{"ab=1; a=2", "a", "2", true},
+		{"a=1", "A", "", false},
+		{"a=1", "b", "", false},
+		{`a="quoted"`, "a", "quoted", true},
+		{`a=""`, "a", "", true},
+		{`a="`, "a", `"`, true},
+		{"a=", "a", "", true},
+		{"a=b=c", "a", "b=c", true},
+		{"flag; a=1", "a", "1", true},
+		{"a = 1", "a", "1", true},
+		{"a= 1 ;b=2", "a", "1", true},
+		{"", "a", "", false},
+		{";;;", "a", "", false},
+	}
+	for _, c := range cases {
+		got := cookieValue([]byte(c.header), c.name)
+		if (got != nil) != c.found || string(got) != c.want {
+			t.Errorf("cookieValue(%q, %q) = %q (found %v), want %q (found %v)", c.header, c.name, got, got != nil, c.want, c.found)
+		}
+		// The classifier must see the cookie fasthttp would give it.
+		if fh := fasthttpCookie(t, c.header, c.name); fh != string(got) {
+			t.Errorf("cookie %q in %q: event loop sees %q, fasthttp %q", c.name, c.header, got, fh)
+		}
+	}
+}
+
+func fasthttpCookie(t *testing.T, header, name string) string {
+	t.Helper()
+	var h fasthttp.RequestHeader
+	raw := "GET / HTTP/1.1\r\nHost: x\r\nCookie: " + header + "\r\n\r\n"
+	if err := h.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		t.Fatalf("fasthttp refused %q: %v", raw, err)
+	}
+	return string(h.Cookie(name))
+}
+
+func TestFieldKind(t *testing.T) {
+	cases := map[string]uint8{
+		"Host": hHost, "HOST": hHost, "host": hHost,
+		"Content-Length": hContentLength, "content-LENGTH": hContentLength,
+		"Transfer-Encoding": hTransferEncoding,
+		"Connection":        hConnection,
+		"Upgrade":           hUpgrade,
+		"Expect":            hExpect,
+		"X-Forwarded-For":   hXFF, "x-forwarded-for": hXFF,
+		"X-Forwarded-Proto": hXFProto,
+		"X-Forwarded-Host":  hXFHost,
+		"Server-Timing":     hServerTiming,
+		"Keep-Alive":        hHopByHop, "TE": hHopByHop, "te": hHopByHop, "Trailer": hHopByHop,
+		"Proxy-Connection": hHopByHop, "Proxy-Authorization": hHopByHop, "Proxy-Authenticate": hHopByHop,
+		// Near misses.
+		"": hOther, "Hosts": hOther, "Hos": hOther, "X-Host": hOther, "Content-Type": hOther,
+		"Content_Length": hOther, "Keep_Alive": hOther, "Connections": hOther, "X-Forwarded-Fo": hOther,
+		"X-Forwarded-Port": hOther, "Tf": hOther, "Expects": hOther, "Upgrade-Insecure-Requests": hOther,
+		"Trailers": hOther, "Server-Timings": hOther, "Authorization": hOther, "Cookie": hOther,
+	}
+	for name, want := range cases {
+		if got := fieldKind([]byte(name)); got != want {
+			t.Errorf("fieldKind(%q) = %d, want %d", name, got, want)
+		}
+	}
+	// Every hop-by-hop name the fasthttp path removes is one here too.
+	for _, name := range hopByHopCommon {
+		if got := fieldKind([]byte(name)); got != hHopByHop {
+			t.Errorf("fieldKind(%q) = %d, want hop-by-hop", name, got)
+		}
+	}
+}
+
+func TestParseRequestHead(t *testing.T) {
+	type want struct {
+		res       parseResult
+		method    string
+		target    string
+		host      string
+		cl        int64
+		hostCount int
+		flags     string // letters: c chunked, x close, k keep-alive, o other conn token, e expect, u upgrade, t te-other
+	}
+	cases := []struct {
+		name, raw string
+		want      want
+	}{
+		{"plain", "GET /a?b=c HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\n\r\n",
+			want{res: headOK, method: "GET", target: "/a?b=c", host: "example.com", cl: -1, hostCount: 1}},
+		{"body follows", "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello",
+			want{res: headOK, method: "POST", target: "/p", host: "h", cl: 5, hostCount: 1}},
+		{"no fields", "GET / HTTP/1.1\r\n\r\n", want{res: headOK, method: "GET", target: "/", cl: -1}},
+		{"value whitespace trimmed", "GET / HTTP/1.1\r\nHost: \t h \t\r\n\r\n",
+			want{res: headOK, method: "GET", target: "/", host: "h", cl: -1, hostCount: 1}},
+		{"two hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+			want{res: headOK, method: "GET", target: "/", host: "b", cl: -1, hostCount: 2}},
+		{"connection tokens", "GET / HTTP/1.1\r\nHost: h\r\nConnection: Keep-Alive, close , X-Foo\r\n\r\n",
+			want{res: headOK, method: "GET", target: "/", host: "h", cl: -1, hostCount: 1, flags: "xko"}},
+		{"chunked", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n",
+			want{res: headOK, method: "POST", target: "/", host: "h", cl: -1, hostCount: 1, flags: "c"}},
+		{"gzip coding", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+			want{res: headOK, method: "POST", target: "/", host: "h", cl: -1, hostCount: 1, flags: "ct"}},
+		{"expect and upgrade", "GET / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nUpgrade: websocket\r\n\r\n",
+			want{res: headOK, method: "GET", target: "/", host: "h", cl: -1, hostCount: 1, flags: "eu"}},
+
+		{"incomplete", "GET / HTTP/1.1\r\nHost: h\r\n", want{res: headIncomplete}},
+		{"empty", "", want{res: headIncomplete}},
+		{"bare LF", "GET / HTTP/1.1\nHost: h\n\n", want{res: headUnsure}},
+		{"bare LF in a field", "GET / HTTP/1.1\r\nHost: h\nX: y\r\n\r\n", want{res: headUnsure}},
+		{"HTTP/1.0", "GET / HTTP/1.0\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", want{res: headUnsure}},
+		{"absolute form", "GET http://h/ HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"authority form", "CONNECT h:443 HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"asterisk", "OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"escape", "GET /%2e%2e/x HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"dot segment", "GET /a/../b HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"dot segment before query", "GET /a/..?x HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"dots in query are fine", "GET /a?x=/../ HTTP/1.1\r\nHost: h\r\n\r\n",
+			want{res: headOK, method: "GET", target: "/a?x=/../", host: "h", cl: -1, hostCount: 1}},
+		{"empty segment", "GET //a HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"backslash", "GET /a\\b HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"fragment", "GET /a#b HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"non-ASCII target", "GET /\xc3\xa9 HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"two spaces", "GET  / HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"space in target", "GET /a b HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"lower-case version", "GET / http/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"bad method", "G(T / HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"leading CRLF", "\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"obs-fold", "GET / HTTP/1.1\r\nHost: h\r\nX: a\r\n b\r\n\r\n", want{res: headUnsure}},
+		{"space before colon", "GET / HTTP/1.1\r\nHost : h\r\n\r\n", want{res: headUnsure}},
+		{"empty name", "GET / HTTP/1.1\r\n: h\r\n\r\n", want{res: headUnsure}},
+		{"no colon", "GET / HTTP/1.1\r\nHost h\r\n\r\n", want{res: headUnsure}},
+		{"control in value", "GET / HTTP/1.1\r\nHost: h\x00\r\n\r\n", want{res: headUnsure}},
+		{"DEL in value", "GET / HTTP/1.1\r\nX: \x7f\r\n\r\n", want{res: headUnsure}},
+		{"CR in value", "GET / HTTP/1.1\r\nX: a\rb\r\n\r\n", want{res: headUnsure}},
+		{"bad length", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1x\r\n\r\n", want{res: headUnsure}},
+		{"negative length", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n", want{res: headUnsure}},
+		{"conflicting lengths", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", want{res: headUnsure}},
+		// fasthttp refuses any repeated Content-Length, equal or not.
+		{"repeated length", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", want{res: headUnsure}},
+		{"too many fields", "GET / HTTP/1.1\r\n" + strings.Repeat("X: y\r\n", maxRawFields+1) + "\r\n", want{res: headUnsure}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var h rawHead
+			b := []byte(c.raw)
+			res := parseRequestHead(b, &h)
+			if res != c.want.res {
+				t.Fatalf("result %d, want %d", res, c.want.res)
+			}
+			if res != headOK {
+				return
+			}
+			if end := strings.Index(c.raw, "\r\n\r\n") + 4; h.n != end {
+				t.Errorf("n = %d, want %d", h.n, end)
+			}
+			if got := string(h.method.of(b)); got != c.want.method {
+				t.Errorf("method %q, want %q", got, c.want.method)
+			}
+			if got := string(h.target.of(b)); got != c.want.target {
+				t.Errorf("target %q, want %q", got, c.want.target)
+			}
+			if got := string(h.host.of(b)); got != c.want.host || h.hostCount != c.want.hostCount {
+				t.Errorf("host %q x%d, want %q x%d", got, h.hostCount, c.want.host, c.want.hostCount)
+			}
+			if h.contentLength != c.want.cl {
+				t.Errorf("content length %d, want %d", h.contentLength, c.want.cl)
+			}
+			var flags string
+			for _, f := range []struct {
+				on bool
+				l  string
+			}{{h.chunked, "c"}, {h.connClose, "x"}, {h.connKeepAlive, "k"}, {h.connOther, "o"}, {h.expect, "e"}, {h.upgrade, "u"}, {h.teOther, "t"}} {
+				if f.on {
+					flags += f.l
+				}
+			}
+			if sortString(flags) != sortString(c.want.flags) {
+				t.Errorf("flags %q, want %q", flags, c.want.flags)
+			}
+		})
+	}
+}
+
+func sortString(s string) string {
+	b := []byte(s)
+	for i := range b {
+		for j := i + 1; j < len(b); j++ {
+			if b[j] < b[i] {
+				b[i], b[j] = b[j], b[i]
+			}
+		}
+	}
+	return string(b)
+}
+
+func TestParseResponseHead(t *testing.T) {
+	cases := []struct {
+		name, raw string
+		res       parseResult
+		status    int
+		minor     int
+		cl        int64
+	}{
+		{"ok", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc", headOK, 200, 1, 3},
+		{"no reason", "HTTP/1.1 204\r\n\r\n", headOK, 204, 1, -1},
+		{"empty reason", "HTTP/1.1 404 \r\n\r\n", headOK, 404, 1, -1},
+		{"HTTP/1.0", "HTTP/1.0 200 OK\r\n\r\n", headOK, 200, 0, -1},
+		{"interim", "HTTP/1.1 100 Continue\r\n\r\n", headOK, 100, 1, -1},
+		{"incomplete", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n", headIncomplete, 0, 0, 0},
+		{"HTTP/2", "HTTP/2 200 OK\r\n\r\n", headUnsure, 0, 0, 0},
+		{"HTTP/1.2", "HTTP/1.2 200 OK\r\n\r\n", headUnsure, 0, 0, 0},
+		{"letters in status", "HTTP/1.1 2x0 OK\r\n\r\n", headUnsure, 0, 0, 0},
+		{"four digits", "HTTP/1.1 2000 OK\r\n\r\n", headUnsure, 0, 0, 0},
+		{"status below 100", "HTTP/1.1 099 Low\r\n\r\n", headUnsure, 0, 0, 0},
+		{"control in reason", "HTTP/1.1 200 O\x01K\r\n\r\n", headUnsure, 0, 0, 0},
+		{"short", "HTTP/1.1 20\r\n\r\n", headUnsure, 0, 0, 0},
+		{"garbage", "SPDY/3 nonsense here\r\n\r\n", headUnsure, 0, 0, 0},
+		{"bad field", "HTTP/1.1 200 OK\r\nBad Field: x\r\n\r\n", headUnsure, 0, 0, 0},
+		{"conflicting lengths", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", headUnsure, 0, 0, 0},
+		{"repeated length", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n", headUnsure, 0, 0, 0},
+	}
+	for _, c := range cases {
+		var h rawHead
+		res := parseResponseHead([]byte(c.raw), &h)
+		if res != c.res {
+			t.Errorf("%s: result %d, want %d", c.name, res, c.res)
+			continue
+		}
+		if res == headOK && (h.status != c.status || h.minor != c.minor || h.contentLength != c.cl) {
+			t.Errorf("%s: status %d minor %d length %d; want %d %d %d", c.name, h.status, h.minor, h.contentLength, c.status, c.minor, c.cl)
+		}
+	}
+}
+
+func TestChunkTracker(t *testing.T) {
+	const (
+		ends = iota // the body ends after body; after is not part of it
+		more        // all consumed, not finished
+		bad         // malformed
+	)
+	cases := []struct {
+		name, body, after string
+		want              int
+	}{
+		{"empty", "0\r\n\r\n", "", ends},
+		{"two chunks", "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", "", ends},
+		{"hex sizes", "a\r\n0123456789\r\nA\r\n0123456789\r\n0\r\n\r\n", "", ends},
+		{"extension", "3;name=value\r\nabc\r\n0 ; last\r\n\r\n", "", ends},
+		{"trailers", "1\r\nx\r\n0\r\nX-Sum: 1\r\nX-Other: 2\r\n\r\n", "", ends},
+		{"followed by more", "0\r\n\r\n", "HTTP/1.1 200 OK\r\n", ends},
+		{"not finished", "5\r\nhel", "", more},
+		{"no final CRLF", "0\r\n", "", more},
+		{"no size", "\r\nabc\r\n", "", bad},
+		{"bad size", "g\r\n", "", bad},
+		{"size too big", "1000000000000000\r\n", "", bad},
+		{"data not followed by CRLF", "1\r\nxy\r\n", "", bad},
+		{"LF only after size", "1\nx\r\n0\r\n\r\n", "", bad},
+		{"control in extension", "1;\x01\r\nx\r\n", "", bad},
+	}
+	for _, c := range cases {
+		b := []byte(c.body + c.after)
+		for _, mode := range []string{"whole", "bytewise"} {
+			var tr chunkTracker
+			var n int
+			var done, ok bool
+			if mode == "whole" {
+				n, done, ok = tr.feed(b)
+			} else {
+				n, done, ok = feedCuts(&tr, b, everyByte(len(b)))
+			}
+			switch c.want {
+			case bad:
+				if ok {
+					t.Errorf("%s/%s: malformed body accepted (n=%d done=%v)", c.name, mode, n, done)
+				}
+			case more:
+				if !ok || done || n != len(b) {
+					t.Errorf("%s/%s: n=%d done=%v ok=%v; want all consumed, not done", c.name, mode, n, done, ok)
+				}
+			default:
+				if !ok || !done || n != len(c.body) {
+					t.Errorf("%s/%s: n=%d done=%v ok=%v; want end at %d", c.name, mode, n, done, ok, len(c.body))
+				}
+			}
+		}
+	}
+}
+
+func everyByte(n int) []int {
+	cuts := make([]int, n)
+	for i := range cuts {
+		cuts[i] = i + 1
+	}
+	return cuts
+}
+
+// feedCuts feeds b in pieces ending at the given (increasing) cuts and
+// returns the totals as one feed would: bytes consumed, ended, well formed.
+func feedCuts(tr *chunkTracker, b []byte, cuts []int) (n int, done, ok bool) {
+	at := 0
+	for _, c := range append(cuts, len(b)) {
+		if c < at || c > len(b) {
+			continue
+		}
+		m, d, o := tr.feed(b[at:c])
+		if m < 0 || m > c-at {
+			panic(fmt.Sprintf("feed consumed %d of %d bytes", m, c-at))
+		}
+		n += m
+		if !o {
+			return n, false, false
+		}
+		if d {
+			return n, true, true
+		}
+		if m != c-at {
+			panic(fmt.Sprintf("feed stopped at %d of %d bytes without ending or failing", m, c-at))
+		}
+		at = c
+	}
+	return n, false, true
+}
+
+// encodeChunked is a simple chunked encoder: data cut into chunks of
+// sizes drawn from rng, optional extensions and trailers, hex in either
+// case.
+func encodeChunked(data []byte, rng *rand.Rand) []byte {
+	var out []byte
+	for len(data) > 0 {
+		k := 1 + rng.IntN(len(data))
+		if rng.IntN(3) == 0 && k > 8 {
+			k = 1 + rng.IntN(8)
+		}
+		size := fmt.Sprintf("%x", k)
+		if rng.IntN(2) == 0 {
+			size = strings.ToUpper(size)
+		}
+		if rng.IntN(4) == 0 {
+			size = "0" + size // leading zero
+		}
+		out = append(out, size...)
+		if rng.IntN(4) == 0 {
+			out = append(out, ";ext=v"...)
+		}
+		out = append(out, "\r\n"...)
+		out = append(out, data[:k]...)
+		out = append(out, "\r\n"...)
+		data = data[k:]
+	}
+	out = append(out, "0"...)
+	if rng.IntN(4) == 0 {
+		out = append(out, "; end"...)
+	}
+	out = append(out, "\r\n"...)
+	for i := rng.IntN(3); i > 0; i-- {
+		out = append(out, fmt.Sprintf("X-Trailer-%d: v%d\r\n", i, rng.IntN(100))...)
+	}
+	return append(out, "\r\n"...)
+}
+
+func FuzzChunkTracker(f *testing.F) {
+	for _, s := range []string{
+		"0\r\n\r\n",
+		"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+		"3;a=b\r\nabc\r\n0\r\nX-Sum: 9\r\n\r\nHTTP/1.1 200 OK\r\n",
+		"ffffffff\r\n",
+		"1\r\nx\r\n0\r\n",
+		"\r\n\r\n",
+		"a\r\n0123456789\r\n",
+	} {
+		f.Add([]byte(s), uint64(len(s)))
+	}
+	f.Add([]byte(strings.Repeat("payload-", 24)), uint64(12345))
+	f.Fuzz(func(t *testing.T, in []byte, seed uint64) {
+		rng := rand.New(rand.NewPCG(seed, seed>>7|1))
+		cuts := func(n int) []int {
+			var c []int
+			for at := 0; at < n; {
+				at += 1 + rng.IntN(n-at)
+				c = append(c, at)
+			}
+			return c
+		}
+
+		// Arbitrary bytes: no panic, no more consumed than given, and the
+		// same answer however the bytes are split.
+		var whole chunkTracker
+		n, done, ok := whole.feed(in)
+		if n < 0 || n > len(in) || done && !ok {
+			t.Fatalf("feed(%q) = %d, %v, %v", in, n, done, ok)
+		}
+		for _, cs := range [][]int{everyByte(len(in)), cuts(len(in))} {
+			var tr chunkTracker
+			n2, done2, ok2 := feedCuts(&tr, in, cs)
+			if n2 != n || done2 != done || ok2 != ok {
+				t.Fatalf("%q: whole %d,%v,%v; split at %v %d,%v,%v", in, n, done, ok, cs, n2, done2, ok2)
+			}
+		}
+
+		// A valid encoding of in ends exactly where the encoder stopped,
+		// whatever follows and however it is split.
+		enc := encodeChunked(in, rng)
+		stream := append(append([]byte(nil), enc...), "0\r\n\r\nGET / HTTP/1.1\r\n"...)
+		for _, cs := range [][]int{nil, everyByte(len(stream)), cuts(len(stream))} {
+			var tr chunkTracker
+			n, done, ok := feedCuts(&tr, stream, cs)
+			if !ok || !done || n != len(enc) {
+				t.Fatalf("encoding %q split at %v: n=%d done=%v ok=%v, want end at %d", enc, cs, n, done, ok, len(enc))
+			}
+		}
+	})
+}
+
+func FuzzParseRequestHead(f *testing.F) {
+	for _, s := range []string{
+		"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n",
+		"GET /api/items?id=3&x=y HTTP/1.1\r\nHost: api.example.com:8080\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n\r\n",
+		"POST /submit HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{\"a\":\"hello\"}",
+		"GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nProxy-Connection: keep-alive\r\nTrailer: X-Sum\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: h\r\nCookie: session=abc; theme=\"dark\"\r\nX-Class: gold\r\nX-Forwarded-For: 203.0.113.1, 10.0.0.1\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+		"PUT /x HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nContent-Length: 4\r\n\r\nabcd",
+		"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost:\r\n\r\n",
+		"GET / HTTP/1.1\r\nTrailer: Host\r\nHost: h\r\n\r\n",
+		"GET /a/../b HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /%2e%2e/b HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /a/./b/ HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET //a HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /.well-known/x HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET http://h/ HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET / HTTP/1.0\r\n\r\n",
+		"GET / HTTP/1.1\nHost: h\n\n",
+		"GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n",
+		"GET / HTTP/1.1\r\nX:\tv\t\r\nY: \xff\xfe\r\n\r\n",
+		"DELETE /r/1 HTTP/1.1\r\nHost: [::1]:80\r\nAuthorization: Bearer x\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: h\r\nX-Request-Id: abc\r\nServer-Timing: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: h\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var h rawHead
+		res := parseRequestHead(in, &h)
+		if res == headOK {
+			checkSpans(t, in, &h)
+			checkAgainstFasthttp(t, in, &h)
+		}
+		// The response parser shares the field parser; it must be as
+		// careful with the same bytes.
+		var rh rawHead
+		if parseResponseHead(in, &rh) == headOK {
+			checkSpans(t, in, &rh)
+			if rh.status < 100 || rh.status > 999 || rh.minor > 1 {
+				t.Fatalf("response head %q: status %d minor %d", in, rh.status, rh.minor)
+			}
+		}
+	})
+}
+
+// checkSpans checks that a parsed head describes the bytes it came from.
+func checkSpans(t *testing.T, in []byte, h *rawHead) {
+	t.Helper()
+	if h.n < 4 || h.n > len(in) || string(in[h.n-4:h.n]) != "\r\n\r\n" {
+		t.Fatalf("%q: head length %d", in, h.n)
+	}
+	in32 := func(s span) bool { return 0 <= s.s && s.s <= s.e && int(s.e) <= h.n }
+	if !in32(h.method) || !in32(h.target) || !in32(h.host) {
+		t.Fatalf("%q: method %v target %v host %v out of range (n=%d)", in, h.method, h.target, h.host, h.n)
+	}
+	if h.nfields < 0 || h.nfields > maxRawFields {
+		t.Fatalf("%q: %d fields", in, h.nfields)
+	}
+	hosts := 0
+	prev := int32(-1)
+	for i := 0; i < h.nfields; i++ {
+		f := h.fields[i]
+		if !in32(f.name) || !in32(f.value) || !in32(f.line) {
+			t.Fatalf("%q: field %d spans %+v out of range", in, i, f)
+		}
+		if f.line.s != f.name.s || f.name.e <= f.name.s || f.value.s < f.name.e+1 || f.line.e < f.value.e+2 {
+			t.Fatalf("%q: field %d spans %+v inconsistent", in, i, f)
+		}
+		if in[f.name.e] != ':' || string(in[f.line.e-2:f.line.e]) != "\r\n" {
+			t.Fatalf("%q: field %d line %q", in, i, f.line.of(in))
+		}
+		if prev >= 0 && f.line.s != prev {
+			t.Fatalf("%q: field %d does not follow the previous line", in, i)
+		}
+		prev = f.line.e
+		if k := fieldKind(f.name.of(in)); k != h.kinds[i] {
+			t.Fatalf("%q: field %d kind %d, want %d", in, i, h.kinds[i], k)
+		}
+		if h.kinds[i] == hHost {
+			hosts++
+		}
+	}
+	if prev >= 0 && int(prev) != h.n-2 {
+		t.Fatalf("%q: last field line ends at %d, head at %d", in, prev, h.n)
+	}
+	if hosts != h.hostCount {
+		t.Fatalf("%q: %d Host fields, hostCount %d", in, hosts, h.hostCount)
+	}
+}
+
+// checkAgainstFasthttp: a head the event loop accepts is read the same way
+// by fasthttp, which serves everything the loop hands off.
+func checkAgainstFasthttp(t *testing.T, in []byte, h *rawHead) {
+	t.Helper()
+	path := h.target.of(in)
+	if i := bytes.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	if len(path) == 0 || path[0] != '/' || !normalPathRef(string(path)) {
+		t.Fatalf("%q: accepted a path that is not normal: %q", in, path)
+	}
+	var req fasthttp.Request
+	err := req.Header.Read(bufio.NewReaderSize(bytes.NewReader(in[:h.n]), h.n+16))
+	if err != nil {
+		hasTrailer := false
+		for i := 0; i < h.nfields; i++ {
+			hasTrailer = hasTrailer || eqFold(h.fields[i].name.of(in), "trailer")
+		}
+		switch {
+		case h.teOther:
+			// fasthttp refuses codings other than chunked; the loop
+			// never serves such a request (serve hands it off).
+			return
+		case hasTrailer && errors.Is(err, fasthttp.ErrBadTrailer):
+			// fasthttp checks the names a chunked body's trailer may
+			// carry; the loop serves no chunked body and drops Trailer.
+			return
+		}
+		t.Fatalf("event loop accepts %q, fasthttp refuses it: %v", in, err)
+	}
+	if got, want := string(req.Header.Method()), string(h.method.of(in)); got != want {
+		t.Fatalf("%q: method %q, fasthttp %q", in, want, got)
+	}
+	if got, want := string(req.Header.RequestURI()), string(h.target.of(in)); got != want {
+		t.Fatalf("%q: request URI %q, fasthttp %q", in, want, got)
+	}
+	if got, want := string(req.Header.Host()), string(h.host.of(in)); got != want {
+		t.Fatalf("%q: Host %q, fasthttp %q", in, want, got)
+	}
+	if !h.chunked {
+		want := h.contentLength
+		if want < 0 {
+			want = -2 // fasthttp: identity body, no length
+		}
+		if got := int64(req.Header.ContentLength()); got != want && !(want == -2 && got == 0) {
+			t.Fatalf("%q: Content-Length %d, fasthttp %d", in, h.contentLength, got)
+		}
+	}
+	// The classifier sees the raw path; it must be fasthttp's normalised
+	// one. (With a Host fasthttp cannot parse, its URI is empty and its
+	// path "/" whatever the target; the target alone is checked then.)
+	var u fasthttp.URI
+	if err := u.Parse(req.Header.Host(), h.target.of(in)); err != nil {
+		if err := u.Parse(nil, h.target.of(in)); err != nil {
+			t.Fatalf("%q: fasthttp refuses the target: %v", in, err)
+		}
+	}
+	if got := string(u.Path()); got != string(path) {
+		t.Fatalf("%q: path %q, fasthttp normalises it to %q", in, path, got)
+	}
+}
