@@ -53,6 +53,7 @@ type fastFront struct {
 	draining  atomic.Bool
 	closing   atomic.Bool
 	wg        sync.WaitGroup
+	unlisten  sync.WaitGroup // loops that still have the listener in their epoll set
 	maxHeader int
 	maxConns  int
 	idle      time.Duration // server.idle_timeout
@@ -104,6 +105,7 @@ func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
 	}
 	for _, l := range ff.loops {
 		ff.wg.Add(1)
+		ff.unlisten.Add(1)
 		go l.run()
 	}
 	fe.fast = ff
@@ -116,8 +118,13 @@ func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
 func (ff *fastFront) shutdown(ctx context.Context) {
 	ff.draining.Store(true)
 	for _, l := range ff.loops {
-		_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, ff.lfd, nil)
 		l.wake()
+	}
+	unlistened := make(chan struct{})
+	go func() { ff.unlisten.Wait(); close(unlistened) }()
+	select {
+	case <-unlistened:
+	case <-ctx.Done():
 	}
 	_ = ff.ln.Close()
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -306,6 +313,21 @@ type evloop struct {
 	st        []byte // stripped Server-Timing
 	ar        admission.Request
 	yieldAt   int64 // next runtime.Gosched
+
+	unlistened   bool  // the listening socket is out of this loop's epoll set
+	acceptPaused int64 // accepts paused until (EMFILE and the like)
+}
+
+// unlisten takes the listening socket out of this loop's epoll set, once,
+// and tells shutdown: only then may it close the listener (its descriptor
+// number could otherwise be reused under a loop still accepting on it).
+func (l *evloop) unlisten() {
+	if l.unlistened {
+		return
+	}
+	l.unlistened = true
+	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, l.ff.lfd, nil)
+	l.ff.unlisten.Done()
 }
 
 func newEvloop(ff *fastFront) (*evloop, error) {
@@ -415,17 +437,28 @@ func (l *evloop) run() {
 // ---------------------------------------------------------------- clients
 
 func (l *evloop) accept() {
+	if l.unlistened || l.ff.draining.Load() {
+		// Draining: connections still queued are left to the next
+		// process (an upgrade) or to the listener's close.
+		return
+	}
 	for k := 0; k < maxAcceptOnce; k++ {
 		fd, sa, err := unix.Accept4(l.ff.lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 		if err != nil {
-			if err != unix.EAGAIN && err != unix.EINTR && err != unix.ECONNABORTED {
-				l.ff.fe.p.log.Warn("accept failed", "addr", l.ff.fe.addr, "error", err)
+			switch err {
+			case unix.EAGAIN, unix.EINTR, unix.ECONNABORTED, unix.EPERM, unix.EPROTO:
+			case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
+				// Out of descriptors or memory: stop accepting for a
+				// moment instead of spinning on the ready listener
+				// (nginx does the same).
+				l.ff.fe.p.log.Warn("accept failed; pausing accepts for 100ms", "addr", l.ff.fe.addr, "error", err)
+				_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, l.ff.lfd, nil)
+				l.acceptPaused = l.nowNs + int64(100*time.Millisecond)
+			default:
+				l.ff.fe.p.log.Error("accept failed; this loop stops accepting", "addr", l.ff.fe.addr, "error", err)
+				l.unlisten()
 			}
 			return
-		}
-		if l.ff.draining.Load() {
-			unix.Close(fd)
-			continue
 		}
 		if max := l.ff.maxConns; max > 0 && l.ff.conns.Load()+int64(l.ff.fe.srv.GetOpenConnectionsCount()) >= int64(max) {
 			l.ff.fe.p.metrics.clientErrors.WithLabelValues(l.ff.fe.addr, "too_many_conns").Inc()
@@ -1450,6 +1483,12 @@ const http1Date = "Mon, 02 Jan 2006 15:04:05 GMT"
 // closes and the drain grace.
 func (l *evloop) sweep() {
 	l.nextSweep = l.nowNs + int64(sweepEvery)
+	if l.acceptPaused != 0 && l.nowNs >= l.acceptPaused {
+		l.acceptPaused = 0
+		if !l.unlistened && !l.ff.draining.Load() {
+			_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, l.ff.lfd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: int32(l.ff.lfd)})
+		}
+	}
 	for i := 0; i < len(l.active); i++ {
 		c := l.active[i]
 		ex := &c.ex
@@ -1519,6 +1558,7 @@ func (l *evloop) sweep() {
 // ones close after their response.
 func (l *evloop) startDrain() {
 	l.drainSeen = true
+	l.unlisten()
 	for _, c := range l.clients {
 		if c.busy || len(c.out) > 0 {
 			c.closing = true
@@ -1532,6 +1572,7 @@ func (l *evloop) startDrain() {
 
 // closeAll closes every connection and the loop's own descriptors.
 func (l *evloop) closeAll() {
+	l.unlisten()
 	for len(l.clients) > 0 {
 		l.closeClient(l.clients[len(l.clients)-1])
 	}

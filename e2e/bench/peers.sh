@@ -10,7 +10,9 @@
 #   DURATION  seconds per wrk run          (default 10; --quick sets 3)
 #   CONNS     wrk connections              (default 64)
 #   THREADS   wrk threads                  (default 2)
-#   PEERS     peers to run, in this order  (default "nginx haproxy caddy sentry")
+#   PEERS     peers to run, in this order  (default "nginx haproxy caddy sentry";
+#             "sentry-fasthttp" is sentry with its event loops off,
+#             SENTRY_EVLOOP=0, for the engine comparison)
 #   OUT       output dir for binaries and peers.md (default e2e/bench/out)
 #
 # Every peer is started alone with its own config file in a temp dir, in the
@@ -50,8 +52,8 @@ for v in DURATION CONNS THREADS; do
 done
 for p in $PEERS; do
 	case "$p" in
-	nginx | haproxy | caddy | sentry) ;;
-	*) echo "peers.sh: unknown peer '$p' (known: nginx haproxy caddy sentry)" >&2; exit 2 ;;
+	nginx | haproxy | caddy | sentry | sentry-fasthttp) ;;
+	*) echo "peers.sh: unknown peer '$p' (known: nginx haproxy caddy sentry sentry-fasthttp)" >&2; exit 2 ;;
 	esac
 done
 
@@ -59,8 +61,8 @@ done
 # reject port (sentry's reject instance is a second process).
 HOST=127.0.0.1
 BACKEND_PORT=18080
-declare -A RELAY_PORT=([nginx]=18081 [haproxy]=18082 [caddy]=18083 [sentry]=18084)
-declare -A REJECT_PORT=([nginx]=18091 [haproxy]=18092 [caddy]=18093 [sentry]=18094)
+declare -A RELAY_PORT=([nginx]=18081 [haproxy]=18082 [caddy]=18083 [sentry]=18084 [sentry-fasthttp]=18084)
+declare -A REJECT_PORT=([nginx]=18091 [haproxy]=18092 [caddy]=18093 [sentry]=18094 [sentry-fasthttp]=18094)
 SENTRY_ADMIN_PORT=18085
 SENTRY_REJECT_ADMIN_PORT=18095
 
@@ -171,7 +173,7 @@ OUT=$(cd "$OUT" && pwd)
 
 # ---------------------------------------------------------------- build
 log "building sentry and backend into $OUT"
-if [[ " $PEERS " == *" sentry "* ]]; then
+if [[ " $PEERS " == *" sentry "* || " $PEERS " == *" sentry-fasthttp "* ]]; then
 	(cd "$ROOT" && go build -o "$OUT/sentry" ./cmd/sentry) || die "go build ./cmd/sentry failed"
 fi
 (cd "$ROOT" && go build -o "$OUT/backend" ./e2e/bench/backend) || die "go build ./e2e/bench/backend failed"
@@ -441,28 +443,30 @@ for peer in $PEERS; do
 		bench caddy reject "${REJECT_PORT[caddy]}" 503 "$pg"
 		stop caddy "$pg"
 		;;
-	sentry)
-		start sentry "$OUT/sentry" run -listen "$HOST:${RELAY_PORT[sentry]}" \
+	sentry | sentry-fasthttp)
+		evloop=1
+		[ "$peer" = sentry-fasthttp ] && evloop=0
+		start "$peer" env SENTRY_EVLOOP=$evloop "$OUT/sentry" run -listen "$HOST:${RELAY_PORT[sentry]}" \
 			-backend "$HOST:$BACKEND_PORT" -admin "$HOST:$SENTRY_ADMIN_PORT"
 		pg=$STARTED_PGID
-		wait_http sentry "$pg" "${RELAY_PORT[sentry]}"
-		check_status sentry "${RELAY_PORT[sentry]}" 200
-		bench sentry relay "${RELAY_PORT[sentry]}" 2xx "$pg"
-		curl -s -m 2 "http://$HOST:$SENTRY_ADMIN_PORT/metrics" >"$OUT/metrics-sentry.txt" 2>/dev/null || true
-		stop sentry "$pg"
-		sentry_log_warnings sentry
+		wait_http "$peer" "$pg" "${RELAY_PORT[sentry]}"
+		check_status "$peer" "${RELAY_PORT[sentry]}" 200
+		bench "$peer" relay "${RELAY_PORT[sentry]}" 2xx "$pg"
+		curl -s -m 2 "http://$HOST:$SENTRY_ADMIN_PORT/metrics" >"$OUT/metrics-$peer.txt" 2>/dev/null || true
+		stop "$peer" "$pg"
+		sentry_log_warnings "$peer"
 
 		write_sentry_reject_policy
 		"$OUT/sentry" check -config "$TMP/sentry-reject.yaml" >&2 ||
 			die "sentry check rejected $TMP/sentry-reject.yaml"
-		start sentry-reject "$OUT/sentry" run -config "$TMP/sentry-reject.yaml"
+		start "$peer-reject" env SENTRY_EVLOOP=$evloop "$OUT/sentry" run -config "$TMP/sentry-reject.yaml"
 		pg=$STARTED_PGID
-		wait_http sentry-reject "$pg" "${REJECT_PORT[sentry]}"
-		check_status sentry-reject "${REJECT_PORT[sentry]}" 503
-		bench sentry reject "${REJECT_PORT[sentry]}" 503 "$pg"
-		curl -s -m 2 "http://$HOST:$SENTRY_REJECT_ADMIN_PORT/metrics" >"$OUT/metrics-sentry-reject.txt" 2>/dev/null || true
-		stop sentry-reject "$pg"
-		sentry_log_warnings sentry-reject
+		wait_http "$peer-reject" "$pg" "${REJECT_PORT[sentry]}"
+		check_status "$peer-reject" "${REJECT_PORT[sentry]}" 503
+		bench "$peer" reject "${REJECT_PORT[sentry]}" 503 "$pg"
+		curl -s -m 2 "http://$HOST:$SENTRY_REJECT_ADMIN_PORT/metrics" >"$OUT/metrics-$peer-reject.txt" 2>/dev/null || true
+		stop "$peer-reject" "$pg"
+		sentry_log_warnings "$peer-reject"
 		;;
 	esac
 done
@@ -519,6 +523,7 @@ ratio() { # ratio A B: A/B with two decimals, or n/a
 	versions=$(
 		for p in $PEERS; do case $p in
 			sentry) printf '; %s' "$("$OUT/sentry" version 2>&1 | head -1)" ;;
+			sentry-fasthttp) printf '; sentry with SENTRY_EVLOOP=0' ;;
 			nginx) printf '; %s' "$(nginx -v 2>&1 | sed 's/^nginx version: //')" ;;
 			haproxy) printf '; %s' "$(haproxy -v 2>&1 | head -1 | awk '{print "haproxy " $3}')" ;;
 			caddy) printf '; caddy %s' "$(caddy version 2>&1 | awk '{print $1}')" ;;
