@@ -120,3 +120,32 @@ func BenchmarkClientFromXFF(b *testing.B) {
 }
 
 var _ = io.Discard
+
+// BenchmarkParseRequestHead is the event loop's strict head parser on a
+// browser-like request (rawhead.go).
+func BenchmarkParseRequestHead(b *testing.B) {
+	raw := []byte("GET /search?q=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64)\r\n" +
+		"Accept: text/html,application/xhtml+xml\r\nAccept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate\r\n" +
+		"Cookie: session=abc123; theme=dark\r\nConnection: keep-alive\r\n\r\n")
+	var h rawHead
+	b.ReportAllocs()
+	b.SetBytes(int64(len(raw)))
+	for i := 0; i < b.N; i++ {
+		if parseRequestHead(raw, &h) != headOK {
+			b.Fatal("not ok")
+		}
+	}
+}
+
+// BenchmarkParseResponseHead is the event loop's response head parser.
+func BenchmarkParseResponseHead(b *testing.B) {
+	raw := []byte("HTTP/1.1 200 OK\r\nServer: backend\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: 128\r\n" +
+		"Server-Timing: app;dur=12.5\r\nCache-Control: no-store\r\n\r\n")
+	var h rawHead
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if parseResponseHead(raw, &h) != headOK {
+			b.Fatal("not ok")
+		}
+	}
+}

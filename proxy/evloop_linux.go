@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -294,6 +295,12 @@ type bconn struct {
 type evloop struct {
 	ff        *fastFront
 	ep, efd   int
+	epf       *os.File        // ep, registered with Go's netpoller
+	eprc      syscall.RawConn // epf's, to park until ep is readable
+	pollFn    func(uintptr) bool
+	pollEvs   []unix.EpollEvent
+	pollN     int
+	pollErr   error
 	cl        []*cconn // by fd
 	bk        []*bconn // by fd
 	clients   []*cconn
@@ -341,6 +348,22 @@ func newEvloop(ff *fastFront) (*evloop, error) {
 		return nil, err
 	}
 	l := &evloop{ff: ff, ep: ep, efd: efd, idleBk: map[*upstream][]*bconn{}}
+	// The epoll descriptor itself goes into Go's netpoller (it is
+	// readable when events are ready): an idle loop parks as any
+	// goroutine does, with no thread blocked in epoll_wait for the
+	// scheduler to retake a P from and hand back on wake-up.
+	if err := unix.SetNonblock(ep, true); err != nil {
+		l.closeFDs()
+		return nil, err
+	}
+	l.epf = os.NewFile(uintptr(ep), "epoll")
+	rc, err := l.epf.SyscallConn()
+	if err != nil {
+		l.closeFDs()
+		return nil, err
+	}
+	l.eprc = rc
+	l.pollFn = l.poll
 	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(efd)}); err != nil {
 		l.closeFDs()
 		return nil, err
@@ -353,7 +376,11 @@ func newEvloop(ff *fastFront) (*evloop, error) {
 }
 
 func (l *evloop) closeFDs() {
-	unix.Close(l.ep)
+	if l.epf != nil {
+		_ = l.epf.Close() // closes ep
+	} else {
+		unix.Close(l.ep)
+	}
 	unix.Close(l.efd)
 }
 
@@ -399,7 +426,7 @@ func (l *evloop) run() {
 			runtime.Gosched()
 			l.yieldAt = l.nowNs + int64(time.Millisecond)
 		}
-		n, err := epollWait(l.ep, evs, timeout)
+		n, err := l.wait(evs, timeout)
 		l.tick()
 		if err != nil && err != unix.EINTR {
 			l.ff.fe.p.log.Error("epoll_wait failed; event loop stops", "error", err)
@@ -1627,10 +1654,37 @@ func rawWrite(fd int, p []byte) (int, error) {
 	return int(r), nil
 }
 
-func epollWait(ep int, evs []unix.EpollEvent, msec int) (int, error) {
+// pollNow is a non-blocking epoll_wait.
+func pollNow(ep int, evs []unix.EpollEvent) (int, error) {
 	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(ep), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
-	if e == 0 && r > 0 {
-		return int(r), nil
+	if e != 0 {
+		return 0, e
 	}
-	return unix.EpollWait(ep, evs, msec)
+	return int(r), nil
+}
+
+// wait returns ready events: at once if there are any, else after parking
+// in Go's netpoller until the epoll descriptor is readable or msec pass
+// (then 0 events).
+func (l *evloop) wait(evs []unix.EpollEvent, msec int) (int, error) {
+	if n, err := pollNow(l.ep, evs); n > 0 || err != nil && err != unix.EINTR {
+		return n, err
+	}
+	_ = l.epf.SetReadDeadline(time.Now().Add(time.Duration(msec) * time.Millisecond))
+	l.pollEvs = evs
+	err := l.eprc.Read(l.pollFn)
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	return l.pollN, l.pollErr
+}
+
+// poll is the RawConn.Read callback of wait (a method value made once, so
+// parking allocates nothing).
+func (l *evloop) poll(fd uintptr) bool {
+	l.pollN, l.pollErr = pollNow(int(fd), l.pollEvs)
+	return l.pollN > 0 || l.pollErr != nil && l.pollErr != unix.EINTR
 }
