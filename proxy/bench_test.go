@@ -33,7 +33,11 @@ func benchClient(addr string) *fasthttp.HostClient {
 
 // BenchmarkRelay is the whole relay path over loopback: client → proxy →
 // backend, keep-alive on both sides. Loopback syscalls dominate; compare
-// allocs/op and use e2e/bench/peers.sh for throughput against nginx.
+// allocs/op and use e2e/bench/peers.sh for throughput against nginx. The
+// client goroutines share the process's Ps with the event loops, which
+// block in epoll_wait and must get a P back on every wake-up: ns/op here
+// (≈ 100 µs on 2 cores) is that hand-off, not the loop's cost, and is 2x
+// what fasthttp alone shows in the same benchmark (SENTRY_EVLOOP=0).
 func BenchmarkRelay(b *testing.B) {
 	be := fastBackend(b)
 	h := startProxy(&testing.T{}, []string{be}, nil)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -178,7 +179,9 @@ func (d *daemon) serveAdmin(addr string, ln net.Listener) {
 		ErrorLog: d.log.Named("admin").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
 	d.admin, d.adminLn, d.adminAddr = srv, ln, addr
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		// On a final stop the listener is taken out of LISTEN first
+		// (stopListening), which fails a pending Accept with EINVAL.
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, syscall.EINVAL) {
 			d.log.Error("admin server stopped", "error", err)
 		}
 	}()
