@@ -269,8 +269,14 @@ apps:
 			if hd.err != nil {
 				t.Errorf("upgrade %d: h2 download cut: %v", i+1, hd.err)
 			}
+			// hd.err covers a cut stream (a short body or a reset).
+			// The client can read the last bytes after the old process
+			// has exited (they are in the socket buffer by then), so
+			// the order of the two clocks is logged, not asserted: on a
+			// loaded CI machine it went either way with the download
+			// whole.
 			if exited.Before(hd.end) {
-				t.Errorf("upgrade %d: the old process exited before its h2 download was done", i+1)
+				t.Logf("upgrade %d: the client read the end of its h2 download %v after the old process exited", i+1, hd.end.Sub(exited).Round(time.Millisecond))
 			}
 		}
 		t.Logf("upgrade %d: pid %d -> %d, new process ready %v after SIGUSR2; the old one drained for %v and exited %v after its download, %v after its tunnel ended",
