@@ -83,7 +83,23 @@
 // retried, a refused connect ejects the backend and tries another, and
 // max_conns_per_backend counts the loops' connections with fasthttp's. A
 // drain closes idle connections after idleGrace, answers in-flight ones
-// with Connection: close, and closes with a lingering close.
+// with Connection: close, and closes with a lingering close; while
+// draining the loops hand nothing off (fasthttp drains at the same time),
+// so a connection that would need fasthttp is closed instead.
+//
+// Differences from the fasthttp path, known and kept:
+//
+//   - A client that half-closes (FIN) while its request is being relayed
+//     is taken as gone (499, as nginx does by default); fasthttp answers it.
+//   - The latency histogram and the access log's duration of a relayed
+//     response run to its last byte (fasthttp's: to the head, for bodies
+//     over 64 KiB), and a download the client abandons is counted as 499.
+//   - max_conns_per_backend is checked by a loop against all open
+//     connections to the backend, including keep-alive ones idle in other
+//     loops (for up to 30 s), so a loop may answer 503 busy while another
+//     holds idle connections; fasthttp's HostClient counts only its own.
+//   - Backends named by host name are never dialled by a loop (no
+//     resolution on the loop goroutine): their apps are served by fasthttp.
 //
 // What fasthttp gives and what we add (for the connections it serves):
 //

@@ -34,6 +34,14 @@ import (
 // the bytes read so far to the fasthttp front end, which serves that
 // connection from then on.
 
+// The listening socket and the wake-up eventfd are registered under tags
+// that no descriptor number can take: once the listener is closed, its
+// number may come back as a backend socket of the same loop.
+const (
+	tagListen = -1
+	tagWake   = -2
+)
+
 const (
 	loopBufSize   = 16 << 10 // read buffer of a busy connection
 	maxAcceptOnce = 64
@@ -58,6 +66,7 @@ type fastFront struct {
 	maxConns  int
 	idle      time.Duration // server.idle_timeout
 	write     time.Duration // server.write_timeout (0: idle_timeout)
+	hdr       time.Duration // server.read_header_timeout
 
 	served, handed atomic.Uint64 // requests answered by the loops; connections handed off
 }
@@ -87,7 +96,7 @@ func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
 	}
 	sv := fe.p.cur.Load().snap.Server
 	ff := &fastFront{fe: fe, ln: ln, lfd: lfd, hand: newHandoffListener(ln.Addr()),
-		maxHeader: sv.MaxHeaderBytes, maxConns: sv.MaxConns, idle: sv.IdleTimeout, write: sv.WriteTimeout}
+		maxHeader: sv.MaxHeaderBytes, maxConns: sv.MaxConns, idle: sv.IdleTimeout, write: sv.WriteTimeout, hdr: sv.ReadHeaderTimeout}
 	if ff.write <= 0 {
 		ff.write = ff.idle
 	}
@@ -142,6 +151,9 @@ func (ff *fastFront) shutdown(ctx context.Context) {
 		l.wake()
 	}
 	ff.wg.Wait()
+	for _, l := range ff.loops {
+		l.closeFDs()
+	}
 }
 
 // counts returns the requests the loops answered and the connections they
@@ -150,10 +162,11 @@ func (ff *fastFront) counts() (served, handed uint64) { return ff.served.Load(),
 
 // handoffListener hands connections from the loops to fasthttp.
 type handoffListener struct {
-	addr net.Addr
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
+	addr   net.Addr
+	ch     chan net.Conn
+	done   chan struct{}
+	mu     sync.Mutex
+	closed bool
 }
 
 func newHandoffListener(addr net.Addr) *handoffListener {
@@ -169,27 +182,43 @@ func (h *handoffListener) Accept() (net.Conn, error) {
 	}
 }
 
+// Close stops Accept and closes connections handed off but not yet
+// accepted (their clients see the connection close, as in a drain).
 func (h *handoffListener) Close() error {
-	h.once.Do(func() { close(h.done) })
-	return nil
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	h.closed = true
+	close(h.done)
+	for {
+		select {
+		case c := <-h.ch:
+			_ = c.Close()
+		default:
+			return nil
+		}
+	}
 }
 
 func (h *handoffListener) Addr() net.Addr { return h.addr }
 
-// give queues c for fasthttp, or closes it if the listener is closed.
-func (h *handoffListener) give(c net.Conn) {
-	select {
-	case h.ch <- c:
-		return
-	default:
-	}
-	go func() {
+// give queues c for fasthttp, or closes it if the listener is closed or
+// its queue is full (fasthttp is not accepting: the process is stuck or
+// shutting down).
+func (h *handoffListener) give(c net.Conn) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed {
 		select {
 		case h.ch <- c:
-		case <-h.done:
-			_ = c.Close()
+			return true
+		default:
 		}
-	}()
+	}
+	_ = c.Close()
+	return false
 }
 
 // prefixConn replays the bytes the loop had read before handing off.
@@ -231,6 +260,7 @@ type cconn struct {
 	events  uint32 // registered epoll events
 	busy    bool   // an exchange is in progress
 	inProc  bool   // process is running on it (no recursion)
+	gotAny  bool   // a byte has arrived
 	closing bool   // close once out is written (Connection: close)
 	linger  int64  // lingering close until (0: not lingering)
 	grace   int64  // draining: close if still idle at
@@ -342,11 +372,11 @@ func newEvloop(ff *fastFront) (*evloop, error) {
 		return nil, err
 	}
 	l := &evloop{ff: ff, ep: ep, efd: efd, idleBk: map[*upstream][]*bconn{}}
-	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(efd)}); err != nil {
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: tagWake}); err != nil {
 		l.closeFDs()
 		return nil, err
 	}
-	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, ff.lfd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: int32(ff.lfd)}); err != nil {
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, ff.lfd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: tagListen}); err != nil {
 		l.closeFDs()
 		return nil, err
 	}
@@ -411,9 +441,9 @@ func (l *evloop) run() {
 			fd := int(evs[i].Fd)
 			ev := evs[i].Events
 			switch {
-			case fd == l.ff.lfd:
+			case fd == tagListen:
 				l.accept()
-			case fd == l.efd:
+			case fd == tagWake:
 				var b [8]byte
 				_, _ = unix.Read(l.efd, b[:])
 			case fd < len(l.cl) && l.cl[fd] != nil:
@@ -447,7 +477,10 @@ func (l *evloop) accept() {
 		fd, sa, err := unix.Accept4(l.ff.lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 		if err != nil {
 			switch err {
-			case unix.EAGAIN, unix.EINTR, unix.ECONNABORTED, unix.EPERM, unix.EPROTO:
+			case unix.EAGAIN, unix.EINTR, unix.ECONNABORTED, unix.EPERM, unix.EPROTO,
+				// accept(2): pending network errors of the new socket,
+				// to be treated as EAGAIN.
+				unix.ENETDOWN, unix.ENOPROTOOPT, unix.EHOSTDOWN, unix.ENONET, unix.EHOSTUNREACH, unix.EOPNOTSUPP, unix.ENETUNREACH:
 			case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
 				// Out of descriptors or memory: stop accepting for a
 				// moment instead of spinning on the ready listener
@@ -556,12 +589,17 @@ func (l *evloop) handoff(c *cconn) {
 	c.fd = -1
 	l.ff.conns.Add(-1)
 	nc, err := net.FileConn(f)
-	_ = f.Close()
 	if err != nil {
+		_, _ = rawWrite(int(f.Fd()), tooManyConns)
+		_ = f.Close()
+		l.ff.fe.p.metrics.clientErrors.WithLabelValues(l.ff.fe.addr, "too_many_conns").Inc()
+		l.ff.fe.p.log.Warn("hand-off to fasthttp failed; connection refused", "addr", l.ff.fe.addr, "error", err)
 		return
 	}
-	l.ff.handed.Add(1)
-	l.ff.hand.give(&prefixConn{Conn: nc, pre: pre})
+	_ = f.Close()
+	if l.ff.hand.give(&prefixConn{Conn: nc, pre: pre}) {
+		l.ff.handed.Add(1)
+	}
 }
 
 func (l *evloop) clientEvent(c *cconn, ev uint32) {
@@ -614,6 +652,7 @@ func (l *evloop) readClient(c *cconn, ev uint32) {
 	}
 	c.n += m
 	c.lastNs = l.nowNs
+	c.gotAny = true
 	if !c.busy {
 		l.process(c)
 	}
@@ -625,12 +664,15 @@ func (l *evloop) process(c *cconn) {
 	defer func() { c.inProc = false }()
 	for c.fd >= 0 && !c.busy && c.linger == 0 && len(c.out) == 0 && c.n > 0 {
 		b := c.in[:c.n]
-		switch parseRequestHead(b, &l.h) {
-		case headIncomplete, headUnsure:
-			l.handoff(c)
-			return
-		}
-		if !l.serve(c, b, &l.h) {
+		if parseRequestHead(b, &l.h) != headOK || !l.serve(c, b, &l.h) {
+			if l.ff.draining.Load() {
+				// fasthttp is draining too: nothing to hand off to. The
+				// client sees the connection close, as for any
+				// connection a drain closes.
+				c.n = 0
+				l.lingerClose(c)
+				return
+			}
 			l.handoff(c)
 			return
 		}
@@ -688,7 +730,7 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	p := l.ff.fe.p
 	rt := l.ff.fe.route.Load()
 	a := rt.lookup(h.host.of(b))
-	if a == nil {
+	if a == nil || !a.loopOK {
 		return false
 	}
 	if lim := a.cfg.MaxBodyBytes; lim > 0 && cl > lim {
@@ -701,7 +743,7 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	if l.ff.draining.Load() || h.connClose {
 		c.closing = true
 	}
-	ex.head = eqFold(h.method.of(b), "head")
+	ex.head = string(h.method.of(b)) == fasthttp.MethodHead // methods are case-sensitive
 	ex.idem = idempotentMethod(h.method.of(b))
 	isTrusted := a.trusted && trusted(a.cfg.TrustedProxies, c.peer)
 	client := c.peer
@@ -1051,6 +1093,12 @@ func (l *evloop) dialFailed(bc *bconn) {
 func (l *evloop) backendBroke(bc *bconn) {
 	c := bc.c
 	ex := &c.ex
+	if ex.headSent {
+		// Part of the response is out: the client connection cannot
+		// carry an error response now.
+		l.abort(c, outBackendFailed)
+		return
+	}
 	reused := bc.reused
 	l.closeBackend(bc)
 	ex.b = nil
@@ -1303,6 +1351,15 @@ func (l *evloop) flush(c *cconn) {
 // after runs when an exchange has ended and its response is written: the
 // connection closes (Connection: close) or serves what is buffered next.
 func (l *evloop) after(c *cconn) {
+	if !c.busy && len(c.out) == 0 {
+		// An idle connection keeps small buffers only.
+		if cap(c.out) > 4<<10 {
+			c.out = nil
+		}
+		if cap(c.ex.req) > 4<<10 {
+			c.ex.req = nil
+		}
+	}
 	switch {
 	case c.fd < 0 || c.busy || len(c.out) > 0 || c.linger != 0:
 	case c.closing:
@@ -1317,7 +1374,9 @@ func (l *evloop) finish(c *cconn) {
 	ex := &c.ex
 	if bc := ex.b; bc != nil {
 		ex.b, bc.c = nil, nil
-		if ex.bkClose || bc.fd < 0 {
+		// A backend that answered before taking the whole request (an
+		// early 413, say) still expects the rest: never reuse it.
+		if ex.bkClose || bc.fd < 0 || ex.sent < len(ex.req) {
 			l.closeBackend(bc)
 		} else {
 			bc.n, bc.reused, bc.lastNs = 0, true, l.nowNs
@@ -1463,7 +1522,9 @@ func (l *evloop) respond(c *cconn, a *app, o outcome, d admission.Decision) {
 		out = append(out, "\r\nConnection: close"...)
 	}
 	out = append(out, "\r\n\r\n"...)
-	out = append(out, body...)
+	if !ex.head {
+		out = append(out, body...) // HEAD: the length, not the body
+	}
 	c.out = out
 	ex.headSent = true
 	l.done(c, o, status)
@@ -1491,7 +1552,7 @@ func (l *evloop) sweep() {
 	if l.acceptPaused != 0 && l.nowNs >= l.acceptPaused {
 		l.acceptPaused = 0
 		if !l.unlistened && !l.ff.draining.Load() {
-			_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, l.ff.lfd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: int32(l.ff.lfd)})
+			_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, l.ff.lfd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: tagListen})
 		}
 	}
 	for i := 0; i < len(l.active); i++ {
@@ -1537,6 +1598,11 @@ func (l *evloop) sweep() {
 			i--
 		case c.grace != 0 && l.nowNs > c.grace && c.n == 0 && len(c.out) == 0:
 			l.lingerClose(c)
+		case !c.gotAny && l.ff.hdr > 0 && l.nowNs-c.lastNs > int64(l.ff.hdr):
+			// Nothing received yet: the read-header timeout, as
+			// fasthttp applies it, not the keep-alive idle timeout.
+			l.closeClient(c)
+			i--
 		case idle > 0 && c.n == 0 && len(c.out) == 0 && l.nowNs-c.lastNs > idle:
 			l.closeClient(c)
 			i--
@@ -1587,7 +1653,8 @@ func (l *evloop) closeAll() {
 		}
 	}
 	l.idleBk = map[*upstream][]*bconn{}
-	l.closeFDs()
+	// ep and efd stay open until shutdown has stopped every loop: a
+	// wake() after a close could write into a reused descriptor.
 }
 
 // ---------------------------------------------------------------- helpers

@@ -1094,3 +1094,58 @@ func TestEvloopDeadBackend(t *testing.T) {
 		d.check(t, 20, 0)
 	})
 }
+
+// A rejected HEAD gets the rejection's length and no body: a body would be
+// read as the start of the next response on the connection.
+func TestEvloopHeadRejectionHasNoBody(t *testing.T) {
+	rb := startRawBackend(t, echo)
+	ctl := &fakeControl{}
+	h := startControlled(t, ctl, rb.addr)
+	d := countFrom(fastOf(t, h))
+	c := dialProxy(t, h.addr)
+	resp, body := c.do("HEAD /x HTTP/1.1\r\nHost: x\r\n\r\n") // bronze: rejected
+	if resp.StatusCode != 503 || body != "" {
+		t.Fatalf("HEAD rejection: %d %q", resp.StatusCode, body)
+	}
+	if resp.ContentLength != int64(len("sentry: overloaded, retry later\n")) {
+		t.Errorf("HEAD rejection Content-Length %d", resp.ContentLength)
+	}
+	// The next response on the connection must parse as its own.
+	resp, _ = c.do("GET /y HTTP/1.1\r\nHost: x\r\nX-Class: gold\r\n\r\n")
+	if resp.StatusCode != 200 {
+		t.Fatalf("request after the HEAD rejection: %d", resp.StatusCode)
+	}
+	d.check(t, 2, 0)
+}
+
+// A connection that sends nothing is closed after the read-header timeout,
+// not held for the (longer) keep-alive idle timeout.
+func TestEvloopSilentConnectionReadHeaderTimeout(t *testing.T) {
+	rb := startRawBackend(t, echo)
+	h := startProxy(t, []string{rb.addr}, func(s *policy.Snapshot, _ *policy.App) {
+		s.Server.ReadHeaderTimeout = 300 * time.Millisecond
+		s.Server.IdleTimeout = time.Minute
+	})
+	fastOf(t, h)
+	c := dialProxy(t, h.addr)
+	start := time.Now()
+	c.expectEOF()
+	if took := time.Since(start); took < 250*time.Millisecond || took > 5*time.Second {
+		t.Errorf("silent connection closed after %v, want about the 300ms read-header timeout", took)
+	}
+}
+
+// A backend given by host name is never dialled from a loop (that would
+// resolve on the loop goroutine): its app's requests go to fasthttp.
+func TestEvloopHostNameBackendHandedOff(t *testing.T) {
+	rb := startRawBackend(t, echo)
+	_, port, _ := net.SplitHostPort(rb.addr)
+	h := startProxy(t, []string{net.JoinHostPort("localhost", port)}, nil)
+	d := countFrom(fastOf(t, h))
+	c := dialProxy(t, h.addr)
+	resp, _ := c.do("GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	d.check(t, 0, 1)
+}

@@ -107,14 +107,15 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		}
 		return fmt.Errorf("listener %s already served", addr)
 	}
-	p.mu.fronts[addr] = fe
-	p.mu.Unlock()
 	if fe.tls == nil {
 		// The event loops take the listener; fasthttp serves what they
-		// hand off (see evloop_linux.go).
+		// hand off (see evloop_linux.go). Under p.mu: fe.fast is read
+		// under it (metrics) and by Shutdown once fe is published.
 		ln, _ = fe.startFast(ln)
 		ln = &drainListener{Listener: ln, fe: fe}
 	}
+	p.mu.fronts[addr] = fe
+	p.mu.Unlock()
 	go func() {
 		defer close(fe.done)
 		fe.err = fe.srv.Serve(ln)
@@ -152,12 +153,17 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 	fe.draining.Store(true)
 	var err error
 	if fe.tls == nil {
-		// The loops drain first: a connection they hand off meanwhile
-		// is then drained by fasthttp.
+		// The loops and fasthttp drain together; while draining, the
+		// loops hand nothing off (handoff closes instead).
+		var loopsDone chan struct{}
 		if fe.fast != nil {
-			fe.fast.shutdown(ctx)
+			loopsDone = make(chan struct{})
+			go func() { defer close(loopsDone); fe.fast.shutdown(ctx) }()
 		}
 		err = fe.srv.ShutdownWithContext(ctx)
+		if loopsDone != nil {
+			<-loopsDone
+		}
 	} else {
 		// TLS: stop accepting, then drain fasthttp's HTTP/1.1 connections
 		// and the h2 ones (GOAWAY; each closes once its streams are done)

@@ -119,6 +119,7 @@ type app struct {
 	pool    *lb.Pool
 	ctl     Controller // nil: no classification, admit all
 	off     bool       // admission mode off: never call Admit
+	loopOK  bool       // every backend address is an IP:port (the event loops never resolve names)
 	reject  rejectResponse
 	trusted bool // has trusted proxies
 	reqID   string
@@ -255,7 +256,12 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 }
 
 func (p *Proxy) buildApp(ac *policy.App) (*app, error) {
-	a := &app{cfg: ac, name: ac.Name, reqID: ac.RequestIDHeader, trusted: len(ac.TrustedProxies) > 0}
+	a := &app{cfg: ac, name: ac.Name, reqID: ac.RequestIDHeader, trusted: len(ac.TrustedProxies) > 0, loopOK: true}
+	for _, addr := range ac.Backends.Static {
+		if _, err := netip.ParseAddrPort(addr); err != nil {
+			a.loopOK = false // a host name: fasthttp's dialer resolves it on each dial
+		}
+	}
 	sh := p.mu.shared[ac.Name]
 	if sh == nil {
 		sh = &appShared{m: p.metrics.forApp(ac.Name)}

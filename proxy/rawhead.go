@@ -10,7 +10,7 @@ import "bytes"
 // is one every HTTP/1.1 parser reads the same way.
 
 // maxRawFields bounds the header fields of a head the fast path handles.
-const maxRawFields = 64
+const maxRawFields = 128
 
 // span is a byte range [s, e) of the buffer a head was parsed from.
 type span struct{ s, e int32 }
