@@ -597,9 +597,10 @@ func (l *evloop) handoff(c *cconn) {
 		return
 	}
 	_ = f.Close()
-	if l.ff.hand.give(&prefixConn{Conn: nc, pre: pre}) {
-		l.ff.handed.Add(1)
-	}
+	// Counted before fasthttp can have served it (the counter must not
+	// lag the response); give closes it if fasthttp is not accepting.
+	l.ff.handed.Add(1)
+	l.ff.hand.give(&prefixConn{Conn: nc, pre: pre})
 }
 
 func (l *evloop) clientEvent(c *cconn, ev uint32) {
