@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/netip"
@@ -842,14 +843,6 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	return true
 }
 
-func idempotentMethod(m []byte) bool {
-	switch string(m) {
-	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace, fasthttp.MethodPut, fasthttp.MethodDelete:
-		return true
-	}
-	return false
-}
-
 // ---------------------------------------------------------------- backends
 
 // dispatch picks a backend and sends the request.
@@ -876,14 +869,10 @@ func (l *evloop) dispatch(c *cconn, last *upstream) {
 			return
 		}
 		if err != nil {
-			ex.a.pool.Eject(bk)
-			ex.released = true
-			ex.dialFails++
-			last = u
-			if ex.dialFails >= maxDialAttempts {
-				l.respond(c, ex.a, outBackendFailed, admission.Decision{})
+			if !l.connectFailed(c) {
 				return
 			}
+			last = u
 			continue
 		}
 		l.bind(c, bc)
@@ -1077,6 +1066,16 @@ func (l *evloop) dialFailed(bc *bconn) {
 	ex := &c.ex
 	l.closeBackend(bc)
 	ex.b = nil
+	if l.connectFailed(c) {
+		l.dispatch(c, ex.u)
+	}
+}
+
+// connectFailed ejects the backend a connect to failed (unambiguous, as on
+// the fasthttp path) and answers 502 after maxDialAttempts; true means try
+// another backend.
+func (l *evloop) connectFailed(c *cconn) bool {
+	ex := &c.ex
 	ex.a.pool.Eject(ex.lbb)
 	ex.released = true
 	ex.dialFails++
@@ -1085,9 +1084,9 @@ func (l *evloop) dialFailed(bc *bconn) {
 	}
 	if ex.dialFails >= maxDialAttempts {
 		l.respond(c, ex.a, outBackendFailed, admission.Decision{})
-		return
+		return false
 	}
-	l.dispatch(c, ex.u)
+	return true
 }
 
 // backendBroke: the connection failed while sending or before the head.
@@ -1444,32 +1443,18 @@ func (l *evloop) done(c *cconn, o outcome, status int) {
 
 func (l *evloop) logAccess(c *cconn, o outcome, status int) {
 	ex := &c.ex
-	backend := "none"
-	if ex.u != nil {
-		backend = ex.u.addr
-	}
-	method, uri := "", ""
+	var method, uri []byte
 	if c.in != nil && ex.total <= c.n {
 		line := c.in[:ex.total]
-		if i := indexByte(line, ' '); i > 0 {
-			method = string(line[:i])
+		if i := bytes.IndexByte(line, ' '); i > 0 {
+			method = line[:i]
 			rest := line[i+1:]
-			if j := indexByte(rest, ' '); j > 0 {
-				uri = string(rest[:j])
+			if j := bytes.IndexByte(rest, ' '); j > 0 {
+				uri = rest[:j]
 			}
 		}
 	}
-	l.ff.fe.p.log.Info("access", "app", ex.a.name, "method", method, "uri", uri, "status", status,
-		"backend", backend, "duration", time.Since(ex.start), "request_id", string(ex.id), "outcome", outcomeReason[o])
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
+	l.ff.fe.p.accessLine(ex.a, method, uri, status, ex.u, ex.start, ex.id, o)
 }
 
 // respond writes a response sentry makes itself (rejection or error) and

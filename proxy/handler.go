@@ -346,8 +346,11 @@ func retryable(req *fasthttp.Request, err error) bool {
 
 // idempotent reports whether the request's method is idempotent (RFC 9110
 // §9.2.2), so sending it twice is harmless.
-func idempotent(req *fasthttp.Request) bool {
-	switch string(req.Header.Method()) {
+func idempotent(req *fasthttp.Request) bool { return idempotentMethod(req.Header.Method()) }
+
+// idempotentMethod is idempotent for a method name (both front ends).
+func idempotentMethod(m []byte) bool {
+	switch string(m) {
 	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace, fasthttp.MethodPut, fasthttp.MethodDelete:
 		return true
 	}

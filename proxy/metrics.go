@@ -184,11 +184,16 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 
 // logAccess writes one access-log line (policy log.access).
 func (p *Proxy) logAccess(a *app, ctx *fasthttp.RequestCtx, o outcome, u *upstream, start time.Time) {
+	p.accessLine(a, ctx.Method(), ctx.RequestURI(), ctx.Response.StatusCode(), u, start, ctx.Response.Header.Peek(a.reqID), o)
+}
+
+// accessLine writes one access-log line; both front ends call it.
+func (p *Proxy) accessLine(a *app, method, uri []byte, status int, u *upstream, start time.Time, id []byte, o outcome) {
 	backend := "none"
 	if u != nil {
 		backend = u.addr
 	}
-	p.log.Info("access", "app", a.name, "method", string(ctx.Method()), "uri", string(ctx.RequestURI()),
-		"status", ctx.Response.StatusCode(), "backend", backend, "duration", time.Since(start),
-		"request_id", string(ctx.Response.Header.Peek(a.reqID)), "outcome", outcomeReason[o])
+	p.log.Info("access", "app", a.name, "method", string(method), "uri", string(uri),
+		"status", status, "backend", backend, "duration", time.Since(start),
+		"request_id", string(id), "outcome", outcomeReason[o])
 }

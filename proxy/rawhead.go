@@ -410,17 +410,6 @@ func eqFold(b []byte, s string) bool {
 	return true
 }
 
-// find returns the value of the first field named name (lower-case), or nil.
-func (h *rawHead) find(b []byte, name string) []byte {
-	for i := 0; i < h.nfields; i++ {
-		f := &h.fields[i]
-		if eqFold(f.name.of(b), name) {
-			return f.value.of(b)
-		}
-	}
-	return nil
-}
-
 // findKind returns the value of the first field of kind k, or nil.
 func (h *rawHead) findKind(b []byte, k uint8) []byte {
 	for i := 0; i < h.nfields; i++ {
