@@ -800,15 +800,24 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 		le++
 	}
 	r = append(r, b[:le+1]...)
+	// X-Forwarded-Proto/-Host pass through (the first non-empty ones) only
+	// from trusted proxies; otherwise ours replace them.
+	var haveProto, haveHost bool
 	for i := 0; i < h.nfields; i++ {
 		f := &h.fields[i]
 		switch h.kinds[i] {
 		case hConnection, hHopByHop, hXFF:
 			continue
-		case hXFProto, hXFHost:
-			if !isTrusted {
+		case hXFProto:
+			if !isTrusted || f.value.e == f.value.s {
 				continue
 			}
+			haveProto = true
+		case hXFHost:
+			if !isTrusted || f.value.e == f.value.s {
+				continue
+			}
+			haveHost = true
 		case hOther:
 			if eqFoldString(f.name.of(b), a.reqID) {
 				if !isTrusted || len(ex.id) > 0 || f.value.e == f.value.s {
@@ -825,10 +834,10 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	}
 	r = c.peer.AppendTo(r)
 	r = append(r, "\r\n"...)
-	if !isTrusted || h.findKind(b, hXFProto) == nil {
+	if !haveProto {
 		r = append(r, "X-Forwarded-Proto: http\r\n"...)
 	}
-	if !isTrusted || h.findKind(b, hXFHost) == nil {
+	if !haveHost {
 		r = append(append(append(r, "X-Forwarded-Host: "...), h.host.of(b)...), "\r\n"...)
 	}
 	if len(ex.id) == 0 {
