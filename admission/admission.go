@@ -20,6 +20,9 @@ const (
 	RejectNoBackend
 	// RejectGone: the client disconnected while waiting.
 	RejectGone
+	// RejectPriority: the request would fit, but the room left is held for
+	// the predicted demand of more important classes (batchac's reserve).
+	RejectPriority
 	numVerdicts
 )
 
@@ -31,6 +34,7 @@ var verdictNames = [numVerdicts]string{
 	RejectThreshold: "rejected_threshold",
 	RejectNoBackend: "no_backend",
 	RejectGone:      "client_gone",
+	RejectPriority:  "rejected_priority",
 }
 
 // String returns the metric label value for v.

@@ -24,6 +24,12 @@ type State interface {
 	Healthy() int
 	// RSLA is the current response-time target for admitted requests.
 	RSLA() time.Duration
+	// Demand is class's offered work rate: its arrival rate (rejected
+	// requests included) times its mean inherent service time, in
+	// server-seconds per second. It should follow a rise quickly (within a
+	// fraction of a second); the reserve (see doc.go, Priority) is built
+	// from it. Read once per class every ReservePeriod, not per request.
+	Demand(class int) float64
 }
 
 // ClassConfig is one request class. Classes are listed most important first:
@@ -61,6 +67,15 @@ type Config struct {
 	// LearnParallelism lets ObserveService refine P online, starting from
 	// Parallelism. Default false: ObserveService is a no-op.
 	LearnParallelism bool
+	// NoReserve turns off the room held for more important classes (see
+	// doc.go, Priority): each class is then tested only against the farm's
+	// present load, first come, first served. Default false (reserve on).
+	NoReserve bool
+	// ReserveFloor is the least share of the more important classes'
+	// budget that is always held for them, even while they are quiet, as a
+	// fraction in [0, 1). Zero holds nothing beyond their measured demand;
+	// the policy's default is DefaultReserveFloor.
+	ReserveFloor float64
 	// ConstLabels are added to every exported metric, e.g. {"app": "shop"},
 	// so several controllers can share one registry. Values come from config.
 	// Only read by New.
@@ -78,7 +93,14 @@ const MaxClasses = 64
 const (
 	DefaultBuckets  = 8
 	DefaultQueueCap = 1024
+	// DefaultReserveFloor is the policy's default ReserveFloor: 5% of the
+	// budget of the more important classes is held even while they are
+	// quiet, room for one of their requests to arrive into a full farm.
+	DefaultReserveFloor = 0.25
 )
+
+// ReservePeriod is how often the reserve is recomputed from State.Demand.
+const ReservePeriod = 50 * time.Millisecond
 
 // withDefaults returns a copy of cfg with defaults filled in, or an error
 // describing the first invalid field.
@@ -123,6 +145,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("batchac: parallelism %v: must be ≥ 1 and finite", cfg.Parallelism)
 	case cfg.Parallelism > maxParallelism:
 		return cfg, fmt.Errorf("batchac: parallelism %v: at most %d", cfg.Parallelism, maxParallelism)
+	}
+	if math.IsNaN(cfg.ReserveFloor) || cfg.ReserveFloor < 0 || cfg.ReserveFloor >= 1 {
+		return cfg, fmt.Errorf("batchac: reserve floor %v: must be in [0, 1)", cfg.ReserveFloor)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

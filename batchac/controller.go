@@ -3,6 +3,7 @@ package batchac
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,7 +40,16 @@ type class struct {
 	period time.Duration
 	// queues holds one wait queue per bucket; nil when period == 0.
 	queues []*queue
+	// dAbove is the longest period among the more important classes, ns.
+	dAbove float64
+	// rho is the reserve share held for the more important classes
+	// (float64 bits): their predicted share of the farm, at least the
+	// floor; 0 for the most important class or with the reserve off.
+	// Written by updateReserve, read per test.
+	rho atomic.Uint64
 }
+
+func (cl *class) reserve() float64 { return math.Float64frombits(cl.rho.Load()) }
 
 func (cl *class) queueLen() int64 {
 	var n int64
@@ -57,6 +67,8 @@ type snapshot struct {
 	allOrNothing bool
 	parallelism  float64
 	learn        bool
+	reserve      bool
+	floor        float64
 }
 
 // classIndex maps a request's class to a configured one. Out-of-range
@@ -114,6 +126,8 @@ type Controller struct {
 		prefix []float64
 		heads  []*waiter
 		due    []bool
+		// nextReserve is when updateReserve is due next.
+		nextReserve time.Time
 	}
 
 	// states holds every class's state ever configured, by name, so that a
@@ -146,8 +160,10 @@ func New(st State, cfg Config) (*Controller, error) {
 	}
 	c.waiters.New = func() any { return &waiter{ch: make(chan admission.Decision, 1)} }
 	c.par.store(cfg.Parallelism)
-	s, _ := build(cfg, nil, c.states, c.now())
+	now := c.now()
+	s, _ := build(cfg, nil, c.states, now)
 	c.snap.Store(s)
+	c.updateReserve(s, now)
 	return c, nil
 }
 
@@ -170,6 +186,8 @@ func build(cfg Config, old *snapshot, states map[string]*classState, now time.Ti
 		allOrNothing: cfg.AllOrNothing,
 		parallelism:  cfg.Parallelism,
 		learn:        cfg.LearnParallelism,
+		reserve:      !cfg.NoReserve,
+		floor:        cfg.ReserveFloor,
 	}
 	prevByName := make(map[string]*class)
 	if old != nil {
@@ -178,6 +196,7 @@ func build(cfg Config, old *snapshot, states map[string]*classState, now time.Ti
 		}
 	}
 	kept := make(map[*queue]bool)
+	var dAbove time.Duration
 	for i, cc := range cfg.Classes {
 		prev := prevByName[cc.Name]
 		st := states[cc.Name]
@@ -188,7 +207,8 @@ func build(cfg Config, old *snapshot, states map[string]*classState, now time.Ti
 		if prev == nil {
 			st.cascadeUntil.Store(0) // a restored class starts unmarked
 		}
-		cl := &class{classState: st, period: cc.Period}
+		cl := &class{classState: st, period: cc.Period, dAbove: float64(dAbove)}
+		dAbove = max(dAbove, cc.Period)
 		if cc.Period > 0 {
 			reuse := prev != nil && prev.period > 0
 			cl.queues = make([]*queue, cfg.Buckets)
@@ -255,7 +275,7 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 			m := c.model(s, n)
 			return c.count(cl, admission.Decision{
 				Verdict:    admission.RejectQueueFull,
-				RetryAfter: retryAfter(m.drain(sNs, float64(cl.period))),
+				RetryAfter: retryAfter(m.drain(sNs, m.rsla-float64(cl.period))),
 			})
 		}
 		if h := c.testHookEnqueued; h != nil {
@@ -331,7 +351,8 @@ func (c *Controller) parallelism(s *snapshot) float64 {
 }
 
 // testNow is the immediate test of a period-0 class: a batch of one,
-// Q + max(1, (η + 1)/P)·S ≤ R_sla.
+// Q + max(1, (η + 1)/P)·S ≤ lim, where lim is R_sla less the room held for
+// more important classes (model.limits).
 func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decision {
 	n := c.st.Healthy()
 	if n <= 0 {
@@ -339,33 +360,91 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decisi
 	}
 	now := c.now().UnixNano()
 	m := c.model(s, n)
+	cl := s.classes[idx]
+	own, lim := m.limits(0, cl.dAbove, cl.reserve())
 	if until := cascadeMark(s.classes[:idx]); until > now {
 		return admission.Decision{
 			Verdict:    admission.RejectCascade,
-			RetryAfter: retryAfter(max(float64(until-now), m.drain(sNs, 0))),
+			RetryAfter: retryAfter(max(float64(until-now), m.drain(sNs, lim))),
 		}
 	}
-	cl := s.classes[idx]
-	if m.fits(1, sNs, 0) {
+	if m.admits(1, sNs, own, lim, 0) {
 		if cl.cascadeUntil.Load() != 0 {
 			cl.cascadeUntil.Store(0)
 		}
 		return admission.Decision{Verdict: admission.Admit}
 	}
-	wait := m.drain(sNs, 0)
+	wait := m.drain(sNs, lim)
+	if lim < own && m.fits(1, sNs, own) {
+		// It fits the class's own budget: the room is held for more
+		// important classes. Not a failure of this class: no mark.
+		return admission.Decision{Verdict: admission.RejectPriority, RetryAfter: retryAfter(wait)}
+	}
 	// An immediate class has no next run: its mark holds less important
 	// classes back until its next passing test, so that the load drains
 	// until it gets in (strict priority; a drain-time mark let a flood of
 	// small, less important requests refill the farm between its tests).
 	// Every failure renews the mark, for immediateMarkHold: while the
 	// class keeps failing the mark holds; if its traffic stops (or the
-	// farm goes idle) it lapses within the hold. A request that would fail even on an idle farm
-	// (S > R_sla − Q... with nothing in service) says nothing about load
-	// and sets no mark.
-	if idle := (model{n: m.n, q: 0, rsla: m.rsla, p: m.p}); idle.fits(1, sNs, 0) {
+	// farm goes idle) it lapses within the hold. A request that would fail
+	// even on an idle farm (S > R_sla − Q, with nothing in service) says
+	// nothing about load and sets no mark.
+	if idle := (model{n: m.n, q: 0, rsla: m.rsla, p: m.p}); idle.fits(1, sNs, own) {
 		cl.cascadeUntil.Store(now + int64(immediateMarkHold))
 	}
 	return admission.Decision{Verdict: admission.RejectTest, RetryAfter: retryAfter(wait)}
+}
+
+// Room tells, for one request of class class and estimated service time sz,
+// whether it would pass the immediate test now with the room held for more
+// important classes (room), and whether a free slot is waiting for it
+// within its class's own budget (free; see model.admits), ignoring periods
+// and cascade marks. It decides nothing and counts nothing: threshold mode
+// admits a request its (i, p) draw lets through only with room, and one
+// the draw rejects when a slot is free, so that the farm never idles
+// behind a stale probability (package control). It does not allocate.
+func (c *Controller) Room(class int, sz time.Duration) (room, free bool) {
+	s := c.snap.Load()
+	n := c.st.Healthy()
+	if n <= 0 {
+		return false, false
+	}
+	cl := s.classes[s.classIndex(class)]
+	m := c.model(s, n)
+	own, lim := m.limits(0, 0, cl.reserve())
+	sNs := float64(max(sz, 0))
+	free = m.slowdown(1) <= 1 && m.fits(1, sNs, own)
+	return free || m.fits(1, sNs, lim), free
+}
+
+// updateReserve recomputes every class's reserve share from State.Demand:
+// class j holds ρ_j = Σ_{i<j} Demand(i) / (n·P) for the classes above it,
+// at least the floor (j > 0). Called by New, Reconfigure and tick (every
+// ReservePeriod); serialised by c.run (or before the controller is shared).
+func (c *Controller) updateReserve(s *snapshot, now time.Time) {
+	c.run.nextReserve = now.Add(ReservePeriod)
+	if !s.reserve {
+		for _, cl := range s.classes {
+			cl.rho.Store(0)
+		}
+		return
+	}
+	n := c.st.Healthy()
+	if n <= 0 {
+		return // nothing is admitted; keep the last shares
+	}
+	capacity := float64(n) * c.parallelism(s)
+	var above float64
+	for j, cl := range s.classes {
+		rho := 0.0
+		if j > 0 {
+			rho = max(above/capacity, s.floor)
+		}
+		cl.rho.Store(math.Float64bits(rho))
+		if d := c.st.Demand(j); d > 0 { // NaN and negatives add nothing
+			above += d
+		}
+	}
 }
 
 // immediateMarkHold is how long a failing period-0 class keeps blocking
@@ -406,6 +485,9 @@ func (c *Controller) tick(now time.Time) []bool {
 		return nil
 	}
 	s := c.snap.Load()
+	if !now.Before(c.run.nextReserve) {
+		c.updateReserve(s, now)
+	}
 	due := c.run.due[:0]
 	anyDue := false
 	for _, cl := range s.classes {
@@ -449,7 +531,7 @@ func (c *Controller) police(rc *runCtx, order []*class, i int, heads []*waiter) 
 	cascaded := until > rc.now
 	failed := false
 	for _, h := range heads {
-		if h != nil && c.decide(rc, float64(cl.period), h, cascaded, until) {
+		if h != nil && c.decide(rc, cl, h, cascaded, until) {
 			failed = true
 		}
 	}
@@ -465,10 +547,12 @@ func (c *Controller) police(rc *runCtx, order []*class, i int, heads []*waiter) 
 
 var admitted = admission.Decision{Verdict: admission.Admit}
 
-// decide tests one bucket's batch (the list from head) and sends every
-// waiter its decision. It reports whether the test rejected anything.
-// Called with c.run held and no queue lock.
-func (c *Controller) decide(rc *runCtx, d float64, head *waiter, cascaded bool, until int64) bool {
+// decide tests one bucket's batch (the list from head) of class cl and
+// sends every waiter its decision. It reports whether the class's own test
+// rejected anything (a rejection only for the reserve held for more
+// important classes is not a failure of cl). Called with c.run held and no
+// queue lock.
+func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, until int64) bool {
 	batch, prefix := c.run.batch[:0], c.run.prefix[:0]
 	var sum float64
 	// Read every link before the first send: a waiter that got its
@@ -481,29 +565,41 @@ func (c *Controller) decide(rc *runCtx, d float64, head *waiter, cascaded bool, 
 	beta := len(batch)
 	k := 0
 	var reject admission.Decision
+	var own, lim float64
+	if !rc.noBackend {
+		own, lim = rc.m.limits(float64(cl.period), cl.dAbove, cl.reserve())
+	}
 	switch {
 	case rc.noBackend:
 		reject.Verdict = admission.RejectNoBackend
 	case cascaded:
 		reject.Verdict = admission.RejectCascade
-		wait := max(float64(until-rc.now), rc.m.drain(sum/float64(beta), d))
+		wait := max(float64(until-rc.now), rc.m.drain(sum/float64(beta), lim))
 		reject.RetryAfter = retryAfter(wait)
 	default:
 		if rc.allOrNothing {
-			if rc.m.fits(beta, sum, d) {
+			if rc.m.admits(beta, sum, own, lim, float64(cl.period)) {
 				k = beta
 			}
 		} else {
-			k = rc.m.largestPrefix(prefix, d)
+			k = rc.m.largestPrefix(prefix, own, lim, float64(cl.period))
 		}
-		rc.m.load += int64(k) // η grows by β'/n
 		if k < beta {
 			rest := sum
 			if k > 0 {
 				rest -= prefix[k-1]
 			}
 			reject.Verdict = admission.RejectTest
-			reject.RetryAfter = retryAfter(rc.m.drain(rest/float64(beta-k), d))
+			// Would the class's own test have taken the whole batch? Then
+			// only the reserve for more important classes turned the rest
+			// away.
+			if lim < own && rc.m.fits(beta, sum, own) {
+				reject.Verdict = admission.RejectPriority
+			}
+			rc.m.load += int64(k) // η grows by β'/n
+			reject.RetryAfter = retryAfter(rc.m.drain(rest/float64(beta-k), lim))
+		} else {
+			rc.m.load += int64(k)
 		}
 	}
 	if k > 0 {
@@ -518,7 +614,7 @@ func (c *Controller) decide(rc *runCtx, d float64, head *waiter, cascaded bool, 
 		batch[j] = nil
 	}
 	c.run.batch, c.run.prefix = batch[:0], prefix[:0]
-	return !rc.noBackend && !cascaded && k < beta
+	return reject.Verdict == admission.RejectTest
 }
 
 // Run drives the policers until ctx is done or Close is called: it sleeps
@@ -541,10 +637,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
-// idleWait is how long Run sleeps when no class has a period; Reconfigure
-// wakes it early.
-const idleWait = time.Hour
-
 // untilDue is the time until the next policer is due.
 func (c *Controller) untilDue() time.Duration {
 	c.run.Lock()
@@ -555,10 +647,10 @@ func (c *Controller) untilDue() time.Duration {
 			next, found = cl.next, true
 		}
 	}
-	c.run.Unlock()
-	if !found {
-		return idleWait
+	if !found || c.run.nextReserve.Before(next) {
+		next, found = c.run.nextReserve, true
 	}
+	c.run.Unlock()
 	return max(next.Sub(c.now()), 0)
 }
 
@@ -589,6 +681,7 @@ func (c *Controller) Reconfigure(cfg Config) error {
 		c.par.store(cfg.Parallelism)
 	}
 	c.snap.Store(s)
+	c.updateReserve(s, now)
 	select {
 	case c.wake <- struct{}{}:
 	default:

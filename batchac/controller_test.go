@@ -92,7 +92,7 @@ func TestPaperFormula(t *testing.T) {
 				for _, s := range []int64{1e6, 7e6, 50e6, 89e6, 100e6} {
 					m := model{n: n, load: load, q: 10e6, rsla: 1e9, p: 1}
 					sum := float64(s) * float64(beta)
-					got := m.fits(beta, sum, 100e6)
+					got := m.fits(beta, sum, 1e9-100e6)
 					// n·Q + (load + n·⌈β/n⌉)·S ≤ n·(R − d), all integers.
 					ceil := int64((beta + n - 1) / n)
 					lhs := int64(n)*10e6 + (load+int64(n)*ceil)*s

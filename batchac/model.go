@@ -37,28 +37,48 @@ func (m *model) slowdown(k int) float64 {
 }
 
 // fits is the batch test (Cataclysm eq. 5, generalised to P slots) for k ≥ 1
-// requests whose inherent service times sum to sum, in a class with period d:
+// requests whose inherent service times sum to sum, against the limit lim
+// (R_sla − d for the class's own test; less when room is held for more
+// important classes, see limits):
 //
-//	Q + max(1, (η + ⌈k/n⌉)/P) · S ≤ R_sla − d,   S = sum/k
-func (m *model) fits(k int, sum, d float64) bool {
+//	Q + max(1, (η + ⌈k/n⌉)/P) · S ≤ lim,   S = sum/k
+func (m *model) fits(k int, sum, lim float64) bool {
 	s := sum / float64(k)
-	return m.q+m.slowdown(k)*s <= m.rsla-d+tolerance
+	return m.q+m.slowdown(k)*s <= lim+tolerance
+}
+
+// admits is the test with the reserve for a class with period d: k
+// requests pass under lim, or under the class's own limit own as long as
+// they only fill the farm until the class's next run:
+//
+//	max(1, (η + ⌈k/n⌉)/P) · S ≤ S + d
+//
+// (for d = 0: a free slot is waiting for them). The second case keeps the
+// farm work-conserving: refusing such requests would leave slots idle
+// before the class could offer more, while a more important request that
+// arrives later waits behind them at most d plus one service time. Q is
+// left out of the fill test: a free slot has no queue in front of it.
+func (m *model) admits(k int, sum, own, lim, d float64) bool {
+	if s := sum / float64(k); lim < own && m.slowdown(k)*s <= s+d+tolerance {
+		lim = own
+	}
+	return m.fits(k, sum, lim)
 }
 
 // largestPrefix returns the largest k ≤ len(prefix) whose FIFO prefix passes
-// the test; prefix[i] is the sum of the first i+1 service times. The test is
-// not monotone in k (the prefix mean changes), so every prefix is tried;
-// the common case, the whole bucket passing, costs one test.
-func (m *model) largestPrefix(prefix []float64, d float64) int {
+// the test (admits); prefix[i] is the sum of the first i+1 service times.
+// The test is not monotone in k (the prefix mean changes), so every prefix
+// is tried; the common case, the whole bucket passing, costs one test.
+func (m *model) largestPrefix(prefix []float64, own, lim, d float64) int {
 	beta := len(prefix)
 	if beta == 0 {
 		return 0
 	}
-	if m.fits(beta, prefix[beta-1], d) {
+	if m.admits(beta, prefix[beta-1], own, lim, d) {
 		return beta
 	}
 	for k := beta - 1; k >= 1; k-- {
-		if m.fits(k, prefix[k-1], d) {
+		if m.admits(k, prefix[k-1], own, lim, d) {
 			return k
 		}
 	}
@@ -66,18 +86,19 @@ func (m *model) largestPrefix(prefix []float64, d float64) int {
 }
 
 // drain predicts how long, in nanoseconds, until the farm has room for one
-// request of inherent service time s in a class with period d:
+// request of inherent service time s under the limit lim (R_sla − d, or
+// less with the reserve):
 //
 //   - If one request of size s would pass on an idle farm (s ≤ B, where
-//     B = R_sla − d − Q), it passes once the per-backend load falls to
+//     B = lim − Q), it passes once the per-backend load falls to
 //     η_max = P·B/s − 1. The excess η − η_max drains at P requests of size s
 //     per s seconds per backend, so the wait is max(0, η − η_max)·s/P.
 //   - Otherwise shrinking η alone cannot help: the best prediction is that
 //     the whole backlog drains, Q + η·s/P.
 //
 // η here includes the batches admitted earlier in the same run.
-func (m *model) drain(s, d float64) float64 {
-	b := m.rsla - d - m.q
+func (m *model) drain(s, lim float64) float64 {
+	b := lim - m.q
 	eta := m.eta()
 	if s <= 0 || b < s {
 		return m.q + eta*s/m.p
@@ -87,6 +108,24 @@ func (m *model) drain(s, d float64) float64 {
 		return 0
 	}
 	return (eta - etaMax) * s / m.p
+}
+
+// limits returns a class's two limits for its test: own = R_sla − d, the
+// class's own SLA budget (its requests may wait d in a queue), and lim ≤ own,
+// which also holds room for more important classes:
+//
+//	lim = min(own, (1 − ρ)·(R_sla − dAbove))
+//
+// where ρ is the reserve share (the more important classes' predicted share
+// of the farm, at least the floor; 0 for the most important class) and
+// dAbove the longest period among the more important classes. See doc.go,
+// Priority.
+func (m *model) limits(d, dAbove, rho float64) (own, lim float64) {
+	own = m.rsla - d
+	if rho <= 0 {
+		return own, own
+	}
+	return own, min(own, (1-rho)*(m.rsla-dAbove))
 }
 
 // Retry-After bounds.

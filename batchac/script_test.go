@@ -3,6 +3,7 @@ package batchac
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,7 +39,10 @@ import (
 //	advance 100ms             moves the clock; prints t=
 //	tick [advance=D]          Controller.Tick(now); prints which classes ran
 //	                          and every decision the run made
-//	state [inflight=] [n=] [q=] [rsla=]
+//	state [inflight=] [n=] [q=] [rsla=] [demand=gold:0.8,...]
+//	                          demand is State.Demand in server-seconds/s
+//	reserve                   recompute the reserve now; prints each
+//	                          class's share ρ and limit (d = 0)
 //	gone id=a                 the client disconnects
 //	close                     Controller.Close
 //	queue                     queue lengths per class
@@ -157,12 +161,16 @@ type fakeState struct {
 	q, rsla  atomic.Int64
 	inflight atomic.Int64
 	n        atomic.Int64
+	demand   [MaxClasses]atomic.Uint64 // float64 bits, by class index
 }
 
 func (s *fakeState) Q() time.Duration    { return time.Duration(s.q.Load()) }
 func (s *fakeState) Inflight() int64     { return s.inflight.Load() }
 func (s *fakeState) Healthy() int        { return int(s.n.Load()) }
 func (s *fakeState) RSLA() time.Duration { return time.Duration(s.rsla.Load()) }
+func (s *fakeState) Demand(class int) float64 {
+	return math.Float64frombits(s.demand[class].Load())
+}
 
 type scriptArrival struct {
 	id      string
@@ -272,6 +280,18 @@ func (h *harness) exec(line string) []string {
 	case "state":
 		h.setState(args)
 		return nil
+	case "reserve":
+		h.c.run.Lock()
+		s := h.c.snap.Load()
+		h.c.updateReserve(s, h.clock.Now())
+		h.c.run.Unlock()
+		m := model{n: max(int(h.st.n.Load()), 1), rsla: float64(h.st.rsla.Load()), p: h.c.parallelism(s)}
+		var out []string
+		for _, cl := range s.classes {
+			_, lim := m.limits(float64(cl.period), cl.dAbove, cl.reserve())
+			out = append(out, fmt.Sprintf("%s: rho=%.4g limit=%v", cl.name, cl.reserve(), time.Duration(lim).Round(time.Microsecond)))
+		}
+		return out
 	case "gone":
 		a := h.arrivals[args["id"]]
 		if a == nil || a.decided {
@@ -338,6 +358,14 @@ func (h *harness) config(args map[string]string) Config {
 		cfg.QueueCap = int(h.num(v))
 	}
 	_, cfg.AllOrNothing = args["all_or_nothing"]
+	_, cfg.NoReserve = args["no_reserve"]
+	if v, ok := args["floor"]; ok {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			h.fatalf("floor: %v", err)
+		}
+		cfg.ReserveFloor = f
+	}
 	return cfg
 }
 
@@ -352,7 +380,16 @@ func (h *harness) setState(args map[string]string) {
 			h.st.q.Store(int64(h.dur(v)))
 		case "rsla":
 			h.st.rsla.Store(int64(h.dur(v)))
-		case "classes", "parallelism", "buckets", "cap", "all_or_nothing":
+		case "demand": // class:work,... in server-seconds per second
+			for _, spec := range strings.Split(v, ",") {
+				name, w, _ := strings.Cut(spec, ":")
+				f, err := strconv.ParseFloat(w, 64)
+				if err != nil {
+					h.fatalf("demand %q: %v", spec, err)
+				}
+				h.st.demand[h.classIndex(name)].Store(math.Float64bits(f))
+			}
+		case "classes", "parallelism", "buckets", "cap", "all_or_nothing", "no_reserve", "floor":
 		default:
 			h.fatalf("unknown state key %q", k)
 		}
@@ -366,8 +403,8 @@ func (h *harness) init(args map[string]string) []string {
 	h.st = &fakeState{}
 	h.st.n.Store(1)
 	h.st.rsla.Store(int64(time.Second))
-	h.setState(args)
 	h.cfg = h.config(args)
+	h.setState(args)
 	c, err := New(h.st, h.cfg)
 	if err != nil {
 		return []string{"error: " + err.Error()}

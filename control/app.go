@@ -120,9 +120,20 @@ func (a *App) admit(r *admission.Request, noWait bool) (admission.Decision, bool
 	case admission.ModeOff:
 		return admission.Decision{Verdict: admission.Admit}, true
 	case admission.ModeThreshold:
-		d = a.thr.Load().Admit(r)
-		if d.Verdict == admission.Admit && a.farmFull(r.S) {
+		// The (i, p) draw follows arrival rates smoothed over seconds; the
+		// batch model's Room guards it both ways: a request the draw lets
+		// through needs the room left for its class after more important
+		// demand (on a rising load the draw admits more than K until the
+		// rates catch up), and one the draw rejects is admitted when a
+		// slot is free, so the farm never idles behind a stale p.
+		room, free := a.batch.Room(r.Class, r.S)
+		switch {
+		case free:
+			d = admission.Decision{Verdict: admission.Admit}
+		case !room:
 			d = admission.Decision{Verdict: admission.RejectThreshold, RetryAfter: thresholdac.RetryAfter(a.thr.Load().Period())}
+		default:
+			d = a.thr.Load().Admit(r)
 		}
 	default:
 		if noWait {
@@ -140,26 +151,6 @@ func (a *App) admit(r *admission.Request, noWait bool) (admission.Decision, bool
 		a.rejects.Add(1)
 	}
 	return d, true
-}
-
-// farmFull is threshold mode's guard against its own lag: (i, p) follows
-// the arrival rates smoothed over seconds, so on a rising load it admits
-// more than K until the rates catch up, and the backends' queues grow. The
-// guard rejects when one more request of size s would already miss R_sla
-// by the batch test's own model, max(1, (η+1)/P)·s > R_sla − Q, read from
-// atomics (no lock, no allocation). (i, p) still decides who is shed first.
-func (a *App) farmFull(s time.Duration) bool {
-	p := a.pool.Load()
-	n := p.Healthy()
-	if n <= 0 {
-		return true
-	}
-	eta := float64(p.Inflight()) / float64(n)
-	f := (eta + 1) / a.batch.Parallelism()
-	if f < 1 {
-		f = 1
-	}
-	return a.est.Q()+time.Duration(f*float64(s)) > time.Duration(a.rsla.Load())
 }
 
 // Observe records a relayed request's outcome: the backend's Server-Timing
@@ -233,6 +224,14 @@ func (a *App) RSLA() time.Duration    { return time.Duration(a.rsla.Load()) }
 func (a *App) Rate(class int) float64 { return a.est.Rate(class, a.now()) }
 func (a *App) MeanS(class int) time.Duration {
 	return a.est.ClassMean(class)
+}
+
+// Demand is class's offered work, λ·S in server-seconds per second, with a
+// rate that follows a rise within a tenth of a rate window
+// (estimator.RecentRate): the reserve batchac holds for more important
+// classes is built from it.
+func (a *App) Demand(class int) float64 {
+	return a.est.RecentRate(class, a.now()) * a.est.ClassMean(class).Seconds()
 }
 
 var (

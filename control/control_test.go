@@ -45,7 +45,7 @@ func testApp(mode string) *policy.App {
 	}
 }
 
-func newManager(t *testing.T, now func() time.Time) (*Manager, *prometheus.Registry) {
+func newManager(t testing.TB, now func() time.Time) (*Manager, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := NewManager(Options{Registerer: reg, Now: now})
@@ -175,8 +175,15 @@ func TestModeOffAndThreshold(t *testing.T) {
 	if th.Class != 0 || th.P >= 1 {
 		t.Fatalf("threshold pair %+v, want class 0 partially admitted", th)
 	}
+	// A busy farm (no free slot: with one backend and P = 1, one request
+	// in flight fills it); a free slot would take bronze whatever the draw.
+	pool.inflight.Store(1)
 	if d := a.Admit(&admission.Request{Class: 1}); d.Verdict != admission.RejectThreshold {
 		t.Errorf("bronze under threshold: %v", d.Verdict)
+	}
+	pool.inflight.Store(0)
+	if d := a.Admit(&admission.Request{Class: 1}); d.Verdict != admission.Admit {
+		t.Errorf("bronze under threshold with a free slot: %v, want admitted (work-conserving)", d.Verdict)
 	}
 }
 

@@ -131,6 +131,8 @@ func batchConfig(ac *policy.App, cls *classify.Classifier, est *estimator.Estima
 		AllOrNothing:     ac.Admission.Batch.AllOrNothing,
 		Parallelism:      ac.Admission.Batch.Parallelism,
 		LearnParallelism: ac.Admission.Batch.Parallelism == 0,
+		NoReserve:        !ac.Admission.Reserve,
+		ReserveFloor:     ac.Admission.ReserveFloor,
 	}
 	if bc.Parallelism == 0 {
 		bc.Parallelism = 1

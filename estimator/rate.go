@@ -16,6 +16,7 @@ type rateState struct {
 	count atomic.Int64
 	end   atomic.Int64  // unix ns at which the current window closes; 0 = not started
 	rate  atomic.Uint64 // float64 bits, requests per second
+	last  atomic.Uint64 // float64 bits: the last closed window's own rate
 	mu    struct {      // closing a window; a leaf lock
 		sync.Mutex
 		seeded bool
@@ -53,6 +54,10 @@ func (r *rateState) roll(now int64, sn *snapshot) {
 		rate *= math.Pow(1-sn.rateAlpha, float64(k-1))
 	}
 	r.rate.Store(math.Float64bits(rate))
+	if k > 1 {
+		sample = 0 // the newest closed window was empty
+	}
+	r.last.Store(math.Float64bits(sample))
 	r.end.Store(end + k*sn.win)
 }
 
@@ -77,4 +82,32 @@ func (e *Estimator) Rate(class int, now time.Time) float64 {
 		r.roll(now.UnixNano(), sn)
 	}
 	return math.Float64frombits(r.rate.Load())
+}
+
+// minPartial is the fraction of a window that must have passed before
+// RecentRate trusts the current window's own count.
+const minPartial = 10
+
+// RecentRate is an arrival rate of class that follows a rise within a
+// fraction of one window: the largest of the smoothed rate (Rate), the last
+// closed window's own rate, and the current window's count so far divided
+// by the time it has run (once it has run a tenth of a window). It falls as
+// slowly as Rate. Admission uses it to hold room for more important classes
+// (package batchac): a class that rises takes its room back at once, one
+// that falls quiet gives it back over the smoothing time.
+func (e *Estimator) RecentRate(class int, now time.Time) float64 {
+	rate := e.Rate(class, now)
+	sn := e.snap.Load()
+	if uint(class) >= uint(len(sn.classes)) {
+		return rate
+	}
+	r := &sn.classes[class].rate
+	rate = max(rate, math.Float64frombits(r.last.Load()))
+	if end := r.end.Load(); end != 0 {
+		if ran := now.UnixNano() - (end - sn.win); ran >= sn.win/minPartial && ran > 0 {
+			cur := float64(r.count.Load()) / (float64(ran) / float64(time.Second))
+			rate = max(rate, cur)
+		}
+	}
+	return rate
 }

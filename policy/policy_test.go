@@ -91,10 +91,12 @@ func TestDefaults(t *testing.T) {
 			Refresh:       100 * time.Millisecond,
 		},
 		Admission: Admission{
-			Mode:      "auto",
-			Batch:     BatchAdmission{QueueCap: 1024, AllOrNothing: false, Parallelism: 0},
-			Threshold: ThresholdAdmission{Recompute: time.Second, Capacity: 0},
-			Switch:    ModeSwitch{CPUHigh: 0.85, CPULow: 0.6, Hold: 2 * time.Second, RevertAfter: 30 * time.Second},
+			Mode:         "auto",
+			Reserve:      true,
+			ReserveFloor: 0.25,
+			Batch:        BatchAdmission{QueueCap: 1024, AllOrNothing: false, Parallelism: 0},
+			Threshold:    ThresholdAdmission{Recompute: time.Second, Capacity: 0},
+			Switch:       ModeSwitch{CPUHigh: 0.85, CPULow: 0.6, Hold: 2 * time.Second, RevertAfter: 30 * time.Second},
 		},
 	}
 	if !reflect.DeepEqual(s.Apps[0], want) {
@@ -192,6 +194,8 @@ apps:
       rate_smoothing: 10s
     admission:
       mode: threshold
+      reserve: false
+      reserve_floor: 0.1
       batch: {queue_cap: 64, all_or_nothing: true, parallelism: 8}
       threshold: {recompute: 250ms, capacity: 3.5}
       switch: {cpu_high: 1, cpu_low: 0.25, hold: 5s, revert_after: 1m}
@@ -276,10 +280,12 @@ apps:
 			Refresh:       100 * time.Millisecond, // no key; the default
 		},
 		Admission: Admission{
-			Mode:      "threshold",
-			Batch:     BatchAdmission{QueueCap: 64, AllOrNothing: true, Parallelism: 8},
-			Threshold: ThresholdAdmission{Recompute: 250 * time.Millisecond, Capacity: 3.5},
-			Switch:    ModeSwitch{CPUHigh: 1, CPULow: 0.25, Hold: 5 * time.Second, RevertAfter: time.Minute},
+			Mode:         "threshold",
+			Reserve:      false,
+			ReserveFloor: 0.1,
+			Batch:        BatchAdmission{QueueCap: 64, AllOrNothing: true, Parallelism: 8},
+			Threshold:    ThresholdAdmission{Recompute: 250 * time.Millisecond, Capacity: 3.5},
+			Switch:       ModeSwitch{CPUHigh: 1, CPULow: 0.25, Hold: 5 * time.Second, RevertAfter: time.Minute},
 		},
 	}
 	if !reflect.DeepEqual(s.Apps[0], want) {

@@ -240,10 +240,20 @@ type Reject struct {
 type Admission struct {
 	// Mode: auto (default: batch, switching to threshold when sentry's own
 	// CPU saturates), batch, threshold or off (admit everything).
-	Mode      string
-	Batch     BatchAdmission
-	Threshold ThresholdAdmission
-	Switch    ModeSwitch
+	Mode string
+	// Reserve holds room for the predicted demand of more important
+	// classes: class j is tested against what their demand over the next
+	// SLA window leaves (batchac doc, Priority). Default true; false tests
+	// each class against the present load alone, first come, first served.
+	Reserve bool
+	// ReserveFloor is the least share of the more important classes'
+	// budget held for them while they are quiet, in [0, 1). Default 0.25.
+	// It limits how deep less important classes queue, never throughput:
+	// a free slot is always filled.
+	ReserveFloor float64
+	Batch        BatchAdmission
+	Threshold    ThresholdAdmission
+	Switch       ModeSwitch
 }
 
 // BatchAdmission tunes batch mode (Cataclysm §3.1–3.2, package batchac).

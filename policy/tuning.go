@@ -43,9 +43,11 @@ func defaultEstimator() estimator.Config {
 
 func defaultAdmission() Admission {
 	return Admission{
-		Mode:      admission.ModeAuto.String(),
-		Batch:     BatchAdmission{QueueCap: batchac.DefaultQueueCap},
-		Threshold: ThresholdAdmission{Recompute: thresholdac.DefaultPeriod},
+		Mode:         admission.ModeAuto.String(),
+		Reserve:      true,
+		ReserveFloor: batchac.DefaultReserveFloor,
+		Batch:        BatchAdmission{QueueCap: batchac.DefaultQueueCap},
+		Threshold:    ThresholdAdmission{Recompute: thresholdac.DefaultPeriod},
 		Switch: ModeSwitch{
 			CPUHigh:     admission.DefaultCPUHigh,
 			CPULow:      admission.DefaultCPULow,
@@ -214,6 +216,8 @@ func (d *decoder) admission(n *yaml.Node, path string, a *Admission) {
 	}
 	d.mapping(n, path, []field{
 		{"mode", d.enumField(&a.Mode, modes...)},
+		{"reserve", d.boolField(&a.Reserve)},
+		{"reserve_floor", d.numField(&a.ReserveFloor, numRange{lo: 0, hi: 1, hiOpen: true})},
 		{"batch", func(v *yaml.Node, p string) { d.batchAdmission(v, p, &a.Batch) }},
 		{"threshold", func(v *yaml.Node, p string) { d.thresholdAdmission(v, p, &a.Threshold) }},
 		{"switch", func(v *yaml.Node, p string) { d.modeSwitch(v, p, &a.Switch) }},

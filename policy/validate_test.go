@@ -471,6 +471,23 @@ apps:
 			`20: apps[2].admission.switch.cpu_low: cpu_low 0.7 must be below cpu_high 0.7`,
 		}},
 
+		{"reserve", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    admission:
+      reserve: maybe
+      reserve_floor: 1
+  - name: b
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+    admission: {reserve_floor: -0.1}
+`, []string{
+			`5: apps[0].admission.reserve: expected true or false, got the string "maybe"`,
+			`6: apps[0].admission.reserve_floor: 1 is out of range; must be at least 0 and less than 1`,
+			`10: apps[1].admission.reserve_floor: -0.1 is out of range; must be at least 0 and less than 1`,
+		}},
+
 		{"server timing", `
 apps:
   - name: a

@@ -120,6 +120,7 @@ var reasonNames = map[string]string{
 	"rejected_threshold": "threshold",
 	"no_backend":         "no backend",
 	"client_gone":        "gone",
+	"rejected_priority":  "priority",
 }
 
 func fmtDur(d time.Duration) string {

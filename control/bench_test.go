@@ -1,0 +1,38 @@
+package control
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sentry-proxy/sentry/admission"
+)
+
+// BenchmarkAppAdmit is the whole admission decision as the proxy calls it,
+// per mode: batch (the immediate test with the reserve) and threshold (the
+// Room guard, then the (i, p) draw), on a busy farm that rejects most
+// bronze. 0 allocs/op.
+func BenchmarkAppAdmit(b *testing.B) {
+	for _, mode := range []string{"batch", "threshold"} {
+		b.Run(mode, func(b *testing.B) {
+			m, _ := newManager(b, nil)
+			pool := &fakePool{}
+			pool.healthy.Store(3)
+			pool.inflight.Store(30)
+			a, err := m.Build(testApp(mode), pool)
+			if err != nil {
+				b.Fatal(err)
+			}
+			now := time.Now()
+			for i := 0; i < 200; i++ {
+				a.Estimate(0, []byte("/checkout"), now)
+				a.Estimate(1, []byte("/browse"), now)
+			}
+			r := admission.Request{Class: 1, S: 10 * time.Millisecond}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				a.Admit(&r)
+			}
+		})
+	}
+}
