@@ -3,7 +3,10 @@
 // estimator (estimator), batch admission (batchac), threshold admission
 // (thresholdac), the CPU-driven mode switch (admission.Switch), and the SLA
 // bookkeeping that ties them together. The proxy sees an App only through
-// proxy.Controller.
+// its own Controller interface. Package control does not import package
+// proxy: the adapter and the compile-time guards that tie *App to that
+// interface live in the wiring (cmd/sentry/wire.go), and
+// TestNoProxyDependency keeps it that way.
 //
 // # Per request
 //
