@@ -86,5 +86,8 @@
 //	capacity, _ := f.Config().Capacity("/") // 2 × 8 / 20ms = 800 req/s
 //	st := f.Stats()                     // completed, in flight, busy, utilisation
 //
-// Standalone: e2e/cmd/farm (-config FILE, or -servers/-slots/-service).
+// Used by `sentry demo` (cmd/sentry/demo.go) and by the end-to-end tests
+// and scenarios in e2e/; it lives outside e2e/ so the binary does not
+// depend on a test folder. Standalone: e2e/cmd/farm (-config FILE, or
+// -servers/-slots/-service).
 package farm

@@ -103,4 +103,8 @@
 //	if err != nil { ... } // invalid config only
 //	err = load.WriteCSV(w, rep.Series(time.Second))
 //	sum := rep.Summary()
+//
+// Used by `sentry demo` (cmd/sentry/demo.go) and by the scenarios in
+// e2e/scenario; it lives outside e2e/ so the binary does not depend on a
+// test folder.
 package load
