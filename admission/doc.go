@@ -16,7 +16,7 @@
 // decision, and must bound how long Admit blocks.
 //
 // Switch and Switched (modeswitch.go) choose batch or threshold at run time
-// from sentry's own CPU (Cataclysm §3.3, last paragraph; ALGORITHMS.md §4);
+// from sentry's own CPU (Cataclysm §3.3, last paragraph; docs/algorithms.md §4);
 // CPUMeter and ProcessCPUTime measure it. See Switch for hysteresis,
 // episodes and the anti-flap guards.
 //

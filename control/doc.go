@@ -27,7 +27,7 @@
 //   - While batch or threshold mode is in force and the interval had at
 //     least 20 completions, the capacity learner gets one observation: the
 //     admitted work rate Σ S/interval, whether the percentile met R_sla, n,
-//     and whether anything was rejected (ALGORITHMS.md §3, learned K).
+//     and whether anything was rejected (docs/algorithms.md §3, learned K).
 //     Decision: threshold intervals count too, so that a K too high comes
 //     down after SLA misses; before the learner knows anything, threshold
 //     mode uses 0.9 × the batch test's P per backend.

@@ -1,5 +1,5 @@
 // Package farm is a simulated web farm: N backend servers that behave like
-// loaded web servers, for sentry's experiments (ALGORITHMS.md §9: measure
+// loaded web servers, for sentry's experiments (docs/algorithms.md §9: measure
 // goodput and admitted p95 at 1×, 2×, 5× and 10× capacity).
 //
 // # The model
@@ -48,7 +48,7 @@
 //
 // Every response carries Server-Timing: "cpu;dur=X, io;dur=Y,
 // queue;dur=Z" in milliseconds: the CPU and I/O time actually spent and
-// the time waited for a slot (ALGORITHMS.md §1: the estimator's preferred
+// the time waited for a slot (docs/algorithms.md §1: the estimator's preferred
 // source). /healthz answers at once outside the slots; /_farm/stats gives
 // the server's counters as JSON. Unmatched paths get an immediate 404.
 //

@@ -1,6 +1,6 @@
 // Package load is sentry's load generator: per-class open-loop and
 // closed-loop traffic in one run, with every request recorded and
-// aggregated into per-second series and a summary (ALGORITHMS.md §9).
+// aggregated into per-second series and a summary (docs/algorithms.md §9).
 //
 // # Open loop
 //
