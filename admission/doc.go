@@ -3,13 +3,20 @@
 // relays a request, the Request it passes (class, bucket, estimated service
 // time) and the Decision it gets back.
 //
-// The proxy knows only this package. Algorithms live in batchac (Cataclysm
+// The proxy reaches the admission algorithms only through this package: it
+// imports none of batchac, thresholdac or control. It does import other
+// packages for other jobs: policy (the snapshot it serves), lb (it picks
+// and releases backends), classify (only the Request view it fills in for
+// the classifier) and estimator (only StripServerTiming, to remove the
+// timing entries from responses). Per-app classification, estimation and
+// admission reach it through its own Controller interface, which
+// cmd/sentry wires to control.App. Algorithms live in batchac (Cataclysm
 // §3.1–3.2), thresholdac (§3.3) and, in "off" mode, AdmitAll. Every
 // implementation must be safe for concurrent use, must not allocate per
 // decision, and must bound how long Admit blocks.
 //
 // Switch and Switched (modeswitch.go) choose batch or threshold at run time
-// from sentry's own CPU (Cataclysm §3.3, last paragraph; ALGORITHMS.md §4);
+// from sentry's own CPU (Cataclysm §3.3, last paragraph; docs/algorithms.md §4);
 // CPUMeter and ProcessCPUTime measure it. See Switch for hysteresis,
 // episodes and the anti-flap guards.
 //

@@ -1,6 +1,6 @@
 package admission
 
-// Mode switch (Cataclysm §3.3, last paragraph; ALGORITHMS.md §4): see Switch.
+// Mode switch (Cataclysm §3.3, last paragraph; docs/algorithms.md §4): see Switch.
 
 import (
 	"context"
@@ -56,7 +56,7 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("admission: unknown mode %q (want auto, batch, threshold or off)", s)
 }
 
-// Defaults for SwitchConfig (ALGORITHMS.md §4).
+// Defaults for SwitchConfig (docs/algorithms.md §4).
 const (
 	DefaultCPUHigh        = 0.85
 	DefaultCPULow         = 0.6

@@ -11,8 +11,9 @@ type ClassConfig struct {
 	// Name is the class's label value in metrics and logs. Required, unique
 	// within the app.
 	Name string
-	// Period is the class's policer period d_i (ALGORITHMS §2). Zero means the
-	// admission test runs for each request on arrival. Negative is an error.
+	// Period is the class's policer period d_i (docs/algorithms.md §2).
+	// Zero means the admission test runs for each request on arrival.
+	// Negative is an error.
 	// The classifier only carries it; batchac uses it.
 	Period time.Duration
 	// Default marks the class that takes every request no class matched. At

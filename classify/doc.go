@@ -1,6 +1,7 @@
 // Package classify maps a request to its class (C1 most important first) and
-// to the key its service-time history is kept under (ALGORITHMS §0; Cataclysm
-// §3.1 for classes, §3.4 for stripping script arguments from the key).
+// to the key its service-time history is kept under (docs/algorithms.md
+// §0; Cataclysm §3.1 for classes, §3.4 for stripping script arguments from
+// the key).
 //
 // # Model
 //

@@ -3,7 +3,10 @@
 // estimator (estimator), batch admission (batchac), threshold admission
 // (thresholdac), the CPU-driven mode switch (admission.Switch), and the SLA
 // bookkeeping that ties them together. The proxy sees an App only through
-// proxy.Controller.
+// its own Controller interface. Package control does not import package
+// proxy: the adapter and the compile-time guards that tie *App to that
+// interface live in the wiring (cmd/sentry/wire.go), and
+// TestNoProxyDependency keeps it that way.
 //
 // # Per request
 //
@@ -24,7 +27,7 @@
 //   - While batch or threshold mode is in force and the interval had at
 //     least 20 completions, the capacity learner gets one observation: the
 //     admitted work rate Σ S/interval, whether the percentile met R_sla, n,
-//     and whether anything was rejected (ALGORITHMS.md §3, learned K).
+//     and whether anything was rejected (docs/algorithms.md §3, learned K).
 //     Decision: threshold intervals count too, so that a K too high comes
 //     down after SLA misses; before the learner knows anything, threshold
 //     mode uses 0.9 × the batch test's P per backend.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sentry-proxy/sentry/e2e/farm"
+	"github.com/sentry-proxy/sentry/sim/farm"
 )
 
 func contextTimeout(d time.Duration) (context.Context, context.CancelFunc) {

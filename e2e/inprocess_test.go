@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sentry-proxy/sentry/control"
+	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy"
 )
@@ -41,7 +42,7 @@ func startInproc(t *testing.T, policyYAML string) *inproc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := proxy.New(proxy.Options{Logger: log, Registerer: reg, Control: control.ProxyBuilder{Manager: m}}, snap)
+	p, err := proxy.New(proxy.Options{Logger: log, Registerer: reg, Control: controlBuilder{m}}, snap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,4 +106,16 @@ apps:
     listen: %s
     backends: {static: [%s]}
 %s`, listen, strings.Join(backends, ", "), extra)
+}
+
+// controlBuilder adapts a control.Manager to proxy.ControlBuilder, as
+// cmd/sentry/wire.go does for the binary (control does not import proxy).
+type controlBuilder struct{ *control.Manager }
+
+func (b controlBuilder) Build(ac *policy.App, pool *lb.Pool) (proxy.Controller, error) {
+	app, err := b.Manager.Build(ac, pool)
+	if err != nil {
+		return nil, err
+	}
+	return app, nil
 }

@@ -1,5 +1,5 @@
 // Package lb picks the backend for each admitted request: the least-loaded
-// healthy backend of the app's pool (ALGORITHMS.md §5, Cataclysm §3 and
+// healthy backend of the app's pool (docs/algorithms.md §5, Cataclysm §3 and
 // §6.1), with round robin and power of two choices as alternatives. It is a
 // pure library: the clock, the random source, the health probe and the
 // address resolver are injected, and it opens no sockets.

@@ -50,7 +50,7 @@ type Active struct {
 }
 
 // Partition assigns this sentry a share of the backends when several
-// sentries guard one app (ALGORITHMS.md §5): backend a belongs to the
+// sentries guard one app (docs/algorithms.md §5): backend a belongs to the
 // sentry whose Index maximises a rendezvous hash of (a, Index), so the
 // split is disjoint, covers every backend and moves only the backends that
 // appear or disappear. Count 0 or 1 means this sentry owns every backend.

@@ -22,9 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/sentry-proxy/sentry/e2e/farm"
-	"github.com/sentry-proxy/sentry/e2e/load"
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/sim/farm"
+	"github.com/sentry-proxy/sentry/sim/load"
 	"github.com/sentry-proxy/sentry/status"
 )
 

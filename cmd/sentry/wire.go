@@ -5,10 +5,34 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sentry-proxy/sentry/control"
+	"github.com/sentry-proxy/sentry/lb"
+	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy"
+)
+
+// controlBuilder adapts a control.Manager to proxy.ControlBuilder. It lives
+// here, in the wiring, so that package control does not import package
+// proxy (a test in this package pins that).
+type controlBuilder struct{ *control.Manager }
+
+// Build implements proxy.ControlBuilder.
+func (b controlBuilder) Build(ac *policy.App, pool *lb.Pool) (proxy.Controller, error) {
+	app, err := b.Manager.Build(ac, pool)
+	if err != nil {
+		// A nil *control.App in a non-nil interface would pass a nil check.
+		return nil, err
+	}
+	return app, nil
+}
+
+// The implementations are wired together here, so the guards are too.
+var (
+	_ proxy.ControlBuilder = controlBuilder{}
+	_ proxy.Controller     = (*control.App)(nil)
 )
 
 // newControl builds the admission stacks' manager on the daemon's registry.
-func newControl(log hclog.Logger, reg prometheus.Registerer) (control.ProxyBuilder, error) {
+func newControl(log hclog.Logger, reg prometheus.Registerer) (controlBuilder, error) {
 	m, err := control.NewManager(control.Options{Logger: log, Registerer: reg})
-	return control.ProxyBuilder{Manager: m}, err
+	return controlBuilder{Manager: m}, err
 }

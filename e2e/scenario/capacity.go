@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/sentry-proxy/sentry/e2e/load"
+	"github.com/sentry-proxy/sentry/sim/load"
 )
 
 // Capacity is the farm's capacity for the scenario's request mix.

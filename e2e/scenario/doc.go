@@ -2,7 +2,7 @@
 // simulated farm (package farm), the traffic offered to it (package load)
 // and the sentry policy fragment to use, and the runner plays it against
 // each peer in turn — sentry, sentry with admission off, HAProxy and nginx
-// — writing per-second series, plots and a summary (ALGORITHMS.md §9:
+// — writing per-second series, plots and a summary (docs/algorithms.md §9:
 // goodput, admitted p95 against the target, admission per class,
 // rejections).
 //

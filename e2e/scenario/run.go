@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sentry-proxy/sentry/e2e/farm"
-	"github.com/sentry-proxy/sentry/e2e/load"
+	"github.com/sentry-proxy/sentry/sim/farm"
+	"github.com/sentry-proxy/sentry/sim/load"
 )
 
 // Options are how Run runs a scenario.

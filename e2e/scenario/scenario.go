@@ -14,8 +14,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/sentry-proxy/sentry/e2e/farm"
-	"github.com/sentry-proxy/sentry/e2e/load"
+	"github.com/sentry-proxy/sentry/sim/farm"
+	"github.com/sentry-proxy/sentry/sim/load"
 )
 
 // Scenario is one experiment: a farm, the traffic offered to it, and the

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sentry-proxy/sentry/e2e/load"
+	"github.com/sentry-proxy/sentry/sim/load"
 )
 
 const minimal = `name: t

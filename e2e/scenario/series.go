@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sentry-proxy/sentry/e2e/load"
+	"github.com/sentry-proxy/sentry/sim/load"
 )
 
 // MinSamples is the fewest admitted latency samples a second needs for

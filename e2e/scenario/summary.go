@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sentry-proxy/sentry/e2e/load"
+	"github.com/sentry-proxy/sentry/sim/load"
 )
 
 // ClassTotals is one class (or TotalClass) over a whole run.

@@ -1,4 +1,4 @@
-// Command farm runs the simulated web farm of package e2e/farm on its own,
+// Command farm runs the simulated web farm of package sim/farm on its own,
 // for experiments where the farm should not share a process with the
 // proxy or the load generator.
 //
@@ -19,7 +19,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/sentry-proxy/sentry/e2e/farm"
+	"github.com/sentry-proxy/sentry/sim/farm"
 )
 
 func main() {

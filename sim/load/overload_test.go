@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sentry-proxy/sentry/e2e/farm"
+	"github.com/sentry-proxy/sentry/sim/farm"
 )
 
 // Without a proxy, open-loop load at 3× the farm's capacity makes the queue

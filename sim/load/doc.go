@@ -1,6 +1,6 @@
 // Package load is sentry's load generator: per-class open-loop and
 // closed-loop traffic in one run, with every request recorded and
-// aggregated into per-second series and a summary (ALGORITHMS.md §9).
+// aggregated into per-second series and a summary (docs/algorithms.md §9).
 //
 // # Open loop
 //
@@ -103,4 +103,8 @@
 //	if err != nil { ... } // invalid config only
 //	err = load.WriteCSV(w, rep.Series(time.Second))
 //	sum := rep.Summary()
+//
+// Used by `sentry demo` (cmd/sentry/demo.go) and by the scenarios in
+// e2e/scenario; it lives outside e2e/ so the binary does not depend on a
+// test folder.
 package load

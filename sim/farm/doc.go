@@ -1,5 +1,5 @@
 // Package farm is a simulated web farm: N backend servers that behave like
-// loaded web servers, for sentry's experiments (ALGORITHMS.md §9: measure
+// loaded web servers, for sentry's experiments (docs/algorithms.md §9: measure
 // goodput and admitted p95 at 1×, 2×, 5× and 10× capacity).
 //
 // # The model
@@ -48,7 +48,7 @@
 //
 // Every response carries Server-Timing: "cpu;dur=X, io;dur=Y,
 // queue;dur=Z" in milliseconds: the CPU and I/O time actually spent and
-// the time waited for a slot (ALGORITHMS.md §1: the estimator's preferred
+// the time waited for a slot (docs/algorithms.md §1: the estimator's preferred
 // source). /healthz answers at once outside the slots; /_farm/stats gives
 // the server's counters as JSON. Unmatched paths get an immediate 404.
 //
@@ -86,5 +86,8 @@
 //	capacity, _ := f.Config().Capacity("/") // 2 × 8 / 20ms = 800 req/s
 //	st := f.Stats()                     // completed, in flight, busy, utilisation
 //
-// Standalone: e2e/cmd/farm (-config FILE, or -servers/-slots/-service).
+// Used by `sentry demo` (cmd/sentry/demo.go) and by the end-to-end tests
+// and scenarios in e2e/; it lives outside e2e/ so the binary does not
+// depend on a test folder. Standalone: e2e/cmd/farm (-config FILE, or
+// -servers/-slots/-service).
 package farm
