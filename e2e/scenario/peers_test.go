@@ -1,10 +1,15 @@
 package scenario
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,6 +260,81 @@ func TestScenarioFilesHAProxy(t *testing.T) {
 		cs, _, _ := sc.sentryClasses()
 		if got := strings.Count(string(cfg), "set-priority-class"); (len(cs) > 1) != (got > 0) {
 			t.Errorf("%s: %d sentry classes, %d set-priority-class lines", f, len(cs), got)
+		}
+	}
+}
+
+// The priority classes the haproxy peer sets are the ones sentry would
+// choose: haproxy runs the generated config (plus a response header
+// showing prio_class) in front of a test backend, and requests of each
+// kind come back with their class's priority.
+func TestHAProxyPriorityLive(t *testing.T) {
+	if lookBin("haproxy") != nil {
+		t.Skip("haproxy not installed")
+	}
+	sc, err := Parse("t.yaml", []byte(minimal+prioritySentry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer backend.Close()
+	listen, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg, err := HAProxyConfig(sc, listen, []string{strings.TrimPrefix(backend.URL, "http://")}, filepath.Join(dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	show := "    http-after-response set-header X-Prio %[prio_class]\n    default_backend farm\n"
+	cfg = []byte(strings.Replace(string(cfg), "    default_backend farm\n", show, 1))
+	p := filepath.Join(dir, "haproxy.cfg")
+	os.WriteFile(p, cfg, 0o644)
+	proc, err := startProcess(filepath.Join(dir, "log"), "haproxy", "-db", "-f", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.stop(syscall.SIGTERM, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := waitReady(ctx, proc, "http://"+listen+"/", 10*time.Second); err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "log"))
+		t.Fatalf("haproxy: %v\n%s", err, log)
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	for _, tc := range []struct {
+		name, method, path string
+		hdr                map[string]string
+		want               string
+	}{
+		{"gold by path prefix", "GET", "/gold/x", nil, "0"},
+		{"gold by path and method", "POST", "/pay", nil, "0"},
+		{"wrong method: the default (bronze)", "GET", "/pay", nil, "2"},
+		{"silver by two headers, one with a quote", "GET", "/x", map[string]string{"X-Tier": "it's silver", "X-App": "a"}, "1"},
+		{"one header of two: the default", "GET", "/x", map[string]string{"X-Tier": "it's silver"}, "2"},
+		{"silver by cookies", "GET", "/x", map[string]string{"Cookie": "plan=premium; session=abc"}, "1"},
+		{"silver by wildcard host (port dropped) and regexp", "GET", "/item/12", map[string]string{"Host": "a.Shop.example.com:8080"}, "1"},
+		{"host right, regexp wrong: the default", "GET", "/item/x", map[string]string{"Host": "shop.example.com"}, "2"},
+		{"glob matches but the network does not", "GET", "/static/a/b/c.css", nil, "2"},
+		{"gold and silver match: gold, listed first", "GET", "/gold/y", map[string]string{"Cookie": "plan=premium; session=abc"}, "0"},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, tc.method, "http://"+listen+tc.path, nil)
+		for k, v := range tc.hdr {
+			if k == "Host" {
+				req.Host = v
+				continue
+			}
+			req.Header.Set(k, v)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if got := resp.Header.Get("X-Prio"); got != tc.want {
+			t.Errorf("%s: priority class %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }
