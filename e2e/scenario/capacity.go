@@ -210,6 +210,16 @@ func (sc *Scenario) ScaledDuration(s Scaling) time.Duration {
 	return time.Duration(float64(sc.Duration) * s.Time)
 }
 
+// ScaledPhases are the scenario's phases under the time scaling.
+func (sc *Scenario) ScaledPhases(s Scaling) []Phase {
+	s = s.norm()
+	out := make([]Phase, len(sc.Phases))
+	for i, ph := range sc.Phases {
+		out[i] = Phase{Name: ph.Name, Start: time.Duration(float64(ph.Start) * s.Time), End: time.Duration(float64(ph.End) * s.Time)}
+	}
+	return out
+}
+
 func scaleTime(sch load.Schedule, k float64) load.Schedule {
 	out := make(load.Schedule, len(sch))
 	for i, g := range sch {

@@ -55,8 +55,20 @@
 //     checked with `sentry check` first.
 //   - off: the same, with the fragment's admission replaced by {mode: off}.
 //   - haproxy: maxconn per server = the farm's slots, the excess waits in
-//     the backend queue for at most `timeout queue` = the smallest class
-//     SLA and then gets a 503; leastconn; keep-alive both sides.
+//     the backend queue for at most `timeout queue` and then gets a 503;
+//     leastconn; keep-alive both sides. `timeout queue` is the smallest
+//     class SLA minus the capacity mix's mean service time
+//     (HAProxyQueueTimeout): a request still queued then could not be
+//     served within the SLA any more, so HAProxy refuses it rather than
+//     serving it late. With two or more sentry classes, each request gets
+//     `http-request set-priority-class` = its class's index (the most
+//     important, listed first, is 0 and is dequeued first), matched by
+//     ACLs built from the same rules sentry classifies with
+//     (HAProxyClasses): path, path_prefix, path_regexp, path_glob (as a
+//     regexp), methods, hosts, headers, cookies, networks. The default
+//     class is set first and the others from the least important up, so
+//     the last match — the first listed class that matches — wins. This
+//     is the baseline an expert HAProxy user would write.
 //   - nginx: limit_conn per virtual server = servers × slots, beyond which
 //     503 at once; least_conn; upstream keep-alive.
 //

@@ -258,6 +258,7 @@ func runPeer(ctx context.Context, sc *Scenario, peer Peer, dir string, capa Capa
 	fc := f.Config()
 	series := Aggregate(rep, slas, samples, fc.Servers*fc.Slots, int(dur/time.Second))
 	sum := Summarize(rep, series, slas, capa.Rate, dur)
+	sum.Phases = SummarizePhases(rep, series, slas, capa.Rate, sc.ScaledPhases(o.Scaling))
 	sum.Scenario, sum.Peer, sum.Key, sum.Started = sc.Name, peer.Name(), sc.Key(o.Scaling), started
 	sum.FarmCompensationMax = comp
 	if comp >= 10*time.Millisecond {

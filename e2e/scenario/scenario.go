@@ -55,6 +55,12 @@ type Scenario struct {
 	Sentry yaml.Node `yaml:"sentry,omitempty"`
 	// Peers tunes the comparison peers.
 	Peers PeerOptions `yaml:"peers,omitempty"`
+	// Phases name windows of the run (the seconds at 3×, at 10×, …) that
+	// the summary also reports on their own: per class admitted %, p95 of
+	// admitted, goodput / capacity, the seconds within the SLA and the
+	// priority check, counting the requests that arrived in the window.
+	// Optional; none by default.
+	Phases []Phase `yaml:"phases,omitempty"`
 
 	// Source is the file name errors refer to (not in YAML).
 	Source string `yaml:"-"`
@@ -123,6 +129,18 @@ type PeerOptions struct {
 	// ConnLimit is nginx's limit_conn and the total of HAProxy's per-server
 	// maxconn. Default: farm servers × slots.
 	ConnLimit int `yaml:"conn_limit,omitempty"`
+}
+
+// Phase is a named window [Start, End) of the run, in the file's time
+// (the runner's time scale stretches it with the schedules).
+type Phase struct {
+	// Name is shown in summary.md; 1–63 characters of a-z, 0-9, _ and -,
+	// unique. Required.
+	Name string `yaml:"name"`
+	// Start ≥ 0 and End > Start, at most the scenario's duration.
+	// Required (a zero Start is the run's start).
+	Start time.Duration `yaml:"start"`
+	End   time.Duration `yaml:"end"`
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9_-]{1,63}$`)
@@ -341,6 +359,25 @@ func (sc *Scenario) validate(root *yaml.Node) error {
 		if c.Unit == UnitCapacity && (math.IsInf(capa.Rate, 0) || capa.Rate <= 0) {
 			return sc.errAt(root, fmt.Sprintf("class %q: unit capacity, but the capacity is %v (routes without service time); give capacity.rate", c.Name, capa.Rate), "classes", i, "unit")
 		}
+	}
+	phases := map[string]bool{}
+	for i, ph := range sc.Phases {
+		at := func(msg string, key string) error {
+			return sc.errAt(root, fmt.Sprintf("phase %q: %s", ph.Name, msg), "phases", i, key)
+		}
+		switch {
+		case !nameRE.MatchString(ph.Name):
+			return at("name: want 1–63 characters of a-z, 0-9, _ and -", "name")
+		case phases[ph.Name]:
+			return at("duplicate name", "name")
+		case ph.Start < 0:
+			return at("start must be ≥ 0", "start")
+		case ph.End <= ph.Start:
+			return at(fmt.Sprintf("end %v must be after start %v", ph.End, ph.Start), "end")
+		case ph.End > sc.Duration:
+			return at(fmt.Sprintf("end %v is after the scenario's duration %v", ph.End, sc.Duration), "end")
+		}
+		phases[ph.Name] = true
 	}
 	if sc.Peers.QueueTimeout < 0 || sc.Peers.ConnLimit < 0 {
 		return sc.errAt(root, "peers: values must be ≥ 0", "peers")

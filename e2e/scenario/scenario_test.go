@@ -78,6 +78,11 @@ func TestParseErrorsHaveLines(t *testing.T) {
 		{"farm not local", strings.Replace(minimal, "  servers: 2\n", "  servers: 2\n  listen: 10.0.0.1:8000\n", 1), "t.yaml:4: farm.listen must be on 127.0.0.1"},
 		{"bad route", strings.Replace(minimal, "path: /,", "path: x,", 1), `t.yaml:6: farm: route 0 ("x"): path must start with /`},
 		{"two documents", minimal + "---\nname: u\n", "t.yaml:12: more than one YAML document"},
+		{"phase end after duration", minimal + "phases: [{name: x, start: 2s, end: 11s}]\n", `t.yaml:12: phase "x": end 11s is after the scenario's duration 10s`},
+		{"phase end before start", minimal + "phases:\n  - {name: x, start: 2s, end: 1s}\n", `t.yaml:13: phase "x": end 1s must be after start 2s`},
+		{"phase duplicate", minimal + "phases:\n  - {name: x, end: 1s}\n  - {name: x, end: 2s}\n", `t.yaml:14: phase "x": duplicate name`},
+		{"phase bad name", minimal + "phases:\n  - {name: 3 x, end: 1s}\n", `t.yaml:13: phase "3 x": name`},
+		{"phase unknown key", minimal + "phases:\n  - {name: x, stop: 1s}\n", `t.yaml:13: field stop not found`},
 		{"farm route with status 0 and capacity unit", strings.Replace(minimal, "io: 20ms", "bytes: 10", 1), `t.yaml:9: class "a": unit capacity, but the capacity is +Inf`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,8 +24,12 @@ type ClassTotals struct {
 	// timeouts), nearest rank.
 	Samples       int
 	P50, P95, P99 time.Duration
-	// OfferedRate and GoodputRate are per second of the scenario.
+	// OfferedRate and GoodputRate are per second of the scenario (of the
+	// phase, in a PhaseSummary).
 	OfferedRate, GoodputRate float64
+	// GoodputOverCapacity is GoodputRate / the capacity (0 when the
+	// capacity is infinite).
+	GoodputOverCapacity float64
 	// RejectedFrac and ErrorFrac are of the sent requests (offered minus
 	// overflow); AdmittedFrac likewise.
 	RejectedFrac, ErrorFrac, AdmittedFrac float64
@@ -52,6 +56,11 @@ type PeerSummary struct {
 	Classes  []ClassTotals // classes in order, then TotalClass
 	// GoodputOverCapacity is the TotalClass GoodputRate / Capacity.
 	GoodputOverCapacity float64
+	// Priority checks, second by second, that the admitted share is
+	// monotone in importance; nil with one class.
+	Priority *PriorityCheck `json:",omitempty"`
+	// Phases are the scenario's phases, each summarised on its own.
+	Phases []PhaseSummary `json:",omitempty"`
 	// MeanUtil is the farm's mean utilisation over the seconds of the
 	// scenario's duration (-1 when not sampled).
 	MeanUtil float64
@@ -77,95 +86,16 @@ func Summarize(rep *load.Report, s *Series, slas []time.Duration, capacity float
 	if capacity > 0 && !math.IsInf(capacity, 0) {
 		ps.Capacity = capacity
 	}
-	ps.Classes = make([]ClassTotals, nc+1)
-	lat := make([][]time.Duration, nc+1)
-	for c := range ps.Classes {
-		ct := &ps.Classes[c]
-		ct.Reasons = map[string]int{}
-		if c < nc {
-			ct.Class, ct.SLA = s.Classes[c], slas[c]
-		} else {
-			ct.Class = load.TotalClass
-			for _, v := range slas {
-				if ct.SLA == 0 || v < ct.SLA {
-					ct.SLA = v
-				}
-			}
-		}
-	}
-	for i := range rep.Results {
-		res := &rep.Results[i]
-		for _, c := range []int{res.Class, nc} {
-			ct := &ps.Classes[c]
-			ct.Offered++
-			if res.Err == load.ErrOverflow {
-				ct.Overflow++
-				continue
-			}
-			switch {
-			case res.Rejected:
-				ct.Rejected++
-				ct.Reasons[res.Reason]++
-			case res.Completed():
-				ct.Completed++
-			default:
-				ct.Errors++
-			}
-			if !res.Rejected {
-				ct.Admitted++
-			}
-			if res.Good(slas[res.Class]) {
-				ct.Goodput++
-			}
-			if !res.Rejected && (res.Status > 0 || res.Err == load.ErrTimeout) {
-				lat[c] = append(lat[c], res.Latency)
-			}
-		}
-	}
-	sec := dur.Seconds()
-	for c := range ps.Classes {
-		ct := &ps.Classes[c]
-		if l := lat[c]; len(l) > 0 {
-			slices.Sort(l)
-			ct.Samples = len(l)
-			ct.P50, ct.P95, ct.P99 = Percentile(l, 0.5), Percentile(l, 0.95), Percentile(l, 0.99)
-		}
-		if sec > 0 {
-			ct.OfferedRate = float64(ct.Offered) / sec
-			ct.GoodputRate = float64(ct.Goodput) / sec
-		}
-		if sent := ct.Offered - ct.Overflow; sent > 0 {
-			ct.RejectedFrac = float64(ct.Rejected) / float64(sent)
-			ct.ErrorFrac = float64(ct.Errors) / float64(sent)
-			ct.AdmittedFrac = float64(ct.Admitted) / float64(sent)
-		}
-	}
-	// Seconds within target.
-	for t := 0; t < s.Seconds; t++ {
-		anyJudged, allMet := false, true
-		for c := 0; c < nc; c++ {
-			judged, ok := s.At(t, c).MeetsTarget()
-			if !judged {
-				continue
-			}
-			anyJudged = true
-			ps.Classes[c].SecondsJudged++
-			if ok {
-				ps.Classes[c].SecondsMet++
-			} else {
-				allMet = false
-			}
-		}
-		if anyJudged {
-			ps.Classes[nc].SecondsJudged++
-			if allMet {
-				ps.Classes[nc].SecondsMet++
-			}
-		}
+	ps.Classes = windowTotals(rep, s.Classes, slas, ps.Capacity, math.MinInt64, math.MaxInt64, dur.Seconds())
+	judgeSeconds(ps.Classes, s, 0, s.Seconds)
+	if nc > 1 {
+		pc := CheckPriority(s, 0, s.Seconds)
+		ps.Priority = &pc
 	}
 	if capacity > 0 && !math.IsInf(capacity, 0) {
 		ps.GoodputOverCapacity = ps.Total().GoodputRate / capacity
 	}
+	sec := dur.Seconds()
 	var usum float64
 	var un int
 	for t := 0; t < min(s.Seconds, int(math.Ceil(sec))); t++ {
@@ -191,6 +121,202 @@ func Summarize(rep *load.Report, s *Series, slas []time.Duration, capacity float
 		ps.Notes = append(ps.Notes, fmt.Sprintf("the load run stopped early: %s", rep.Stop))
 	}
 	return ps
+}
+
+// windowTotals counts the results that arrived (Start) in [from, to) by
+// class and in all (the last element). Rates are per span seconds; a
+// capacity of 0 leaves GoodputOverCapacity at 0.
+func windowTotals(rep *load.Report, names []string, slas []time.Duration, capacity float64, from, to time.Duration, span float64) []ClassTotals {
+	nc := len(names)
+	cts := make([]ClassTotals, nc+1)
+	lat := make([][]time.Duration, nc+1)
+	for c := range cts {
+		ct := &cts[c]
+		ct.Reasons = map[string]int{}
+		if c < nc {
+			ct.Class, ct.SLA = names[c], slas[c]
+		} else {
+			ct.Class = load.TotalClass
+			for _, v := range slas {
+				if ct.SLA == 0 || v < ct.SLA {
+					ct.SLA = v
+				}
+			}
+		}
+	}
+	for i := range rep.Results {
+		res := &rep.Results[i]
+		if res.Start < from || res.Start >= to {
+			continue
+		}
+		for _, c := range []int{res.Class, nc} {
+			ct := &cts[c]
+			ct.Offered++
+			if res.Err == load.ErrOverflow {
+				ct.Overflow++
+				continue
+			}
+			switch {
+			case res.Rejected:
+				ct.Rejected++
+				ct.Reasons[res.Reason]++
+			case res.Completed():
+				ct.Completed++
+			default:
+				ct.Errors++
+			}
+			if !res.Rejected {
+				ct.Admitted++
+			}
+			if res.Good(slas[res.Class]) {
+				ct.Goodput++
+			}
+			if !res.Rejected && (res.Status > 0 || res.Err == load.ErrTimeout) {
+				lat[c] = append(lat[c], res.Latency)
+			}
+		}
+	}
+	for c := range cts {
+		ct := &cts[c]
+		if l := lat[c]; len(l) > 0 {
+			slices.Sort(l)
+			ct.Samples = len(l)
+			ct.P50, ct.P95, ct.P99 = Percentile(l, 0.5), Percentile(l, 0.95), Percentile(l, 0.99)
+		}
+		if span > 0 {
+			ct.OfferedRate = float64(ct.Offered) / span
+			ct.GoodputRate = float64(ct.Goodput) / span
+		}
+		if capacity > 0 {
+			ct.GoodputOverCapacity = ct.GoodputRate / capacity
+		}
+		if sent := ct.Offered - ct.Overflow; sent > 0 {
+			ct.RejectedFrac = float64(ct.Rejected) / float64(sent)
+			ct.ErrorFrac = float64(ct.Errors) / float64(sent)
+			ct.AdmittedFrac = float64(ct.Admitted) / float64(sent)
+		}
+	}
+	return cts
+}
+
+// judgeSeconds fills SecondsJudged and SecondsMet from the series'
+// seconds [t0, t1). For TotalClass (the last element), a second is judged
+// when any class is, and met when every judged class met its own SLA.
+func judgeSeconds(cts []ClassTotals, s *Series, t0, t1 int) {
+	nc := len(s.Classes)
+	for t := max(t0, 0); t < min(t1, s.Seconds); t++ {
+		anyJudged, allMet := false, true
+		for c := 0; c < nc; c++ {
+			judged, ok := s.At(t, c).MeetsTarget()
+			if !judged {
+				continue
+			}
+			anyJudged = true
+			cts[c].SecondsJudged++
+			if ok {
+				cts[c].SecondsMet++
+			} else {
+				allMet = false
+			}
+		}
+		if anyJudged {
+			cts[nc].SecondsJudged++
+			if allMet {
+				cts[nc].SecondsMet++
+			}
+		}
+	}
+}
+
+// PriorityCheck is the check that, in every second, a less important
+// class got no larger a share of its requests admitted than a more
+// important one (classes are in importance order). A class's share in a
+// second is Admitted / (Offered − Overflow) of the requests that arrived
+// in it; classes that sent nothing in a second are left out of it.
+type PriorityCheck struct {
+	// SecondsJudged counts the seconds in which at least two classes
+	// sent requests.
+	SecondsJudged int
+	// SecondsViolated counts those in which some class's share exceeded
+	// that of a more important class, by any amount.
+	SecondsViolated int
+	// WorstGap is the largest such excess (a fraction, 0–1), in second
+	// WorstSecond, by class WorstClass; 0, -1 and "" when there is none.
+	WorstGap    float64
+	WorstSecond int
+	WorstClass  string
+}
+
+// CheckPriority checks the series' seconds [t0, t1).
+func CheckPriority(s *Series, t0, t1 int) PriorityCheck {
+	pc := PriorityCheck{WorstSecond: -1}
+	nc := len(s.Classes)
+	for t := max(t0, 0); t < min(t1, s.Seconds); t++ {
+		lowest := math.Inf(1) // the smallest share of a more important class
+		classes, violated := 0, false
+		for c := 0; c < nc; c++ {
+			r := s.At(t, c)
+			sent := r.Offered - r.Overflow
+			if sent <= 0 {
+				continue
+			}
+			classes++
+			share := float64(r.Admitted) / float64(sent)
+			if gap := share - lowest; gap > 0 {
+				violated = true
+				if gap > pc.WorstGap {
+					pc.WorstGap, pc.WorstSecond, pc.WorstClass = gap, t, r.Class
+				}
+			}
+			lowest = min(lowest, share)
+		}
+		if classes >= 2 {
+			pc.SecondsJudged++
+			if violated {
+				pc.SecondsViolated++
+			}
+		}
+	}
+	return pc
+}
+
+// PhaseSummary is one phase of a run (Scenario.Phases): the requests that
+// arrived in it, per class and in all, with rates per second of the
+// phase; the seconds whose p95 met the SLA; and the priority check over
+// its seconds.
+type PhaseSummary struct {
+	Name       string
+	Start, End time.Duration
+	Classes    []ClassTotals
+	// GoodputOverCapacity is the TotalClass GoodputRate / capacity.
+	GoodputOverCapacity float64
+	Priority            *PriorityCheck `json:",omitempty"`
+}
+
+// Total returns the TotalClass totals.
+func (p *PhaseSummary) Total() *ClassTotals { return &p.Classes[len(p.Classes)-1] }
+
+// SummarizePhases summarises each phase of a run (times as run, i.e.
+// scaled). A phase's seconds are those that start within it.
+func SummarizePhases(rep *load.Report, s *Series, slas []time.Duration, capacity float64, phases []Phase) []PhaseSummary {
+	if capacity <= 0 || math.IsInf(capacity, 0) {
+		capacity = 0
+	}
+	var out []PhaseSummary
+	for _, ph := range phases {
+		p := PhaseSummary{Name: ph.Name, Start: ph.Start, End: ph.End}
+		p.Classes = windowTotals(rep, s.Classes, slas, capacity, ph.Start, ph.End, (ph.End - ph.Start).Seconds())
+		t0 := int((ph.Start + time.Second - 1) / time.Second)
+		t1 := int((ph.End + time.Second - 1) / time.Second)
+		judgeSeconds(p.Classes, s, t0, t1)
+		p.GoodputOverCapacity = p.Total().GoodputOverCapacity
+		if len(s.Classes) > 1 {
+			pc := CheckPriority(s, t0, t1)
+			p.Priority = &pc
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // errorKinds describes a run's errors by kind and status, for notes.
@@ -330,6 +456,9 @@ func WriteMarkdown(w io.Writer, info SummaryInfo, peers []PeerSummary) error {
 			fmt.Fprintf(b, " %s | %s | %d / %d | %s |\n", pct(t.RejectedFrac), pct(t.ErrorFrac), t.SecondsMet, t.SecondsJudged, fmtUtil(p.MeanUtil))
 		}
 	}
+	if len(peers) > 0 && (len(sc.Classes) > 1 || len(sc.Phases) > 0) {
+		writePriority(b, sc, peers)
+	}
 	for _, p := range peers {
 		fmt.Fprintf(b, "\n## %s\n\n", p.Peer)
 		fmt.Fprintf(b, "Run %s; load stopped by %s.\n\n", p.Started.Format(time.RFC3339), p.Stop)
@@ -353,6 +482,83 @@ func WriteMarkdown(w io.Writer, info SummaryInfo, peers []PeerSummary) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writePriority writes the figures of issue 11's targets: per class the
+// admitted share, the p95 of admitted and goodput / capacity; total goodput
+// / capacity; and the priority check. One table for the whole run, then one
+// per phase.
+func writePriority(b *strings.Builder, sc *Scenario, peers []PeerSummary) {
+	multi := len(sc.Classes) > 1
+	b.WriteString("\n## Priority\n\n")
+	b.WriteString("Per class: admitted % of sent · p95 of admitted · goodput / capacity. ")
+	if multi {
+		b.WriteString("\"Share monotone\" counts the seconds in which a class got a larger admitted share of its sent requests than a more important class (any excess), among the seconds in which at least two classes sent; the worst excess follows in points, with its second and class. ")
+	}
+	b.WriteString("In a phase, requests count by arrival and rates are per second of the phase.\n")
+	table := func(title string, get func(p *PeerSummary) ([]ClassTotals, float64, *PriorityCheck, bool)) {
+		fmt.Fprintf(b, "\n### %s\n\n| peer |", title)
+		for _, k := range sc.Classes {
+			fmt.Fprintf(b, " %s |", k.Name)
+		}
+		b.WriteString(" goodput / capacity |")
+		if multi {
+			b.WriteString(" share monotone: violated s / judged s (worst) |")
+		}
+		b.WriteString("\n|---|")
+		for range sc.Classes {
+			b.WriteString("---|")
+		}
+		b.WriteString("---|")
+		if multi {
+			b.WriteString("---|")
+		}
+		b.WriteString("\n")
+		for i := range peers {
+			cts, gc, pc, ok := get(&peers[i])
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(b, "| %s |", peers[i].Peer)
+			for c := range sc.Classes {
+				if c >= len(cts)-1 {
+					b.WriteString(" – |")
+					continue
+				}
+				ct := &cts[c]
+				fmt.Fprintf(b, " %s · %s · %.2f |", pct(ct.AdmittedFrac), fmtDur(ct.P95, ct.Samples), ct.GoodputOverCapacity)
+			}
+			fmt.Fprintf(b, " %.2f |", gc)
+			if multi {
+				if pc == nil {
+					b.WriteString(" – |")
+				} else {
+					fmt.Fprintf(b, " %d / %d%s |", pc.SecondsViolated, pc.SecondsJudged, fmtWorst(pc))
+				}
+			}
+			b.WriteString("\n")
+		}
+	}
+	table("Whole run", func(p *PeerSummary) ([]ClassTotals, float64, *PriorityCheck, bool) {
+		return p.Classes, p.GoodputOverCapacity, p.Priority, true
+	})
+	for _, ph := range sc.Phases {
+		table(fmt.Sprintf("Phase %s (%v–%v in the file's time)", ph.Name, ph.Start, ph.End), func(p *PeerSummary) ([]ClassTotals, float64, *PriorityCheck, bool) {
+			for i := range p.Phases {
+				if p.Phases[i].Name == ph.Name {
+					return p.Phases[i].Classes, p.Phases[i].GoodputOverCapacity, p.Phases[i].Priority, true
+				}
+			}
+			return nil, 0, nil, false
+		})
+	}
+}
+
+func fmtWorst(pc *PriorityCheck) string {
+	if pc.WorstSecond < 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%.1f points, s %d, %s)", 100*pc.WorstGap, pc.WorstSecond, pc.WorstClass)
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }

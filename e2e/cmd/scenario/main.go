@@ -73,6 +73,12 @@ func run() int {
 				code = 1
 				continue
 			}
+			// The haproxy peer matches sentry's classes with ACLs.
+			if _, err := scenario.HAProxyClasses(sc); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				code = 1
+				continue
+			}
 			c, _ := sc.ComputeCapacity()
 			fmt.Printf("%s: ok; capacity %.0f req/s (%s), duration %v\n", sc.Source, c.Rate, c.Source, sc.ScaledDuration(sl))
 		}
