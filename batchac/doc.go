@@ -1,5 +1,5 @@
 // Package batchac is Cataclysm's batch admission control (Urgaonkar &
-// Shenoy, §3.1–3.2; docs ALGORITHMS.md §2) as a pure library: no sockets, the
+// Shenoy, §3.1–3.2; docs/algorithms.md §2) as a pure library: no sockets, the
 // clock injected, the farm read through the small State interface. A
 // *Controller implements admission.Admitter and prometheus.Collector.
 //
@@ -61,6 +61,68 @@
 // information about P and is ignored; estimates are clamped to [1, 4096] and
 // smoothed (EWMA, weight 1/32). The estimator is simple and trusts S; it is
 // off by default.
+//
+// # Priority: the reserve
+//
+// The paper's test looks only at the farm's present load, so requests of
+// different classes that are tested one by one (period 0) or in runs that
+// fall between the more important class's runs are served first come,
+// first served: a flood of a less important class refills every slot the
+// instant it frees, and a steady important class finds the farm full as
+// often as not. The cascade cannot fix this: it reacts only after the
+// important class has failed, and lapses at its next pass. (The simulation
+// in priority_test.go reproduces it: 3 × 4 slots, 10 ms, gold at 0.8×
+// capacity beside bronze at 9.2× → gold admitted 20%.)
+//
+// Decision: each class is tested against what the predicted demand of the
+// more important classes leaves of their budget. For class j,
+//
+//	own_j = R_sla − d_j
+//	lim_j = min(own_j, (1 − ρ_j)·(R_sla − dAbove_j))
+//	ρ_j   = max(floor, Σ_{i<j} Demand(i) / (n·P)),  ρ_0 = 0
+//
+// where Demand(i) = λ_i·S_i is class i's offered work in server-seconds per
+// second (State.Demand: arrivals including rejected ones, times the class's
+// mean S), n·P the farm's work capacity, and dAbove_j the longest period of
+// the more important classes. Read: over any window, the more important
+// classes need the share ρ_j of the farm's time; the backlog a less important
+// class leaves must drain within the rest of their budget (R_sla − d, since
+// their batches wait d), so that their next requests still pass. A request
+// that passes own_j but not lim_j is rejected with RejectPriority, which is
+// not a failure of its class and sets no cascade mark.
+//
+// Two refinements make this safe to have on by default:
+//
+//   - Work conservation. A batch that only fills the farm until its class's
+//     next run, max(1, (η + ⌈β/n⌉)/P)·S ≤ S + d_j (for d = 0: a free slot
+//     waits for it), is tested against own_j whatever the reserve (model.
+//     admits). Refusing it would leave slots idle; a more important request
+//     that arrives after it waits at most d_j plus one service time. So the
+//     reserve bounds how deep less important classes queue, never the
+//     farm's throughput.
+//   - A floor (Config.ReserveFloor; the policy's default 0.25): a quiet
+//     more important class still has a quarter of its budget held, so its
+//     first requests after a pause do not meet a farm queued to the brim.
+//
+// The demand is read every ReservePeriod (50 ms) by tick (Run wakes for it),
+// never per request: a test loads ρ_j with one atomic load. State.Demand
+// should follow a rise within a fraction of a second (control uses the
+// estimator's RecentRate: within 100 ms), so an important class that rises
+// takes its room back at once; it gives it back as its smoothed rate falls.
+// Gold alone above capacity makes ρ > 1: every less important class is
+// refused, except for a slot idle at the instant it asks.
+//
+// Room exposes the same test (d = 0, no marks, nothing counted) for
+// threshold mode's guard, so threshold mode keeps the same guarantee
+// (package control). Config.NoReserve turns the reserve off.
+//
+// Tests: testdata/reserve.txt (hand-computed limits and verdicts) and
+// priority_test.go, a discrete-event simulation of a farm on a manual clock
+// with the real estimator: gold ≥ 99% admitted and goodput ≥ 0.95×
+// capacity beside bronze at 3× and 10× (fixed and exponential service, gold
+// at 0.8× and 0.9×, a bronze period, batch and threshold mode), three classes
+// admitted in order every second, gold alone above capacity, and gold
+// rising from 0 to 0.9× in one step.
 //
 // # The cascade
 //

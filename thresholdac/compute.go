@@ -10,7 +10,7 @@ type Pair struct {
 	// Class is the threshold class i (0 is the most important).
 	Class int
 	// P is the ADMIT probability of class i, in [0, 1). (The paper calls
-	// it p_drop but uses it as the admit fraction; see ALGORITHMS.md §3.)
+	// it p_drop but uses it as the admit fraction; see docs/algorithms.md §3.)
 	P float64
 	// All is true when every class fits: Σ_j λ_j·s_j ≤ K.
 	All bool

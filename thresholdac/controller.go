@@ -31,7 +31,7 @@ type CapacitySource interface {
 	PerServer() (capacity float64, ok bool)
 }
 
-// DefaultPeriod is the default recompute period (ALGORITHMS.md §3).
+// DefaultPeriod is the default recompute period (docs/algorithms.md §3).
 const DefaultPeriod = time.Second
 
 // Config configures a Controller.

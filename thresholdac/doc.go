@@ -1,5 +1,5 @@
 // Package thresholdac is threshold admission control, Cataclysm §3.3
-// (ALGORITHMS.md §3): the cheap mode the sentry falls back to when batch
+// (docs/algorithms.md §3): the cheap mode the sentry falls back to when batch
 // admission would saturate its own CPU.
 //
 // # Design
@@ -15,7 +15,7 @@
 // Classes more important than i are admitted, class i is admitted with
 // probability p, less important classes are rejected; when every class fits
 // all are admitted. p is the ADMIT probability (the paper's "p_drop" is
-// used as an admit fraction; ALGORITHMS.md decides the wording). Compute is
+// used as an admit fraction; docs/algorithms.md §3 records the decision). Compute is
 // the pure rule; the paper's examples (K = 100, s = 1: λ = 75, 50 → all of
 // C1 and half of C2; λ = 150, 75 → two-thirds of C1, none of C2) are tests.
 //

@@ -52,8 +52,9 @@ type LearnerConfig struct {
 
 // Learner learns the per-server capacity, in server-seconds per second,
 // from per-interval observations of admitted work and SLA compliance
-// (ALGORITHMS.md §3: "learned as the admitted work rate Σ λ_admitted·s that
-// batch mode sustained while meeting R_sla").
+// (docs/algorithms.md §3, Capacity K: the admitted work rate Σ S/interval
+// per backend, in intervals that met the SLA, raises the estimate; one that
+// missed it cuts the estimate).
 //
 // With w = Work/Healthy, the per-server work of an interval:
 //
