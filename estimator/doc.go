@@ -12,7 +12,8 @@
 // entries, keeping every other one, into a caller buffer without allocating;
 // ParseStripServerTiming does both in one pass. ObserveTiming feeds a
 // response in. When the backend reports nothing, ObserveMeasured takes the
-// proxy-measured time: S = measured − Q, clamped at 0.
+// proxy-measured time: S = measured − Q, clamped at 0 (the measured time
+// first winsorised against Q + Ŝ(key), see Outliers).
 //
 // Q is the decayed mean of reported queue;dur samples while backends send
 // them; otherwise of fallback samples measured − Ŝ(key), taken for keys that
@@ -35,6 +36,76 @@
 // parallel formula) into atomics, which is what ClassMean, ClassStats, Q and
 // the prior of unseen keys read. Optionally (FitAlpha) α is fitted online by
 // least squares of measured − queue − cpu = c + α·io.
+//
+// # Outliers
+//
+// A client can stretch what sentry measures (a trickled upload counts as
+// service time until the proxy times the backend alone), and a backend can
+// have a bad second. Without a bound, 3 samples of 12 s after 20 of 10 ms
+// took a key's and its class's mean past 1 s; the class was then rejected,
+// rejected requests give no samples, and the time decay alone never
+// corrected it: decay lowers a statistic's weight, never its mean, so with
+// no samples a mean stays where it is. Three mechanisms, with Rho = 2 and
+// Floor = 1 ms (constants, robust.go):
+//
+//  1. Winsorising. Once a key has a mean m, a sample counts as at most
+//     Rho·m + Floor, so one sample moves a mean of decayed weight w up by at
+//     most a factor 1 + 1/(w+1) (plus Floor). The class gets each sample
+//     clamped against the key's confirmed level (below), a new key's first
+//     sample clamped against the class prior; the key itself takes its
+//     first sample as is (a new slow URL must not be under-estimated for
+//     minutes; a client that makes up URLs only hurts its own). Measured
+//     times are clamped against Q + Ŝ(key) before the S/Q split, so the
+//     fallback Q is bounded the same way. Falls are never clamped: a too
+//     low estimate admits, and is corrected by the samples that admits.
+//     Decision: the clamp ignores σ; σ grows with the very outliers it
+//     would have to reject, so a mean + k·σ clamp loosens under attack.
+//  2. Confirmed levels. What Estimate returns for a key, and the prior of
+//     its class (what unseen keys get; ClassMean, ClassStats), is the
+//     winsorised mean allowed to rise only so fast: level + Floor may
+//     double every half of a half-life (riseLimit; 15 s by default) of
+//     time between samples, with at most H/2 counted per gap, so after any
+//     idle period a burst can at most double a level; it follows the mean
+//     down at once. The class prior rises only at refreshes that found new
+//     samples of the class, so it does not creep up to a stale mean. One
+//     key's history, or a burst of fresh keys, therefore moves a class's
+//     prior by at most ×2^(2t/H) (+Floor) in t seconds, whatever the number
+//     of samples: 300 outliers within 1 s leave it within 6%, spread over
+//     12 s within 1.8×.
+//  3. Probes. Probe grants at most one request per class per
+//     Config.ProbeInterval (1 s) admission in place of a rejection, for a
+//     key (or, unseen, its class) without a sample for that long; control
+//     calls it when a rejection rests on the estimate. So learning never
+//     stops while a class is rejected, even after a sustained attack got
+//     past the bounds: real samples then pull the estimate down at once.
+//
+// A real, lasting change is still learned: under steady traffic the
+// winsorised mean rises at least as fast as m + Floor doubling per
+// half-life while samples exceed its clamp, and then converges like any
+// decayed mean (the gap halves every half-life); the rise limit is never
+// the slower of the two. A lasting rise by r ≥ 2 is within 10% after
+// about H·log2(2.5·r): 10 ms → 50 ms with H = 30 s in ≈ 109 s
+// (TestStepChangeLearned measures 104 s, for the key and the class prior).
+// Falls are learned as before: 90% of the way in H·log2(10) ≈ 100 s.
+//
+// The 5 s bound after an attack (TestPoisoning: 3, 30 and 300 outliers of
+// 12 s after 20 samples of 10 ms, at once or spread over 12 s, on the key
+// or on fresh keys, reported or measured) holds because the levels never
+// rose past 2×: nothing has to decay. A poisoned state that got past the
+// bounds (an attack sustained for minutes looks like a real change) is
+// undone by probes: each probe's sample lowers the key's level at once to
+// the winsorised mean, whose gap to the truth then halves about every
+// half-life (one probe per second is a steady weight of ≈ 1.44·H/1 s
+// samples). A key pushed to 12 s over a true 10 ms is back within 2×
+// after about H·log2(600) ≈ 5 min of probes alone, longer by
+// H·log2(attack rate / probe rate) if the attack sent more samples per
+// second; sooner once the estimate is low enough that admission lets
+// ordinary requests through, whose samples count too.
+//
+// Decision: an estimate does not decay toward the class prior by itself
+// while no samples come. Quiet keys are most keys; such a decay would
+// forget that a rare report takes 2 s and admit it as a cheap request.
+// The probe asks the backend instead of forgetting.
 //
 // # Key table
 //
@@ -65,11 +136,18 @@
 // Estimator per app name: Registry.Get returns the same *Estimator and calls
 // Reconfigure, which swaps an immutable configuration snapshot atomically.
 // Reordered classes keep their state; a lowered MaxKeys evicts at once.
+// Everything learned is kept as it is: means, confirmed levels (so the
+// bounds above hold across a reload; it neither resets nor re-inflates a
+// level), last-sample times and the probe budget. A new HalfLife applies
+// from the next sample on, to decay and to the rise limit alike. A
+// poisoned state therefore decays across a reload exactly as it would
+// without one (see Outliers).
 //
 // # Concurrency and lock order
 //
 // Every method is safe for concurrent use. Estimate and Observe take one
-// shard mutex for a few map and float operations; Arrive takes none. Locks,
+// shard mutex for a few map and float operations; Arrive takes none, nor
+// does Probe until a probe is due (then one shard mutex). Locks,
 // outermost first — no path takes two shard locks at once, and no callback
 // runs under a lock:
 //
@@ -89,6 +167,7 @@
 //	// per request:
 //	est.Arrive(class, now)
 //	s, bucket := est.Estimate(class, key)
+//	// rejected because of s? est.Probe(class, key, now) may admit it anyway
 //	// … admitted, relayed …
 //	t, _, hdr := estimator.ParseStripServerTiming(buf[:0], resp.Peek("Server-Timing"))
 //	est.ObserveTiming(class, key, t, lastByte.Sub(written), time.Now())

@@ -33,6 +33,7 @@ type Estimator struct {
 	agg struct { // refresh; lock order: agg.Mutex, then one shard at a time
 		sync.Mutex
 		scratch []dstat
+		seen    []bool // by class id: the refresh found new S samples
 	}
 
 	mu struct { // Reconfigure; lock order: mu, then one shard at a time
@@ -48,8 +49,17 @@ type classState struct {
 	id   int32
 	name string
 	// Results of the last refresh, float64 bits.
-	mean, variance, weight atomic.Uint64
-	rate                   rateState
+	variance, weight atomic.Uint64
+	// prior is the confirmed class mean (ns, float64 bits): the winsorised
+	// class mean, allowed to rise at most ×2 (plus Floor) per half-life of
+	// time; see riseLimit. Unseen keys get it. Written by refresh only.
+	prior atomic.Uint64
+	// lastSample is the unix ns of the last refresh that found S samples of
+	// the class (so at most Refresh late); nextProbe is when the next probe
+	// may be granted (see Probe).
+	lastSample atomic.Int64
+	nextProbe  atomic.Int64
+	rate       rateState
 }
 
 // snapshot is the immutable configuration in force, swapped on Reconfigure.
@@ -73,6 +83,11 @@ type entry struct {
 	live  bool
 	ref   bool // CLOCK reference bit
 	st    dstat
+	// base is the key's confirmed level (ns), what Estimate returns: the
+	// winsorised mean st.mean, allowed to rise at most ×2 (plus Floor) per
+	// half-life of time between samples (riseLimit); it falls with the
+	// mean at once. Invariant: base ≤ st.mean.
+	base float64
 }
 
 type shard struct {
@@ -201,7 +216,7 @@ func (e *Estimator) Estimate(class int, key []byte) (s time.Duration, bucket int
 			en := &sh.mu.ents[i]
 			if en.class == cs.id && en.key == string(key) {
 				en.ref = true
-				m := en.st.mean
+				m := en.base
 				sh.mu.Unlock()
 				s = time.Duration(m)
 				return s, sn.buckets.Bucket(s)
@@ -209,7 +224,7 @@ func (e *Estimator) Estimate(class int, key []byte) (s time.Duration, bucket int
 		}
 		sh.mu.Unlock()
 		if math.Float64frombits(cs.weight.Load()) > 0 {
-			s = time.Duration(math.Float64frombits(cs.mean.Load()))
+			s = time.Duration(math.Float64frombits(cs.prior.Load()))
 			return s, sn.buckets.Bucket(s)
 		}
 	}
@@ -239,7 +254,7 @@ func (e *Estimator) ObserveMeasured(class int, key []byte, measured time.Duratio
 		return
 	}
 	q := math.Float64frombits(e.q.Load())
-	o := obs{s: max(0, float64(measured)-q), hasS: true, fallback: true, measured: float64(measured)}
+	o := obs{s: max(0, float64(measured)-q), q: q, hasS: true, fallback: true, measured: float64(measured)}
 	e.observe(class, key, &o, now.UnixNano())
 }
 
@@ -274,7 +289,8 @@ func (e *Estimator) ObserveTiming(class int, key []byte, t Timing, measured time
 }
 
 type obs struct {
-	s, q     float64
+	s        float64
+	q        float64 // the queue sample when hasQ; for a fallback, the Q in force
 	hasS     bool
 	hasQ     bool
 	fallback bool
@@ -313,17 +329,39 @@ func (e *Estimator) observe(class int, key []byte, o *obs, now int64) {
 			// (URL explosion) are the first to go.
 			i = e.insert(sh, h, cs.id, key)
 		}
+		// cx is the class's sample: winsorised against the key's confirmed
+		// level, or for a key without one against the class's prior.
+		cx := o.s
+		if math.Float64frombits(cs.weight.Load()) > 0 {
+			cx = winsorise(o.s, math.Float64frombits(cs.prior.Load()))
+		}
 		if i >= 0 {
 			en := &sh.mu.ents[i]
 			if o.fallback && en.st.w > 0 {
-				sh.mu.qFb.add(max(0, o.measured-en.st.mean))
+				// Winsorise the measured time against what was expected,
+				// Q + Ŝ(key), before it is split into S and Q samples.
+				if m := winsorise(o.measured, o.q+en.base); m < o.measured {
+					o.measured, o.s = m, max(0, m-o.q)
+				}
+				sh.mu.qFb.add(max(0, o.measured-en.base))
 			}
-			en.st.add(o.s, now, sn.invHalf)
+			if en.st.w > 0 {
+				cx = winsorise(o.s, en.base)
+				dt := now - en.st.last
+				en.st.add(winsorise(o.s, en.st.mean), now, sn.invHalf)
+				en.base = min(en.st.mean, riseLimit(en.base, dt, sn.invHalf))
+			} else {
+				// A key's first sample is taken as is: it is the best
+				// there is about the key, and a new slow URL must not be
+				// under-estimated for minutes. The class gets it clamped.
+				en.st.add(o.s, now, sn.invHalf)
+				en.base = o.s
+			}
 		}
 		if int(cs.id) >= len(sh.mu.cls) {
 			sh.mu.cls = append(sh.mu.cls, make([]batched, len(sn.all)-len(sh.mu.cls))...)
 		}
-		sh.mu.cls[cs.id].add(o.s)
+		sh.mu.cls[cs.id].add(cx)
 	}
 	sh.mu.Unlock()
 	if now-e.lastRefresh.Load() >= sn.refresh {
@@ -409,15 +447,19 @@ func (e *Estimator) refresh(sn *snapshot, now int64) {
 	defer e.agg.Unlock()
 	if cap(e.agg.scratch) < len(sn.all) {
 		e.agg.scratch = make([]dstat, len(sn.all))
+		e.agg.seen = make([]bool, len(sn.all))
 	}
 	acc := e.agg.scratch[:len(sn.all)]
+	seen := e.agg.seen[:len(sn.all)]
 	clear(acc)
+	clear(seen)
 	var qRep, qFb dstat
 	var fit fitAcc
 	for i := range e.shards {
 		sh := &e.shards[i]
 		sh.mu.Lock()
 		for id := range min(len(sh.mu.cls), len(acc)) {
+			seen[id] = seen[id] || sh.mu.cls[id].n > 0
 			acc[id].merge(sh.mu.cls[id].fold(now, sn.invHalf))
 		}
 		qRep.merge(sh.mu.qRep.fold(now, sn.invQHalf))
@@ -426,16 +468,36 @@ func (e *Estimator) refresh(sn *snapshot, now int64) {
 		fit.mergeAt(sh.mu.fit.acc, now, sn.invHalf)
 		sh.mu.Unlock()
 	}
-	var app dstat
+	var appW, appSum float64
 	for id, cs := range sn.all {
 		d := acc[id]
-		cs.mean.Store(math.Float64bits(d.mean))
+		if d.w > 0 {
+			// The prior follows the class mean down at once, and up no
+			// faster than riseLimit over the time since the class's
+			// previous samples, and only when this refresh found new
+			// ones: without samples it does not creep up to a stale mean.
+			p := d.mean
+			if math.Float64frombits(cs.weight.Load()) > 0 {
+				var dt int64
+				if seen[id] {
+					dt = now - cs.lastSample.Load()
+				}
+				p = min(p, riseLimit(math.Float64frombits(cs.prior.Load()), dt, sn.invHalf))
+			}
+			cs.prior.Store(math.Float64bits(p))
+			appW += d.w
+			appSum += d.w * p
+		}
+		if seen[id] {
+			cs.lastSample.Store(now)
+		}
 		cs.variance.Store(math.Float64bits(d.variance()))
 		cs.weight.Store(math.Float64bits(d.w))
-		app.merge(d)
 	}
-	e.appMean.Store(math.Float64bits(app.mean))
-	e.appW.Store(math.Float64bits(app.w))
+	if appW > 0 {
+		e.appMean.Store(math.Float64bits(appSum / appW))
+	}
+	e.appW.Store(math.Float64bits(appW))
 	var q float64
 	switch {
 	case qRep.w >= 1:
@@ -463,28 +525,38 @@ func (e *Estimator) Q() time.Duration {
 // Alpha returns the α in use: Config.Alpha, or the fitted value.
 func (e *Estimator) Alpha() float64 { return math.Float64frombits(e.alpha.Load()) }
 
-// ClassMean returns class's decayed mean S as of the last refresh (0 for an
-// unknown class or one without samples).
+// ClassMean returns class's confirmed mean S as of the last refresh, the
+// prior of its unseen keys (0 for an unknown class or one without samples).
 func (e *Estimator) ClassMean(class int) time.Duration {
 	m, _, _ := e.ClassStats(class)
 	return m
 }
 
-// ClassStats returns class's decayed mean S, its standard deviation (the
-// G/G/1 model's σ_b) and the decayed sample weight, as of the last refresh.
+// ClassStats returns class's confirmed mean S (the prior of its unseen
+// keys: the decayed mean of winsorised samples, risen no faster than the
+// rise limit; see doc.go, Outliers), the standard deviation of those
+// samples (the G/G/1 model's σ_b) and their decayed weight, as of the last
+// refresh.
 func (e *Estimator) ClassStats(class int) (mean, stddev time.Duration, weight float64) {
 	sn := e.snap.Load()
 	if uint(class) >= uint(len(sn.classes)) {
 		return 0, 0, 0
 	}
 	cs := sn.classes[class]
-	return time.Duration(math.Float64frombits(cs.mean.Load())),
+	if math.Float64frombits(cs.weight.Load()) <= 0 {
+		return 0, 0, 0
+	}
+	return time.Duration(math.Float64frombits(cs.prior.Load())),
 		time.Duration(math.Sqrt(math.Float64frombits(cs.variance.Load()))),
 		math.Float64frombits(cs.weight.Load())
 }
 
 // KeyStats is one key's learned service time.
 type KeyStats struct {
+	// Estimate is what Estimate returns for the key: the confirmed level,
+	// Mean allowed to rise only so fast (see doc.go, Outliers).
+	Estimate time.Duration
+	// Mean and StdDev are of the winsorised samples.
 	Mean, StdDev time.Duration
 	// Weight is the decayed number of samples as of the last one.
 	Weight float64
@@ -504,9 +576,10 @@ func (e *Estimator) Stats(class int, key []byte) (KeyStats, bool) {
 	if i, ok := sh.mu.idx[h]; ok {
 		if en := &sh.mu.ents[i]; en.class == cs.id && en.key == string(key) {
 			return KeyStats{
-				Mean:   time.Duration(en.st.mean),
-				StdDev: time.Duration(math.Sqrt(en.st.variance())),
-				Weight: en.st.w,
+				Estimate: time.Duration(en.base),
+				Mean:     time.Duration(en.st.mean),
+				StdDev:   time.Duration(math.Sqrt(en.st.variance())),
+				Weight:   en.st.w,
 			}, true
 		}
 	}
