@@ -89,6 +89,7 @@ func TestDefaults(t *testing.T) {
 			RateWindow:    time.Second,
 			RateSmoothing: 5 * time.Second,
 			Refresh:       100 * time.Millisecond,
+			ProbeInterval: time.Second,
 		},
 		Admission: Admission{
 			Mode:      "auto",
@@ -190,6 +191,7 @@ apps:
       buckets: [2ms, 20ms, 200ms]
       rate_window: 500ms
       rate_smoothing: 10s
+      probe_interval: 2s
     admission:
       mode: threshold
       batch: {queue_cap: 64, all_or_nothing: true, parallelism: 8}
@@ -273,6 +275,7 @@ apps:
 			Edges:         []time.Duration{2 * time.Millisecond, 20 * time.Millisecond, 200 * time.Millisecond},
 			RateWindow:    500 * time.Millisecond,
 			RateSmoothing: 10 * time.Second,
+			ProbeInterval: 2 * time.Second,
 			Refresh:       100 * time.Millisecond, // no key; the default
 		},
 		Admission: Admission{

@@ -556,6 +556,7 @@ apps:
       rate_window: 1
       rate_smoothing: 0
       refresh: 1s
+      probe_interval: -1s
   - name: b
     listen: 127.0.0.1:8081
     backends: {static: ["h:1"]}
@@ -569,8 +570,9 @@ apps:
 			`10: apps[0].estimator.rate_window: duration "1" has no unit`,
 			`11: apps[0].estimator.rate_smoothing: 0s must be positive`,
 			`12: apps[0].estimator: unknown key "refresh"`,
-			`16: apps[1].estimator.alpha: -1 is out of range; must be at least 0`,
-			`16: apps[1].estimator.max_keys: 1000000000 is out of range; must be from 1 to 100000000`,
+			`13: apps[0].estimator.probe_interval: -1s must be positive`,
+			`17: apps[1].estimator.alpha: -1 is out of range; must be at least 0`,
+			`17: apps[1].estimator.max_keys: 1000000000 is out of range; must be from 1 to 100000000`,
 		}},
 
 		{"estimator buckets", `
