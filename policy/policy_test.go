@@ -29,7 +29,7 @@ func TestDefaults(t *testing.T) {
 	if s.Source != "d.yaml" || s.Hash != sha256.Sum256(src) {
 		t.Errorf("Source %q Hash %x", s.Source, s.Hash)
 	}
-	if want := (Admin{Listen: "127.0.0.1:9901"}); s.Admin != want {
+	if want := (Admin{Listen: "127.0.0.1:9901"}); !reflect.DeepEqual(s.Admin, want) {
 		t.Errorf("Admin = %+v, want %+v", s.Admin, want)
 	}
 	if want := (Log{Level: "info", Format: "text", Access: false}); s.Log != want {
@@ -576,7 +576,7 @@ func TestFromFlags(t *testing.T) {
 	}
 	// Same defaults as a file.
 	f := mustParse(t, "apps: [{name: default, backends: {static: [127.0.0.1:9001, 127.0.0.1:9002, backend.local:80]}}]")
-	if !reflect.DeepEqual(a, f.Apps[0]) || s.Server != f.Server || s.Log != f.Log || s.Admin != f.Admin {
+	if !reflect.DeepEqual(a, f.Apps[0]) || s.Server != f.Server || s.Log != f.Log || !reflect.DeepEqual(s.Admin, f.Admin) {
 		t.Errorf("FromFlags differs from the equivalent file:\n%+v\n%+v", *a, *f.Apps[0])
 	}
 	// Hash is deterministic and depends on the inputs.
@@ -716,5 +716,23 @@ func TestDocsExample(t *testing.T) {
 	api := s.Apps[1]
 	if !reflect.DeepEqual(api.Classes, def.Classes) || api.Admission.Mode != "auto" {
 		t.Errorf("api app: %+v %+v", api.Classes, api.Admission)
+	}
+}
+
+func TestAdminAllowedHosts(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want []string
+	}{
+		{"", nil}, // default: localhost and the machine's name (status.AllowHosts)
+		{"admin: {allowed_hosts: []}\n", []string{}},
+		{"admin: {allowed_hosts: }\n", []string{}}, // null: an empty list, as for every list
+		{"admin: {allowed_hosts: [Metrics.Internal:9901, \"[::1]\", 10.0.0.1]}\n", []string{"metrics.internal", "[::1]", "10.0.0.1"}},
+		{"admin: {allowed_hosts: [\"*\"]}\n", []string{AnyHost}},
+	} {
+		s := mustParse(t, tc.yaml+"apps: [{name: a, backends: {static: [\"h:1\"]}}]")
+		if !reflect.DeepEqual(s.Admin.AllowedHosts, tc.want) {
+			t.Errorf("%q: allowed hosts %#v, want %#v", tc.yaml, s.Admin.AllowedHosts, tc.want)
+		}
 	}
 }

@@ -392,6 +392,30 @@ admin:
 apps: [{name: a, backends: {static: ["h:1"]}}]
 `, []string{`2: admin.listen: empty address; write off to disable`}},
 
+		{"admin allowed_hosts", `
+admin:
+  allowed_hosts:
+    - metrics.internal
+    - "*.internal"
+    - http://x/
+    - METRICS.internal:9901
+    - ""
+    - "*"
+    - true
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{
+			`4: admin.allowed_hosts[1]: host "*.internal": wildcards are not supported; list each host, or write "*" alone to accept every host`,
+			`5: admin.allowed_hosts[2]: host "http://x/": give a host name, not a URL`,
+			`6: admin.allowed_hosts[3]: host "metrics.internal" is listed twice (first at line 3)`,
+			`7: admin.allowed_hosts[4]: empty host`,
+			`8: admin.allowed_hosts[5]: "*" accepts every host; list nothing else with it`,
+			`9: admin.allowed_hosts[6]: expected a string, got`,
+		}},
+		{"admin allowed_hosts not a list", `
+admin: {allowed_hosts: {a: 1}}
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`1: admin.allowed_hosts: expected a list, got a mapping`}},
+
 		{"reject", `
 apps:
   - name: a
