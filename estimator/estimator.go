@@ -33,7 +33,7 @@ type Estimator struct {
 	agg struct { // refresh; lock order: agg.Mutex, then one shard at a time
 		sync.Mutex
 		scratch []dstat
-		seen    []bool // by class id: the refresh found new S samples
+		fresh   []dstat // by class id: the S samples new since the last refresh
 	}
 
 	mu struct { // Reconfigure; lock order: mu, then one shard at a time
@@ -50,10 +50,12 @@ type classState struct {
 	name string
 	// Results of the last refresh, float64 bits.
 	variance, weight atomic.Uint64
-	// prior is the confirmed class mean (ns, float64 bits): the winsorised
-	// class mean, allowed to rise at most ×2 (plus Floor) per half-life of
-	// time; see riseLimit. Unseen keys get it. Written by refresh only.
+	// prior is the class's mean S (ns, float64 bits) that unseen keys get:
+	// pst's mean. pst is the decayed mean of the class's samples, fed the
+	// new ones at each refresh and its mean then held to riseLimit (see
+	// doc.go, Outliers); guarded by Estimator.agg.
 	prior atomic.Uint64
+	pst   dstat
 	// lastSample is the unix ns of the last refresh that found S samples of
 	// the class (so at most Refresh late); nextProbe is when the next probe
 	// may be granted (see Probe).
@@ -82,12 +84,11 @@ type entry struct {
 	class int32
 	live  bool
 	ref   bool // CLOCK reference bit
-	st    dstat
-	// base is the key's confirmed level (ns), what Estimate returns: the
-	// winsorised mean st.mean, allowed to rise at most ×2 (plus Floor) per
-	// half-life of time between samples (riseLimit); it falls with the
-	// mean at once. Invariant: base ≤ st.mean.
-	base float64
+	// st is the key's decayed mean of winsorised samples, its mean held
+	// to riseLimit after each sample once the key has had YoungSamples
+	// (see doc.go, Outliers).
+	st dstat
+	n  uint32 // samples so far, saturating
 }
 
 type shard struct {
@@ -216,7 +217,7 @@ func (e *Estimator) Estimate(class int, key []byte) (s time.Duration, bucket int
 			en := &sh.mu.ents[i]
 			if en.class == cs.id && en.key == string(key) {
 				en.ref = true
-				m := en.base
+				m := en.st.mean
 				sh.mu.Unlock()
 				s = time.Duration(m)
 				return s, sn.buckets.Bucket(s)
@@ -339,23 +340,28 @@ func (e *Estimator) observe(class int, key []byte, o *obs, now int64) {
 			en := &sh.mu.ents[i]
 			if o.fallback && en.st.w > 0 {
 				// Winsorise the measured time against what was expected,
-				// Q + Ŝ(key), before it is split into S and Q samples.
-				if m := winsorise(o.measured, o.q+en.base); m < o.measured {
+				// Q + Ŝ(key), before it is split into S and Q samples. Q has
+				// no rise limit, so this clamp ignores σ (which outliers
+				// inflate): it is Q's only bound.
+				if m := winsorise(o.measured, o.q+en.st.mean); m < o.measured {
 					o.measured, o.s = m, max(0, m-o.q)
 				}
-				sh.mu.qFb.add(max(0, o.measured-en.base))
+				sh.mu.qFb.add(max(0, o.measured-en.st.mean))
 			}
 			if en.st.w > 0 {
-				cx = winsorise(o.s, en.base)
-				dt := now - en.st.last
-				en.st.add(winsorise(o.s, en.st.mean), now, sn.invHalf)
-				en.base = min(en.st.mean, riseLimit(en.base, dt, sn.invHalf))
+				lim := math.Inf(1)
+				if en.n >= YoungSamples {
+					lim = riseLimit(en.st.mean, now-en.st.last, sn.invHalf)
+				}
+				cx = en.st.addUpTo(min(o.s, en.st.clampS()), now, sn.invHalf, lim)
 			} else {
 				// A key's first sample is taken as is: it is the best
 				// there is about the key, and a new slow URL must not be
 				// under-estimated for minutes. The class gets it clamped.
 				en.st.add(o.s, now, sn.invHalf)
-				en.base = o.s
+			}
+			if en.n < math.MaxUint32 {
+				en.n++
 			}
 		}
 		if int(cs.id) >= len(sh.mu.cls) {
@@ -447,19 +453,19 @@ func (e *Estimator) refresh(sn *snapshot, now int64) {
 	defer e.agg.Unlock()
 	if cap(e.agg.scratch) < len(sn.all) {
 		e.agg.scratch = make([]dstat, len(sn.all))
-		e.agg.seen = make([]bool, len(sn.all))
+		e.agg.fresh = make([]dstat, len(sn.all))
 	}
 	acc := e.agg.scratch[:len(sn.all)]
-	seen := e.agg.seen[:len(sn.all)]
+	fresh := e.agg.fresh[:len(sn.all)]
 	clear(acc)
-	clear(seen)
+	clear(fresh)
 	var qRep, qFb dstat
 	var fit fitAcc
 	for i := range e.shards {
 		sh := &e.shards[i]
 		sh.mu.Lock()
 		for id := range min(len(sh.mu.cls), len(acc)) {
-			seen[id] = seen[id] || sh.mu.cls[id].n > 0
+			fresh[id].merge(sh.mu.cls[id].pending(now))
 			acc[id].merge(sh.mu.cls[id].fold(now, sn.invHalf))
 		}
 		qRep.merge(sh.mu.qRep.fold(now, sn.invQHalf))
@@ -471,25 +477,23 @@ func (e *Estimator) refresh(sn *snapshot, now int64) {
 	var appW, appSum float64
 	for id, cs := range sn.all {
 		d := acc[id]
-		if d.w > 0 {
-			// The prior follows the class mean down at once, and up no
-			// faster than riseLimit over the time since the class's
-			// previous samples, and only when this refresh found new
-			// ones: without samples it does not creep up to a stale mean.
-			p := d.mean
-			if math.Float64frombits(cs.weight.Load()) > 0 {
-				var dt int64
-				if seen[id] {
-					dt = now - cs.lastSample.Load()
-				}
-				p = min(p, riseLimit(math.Float64frombits(cs.prior.Load()), dt, sn.invHalf))
+		if f := fresh[id]; f.w > 0 {
+			// The prior takes the new samples like any decayed mean, and
+			// its mean then rises no faster than riseLimit over the time
+			// since the class's previous samples.
+			hadPrior := cs.pst.w > 0
+			m0 := cs.pst.mean
+			cs.pst = cs.pst.at(now, sn.invHalf)
+			cs.pst.merge(f)
+			if lim := riseLimit(m0, now-cs.lastSample.Load(), sn.invHalf); hadPrior && cs.pst.mean > lim {
+				cs.pst.mean = lim
 			}
-			cs.prior.Store(math.Float64bits(p))
-			appW += d.w
-			appSum += d.w * p
-		}
-		if seen[id] {
+			cs.prior.Store(math.Float64bits(cs.pst.mean))
 			cs.lastSample.Store(now)
+		}
+		if d.w > 0 {
+			appW += d.w
+			appSum += d.w * cs.pst.mean
 		}
 		cs.variance.Store(math.Float64bits(d.variance()))
 		cs.weight.Store(math.Float64bits(d.w))
@@ -553,10 +557,9 @@ func (e *Estimator) ClassStats(class int) (mean, stddev time.Duration, weight fl
 
 // KeyStats is one key's learned service time.
 type KeyStats struct {
-	// Estimate is what Estimate returns for the key: the confirmed level,
-	// Mean allowed to rise only so fast (see doc.go, Outliers).
-	Estimate time.Duration
-	// Mean and StdDev are of the winsorised samples.
+	// Mean is what Estimate returns for the key: the decayed mean of its
+	// winsorised samples, risen no faster than the rise limit (doc.go,
+	// Outliers). StdDev is of those samples.
 	Mean, StdDev time.Duration
 	// Weight is the decayed number of samples as of the last one.
 	Weight float64
@@ -576,10 +579,9 @@ func (e *Estimator) Stats(class int, key []byte) (KeyStats, bool) {
 	if i, ok := sh.mu.idx[h]; ok {
 		if en := &sh.mu.ents[i]; en.class == cs.id && en.key == string(key) {
 			return KeyStats{
-				Estimate: time.Duration(en.base),
-				Mean:     time.Duration(en.st.mean),
-				StdDev:   time.Duration(math.Sqrt(en.st.variance())),
-				Weight:   en.st.w,
+				Mean:   time.Duration(en.st.mean),
+				StdDev: time.Duration(math.Sqrt(en.st.variance())),
+				Weight: en.st.w,
 			}, true
 		}
 	}

@@ -37,10 +37,10 @@ func TestDecayHalfLife(t *testing.T) {
 	c := newClock()
 	e := mustNew(t, Config{HalfLife: 10 * time.Second})
 	k := []byte("/k")
-	// Samples below the winsorising clamp (Rho·mean + Floor), so they count
-	// in full.
-	e.Observe(0, k, ms(10), -1, c.now())
-	e.Observe(0, k, ms(16), -1, c.now()) // same instant: equal weights
+	// A fall, which no clamp touches (rises at the same instant are held
+	// back by the rise limit; see TestWinsorise).
+	e.Observe(0, k, ms(16), -1, c.now())
+	e.Observe(0, k, ms(10), -1, c.now()) // same instant: equal weights
 	st, _ := e.Stats(0, k)
 	if st.Mean != ms(13) || st.Weight != 2 {
 		t.Fatalf("same instant: %+v", st)

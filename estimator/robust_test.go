@@ -2,6 +2,7 @@ package estimator
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 )
@@ -72,7 +73,7 @@ func TestPoisoning(t *testing.T) {
 						}
 						st, _ := e.Stats(0, key)
 						m, _, _ := e.ClassStats(0)
-						t.Logf("5s after: path estimate %v (winsorised mean %v), class prior %v, Q %v", st.Estimate, st.Mean, m, e.Q())
+						t.Logf("5s after: path estimate %v, class prior %v, Q %v", st.Mean, m, e.Q())
 					})
 				}
 			}
@@ -132,42 +133,50 @@ func TestStepChangeLearned(t *testing.T) {
 }
 
 // TestWinsorise: once a key has a mean m, a sample counts as at most
-// Rho·m + Floor, and the estimate rises no faster than riseLimit; a key's
-// first sample counts in full for the key, clamped for the class.
+// m + max(m, 3σ) + Floor; from YoungSamples samples on, the mean rises no
+// faster than riseLimit; falls count in full; a key's first sample counts
+// in full for the key, clamped for the class.
 func TestWinsorise(t *testing.T) {
 	c := newClock()
-	e := mustNew(t, Config{HalfLife: 10 * time.Second})
+	e := mustNew(t, Config{HalfLife: 100 * time.Second})
 	k := []byte("/k")
 	e.Observe(0, k, ms(10), -1, c.now())
-	e.Observe(0, k, ms(1000), -1, c.now()) // counts as 21ms
+	e.Observe(0, k, ms(1000), -1, c.now()) // σ = 0: counts as 2·10 + 1 = 21ms
 	st, _ := e.Stats(0, k)
-	if !near(float64(st.Mean), float64(ms(15.5)), 1e-9) {
-		t.Fatalf("mean %v, want 15.5ms", st.Mean)
+	if !near(float64(st.Mean), float64(ms(15.5)), 1e-9) || st.Weight != 2 {
+		t.Fatalf("young key: %+v, want mean 15.5ms", st)
 	}
-	if st.Estimate != ms(10) { // same instant: no rise allowed
-		t.Fatalf("estimate %v, want 10ms", st.Estimate)
+	for range YoungSamples {
+		e.Observe(0, k, ms(15.5), -1, c.now())
 	}
-	// One half-life later (time beyond H/2 does not count), the level may
-	// have reached (10+1)·2 − 1 = 21ms, below the winsorised mean.
-	c.advance(10 * time.Second)
-	e.Observe(0, k, ms(30), -1, c.now())
+	// Grown up: no rise at all without time passing.
+	before, _ := e.Stats(0, k)
+	e.Observe(0, k, ms(1000), -1, c.now())
+	if st, _ := e.Stats(0, k); st.Mean != before.Mean {
+		t.Fatalf("same instant: %v → %v", before.Mean, st.Mean)
+	}
+	// One second later at most (m + 1ms)·4^(1s/H) − 1ms.
+	before, _ = e.Stats(0, k)
+	c.advance(time.Second)
+	e.Observe(0, k, ms(1000), -1, c.now())
 	st, _ = e.Stats(0, k)
-	if want := (15.5*1 + 30) / 2; !near(float64(st.Mean), float64(ms(want)), 1e-6) || !near(float64(st.Estimate), float64(ms(21)), 1e-6) {
-		t.Fatalf("after a half-life: mean %v estimate %v, want %vms and 21ms", st.Mean, st.Estimate, want)
+	if want := (float64(before.Mean)/1e6+1)*math.Pow(4, 1.0/100) - 1; !near(float64(st.Mean), float64(ms(want)), 1e-6) {
+		t.Fatalf("rise limit: %v → %v, want %vms", before.Mean, st.Mean, want)
 	}
-	// Falls count in full and at once.
+	// Falls count in full.
+	before = st
 	e.Observe(0, k, 0, -1, c.now())
 	st, _ = e.Stats(0, k)
-	if want := (22.75 * 2) / 3; !near(float64(st.Mean), float64(ms(want)), 1e-6) || st.Estimate != st.Mean {
-		t.Fatalf("after a fall: mean %v estimate %v, want %vms", st.Mean, st.Estimate, want)
+	if want := float64(before.Mean) * before.Weight / (before.Weight + 1); !near(float64(st.Mean), want, 1e-6) {
+		t.Fatalf("after a fall: mean %v, want %v", st.Mean, time.Duration(want))
 	}
 	// A new key of a class with a prior: its own first sample in full, the
 	// class's sample clamped at Rho·prior + Floor.
 	e.Refresh(c.now())
 	prior := e.ClassMean(0)
 	e.Observe(0, []byte("/new"), 10*time.Second, -1, c.now())
-	if st, _ := e.Stats(0, []byte("/new")); st.Estimate != 10*time.Second {
-		t.Fatalf("new key's estimate %v, want its sample", st.Estimate)
+	if st, _ := e.Stats(0, []byte("/new")); st.Mean != 10*time.Second {
+		t.Fatalf("new key's estimate %v, want its sample", st.Mean)
 	}
 	c.advance(time.Millisecond)
 	e.Refresh(c.now())
@@ -280,7 +289,7 @@ func TestPoisonSurvivesReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	after, _ := e.Stats(0, k)
-	if after != before || after.Estimate > ms(20) {
+	if after != before || after.Mean > ms(20) {
 		t.Fatalf("after reload %+v, before %+v", after, before)
 	}
 	c.advance(time.Second)
