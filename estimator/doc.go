@@ -73,7 +73,10 @@
 //     samples stop either. Whatever the number of samples, one key's
 //     history or a burst of fresh keys moves a key or its class's prior by
 //     at most ×4^(t/H) (+Floor) in t seconds: 300 outliers within 3 s
-//     leave it within 17%, spread over 12 s within 1.8×.
+//     leave it within 17%, spread over 12 s within 1.8×. Before its 8th
+//     sample a key may also rise freely up to Rho·prior + Floor, so that
+//     one whose first samples came in low catches up at once; a path
+//     attacked after only 3 samples of 10 ms ends near 2.4× (poison.txt).
 //  3. Probes. Probe grants at most one request per class per
 //     Config.ProbeInterval (1 s) admission in place of a rejection, for a
 //     key (or, unseen, its class) without a sample for that long; control

@@ -332,9 +332,10 @@ func (e *Estimator) observe(class int, key []byte, o *obs, now int64) {
 		}
 		// cx is the class's sample: winsorised against the key's confirmed
 		// level, or for a key without one against the class's prior.
-		cx := o.s
+		cx, priorCap := o.s, math.Inf(1)
 		if math.Float64frombits(cs.weight.Load()) > 0 {
-			cx = winsorise(o.s, math.Float64frombits(cs.prior.Load()))
+			priorCap = winsorise(math.Inf(1), math.Float64frombits(cs.prior.Load()))
+			cx = min(o.s, priorCap)
 		}
 		if i >= 0 {
 			en := &sh.mu.ents[i]
@@ -349,9 +350,13 @@ func (e *Estimator) observe(class int, key []byte, o *obs, now int64) {
 				sh.mu.qFb.add(max(0, o.measured-en.st.mean))
 			}
 			if en.st.w > 0 {
-				lim := math.Inf(1)
-				if en.n >= YoungSamples {
-					lim = riseLimit(en.st.mean, now-en.st.last, sn.invHalf)
+				// A young key may also rise freely up to what a new key's
+				// sample counts for in its class (Rho·prior + Floor), so
+				// that one whose first samples came in low (fallback
+				// S = measured − Q can be 0) catches up at once.
+				lim := riseLimit(en.st.mean, now-en.st.last, sn.invHalf)
+				if en.n < YoungSamples {
+					lim = max(lim, priorCap)
 				}
 				cx = en.st.addUpTo(min(o.s, en.st.clampS()), now, sn.invHalf, lim)
 			} else {

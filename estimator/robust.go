@@ -20,10 +20,11 @@ const (
 	// Floor lets a zero or tiny estimate move at all: it is added to every
 	// clamp and to the rise limit.
 	Floor = time.Millisecond
-	// YoungSamples: a key's first samples shape it, winsorised but without
-	// the rise limit, so that a new key (or one whose first samples came
-	// in low, as fallback S = measured − Q can) learns its level at once;
-	// from this many samples on, what it learned is protected.
+	// YoungSamples: for a key's first samples the rise limit is at least
+	// Rho·prior + Floor (the class's prior), so that a new key whose first
+	// samples came in low (fallback S = measured − Q can be 0) catches up
+	// with its class at once; from this many samples on, only the rise
+	// limit counts.
 	YoungSamples = 8
 )
 
