@@ -67,6 +67,10 @@ type Request struct {
 	// Gone is closed (or receives) when the client disconnects while the
 	// request waits. It may be nil when the front end cannot tell.
 	Gone <-chan struct{}
+	// Key is the request's history key (classify), read only by the probe
+	// that keeps a rejected key learning (estimator.Probe). Optional: nil
+	// makes the probe look at the class as a whole.
+	Key []byte
 }
 
 // Decision is an admission decision.

@@ -48,6 +48,7 @@ type App struct {
 	classes atomic.Pointer[[]*classStats] // by class index; entries keyed by name across reloads
 	work    atomic.Int64                  // Σ S of admitted requests, ns
 	rejects atomic.Int64
+	probes  atomic.Uint64 // rejections overridden by a probe (estimator.Probe)
 
 	lastQuantile atomic.Int64 // ns, last interval's admitted percentile
 
@@ -145,6 +146,10 @@ func (a *App) admit(r *admission.Request, noWait bool) (admission.Decision, bool
 			d = a.batch.Admit(r)
 		}
 	}
+	if probeable(d.Verdict) && a.est.Probe(r.Class, r.Key, a.now()) {
+		d = admission.Decision{Verdict: admission.Admit}
+		a.probes.Add(1)
+	}
 	if d.Verdict == admission.Admit {
 		a.work.Add(int64(r.S))
 	} else {
@@ -152,6 +157,16 @@ func (a *App) admit(r *admission.Request, noWait bool) (admission.Decision, bool
 	}
 	return d, true
 }
+
+// probeable tells whether a rejection rests on the estimate, so that a
+// probe may override it (estimator.Probe): the batch test, its cascade and
+// threshold mode, not a missing backend, a full queue or a client gone.
+func probeable(v admission.Verdict) bool {
+	return v == admission.RejectTest || v == admission.RejectCascade || v == admission.RejectThreshold
+}
+
+// Probes is the number of rejections a probe has overridden so far.
+func (a *App) Probes() uint64 { return a.probes.Load() }
 
 // Observe records a relayed request's outcome: the backend's Server-Timing
 // (may be empty), the measured time from dispatch to response head, the

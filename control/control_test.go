@@ -357,3 +357,52 @@ func TestThresholdGuardRejectsWhenFarmFull(t *testing.T) {
 		t.Fatalf("η=40: %v %v, want rejected_threshold", d.Verdict, d.RetryAfter)
 	}
 }
+
+// A class the batch test rejects still gets a trickle of probes, so that
+// an estimate too high can be corrected by samples (estimator.Probe): one
+// per probe interval, for a key without a recent sample, and only in place
+// of a rejection that rests on the estimate.
+func TestProbeOverridesRejection(t *testing.T) {
+	var nowNs atomic.Int64
+	nowNs.Store(time.Unix(5000, 0).UnixNano())
+	clock := func() time.Time { return time.Unix(0, nowNs.Load()) }
+	m, _ := newManager(t, clock)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	ac := testApp("batch")
+	ac.Classes[0].Period = 0
+	a, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := []byte("/checkout/x")
+	a.Observe(0, key, []byte("cpu;dur=5000"), 5*time.Second, 1, 0, 5*time.Second, clock())
+	heavy := func() admission.Verdict {
+		return a.Admit(&admission.Request{Class: 0, S: 5 * time.Second, Key: key}).Verdict
+	}
+	if v := heavy(); v != admission.RejectTest {
+		t.Fatalf("setup: %v, want rejected_test", v)
+	}
+	nowNs.Add(int64(time.Second))
+	if v := heavy(); v != admission.Admit {
+		t.Fatalf("no probe after 1s without samples: %v", v)
+	}
+	for range 10 {
+		if v := heavy(); v != admission.RejectTest {
+			t.Fatalf("second probe within the interval: %v", v)
+		}
+	}
+	if a.Probes() != 1 {
+		t.Fatalf("probes %d, want 1", a.Probes())
+	}
+	// No backend: not the estimate's doing, so no probe.
+	nowNs.Add(int64(time.Second))
+	pool.healthy.Store(0)
+	if v := heavy(); v != admission.RejectNoBackend {
+		t.Fatalf("no backend: %v", v)
+	}
+	pool.healthy.Store(1)
+	if v := heavy(); v != admission.Admit || a.Probes() != 2 {
+		t.Fatalf("probe after the no-backend rejection: %v, probes %d", v, a.Probes())
+	}
+}

@@ -13,6 +13,7 @@
 //	Classify(req, client) → class, key        classify, first match wins
 //	Estimate(class, key)  → S, bucket         estimator; counts the arrival
 //	Admit(&admission.Request)                  switch.Mode(): batch | threshold | off
+//	  rejected on the estimate? estimator.Probe may admit it anyway
 //	Observe(class, key, Server-Timing, measured, in-service, S, latency)
 //
 // Nothing here allocates per request; the mode dispatch is one atomic load.
@@ -44,6 +45,14 @@
 //     batchac's queues and learned parallelism (Reconfigure), and the
 //     capacity learner. The threshold controller is rebuilt when the class
 //     count or its settings change; its state is recomputed every period.
+//   - Probes. A rejection that rests on the estimate (rejected_test,
+//     rejected_cascade, rejected_threshold) is turned into an admission
+//     when estimator.Probe grants one: at most one request per class per
+//     estimator.probe_interval, for a key without a recent sample
+//     (Request.Key; nil looks at the class). Rejected requests give no
+//     samples, so without probes an estimate too high would never come
+//     down. batchac's own decision counter still records the test's
+//     verdict; App.Probes counts the overrides.
 //   - The SLA "met" counter and revenue (eq. 2) count admitted, relayed
 //     requests whose latency from arrival at sentry to response head was
 //     within the R_sla in force.

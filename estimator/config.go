@@ -44,6 +44,11 @@ type Config struct {
 	// 1 − exp(−RateWindow/RateSmoothing). Default 5s; zero means the default;
 	// negative is an error.
 	RateSmoothing time.Duration
+	// ProbeInterval paces probes (see Estimator.Probe): at most one request
+	// per class per interval is let through despite a rejection, and only
+	// for a key (or, for an unseen key, a class) that has had no sample for
+	// an interval. Default 1s; zero means the default; negative is an error.
+	ProbeInterval time.Duration
 	// Refresh is how often (in the time given to Observe) the per-class
 	// means, Q and the α fit are recombined from the shards. Default 100ms;
 	// zero means the default; negative is an error.
@@ -59,6 +64,7 @@ const (
 	DefaultRateWindow    = time.Second
 	DefaultRateSmoothing = 5 * time.Second
 	DefaultRefresh       = 100 * time.Millisecond
+	DefaultProbeInterval = time.Second
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -72,6 +78,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"rate_window", &c.RateWindow, DefaultRateWindow},
 		{"rate_smoothing", &c.RateSmoothing, DefaultRateSmoothing},
 		{"refresh", &c.Refresh, DefaultRefresh},
+		{"probe_interval", &c.ProbeInterval, DefaultProbeInterval},
 	}
 	for _, d := range durs {
 		if *d.v < 0 {

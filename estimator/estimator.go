@@ -33,6 +33,7 @@ type Estimator struct {
 	agg struct { // refresh; lock order: agg.Mutex, then one shard at a time
 		sync.Mutex
 		scratch []dstat
+		fresh   []dstat // by class id: the S samples new since the last refresh
 	}
 
 	mu struct { // Reconfigure; lock order: mu, then one shard at a time
@@ -48,8 +49,19 @@ type classState struct {
 	id   int32
 	name string
 	// Results of the last refresh, float64 bits.
-	mean, variance, weight atomic.Uint64
-	rate                   rateState
+	variance, weight atomic.Uint64
+	// prior is the class's mean S (ns, float64 bits) that unseen keys get:
+	// pst's mean. pst is the decayed mean of the class's samples, fed the
+	// new ones at each refresh and its mean then held to riseLimit (see
+	// doc.go, Outliers); guarded by Estimator.agg.
+	prior atomic.Uint64
+	pst   dstat
+	// lastSample is the unix ns of the last refresh that found S samples of
+	// the class (so at most Refresh late); nextProbe is when the next probe
+	// may be granted (see Probe).
+	lastSample atomic.Int64
+	nextProbe  atomic.Int64
+	rate       rateState
 }
 
 // snapshot is the immutable configuration in force, swapped on Reconfigure.
@@ -72,7 +84,11 @@ type entry struct {
 	class int32
 	live  bool
 	ref   bool // CLOCK reference bit
-	st    dstat
+	// st is the key's decayed mean of winsorised samples, its mean held
+	// to riseLimit after each sample once the key has had YoungSamples
+	// (see doc.go, Outliers).
+	st dstat
+	n  uint32 // samples so far, saturating
 }
 
 type shard struct {
@@ -209,7 +225,7 @@ func (e *Estimator) Estimate(class int, key []byte) (s time.Duration, bucket int
 		}
 		sh.mu.Unlock()
 		if math.Float64frombits(cs.weight.Load()) > 0 {
-			s = time.Duration(math.Float64frombits(cs.mean.Load()))
+			s = time.Duration(math.Float64frombits(cs.prior.Load()))
 			return s, sn.buckets.Bucket(s)
 		}
 	}
@@ -239,7 +255,7 @@ func (e *Estimator) ObserveMeasured(class int, key []byte, measured time.Duratio
 		return
 	}
 	q := math.Float64frombits(e.q.Load())
-	o := obs{s: max(0, float64(measured)-q), hasS: true, fallback: true, measured: float64(measured)}
+	o := obs{s: max(0, float64(measured)-q), q: q, hasS: true, fallback: true, measured: float64(measured)}
 	e.observe(class, key, &o, now.UnixNano())
 }
 
@@ -274,7 +290,8 @@ func (e *Estimator) ObserveTiming(class int, key []byte, t Timing, measured time
 }
 
 type obs struct {
-	s, q     float64
+	s        float64
+	q        float64 // the queue sample when hasQ; for a fallback, the Q in force
 	hasS     bool
 	hasQ     bool
 	fallback bool
@@ -313,17 +330,49 @@ func (e *Estimator) observe(class int, key []byte, o *obs, now int64) {
 			// (URL explosion) are the first to go.
 			i = e.insert(sh, h, cs.id, key)
 		}
+		// cx is the class's sample: winsorised against the key's confirmed
+		// level, or for a key without one against the class's prior.
+		cx, priorCap := o.s, math.Inf(1)
+		if math.Float64frombits(cs.weight.Load()) > 0 {
+			priorCap = winsorise(math.Inf(1), math.Float64frombits(cs.prior.Load()))
+			cx = min(o.s, priorCap)
+		}
 		if i >= 0 {
 			en := &sh.mu.ents[i]
 			if o.fallback && en.st.w > 0 {
+				// Winsorise the measured time against what was expected,
+				// Q + Ŝ(key), before it is split into S and Q samples. Q has
+				// no rise limit, so this clamp ignores σ (which outliers
+				// inflate): it is Q's only bound.
+				if m := winsorise(o.measured, o.q+en.st.mean); m < o.measured {
+					o.measured, o.s = m, max(0, m-o.q)
+				}
 				sh.mu.qFb.add(max(0, o.measured-en.st.mean))
 			}
-			en.st.add(o.s, now, sn.invHalf)
+			if en.st.w > 0 {
+				// A young key may also rise freely up to what a new key's
+				// sample counts for in its class (Rho·prior + Floor), so
+				// that one whose first samples came in low (fallback
+				// S = measured − Q can be 0) catches up at once.
+				lim := riseLimit(en.st.mean, now-en.st.last, sn.invHalf)
+				if en.n < YoungSamples {
+					lim = max(lim, priorCap)
+				}
+				cx = en.st.addUpTo(min(o.s, en.st.clampS()), now, sn.invHalf, lim)
+			} else {
+				// A key's first sample is taken as is: it is the best
+				// there is about the key, and a new slow URL must not be
+				// under-estimated for minutes. The class gets it clamped.
+				en.st.add(o.s, now, sn.invHalf)
+			}
+			if en.n < math.MaxUint32 {
+				en.n++
+			}
 		}
 		if int(cs.id) >= len(sh.mu.cls) {
 			sh.mu.cls = append(sh.mu.cls, make([]batched, len(sn.all)-len(sh.mu.cls))...)
 		}
-		sh.mu.cls[cs.id].add(o.s)
+		sh.mu.cls[cs.id].add(cx)
 	}
 	sh.mu.Unlock()
 	if now-e.lastRefresh.Load() >= sn.refresh {
@@ -409,15 +458,19 @@ func (e *Estimator) refresh(sn *snapshot, now int64) {
 	defer e.agg.Unlock()
 	if cap(e.agg.scratch) < len(sn.all) {
 		e.agg.scratch = make([]dstat, len(sn.all))
+		e.agg.fresh = make([]dstat, len(sn.all))
 	}
 	acc := e.agg.scratch[:len(sn.all)]
+	fresh := e.agg.fresh[:len(sn.all)]
 	clear(acc)
+	clear(fresh)
 	var qRep, qFb dstat
 	var fit fitAcc
 	for i := range e.shards {
 		sh := &e.shards[i]
 		sh.mu.Lock()
 		for id := range min(len(sh.mu.cls), len(acc)) {
+			fresh[id].merge(sh.mu.cls[id].pending(now))
 			acc[id].merge(sh.mu.cls[id].fold(now, sn.invHalf))
 		}
 		qRep.merge(sh.mu.qRep.fold(now, sn.invQHalf))
@@ -426,16 +479,34 @@ func (e *Estimator) refresh(sn *snapshot, now int64) {
 		fit.mergeAt(sh.mu.fit.acc, now, sn.invHalf)
 		sh.mu.Unlock()
 	}
-	var app dstat
+	var appW, appSum float64
 	for id, cs := range sn.all {
 		d := acc[id]
-		cs.mean.Store(math.Float64bits(d.mean))
+		if f := fresh[id]; f.w > 0 {
+			// The prior takes the new samples like any decayed mean, and
+			// its mean then rises no faster than riseLimit over the time
+			// since the class's previous samples.
+			hadPrior := cs.pst.w > 0
+			m0 := cs.pst.mean
+			cs.pst = cs.pst.at(now, sn.invHalf)
+			cs.pst.merge(f)
+			if lim := riseLimit(m0, now-cs.lastSample.Load(), sn.invHalf); hadPrior && cs.pst.mean > lim {
+				cs.pst.mean = lim
+			}
+			cs.prior.Store(math.Float64bits(cs.pst.mean))
+			cs.lastSample.Store(now)
+		}
+		if d.w > 0 {
+			appW += d.w
+			appSum += d.w * cs.pst.mean
+		}
 		cs.variance.Store(math.Float64bits(d.variance()))
 		cs.weight.Store(math.Float64bits(d.w))
-		app.merge(d)
 	}
-	e.appMean.Store(math.Float64bits(app.mean))
-	e.appW.Store(math.Float64bits(app.w))
+	if appW > 0 {
+		e.appMean.Store(math.Float64bits(appSum / appW))
+	}
+	e.appW.Store(math.Float64bits(appW))
 	var q float64
 	switch {
 	case qRep.w >= 1:
@@ -463,28 +534,37 @@ func (e *Estimator) Q() time.Duration {
 // Alpha returns the α in use: Config.Alpha, or the fitted value.
 func (e *Estimator) Alpha() float64 { return math.Float64frombits(e.alpha.Load()) }
 
-// ClassMean returns class's decayed mean S as of the last refresh (0 for an
-// unknown class or one without samples).
+// ClassMean returns class's confirmed mean S as of the last refresh, the
+// prior of its unseen keys (0 for an unknown class or one without samples).
 func (e *Estimator) ClassMean(class int) time.Duration {
 	m, _, _ := e.ClassStats(class)
 	return m
 }
 
-// ClassStats returns class's decayed mean S, its standard deviation (the
-// G/G/1 model's σ_b) and the decayed sample weight, as of the last refresh.
+// ClassStats returns class's confirmed mean S (the prior of its unseen
+// keys: the decayed mean of winsorised samples, risen no faster than the
+// rise limit; see doc.go, Outliers), the standard deviation of those
+// samples (the G/G/1 model's σ_b) and their decayed weight, as of the last
+// refresh.
 func (e *Estimator) ClassStats(class int) (mean, stddev time.Duration, weight float64) {
 	sn := e.snap.Load()
 	if uint(class) >= uint(len(sn.classes)) {
 		return 0, 0, 0
 	}
 	cs := sn.classes[class]
-	return time.Duration(math.Float64frombits(cs.mean.Load())),
+	if math.Float64frombits(cs.weight.Load()) <= 0 {
+		return 0, 0, 0
+	}
+	return time.Duration(math.Float64frombits(cs.prior.Load())),
 		time.Duration(math.Sqrt(math.Float64frombits(cs.variance.Load()))),
 		math.Float64frombits(cs.weight.Load())
 }
 
 // KeyStats is one key's learned service time.
 type KeyStats struct {
+	// Mean is what Estimate returns for the key: the decayed mean of its
+	// winsorised samples, risen no faster than the rise limit (doc.go,
+	// Outliers). StdDev is of those samples.
 	Mean, StdDev time.Duration
 	// Weight is the decayed number of samples as of the last one.
 	Weight float64

@@ -36,6 +36,22 @@ func exp2neg(x float64) float64 {
 	return p * math.Float64frombits(uint64(1023-int64(n))<<52)
 }
 
+// addUpTo adds x, first lowered so that the mean ends at most at limit
+// (when the mean was already below it): the sample counts as the value that
+// lands the mean on the limit, so the variance stays that of the samples as
+// counted. It returns the value counted.
+func (d *dstat) addUpTo(x float64, now int64, invHalf, limit float64) float64 {
+	if x > d.mean && d.mean <= limit {
+		w := 1.0
+		if d.w > 0 {
+			w += d.w * decay(d.last, now, invHalf)
+		}
+		x = min(x, d.mean+(limit-d.mean)*w)
+	}
+	d.add(x, now, invHalf)
+	return x
+}
+
 func (d *dstat) add(x float64, now int64, invHalf float64) {
 	if d.w > 0 {
 		if f := decay(d.last, now, invHalf); f != 1 {
@@ -113,6 +129,14 @@ func (b *batched) add(x float64) {
 	b.n++
 	b.s1 += dx
 	b.s2 += dx * dx
+}
+
+// pending returns the pending batch as a dstat at now, without folding it.
+func (b *batched) pending(now int64) dstat {
+	if b.n <= 0 {
+		return dstat{}
+	}
+	return dstat{w: b.n, mean: b.k + b.s1/b.n, m2: max(0, b.s2-b.s1*b.s1/b.n), last: now}
 }
 
 // fold merges the pending batch into d at now and returns d as of now.

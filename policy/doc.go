@@ -63,6 +63,16 @@
 // file (estimator.alpha: 0 is an error, not 1), so that what is written is
 // what runs.
 //
+// # Hostile files
+//
+// A policy file may be huge or written to hurt. Messages never echo a long
+// value: every quoted value longer than 64 bytes is cut to 64 bytes
+// followed by …(N bytes), whoever built the message (clipValues, applied
+// to every error once). The whole-policy checks are linear in the number
+// of apps: names, hosts and addresses are looked up in maps, and the
+// overlap check compares an address only with the wildcards of its port
+// (overlapping; TestOverlapCheckLinear counts its comparisons).
+//
 // # Snapshots
 //
 // A Snapshot is never modified after Parse, Load or FromFlags returns it.

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Error is one problem found in a policy, located by file and line.
@@ -68,7 +69,7 @@ func (c *collector) add(line int, format string, args ...any) {
 	if c.full {
 		return
 	}
-	msg := fmt.Sprintf(format, args...)
+	msg := clipValues(fmt.Sprintf(format, args...))
 	k := strconv.Itoa(line) + ":" + msg
 	if c.seen[k] {
 		return
@@ -99,4 +100,83 @@ func (c *collector) err() error {
 	copy(out, c.errs)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
 	return out
+}
+
+// Long values in messages. A policy value can be megabytes (a 20 MB host
+// name was echoed in full); a message quotes at most keptBytes of it.
+const (
+	keptBytes = 64   // of a quoted value or a long word kept in a message
+	longWord  = 128  // an unquoted run of non-space bytes longer than this is clipped
+	maxMsg    = 1024 // a message still longer keeps its head and tail
+)
+
+// clipValues shortens what a message quotes, wherever the value came from
+// (the decoder, a library's error): every Go-quoted string literal whose
+// value is longer than keptBytes becomes the quoted first keptBytes (cut
+// on a UTF-8 boundary) followed by …(N bytes), N the value's length; an
+// unquoted word longer than longWord (such as an integer literal) keeps its
+// first keptBytes the same way; and a message still longer than maxMsg
+// keeps its head and tail around …(N bytes)…. Messages are built once per
+// problem and there are at most maxErrors of them, so this costs nothing
+// on valid policies.
+func clipValues(msg string) string {
+	if len(msg) <= keptBytes {
+		return msg
+	}
+	var b strings.Builder
+	for i := 0; i < len(msg); {
+		switch c := msg[i]; {
+		case c == '"':
+			lit, err := strconv.QuotedPrefix(msg[i:])
+			if err != nil {
+				b.WriteByte(c)
+				i++
+				continue
+			}
+			i += len(lit)
+			v, err := strconv.Unquote(lit)
+			if err != nil || len(v) <= keptBytes {
+				b.WriteString(lit)
+				continue
+			}
+			b.WriteString(strconv.Quote(utf8Prefix(v, keptBytes)))
+			fmt.Fprintf(&b, "…(%d bytes)", len(v))
+		case c == ' ' || c == '\n' || c == '\t':
+			b.WriteByte(c)
+			i++
+		default:
+			j := i
+			for j < len(msg) && msg[j] != ' ' && msg[j] != '\n' && msg[j] != '\t' && msg[j] != '"' {
+				j++
+			}
+			if w := msg[i:j]; len(w) > longWord {
+				b.WriteString(utf8Prefix(w, keptBytes))
+				fmt.Fprintf(&b, "…(%d bytes)", len(w))
+			} else {
+				b.WriteString(w)
+			}
+			i = j
+		}
+	}
+	out := b.String()
+	if len(out) > maxMsg {
+		head := utf8Prefix(out, maxMsg/2)
+		tail := out[len(out)-maxMsg/2:]
+		for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
+			tail = tail[1:]
+		}
+		out = head + fmt.Sprintf("…(%d bytes)…", len(out)) + tail
+	}
+	return out
+}
+
+// utf8Prefix returns at most n bytes of s, not splitting a UTF-8 sequence.
+func utf8Prefix(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

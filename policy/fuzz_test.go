@@ -133,7 +133,7 @@ func checkTuning(t *testing.T, a *App) {
 	}
 	e := a.Estimator
 	if e.HalfLife <= 0 || e.QueueHalfLife <= 0 || e.MaxKeys < 1 || !(e.Alpha > 0) || len(e.Edges) == 0 ||
-		e.RateWindow <= 0 || e.RateSmoothing <= 0 || e.Refresh <= 0 {
+		e.RateWindow <= 0 || e.RateSmoothing <= 0 || e.Refresh <= 0 || e.ProbeInterval <= 0 {
 		t.Fatalf("app %s: estimator %+v", a.Name, e)
 	}
 	sla := a.SLA

@@ -29,7 +29,7 @@ func TestDefaults(t *testing.T) {
 	if s.Source != "d.yaml" || s.Hash != sha256.Sum256(src) {
 		t.Errorf("Source %q Hash %x", s.Source, s.Hash)
 	}
-	if want := (Admin{Listen: "127.0.0.1:9901"}); s.Admin != want {
+	if want := (Admin{Listen: "127.0.0.1:9901"}); !reflect.DeepEqual(s.Admin, want) {
 		t.Errorf("Admin = %+v, want %+v", s.Admin, want)
 	}
 	if want := (Log{Level: "info", Format: "text", Access: false}); s.Log != want {
@@ -89,6 +89,7 @@ func TestDefaults(t *testing.T) {
 			RateWindow:    time.Second,
 			RateSmoothing: 5 * time.Second,
 			Refresh:       100 * time.Millisecond,
+			ProbeInterval: time.Second,
 		},
 		Admission: Admission{
 			Mode:         "auto",
@@ -192,6 +193,7 @@ apps:
       buckets: [2ms, 20ms, 200ms]
       rate_window: 500ms
       rate_smoothing: 10s
+      probe_interval: 2s
     admission:
       mode: threshold
       reserve: false
@@ -277,6 +279,7 @@ apps:
 			Edges:         []time.Duration{2 * time.Millisecond, 20 * time.Millisecond, 200 * time.Millisecond},
 			RateWindow:    500 * time.Millisecond,
 			RateSmoothing: 10 * time.Second,
+			ProbeInterval: 2 * time.Second,
 			Refresh:       100 * time.Millisecond, // no key; the default
 		},
 		Admission: Admission{
@@ -579,7 +582,7 @@ func TestFromFlags(t *testing.T) {
 	}
 	// Same defaults as a file.
 	f := mustParse(t, "apps: [{name: default, backends: {static: [127.0.0.1:9001, 127.0.0.1:9002, backend.local:80]}}]")
-	if !reflect.DeepEqual(a, f.Apps[0]) || s.Server != f.Server || s.Log != f.Log || s.Admin != f.Admin {
+	if !reflect.DeepEqual(a, f.Apps[0]) || s.Server != f.Server || s.Log != f.Log || !reflect.DeepEqual(s.Admin, f.Admin) {
 		t.Errorf("FromFlags differs from the equivalent file:\n%+v\n%+v", *a, *f.Apps[0])
 	}
 	// Hash is deterministic and depends on the inputs.
@@ -719,5 +722,23 @@ func TestDocsExample(t *testing.T) {
 	api := s.Apps[1]
 	if !reflect.DeepEqual(api.Classes, def.Classes) || api.Admission.Mode != "auto" {
 		t.Errorf("api app: %+v %+v", api.Classes, api.Admission)
+	}
+}
+
+func TestAdminAllowedHosts(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want []string
+	}{
+		{"", nil}, // default: localhost and the machine's name (status.AllowHosts)
+		{"admin: {allowed_hosts: []}\n", []string{}},
+		{"admin: {allowed_hosts: }\n", []string{}}, // null: an empty list, as for every list
+		{"admin: {allowed_hosts: [Metrics.Internal:9901, \"[::1]\", 10.0.0.1]}\n", []string{"metrics.internal", "[::1]", "10.0.0.1"}},
+		{"admin: {allowed_hosts: [\"*\"]}\n", []string{AnyHost}},
+	} {
+		s := mustParse(t, tc.yaml+"apps: [{name: a, backends: {static: [\"h:1\"]}}]")
+		if !reflect.DeepEqual(s.Admin.AllowedHosts, tc.want) {
+			t.Errorf("%q: allowed hosts %#v, want %#v", tc.yaml, s.Admin.AllowedHosts, tc.want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -113,7 +114,43 @@ func (d *decoder) admin(n *yaml.Node, path string, a *Admin, m *meta) {
 				a.Listen = addr
 			}
 		}},
+		{"allowed_hosts", func(v *yaml.Node, p string) { a.AllowedHosts = d.adminHosts(v, p) }},
 	})
+}
+
+// adminHosts decodes admin.allowed_hosts: host names or IPs as in an app's
+// hosts (port ignored), or "*" alone. A null value is an empty list (IP
+// literals only), as for every list.
+func (d *decoder) adminHosts(n *yaml.Node, path string) []string {
+	items, _ := d.strList(n, path, false)
+	out := []string{}
+	seen := map[string]int{}
+	for _, it := range items {
+		if it.s == AnyHost {
+			if len(items) > 1 {
+				d.errorf(it.node, it.path, "%q accepts every host; list nothing else with it", AnyHost)
+				continue
+			}
+			out = append(out, AnyHost)
+			continue
+		}
+		if strings.Contains(it.s, "*") {
+			d.errorf(it.node, it.path, "host %q: wildcards are not supported; list each host, or write %q alone to accept every host", it.s, AnyHost)
+			continue
+		}
+		h, err := parseHost(it.s)
+		if err != nil {
+			d.errorf(it.node, it.path, "%v", err)
+			continue
+		}
+		if first, dup := seen[h]; dup {
+			d.errorf(it.node, it.path, "host %q is listed twice (first at line %d)", h, first)
+			continue
+		}
+		seen[h] = line(it.node)
+		out = append(out, h)
+	}
+	return out
 }
 
 func (d *decoder) log(n *yaml.Node, path string, l *Log) {

@@ -31,7 +31,17 @@ type Admin struct {
 	// Listen is host:port; default 127.0.0.1:9901. Empty means disabled
 	// (written "off" in YAML).
 	Listen string
+	// AllowedHosts are the host names (lower-case, no port) the admin
+	// listener answers in a request's Host, besides IP literals, which it
+	// always answers (a DNS-rebinding request carries the attacker's name,
+	// never an IP). nil, the default, means "localhost" and the machine's
+	// host name; an empty list means IP literals only; AnyHost ("*") turns
+	// the check off. Others get 421 Misdirected Request (status.AllowHosts).
+	AllowedHosts []string
 }
+
+// AnyHost in Admin.AllowedHosts accepts every Host.
+const AnyHost = "*"
 
 // Log configures hclog.
 type Log struct {

@@ -38,6 +38,7 @@ func defaultEstimator() estimator.Config {
 		RateWindow:    estimator.DefaultRateWindow,
 		RateSmoothing: estimator.DefaultRateSmoothing,
 		Refresh:       estimator.DefaultRefresh,
+		ProbeInterval: estimator.DefaultProbeInterval,
 	}
 }
 
@@ -167,6 +168,7 @@ func (d *decoder) estimator(n *yaml.Node, path string, c *estimator.Config) {
 		}},
 		{"rate_window", d.durationField(&c.RateWindow, time.Nanosecond)},
 		{"rate_smoothing", d.durationField(&c.RateSmoothing, time.Nanosecond)},
+		{"probe_interval", d.durationField(&c.ProbeInterval, time.Nanosecond)},
 	})
 }
 

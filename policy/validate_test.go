@@ -392,6 +392,30 @@ admin:
 apps: [{name: a, backends: {static: ["h:1"]}}]
 `, []string{`2: admin.listen: empty address; write off to disable`}},
 
+		{"admin allowed_hosts", `
+admin:
+  allowed_hosts:
+    - metrics.internal
+    - "*.internal"
+    - http://x/
+    - METRICS.internal:9901
+    - ""
+    - "*"
+    - true
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{
+			`4: admin.allowed_hosts[1]: host "*.internal": wildcards are not supported; list each host, or write "*" alone to accept every host`,
+			`5: admin.allowed_hosts[2]: host "http://x/": give a host name, not a URL`,
+			`6: admin.allowed_hosts[3]: host "metrics.internal" is listed twice (first at line 3)`,
+			`7: admin.allowed_hosts[4]: empty host`,
+			`8: admin.allowed_hosts[5]: "*" accepts every host; list nothing else with it`,
+			`9: admin.allowed_hosts[6]: expected a string, got`,
+		}},
+		{"admin allowed_hosts not a list", `
+admin: {allowed_hosts: {a: 1}}
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`1: admin.allowed_hosts: expected a list, got a mapping`}},
+
 		{"reject", `
 apps:
   - name: a
@@ -573,6 +597,7 @@ apps:
       rate_window: 1
       rate_smoothing: 0
       refresh: 1s
+      probe_interval: -1s
   - name: b
     listen: 127.0.0.1:8081
     backends: {static: ["h:1"]}
@@ -586,8 +611,9 @@ apps:
 			`10: apps[0].estimator.rate_window: duration "1" has no unit`,
 			`11: apps[0].estimator.rate_smoothing: 0s must be positive`,
 			`12: apps[0].estimator: unknown key "refresh"`,
-			`16: apps[1].estimator.alpha: -1 is out of range; must be at least 0`,
-			`16: apps[1].estimator.max_keys: 1000000000 is out of range; must be from 1 to 100000000`,
+			`13: apps[0].estimator.probe_interval: -1s must be positive`,
+			`17: apps[1].estimator.alpha: -1 is out of range; must be at least 0`,
+			`17: apps[1].estimator.max_keys: 1000000000 is out of range; must be from 1 to 100000000`,
 		}},
 
 		{"estimator buckets", `

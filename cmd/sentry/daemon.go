@@ -175,7 +175,9 @@ func (d *daemon) serveAdmin(addr string, ln net.Listener) {
 	for path, h := range d.extra {
 		mux.Handle(path, h)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second,
+	hostname, _ := os.Hostname() // "" on error: then only localhost and IP literals by default
+	allowed := func() []string { return d.proxy.Snapshot().Admin.AllowedHosts }
+	srv := &http.Server{Handler: status.AllowHosts(allowed, hostname, mux), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second,
 		ErrorLog: d.log.Named("admin").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
 	d.admin, d.adminLn, d.adminAddr = srv, ln, addr
 	go func() {

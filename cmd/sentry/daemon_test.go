@@ -256,3 +256,36 @@ func TestServerDiff(t *testing.T) {
 		t.Errorf("got %q", d)
 	}
 }
+
+// The admin listener answers IP literals and localhost, refuses other
+// names with 421 (DNS rebinding), and follows admin.allowed_hosts on reload.
+func TestAdminHostAllowList(t *testing.T) {
+	be := backendServer(t, "one")
+	l1, a := freeAddr(t), freeAddr(t)
+	pol := "admin: {listen: %s%s}\napps:\n  - name: web\n    listen: %s\n    backends: {static: [%s]}\n"
+	d := testDaemon(t, parse(t, fmt.Sprintf(pol, a, "", l1, be)))
+	get := func(host string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+a+"/metrics", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for host, want := range map[string]int{a: 200, "localhost": 200, "rebind.attacker.example": 421, "metrics.internal": 421} {
+		if got := get(host); got != want {
+			t.Errorf("default, Host %q: %d, want %d", host, got, want)
+		}
+	}
+	if err := d.reload(parse(t, fmt.Sprintf(pol, a, ", allowed_hosts: [metrics.internal]", l1, be))); err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]int{a: 200, "localhost": 421, "metrics.internal:9901": 200} {
+		if got := get(host); got != want {
+			t.Errorf("after reload, Host %q: %d, want %d", host, got, want)
+		}
+	}
+}

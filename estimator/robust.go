@@ -1,0 +1,103 @@
+package estimator
+
+import (
+	"math"
+	"time"
+)
+
+// Outlier resistance (see "Outliers" in doc.go). Decisions, not settings:
+// they bound what any one client can do, and the bounds are written in
+// terms of the half-life, which is a setting.
+const (
+	// Rho bounds a sample's weight: once a key has a mean m, a sample
+	// counts as at most Rho·m + Floor (winsorising). With Rho = 2 one sample
+	// moves a mean of decayed weight w up by at most a factor 1 + 1/(w+1)
+	// (plus Floor/(w+1)).
+	Rho = 2.0
+	// K: a sample within K standard deviations of a key's mean is never
+	// clamped (see clampS).
+	K = 3.0
+	// Floor lets a zero or tiny estimate move at all: it is added to every
+	// clamp and to the rise limit.
+	Floor = time.Millisecond
+	// YoungSamples: for a key's first samples the rise limit is at least
+	// Rho·prior + Floor (the class's prior), so that a new key whose first
+	// samples came in low (fallback S = measured − Q can be 0) catches up
+	// with its class at once; from this many samples on, only the rise
+	// limit counts.
+	YoungSamples = 8
+)
+
+const floorNs = float64(Floor)
+
+// winsorise clamps sample x against a level m ≥ 0: min(x, Rho·m + Floor).
+func winsorise(x, m float64) float64 { return min(x, Rho*m+floorNs) }
+
+// clampS is the most a new S sample counts for against d:
+// mean + max((Rho−1)·mean, K·σ) + Floor. The σ term keeps a noisy key's
+// legitimate upper tail (a 5 ms key whose samples spread over 0–11 ms);
+// outliers can inflate σ, which is why the rise limit, not this clamp,
+// is what bounds an attack.
+func (d *dstat) clampS() float64 {
+	return d.mean + max((Rho-1)*d.mean, K*math.Sqrt(d.variance())) + floorNs
+}
+
+// riseLimit is the highest a confirmed level (a key's base, a class's
+// prior) may reach dt after it was level: (level + Floor)·4^(dt/H) − Floor,
+// with invHalf = 1/H in 1/ns. That is, level + Floor may double every half
+// of a half-life (15 s by default): fast enough that the winsorised mean,
+// not this limit, is what slows the learning of a real rise (see doc.go),
+// slow enough that a burst of outliers lasting a few seconds moves a level
+// by a few percent. dt counts up to half a half-life: the time between
+// samples is what accrues, so after any idle period a burst can at most
+// double a level (plus Floor). It never falls below level; dt ≤ 0 (the
+// same instant, or time running backwards) allows no rise.
+func riseLimit(level float64, dt int64, invHalf float64) float64 {
+	if dt <= 0 {
+		return level
+	}
+	x := min(2*float64(dt)*invHalf, 1)
+	return (level+floorNs)/exp2neg(x) - floorNs
+}
+
+// Probe tells admission whether to let this request through although it
+// was rejected, so that a class or key whose estimate is too high still
+// gets samples: rejected requests produce none, and without them nothing
+// would ever lower the estimate. It returns true at most once per
+// Config.ProbeInterval per class, and only when the key has had no sample
+// for at least that interval (an unseen key: its class, as of the last
+// refresh). A class never sampled is not probed: it has learned nothing
+// that could be wrong. A caller that gets true must admit the request; the probe is
+// spent. A nil key asks about the class alone.
+//
+// It costs one atomic load while the class's probe is not yet due, and a
+// shard lock when it is; it does not allocate.
+func (e *Estimator) Probe(class int, key []byte, now time.Time) bool {
+	sn := e.snap.Load()
+	if uint(class) >= uint(len(sn.classes)) {
+		return false
+	}
+	cs := sn.classes[class]
+	n := now.UnixNano()
+	next := cs.nextProbe.Load()
+	if n < next {
+		return false
+	}
+	last := cs.lastSample.Load()
+	if key != nil {
+		h := e.hash(cs.id, key)
+		sh := e.shardOf(h)
+		sh.mu.Lock()
+		if i, ok := sh.mu.idx[h]; ok {
+			if en := &sh.mu.ents[i]; en.class == cs.id && en.key == string(key) {
+				last = en.st.last
+			}
+		}
+		sh.mu.Unlock()
+	}
+	iv := int64(sn.cfg.ProbeInterval)
+	if last == 0 || n-last < iv { // never sampled: nothing learned to correct
+		return false
+	}
+	return cs.nextProbe.CompareAndSwap(next, n+iv)
+}

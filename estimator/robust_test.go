@@ -1,0 +1,299 @@
+package estimator
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+)
+
+// TestPoisoning replays issue 18's attack on a manual clock: 20 normal
+// requests of 10 ms to a path, then n uploads that a client trickled for
+// 12 s each, then nothing. The path's estimate and the class's prior (what
+// a path never seen gets) must stay at most 2× the true 10 ms while the
+// outliers arrive and in the 5 s after they stop, whether the outliers come
+// back as reported service time (the worst case: all 12 s count as S) or
+// as proxy-measured time, and whether they finish at once or spread over
+// the 12 s of the attack. The outliers hit the attacked path itself, or
+// each a fresh path of the class (URL explosion).
+func TestPoisoning(t *testing.T) {
+	const (
+		trueS = 10 * time.Millisecond
+		bound = 2 * trueS
+		slow  = 12 * time.Second
+	)
+	for _, n := range []int{3, 30, 300} {
+		for _, measured := range []bool{false, true} {
+			for _, spread := range []time.Duration{time.Second, slow} {
+				for _, fresh := range []bool{false, true} {
+					name := fmt.Sprintf("n=%d/measured=%v/over=%v/fresh=%v", n, measured, spread, fresh)
+					t.Run(name, func(t *testing.T) {
+						c := newClock()
+						e := mustNew(t, Config{})
+						key, unseen := []byte("/upload"), []byte("/never/seen")
+						observe := func(k []byte, d time.Duration) {
+							if measured {
+								e.ObserveMeasured(0, k, d, c.now())
+							} else {
+								e.Observe(0, k, d, -1, c.now())
+							}
+						}
+						check := func(when string) {
+							t.Helper()
+							e.Refresh(c.now())
+							if s, _ := e.Estimate(0, key); s > bound {
+								t.Fatalf("%s: estimate of the path %v > %v", when, s, bound)
+							}
+							if s, _ := e.Estimate(0, unseen); s > bound {
+								t.Fatalf("%s: estimate of an unseen path %v > %v", when, s, bound)
+							}
+						}
+						for range 20 {
+							observe(key, trueS)
+							c.advance(100 * time.Millisecond)
+						}
+						for i := range n {
+							k := key
+							if fresh {
+								k = fmt.Appendf(nil, "/upload/%d", i)
+							}
+							observe(k, slow)
+							c.advance(spread / time.Duration(n))
+							check(fmt.Sprintf("outlier %d", i+1))
+						}
+						for range 5 {
+							c.advance(time.Second)
+							check("after the attack")
+						}
+						// Measured outliers also feed the fallback Q; clamped
+						// against Q + Ŝ they leave it well under a second
+						// (11.6 s without the clamp, for n = 300).
+						if q := e.Q(); q > time.Second {
+							t.Errorf("Q %v after the attack", q)
+						}
+						st, _ := e.Stats(0, key)
+						m, _, _ := e.ClassStats(0)
+						t.Logf("5s after: path estimate %v, class prior %v, Q %v", st.Mean, m, e.Q())
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestStepChangeLearned: a lasting change of service time is learned
+// within the bound doc.go gives, H·log2(2.5·r) for a rise by r ≥ 2 under
+// steady traffic (10 ms → 50 ms: r = 5, H = 30 s: about 109 s), by the
+// path and by the class prior; and a fall is learned as fast as before
+// (an ordinary decayed mean: 90% of the way in log2(10)·H ≈ 100 s).
+func TestStepChangeLearned(t *testing.T) {
+	c := newClock()
+	e := mustNew(t, Config{})
+	key, unseen := []byte("/report"), []byte("/never/seen")
+	run := func(s time.Duration, d time.Duration, each func(elapsed time.Duration)) {
+		for el := time.Duration(0); el < d; el += 100 * time.Millisecond { // 10 requests/s
+			e.Observe(0, key, s, -1, c.now())
+			c.advance(100 * time.Millisecond)
+			if each != nil {
+				each(el)
+			}
+		}
+	}
+	run(ms(10), 2*time.Minute, nil) // steady weight: 10/s × H/ln 2 ≈ 433
+	var learned, priorLearned time.Duration = -1, -1
+	run(ms(50), 3*time.Minute, func(el time.Duration) {
+		s, _ := e.Estimate(0, key)
+		if s > ms(50) {
+			t.Fatalf("overshoot at %v: %v", el, s)
+		}
+		if learned < 0 && s >= ms(45) {
+			learned = el
+		}
+		if p, _ := e.Estimate(0, unseen); priorLearned < 0 && p >= ms(45) {
+			priorLearned = el
+		}
+	})
+	t.Logf("10ms → 50ms: path within 10%% after %v, class prior after %v", learned, priorLearned)
+	if learned < 0 || learned > 110*time.Second {
+		t.Errorf("path learned the step after %v, bound 110s", learned)
+	}
+	if priorLearned < 0 || priorLearned > 110*time.Second {
+		t.Errorf("class prior learned the step after %v, bound 110s", priorLearned)
+	}
+	learned = -1
+	run(ms(10), 3*time.Minute, func(el time.Duration) {
+		if s, _ := e.Estimate(0, key); learned < 0 && s <= ms(14) {
+			learned = el
+		}
+	})
+	t.Logf("50ms → 10ms: within 10%% of the way after %v", learned)
+	if learned < 0 || learned > 100*time.Second {
+		t.Errorf("fall learned after %v, bound 100s", learned)
+	}
+}
+
+// TestWinsorise: once a key has a mean m, a sample counts as at most
+// m + max(m, 3σ) + Floor; from YoungSamples samples on, the mean rises no
+// faster than riseLimit; falls count in full; a key's first sample counts
+// in full for the key, clamped for the class.
+func TestWinsorise(t *testing.T) {
+	c := newClock()
+	e := mustNew(t, Config{HalfLife: 100 * time.Second})
+	k := []byte("/k")
+	e.Observe(0, k, ms(10), -1, c.now())
+	e.Observe(0, k, ms(1000), -1, c.now()) // σ = 0: counts as 2·10 + 1 = 21ms
+	st, _ := e.Stats(0, k)
+	if !near(float64(st.Mean), float64(ms(15.5)), 1e-9) || st.Weight != 2 {
+		t.Fatalf("young key: %+v, want mean 15.5ms", st)
+	}
+	for range YoungSamples {
+		e.Observe(0, k, ms(15.5), -1, c.now())
+	}
+	// Grown up: no rise at all without time passing.
+	before, _ := e.Stats(0, k)
+	e.Observe(0, k, ms(1000), -1, c.now())
+	if st, _ := e.Stats(0, k); st.Mean != before.Mean {
+		t.Fatalf("same instant: %v → %v", before.Mean, st.Mean)
+	}
+	// One second later at most (m + 1ms)·4^(1s/H) − 1ms.
+	before, _ = e.Stats(0, k)
+	c.advance(time.Second)
+	e.Observe(0, k, ms(1000), -1, c.now())
+	st, _ = e.Stats(0, k)
+	if want := (float64(before.Mean)/1e6+1)*math.Pow(4, 1.0/100) - 1; !near(float64(st.Mean), float64(ms(want)), 1e-6) {
+		t.Fatalf("rise limit: %v → %v, want %vms", before.Mean, st.Mean, want)
+	}
+	// Falls count in full.
+	before = st
+	e.Observe(0, k, 0, -1, c.now())
+	st, _ = e.Stats(0, k)
+	if want := float64(before.Mean) * before.Weight / (before.Weight + 1); !near(float64(st.Mean), want, 1e-6) {
+		t.Fatalf("after a fall: mean %v, want %v", st.Mean, time.Duration(want))
+	}
+	// A new key of a class with a prior: its own first sample in full, the
+	// class's sample clamped at Rho·prior + Floor.
+	e.Refresh(c.now())
+	prior := e.ClassMean(0)
+	e.Observe(0, []byte("/new"), 10*time.Second, -1, c.now())
+	if st, _ := e.Stats(0, []byte("/new")); st.Mean != 10*time.Second {
+		t.Fatalf("new key's estimate %v, want its sample", st.Mean)
+	}
+	c.advance(time.Millisecond)
+	e.Refresh(c.now())
+	if m := e.ClassMean(0); m > prior+prior/100 {
+		t.Fatalf("class prior %v rose from %v within 1ms", m, prior)
+	}
+}
+
+func TestRiseLimit(t *testing.T) {
+	const H = 30 * time.Second
+	inv := 1 / float64(H)
+	for _, tc := range []struct {
+		level float64
+		dt    time.Duration
+		want  float64
+	}{
+		{float64(ms(10)), 0, float64(ms(10))},
+		{float64(ms(10)), -time.Second, float64(ms(10))},
+		{float64(ms(10)), H / 2, float64(ms(21))},
+		{float64(ms(10)), H / 4, float64(ms(11*1.4142135623730951 - 1))},
+		{0, H / 2, float64(ms(1))},
+	} {
+		if got := riseLimit(tc.level, int64(tc.dt), inv); !near(got, tc.want, 1e-6) {
+			t.Errorf("riseLimit(%v, %v) = %v, want %v", time.Duration(tc.level), tc.dt, time.Duration(got), time.Duration(tc.want))
+		}
+	}
+	// Idle time beyond half a half-life accrues nothing more.
+	if got := riseLimit(float64(ms(10)), int64(1000*H), inv); !near(got, float64(ms(21)), 1e-6) {
+		t.Errorf("after 1000 half-lives: %v, want 21ms", time.Duration(got))
+	}
+}
+
+// TestProbe: a probe is granted once per interval per class, only for a
+// key (or, for an unseen key, a class) without a sample for an interval.
+func TestProbe(t *testing.T) {
+	c := newClock()
+	e := mustNew(t, Config{ProbeInterval: time.Second})
+	k := []byte("/k")
+	e.Observe(0, k, ms(10), -1, c.now())
+	e.Observe(0, []byte("/other"), ms(10), -1, c.now())
+	if e.Probe(0, k, c.now()) || e.Probe(0, nil, c.now()) || e.Probe(0, []byte("/unseen"), c.now()) {
+		t.Fatal("probe granted with a fresh sample")
+	}
+	c.advance(999 * time.Millisecond)
+	if e.Probe(0, k, c.now()) {
+		t.Fatal("probe granted before the interval")
+	}
+	c.advance(time.Millisecond)
+	if !e.Probe(0, k, c.now()) {
+		t.Fatal("no probe after an interval without samples")
+	}
+	if e.Probe(0, k, c.now()) || e.Probe(0, []byte("/other"), c.now()) {
+		t.Fatal("second probe in the same interval")
+	}
+	if e.Probe(1, nil, c.now()) {
+		t.Fatal("probe for a class never sampled")
+	}
+	e.Observe(1, k, ms(10), -1, c.now().Add(-time.Second))
+	e.Refresh(c.now().Add(-time.Second))
+	if !e.Probe(1, nil, c.now()) { // another class has its own budget
+		t.Fatal("class 1 had no probe")
+	}
+	c.advance(time.Second)
+	// The class has samples from another key, but this key has none.
+	e.Observe(0, []byte("/other"), ms(10), -1, c.now())
+	e.Refresh(c.now())
+	if e.Probe(0, []byte("/unseen"), c.now()) || e.Probe(0, nil, c.now()) {
+		t.Fatal("probe for an unseen key of a class with fresh samples")
+	}
+	if !e.Probe(0, k, c.now()) {
+		t.Fatal("no probe for a stale key in a class with fresh samples")
+	}
+	if e.Probe(5, k, c.now()) || e.Probe(-1, k, c.now()) {
+		t.Fatal("probe for an out-of-range class")
+	}
+	// Concurrent callers: exactly one wins.
+	c.advance(2 * time.Second)
+	won := make(chan bool, 8)
+	for range 8 {
+		go func() { won <- e.Probe(0, k, c.now()) }()
+	}
+	n := 0
+	for range 8 {
+		if <-won {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d concurrent probes granted", n)
+	}
+}
+
+// TestPoisonSurvivesReload: a reload keeps the learned levels (and so
+// whatever poisoning got past the bounds); it neither resets nor
+// re-inflates them, and the probe budget carries over.
+func TestPoisonSurvivesReload(t *testing.T) {
+	c := newClock()
+	reg := NewRegistry()
+	e, _ := reg.Get("a", Config{}, []string{"gold", "bronze"})
+	k := []byte("/k")
+	for range 20 {
+		e.Observe(1, k, ms(10), -1, c.now())
+		c.advance(100 * time.Millisecond)
+	}
+	for range 300 {
+		e.Observe(1, k, 12*time.Second, -1, c.now())
+	}
+	before, _ := e.Stats(1, k)
+	if _, err := reg.Get("a", Config{HalfLife: 10 * time.Second}, []string{"bronze", "gold"}); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := e.Stats(0, k)
+	if after != before || after.Mean > ms(20) {
+		t.Fatalf("after reload %+v, before %+v", after, before)
+	}
+	c.advance(time.Second)
+	if !e.Probe(0, k, c.now()) {
+		t.Fatal("no probe after reload")
+	}
+}
