@@ -48,7 +48,7 @@ func (h *waitHist) metric(desc *prometheus.Desc, class string) prometheus.Metric
 
 // descs are the metric descriptions of one controller.
 type descs struct {
-	decisions, queueLen, wait, eta, q, rsla, parallelism, pending *prometheus.Desc
+	decisions, queueLen, wait, eta, q, rsla, parallelism, pending, reserve *prometheus.Desc
 }
 
 func newDescs(constLabels prometheus.Labels) descs {
@@ -64,6 +64,7 @@ func newDescs(constLabels prometheus.Labels) descs {
 		rsla:        d("rsla_seconds", "Current response-time target R_sla."),
 		parallelism: d("parallelism", "P used by the test: parallel request slots per backend."),
 		pending:     d("admitted_pending", "Requests admitted by a policer run whose Admit call has not returned yet."),
+		reserve:     d("reserve_share", "Share of the farm held for the predicted demand of more important classes, by class (ρ: 0 for the most important class; above 1 leaves the class nothing but free slots).", "class"),
 	}
 }
 
@@ -77,6 +78,7 @@ func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.desc.rsla
 	ch <- c.desc.parallelism
 	ch <- c.desc.pending
+	ch <- c.desc.reserve
 }
 
 // Collect implements prometheus.Collector. Everything is read at scrape time
@@ -92,6 +94,7 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.desc.queueLen, prometheus.GaugeValue, float64(cl.queueLen()), cl.name)
 		ch <- cl.wait.metric(c.desc.wait, cl.name)
+		ch <- prometheus.MustNewConstMetric(c.desc.reserve, prometheus.GaugeValue, cl.reserve(), cl.name)
 	}
 	var eta float64
 	if n := c.st.Healthy(); n > 0 {

@@ -327,12 +327,13 @@ var (
 	descCap      = prometheus.NewDesc("sentry_learned_capacity_per_server", "Per-server capacity threshold mode uses when none is configured, in server-seconds per second: learned from batch mode, or the batch test's P until then.", []string{"app"}, nil)
 	descThr      = prometheus.NewDesc("sentry_threshold_class", "Threshold mode's class index i (0-based) admitted with probability p.", []string{"app"}, nil)
 	descThrP     = prometheus.NewDesc("sentry_threshold_admit_probability", "Threshold mode's admit probability p for class i.", []string{"app"}, nil)
+	descProbes   = prometheus.NewDesc("sentry_admission_probes_total", "Rejections resting on the service-time estimate that a probe overrode, so the estimate keeps learning while its class is rejected.", []string{"app"}, nil)
 	descThrK     = prometheus.NewDesc("sentry_threshold_capacity_server_seconds", "Threshold mode's capacity K = n × per-server capacity (0 while unknown).", []string{"app"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMode, descSwitches, descCPU, descRSLA, descQuant, descCQuant, descRevenue, descMet,
-		descCap, descThr, descThrP, descThrK} {
+		descCap, descThr, descThrP, descThrK, descProbes} {
 		ch <- d
 	}
 }
@@ -380,5 +381,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descThr, float64(th.Class), a.name)
 		gauge(descThrP, th.P, a.name)
 		gauge(descThrK, th.K, a.name)
+		counter(descProbes, float64(a.Probes()), a.name)
 	}
 }
