@@ -114,6 +114,7 @@ type Controller struct {
 	pending atomic.Int64 // admitted by a run; Admit has not returned yet
 	par     parEstimate
 	waiters sync.Pool
+	parked  sync.Pool // *Parked
 	wake    chan struct{} // Reconfigure → Run: recompute the next due time
 	done    chan struct{} // closed by Close
 	desc    descs
@@ -128,6 +129,9 @@ type Controller struct {
 		due    []bool
 		// nextReserve is when updateReserve is due next.
 		nextReserve time.Time
+		// wakes are the Wakers of parked requests decided by the run in
+		// progress, each once; told after c.run is released (wake).
+		wakes []Waker
 	}
 
 	// states holds every class's state ever configured, by name, so that a
@@ -159,6 +163,7 @@ func New(st State, cfg Config) (*Controller, error) {
 		states: make(map[string]*classState),
 	}
 	c.waiters.New = func() any { return &waiter{ch: make(chan admission.Decision, 1)} }
+	c.parked.New = func() any { return new(Parked) }
 	c.par.store(cfg.Parallelism)
 	now := c.now()
 	s, _ := build(cfg, nil, c.states, now)
@@ -480,7 +485,7 @@ func (c *Controller) Tick(now time.Time) { c.tick(now) }
 // for tests).
 func (c *Controller) tick(now time.Time) []bool {
 	c.run.Lock()
-	defer c.run.Unlock()
+	defer c.unlockAndWake()
 	if c.closed.Load() {
 		return nil
 	}
@@ -606,10 +611,14 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 		c.pending.Add(int64(k))
 	}
 	for j, w := range batch {
+		wk := w.wk // read before the send: the waiter may be reused at once
 		if j < k {
 			w.ch <- admitted
 		} else {
 			w.ch <- reject
+		}
+		if wk != nil {
+			c.noteWake(wk)
 		}
 		batch[j] = nil
 	}
@@ -671,7 +680,7 @@ func (c *Controller) Reconfigure(cfg Config) error {
 	}
 	now := c.now()
 	c.run.Lock()
-	defer c.run.Unlock()
+	defer c.unlockAndWake()
 	if c.closed.Load() {
 		return ErrClosed
 	}
@@ -711,7 +720,7 @@ func (c *Controller) Reconfigure(cfg Config) error {
 // Run returns. Close is idempotent.
 func (c *Controller) Close() {
 	c.run.Lock()
-	defer c.run.Unlock()
+	defer c.unlockAndWake()
 	if c.closed.Swap(true) {
 		return
 	}
@@ -720,8 +729,11 @@ func (c *Controller) Close() {
 	for _, cl := range c.snap.Load().classes {
 		for _, q := range cl.queues {
 			for w := q.take(true); w != nil; {
-				next := w.next
+				next, wk := w.next, w.wk
 				w.ch <- reject
+				if wk != nil {
+					c.noteWake(wk)
+				}
 				w = next
 			}
 		}
@@ -733,4 +745,149 @@ func (c *Controller) Close() {
 func (c *Controller) QueueLen(i int) int {
 	s := c.snap.Load()
 	return int(s.classes[s.classIndex(i)].queueLen())
+}
+
+// Waker is told that a parked request (Park) has its decision. Wake is
+// called from the goroutine that ran the policer (or Reconfigure, or
+// Close), after the controller's locks are released, once per run for each
+// distinct Waker however many of its requests the run decided. It must not
+// block; the usual implementation writes an eventfd or sends on a buffered
+// channel without blocking, and the owner then polls its parked requests
+// (Parked.Result).
+type Waker interface{ Wake() }
+
+// noteWake records wk for the end of the run. Called with c.run held.
+func (c *Controller) noteWake(wk Waker) {
+	for _, w := range c.run.wakes {
+		if w == wk {
+			return
+		}
+	}
+	c.run.wakes = append(c.run.wakes, wk)
+}
+
+// maxWakers bounds the Wakers a run keeps a buffer for; more is fine, the
+// buffer is just not kept.
+const maxWakers = 64
+
+// unlockAndWake releases c.run and then tells the Wakers the run recorded.
+func (c *Controller) unlockAndWake() {
+	if len(c.run.wakes) == 0 {
+		c.run.Unlock()
+		return
+	}
+	var buf [maxWakers]Waker
+	wakes := buf[:0]
+	if len(c.run.wakes) > maxWakers {
+		wakes = make([]Waker, 0, len(c.run.wakes))
+	}
+	wakes = append(wakes, c.run.wakes...)
+	clear(c.run.wakes)
+	c.run.wakes = c.run.wakes[:0]
+	c.run.Unlock()
+	for _, wk := range wakes {
+		wk.Wake()
+	}
+}
+
+// Parked is a request waiting in its class's queue for a caller that must
+// not block (an event loop). It is pooled: after Result returns ready, or
+// after Cancel, the caller must not use it again.
+type Parked struct {
+	c     *Controller
+	cl    *class
+	q     *queue
+	w     *waiter
+	start time.Time
+}
+
+// Park is Admit for a caller that must not block. When r can be decided at
+// once (a class without a period, a full queue, no backend, a closed
+// controller) it returns the decision with decided true. Otherwise it queues
+// r and returns a Parked: the class's next run decides it and then tells wk,
+// and the caller takes the decision with Parked.Result. Like Admit, the
+// decision is counted once, when the caller takes it. Park does not
+// allocate.
+func (c *Controller) Park(r *admission.Request, wk Waker) (d admission.Decision, p *Parked, decided bool) {
+	for {
+		s := c.snap.Load()
+		idx := s.classIndex(r.Class)
+		cl := s.classes[idx]
+		if c.closed.Load() {
+			return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend}), nil, true
+		}
+		sNs := float64(max(r.S, 0))
+		if cl.period == 0 {
+			return c.count(cl, c.testNow(s, idx, sNs)), nil, true
+		}
+		n := c.st.Healthy()
+		if n <= 0 {
+			return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend}), nil, true
+		}
+		q := cl.queues[s.bucket(r.Bucket)]
+		w := c.waiters.Get().(*waiter)
+		w.s, w.wk = sNs, wk
+		start := c.now()
+		switch q.push(w) {
+		case pushRetired:
+			w.wk = nil
+			c.waiters.Put(w)
+			continue
+		case pushFull:
+			w.wk = nil
+			c.waiters.Put(w)
+			m := c.model(s, n)
+			return c.count(cl, admission.Decision{
+				Verdict:    admission.RejectQueueFull,
+				RetryAfter: retryAfter(m.drain(sNs, m.rsla-float64(cl.period))),
+			}), nil, true
+		}
+		if h := c.testHookEnqueued; h != nil {
+			h()
+		}
+		p := c.parked.Get().(*Parked)
+		*p = Parked{c: c, cl: cl, q: q, w: w, start: start}
+		return admission.Decision{}, p, false
+	}
+}
+
+// Result returns the parked request's decision once its run has made it
+// (ready true), counting it; ready is false while it still waits. After
+// ready, p is released.
+func (p *Parked) Result() (d admission.Decision, ready bool) {
+	select {
+	case d = <-p.w.ch:
+	default:
+		return admission.Decision{}, false
+	}
+	c, cl := p.c, p.cl
+	if d.Verdict == admission.Admit {
+		c.pending.Add(-1)
+	}
+	p.finish()
+	return c.count(cl, d), true
+}
+
+// Cancel withdraws a parked request whose client has gone: it leaves its
+// queue, or, if a run has already decided it, the decision is dropped (an
+// admission is given back). It is counted as RejectGone. p is released.
+func (p *Parked) Cancel() {
+	if !p.q.remove(p.w) {
+		// A run has taken it; its decision is in the channel or on the way.
+		if d := <-p.w.ch; d.Verdict == admission.Admit {
+			p.c.pending.Add(-1)
+		}
+	}
+	c, cl := p.c, p.cl
+	p.finish()
+	c.count(cl, admission.Decision{Verdict: admission.RejectGone})
+}
+
+func (p *Parked) finish() {
+	c := p.c
+	p.cl.wait.observe(c.now().Sub(p.start))
+	p.w.wk = nil
+	c.waiters.Put(p.w)
+	*p = Parked{}
+	c.parked.Put(p)
 }

@@ -23,6 +23,9 @@ type waiter struct {
 	// epoch is the queue epoch the waiter was linked in; the waiter is still
 	// in the queue iff it equals the queue's current epoch.
 	epoch uint64
+	// wk, when not nil, is told after the run that decided the waiter
+	// (a parked request; see Controller.Park).
+	wk Waker
 }
 
 // queue is one (class, bucket) wait queue: an intrusive FIFO list, so push,
