@@ -114,7 +114,7 @@ type Controller struct {
 	pending atomic.Int64 // admitted by a run; Admit has not returned yet
 	par     parEstimate
 	waiters sync.Pool
-	parked  sync.Pool // *Parked
+	parked  sync.Pool     // *Parked
 	wake    chan struct{} // Reconfigure → Run: recompute the next due time
 	done    chan struct{} // closed by Close
 	desc    descs
