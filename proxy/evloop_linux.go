@@ -343,6 +343,7 @@ type evloop struct {
 	date      []byte
 	dateSec   int64
 	st        []byte // stripped Server-Timing
+	xff       []byte // a trusted proxy's X-Forwarded-For lines, merged
 	ar        admission.Request
 	yieldAt   int64 // next runtime.Gosched
 
@@ -719,7 +720,11 @@ func (v *rawView) Cookie(name string) []byte {
 // serve runs one parsed request; false (before anything was done or
 // counted) means the fast path does not take it.
 func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
-	if h.hostCount != 1 || h.chunked || h.teOther || h.expect || h.upgrade || h.connOther || h.n > l.ff.maxHeader {
+	// Connection lists other than close/keep-alive, Upgrade, and a Host
+	// that is not plainly uri-host[:port] go to fasthttp, where the header
+	// policy's checks answer them (headers.go; doc.go "The header policy").
+	if h.hostCount != 1 || h.chunked || h.teOther || h.expect || h.upgrade || h.connOther || h.n > l.ff.maxHeader ||
+		!validHost(h.host.of(b)) {
 		return false
 	}
 	cl := h.contentLength
@@ -749,8 +754,18 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	ex.idem = idempotentMethod(h.method.of(b))
 	isTrusted := a.trusted && trusted(a.cfg.TrustedProxies, c.peer)
 	client := c.peer
-	xff := h.findKind(b, hXFF)
+	// A trusted proxy's X-Forwarded-For lines are one list (RFC 9110 §5.3).
+	xff := l.xff[:0]
 	if isTrusted {
+		for i := 0; i < h.nfields; i++ {
+			if v := h.fields[i].value.of(b); h.kinds[i] == hXFF && len(v) > 0 {
+				if len(xff) > 0 {
+					xff = append(xff, ", "...)
+				}
+				xff = append(xff, v...)
+			}
+		}
+		l.xff = xff
 		client = clientFromXFF(a.cfg.TrustedProxies, c.peer, xff)
 	}
 	ctl := a.ctl
@@ -800,26 +815,30 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 		le++
 	}
 	r = append(r, b[:le+1]...)
-	// X-Forwarded-Proto/-Host pass through (the first non-empty ones) only
-	// from trusted proxies; otherwise ours replace them.
+	// The header policy (headers.go): hop-by-hop lines and every copy of
+	// the forwarding headers (any spelling) go; one of each is added. Only
+	// a trusted proxy's first non-empty X-Forwarded-Proto, -Host and
+	// request ID are kept.
 	var haveProto, haveHost bool
 	for i := 0; i < h.nfields; i++ {
 		f := &h.fields[i]
 		switch h.kinds[i] {
-		case hConnection, hHopByHop, hXFF:
+		case hConnection, hHopByHop, hXFF, hFwdAlias:
 			continue
 		case hXFProto:
-			if !isTrusted || f.value.e == f.value.s {
+			if !isTrusted || haveProto || f.value.e == f.value.s {
 				continue
 			}
 			haveProto = true
 		case hXFHost:
-			if !isTrusted || f.value.e == f.value.s {
+			if !isTrusted || haveHost || f.value.e == f.value.s {
 				continue
 			}
 			haveHost = true
 		case hOther:
-			if eqFoldString(f.name.of(b), a.reqID) {
+			if exact, alias := nameMatch(f.name.of(b), a.reqID); alias {
+				continue
+			} else if exact {
 				if !isTrusted || len(ex.id) > 0 || f.value.e == f.value.s {
 					continue
 				}
