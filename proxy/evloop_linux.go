@@ -72,16 +72,22 @@ type fastFront struct {
 	served, handed atomic.Uint64 // requests answered by the loops; connections handed off
 }
 
-// fastDisabled turns the event loop off (SENTRY_EVLOOP=0): every
-// connection is served by fasthttp. For comparison and as an escape hatch.
+// fastDisabled turns the event loop off (SENTRY_EVLOOP=0) for EngineAuto:
+// every connection is served by fasthttp. For comparison and as an escape
+// hatch.
 var fastDisabled = os.Getenv("SENTRY_EVLOOP") == "0"
 
 // startFast starts the loops on ln and returns the listener fasthttp
 // serves (connections handed off by the loops). ok is false when the event
 // loop cannot be used; fasthttp then serves ln itself.
 func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
-	if fastDisabled {
+	switch fe.p.opts.Engine {
+	case EngineFastHTTP:
 		return ln, false
+	case EngineAuto:
+		if fastDisabled {
+			return ln, false
+		}
 	}
 	sc, ok := ln.(syscall.Conn)
 	if !ok {

@@ -142,7 +142,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	}
 	upgrade := f.upgrade && len(h.PeekBytes(hdrUpgrade)) > 0
 	stripHopByHop(h, upgrade)
-	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), start, nil, upgrade, clientClose)
+	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), start, nil, upgrade, clientClose || f.close)
 	closeIfBodyUnread(ctx, o)
 	a.m.observe(o, ctx.Response.StatusCode(), b, start)
 	if rt.access {
@@ -202,7 +202,8 @@ func checkTarget(req *fasthttp.Request, isTLS bool) (outcome, bool) {
 // checkHead refuses heads that parsers could read in different ways:
 // HTTP/1.0 with Transfer-Encoding, repeated Host lines, obs-fold, a Host
 // that is not uri-host[:port] (userinfo would become an Authorization
-// header), a missing Host on HTTP/1.1, a Connection list naming a
+// header), a missing Host (on HTTP/1.0 too: the backend needs one), a
+// Connection list naming a
 // protected header, and an Upgrade request with a body (the body would
 // never reach the backend and could be read as the next request).
 func checkHead(h *fasthttp.RequestHeader, f *headFacts) (outcome, bool) {
@@ -212,7 +213,7 @@ func checkHead(h *fasthttp.RequestHeader, f *headFacts) (outcome, bool) {
 	if !h.IsHTTP11() && h.ContentLength() == -1 {
 		return outBadRequest, false
 	}
-	if host := h.Host(); (len(host) > 0 || h.IsHTTP11()) && !validHost(host) {
+	if !validHost(h.Host()) {
 		return outBadRequest, false
 	}
 	if cl := h.ContentLength(); f.upgrade && len(h.PeekBytes(hdrUpgrade)) > 0 && (cl > 0 || cl == -1) {

@@ -238,6 +238,7 @@ type headFacts struct {
 	connOther bool // Connection lists a header to remove
 	connBad   bool // Connection lists a protected header
 	upgrade   bool // Connection lists "upgrade"
+	close     bool // Connection lists "close" (fasthttp sees it only alone)
 }
 
 // scanHead reads the raw header lines fasthttp keeps (RawHeaders; empty
@@ -267,7 +268,9 @@ func scanHead(raw []byte, reqID string) (f headFacts) {
 		case hConnection:
 			connList(bytes.TrimRight(line[c+1:], "\r"), func(tok []byte) bool {
 				switch {
-				case eqFold(tok, "close"), eqFold(tok, "keep-alive"):
+				case eqFold(tok, "close"):
+					f.close = true
+				case eqFold(tok, "keep-alive"):
 				case eqFold(tok, "upgrade"):
 					f.upgrade = true
 				case connProtected(tok, reqID):
