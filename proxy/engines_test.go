@@ -99,7 +99,7 @@ func tableBackend(_ *rawBackend, _, _ int, r *beReq, c net.Conn, _ *bufio.Reader
 	return err == nil
 }
 
-func startRig(t *testing.T, e Engine, cfg string) *rig {
+func startRig(t testing.TB, e Engine, cfg string) *rig {
 	t.Helper()
 	rb := startRawBackend(t, tableBackend)
 	var ctl *fakeControl
@@ -524,4 +524,124 @@ func expectClosed(t *testing.T, c *tconn) {
 		return
 	}
 	t.Errorf("want the connection closed, got byte %q err %v", b, err)
+}
+
+// FuzzHeaderPolicy sends random header sets, Connection lists included,
+// through both engines to a raw backend. Every request is either refused
+// with 400 (and nothing reaches the backend) or the backend receives it
+// with exactly one of each forwarding header carrying sentry's values, no
+// underscore spelling of them, and the framing the client sent
+// (Content-Length or chunked, with the same body).
+func FuzzHeaderPolicy(f *testing.F) {
+	for _, s := range [][]byte{
+		{0, 0, 0, 1, 1, 2, 2, 3, 3},
+		{1, 7, 6, 0, 0},            // Connection: X-Forwarded-For, split
+		{0, 7, 8, 11, 12},          // Connection: Content-Length with a length
+		{0, 4, 0, 5, 1, 6, 2},      // underscore spellings
+		{0, 12, 11, 11, 12},        // chunked
+		{0, 7, 10, 13, 13, 11, 12}, // upgrade with a body
+		{1, 7, 7, 10, 3, 9, 9},
+		{0, 14, 1, 11, 12, 12, 11},
+	} {
+		f.Add(s)
+	}
+	rigs := map[Engine]*rig{}
+	for _, e := range engines {
+		rigs[e] = startRig(f, e, "plain")
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if len(in) == 0 || len(in) > 64 {
+			return
+		}
+		mode := sendMode(in[0] & 1)
+		head, body, framing := fuzzHead(in[1:])
+		for _, e := range engines {
+			r := rigs[e]
+			tag := fmt.Sprintf("/f%d-%s", pathSeq.Add(1), e)
+			method := "GET"
+			if framing != "" {
+				method = "POST"
+			}
+			raw := method + " " + tag + " HTTP/1.1\r\nHost: x\r\n" + head + "\r\n" + body
+			c := r.send(t, mode, raw)
+			_ = c.c.SetDeadline(time.Now().Add(3 * time.Second))
+			resp, _, err := c.read(method)
+			if err != nil {
+				t.Fatalf("%s: reading the answer to %q: %v", e, raw, err)
+			}
+			got := r.received(tag)
+			switch resp.StatusCode {
+			case 400:
+				if len(got) != 0 {
+					t.Fatalf("%s: 400, yet the backend received %q", e, raw)
+				}
+				continue
+			case 200:
+			default:
+				t.Fatalf("%s: status %d for %q", e, resp.StatusCode, raw)
+			}
+			if len(got) != 1 {
+				t.Fatalf("%s: backend received %d requests for %q", e, len(got), raw)
+			}
+			q := got[0]
+			wantForwarding(t, q, resp, "127.0.0.1", "http", "x", "")
+			cl, te := q.header.Get("Content-Length"), q.header.Get("Transfer-Encoding")
+			switch framing {
+			case "chunked":
+				if te != "chunked" || cl != "" || string(q.body) != "hello" {
+					t.Errorf("%s: chunked request reached the backend with CL=%q TE=%q body %q (%q)", e, cl, te, q.body, raw)
+				}
+			case "":
+				if te != "" || (cl != "" && cl != "0") || len(q.body) != 0 {
+					t.Errorf("%s: request without a body reached the backend with CL=%q TE=%q body %q (%q)", e, cl, te, q.body, raw)
+				}
+			default:
+				if te != "" || cl != framing || string(q.body) != "hello"[:atoiSmall(framing)] {
+					t.Errorf("%s: Content-Length %s request reached the backend with CL=%q TE=%q body %q (%q)", e, framing, cl, te, q.body, raw)
+				}
+			}
+			if t.Failed() {
+				t.Logf("request: %q", raw)
+				return
+			}
+		}
+	})
+}
+
+func atoiSmall(s string) int { n, _ := strconv.Atoi(s); return n }
+
+var (
+	fuzzNames  = []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Request-Id", "X_Forwarded_For", "x_forwarded_host", "X-Request_Id", "Connection", "Keep-Alive", "TE", "X-Other", "Content-Length", "Transfer-Encoding", "Upgrade", "Host", "Proxy-Connection"}
+	fuzzValues = []string{"6.6.6.6", "evil", "https", "", "close", "keep-alive", "X-Forwarded-For", "x-forwarded-proto, X-Other", "Content-Length", "X-Request-Id", "upgrade", "chunked", "5", "websocket", "X-Other", "0", "Transfer-Encoding", "host", "X_Forwarded_Host", "upgrade, x-other"}
+)
+
+// fuzzHead turns bytes into header lines (pairs: name, value from the
+// pools; Content-Length takes "5" or "0", Transfer-Encoding "chunked" or
+// "gzip"), and the body matching the framing they declare: framing is
+// "chunked", a Content-Length, or "" for none.
+func fuzzHead(in []byte) (head, body, framing string) {
+	var cls []string
+	var tes []string
+	var b strings.Builder
+	for i := 0; i+1 < len(in); i += 2 {
+		name := fuzzNames[int(in[i])%len(fuzzNames)]
+		v := fuzzValues[int(in[i+1])%len(fuzzValues)]
+		switch name {
+		case "Content-Length":
+			v = []string{"5", "0", "3"}[int(in[i+1])%3]
+			cls = append(cls, v)
+		case "Transfer-Encoding":
+			v = []string{"chunked", "gzip"}[int(in[i+1])%2]
+			tes = append(tes, v)
+		}
+		b.WriteString(name + ": " + v + "\r\n")
+	}
+	switch {
+	case len(tes) > 0:
+		return b.String(), "5\r\nhello\r\n0\r\n\r\n", "chunked"
+	case len(cls) > 0:
+		n := atoiSmall(cls[0])
+		return b.String(), "hello"[:n], cls[0]
+	}
+	return b.String(), "", ""
 }

@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -1501,50 +1500,16 @@ func (l *evloop) respond(c *cconn, a *app, o outcome, d admission.Decision) {
 		l.closeBackend(bc)
 	}
 	l.release(ex, !countsAsFailure(o))
-	status := statusOf(o)
-	var body []byte
-	retry := -1
-	var verdict []byte
-	switch o {
-	case outRejected, outNoBackend:
-		if o == outNoBackend {
-			d = admission.Decision{Verdict: admission.RejectNoBackend}
-		}
-		status, retry = a.rejectStatus(d)
-		verdict = verdictBytes[d.Verdict]
-		body = a.reject.body
-	default:
-		body = []byte(errorBody(o))
-		if o == outBackendBusy {
-			retry = 1
-		}
+	r := replyFor(a, o, d)
+	status := r.status
+	var id []byte
+	if o != outRejected && o != outNoBackend {
+		id = ex.id
 	}
-	out := c.out
-	out = append(out, "HTTP/1.1 "...)
-	out = strconv.AppendInt(out, int64(status), 10)
-	out = append(out, ' ')
-	out = append(out, fasthttp.StatusMessage(status)...)
-	out = append(out, "\r\nDate: "...)
-	out = append(out, l.httpDate()...)
-	out = append(out, "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
-	out = strconv.AppendInt(out, int64(len(body)), 10)
-	if retry >= 0 {
-		out = append(append(out, "\r\nRetry-After: "...), retryAfterBytes(retry)...)
-	}
-	if verdict != nil {
-		out = append(append(out, "\r\nX-Sentry-Reject: "...), verdict...)
-	}
-	if o != outRejected && o != outNoBackend && len(ex.id) > 0 {
-		out = append(append(append(append(out, "\r\n"...), a.reqID...), ": "...), ex.id...)
-	}
-	if c.closing || l.ff.draining.Load() {
+	if l.ff.draining.Load() {
 		c.closing = true
-		out = append(out, "\r\nConnection: close"...)
 	}
-	out = append(out, "\r\n\r\n"...)
-	if !ex.head {
-		out = append(out, body...) // HEAD: the length, not the body
-	}
+	out := appendReply(c.out, r, l.httpDate(), a.reqID, id, c.closing, ex.head)
 	c.out = out
 	ex.headSent = true
 	l.done(c, o, status)

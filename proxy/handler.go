@@ -362,7 +362,15 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	h.SetBytesV(a.reqID, id)
 
 	if upgrade {
-		return p.upgrade(a, ctx)
+		o, u := p.upgrade(a, ctx)
+		if ctx.Response.StatusCode() != fasthttp.StatusSwitchingProtocols {
+			// Not a tunnel: the answer is cleaned as any other.
+			if o == outRelayed {
+				stripHopByHopResponse(&ctx.Response.Header)
+			}
+			ctx.Response.Header.SetBytesV(a.reqID, id)
+		}
+		return o, u
 	}
 	h.ResetConnectionClose()
 	if isTLS {
@@ -506,14 +514,7 @@ func hasHeaderName(raw, name []byte) bool {
 
 // writeReject writes the prebuilt rejection: nothing reaches a backend.
 func (a *app) writeReject(ctx *fasthttp.RequestCtx, d admission.Decision) {
-	r := &a.reject
-	status, secs := a.rejectStatus(d)
-	resp := &ctx.Response
-	resp.SetStatusCode(status)
-	resp.Header.SetContentTypeBytes(strTextPlain)
-	resp.Header.SetBytesKV(hdrRetryAfter, retryAfterBytes(secs))
-	resp.Header.SetBytesKV(hdrReject, verdictBytes[d.Verdict])
-	resp.SetBodyRaw(r.body)
+	writeReply(&ctx.Response, replyFor(a, outRejected, d))
 }
 
 // rejectStatus returns the status and Retry-After seconds of a rejection.
@@ -530,18 +531,8 @@ func (a *app) rejectStatus(d admission.Decision) (status, secs int) {
 
 // writeError writes a proxy-generated error. a may be nil.
 func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, a *app, o outcome) {
-	resp := &ctx.Response
-	resp.Reset()
-	if o == outNoBackend && a != nil {
-		a.writeReject(ctx, admission.Decision{Verdict: admission.RejectNoBackend})
-		return
-	}
-	resp.SetStatusCode(statusOf(o))
-	resp.Header.SetContentTypeBytes(strTextPlain)
-	if o == outBackendBusy {
-		resp.Header.SetBytesKV(hdrRetryAfter, retryAfterBytes(1))
-	}
-	resp.SetBodyString(errorBody(o))
+	ctx.Response.Reset()
+	writeReply(&ctx.Response, replyFor(a, o, admission.Decision{}))
 }
 
 // retryAfterBytes returns the decimal bytes for small second counts without
