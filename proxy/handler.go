@@ -124,15 +124,13 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		p.writeError(ctx, a, o)
 		if o == outNoApp {
 			closeIfBodyUnread(ctx, o)
-		} else {
-			ctx.SetConnectionClose() // a malformed head: as nginx, answer and close
+			return
 		}
-		if a != nil {
-			a.m.observe(o, ctx.Response.StatusCode(), nil, start)
-			if rt.access {
-				p.logAccess(a, ctx, o, nil, start)
-			}
-		}
+		// A head refused by the checks counts as one fasthttp could not
+		// parse (sentry_client_errors_total), and, as there, the
+		// connection is closed.
+		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+		ctx.SetConnectionClose()
 		return
 	}
 	// Connection-listed headers go first, from the client's request only;

@@ -44,6 +44,25 @@ var errorBodies = func() (t [outMethodNotAllowed + 1][]byte) {
 	return t
 }()
 
+// parseErrorBody is the body of an answer to a head fasthttp could not
+// read (handleError): 400, 408, 413 or 431.
+func parseErrorBody(status int) []byte {
+	switch status {
+	case fasthttp.StatusRequestHeaderFieldsTooLarge:
+		return bodyHeadTooLarge
+	case fasthttp.StatusRequestEntityTooLarge:
+		return errorBodies[outBodyTooLarge]
+	case fasthttp.StatusRequestTimeout:
+		return bodyRequestTimeout
+	}
+	return errorBodies[outBadRequest]
+}
+
+var (
+	bodyHeadTooLarge   = []byte("sentry: request header fields too large\n")
+	bodyRequestTimeout = []byte("sentry: request timeout\n")
+)
+
 // writeReply sets r as a fasthttp response (headers added to what resp
 // holds; writeError resets it first).
 func writeReply(resp *fasthttp.Response, r reply) {
