@@ -205,13 +205,17 @@ func wantAbsent(t *testing.T, q *beReq, names ...string) {
 	}
 }
 
-func requestTable() []tableCase {
-	fwdPlain := func(t *testing.T, q *beReq, resp *http.Response, _ string) {
-		wantForwarding(t, q, resp, "127.0.0.1", "http", "example.com", "")
-		if q.header.Get("Host") != "example.com" {
-			t.Errorf("backend Host = %q, want the client's", q.header.Get("Host"))
-		}
+// fwdPlainCheck: an untrusted client's request for example.com.
+func fwdPlainCheck(t *testing.T, q *beReq, resp *http.Response) {
+	t.Helper()
+	wantForwarding(t, q, resp, "127.0.0.1", "http", "example.com", "")
+	if q.header.Get("Host") != "example.com" {
+		t.Errorf("backend Host = %q, want the client's", q.header.Get("Host"))
 	}
+}
+
+func requestTable() []tableCase {
+	fwdPlain := func(t *testing.T, q *beReq, resp *http.Response, _ string) { fwdPlainCheck(t, q, resp) }
 	cases := []tableCase{
 		// Forwarding headers (issue 18 items 5 and 6).
 		{name: "forged forwarding headers replaced", cfg: "plain", status: 200, reached: true, check: fwdPlain,
@@ -270,6 +274,23 @@ func requestTable() []tableCase {
 		{name: "Connection: close with a listed header", cfg: "plain", status: 200, reached: true, closes: true,
 			raw:   "GET {p} HTTP/1.1\r\nHost: x\r\nConnection: close, X-Secret\r\nX-Secret: s\r\n\r\n",
 			check: func(t *testing.T, q *beReq, _ *http.Response, _ string) { wantAbsent(t, q, "X-Secret", "Connection") }},
+		{name: "Connection: close", cfg: "plain", status: 200, reached: true, closes: true,
+			raw:   "GET {p} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+			check: func(t *testing.T, q *beReq, _ *http.Response, _ string) { wantAbsent(t, q, "Connection") }},
+		{name: "Upgrade the backend refuses", cfg: "plain", status: 200, reached: true,
+			raw: "GET {p} HTTP/1.1\r\nHost: example.com\r\nConnection: Upgrade, X-Secret\r\nUpgrade: websocket\r\nX-Secret: s\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n",
+			check: func(t *testing.T, q *beReq, resp *http.Response, _ string) {
+				if q.header.Get("Upgrade") != "websocket" || q.header.Get("Connection") != "Upgrade" {
+					t.Errorf("backend got Upgrade %q Connection %q", q.header.Get("Upgrade"), q.header.Get("Connection"))
+				}
+				wantAbsent(t, q, "X-Secret")
+				fwdPlainCheck(t, q, resp)
+				for _, k := range []string{"Keep-Alive", "Proxy-Authenticate"} {
+					if v := resp.Header.Get(k); v != "" {
+						t.Errorf("response hop-by-hop %s reached the client: %q", k, v)
+					}
+				}
+			}},
 		{name: "CL.0: Connection names Content-Length", cfg: "plain", status: 400, closes: true,
 			raw: hiddenBody("POST {p} HTTP/1.1\r\nHost: x\r\nConnection: Content-Length\r\nContent-Length: {n}\r\n\r\n")},
 		{name: "Connection names Transfer-Encoding", cfg: "plain", status: 400, closes: true,
