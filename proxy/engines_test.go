@@ -325,6 +325,8 @@ func requestTable() []tableCase {
 			raw: "POST {p} HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
 		{name: "CONNECT", cfg: "plain", status: 405, closes: true,
 			raw: "CONNECT b.test:443 HTTP/1.1\r\nHost: b.test:443\r\nX-Tag: {p}\r\n\r\n"},
+		{name: "asterisk-form other than OPTIONS", cfg: "plain", status: 400, closes: true,
+			raw: "GET * HTTP/1.1\r\nHost: x\r\nX-Tag: {p}\r\n\r\n"},
 		{name: "PRI on a plain listener", cfg: "plain", status: 400, closes: true,
 			raw: "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"},
 		{name: "HTTP/1.0 without Host", cfg: "plain", status: 400, closes: true,

@@ -167,7 +167,10 @@ func checkTarget(req *fasthttp.Request, isTLS bool) (outcome, bool) {
 		return outRelayed, true
 	}
 	if string(u) == "*" {
-		return outRelayed, string(h.Method()) == fasthttp.MethodOptions
+		if string(h.Method()) == fasthttp.MethodOptions {
+			return outRelayed, true
+		}
+		return outBadRequest, false
 	}
 	var rest []byte
 	switch {
