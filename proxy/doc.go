@@ -164,9 +164,11 @@
 // Who does what: the loops serve only heads that need nothing of steps
 // 1-3 (HTTP/1.1, origin form, one Host that is uri-host[:port],
 // Connection only close/keep-alive, no Upgrade) and hand the rest to
-// fasthttp, whose handle does 1-3. Step 4 is written twice over the same
-// table, on raw lines (evloop_linux.go) and on fasthttp's header
-// (handler.go); the tests above hold the two to the same result. h2
+// fasthttp, whose handle does 1-3. In step 4 the values are decided once
+// (planForwarding, from what a trusted proxy sent); each engine only
+// removes the incoming copies and writes them, on raw lines
+// (evloop_linux.go) or on fasthttp's header (handler.go), and the tests
+// above hold the two to the same result. h2
 // (h2.go) copies a stream's headers leaving out what the table says
 // (hop-by-hop names, host: ":authority" wins, underscore spellings),
 // refuses CONNECT and a bad authority, and shares step 4 with fasthttp

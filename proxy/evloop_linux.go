@@ -347,8 +347,10 @@ type evloop struct {
 	view      rawView
 	date      []byte
 	dateSec   int64
-	st        []byte // stripped Server-Timing
-	xff       []byte // a trusted proxy's X-Forwarded-For lines, merged
+	st        []byte     // stripped Server-Timing
+	xff       []byte     // a trusted proxy's X-Forwarded-For lines, merged
+	in        trustedFwd // what a trusted proxy sent (planForwarding)
+	fwd       []byte     // the forwarding header values (planForwarding)
 	ar        admission.Request
 	yieldAt   int64 // next runtime.Gosched
 
@@ -759,19 +761,25 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	ex.idem = idempotentMethod(h.method.of(b))
 	isTrusted := a.trusted && trusted(a.cfg.TrustedProxies, c.peer)
 	client := c.peer
-	// A trusted proxy's X-Forwarded-For lines are one list (RFC 9110 §5.3).
-	xff := l.xff[:0]
+	// What a trusted proxy sent (planForwarding); its X-Forwarded-For
+	// lines are one list (RFC 9110 §5.3).
+	in := &l.in
+	*in = trustedFwd{}
 	if isTrusted {
+		chain := l.xff[:0]
 		for i := 0; i < h.nfields; i++ {
-			if v := h.fields[i].value.of(b); h.kinds[i] == hXFF && len(v) > 0 {
-				if len(xff) > 0 {
-					xff = append(xff, ", "...)
+			f := &h.fields[i]
+			switch k := h.kinds[i]; k {
+			case hXFF, hXFProto, hXFHost:
+				chain = in.add(k, f.value.of(b), chain)
+			case hOther:
+				if exact, _ := nameMatch(f.name.of(b), a.reqID); exact {
+					in.add(hOther, f.value.of(b), nil)
 				}
-				xff = append(xff, v...)
 			}
 		}
-		l.xff = xff
-		client = clientFromXFF(a.cfg.TrustedProxies, c.peer, xff)
+		l.xff = chain
+		client = clientFromXFF(a.cfg.TrustedProxies, c.peer, in.xff)
 	}
 	ctl := a.ctl
 	ex.class, ex.s = 0, 0
@@ -821,53 +829,26 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	}
 	r = append(r, b[:le+1]...)
 	// The header policy (headers.go): hop-by-hop lines and every copy of
-	// the forwarding headers (any spelling) go; one of each is added. Only
-	// a trusted proxy's first non-empty X-Forwarded-Proto, -Host and
-	// request ID are kept.
-	var haveProto, haveHost bool
+	// the forwarding headers (any spelling) go; one of each is added.
 	for i := 0; i < h.nfields; i++ {
 		f := &h.fields[i]
 		switch h.kinds[i] {
-		case hConnection, hHopByHop, hXFF, hFwdAlias:
+		case hConnection, hHopByHop, hXFF, hXFProto, hXFHost, hFwdAlias:
 			continue
-		case hXFProto:
-			if !isTrusted || haveProto || f.value.e == f.value.s {
-				continue
-			}
-			haveProto = true
-		case hXFHost:
-			if !isTrusted || haveHost || f.value.e == f.value.s {
-				continue
-			}
-			haveHost = true
 		case hOther:
-			if exact, alias := nameMatch(f.name.of(b), a.reqID); alias {
+			if exact, alias := nameMatch(f.name.of(b), a.reqID); exact || alias {
 				continue
-			} else if exact {
-				if !isTrusted || len(ex.id) > 0 || f.value.e == f.value.s {
-					continue
-				}
-				ex.id = append(ex.id, f.value.of(b)...)
 			}
 		}
 		r = append(r, f.line.of(b)...)
 	}
-	r = append(r, "X-Forwarded-For: "...)
-	if isTrusted && len(xff) > 0 {
-		r = append(append(r, xff...), ", "...)
-	}
-	r = c.peer.AppendTo(r)
-	r = append(r, "\r\n"...)
-	if !haveProto {
-		r = append(r, "X-Forwarded-Proto: http\r\n"...)
-	}
-	if !haveHost {
-		r = append(append(append(r, "X-Forwarded-Host: "...), h.host.of(b)...), "\r\n"...)
-	}
-	if len(ex.id) == 0 {
-		ex.id = p.ids.append(ex.id)
-		r = append(append(append(append(r, a.reqID...), ": "...), ex.id...), "\r\n"...)
-	}
+	var fw forwarding
+	l.fwd, fw = planForwarding(l.fwd, in, c.peer, false, h.host.of(b), p.ids)
+	ex.id = append(ex.id[:0], fw.id...)
+	r = append(append(append(r, "X-Forwarded-For: "...), fw.xff...), "\r\n"...)
+	r = append(append(append(r, "X-Forwarded-Proto: "...), fw.proto...), "\r\n"...)
+	r = append(append(append(r, "X-Forwarded-Host: "...), fw.host...), "\r\n"...)
+	r = append(append(append(append(r, a.reqID...), ": "...), fw.id...), "\r\n"...)
 	r = append(r, "\r\n"...)
 	r = append(r, b[h.n:ex.total]...)
 	ex.req = r

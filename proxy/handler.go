@@ -19,10 +19,12 @@ import (
 // exchange is the per-request scratch space, pooled so the request path
 // does not allocate.
 type exchange struct {
-	ar  admission.Request
-	ctx *fasthttp.RequestCtx
-	buf []byte // forwarding headers and the request ID
-	st  []byte // stripped Server-Timing
+	ar    admission.Request
+	ctx   *fasthttp.RequestCtx
+	buf   []byte     // forwarding headers and the request ID
+	chain []byte     // a trusted proxy's X-Forwarded-For lines, merged
+	in    trustedFwd // what a trusted proxy sent
+	st    []byte     // stripped Server-Timing
 }
 
 // exchange is the classifier's view of the request (classify.Request).
@@ -263,23 +265,18 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 
 	x := exchangePool.Get().(*exchange)
 	x.ctx = ctx
-	defer func() { x.ctx = nil; exchangePool.Put(x) }()
+	defer func() { x.ctx, x.in = nil, trustedFwd{}; exchangePool.Put(x) }()
 
 	// From a trusted proxy, its X-Forwarded-For lines are one list (RFC
-	// 9110 §5.3), kept in x.buf to be chained below.
+	// 9110 §5.3).
 	isTrusted := a.trusted && trusted(a.cfg.TrustedProxies, peer)
 	client := peer
-	x.buf = x.buf[:0]
+	x.in, x.chain = trustedFwd{}, x.chain[:0]
 	if isTrusted {
 		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedFor) {
-			if len(v) > 0 {
-				if len(x.buf) > 0 {
-					x.buf = append(x.buf, ", "...)
-				}
-				x.buf = append(x.buf, v...)
-			}
+			x.chain = x.in.add(hXFF, v, x.chain)
 		}
-		client = clientFromXFF(a.cfg.TrustedProxies, peer, x.buf)
+		client = clientFromXFF(a.cfg.TrustedProxies, peer, x.in.xff)
 	}
 
 	// Classify, estimate, admit (DESIGN.md: the way a request travels).
@@ -329,37 +326,29 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		return outNoBackend, nil
 	}
 
-	// Forwarding headers: every incoming copy goes, then one of each is
-	// set. A trusted proxy's chain is extended with the peer, and its first
-	// non-empty X-Forwarded-Proto, -Host and request ID are kept.
-	if len(x.buf) > 0 {
-		x.buf = append(x.buf, ", "...)
-	}
-	x.buf = peer.AppendTo(x.buf)
-	eXFF := len(x.buf)
-	if !isTrusted || !appendFirst(&x.buf, h.PeekAll(fasthttp.HeaderXForwardedProto)) {
-		if isTLS {
-			x.buf = append(x.buf, strHTTPS...)
-		} else {
-			x.buf = append(x.buf, strHTTP...)
+	// Forwarding headers (planForwarding): every incoming copy goes, then
+	// one of each is set.
+	if isTrusted {
+		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedProto) {
+			x.in.add(hXFProto, v, nil)
+		}
+		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedHost) {
+			x.in.add(hXFHost, v, nil)
+		}
+		for _, v := range h.PeekAll(a.reqID) {
+			x.in.add(hOther, v, nil)
 		}
 	}
-	eProto := len(x.buf)
-	if !isTrusted || !appendFirst(&x.buf, h.PeekAll(fasthttp.HeaderXForwardedHost)) {
-		x.buf = append(x.buf, h.Host()...)
-	}
-	eHost := len(x.buf)
-	if !isTrusted || !appendFirst(&x.buf, h.PeekAll(a.reqID)) {
-		x.buf = p.ids.append(x.buf)
-	}
-	id := x.buf[eHost:]
+	var fw forwarding
+	x.buf, fw = planForwarding(x.buf, &x.in, peer, isTLS, h.Host(), p.ids)
+	id := fw.id
 	h.DelBytes(hdrXFF)
 	h.DelBytes(hdrXFProto)
 	h.DelBytes(hdrXFHost)
 	h.Del(a.reqID)
-	h.SetBytesKV(hdrXFF, x.buf[:eXFF])
-	h.SetBytesKV(hdrXFProto, x.buf[eXFF:eProto])
-	h.SetBytesKV(hdrXFHost, x.buf[eProto:eHost])
+	h.SetBytesKV(hdrXFF, fw.xff)
+	h.SetBytesKV(hdrXFProto, fw.proto)
+	h.SetBytesKV(hdrXFHost, fw.host)
 	h.SetBytesV(a.reqID, id)
 
 	if upgrade {
@@ -479,18 +468,6 @@ func idempotentMethod(m []byte) bool {
 	switch string(m) {
 	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace, fasthttp.MethodPut, fasthttp.MethodDelete:
 		return true
-	}
-	return false
-}
-
-// appendFirst appends the first non-empty value of vs to *dst and reports
-// whether there was one.
-func appendFirst(dst *[]byte, vs [][]byte) bool {
-	for _, v := range vs {
-		if len(v) > 0 {
-			*dst = append(*dst, v...)
-			return true
-		}
 	}
 	return false
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"net/netip"
 
 	"github.com/valyala/fasthttp"
 )
@@ -360,4 +361,83 @@ func h2Skip(name []byte, reqID string) bool {
 	}
 	_, alias := nameMatch(name, reqID)
 	return alias
+}
+
+// ---------------------------------------------------------------- forwarding
+
+// trustedFwd is what a trusted proxy sent (step 4 of the header policy):
+// its X-Forwarded-For lines merged into one list, and the first non-empty
+// X-Forwarded-Proto, X-Forwarded-Host and request ID (nil when none). For
+// any other peer it stays empty: nothing incoming is believed.
+type trustedFwd struct{ xff, proto, host, id []byte }
+
+// forwarding is the one value of each forwarding header sentry sets.
+type forwarding struct{ xff, proto, host, id []byte }
+
+// planForwarding decides the forwarding headers of a request for every
+// engine; the engines only remove the incoming copies and write these.
+// The values are appended to buf (returned, grown) and sliced from it:
+// X-Forwarded-For is the trusted chain (if any) followed by the peer,
+// and X-Forwarded-Proto, -Host and the request ID are the trusted values
+// or else sentry's (the listener's scheme, the request's Host, a fresh
+// ID). in's slices may alias request memory but not buf.
+func planForwarding(buf []byte, in *trustedFwd, peer netip.Addr, isTLS bool, host []byte, ids *idSource) ([]byte, forwarding) {
+	buf = buf[:0]
+	if len(in.xff) > 0 {
+		buf = append(append(buf, in.xff...), ", "...)
+	}
+	buf = peer.AppendTo(buf)
+	eXFF := len(buf)
+	switch {
+	case len(in.proto) > 0:
+		buf = append(buf, in.proto...)
+	case isTLS:
+		buf = append(buf, "https"...)
+	default:
+		buf = append(buf, "http"...)
+	}
+	eProto := len(buf)
+	if len(in.host) > 0 {
+		buf = append(buf, in.host...)
+	} else {
+		buf = append(buf, host...)
+	}
+	eHost := len(buf)
+	if len(in.id) > 0 {
+		buf = append(buf, in.id...)
+	} else {
+		buf = ids.append(buf)
+	}
+	return buf, forwarding{xff: buf[:eXFF], proto: buf[eXFF:eProto], host: buf[eProto:eHost], id: buf[eHost:]}
+}
+
+// add adds one incoming value of kind k (hXFF, hXFProto,
+// hXFHost, or hOther for the request ID) to in: X-Forwarded-For values are
+// chained into chain (the caller's scratch, returned), the others keep the
+// first non-empty one.
+func (in *trustedFwd) add(k uint8, v []byte, chain []byte) []byte {
+	if len(v) == 0 {
+		return chain
+	}
+	switch k {
+	case hXFF:
+		if len(chain) > 0 {
+			chain = append(chain, ", "...)
+		}
+		chain = append(chain, v...)
+		in.xff = chain
+	case hXFProto:
+		if in.proto == nil {
+			in.proto = v
+		}
+	case hXFHost:
+		if in.host == nil {
+			in.host = v
+		}
+	default:
+		if in.id == nil {
+			in.id = v
+		}
+	}
+	return chain
 }
