@@ -155,7 +155,8 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 // without h2). An absolute-form target (RFC 9112 §3.2.2) sets Host, so
 // routing and the Host the backend receives agree; the target becomes
 // origin-form. An https:// target on a plain listener, another scheme, or
-// userinfo in the authority is a 400.
+// userinfo in the authority is a 400. It returns ok (the outcome is then
+// meaningless), or the outcome to answer with.
 func checkTarget(req *fasthttp.Request, isTLS bool) (outcome, bool) {
 	h := &req.Header
 	switch string(h.Method()) {
@@ -206,9 +207,9 @@ func checkTarget(req *fasthttp.Request, isTLS bool) (outcome, bool) {
 // HTTP/1.0 with Transfer-Encoding, repeated Host lines, obs-fold, a Host
 // that is not uri-host[:port] (userinfo would become an Authorization
 // header), a missing Host (on HTTP/1.0 too: the backend needs one), a
-// Connection list naming a
-// protected header, and an Upgrade request with a body (the body would
-// never reach the backend and could be read as the next request).
+// Connection list naming a protected header, and an Upgrade request with a
+// body (the body would never reach the backend and could be read as the
+// next request). Like checkTarget, it returns ok, or the outcome to answer.
 func checkHead(h *fasthttp.RequestHeader, f *headFacts) (outcome, bool) {
 	if f.hosts > 1 || f.fold || f.connBad {
 		return outBadRequest, false
