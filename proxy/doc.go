@@ -11,9 +11,9 @@
 //	  │    non-blocking backend socket (or the prebuilt rejection)
 //	  └─ anything else ─> hand-off (with the bytes read) ─> fasthttp front end:
 //	listener (TLS) / hand-off ─> fasthttp front end (keep-alive, TLS; "h2" ALPN → x/net/http2)
-//	  ─> request line and head checks (400/405), route by listener and Host to an app
+//	  ─> request line and head checks (400/405; Transfer-Encoding with Content-Length among them)
+//	  ─> route by listener and Host to an app
 //	  ─> the client's Connection list, then hop-by-hop headers, removed (the header policy)
-//	  ─> smuggling check (Transfer-Encoding with Content-Length → 400)
 //	  ─> client address (X-Forwarded-For only from trusted_proxies)
 //	  ─> admission.Admitter.Admit  (skipped entirely in "off" mode)
 //	  ─> rejected: prebuilt 503/429 + Retry-After + X-Sentry-Reject; no backend touched
@@ -135,7 +135,8 @@
 //     fasthttp's client), a missing or empty Host (on HTTP/1.0 too: the
 //     backend needs one), HTTP/1.0 with Transfer-Encoding,
 //     Transfer-Encoding with Content-Length, and an Upgrade request with
-//     a body. The connection is closed after each.
+//     a body. The connection is closed after each, and each is counted in
+//     sentry_client_errors_total like a head fasthttp cannot parse.
 //  3. The client's Connection list, read from every Connection line of the
 //     raw head (fasthttp keeps a lone "close" only as a flag). A list
 //     naming Content-Length, Transfer-Encoding, Host or a forwarding

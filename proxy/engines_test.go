@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sentry-proxy/sentry/policy"
 )
 
@@ -440,6 +442,10 @@ func TestRequestTable(t *testing.T) {
 func runCase(t *testing.T, r *rig, mode sendMode, c tableCase) {
 	tag := fmt.Sprintf("/t%d-%s", pathSeq.Add(1), r.engine)
 	raw := strings.ReplaceAll(c.raw, "{p}", tag)
+	// A refused head is counted as a client error, whoever refused it.
+	reason := map[int]string{400: "bad_request", 405: "method_not_allowed"}[c.status]
+	counter := r.h.p.metrics.clientErrors.WithLabelValues(r.h.addr, reason)
+	before := testutil.ToFloat64(counter)
 	conn := r.send(t, mode, raw)
 	method := strings.Fields(raw)[0]
 	resp, body, err := conn.read(method)
@@ -448,6 +454,11 @@ func runCase(t *testing.T, r *rig, mode sendMode, c tableCase) {
 	}
 	if resp.StatusCode != c.status {
 		t.Fatalf("status %d, want %d (body %q)", resp.StatusCode, c.status, body)
+	}
+	if reason != "" {
+		if d := testutil.ToFloat64(counter) - before; d != 1 {
+			t.Errorf("sentry_client_errors_total{reason=%q} rose by %v, want 1", reason, d)
+		}
 	}
 	got := r.received(tag)
 	var q *beReq
@@ -727,6 +738,11 @@ func TestH2HeaderPolicy(t *testing.T) {
 	}
 	if n := len(r.received(tag)); n != 0 {
 		t.Errorf("backend received %d refused requests", n)
+	}
+	for _, reason := range []string{"bad_request", "method_not_allowed"} {
+		if v := testutil.ToFloat64(r.h.p.metrics.clientErrors.WithLabelValues(r.h.addr, reason)); v != 1 {
+			t.Errorf("sentry_client_errors_total{reason=%q} = %v, want 1", reason, v)
+		}
 	}
 }
 

@@ -65,20 +65,25 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 
 	var o outcome
 	var u *upstream
+	refused := false
 	switch {
 	case !validHost(req.Header.Host()):
 		// Missing, or with userinfo (which fasthttp would turn into an
 		// Authorization header); the same check as HTTP/1.1's.
-		o = outBadRequest
-		p.writeError(&ctx, a, o)
+		o, refused = outBadRequest, true
 	case r.Method == http.MethodConnect:
-		o = outMethodNotAllowed
-		p.writeError(&ctx, a, o)
+		o, refused = outMethodNotAllowed, true
 	case a == nil:
 		o = outNoApp
 		p.writeError(&ctx, nil, o)
 	default:
 		o, u = p.serve(a, &ctx, peer, true, start, r.Context().Done(), false, false)
+	}
+	if refused {
+		// Counted as on HTTP/1.1: a client error, not an app's request.
+		p.writeError(&ctx, a, o)
+		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+		a = nil
 	}
 	resp := &ctx.Response
 	hdr := w.Header()

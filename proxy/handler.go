@@ -47,7 +47,6 @@ var (
 	strHTTP         = []byte("http")
 	strHTTPS        = []byte("https")
 	strTextPlain    = []byte("text/plain; charset=utf-8")
-	strContentLen   = []byte("content-length")
 )
 
 // lookup returns the app for a Host header on this route.
@@ -204,7 +203,7 @@ func checkTarget(req *fasthttp.Request, isTLS bool) (outcome, bool) {
 }
 
 // checkHead refuses heads that parsers could read in different ways:
-// HTTP/1.0 with Transfer-Encoding, repeated Host lines, obs-fold, a Host
+// Transfer-Encoding with Content-Length, HTTP/1.0 with Transfer-Encoding, repeated Host lines, obs-fold, a Host
 // that is not uri-host[:port] (userinfo would become an Authorization
 // header), a missing Host (on HTTP/1.0 too: the backend needs one), a
 // Connection list naming a protected header, and an Upgrade request with a
@@ -212,6 +211,11 @@ func checkTarget(req *fasthttp.Request, isTLS bool) (outcome, bool) {
 // next request). Like checkTarget, it returns ok, or the outcome to answer.
 func checkHead(h *fasthttp.RequestHeader, f *headFacts) (outcome, bool) {
 	if f.hosts > 1 || f.fold || f.connBad {
+		return outBadRequest, false
+	}
+	// Request smuggling: Transfer-Encoding with Content-Length. fasthttp
+	// already refuses duplicate Content-Length and unknown encodings.
+	if h.ContentLength() == -1 && f.length {
 		return outBadRequest, false
 	}
 	if !h.IsHTTP11() && h.ContentLength() == -1 {
@@ -239,15 +243,6 @@ func checkHead(h *fasthttp.RequestHeader, f *headFacts) (outcome, bool) {
 func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, gone <-chan struct{}, upgrade, clientClose bool) (outcome, *upstream) {
 	req := &ctx.Request
 	h := &req.Header
-
-	// Request smuggling: Transfer-Encoding with Content-Length. fasthttp
-	// already rejects duplicate Content-Length and unknown encodings; a
-	// chunked request that also carries Content-Length is refused here.
-	if h.ContentLength() == -1 && hasHeaderName(h.RawHeaders(), strContentLen) {
-		ctx.SetConnectionClose()
-		p.writeError(ctx, a, outBadRequest)
-		return outBadRequest, nil
-	}
 
 	// Per-app body cap (max_body_bytes): a declared length over it is
 	// refused before anything is read. A chunked body cannot be capped
@@ -469,24 +464,6 @@ func idempotentMethod(m []byte) bool {
 	switch string(m) {
 	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace, fasthttp.MethodPut, fasthttp.MethodDelete:
 		return true
-	}
-	return false
-}
-
-// hasHeaderName reports whether raw request headers contain name
-// (lower-case), case-insensitively, as a header name.
-func hasHeaderName(raw, name []byte) bool {
-	for len(raw) > 0 {
-		i := bytes.IndexByte(raw, '\n')
-		line := raw
-		if i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		if c := bytes.IndexByte(line, ':'); c == len(name) && bytes.EqualFold(line[:c], name) {
-			return true
-		}
 	}
 	return false
 }

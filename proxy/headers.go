@@ -240,6 +240,7 @@ type headFacts struct {
 	connBad   bool // Connection lists a protected header
 	upgrade   bool // Connection lists "upgrade"
 	close     bool // Connection lists "close" (fasthttp sees it only alone)
+	length    bool // a Content-Length line
 }
 
 // scanHead reads the raw header lines fasthttp keeps (RawHeaders; empty
@@ -264,6 +265,8 @@ func scanHead(raw []byte, reqID string) (f headFacts) {
 		switch fieldKind(name) {
 		case hHost:
 			f.hosts++
+		case hContentLength:
+			f.length = true
 		case hFwdAlias:
 			f.aliases = true
 		case hConnection:

@@ -83,6 +83,7 @@ func TestScanHead(t *testing.T) {
 	}{
 		{"Host: x\r\nX-A: 1\r\n\r\n", headFacts{hosts: 1}},
 		{"Host: x\r\nhost: y\r\n\r\n", headFacts{hosts: 2}},
+		{"Host: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n", headFacts{hosts: 1, length: true}},
 		{"Host: x\r\nX-A: 1\r\n  2\r\n\r\n", headFacts{hosts: 1, fold: true}},
 		{"Host: x\r\nX_Forwarded_For: 1\r\n\r\n", headFacts{hosts: 1, aliases: true}},
 		{"Host: x\r\nX_Request_Id: 1\r\n\r\n", headFacts{hosts: 1, aliases: true}},
