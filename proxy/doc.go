@@ -99,7 +99,8 @@
 //   - The latency histogram and the access log's duration of a relayed
 //     response run to its last byte (fasthttp's: to the head, for bodies
 //     over 64 KiB), and a download the client abandons is counted as 499.
-//     No test pins this yet.
+//     The latency part is pinned by TestLatencyToLastByte; the 499 is not
+//     pinned yet.
 //   - max_conns_per_backend is checked by a loop against all open
 //     connections to the backend, including keep-alive ones idle in other
 //     loops (for up to 30 s), so a loop may answer 503 busy while another

@@ -751,6 +751,8 @@ func TestH2HeaderPolicy(t *testing.T) {
 var knownDifferences = map[string]string{
 	"half-close": "a loop takes a FIN from the client while its request is relayed as the client leaving " +
 		"(499, as nginx does by default) and closes; fasthttp answers the request",
+	"latency-to-last-byte": "a loop observes a relayed request's latency at its last byte; fasthttp at the " +
+		"response head when the body streams (over 64 KiB)",
 }
 
 // TestHalfCloseDuringRelay pins knownDifferences["half-close"].
@@ -793,6 +795,85 @@ func TestHalfCloseDuringRelay(t *testing.T) {
 			_ = c.c.SetReadDeadline(time.Now().Add(3 * time.Second))
 			if b, err := c.br.ReadByte(); err != io.EOF {
 				t.Fatalf("loops: want the connection closed unanswered (%s), got %q %v", knownDifferences["half-close"], b, err)
+			}
+		})
+	}
+}
+
+// relayedCount is the number of relayed requests in the latency histogram.
+func relayedCount(t *testing.T, h *harness) uint64 {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "sentry_request_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "result" && lp.GetValue() == "relayed" {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestLatencyToLastByte pins knownDifferences["latency-to-last-byte"]: the
+// backend sends the head and part of a 100 KB body, then waits. Once the
+// client has some of those bytes, fasthttp has already observed the request (its
+// handler ended at the head) and a loop has not (it observes at the end).
+func TestLatencyToLastByte(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.String(), func(t *testing.T) {
+			release := make(chan struct{})
+			// first is more than fasthttp's 16 KiB write buffer, so its
+			// front end flushes the head before the body is complete.
+			const size, first = 100000, 20000
+			rb := startRawBackend(t, func(_ *rawBackend, _, _ int, _ *beReq, c net.Conn, _ *bufio.Reader) bool {
+				if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("a", first)); err != nil {
+					return false
+				}
+				select {
+				case <-release:
+				case <-time.After(5 * time.Second):
+				}
+				_, err := io.WriteString(c, strings.Repeat("b", size-first))
+				return err == nil
+			})
+			h := startProxyOpts(t, []string{rb.addr}, Options{Engine: e}, nil)
+			c := dialProxy(t, h.addr)
+			c.write("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+			resp, err := http.ReadResponse(c.br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(resp.Body, make([]byte, 1000)); err != nil { // of the first bytes
+				t.Fatal(err)
+			}
+			want := uint64(0) // loops: not yet
+			if e == EngineFastHTTP {
+				want = 1
+			}
+			if n := relayedCount(t, h); n != want {
+				t.Errorf("relayed requests observed with the body in flight: %d, want %d (%s)", n, want, knownDifferences["latency-to-last-byte"])
+			}
+			close(release)
+			if b, err := io.ReadAll(resp.Body); err != nil || len(b) != size-1000 {
+				t.Fatalf("rest of the body: %d bytes, %v", len(b), err)
+			}
+			resp.Body.Close()
+			// Both have observed it once the body is through (bounded wait:
+			// the loop observes after its last write).
+			deadline := time.Now().Add(3 * time.Second)
+			for relayedCount(t, h) != 1 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if n := relayedCount(t, h); n != 1 {
+				t.Errorf("relayed requests observed after the body: %d, want 1", n)
 			}
 		})
 	}
