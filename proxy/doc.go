@@ -11,12 +11,13 @@
 //	  │    non-blocking backend socket (or the prebuilt rejection)
 //	  └─ anything else ─> hand-off (with the bytes read) ─> fasthttp front end:
 //	listener (TLS) / hand-off ─> fasthttp front end (keep-alive, TLS; "h2" ALPN → x/net/http2)
+//	  ─> request line and head checks (400/405; Transfer-Encoding with Content-Length among them)
 //	  ─> route by listener and Host to an app
-//	  ─> smuggling check (Transfer-Encoding with Content-Length → 400)
+//	  ─> the client's Connection list, then hop-by-hop headers, removed (the header policy)
 //	  ─> client address (X-Forwarded-For only from trusted_proxies)
 //	  ─> admission.Admitter.Admit  (skipped entirely in "off" mode)
 //	  ─> rejected: prebuilt 503/429 + Retry-After + X-Sentry-Reject; no backend touched
-//	  ─> X-Forwarded-*, request ID, hop-by-hop headers removed
+//	  ─> every incoming forwarding header removed, one X-Forwarded-* and request ID set
 //	  ─> lb.Pool.Pick ─> fasthttp.HostClient.Do(&ctx.Request, &ctx.Response)
 //	  ─> done: lb.Release, metrics (atomic adds on pre-resolved series)
 //
@@ -64,13 +65,15 @@
 //
 // Both front ends share routing, classification, admission, balancing,
 // metrics and the failure table. The metrics sentry_evloop_requests_total
-// and sentry_evloop_handoffs_total show the split. SENTRY_EVLOOP=0 in the
-// environment turns the loops off (fasthttp serves every connection), for
-// comparison or as an escape hatch.
+// and sentry_evloop_handoffs_total show the split. Options.Engine picks
+// the engine (EngineAuto, EngineLoops, EngineFastHTTP); with EngineAuto,
+// SENTRY_EVLOOP=0 in the environment turns the loops off (fasthttp serves
+// every connection), for comparison or as an escape hatch. The
+// request-path tests run on both (engines_test.go).
 //
 // What the loops do for the requests they serve, matching fasthttp's path:
-// hop-by-hop headers are removed both ways, X-Forwarded-* and the request
-// ID are set as below, the response is relayed as it comes (Content-Length,
+// the header policy below (hop-by-hop headers removed both ways, one of
+// each forwarding header), the response is relayed as it comes (Content-Length,
 // chunked -- followed byte by byte to find its end -- or until the backend
 // closes, then with Connection: close to the client), 1xx interim
 // responses are dropped, a 101 or a malformed response head is a 502. A
@@ -87,19 +90,91 @@
 // draining the loops hand nothing off (fasthttp drains at the same time),
 // so a connection that would need fasthttp is closed instead.
 //
-// Differences from the fasthttp path, known and kept:
+// Differences from the fasthttp path, known and kept (knownDifferences in
+// engines_test.go is the tests' one list of them):
 //
 //   - A client that half-closes (FIN) while its request is being relayed
 //     is taken as gone (499, as nginx does by default); fasthttp answers it.
+//     Pinned by TestHalfCloseDuringRelay.
 //   - The latency histogram and the access log's duration of a relayed
 //     response run to its last byte (fasthttp's: to the head, for bodies
 //     over 64 KiB), and a download the client abandons is counted as 499.
+//     The latency part is pinned by TestLatencyToLastByte; the 499 is not
+//     pinned yet.
 //   - max_conns_per_backend is checked by a loop against all open
 //     connections to the backend, including keep-alive ones idle in other
 //     loops (for up to 30 s), so a loop may answer 503 busy while another
 //     holds idle connections; fasthttp's HostClient counts only its own.
+//     No test pins this yet.
 //   - Backends named by host name are never dialled by a loop (no
 //     resolution on the loop goroutine): their apps are served by fasthttp.
+//     Pinned by TestEvloopHostNameBackendHandedOff.
+//
+// Everything else a client or a backend can see is the same on both
+// engines: TestRequestTable (forwarding and hop-by-hop headers, Connection
+// lists, request targets and Host, smuggling shapes, 400/405/408/413/431,
+// rejections, Server-Timing, HEAD), TestPipeliningBothEngines,
+// TestAbsoluteFormRoutesByTarget and FuzzHeaderPolicy run on each, every
+// request sent in one write and with its request line split (which makes
+// the loops hand the connection to fasthttp).
+//
+// # The header policy (headers.go; every engine and h2)
+//
+// One table (headers.go: fieldKind, hopByHopNames, forwardingNames) names
+// the hop-by-hop headers, the framing headers and sentry's forwarding
+// headers: X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto and the
+// app's request_id_header. It is applied in this order:
+//
+//  1. The request line. CONNECT is 405: sentry is not a forward proxy, and
+//     no setting allows it. PRI (an HTTP/2 preface on a listener without
+//     h2) is 400. An absolute-form target (GET http://b.test/x) sets Host,
+//     so routing and the Host the backend receives agree (RFC 9112
+//     §3.2.2), and is forwarded in origin form; an https:// target on a
+//     plain listener, another scheme, or userinfo in it is 400.
+//  2. The head. 400 for repeated Host lines, obs-fold, a Host that is not
+//     uri-host[:port] (userinfo would become an Authorization header in
+//     fasthttp's client), a missing or empty Host (on HTTP/1.0 too: the
+//     backend needs one), HTTP/1.0 with Transfer-Encoding,
+//     Transfer-Encoding with Content-Length, and an Upgrade request with
+//     a body. The connection is closed after each, and each is counted in
+//     sentry_client_errors_total like a head fasthttp cannot parse.
+//  3. The client's Connection list, read from every Connection line of the
+//     raw head (fasthttp keeps a lone "close" only as a flag). A list
+//     naming Content-Length, Transfer-Encoding, Host or a forwarding
+//     header (in any spelling) is 400, as nginx answers: honouring it
+//     would drop framing while the body streams (a CL.0 desync) or strip
+//     sentry's own headers. Other listed headers are removed, then every
+//     hop-by-hop header (an upgrade keeps Upgrade, and its backend gets
+//     Connection: Upgrade). A "close" among other tokens closes the client
+//     connection after the response.
+//  4. Forwarding headers. Every incoming copy is removed -- repeated lines,
+//     and underscore spellings (X_Forwarded_For, X-Request_Id: any name
+//     that reads as one of them with '_' for some '-') -- and exactly one of
+//     each is set. X-Forwarded-For is the peer or, from trusted_proxies,
+//     the proxy's lines merged into one list (RFC 9110 §5.3) followed by
+//     the peer; X-Forwarded-Proto, -Host and the request ID are sentry's
+//     or, from trusted_proxies, the first non-empty incoming value.
+//  5. The response: hop-by-hop headers removed, the backend's request ID
+//     replaced by the request's.
+//
+// Underscores: only the underscore spellings of sentry's own headers are
+// dropped, not every name with '_' as nginx's underscores_in_headers off
+// does. Those are the names a CGI-style backend (HTTP_X_FORWARDED_FOR)
+// cannot tell from the real header; other names with '_' are legal and in
+// use, and dropping them would break backends that rely on them.
+//
+// Who does what: the loops serve only heads that need nothing of steps
+// 1-3 (HTTP/1.1, origin form, one Host that is uri-host[:port],
+// Connection only close/keep-alive, no Upgrade) and hand the rest to
+// fasthttp, whose handle does 1-3. In step 4 the values are decided once
+// (planForwarding, from what a trusted proxy sent); each engine only
+// removes the incoming copies and writes them, on raw lines
+// (evloop_linux.go) or on fasthttp's header (handler.go), and the tests
+// above hold the two to the same result. h2
+// (h2.go) copies a stream's headers leaving out what the table says
+// (hop-by-hop names, host: ":authority" wins, underscore spellings),
+// refuses CONNECT and a bad authority, and shares step 4 with fasthttp
+// (TestH2HeaderPolicy).
 //
 // What fasthttp gives and what we add (for the connections it serves):
 //
@@ -114,10 +189,9 @@
 //     timeout to keep-alive gaps. Backend timeouts are idle timeouts like
 //     nginx's proxy_read_timeout: each read or write must progress within
 //     timeouts.response, so long downloads are not cut (idleConn).
-//   - Smuggling: fasthttp refuses duplicate Content-Length and unknown
-//     Transfer-Encodings; a chunked request that also has Content-Length is
-//     refused here (its raw headers are checked only when the request is
-//     chunked, so ordinary requests pay nothing).
+//   - Smuggling (besides the header policy above): fasthttp refuses
+//     duplicate Content-Length and unknown Transfer-Encodings; a chunked
+//     request that also has Content-Length is refused here.
 //   - Upgrade/WebSocket: relayed on a dedicated backend connection; on 101
 //     the client connection is hijacked and piped. Tunnels count as in
 //     flight on their backend and are drained on shutdown.
@@ -175,7 +249,10 @@
 // is retried too, like nginx's default proxy_next_upstream error), response timeout 504, other backend failures 502, backend
 // connection cap 503 + Retry-After, no healthy backend 503 (the prebuilt
 // rejection), admission rejection 503 or 429 + Retry-After, malformed 400,
-// head too large 431, body too large 413, slow head 408, unknown Host 404.
+// head too large 431, body too large 413, slow head 408, unknown Host 404,
+// CONNECT 405. A response sentry makes itself is decided once (replyFor,
+// reply.go) and only serialised by each engine (writeReply for fasthttp
+// and h2, appendReply for the loops).
 // Passive health counts connect failures (ejecting at once), timeouts and
 // broken responses; a 5xx from the backend is an answer, not a failure.
 //

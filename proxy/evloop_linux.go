@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -72,16 +71,22 @@ type fastFront struct {
 	served, handed atomic.Uint64 // requests answered by the loops; connections handed off
 }
 
-// fastDisabled turns the event loop off (SENTRY_EVLOOP=0): every
-// connection is served by fasthttp. For comparison and as an escape hatch.
+// fastDisabled turns the event loop off (SENTRY_EVLOOP=0) for EngineAuto:
+// every connection is served by fasthttp. For comparison and as an escape
+// hatch.
 var fastDisabled = os.Getenv("SENTRY_EVLOOP") == "0"
 
 // startFast starts the loops on ln and returns the listener fasthttp
 // serves (connections handed off by the loops). ok is false when the event
 // loop cannot be used; fasthttp then serves ln itself.
 func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
-	if fastDisabled {
+	switch fe.p.opts.Engine {
+	case EngineFastHTTP:
 		return ln, false
+	case EngineAuto:
+		if fastDisabled {
+			return ln, false
+		}
 	}
 	sc, ok := ln.(syscall.Conn)
 	if !ok {
@@ -342,7 +347,10 @@ type evloop struct {
 	view      rawView
 	date      []byte
 	dateSec   int64
-	st        []byte // stripped Server-Timing
+	st        []byte     // stripped Server-Timing
+	xff       []byte     // a trusted proxy's X-Forwarded-For lines, merged
+	in        trustedFwd // what a trusted proxy sent (planForwarding)
+	fwd       []byte     // the forwarding header values (planForwarding)
 	ar        admission.Request
 	yieldAt   int64 // next runtime.Gosched
 
@@ -719,7 +727,11 @@ func (v *rawView) Cookie(name string) []byte {
 // serve runs one parsed request; false (before anything was done or
 // counted) means the fast path does not take it.
 func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
-	if h.hostCount != 1 || h.chunked || h.teOther || h.expect || h.upgrade || h.connOther || h.n > l.ff.maxHeader {
+	// Connection lists other than close/keep-alive, Upgrade, and a Host
+	// that is not plainly uri-host[:port] go to fasthttp, where the header
+	// policy's checks answer them (headers.go; doc.go "The header policy").
+	if h.hostCount != 1 || h.chunked || h.teOther || h.expect || h.upgrade || h.connOther || h.n > l.ff.maxHeader ||
+		!validHost(h.host.of(b)) {
 		return false
 	}
 	cl := h.contentLength
@@ -749,9 +761,25 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	ex.idem = idempotentMethod(h.method.of(b))
 	isTrusted := a.trusted && trusted(a.cfg.TrustedProxies, c.peer)
 	client := c.peer
-	xff := h.findKind(b, hXFF)
+	// What a trusted proxy sent (planForwarding); its X-Forwarded-For
+	// lines are one list (RFC 9110 §5.3).
+	in := &l.in
+	*in = trustedFwd{}
 	if isTrusted {
-		client = clientFromXFF(a.cfg.TrustedProxies, c.peer, xff)
+		chain := l.xff[:0]
+		for i := 0; i < h.nfields; i++ {
+			f := &h.fields[i]
+			switch k := h.kinds[i]; k {
+			case hXFF, hXFProto, hXFHost:
+				chain = in.add(k, f.value.of(b), chain)
+			case hOther:
+				if exact, _ := nameMatch(f.name.of(b), a.reqID); exact {
+					in.add(hOther, f.value.of(b), nil)
+				}
+			}
+		}
+		l.xff = chain
+		client = clientFromXFF(a.cfg.TrustedProxies, c.peer, in.xff)
 	}
 	ctl := a.ctl
 	ex.class, ex.s = 0, 0
@@ -800,50 +828,27 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 		le++
 	}
 	r = append(r, b[:le+1]...)
-	// X-Forwarded-Proto/-Host pass through (the first non-empty ones) only
-	// from trusted proxies; otherwise ours replace them.
-	var haveProto, haveHost bool
+	// The header policy (headers.go): hop-by-hop lines and every copy of
+	// the forwarding headers (any spelling) go; one of each is added.
 	for i := 0; i < h.nfields; i++ {
 		f := &h.fields[i]
 		switch h.kinds[i] {
-		case hConnection, hHopByHop, hXFF:
+		case hConnection, hHopByHop, hXFF, hXFProto, hXFHost, hFwdAlias:
 			continue
-		case hXFProto:
-			if !isTrusted || f.value.e == f.value.s {
-				continue
-			}
-			haveProto = true
-		case hXFHost:
-			if !isTrusted || f.value.e == f.value.s {
-				continue
-			}
-			haveHost = true
 		case hOther:
-			if eqFoldString(f.name.of(b), a.reqID) {
-				if !isTrusted || len(ex.id) > 0 || f.value.e == f.value.s {
-					continue
-				}
-				ex.id = append(ex.id, f.value.of(b)...)
+			if exact, alias := nameMatch(f.name.of(b), a.reqID); exact || alias {
+				continue
 			}
 		}
 		r = append(r, f.line.of(b)...)
 	}
-	r = append(r, "X-Forwarded-For: "...)
-	if isTrusted && len(xff) > 0 {
-		r = append(append(r, xff...), ", "...)
-	}
-	r = c.peer.AppendTo(r)
-	r = append(r, "\r\n"...)
-	if !haveProto {
-		r = append(r, "X-Forwarded-Proto: http\r\n"...)
-	}
-	if !haveHost {
-		r = append(append(append(r, "X-Forwarded-Host: "...), h.host.of(b)...), "\r\n"...)
-	}
-	if len(ex.id) == 0 {
-		ex.id = p.ids.append(ex.id)
-		r = append(append(append(append(r, a.reqID...), ": "...), ex.id...), "\r\n"...)
-	}
+	var fw forwarding
+	l.fwd, fw = planForwarding(l.fwd, in, c.peer, false, h.host.of(b), p.ids)
+	ex.id = append(ex.id[:0], fw.id...)
+	r = append(append(append(r, "X-Forwarded-For: "...), fw.xff...), "\r\n"...)
+	r = append(append(append(r, "X-Forwarded-Proto: "...), fw.proto...), "\r\n"...)
+	r = append(append(append(r, "X-Forwarded-Host: "...), fw.host...), "\r\n"...)
+	r = append(append(append(append(r, a.reqID...), ": "...), fw.id...), "\r\n"...)
 	r = append(r, "\r\n"...)
 	r = append(r, b[h.n:ex.total]...)
 	ex.req = r
@@ -1476,50 +1481,16 @@ func (l *evloop) respond(c *cconn, a *app, o outcome, d admission.Decision) {
 		l.closeBackend(bc)
 	}
 	l.release(ex, !countsAsFailure(o))
-	status := statusOf(o)
-	var body []byte
-	retry := -1
-	var verdict []byte
-	switch o {
-	case outRejected, outNoBackend:
-		if o == outNoBackend {
-			d = admission.Decision{Verdict: admission.RejectNoBackend}
-		}
-		status, retry = a.rejectStatus(d)
-		verdict = verdictBytes[d.Verdict]
-		body = a.reject.body
-	default:
-		body = []byte(errorBody(o))
-		if o == outBackendBusy {
-			retry = 1
-		}
+	r := replyFor(a, o, d)
+	status := r.status
+	var id []byte
+	if o != outRejected && o != outNoBackend {
+		id = ex.id
 	}
-	out := c.out
-	out = append(out, "HTTP/1.1 "...)
-	out = strconv.AppendInt(out, int64(status), 10)
-	out = append(out, ' ')
-	out = append(out, fasthttp.StatusMessage(status)...)
-	out = append(out, "\r\nDate: "...)
-	out = append(out, l.httpDate()...)
-	out = append(out, "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
-	out = strconv.AppendInt(out, int64(len(body)), 10)
-	if retry >= 0 {
-		out = append(append(out, "\r\nRetry-After: "...), retryAfterBytes(retry)...)
-	}
-	if verdict != nil {
-		out = append(append(out, "\r\nX-Sentry-Reject: "...), verdict...)
-	}
-	if o != outRejected && o != outNoBackend && len(ex.id) > 0 {
-		out = append(append(append(append(out, "\r\n"...), a.reqID...), ": "...), ex.id...)
-	}
-	if c.closing || l.ff.draining.Load() {
+	if l.ff.draining.Load() {
 		c.closing = true
-		out = append(out, "\r\nConnection: close"...)
 	}
-	out = append(out, "\r\n\r\n"...)
-	if !ex.head {
-		out = append(out, body...) // HEAD: the length, not the body
-	}
+	out := appendReply(c.out, r, l.httpDate(), a.reqID, id, c.closing, ex.head)
 	c.out = out
 	ex.headSent = true
 	l.done(c, o, status)

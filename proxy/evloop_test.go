@@ -225,7 +225,7 @@ type rawBackend struct {
 
 type beHandler func(rb *rawBackend, conn, n int, r *beReq, c net.Conn, br *bufio.Reader) bool
 
-func startRawBackend(t *testing.T, handle beHandler) *rawBackend {
+func startRawBackend(t testing.TB, handle beHandler) *rawBackend {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -240,9 +240,7 @@ func (fe *frontend) handleError(ctx *fasthttp.RequestCtx, err error) {
 	}
 	fe.p.metrics.clientErrors.WithLabelValues(fe.addr, reason).Inc()
 	ctx.Response.Reset()
-	ctx.SetStatusCode(status)
-	ctx.Response.Header.SetContentTypeBytes(strTextPlain)
-	ctx.SetBodyString(fmt.Sprintf("sentry: %s\n", http.StatusText(status)))
+	writeReply(&ctx.Response, reply{status: status, retry: -1, body: parseErrorBody(status)})
 	ctx.SetConnectionClose()
 }
 

@@ -46,7 +46,7 @@ func FuzzRequestHead(f *testing.F) {
 		}
 		fe.handle(&ctx)
 		switch s := ctx.Response.StatusCode(); s {
-		case 400, 404, 411, 413, 502, 503:
+		case 400, 404, 405, 411, 413, 502, 503:
 		default:
 			t.Fatalf("status %d for %q", s, head)
 		}

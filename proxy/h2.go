@@ -38,8 +38,16 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	req := &ctx.Request
 	req.Header.SetMethod(r.Method)
 	req.SetRequestURI(r.URL.RequestURI())
-	req.Header.SetHost(r.Host)
+	req.Header.SetHost(r.Host) // ":authority" (x/net/http2 falls back to a host header)
+	a := rt.lookup(req.Header.Host())
+	reqID := ""
+	if a != nil {
+		reqID = a.reqID
+	}
 	for k, vs := range r.Header {
+		if h2Skip([]byte(k), reqID) {
+			continue
+		}
 		for _, v := range vs {
 			req.Header.Add(k, v)
 		}
@@ -55,20 +63,33 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		_ = rc.SetWriteDeadline(time.Now().Add(fe.writeTimeout))
 	}
 
-	a := rt.lookup(req.Header.Host())
 	var o outcome
 	var u *upstream
-	if a == nil {
+	refused := false
+	switch {
+	case !validHost(req.Header.Host()):
+		// Missing, or with userinfo (which fasthttp would turn into an
+		// Authorization header); the same check as HTTP/1.1's.
+		o, refused = outBadRequest, true
+	case r.Method == http.MethodConnect:
+		o, refused = outMethodNotAllowed, true
+	case a == nil:
 		o = outNoApp
 		p.writeError(&ctx, nil, o)
-	} else {
-		o, u = p.serve(a, &ctx, peer, true, start, r.Context().Done())
+	default:
+		o, u = p.serve(a, &ctx, peer, true, start, r.Context().Done(), false, false)
+	}
+	if refused {
+		// Counted as on HTTP/1.1: a client error, not an app's request.
+		p.writeError(&ctx, a, o)
+		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+		a = nil
 	}
 	resp := &ctx.Response
 	hdr := w.Header()
 	resp.Header.VisitAll(func(k, v []byte) {
-		switch string(k) {
-		case "Connection", "Transfer-Encoding", "Keep-Alive", "Upgrade", "Proxy-Connection":
+		switch fieldKind(k) {
+		case hConnection, hTransferEncoding, hUpgrade, hHopByHop:
 			return
 		}
 		hdr.Add(string(k), string(v))

@@ -19,10 +19,12 @@ import (
 // exchange is the per-request scratch space, pooled so the request path
 // does not allocate.
 type exchange struct {
-	ar  admission.Request
-	ctx *fasthttp.RequestCtx
-	buf []byte // forwarding headers and the request ID
-	st  []byte // stripped Server-Timing
+	ar    admission.Request
+	ctx   *fasthttp.RequestCtx
+	buf   []byte     // forwarding headers and the request ID
+	chain []byte     // a trusted proxy's X-Forwarded-For lines, merged
+	in    trustedFwd // what a trusted proxy sent
+	st    []byte     // stripped Server-Timing
 }
 
 // exchange is the classifier's view of the request (classify.Request).
@@ -39,17 +41,12 @@ var exchangePool = sync.Pool{New: func() any { return &exchange{buf: make([]byte
 const maxDialAttempts = 3
 
 var (
-	hdrXFF          = []byte("X-Forwarded-For")
-	hdrXFProto      = []byte("X-Forwarded-Proto")
-	hdrXFHost       = []byte("X-Forwarded-Host")
 	hdrRetryAfter   = []byte("Retry-After")
 	hdrReject       = []byte("X-Sentry-Reject")
 	hdrServerTiming = []byte("Server-Timing")
 	strHTTP         = []byte("http")
 	strHTTPS        = []byte("https")
 	strTextPlain    = []byte("text/plain; charset=utf-8")
-	strContentLen   = []byte("content-length")
-	hopByHopCommon  = []string{"Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Proxy-Authorization", "Proxy-Authenticate"}
 )
 
 // lookup returns the app for a Host header on this route.
@@ -100,23 +97,137 @@ func peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 	return netip.IPv6Unspecified()
 }
 
-// handle is the HTTP/1.1 request path.
+// handle is the HTTP/1.1 request path. The head checks and the first
+// steps of the header policy (doc.go, "The header policy") run here, on
+// the raw head fasthttp keeps; serve does the rest for HTTP/1.1 and h2.
 func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	p := fe.p
 	rt := fe.route.Load()
-	a := rt.lookup(ctx.Request.Header.Host())
-	if a == nil {
-		p.writeError(ctx, nil, outNoApp)
-		closeIfBodyUnread(ctx, outNoApp)
+	h := &ctx.Request.Header
+	clientClose := h.ConnectionClose() // before the Connection header goes
+	var a *app
+	o, ok := checkTarget(&ctx.Request, ctx.IsTLS())
+	var f headFacts
+	if ok {
+		a = rt.lookup(h.Host())
+		reqID := ""
+		if a != nil {
+			reqID = a.reqID
+		}
+		f = scanHead(h.RawHeaders(), reqID)
+		o, ok = checkHead(h, &f)
+		if ok && a == nil {
+			o, ok = outNoApp, false
+		}
+	}
+	if !ok {
+		p.writeError(ctx, a, o)
+		if o == outNoApp {
+			closeIfBodyUnread(ctx, o)
+			return
+		}
+		// A head refused by the checks counts as one fasthttp could not
+		// parse (sentry_client_errors_total), and, as there, the
+		// connection is closed.
+		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+		ctx.SetConnectionClose()
 		return
 	}
-	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), start, nil)
+	// Connection-listed headers go first, from the client's request only;
+	// then the other hop-by-hop ones.
+	if f.connOther || f.aliases {
+		dropListed(h, h.RawHeaders(), a.reqID)
+	}
+	upgrade := f.upgrade && len(h.PeekBytes(hdrUpgrade)) > 0
+	stripHopByHop(h, upgrade)
+	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), start, nil, upgrade, clientClose || f.close)
 	closeIfBodyUnread(ctx, o)
 	a.m.observe(o, ctx.Response.StatusCode(), b, start)
 	if rt.access {
 		p.logAccess(a, ctx, o, b, start)
 	}
+}
+
+// checkTarget checks the request line. CONNECT is refused (405: sentry is
+// not a forward proxy), and so is PRI (an HTTP/2 preface on a listener
+// without h2). An absolute-form target (RFC 9112 §3.2.2) sets Host, so
+// routing and the Host the backend receives agree; the target becomes
+// origin-form. An https:// target on a plain listener, another scheme, or
+// userinfo in the authority is a 400. It returns ok (the outcome is then
+// meaningless), or the outcome to answer with.
+func checkTarget(req *fasthttp.Request, isTLS bool) (outcome, bool) {
+	h := &req.Header
+	switch string(h.Method()) {
+	case fasthttp.MethodConnect:
+		return outMethodNotAllowed, false
+	case "PRI":
+		return outBadRequest, false
+	}
+	u := h.RequestURI()
+	if len(u) == 0 || u[0] == '/' {
+		return outRelayed, true
+	}
+	if string(u) == "*" {
+		if string(h.Method()) == fasthttp.MethodOptions {
+			return outRelayed, true
+		}
+		return outBadRequest, false
+	}
+	var rest []byte
+	switch {
+	case len(u) > 7 && eqFold(u[:7], "http://"):
+		rest = u[7:]
+	case len(u) > 8 && eqFold(u[:8], "https://") && isTLS:
+		rest = u[8:]
+	default:
+		return outBadRequest, false
+	}
+	end := bytes.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	if !validHost(rest[:end]) {
+		return outBadRequest, false
+	}
+	// The rare path: copies are fine here.
+	host := append([]byte(nil), rest[:end]...)
+	path := make([]byte, 0, len(rest)-end+1)
+	if end == len(rest) || rest[end] != '/' {
+		path = append(path, '/')
+	}
+	path = append(path, rest[end:]...)
+	h.SetHostBytes(host)
+	req.SetRequestURIBytes(path)
+	return outRelayed, true
+}
+
+// checkHead refuses heads that parsers could read in different ways:
+// Transfer-Encoding with Content-Length, HTTP/1.0 with Transfer-Encoding, repeated Host lines, obs-fold, a Host
+// that is not uri-host[:port] (userinfo would become an Authorization
+// header), a missing Host (on HTTP/1.0 too: the backend needs one), a
+// Connection list naming a protected header, and an Upgrade request with a
+// body (the body would never reach the backend and could be read as the
+// next request). Like checkTarget, it returns ok, or the outcome to answer.
+func checkHead(h *fasthttp.RequestHeader, f *headFacts) (outcome, bool) {
+	if f.hosts > 1 || f.fold || f.connBad {
+		return outBadRequest, false
+	}
+	// Request smuggling: Transfer-Encoding with Content-Length. fasthttp
+	// already refuses duplicate Content-Length and unknown encodings.
+	if h.ContentLength() == -1 && f.length {
+		return outBadRequest, false
+	}
+	if !h.IsHTTP11() && h.ContentLength() == -1 {
+		return outBadRequest, false
+	}
+	if !validHost(h.Host()) {
+		return outBadRequest, false
+	}
+	if cl := h.ContentLength(); f.upgrade && len(h.PeekBytes(hdrUpgrade)) > 0 && (cl > 0 || cl == -1) {
+		return outBadRequest, false
+	}
+	return outRelayed, true
 }
 
 // serve runs one request through admission and relay. The response (relayed
@@ -125,18 +236,13 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 //
 // gone, if not nil, is closed when the client disconnects (h2 streams); for
 // HTTP/1.1 the connection is checked after a wait instead.
-func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, gone <-chan struct{}) (outcome, *upstream) {
+//
+// The front end has already removed hop-by-hop headers (and those the
+// client's Connection lists name); upgrade says the request keeps its
+// Upgrade header for a tunnel, clientClose that the client asked to close.
+func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, gone <-chan struct{}, upgrade, clientClose bool) (outcome, *upstream) {
 	req := &ctx.Request
 	h := &req.Header
-
-	// Request smuggling: Transfer-Encoding with Content-Length. fasthttp
-	// already rejects duplicate Content-Length and unknown encodings; a
-	// chunked request that also carries Content-Length is refused here.
-	if h.ContentLength() == -1 && hasHeaderName(h.RawHeaders(), strContentLen) {
-		ctx.SetConnectionClose()
-		p.writeError(ctx, a, outBadRequest)
-		return outBadRequest, nil
-	}
 
 	// Per-app body cap (max_body_bytes): a declared length over it is
 	// refused before anything is read. A chunked body cannot be capped
@@ -155,12 +261,18 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 
 	x := exchangePool.Get().(*exchange)
 	x.ctx = ctx
-	defer func() { x.ctx = nil; exchangePool.Put(x) }()
+	defer func() { x.ctx, x.in = nil, trustedFwd{}; exchangePool.Put(x) }()
 
+	// From a trusted proxy, its X-Forwarded-For lines are one list (RFC
+	// 9110 §5.3).
 	isTrusted := a.trusted && trusted(a.cfg.TrustedProxies, peer)
 	client := peer
+	x.in, x.chain = trustedFwd{}, x.chain[:0]
 	if isTrusted {
-		client = clientFromXFF(a.cfg.TrustedProxies, peer, h.PeekBytes(hdrXFF))
+		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedFor) {
+			x.chain = x.in.add(hXFF, v, x.chain)
+		}
+		client = clientFromXFF(a.cfg.TrustedProxies, peer, x.in.xff)
 	}
 
 	// Classify, estimate, admit (DESIGN.md: the way a request travels).
@@ -210,37 +322,42 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		return outNoBackend, nil
 	}
 
-	// Forwarding headers.
-	x.buf = x.buf[:0]
+	// Forwarding headers (planForwarding): every incoming copy goes, then
+	// one of each is set.
 	if isTrusted {
-		if v := h.PeekBytes(hdrXFF); len(v) > 0 {
-			x.buf = append(append(x.buf, v...), ", "...)
+		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedProto) {
+			x.in.add(hXFProto, v, nil)
+		}
+		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedHost) {
+			x.in.add(hXFHost, v, nil)
+		}
+		for _, v := range h.PeekAll(a.reqID) {
+			x.in.add(hOther, v, nil)
 		}
 	}
-	x.buf = peer.AppendTo(x.buf)
-	h.SetBytesKV(hdrXFF, x.buf)
-	if !isTrusted || len(h.PeekBytes(hdrXFProto)) == 0 {
-		if isTLS {
-			h.SetBytesKV(hdrXFProto, strHTTPS)
-		} else {
-			h.SetBytesKV(hdrXFProto, strHTTP)
-		}
-	}
-	if !isTrusted || len(h.PeekBytes(hdrXFHost)) == 0 {
-		h.SetBytesKV(hdrXFHost, h.Host())
-	}
-	id := h.Peek(a.reqID)
-	if !isTrusted || len(id) == 0 {
-		x.buf = p.ids.append(x.buf[:0])
-		h.SetBytesV(a.reqID, x.buf)
-		id = x.buf
-	}
+	var fw forwarding
+	x.buf, fw = planForwarding(x.buf, &x.in, peer, isTLS, h.Host(), p.ids)
+	id := fw.id
+	h.DelBytes(hdrXFF)
+	h.DelBytes(hdrXFProto)
+	h.DelBytes(hdrXFHost)
+	h.Del(a.reqID)
+	h.SetBytesKV(hdrXFF, fw.xff)
+	h.SetBytesKV(hdrXFProto, fw.proto)
+	h.SetBytesKV(hdrXFHost, fw.host)
+	h.SetBytesV(a.reqID, id)
 
-	if h.ConnectionUpgrade() && len(h.Peek(fasthttp.HeaderUpgrade)) > 0 {
-		return p.upgrade(a, ctx)
+	if upgrade {
+		o, u := p.upgrade(a, ctx)
+		if ctx.Response.StatusCode() != fasthttp.StatusSwitchingProtocols {
+			// Not a tunnel: the answer is cleaned as any other.
+			if o == outRelayed {
+				stripHopByHopResponse(&ctx.Response.Header)
+			}
+			ctx.Response.Header.SetBytesV(a.reqID, id)
+		}
+		return o, u
 	}
-	stripHopByHop(h)
-	clientClose := h.ConnectionClose()
 	h.ResetConnectionClose()
 	if isTLS {
 		// The backend hop is plain HTTP; fasthttp's HostClient refuses a
@@ -276,13 +393,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		if cl := ctx.Response.Header.ContentLength(); cl >= 0 && cl <= streamThreshold && ctx.Response.IsBodyStream() {
 			ctx.Response.Body()
 		}
-		rh := &ctx.Response.Header
-		rh.ResetConnectionClose()
-		for _, k := range hopByHopCommon {
-			rh.Del(k)
-		}
-		rh.Del(fasthttp.HeaderConnection)
-		rh.Del(fasthttp.HeaderUpgrade)
+		stripHopByHopResponse(&ctx.Response.Header)
 	}
 	ctx.Response.Header.SetBytesV(a.reqID, id)
 	if clientClose {
@@ -357,60 +468,9 @@ func idempotentMethod(m []byte) bool {
 	return false
 }
 
-// stripHopByHop removes hop-by-hop request headers (RFC 9110 §7.6.1),
-// including any listed in Connection. fasthttp keeps framing headers
-// (Transfer-Encoding, Content-Length) itself.
-func stripHopByHop(h *fasthttp.RequestHeader) {
-	if c := h.Peek(fasthttp.HeaderConnection); len(c) > 0 {
-		for len(c) > 0 {
-			var tok []byte
-			if i := bytes.IndexByte(c, ','); i >= 0 {
-				tok, c = bytes.TrimSpace(c[:i]), c[i+1:]
-			} else {
-				tok, c = bytes.TrimSpace(c), nil
-			}
-			if len(tok) > 0 && !bytes.EqualFold(tok, []byte("close")) && !bytes.EqualFold(tok, []byte("keep-alive")) {
-				h.DelBytes(tok)
-			}
-		}
-		h.Del(fasthttp.HeaderConnection)
-	}
-	for _, k := range hopByHopCommon {
-		h.Del(k)
-	}
-	h.Del(fasthttp.HeaderUpgrade)
-	// The 100-continue handshake was done with the client already.
-	h.Del(fasthttp.HeaderExpect)
-}
-
-// hasHeaderName reports whether raw request headers contain name
-// (lower-case), case-insensitively, as a header name.
-func hasHeaderName(raw, name []byte) bool {
-	for len(raw) > 0 {
-		i := bytes.IndexByte(raw, '\n')
-		line := raw
-		if i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		if c := bytes.IndexByte(line, ':'); c == len(name) && bytes.EqualFold(line[:c], name) {
-			return true
-		}
-	}
-	return false
-}
-
 // writeReject writes the prebuilt rejection: nothing reaches a backend.
 func (a *app) writeReject(ctx *fasthttp.RequestCtx, d admission.Decision) {
-	r := &a.reject
-	status, secs := a.rejectStatus(d)
-	resp := &ctx.Response
-	resp.SetStatusCode(status)
-	resp.Header.SetContentTypeBytes(strTextPlain)
-	resp.Header.SetBytesKV(hdrRetryAfter, retryAfterBytes(secs))
-	resp.Header.SetBytesKV(hdrReject, verdictBytes[d.Verdict])
-	resp.SetBodyRaw(r.body)
+	writeReply(&ctx.Response, replyFor(a, outRejected, d))
 }
 
 // rejectStatus returns the status and Retry-After seconds of a rejection.
@@ -427,18 +487,8 @@ func (a *app) rejectStatus(d admission.Decision) (status, secs int) {
 
 // writeError writes a proxy-generated error. a may be nil.
 func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, a *app, o outcome) {
-	resp := &ctx.Response
-	resp.Reset()
-	if o == outNoBackend && a != nil {
-		a.writeReject(ctx, admission.Decision{Verdict: admission.RejectNoBackend})
-		return
-	}
-	resp.SetStatusCode(statusOf(o))
-	resp.Header.SetContentTypeBytes(strTextPlain)
-	if o == outBackendBusy {
-		resp.Header.SetBytesKV(hdrRetryAfter, retryAfterBytes(1))
-	}
-	resp.SetBodyString(errorBody(o))
+	ctx.Response.Reset()
+	writeReply(&ctx.Response, replyFor(a, o, admission.Decision{}))
 }
 
 // retryAfterBytes returns the decimal bytes for small second counts without

@@ -66,7 +66,7 @@ func testSnap(addr string, backends []string, mod func(*policy.Snapshot, *policy
 
 // harness is a proxy serving one listener in front of test backends.
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	p     *Proxy
 	reg   *prometheus.Registry
 	addr  string
@@ -88,7 +88,7 @@ func startProxy(t *testing.T, backends []string, mod func(*policy.Snapshot, *pol
 	return startProxyOpts(t, backends, Options{}, mod)
 }
 
-func startProxyOpts(t *testing.T, backends []string, opts Options, mod func(*policy.Snapshot, *policy.App)) *harness {
+func startProxyOpts(t testing.TB, backends []string, opts Options, mod func(*policy.Snapshot, *policy.App)) *harness {
 	t.Helper()
 	addr := freeAddr(t)
 	snap := testSnap(addr, backends, mod)

@@ -25,21 +25,22 @@ type metrics struct {
 type appMetrics struct {
 	none    [6]prometheus.Counter  // requests not relayed, by code class
 	latency [3]prometheus.Observer // by result: relayed, rejected, error
-	errs    [outLengthRequired + 1]prometheus.Counter
+	errs    [outMethodNotAllowed + 1]prometheus.Counter
 }
 
 var outcomeReason = [...]string{
-	outRelayed:        "",
-	outRejected:       "",
-	outNoBackend:      "no_backend",
-	outBackendFailed:  "backend_failed",
-	outBackendTimeout: "backend_timeout",
-	outBackendBusy:    "backend_busy",
-	outBadRequest:     "bad_request",
-	outNoApp:          "no_app",
-	outClientGone:     "client_gone",
-	outBodyTooLarge:   "body_too_large",
-	outLengthRequired: "length_required",
+	outRelayed:          "",
+	outRejected:         "",
+	outNoBackend:        "no_backend",
+	outBackendFailed:    "backend_failed",
+	outBackendTimeout:   "backend_timeout",
+	outBackendBusy:      "backend_busy",
+	outBadRequest:       "bad_request",
+	outNoApp:            "no_app",
+	outClientGone:       "client_gone",
+	outBodyTooLarge:     "body_too_large",
+	outLengthRequired:   "length_required",
+	outMethodNotAllowed: "method_not_allowed",
 }
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {

@@ -36,6 +36,34 @@ type Options struct {
 	Probe func(ctx context.Context, addr, path string) error
 	// Resolver looks up DNS backends; nil uses net.DefaultResolver.
 	Resolver *net.Resolver
+	// Engine selects the HTTP/1.1 front end of plain listeners; the zero
+	// value is EngineAuto. TLS listeners are always fasthttp's (and h2's).
+	Engine Engine
+}
+
+// Engine is the HTTP/1.1 front end of plain listeners.
+type Engine uint8
+
+const (
+	// EngineAuto uses the event loops where they exist (Linux), unless
+	// SENTRY_EVLOOP=0 is in the environment; fasthttp otherwise.
+	EngineAuto Engine = iota
+	// EngineLoops uses the event loops where they exist, whatever the
+	// environment says; they hand fasthttp what they do not serve.
+	EngineLoops
+	// EngineFastHTTP serves every connection with fasthttp.
+	EngineFastHTTP
+)
+
+// String names the engine (test and log output).
+func (e Engine) String() string {
+	switch e {
+	case EngineLoops:
+		return "loops"
+	case EngineFastHTTP:
+		return "fasthttp"
+	}
+	return "auto"
 }
 
 // Controller is an app's admission stack as the request path sees it

@@ -24,22 +24,6 @@ type rawField struct {
 	line        span
 }
 
-// Header names the fast path looks at, by their fixed index.
-const (
-	hOther = iota
-	hHost
-	hContentLength
-	hTransferEncoding
-	hConnection
-	hUpgrade
-	hExpect
-	hXFF
-	hXFProto
-	hXFHost
-	hServerTiming
-	hHopByHop // Keep-Alive, Proxy-Connection, TE, Trailer, Proxy-Authorization, Proxy-Authenticate
-)
-
 // rawHead is a parsed head. Spans refer to the parsed buffer.
 type rawHead struct {
 	n       int // length of the head, through the empty line
@@ -324,90 +308,6 @@ func parseLength(v []byte) (int64, bool) {
 		n = n*10 + int64(c-'0')
 	}
 	return n, true
-}
-
-// fieldKind classifies a header name, case-insensitively.
-func fieldKind(name []byte) uint8 {
-	switch len(name) {
-	case 2:
-		if eqFold(name, "te") {
-			return hHopByHop
-		}
-	case 4:
-		if eqFold(name, "host") {
-			return hHost
-		}
-	case 6:
-		if eqFold(name, "expect") {
-			return hExpect
-		}
-	case 7:
-		if eqFold(name, "upgrade") {
-			return hUpgrade
-		}
-		if eqFold(name, "trailer") {
-			return hHopByHop
-		}
-	case 10:
-		if eqFold(name, "connection") {
-			return hConnection
-		}
-		if eqFold(name, "keep-alive") {
-			return hHopByHop
-		}
-	case 13:
-		if eqFold(name, "server-timing") {
-			return hServerTiming
-		}
-	case 14:
-		if eqFold(name, "content-length") {
-			return hContentLength
-		}
-	case 15:
-		if eqFold(name, "x-forwarded-for") {
-			return hXFF
-		}
-	case 16:
-		if eqFold(name, "x-forwarded-host") {
-			return hXFHost
-		}
-		if eqFold(name, "proxy-connection") {
-			return hHopByHop
-		}
-	case 17:
-		if eqFold(name, "transfer-encoding") {
-			return hTransferEncoding
-		}
-		if eqFold(name, "x-forwarded-proto") {
-			return hXFProto
-		}
-	case 18:
-		if eqFold(name, "proxy-authenticate") {
-			return hHopByHop
-		}
-	case 19:
-		if eqFold(name, "proxy-authorization") {
-			return hHopByHop
-		}
-	}
-	return hOther
-}
-
-// eqFold compares b with the lower-case ASCII string s, ignoring case.
-func eqFold(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != s[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // findKind returns the value of the first field of kind k, or nil.

@@ -180,7 +180,7 @@ func TestFieldKind(t *testing.T) {
 		}
 	}
 	// Every hop-by-hop name the fasthttp path removes is one here too.
-	for _, name := range hopByHopCommon {
+	for _, name := range hopByHopNames {
 		if got := fieldKind([]byte(name)); got != hHopByHop {
 			t.Errorf("fieldKind(%q) = %d, want hop-by-hop", name, got)
 		}

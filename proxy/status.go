@@ -14,17 +14,18 @@ import (
 type outcome uint8
 
 const (
-	outRelayed        outcome = iota // backend answered; status is the backend's
-	outRejected                      // admission rejected: 503/429 + Retry-After
-	outNoBackend                     // no healthy backend: 503
-	outBackendFailed                 // connect failed, reset, bad response: 502
-	outBackendTimeout                // response (idle) timeout: 504
-	outBackendBusy                   // backend connection limit reached: 503
-	outBadRequest                    // malformed or smuggling-shaped request: 400
-	outNoApp                         // no app for this Host: 404
-	outClientGone                    // client left while waiting for admission: nothing sent (499 in logs)
-	outBodyTooLarge                  // Content-Length over the app's max_body_bytes: 413
-	outLengthRequired                // chunked body to an app with max_body_bytes: 411
+	outRelayed          outcome = iota // backend answered; status is the backend's
+	outRejected                        // admission rejected: 503/429 + Retry-After
+	outNoBackend                       // no healthy backend: 503
+	outBackendFailed                   // connect failed, reset, bad response: 502
+	outBackendTimeout                  // response (idle) timeout: 504
+	outBackendBusy                     // backend connection limit reached: 503
+	outBadRequest                      // malformed or smuggling-shaped request: 400
+	outNoApp                           // no app for this Host: 404
+	outClientGone                      // client left while waiting for admission: nothing sent (499 in logs)
+	outBodyTooLarge                    // Content-Length over the app's max_body_bytes: 413
+	outLengthRequired                  // chunked body to an app with max_body_bytes: 411
+	outMethodNotAllowed                // CONNECT: sentry is not a forward proxy: 405
 )
 
 // statusOf maps an outcome to its HTTP status.
@@ -46,6 +47,8 @@ func statusOf(o outcome) int {
 		return fasthttp.StatusRequestEntityTooLarge
 	case outLengthRequired:
 		return fasthttp.StatusLengthRequired
+	case outMethodNotAllowed:
+		return fasthttp.StatusMethodNotAllowed
 	}
 	return fasthttp.StatusOK
 }
@@ -96,6 +99,8 @@ func errorBody(o outcome) string {
 		return "sentry: request body larger than this app accepts\n"
 	case outLengthRequired:
 		return "sentry: this app limits body size; send Content-Length instead of a chunked body\n"
+	case outMethodNotAllowed:
+		return "sentry: method not allowed\n"
 	}
 	return ""
 }

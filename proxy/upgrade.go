@@ -41,10 +41,9 @@ func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (outcome, *upstream) {
 	timeout := time.Duration(a.shared.idle.Load())
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	req := &ctx.Request
-	req.Header.Del(fasthttp.HeaderExpect)
-	for _, k := range hopByHopCommon {
-		req.Header.Del(k)
-	}
+	// The front end removed the client's Connection header with the other
+	// hop-by-hop ones (stripHopByHop keeps Upgrade for this path).
+	req.Header.Set(fasthttp.HeaderConnection, "Upgrade")
 	if _, err = conn.Write(req.Header.Header()); err == nil && !req.IsBodyStream() && len(req.Body()) > 0 {
 		_, err = conn.Write(req.Body())
 	}

@@ -1,0 +1,110 @@
+package proxy
+
+import (
+	"strconv"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sentry-proxy/sentry/admission"
+)
+
+// reply is a response sentry makes itself: the prebuilt rejection (503 or
+// 429 with Retry-After and X-Sentry-Reject) or an error from the failure
+// table. replyFor decides it once for both engines; writeReply (fasthttp,
+// h2) and appendReply (the event loops' raw bytes) only serialise it.
+type reply struct {
+	status  int
+	retry   int    // Retry-After seconds; -1: none
+	verdict []byte // X-Sentry-Reject; nil: none
+	body    []byte // shared and never written to
+}
+
+// replyFor returns the response for outcome o (never outRelayed). d is the
+// admission decision of a rejection; a may be nil (no app for the Host).
+func replyFor(a *app, o outcome, d admission.Decision) reply {
+	if a != nil && (o == outRejected || o == outNoBackend) {
+		if o == outNoBackend {
+			d = admission.Decision{Verdict: admission.RejectNoBackend}
+		}
+		status, secs := a.rejectStatus(d)
+		return reply{status: status, retry: secs, verdict: verdictBytes[d.Verdict], body: a.reject.body}
+	}
+	r := reply{status: statusOf(o), retry: -1, body: errorBodies[o]}
+	if o == outBackendBusy {
+		r.retry = 1
+	}
+	return r
+}
+
+// errorBodies holds errorBody's texts as bytes, so no reply converts one.
+var errorBodies = func() (t [outMethodNotAllowed + 1][]byte) {
+	for o := range t {
+		t[o] = []byte(errorBody(outcome(o)))
+	}
+	return t
+}()
+
+// parseErrorBody is the body of an answer to a head fasthttp could not
+// read (handleError): 400, 408, 413 or 431.
+func parseErrorBody(status int) []byte {
+	switch status {
+	case fasthttp.StatusRequestHeaderFieldsTooLarge:
+		return bodyHeadTooLarge
+	case fasthttp.StatusRequestEntityTooLarge:
+		return errorBodies[outBodyTooLarge]
+	case fasthttp.StatusRequestTimeout:
+		return bodyRequestTimeout
+	}
+	return errorBodies[outBadRequest]
+}
+
+var (
+	bodyHeadTooLarge   = []byte("sentry: request header fields too large\n")
+	bodyRequestTimeout = []byte("sentry: request timeout\n")
+)
+
+// writeReply sets r as a fasthttp response (headers added to what resp
+// holds; writeError resets it first).
+func writeReply(resp *fasthttp.Response, r reply) {
+	resp.SetStatusCode(r.status)
+	resp.Header.SetContentTypeBytes(strTextPlain)
+	if r.retry >= 0 {
+		resp.Header.SetBytesKV(hdrRetryAfter, retryAfterBytes(r.retry))
+	}
+	if r.verdict != nil {
+		resp.Header.SetBytesKV(hdrReject, r.verdict)
+	}
+	resp.SetBodyRaw(r.body)
+}
+
+// appendReply appends r as a raw HTTP/1.1 response: the same status line,
+// headers and body fasthttp writes for writeReply, plus the request ID
+// (when id is not empty), Connection: close when closing, and no body for
+// a HEAD request (its Content-Length still says the length).
+func appendReply(out []byte, r reply, date []byte, reqID string, id []byte, closing, head bool) []byte {
+	out = append(out, "HTTP/1.1 "...)
+	out = strconv.AppendInt(out, int64(r.status), 10)
+	out = append(out, ' ')
+	out = append(out, fasthttp.StatusMessage(r.status)...)
+	out = append(out, "\r\nDate: "...)
+	out = append(out, date...)
+	out = append(out, "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
+	out = strconv.AppendInt(out, int64(len(r.body)), 10)
+	if r.retry >= 0 {
+		out = append(append(out, "\r\nRetry-After: "...), retryAfterBytes(r.retry)...)
+	}
+	if r.verdict != nil {
+		out = append(append(out, "\r\nX-Sentry-Reject: "...), r.verdict...)
+	}
+	if len(id) > 0 {
+		out = append(append(append(append(out, "\r\n"...), reqID...), ": "...), id...)
+	}
+	if closing {
+		out = append(out, "\r\nConnection: close"...)
+	}
+	out = append(out, "\r\n\r\n"...)
+	if !head {
+		out = append(out, r.body...)
+	}
+	return out
+}
