@@ -792,7 +792,7 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 		}
 		ex.key = append(ex.key[:0], key...)
 		ar := &l.ar // a loop field: passed to an interface, a local would escape
-		*ar = admission.Request{Class: ex.class}
+		*ar = admission.Request{Class: ex.class, Key: ex.key}
 		ar.S, ar.Bucket = ctl.Estimate(ex.class, ex.key, l.now)
 		ex.s = ar.S
 		if !a.off {

@@ -282,6 +282,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	if ctl != nil {
 		x.ar.Class, key = ctl.Classify(x, client)
 		x.ar.S, x.ar.Bucket = ctl.Estimate(x.ar.Class, key, start)
+		x.ar.Key = key
 		if !a.off {
 			// A request that may wait in a batch queue is told when its
 			// client hangs up, so it leaves the queue.
