@@ -521,3 +521,30 @@ func TestPriorityStepRise(t *testing.T) {
 		})
 	}
 }
+
+// TestPriorityNestedPeriods is Cataclysm's Fig. 5 shape with periods: gold
+// (period 0) at 0.2×, silver (100 ms) at 0.9×, bronze (250 ms) at 0.2× on
+// 4 × 8 slots of exponential 80 ms, R_sla 1 s. Silver alone overloads what
+// gold leaves, so bronze must get no larger a share than silver: the room a
+// long-period class may fill must not let it past a more important one.
+func TestPriorityNestedPeriods(t *testing.T) {
+	const d = 20 * time.Second
+	sc := simCase{n: 4, p: 8, s: 80 * time.Millisecond, exp: true, rsla: time.Second, seed: 5,
+		classes: []simClass{
+			{name: "gold", load: steady(0.2, d)},
+			{name: "silver", period: 100 * time.Millisecond, load: steady(0.9, d)},
+			{name: "bronze", period: 250 * time.Millisecond, load: steady(0.2, d)},
+		}}
+	r := runSim(t, sc)
+	t.Log(r)
+	if !(r.admittedFrac(0) >= r.admittedFrac(1) && r.admittedFrac(1) >= r.admittedFrac(2)) {
+		t.Errorf("admitted shares gold %.3f silver %.3f bronze %.3f are not monotone",
+			r.admittedFrac(0), r.admittedFrac(1), r.admittedFrac(2))
+	}
+	if g := r.admittedFrac(0); g < 0.99 {
+		t.Errorf("gold admitted %.2f%%, want ≥ 99%%", 100*g)
+	}
+	if g := r.goodput(0, 1, 2); g < 0.95 {
+		t.Errorf("goodput %.3f× capacity, want ≥ 0.95", g)
+	}
+}
