@@ -47,9 +47,15 @@ type class struct {
 	// floor; 0 for the most important class or with the reserve off.
 	// Written by updateReserve, read per test.
 	rho atomic.Uint64
+	// slack is how far past one service time a batch of this class may
+	// fill the farm under its own budget (float64 ns): d·min(1, 2·(1 − ρ))
+	// with ρ the more important classes' demand share (no floor), so 0
+	// once they saturate the farm. See model.admits.
+	slack atomic.Uint64
 }
 
-func (cl *class) reserve() float64 { return math.Float64frombits(cl.rho.Load()) }
+func (cl *class) reserve() float64   { return math.Float64frombits(cl.rho.Load()) }
+func (cl *class) fillSlack() float64 { return math.Float64frombits(cl.slack.Load()) }
 
 func (cl *class) queueLen() int64 {
 	var n int64
@@ -431,6 +437,7 @@ func (c *Controller) updateReserve(s *snapshot, now time.Time) {
 	if !s.reserve {
 		for _, cl := range s.classes {
 			cl.rho.Store(0)
+			cl.slack.Store(math.Float64bits(float64(cl.period)))
 		}
 		return
 	}
@@ -446,6 +453,8 @@ func (c *Controller) updateReserve(s *snapshot, now time.Time) {
 			rho = max(above/capacity, s.floor)
 		}
 		cl.rho.Store(math.Float64bits(rho))
+		idle := min(1, 2*max(0, 1-above/capacity))
+		cl.slack.Store(math.Float64bits(float64(cl.period) * idle))
 		if d := c.st.Demand(j); d > 0 { // NaN and negatives add nothing
 			above += d
 		}
@@ -583,11 +592,11 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 		reject.RetryAfter = retryAfter(wait)
 	default:
 		if rc.allOrNothing {
-			if rc.m.admits(beta, sum, own, lim, float64(cl.period)) {
+			if rc.m.admits(beta, sum, own, lim, cl.fillSlack()) {
 				k = beta
 			}
 		} else {
-			k = rc.m.largestPrefix(prefix, own, lim, float64(cl.period))
+			k = rc.m.largestPrefix(prefix, own, lim, cl.fillSlack())
 		}
 		if k < beta {
 			rest := sum

@@ -47,19 +47,24 @@ func (m *model) fits(k int, sum, lim float64) bool {
 	return m.q+m.slowdown(k)*s <= lim+tolerance
 }
 
-// admits is the test with the reserve for a class with period d: k
-// requests pass under lim, or under the class's own limit own as long as
-// they only fill the farm until the class's next run:
+// admits is the test with the reserve: k requests pass under lim, or under
+// the class's own limit own as long as they only fill the farm for one
+// service time plus slack:
 //
-//	max(1, (η + ⌈k/n⌉)/P) · S ≤ S + d
+//	max(1, (η + ⌈k/n⌉)/P) · S ≤ S + slack
 //
-// (for d = 0: a free slot is waiting for them). The second case keeps the
+// For a class without a period slack is 0: a free slot waits for them. For
+// a class with period d, slack = d·min(1, 2·(1 − ρ)), where ρ is the more
+// important classes' share of the farm: the time until the class's next
+// run that their demand leaves idle, doubled for the burstiness of their
+// arrivals, and 0 once they saturate the farm (so a long period never lets
+// a less important class fill past a more important one). This keeps the
 // farm work-conserving: refusing such requests would leave slots idle
 // before the class could offer more, while a more important request that
-// arrives later waits behind them at most d plus one service time. Q is
-// left out of the fill test: a free slot has no queue in front of it.
-func (m *model) admits(k int, sum, own, lim, d float64) bool {
-	if s := sum / float64(k); lim < own && m.slowdown(k)*s <= s+d+tolerance {
+// arrives after them waits at most that long. Q is left out of the fill
+// test: a free slot has no queue in front of it.
+func (m *model) admits(k int, sum, own, lim, slack float64) bool {
+	if s := sum / float64(k); lim < own && m.slowdown(k)*s <= s+slack+tolerance {
 		lim = own
 	}
 	return m.fits(k, sum, lim)
@@ -69,16 +74,16 @@ func (m *model) admits(k int, sum, own, lim, d float64) bool {
 // the test (admits); prefix[i] is the sum of the first i+1 service times.
 // The test is not monotone in k (the prefix mean changes), so every prefix
 // is tried; the common case, the whole bucket passing, costs one test.
-func (m *model) largestPrefix(prefix []float64, own, lim, d float64) int {
+func (m *model) largestPrefix(prefix []float64, own, lim, slack float64) int {
 	beta := len(prefix)
 	if beta == 0 {
 		return 0
 	}
-	if m.admits(beta, prefix[beta-1], own, lim, d) {
+	if m.admits(beta, prefix[beta-1], own, lim, slack) {
 		return beta
 	}
 	for k := beta - 1; k >= 1; k-- {
-		if m.admits(k, prefix[k-1], own, lim, d) {
+		if m.admits(k, prefix[k-1], own, lim, slack) {
 			return k
 		}
 	}
