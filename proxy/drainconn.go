@@ -68,6 +68,55 @@ type drainConn struct {
 	deferred  bool
 	lingering bool
 	closed    bool
+
+	// Touched only by the goroutine serving the connection (fasthttp's),
+	// never by the lingering close.
+	rate struct {
+		bl   *bodyLimits // nil: no body being read under body_min_rate
+		head time.Time
+		got  int64
+		set  time.Time // read deadline last pushed
+	}
+	writeSet int64 // unix nanos when the write deadline was last pushed
+}
+
+// startBodyRate puts the connection's reads under body_min_rate, for a
+// body whose head ended at head (rateConn).
+func (c *drainConn) startBodyRate(bl *bodyLimits, head time.Time) {
+	c.rate.bl, c.rate.head, c.rate.got, c.rate.set = bl, head, 0, time.Time{}
+}
+
+// stopBodyRate ends it; fasthttp sets its own deadline for the next
+// request.
+func (c *drainConn) stopBodyRate() { c.rate.bl = nil }
+
+func (c *drainConn) Read(b []byte) (int, error) {
+	if bl := c.rate.bl; bl != nil {
+		if d := bl.deadline(c.rate.head, c.rate.got); !d.Equal(c.rate.set) {
+			c.rate.set = d
+			_ = c.Conn.SetReadDeadline(d)
+		}
+		n, err := c.Conn.Read(b)
+		c.rate.got += int64(n)
+		return n, err
+	}
+	return c.Conn.Read(b)
+}
+
+// Write applies server.write_timeout as an idle timeout, as the event
+// loops do: each write must make progress within it, so a client that
+// reads nothing is cut while a long download at any pace is not. fasthttp's
+// own WriteTimeout is a deadline per response, which would cut those. The
+// deadline is pushed at most every timeout/16.
+func (c *drainConn) Write(b []byte) (int, error) {
+	if t := c.fe.writeIdle; t > 0 {
+		now := time.Now()
+		if n := now.UnixNano(); n-c.writeSet >= int64(t/16) {
+			c.writeSet = n
+			_ = c.Conn.SetWriteDeadline(now.Add(t))
+		}
+	}
+	return c.Conn.Write(b)
 }
 
 // connState is the front end's fasthttp Server.ConnState hook.

@@ -27,6 +27,10 @@ type frontend struct {
 	// h2 streams: server.body_timeout for reading a request body and
 	// server.write_timeout (0 = none) for writing the response.
 	bodyTimeout, writeTimeout time.Duration
+	// body: request buffering and body_min_rate (body.go). writeIdle:
+	// server.write_timeout on HTTP/1.1 connections (drainConn.Write).
+	body      bodyLimits
+	writeIdle time.Duration
 	// draining is set when Shutdown starts; closes are then graceful
 	// (drainConn).
 	draining  atomic.Bool
@@ -47,27 +51,32 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	sv := st.snap.Server
 	fe := &frontend{p: p, addr: addr, done: make(chan struct{})}
 	fe.route.Store(rt)
-	bodyTimeout := sv.BodyTimeout
+	fe.body = bodyLimits{buffer: sv.RequestBuffer, minRate: sv.BodyMinRate, grace: sv.ReadHeaderTimeout, timeout: sv.BodyTimeout}
+	fe.writeIdle = sv.WriteTimeout
 	fe.srv = &fasthttp.Server{
 		Handler:      fe.handle,
 		ErrorHandler: fe.handleError,
 		ConnState:    fe.connState,
 		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 			// The read-header timeout covers the head only; a body gets
-			// its own budget so a long upload is not cut at 10 s.
-			if h.ContentLength() != 0 && h.ContentLength() != -2 {
-				return fasthttp.RequestConfig{ReadTimeout: bodyTimeout}
+			// its own budget so a long upload is not cut at 10 s. The
+			// first 8 KiB, which fasthttp reads before the handler, are
+			// under body_min_rate too; the handler takes over for the
+			// rest (drainConn.startBodyRate).
+			if cl := h.ContentLength(); cl != 0 && cl != -2 {
+				return fasthttp.RequestConfig{ReadTimeout: fe.body.prefetchTimeout(cl)}
 			}
 			return fasthttp.RequestConfig{}
 		},
-		Name:                          "",
-		NoDefaultServerHeader:         true,
-		NoDefaultContentType:          true,
-		ReadBufferSize:                sv.MaxHeaderBytes,
-		WriteBufferSize:               16 << 10,
-		ReadTimeout:                   sv.ReadHeaderTimeout,
-		IdleTimeout:                   sv.IdleTimeout,
-		WriteTimeout:                  sv.WriteTimeout,
+		Name:                  "",
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		ReadBufferSize:        sv.MaxHeaderBytes,
+		WriteBufferSize:       16 << 10,
+		ReadTimeout:           sv.ReadHeaderTimeout,
+		IdleTimeout:           sv.IdleTimeout,
+		// server.write_timeout is an idle timeout, applied by drainConn.
+		WriteTimeout:                  0,
 		Concurrency:                   sv.MaxConns,
 		MaxRequestBodySize:            noBodyLimit,
 		StreamRequestBody:             true,

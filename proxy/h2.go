@@ -62,7 +62,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		o = outNoApp
 		p.writeError(&ctx, nil, o)
 	} else {
-		o, u = p.serve(a, &ctx, peer, true, start, r.Context().Done())
+		o, u = p.serve(a, &ctx, peer, true, start, r.Context().Done(), nil)
 	}
 	resp := &ctx.Response
 	hdr := w.Header()

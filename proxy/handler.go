@@ -111,12 +111,80 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		closeIfBodyUnread(ctx, outNoApp)
 		return
 	}
-	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), start, nil)
+	// A body that has not arrived whole is read into sentry first
+	// (server.request_buffer), under body_timeout and body_min_rate, so
+	// the request is classified, admitted and counted in flight only once
+	// it is ready: a slow client costs memory, never a backend connection.
+	// Requests without a body skip all of this.
+	ready := start
+	var body *bodyBuf
+	if ctx.Request.IsBodyStream() {
+		var bb bodyBuf
+		body = &bb
+		if o := p.checkFraming(a, ctx); o != outRelayed {
+			a.m.observe(o, ctx.Response.StatusCode(), nil, start)
+			if rt.access {
+				p.logAccess(a, ctx, o, nil, start)
+			}
+			return
+		}
+		rc := rateConnOf(ctx.Conn())
+		if rc != nil {
+			rc.startBodyRate(&fe.body, start)
+			defer rc.stopBodyRate()
+		}
+		o, used := fe.readBody(ctx, a, body)
+		defer body.done(p, &ctx.Request)
+		if o != outRelayed {
+			if o == outClientGone {
+				ctx.Response.SetStatusCode(statusOf(o))
+				ctx.HijackSetNoResponse(true)
+				ctx.Hijack(func(net.Conn) {})
+			} else {
+				p.writeError(ctx, a, o)
+				ctx.SetConnectionClose()
+			}
+			a.m.observe(o, ctx.Response.StatusCode(), nil, start)
+			if rt.access {
+				p.logAccess(a, ctx, o, nil, start)
+			}
+			return
+		}
+		body.streamed = !used || body.rest != nil
+		if rc != nil && !body.streamed {
+			rc.stopBodyRate()
+		}
+		ready = time.Now()
+	}
+	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), ready, nil, body)
 	closeIfBodyUnread(ctx, o)
 	a.m.observe(o, ctx.Response.StatusCode(), b, start)
 	if rt.access {
 		p.logAccess(a, ctx, o, b, start)
 	}
+}
+
+// checkFraming refuses, before anything of the body is read, what serve
+// would refuse anyway: Transfer-Encoding with Content-Length (smuggling,
+// 400) and a body over the app's max_body_bytes (413, or 411 for a
+// chunked one). The response is written and the connection set to close.
+func (p *Proxy) checkFraming(a *app, ctx *fasthttp.RequestCtx) outcome {
+	h := &ctx.Request.Header
+	o := outRelayed
+	if h.ContentLength() == -1 && hasHeaderName(h.RawHeaders(), strContentLen) {
+		o = outBadRequest
+	} else if lim := a.cfg.MaxBodyBytes; lim > 0 {
+		if cl := h.ContentLength(); cl > 0 && int64(cl) > lim {
+			o = outBodyTooLarge
+		} else if cl == -1 {
+			o = outLengthRequired
+		}
+	}
+	if o != outRelayed {
+		ctx.SetConnectionClose()
+		p.writeError(ctx, a, o)
+	}
+	return o
 }
 
 // serve runs one request through admission and relay. The response (relayed
@@ -125,7 +193,11 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 //
 // gone, if not nil, is closed when the client disconnects (h2 streams); for
 // HTTP/1.1 the connection is checked after a wait instead.
-func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, gone <-chan struct{}) (outcome, *upstream) {
+//
+// start is when the request became ready to admit: after its head, or
+// after its body when the body was buffered. body (nil: no streamed body)
+// says how the body was read.
+func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, gone <-chan struct{}, body *bodyBuf) (outcome, *upstream) {
 	req := &ctx.Request
 	h := &req.Header
 
@@ -248,13 +320,42 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		req.URI().SetSchemeBytes(strHTTP)
 	}
 
+	// A stream cancelled by now (h2: reset) is not sent to a backend.
+	if gone != nil {
+		select {
+		case <-gone:
+			return outClientGone, nil
+		default:
+		}
+	}
+	out := req
+	if body != nil && body.rest != nil {
+		// A chunked body larger than the buffer: its first part was read
+		// from the request's stream, which fasthttp owns and releases
+		// with the request, so a copy of the request carries the read
+		// part and the rest of the stream.
+		out = fasthttp.AcquireRequest()
+		req.CopyTo(out)
+		out.SetBodyStream(body.rest, -1)
+		defer fasthttp.ReleaseRequest(out)
+	}
 	dispatch := time.Now()
-	o, u, inService := p.relay(a, req, &ctx.Response)
+	o, u, inService := p.relay(a, out, &ctx.Response)
 	if o == outRelayed && ctl != nil {
 		now := time.Now()
 		rh := &ctx.Response.Header
 		st := rh.PeekBytes(hdrServerTiming)
-		ctl.Observe(x.ar.Class, key, st, now.Sub(dispatch), inService, x.ar.S, now.Sub(start), now)
+		// Measured service time runs from dispatch, when the body is in
+		// sentry. A body that streams to the backend (larger than the
+		// buffer, or buffering off) would add the client's upload time to
+		// it, so such a request gives no measured sample: only the
+		// backend's Server-Timing counts (the estimator cannot be
+		// poisoned by a slow upload).
+		measured, busy := now.Sub(dispatch), inService
+		if body != nil && body.streamed {
+			measured, busy = 0, 0
+		}
+		ctl.Observe(x.ar.Class, key, st, measured, busy, x.ar.S, now.Sub(start), now)
 		if len(st) > 0 && ctl.StripServerTiming() {
 			x.st = estimator.StripServerTiming(x.st[:0], st)
 			if len(x.st) == 0 {
@@ -435,7 +536,7 @@ func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, a *app, o outcome) {
 	}
 	resp.SetStatusCode(statusOf(o))
 	resp.Header.SetContentTypeBytes(strTextPlain)
-	if o == outBackendBusy {
+	if o == outBackendBusy || o == outBufferFull {
 		resp.Header.SetBytesKV(hdrRetryAfter, retryAfterBytes(1))
 	}
 	resp.SetBodyString(errorBody(o))

@@ -1,0 +1,230 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/bytebufferpool"
+	"github.com/valyala/fasthttp"
+)
+
+// bodyLimits are a front end's request-body settings (server.*), fixed when
+// it starts serving (changing them needs a restart, like the other server
+// settings).
+type bodyLimits struct {
+	buffer  int64         // request_buffer; 0: no buffering
+	minRate int64         // body_min_rate, bytes/s; 0: no rate check
+	grace   time.Duration // the rate check's allowance (read_header_timeout)
+	timeout time.Duration // body_timeout
+}
+
+// deadline is when a body of n bytes, whose head ended at head, must be in:
+// head + grace + n/minRate, and never after head + body_timeout.
+func (bl *bodyLimits) deadline(head time.Time, n int64) time.Time {
+	end := head.Add(bl.timeout)
+	if bl.minRate <= 0 {
+		return end
+	}
+	d := head.Add(bl.grace + time.Duration(float64(n)/float64(bl.minRate)*float64(time.Second)))
+	if d.After(end) {
+		return end
+	}
+	return d
+}
+
+// prefetchTimeout is the read timeout fasthttp applies between the head and
+// the handler, while it reads the first 8 KiB of a body of declared length
+// cl (-1: chunked, of which it reads nothing before the handler).
+func (bl *bodyLimits) prefetchTimeout(cl int) time.Duration {
+	n := int64(8 << 10)
+	if cl >= 0 && int64(cl) < n {
+		n = int64(cl)
+	}
+	now := time.Now()
+	return bl.deadline(now, n).Sub(now)
+}
+
+// bodyBuffers is the process-wide account of buffered request-body bytes
+// (server.request_buffer_total).
+type bodyBuffers struct {
+	used atomic.Int64
+	cap  atomic.Int64 // 0: no cap
+}
+
+// reserve takes n bytes from the account; false (nothing taken) if that
+// would pass the cap.
+func (b *bodyBuffers) reserve(n int64) bool {
+	c := b.cap.Load()
+	if c <= 0 {
+		b.used.Add(n)
+		return true
+	}
+	for {
+		u := b.used.Load()
+		if u+n > c {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+func (b *bodyBuffers) release(n int64) { b.used.Add(-n) }
+
+// bodyBuf is one request's buffered body: the bytes, their share of the
+// account, and (for a chunked body longer than the buffer) the rest of the
+// body still to stream.
+type bodyBuf struct {
+	bb       *bytebufferpool.ByteBuffer
+	reserved int64
+	rest     io.Reader // nil: bb holds the whole body
+	// streamed: the body goes to the backend as it arrives (not buffered,
+	// or larger than the buffer), so the exchange's measured time is not
+	// the backend's alone.
+	streamed bool
+}
+
+var bodyBufPool bytebufferpool.Pool
+
+// rateConn is the connection-level part of body_min_rate: while a body is
+// read, each Read's deadline is the body's deadline for the bytes received
+// so far (bodyLimits.deadline), so a client sending too slowly times out
+// in the middle of a read. Implemented by drainConn.
+type rateConn interface {
+	startBodyRate(bl *bodyLimits, head time.Time)
+	stopBodyRate()
+}
+
+// rateConnOf finds the rateConn under a fasthttp connection.
+func rateConnOf(c net.Conn) rateConn {
+	switch x := c.(type) {
+	case *drainConn:
+		return x
+	case drainTLSConn:
+		return x.drainConn
+	}
+	return nil
+}
+
+// errBufferFull: the process-wide buffer cap is reached.
+var errBufferFull = errors.New("request buffer cap reached")
+
+// readBody reads a streamed request body into sentry before admission
+// (server.request_buffer): a body of known length up to the buffer is read
+// whole; a chunked body is read until it ends or passes the buffer, and
+// what passes it streams afterwards (rest). A body of known length over
+// the buffer is not read here: it streams from the start.
+//
+// It returns the outcome to answer with when the body cannot be had:
+// outBodyTimeout for a client too slow (408), outBufferFull when the
+// process-wide cap is reached (503), outClientGone when the client broke
+// the body off. The caller releases the buffer with done.
+func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (outcome, bool) {
+	req := &ctx.Request
+	cl := int64(req.Header.ContentLength())
+	lim := fe.body.buffer
+	if lim <= 0 || a.cfg.RequestBufferingOff || cl > lim || cl == 0 || cl == -2 {
+		return outRelayed, false
+	}
+	src := req.BodyStream()
+	bb.bb = bodyBufPool.Get()
+	b := bb.bb.B[:0]
+	want := cl // chunked: grow as bytes come
+	if cl < 0 {
+		want = min(lim+1, 16<<10)
+	}
+	if !fe.p.bufs.reserve(want) {
+		return outBufferFull, true
+	}
+	bb.reserved = want
+	if int64(cap(b)) < want {
+		b = make([]byte, 0, want)
+	} else if cl >= 0 {
+		b = b[:0:cl]
+	}
+	for {
+		if len(b) == cap(b) {
+			if cl >= 0 || int64(len(b)) > lim {
+				break
+			}
+			grow := min(int64(cap(b)), lim+1-int64(cap(b)))
+			if grow <= 0 {
+				break
+			}
+			if !fe.p.bufs.reserve(grow) {
+				bb.bb.B = b
+				return outBufferFull, true
+			}
+			bb.reserved += grow
+			nb := make([]byte, len(b), int64(cap(b))+grow)
+			copy(nb, b)
+			b = nb
+		}
+		m, err := src.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			bb.bb.B = b
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return outBodyTimeout, true
+			}
+			return outClientGone, true
+		}
+	}
+	bb.bb.B = b
+	if cl >= 0 {
+		if int64(len(b)) != cl {
+			return outClientGone, true
+		}
+		req.SetBodyRaw(b) // closes the stream, which has been read to its end
+		return outRelayed, true
+	}
+	if int64(len(b)) <= lim {
+		// A whole chunked body: sent with its length.
+		req.SetBodyRaw(b)
+		req.Header.SetContentLength(len(b))
+		return outRelayed, true
+	}
+	// Larger than the buffer: what was read goes first, the rest streams.
+	// The stream stays the request's (fasthttp releases it with the
+	// request), so the relay sends a copy of the request (relayRequest).
+	bb.rest = io.MultiReader(bytesReader(b), src)
+	return outRelayed, true
+}
+
+// done returns the buffer and its account.
+func (bb *bodyBuf) done(p *Proxy, req *fasthttp.Request) {
+	if bb.bb == nil {
+		return
+	}
+	if req != nil && !req.IsBodyStream() {
+		// The request no longer points into the pooled bytes.
+		req.ResetBody()
+	}
+	p.bufs.release(bb.reserved)
+	bb.bb.B = bb.bb.B[:0]
+	if cap(bb.bb.B) <= 4<<20 {
+		bodyBufPool.Put(bb.bb)
+	}
+	*bb = bodyBuf{}
+}
+
+type sliceReader struct{ b []byte }
+
+func bytesReader(b []byte) *sliceReader { return &sliceReader{b: b} }
+
+func (r *sliceReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
