@@ -21,7 +21,7 @@ type bodyLimits struct {
 	timeout time.Duration // body_timeout
 }
 
-// deadline is when a body of n bytes, whose head ended at head, must be in:
+// deadline is when n bytes of a request that started at head must be in:
 // head + grace + n/minRate, and never after head + body_timeout.
 func (bl *bodyLimits) deadline(head time.Time, n int64) time.Time {
 	end := head.Add(bl.timeout)
@@ -33,18 +33,6 @@ func (bl *bodyLimits) deadline(head time.Time, n int64) time.Time {
 		return end
 	}
 	return d
-}
-
-// prefetchTimeout is the read timeout fasthttp applies between the head and
-// the handler, while it reads the first 8 KiB of a body of declared length
-// cl (-1: chunked, of which it reads nothing before the handler).
-func (bl *bodyLimits) prefetchTimeout(cl int) time.Duration {
-	n := int64(8 << 10)
-	if cl >= 0 && int64(cl) < n {
-		n = int64(cl)
-	}
-	now := time.Now()
-	return bl.deadline(now, n).Sub(now)
 }
 
 // bodyBuffers is the process-wide account of buffered request-body bytes
@@ -90,12 +78,14 @@ type bodyBuf struct {
 
 var bodyBufPool bytebufferpool.Pool
 
-// rateConn is the connection-level part of body_min_rate: while a body is
-// read, each Read's deadline is the body's deadline for the bytes received
-// so far (bodyLimits.deadline), so a client sending too slowly times out
-// in the middle of a read. Implemented by drainConn.
+// rateConn is the connection-level part of body_min_rate: from the start
+// of a request until its body is in, each Read's deadline is the deadline
+// for the bytes received so far (bodyLimits.deadline), so a client sending
+// too slowly times out in the middle of a read. fasthttp's ConnState hook
+// starts it (frontend.connState); the handler stops it once a body is
+// buffered, or after relaying a body that streamed. Implemented by
+// drainConn.
 type rateConn interface {
-	startBodyRate(bl *bodyLimits, head time.Time)
 	stopBodyRate()
 }
 
@@ -132,8 +122,10 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 	}
 	src := req.BodyStream()
 	bb.bb = bodyBufPool.Get()
-	b := bb.bb.B[:0]
-	want := cl // chunked: grow as bytes come
+	// want: bytes reserved and the capacity read into. A body of known
+	// length is reserved whole; a chunked one grows by doubling up to
+	// lim+1 (one byte more than the buffer tells that it is larger).
+	want := cl
 	if cl < 0 {
 		want = min(lim+1, 16<<10)
 	}
@@ -141,36 +133,36 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 		return outBufferFull, true
 	}
 	bb.reserved = want
-	if int64(cap(b)) < want {
-		b = make([]byte, 0, want)
-	} else if cl >= 0 {
-		b = b[:0:cl]
+	back := bb.bb.B[:0]
+	if int64(cap(back)) < want {
+		back = make([]byte, 0, want)
 	}
-	for {
+	b := back[:0:want]
+	eof := false
+	for !eof {
 		if len(b) == cap(b) {
 			if cl >= 0 || int64(len(b)) > lim {
 				break
 			}
-			grow := min(int64(cap(b)), lim+1-int64(cap(b)))
-			if grow <= 0 {
-				break
-			}
-			if !fe.p.bufs.reserve(grow) {
-				bb.bb.B = b
+			next := min(2*int64(cap(b)), lim+1)
+			if !fe.p.bufs.reserve(next - int64(cap(b))) {
+				bb.bb.B = back
 				return outBufferFull, true
 			}
-			bb.reserved += grow
-			nb := make([]byte, len(b), int64(cap(b))+grow)
-			copy(nb, b)
-			b = nb
+			bb.reserved += next - int64(cap(b))
+			if int64(cap(back)) < next {
+				back = append(back[:0], b...)
+				back = append(back, make([]byte, next-int64(len(b)))...)
+			}
+			b = back[:len(b):next]
 		}
 		m, err := src.Read(b[len(b):cap(b)])
 		b = b[:len(b)+m]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			bb.bb.B = b
+		switch {
+		case err == io.EOF:
+			eof = true
+		case err != nil:
+			bb.bb.B = back
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				return outBodyTimeout, true
@@ -178,7 +170,7 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 			return outClientGone, true
 		}
 	}
-	bb.bb.B = b
+	bb.bb.B = back
 	if cl >= 0 {
 		if int64(len(b)) != cl {
 			return outClientGone, true
@@ -186,7 +178,7 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 		req.SetBodyRaw(b) // closes the stream, which has been read to its end
 		return outRelayed, true
 	}
-	if int64(len(b)) <= lim {
+	if eof {
 		// A whole chunked body: sent with its length.
 		req.SetBodyRaw(b)
 		req.Header.SetContentLength(len(b))
@@ -194,7 +186,7 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 	}
 	// Larger than the buffer: what was read goes first, the rest streams.
 	// The stream stays the request's (fasthttp releases it with the
-	// request), so the relay sends a copy of the request (relayRequest).
+	// request), so the relay sends a copy of the request (serve).
 	bb.rest = io.MultiReader(bytesReader(b), src)
 	return outRelayed, true
 }

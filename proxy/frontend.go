@@ -59,12 +59,11 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		ConnState:    fe.connState,
 		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 			// The read-header timeout covers the head only; a body gets
-			// its own budget so a long upload is not cut at 10 s. The
-			// first 8 KiB, which fasthttp reads before the handler, are
-			// under body_min_rate too; the handler takes over for the
-			// rest (drainConn.startBodyRate).
+			// its own budget so a long upload is not cut at 10 s.
+			// body_min_rate applies on top, read by read, from the
+			// request's start to the end of its body (drainConn.Read).
 			if cl := h.ContentLength(); cl != 0 && cl != -2 {
-				return fasthttp.RequestConfig{ReadTimeout: fe.body.prefetchTimeout(cl)}
+				return fasthttp.RequestConfig{ReadTimeout: fe.body.timeout}
 			}
 			return fasthttp.RequestConfig{}
 		},

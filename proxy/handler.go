@@ -104,6 +104,12 @@ func peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	p := fe.p
+	// body_min_rate ends with the handler (its body is in, or was relayed),
+	// before fasthttp hands a hijacked connection to a tunnel.
+	rc := rateConnOf(ctx.Conn())
+	if rc != nil {
+		defer rc.stopBodyRate()
+	}
 	rt := fe.route.Load()
 	a := rt.lookup(ctx.Request.Header.Host())
 	if a == nil {
@@ -127,11 +133,6 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 				p.logAccess(a, ctx, o, nil, start)
 			}
 			return
-		}
-		rc := rateConnOf(ctx.Conn())
-		if rc != nil {
-			rc.startBodyRate(&fe.body, start)
-			defer rc.stopBodyRate()
 		}
 		o, used := fe.readBody(ctx, a, body)
 		defer body.done(p, &ctx.Request)
