@@ -378,3 +378,74 @@ func splitRequest(t *testing.T, addr, head, body string) (*http.Response, string
 	resp.Body.Close()
 	return resp, string(b)
 }
+
+// TestWriteTimeoutFreesBackends: clients that never read a large response
+// are cut after write_timeout on the fasthttp path, so with a small
+// max_conns_per_backend normal requests are served again soon.
+func TestWriteTimeoutFreesBackends(t *testing.T) {
+	big := make([]byte, 8<<20)
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+			w.Write(big)
+			return
+		}
+		io.WriteString(w, "ok")
+	})
+	h := startProxy(t, []string{be}, func(s *policy.Snapshot, a *policy.App) {
+		s.Server.WriteTimeout = 300 * time.Millisecond
+		a.MaxConnsPerBackend = 4
+	})
+	const readers = 8
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	d := net.Dialer{Timeout: 2 * time.Second}
+	for i := 0; i < readers; i++ {
+		c, err := d.Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.(*net.TCPConn).SetReadBuffer(4 << 10)
+		// Split head: the connection goes to fasthttp.
+		io.WriteString(c, "GET /big HTTP/1.1\r\nHo")
+		time.Sleep(5 * time.Millisecond)
+		io.WriteString(c, "st: x\r\n\r\n")
+		conns = append(conns, c) // never read
+	}
+	attack := time.Now()
+	client := &http.Client{Timeout: 2 * time.Second}
+	get := func() bool {
+		resp, err := client.Get(h.url("/small"))
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 200 && string(b) == "ok"
+	}
+	for !get() {
+		if time.Since(attack) > 4*time.Second {
+			t.Fatalf("normal requests still failing %v after %d non-reading clients (write_timeout 300ms)", time.Since(attack), readers)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("recovered after %v", time.Since(attack))
+	for i := 0; i < 10; i++ {
+		if !get() {
+			t.Fatalf("normal request %d failed after recovery", i)
+		}
+	}
+	// The non-reading clients were cut: fasthttp, which served them (and
+	// nothing else here), holds no connection any more.
+	srv := h.p.mu.fronts[h.addr].srv
+	for srv.GetOpenConnectionsCount() > 0 {
+		if time.Since(attack) > 6*time.Second {
+			t.Fatalf("%d non-reading clients still connected", srv.GetOpenConnectionsCount())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
