@@ -121,56 +121,10 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 		return outRelayed, false
 	}
 	src := req.BodyStream()
-	bb.bb = bodyBufPool.Get()
-	// want: bytes reserved and the capacity read into. A body of known
-	// length is reserved whole; a chunked one grows by doubling up to
-	// lim+1 (one byte more than the buffer tells that it is larger).
-	want := cl
-	if cl < 0 {
-		want = min(lim+1, 16<<10)
+	b, eof, o := fe.p.fillBody(src, cl, lim, bb)
+	if o != outRelayed {
+		return o, true
 	}
-	if !fe.p.bufs.reserve(want) {
-		return outBufferFull, true
-	}
-	bb.reserved = want
-	back := bb.bb.B[:0]
-	if int64(cap(back)) < want {
-		back = make([]byte, 0, want)
-	}
-	b := back[:0:want]
-	eof := false
-	for !eof {
-		if len(b) == cap(b) {
-			if cl >= 0 || int64(len(b)) > lim {
-				break
-			}
-			next := min(2*int64(cap(b)), lim+1)
-			if !fe.p.bufs.reserve(next - int64(cap(b))) {
-				bb.bb.B = back
-				return outBufferFull, true
-			}
-			bb.reserved += next - int64(cap(b))
-			if int64(cap(back)) < next {
-				back = append(back[:0], b...)
-				back = append(back, make([]byte, next-int64(len(b)))...)
-			}
-			b = back[:len(b):next]
-		}
-		m, err := src.Read(b[len(b):cap(b)])
-		b = b[:len(b)+m]
-		switch {
-		case err == io.EOF:
-			eof = true
-		case err != nil:
-			bb.bb.B = back
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				return outBodyTimeout, true
-			}
-			return outClientGone, true
-		}
-	}
-	bb.bb.B = back
 	if cl >= 0 {
 		if int64(len(b)) != cl {
 			return outClientGone, true
@@ -189,6 +143,64 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 	// request), so the relay sends a copy of the request (serve).
 	bb.rest = io.MultiReader(bytesReader(b), src)
 	return outRelayed, true
+}
+
+// fillBody reads a body from src into bb, reserving its bytes in the
+// process-wide account: a body of known length cl whole, a chunked one
+// (cl < 0) until its end or until it passes lim (eof false then: b holds
+// lim+1 bytes and the rest is still in src).
+func (p *Proxy) fillBody(src io.Reader, cl, lim int64, bb *bodyBuf) (b []byte, eof bool, o outcome) {
+	bb.bb = bodyBufPool.Get()
+	// want: bytes reserved and the capacity read into. A body of known
+	// length is reserved whole; a chunked one grows by doubling up to
+	// lim+1 (one byte more than the buffer tells that it is larger).
+	want := cl
+	if cl < 0 {
+		want = min(lim+1, 16<<10)
+	}
+	if !p.bufs.reserve(want) {
+		return nil, false, outBufferFull
+	}
+	bb.reserved = want
+	back := bb.bb.B[:0]
+	if int64(cap(back)) < want {
+		back = make([]byte, 0, want)
+	}
+	b = back[:0:want]
+	eof = false
+	for !eof {
+		if len(b) == cap(b) {
+			if cl >= 0 || int64(len(b)) > lim {
+				break
+			}
+			next := min(2*int64(cap(b)), lim+1)
+			if !p.bufs.reserve(next - int64(cap(b))) {
+				bb.bb.B = back
+				return nil, false, outBufferFull
+			}
+			bb.reserved += next - int64(cap(b))
+			if int64(cap(back)) < next {
+				back = append(back[:0], b...)
+				back = append(back, make([]byte, next-int64(len(b)))...)
+			}
+			b = back[:len(b):next]
+		}
+		m, err := src.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		switch {
+		case err == io.EOF:
+			eof = true
+		case err != nil:
+			bb.bb.B = back
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return nil, false, outBodyTimeout
+			}
+			return nil, false, outClientGone
+		}
+	}
+	bb.bb.B = back
+	return b, eof, outRelayed
 }
 
 // done returns the buffer and its account.
