@@ -63,17 +63,45 @@ func (b *bodyBuffers) reserve(n int64) bool {
 
 func (b *bodyBuffers) release(n int64) { b.used.Add(-n) }
 
-// bodyBuf is one request's buffered body: the bytes, their share of the
-// account, and (for a chunked body longer than the buffer) the rest of the
-// body still to stream.
+// bodyBuf is one request's body as read by sentry: the buffered bytes,
+// their share of the account, and for a body that streams, the reader the
+// relay sends it from.
 type bodyBuf struct {
 	bb       *bytebufferpool.ByteBuffer
 	reserved int64
-	rest     io.Reader // nil: bb holds the whole body
 	// streamed: the body goes to the backend as it arrives (not buffered,
 	// or larger than the buffer), so the exchange's measured time is not
 	// the backend's alone.
 	streamed bool
+	// client reads the streamed body and keeps the client's read error,
+	// so that a client too slow or gone is not taken for a backend
+	// failure (relay); cl is its declared length (-1: chunked).
+	client *clientBody
+	cl     int
+}
+
+// clientBody is a streamed request body that remembers the error of the
+// client's side.
+type clientBody struct {
+	r   io.Reader
+	err error
+}
+
+func (c *clientBody) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// outcome maps the client's read error to how the exchange ended.
+func (c *clientBody) outcome() outcome {
+	var ne net.Error
+	if errors.As(c.err, &ne) && ne.Timeout() {
+		return outBodyTimeout
+	}
+	return outClientGone
 }
 
 var bodyBufPool bytebufferpool.Pool
@@ -117,7 +145,13 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 	req := &ctx.Request
 	cl := int64(req.Header.ContentLength())
 	lim := fe.body.buffer
-	if lim <= 0 || a.cfg.RequestBufferingOff || cl > lim || cl == 0 || cl == -2 {
+	if cl == 0 || cl == -2 {
+		return outRelayed, false
+	}
+	if lim <= 0 || a.cfg.RequestBufferingOff || cl > lim {
+		// Streams from the start (on a copy of the request, see serve).
+		bb.client = &clientBody{r: req.BodyStream()}
+		bb.cl = int(cl)
 		return outRelayed, false
 	}
 	src := req.BodyStream()
@@ -141,7 +175,8 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 	// Larger than the buffer: what was read goes first, the rest streams.
 	// The stream stays the request's (fasthttp releases it with the
 	// request), so the relay sends a copy of the request (serve).
-	bb.rest = io.MultiReader(bytesReader(b), src)
+	bb.client = &clientBody{r: io.MultiReader(bytesReader(b), src)}
+	bb.cl = -1
 	return outRelayed, true
 }
 

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sentry-proxy/sentry/policy"
 )
 
@@ -447,5 +449,47 @@ func TestWriteTimeoutFreesBackends(t *testing.T) {
 			t.Fatalf("%d non-reading clients still connected", srv.GetOpenConnectionsCount())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestStreamedBodyTooSlowIsNotBackendFailure: a body that streams (larger
+// than request_buffer) and stalls is cut with 408, and the backend is not
+// blamed (no 504, no failure counted toward passive health).
+func TestStreamedBodyTooSlowIsNotBackendFailure(t *testing.T) {
+	cb := newCountingBackend(t)
+	h := startProxy(t, []string{cb.addr}, func(s *policy.Snapshot, a *policy.App) {
+		s.Server.RequestBuffer = 1 << 10
+		s.Server.BodyTimeout = 500 * time.Millisecond
+		s.Server.BodyMinRate = 0
+		a.Health.Passive.Failures = 1
+	})
+	for i := 0; i < 3; i++ {
+		c, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+		time.Sleep(20 * time.Millisecond)
+		io.WriteString(c, strings.Repeat("s", 20000)) // past fasthttp's 8 KiB pre-read; then nothing
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		c.Close()
+		if err != nil {
+			t.Fatalf("stalled streamed body %d: no response: %v", i, err)
+		}
+		if resp.StatusCode != 408 {
+			t.Errorf("stalled streamed body %d: %d, want 408", i, resp.StatusCode)
+		}
+	}
+	a := h.p.cur.Load().apps[0]
+	if a.pool.Healthy() != 1 {
+		t.Errorf("the backend was ejected for the client's stalls")
+	}
+	if v := testutil.ToFloat64(h.p.metrics.errors.WithLabelValues("web", "backend_timeout")); v != 0 {
+		t.Errorf("backend_timeout = %v; the client's stall was blamed on the backend", v)
+	}
+	resp, body := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp.StatusCode != 200 {
+		t.Errorf("after: %d %q", resp.StatusCode, body)
 	}
 }

@@ -136,8 +136,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 func (fe *frontend) h2Body(a *app, r *http.Request, req *fasthttp.Request, bb *bodyBuf) outcome {
 	cl, lim := r.ContentLength, fe.body.buffer
 	if lim <= 0 || a.cfg.RequestBufferingOff || cl > lim {
-		req.SetBodyStream(r.Body, int(cl))
-		bb.streamed = true
+		bb.client, bb.cl, bb.streamed = &clientBody{r: r.Body}, int(cl), true
 		return outRelayed
 	}
 	b, eof, o := fe.p.fillBody(r.Body, cl, lim, bb)
@@ -150,8 +149,7 @@ func (fe *frontend) h2Body(a *app, r *http.Request, req *fasthttp.Request, bb *b
 		req.SetBodyRaw(b)
 		req.Header.SetContentLength(len(b))
 	default:
-		req.SetBodyStream(io.MultiReader(bytesReader(b), r.Body), -1)
-		bb.streamed = true
+		bb.client, bb.cl, bb.streamed = &clientBody{r: io.MultiReader(bytesReader(b), r.Body)}, -1, true
 	}
 	return outRelayed
 }

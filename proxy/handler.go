@@ -151,7 +151,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 			}
 			return
 		}
-		body.streamed = !used || body.rest != nil
+		body.streamed = !used || body.client != nil
 		if rc != nil && !body.streamed {
 			rc.stopBodyRate()
 		}
@@ -330,18 +330,21 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		}
 	}
 	out := req
-	if body != nil && body.rest != nil {
-		// A chunked body larger than the buffer: its first part was read
-		// from the request's stream, which fasthttp owns and releases
-		// with the request, so a copy of the request carries the read
-		// part and the rest of the stream.
+	var cb *clientBody
+	if body != nil && body.client != nil {
+		// A body that streams from the client. fasthttp owns the
+		// request's stream (and releases it with the request), so a copy
+		// of the request carries it, wrapped to tell the client's read
+		// errors from the backend's: for a chunked body larger than the
+		// buffer, the part read first and then the rest of the stream.
+		cb = body.client
 		out = fasthttp.AcquireRequest()
 		req.CopyTo(out)
-		out.SetBodyStream(body.rest, -1)
+		out.SetBodyStream(cb, body.cl)
 		defer fasthttp.ReleaseRequest(out)
 	}
 	dispatch := time.Now()
-	o, u, inService := p.relay(a, out, &ctx.Response)
+	o, u, inService := p.relay(a, out, &ctx.Response, cb)
 	if o == outRelayed && ctl != nil {
 		now := time.Now()
 		rh := &ctx.Response.Header
@@ -398,7 +401,11 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 //
 // It also returns the backend's in-flight count at dispatch (this request
 // included), for the estimator's parallelism model.
-func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response) (outcome, *upstream, int) {
+//
+// cb, if not nil, is the streamed body: an exchange that failed because
+// the client's side of it did (too slow, gone) ends as that, without
+// blaming the backend.
+func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody) (outcome, *upstream, int) {
 	var last *upstream
 	for attempt := 1; ; attempt++ {
 		b := a.pool.Pick()
@@ -414,6 +421,10 @@ func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response) (o
 		if err == nil {
 			a.pool.Release(b, true)
 			return outRelayed, u, inService
+		}
+		if cb != nil && cb.err != nil {
+			a.pool.Release(b, true)
+			return cb.outcome(), u, 0
 		}
 		o := relayError(err)
 		if isDialError(err) {
