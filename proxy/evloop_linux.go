@@ -923,9 +923,17 @@ func (l *evloop) backendConn(u *upstream, a *app) (*bconn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// connect(2) through x/sys writes into the Sockaddr it is given, so
+	// each call gets its own copy (loops share the upstream's).
 	fam := unix.AF_INET
-	if _, ok := addr.(*unix.SockaddrInet6); ok {
+	switch sa := addr.(type) {
+	case *unix.SockaddrInet4:
+		c := *sa
+		addr = &c
+	case *unix.SockaddrInet6:
 		fam = unix.AF_INET6
+		c := *sa
+		addr = &c
 	}
 	fd, err := unix.Socket(fam, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
