@@ -81,14 +81,20 @@ type bodyBuf struct {
 }
 
 // clientBody is a streamed request body that remembers the error of the
-// client's side.
+// client's side. truncated, if set, tells at the end of a chunked body
+// whether it was cut short (rateConn.peerClosed); the end is then an
+// error, so the backend never receives a cut body as a whole one.
 type clientBody struct {
-	r   io.Reader
-	err error
+	r         io.Reader
+	err       error
+	truncated func() bool
 }
 
 func (c *clientBody) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
+	if err == io.EOF && c.truncated != nil && c.truncated() {
+		err = io.ErrUnexpectedEOF
+	}
 	if err != nil && err != io.EOF && c.err == nil {
 		c.err = err
 	}
@@ -113,8 +119,14 @@ var bodyBufPool bytebufferpool.Pool
 // starts it (frontend.connState); the handler stops it once a body is
 // buffered, or after relaying a body that streamed. Implemented by
 // drainConn.
+//
+// peerClosed tells whether the client closed its side. fasthttp's chunked
+// body reader reports a connection closed between chunks as the body's
+// end (io.EOF), so a chunked body is taken as complete only if the client
+// is still there.
 type rateConn interface {
 	stopBodyRate()
+	peerClosed() bool
 }
 
 // rateConnOf finds the rateConn under a fasthttp connection.
@@ -148,9 +160,13 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 	if cl == 0 || cl == -2 {
 		return outRelayed, false
 	}
+	var truncated func() bool
+	if rc := rateConnOf(ctx.Conn()); rc != nil && cl < 0 {
+		truncated = rc.peerClosed
+	}
 	if lim <= 0 || a.cfg.RequestBufferingOff || cl > lim {
 		// Streams from the start (on a copy of the request, see serve).
-		bb.client = &clientBody{r: req.BodyStream()}
+		bb.client = &clientBody{r: req.BodyStream(), truncated: truncated}
 		bb.cl = int(cl)
 		return outRelayed, false
 	}
@@ -166,6 +182,9 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 		req.SetBodyRaw(b) // closes the stream, which has been read to its end
 		return outRelayed, true
 	}
+	if eof && truncated != nil && truncated() {
+		return outClientGone, true
+	}
 	if eof {
 		// A whole chunked body: sent with its length.
 		req.SetBodyRaw(b)
@@ -175,7 +194,7 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 	// Larger than the buffer: what was read goes first, the rest streams.
 	// The stream stays the request's (fasthttp releases it with the
 	// request), so the relay sends a copy of the request (serve).
-	bb.client = &clientBody{r: io.MultiReader(bytesReader(b), src)}
+	bb.client = &clientBody{r: io.MultiReader(bytesReader(b), src), truncated: truncated}
 	bb.cl = -1
 	return outRelayed, true
 }

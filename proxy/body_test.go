@@ -493,3 +493,81 @@ func TestStreamedBodyTooSlowIsNotBackendFailure(t *testing.T) {
 		t.Errorf("after: %d %q", resp.StatusCode, body)
 	}
 }
+
+// TestSlowChunkedAttackersLeave: chunked slow bodies whose clients hang up
+// leave nothing behind: no buffered bytes accounted, nothing in flight,
+// nothing at the backend, and normal requests are served.
+func TestSlowChunkedAttackersLeave(t *testing.T) {
+	cb := newCountingBackend(t)
+	h := startProxy(t, []string{cb.addr}, nil)
+	var conns []net.Conn
+	for i := 0; i < 50; i++ {
+		c, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		io.WriteString(c, "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+	}
+	for k := 0; k < 3; k++ {
+		time.Sleep(100 * time.Millisecond)
+		for _, c := range conns {
+			io.WriteString(c, "6\r\nabcdef\r\n")
+		}
+	}
+	a := h.p.cur.Load().apps[0]
+	if u := h.p.bufs.used.Load(); u <= 0 {
+		t.Errorf("no bytes buffered while 50 bodies are being read")
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for h.p.bufs.used.Load() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if u := h.p.bufs.used.Load(); u != 0 {
+		t.Errorf("%d bytes still accounted after the clients left", u)
+	}
+	if n := a.pool.Inflight(); n != 0 {
+		t.Errorf("in flight %d after the clients left", n)
+	}
+	if r := cb.reqs.Load(); r != 0 {
+		t.Errorf("backend saw %d requests from clients that never finished a body", r)
+	}
+	resp, body := splitRequest(t, h.addr, "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", "3\r\nabc\r\n0\r\n\r\n")
+	if resp.StatusCode != 200 || body != "3" {
+		t.Errorf("after: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestTruncatedChunkedBodyNotForwardedWhole: a chunked body whose client
+// hangs up between chunks is never passed on as a complete body, buffered
+// or streamed (fasthttp's reader reports that close as the body's end).
+func TestTruncatedChunkedBodyNotForwardedWhole(t *testing.T) {
+	complete := make(chan string, 4)
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err == nil {
+			complete <- string(b)
+		}
+	})
+	for _, off := range []bool{false, true} {
+		h := startProxy(t, []string{be}, func(_ *policy.Snapshot, a *policy.App) { a.RequestBufferingOff = off })
+		c, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+		time.Sleep(30 * time.Millisecond)
+		io.WriteString(c, "3\r\nabc\r\n")
+		time.Sleep(100 * time.Millisecond)
+		c.Close()
+		time.Sleep(200 * time.Millisecond)
+		select {
+		case b := <-complete:
+			t.Errorf("buffering off=%v: the backend received the cut body %q as complete", off, b)
+		default:
+		}
+	}
+}

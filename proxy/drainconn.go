@@ -79,7 +79,11 @@ type drainConn struct {
 		set   time.Time   // the read deadline in force
 	}
 	writeSet int64 // unix nanos when the write deadline was last pushed
+	peerEOF  bool  // a Read returned io.EOF: the client closed its side
 }
+
+// peerClosed reports whether the client has closed its side (rateConn).
+func (c *drainConn) peerClosed() bool { return c.peerEOF }
 
 // startBodyRate puts the connection's reads under body_min_rate from
 // start, when fasthttp begins reading a request (rateConn).
@@ -129,9 +133,16 @@ func (c *drainConn) Read(b []byte) (int, error) {
 		}
 		n, err := c.Conn.Read(b)
 		c.rate.got += int64(n)
+		if err == io.EOF {
+			c.peerEOF = true
+		}
 		return n, err
 	}
-	return c.Conn.Read(b)
+	n, err := c.Conn.Read(b)
+	if err == io.EOF {
+		c.peerEOF = true
+	}
+	return n, err
 }
 
 // Write applies server.write_timeout as an idle timeout, as the event
