@@ -208,6 +208,12 @@ func (g *h2Guard) discard(b []byte) (int, error) {
 // goAway sends GOAWAY(ENHANCE_YOUR_CALM) once x/net's output is at a frame
 // boundary, and closes the connection h2GoawayLinger later.
 func (g *h2Guard) goAway() {
+	// The close comes in any case, GOAWAY sent or not (x/net may be in
+	// the middle of a frame it never finishes).
+	g.closeAt.Do(func() {
+		g.fe.p.metrics.clientErrors.WithLabelValues(g.fe.addr, "h2_reset_flood").Inc()
+		time.AfterFunc(h2GoawayLinger, func() { _ = g.Conn.Close() })
+	})
 	g.wmu.Lock()
 	if !g.sent {
 		g.pending = true
@@ -226,8 +232,6 @@ func (g *h2Guard) writeGoAwayLocked() {
 	binary.BigEndian.PutUint32(f[13:17], 0xb) // ENHANCE_YOUR_CALM
 	_, _ = g.Conn.Write(f[:])
 	g.sent, g.pending = true, false
-	g.fe.p.metrics.clientErrors.WithLabelValues(g.fe.addr, "h2_reset_flood").Inc()
-	g.closeAt.Do(func() { time.AfterFunc(h2GoawayLinger, func() { _ = g.Conn.Close() }) })
 }
 
 func (g *h2Guard) Write(b []byte) (int, error) {

@@ -146,3 +146,45 @@ func TestH2RapidReset(t *testing.T) {
 		}
 	}
 }
+
+// TestFrameTracker: frame boundaries are followed across arbitrary splits,
+// and toBoundary finds the end of the frame in progress.
+func TestFrameTracker(t *testing.T) {
+	frame := func(typ byte, payload int) []byte {
+		b := make([]byte, 9+payload)
+		b[0], b[1], b[2], b[3] = byte(payload>>16), byte(payload>>8), byte(payload), typ
+		return b
+	}
+	var stream []byte
+	var ends []int // offsets where a frame ends
+	for _, p := range []int{0, 5, 20000, 1, 0, 300} {
+		stream = append(stream, frame(0x0, p)...)
+		ends = append(ends, len(stream))
+	}
+	isEnd := map[int]bool{}
+	for _, e := range ends {
+		isEnd[e] = true
+	}
+	for _, step := range []int{1, 2, 7, 9, 10, 4096} {
+		var f frameTracker
+		headers := 0
+		for off := 0; off < len(stream); off += step {
+			chunk := stream[off:min(off+step, len(stream))]
+			// toBoundary, from here, must land on the next frame end.
+			if !f.boundary() {
+				k := f.toBoundary(chunk)
+				next := off + k
+				if k < len(chunk) && !isEnd[next] {
+					t.Fatalf("step %d: toBoundary at %d gives %d, not a frame end", step, off, next)
+				}
+			}
+			f.feed(chunk, func(*[9]byte, int) bool { headers++; return true })
+			if end := off + len(chunk); f.boundary() != isEnd[end] {
+				t.Fatalf("step %d: at %d boundary=%v, want %v", step, end, f.boundary(), isEnd[end])
+			}
+		}
+		if headers != len(ends) {
+			t.Errorf("step %d: %d headers seen, want %d", step, headers, len(ends))
+		}
+	}
+}
