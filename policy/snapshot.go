@@ -66,10 +66,11 @@ type Server struct {
 	// pass it gets 503 with Retry-After (and the connection closes); 0
 	// means no cap. Default 256 MiB.
 	RequestBufferTotal int64
-	// BodyMinRate is the slowest a request body may arrive, in bytes per
-	// second, averaged from the end of its head, after an allowance of
-	// ReadHeaderTimeout; a slower client gets 408 and the connection
-	// closes. 0 means no rate check (BodyTimeout alone). Default 1 KiB/s.
+	// BodyMinRate is the slowest a request may arrive, in bytes per
+	// second, averaged from its start, after an allowance of
+	// ReadHeaderTimeout, until its body is in (HTTP/1.1); a slower client
+	// gets 408 and the connection closes. 0 means no rate check
+	// (BodyTimeout alone). Default 1 KiB/s.
 	BodyMinRate int64
 	// MaxHeaderBytes is the largest request head (request line + headers)
 	// accepted; larger gets 431. Default 16384.
