@@ -91,6 +91,11 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 		{"health", func(v *yaml.Node, p string) { d.health(v, p, &a.Health) }},
 		{"timeouts", func(v *yaml.Node, p string) { d.timeouts(v, p, &a.Timeouts) }},
 		{"max_body_bytes", d.sizeField(&a.MaxBodyBytes, 0, math.MaxInt64)},
+		{"request_buffering", func(v *yaml.Node, p string) {
+			if s, ok := d.enum(v, p, "on", "off"); ok {
+				a.RequestBufferingOff = s == "off"
+			}
+		}},
 		{"max_conns_per_backend", d.intField(&a.MaxConnsPerBackend, 1, 1<<20)},
 		{"request_id_header", func(v *yaml.Node, p string) {
 			if s, ok := d.str(v, p); ok {

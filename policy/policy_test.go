@@ -36,13 +36,16 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("Log = %+v, want %+v", s.Log, want)
 	}
 	wantServer := Server{
-		ReadHeaderTimeout: 10 * time.Second,
-		BodyTimeout:       5 * time.Minute,
-		IdleTimeout:       60 * time.Second,
-		WriteTimeout:      0,
-		MaxHeaderBytes:    16384,
-		MaxConns:          100000,
-		ShutdownTimeout:   30 * time.Second,
+		ReadHeaderTimeout:  10 * time.Second,
+		BodyTimeout:        5 * time.Minute,
+		IdleTimeout:        60 * time.Second,
+		WriteTimeout:       60 * time.Second,
+		RequestBuffer:      1 << 20,
+		RequestBufferTotal: 256 << 20,
+		BodyMinRate:        1024,
+		MaxHeaderBytes:     16384,
+		MaxConns:           100000,
+		ShutdownTimeout:    30 * time.Second,
 	}
 	if s.Server != wantServer {
 		t.Errorf("Server = %+v, want %+v", s.Server, wantServer)
@@ -133,6 +136,9 @@ server:
   body_timeout: 1m
   idle_timeout: 90s
   write_timeout: 2m
+  request_buffer: 64KiB
+  request_buffer_total: 0
+  body_min_rate: 100
   max_header_bytes: 32KiB
   max_conns: 500
   shutdown_timeout: 5s
@@ -212,7 +218,9 @@ apps:
 	if want := (Log{Level: "debug", Format: "json", Access: true}); s.Log != want {
 		t.Errorf("Log = %+v", s.Log)
 	}
-	wantServer := Server{3 * time.Second, time.Minute, 90 * time.Second, 2 * time.Minute, 32 << 10, 500, 5 * time.Second}
+	wantServer := Server{ReadHeaderTimeout: 3 * time.Second, BodyTimeout: time.Minute, IdleTimeout: 90 * time.Second,
+		WriteTimeout: 2 * time.Minute, RequestBuffer: 64 << 10, RequestBufferTotal: 0, BodyMinRate: 100,
+		MaxHeaderBytes: 32 << 10, MaxConns: 500, ShutdownTimeout: 5 * time.Second}
 	if s.Server != wantServer {
 		t.Errorf("Server = %+v, want %+v", s.Server, wantServer)
 	}

@@ -62,9 +62,26 @@ type Server struct {
 	BodyTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long. Default 60s.
 	IdleTimeout time.Duration
-	// WriteTimeout bounds writing a response to the client; 0 means none
-	// (needed for long downloads). Default 0.
+	// WriteTimeout cuts a client that accepts no response bytes for this
+	// long (an idle-style timeout: each write must progress within it, so
+	// long downloads are not cut); 0 means none. Default 60s.
 	WriteTimeout time.Duration
+	// RequestBuffer is the largest request body read whole into sentry
+	// before the request is admitted and dispatched (as nginx's
+	// proxy_request_buffering); larger bodies stream. 0 turns buffering
+	// off everywhere. Default 1 MiB.
+	RequestBuffer int64
+	// RequestBufferTotal caps the bytes of request bodies held in buffers
+	// at once, across all connections of the process. A body that would
+	// pass it gets 503 with Retry-After (and the connection closes); 0
+	// means no cap. Default 256 MiB.
+	RequestBufferTotal int64
+	// BodyMinRate is the slowest a request may arrive, in bytes per
+	// second, averaged from its start, after an allowance of
+	// ReadHeaderTimeout, until its body is in (HTTP/1.1); a slower client
+	// gets 408 and the connection closes. 0 means no rate check
+	// (BodyTimeout alone). Default 1 KiB/s.
+	BodyMinRate int64
 	// MaxHeaderBytes is the largest request head (request line + headers)
 	// accepted; larger gets 431. Default 16384.
 	MaxHeaderBytes int
@@ -123,6 +140,10 @@ type App struct {
 	Timeouts       Timeouts
 	// MaxBodyBytes caps request bodies; 0 means unlimited. Default 0.
 	MaxBodyBytes int64
+	// RequestBufferingOff: bodies of this app are never buffered, they
+	// stream to the backend as they arrive (request_buffering: off).
+	// Default false (buffering on, up to server.request_buffer).
+	RequestBufferingOff bool
 	// MaxConnsPerBackend caps upstream connections per backend. Default 1024.
 	MaxConnsPerBackend int
 	// RequestIDHeader is the request ID header; an incoming value from a

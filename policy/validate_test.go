@@ -62,6 +62,16 @@ server:
 apps: [{name: a, backends: {static: ["h:1"]}}]
 `, []string{`2: server.shutdown_timeout: invalid duration "5 sec"`}},
 
+		{"request buffer sizes", `
+server:
+  request_buffer: 2GiB
+  body_min_rate: fast
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    request_buffering: maybe
+`, []string{`2: server.request_buffer: 2147483648 bytes is out of range; must be from 0 to 1073741824`, `3: server.body_min_rate: invalid size "fast"`, `7: apps[0].request_buffering: invalid value "maybe"; valid: on, off`}},
+
 		{"negative duration", `
 server:
   write_timeout: -1s

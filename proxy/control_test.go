@@ -24,10 +24,13 @@ import (
 type fakeControl struct {
 	mu       sync.Mutex
 	observed []observation
-	strip    bool
-	retained [][]string
-	wait     chan struct{} // if set, Admit blocks until it is closed or r.Gone fires
-	gone     int
+	// measured and inService of each observation (0: no measured sample).
+	measured  []time.Duration
+	inService []int
+	strip     bool
+	retained  [][]string
+	wait      chan struct{} // if set, Admit blocks until it is closed or r.Gone fires
+	gone      int
 }
 
 type observation struct {
@@ -72,6 +75,8 @@ func (f *fakeControl) Admit(r *admission.Request) admission.Decision {
 func (f *fakeControl) Observe(class int, key, st []byte, measured time.Duration, inService int, s, latency time.Duration, now time.Time) {
 	f.mu.Lock()
 	f.observed = append(f.observed, observation{class, string(key), string(st), s})
+	f.measured = append(f.measured, measured)
+	f.inService = append(f.inService, inService)
 	f.mu.Unlock()
 }
 func (f *fakeControl) StripServerTiming() bool { return f.strip }

@@ -55,7 +55,9 @@
 //     asked with AdmitNow, which never blocks.
 //   - fasthttp, for everything else. The loop hands the connection off,
 //     with the bytes it has read, to the fasthttp server of the same front
-//     end, which serves it from then on with all of its hardening:
+//     end (through a 256-slot queue; when it is full the loop waits for
+//     fasthttp's accept loop -- backpressure, during which it accepts
+//     nothing -- and never closes a connection it accepted), which serves it from then on with all of its hardening:
 //     partial heads (slow clients, the read-header timeout), anything the
 //     strict parser is unsure of (fasthttp then answers 400/431 or serves
 //     it), chunked or streamed request bodies, Expect: 100-continue,
@@ -180,13 +182,41 @@
 //
 //   - Keep-alive, chunked bodies, 100-continue (answered by the front end;
 //     Expect is not forwarded).
-//   - Streaming: request bodies always stream (StreamRequestBody); response
-//     bodies over 64 KiB, or chunked, stream from backend to client. Memory
-//     per request is bounded by the buffers, so a 1 GB upload or download
-//     passes with flat memory (tested).
+//   - Request buffering (body.go), on by default as in nginx: a body that
+//     did not arrive with its head is read into sentry before the request
+//     is classified, admitted, counted in flight or sent anywhere -- whole
+//     if its Content-Length is at most server.request_buffer (1 MiB), or
+//     until it ends or passes the buffer if chunked (a small chunked body
+//     is then sent with Content-Length). So a slow upload costs sentry
+//     memory, never a backend connection. Memory is bounded by
+//     request_buffer per connection and by server.request_buffer_total
+//     (256 MiB) for the process: a body that would pass the cap gets 503 +
+//     Retry-After and its connection closes (nothing reaches a backend;
+//     requests without a body are never affected). We chose refusing over
+//     streaming past the cap, since streaming is what lets slow clients
+//     pin backends. Bodies that came whole with their head (the event
+//     loops' case) are already in the loop's buffer and are not counted.
+//   - Streaming: a body with a larger Content-Length, the part of a chunked
+//     body past the buffer (the buffered part is sent first, on a copy of
+//     the request, since fasthttp owns the body stream), and every body of
+//     an app with request_buffering: off stream to the backend as they
+//     arrive, holding its connection meanwhile. Response bodies over 64
+//     KiB, or chunked, stream from backend to client. Memory per request
+//     is bounded by the buffers, so a 1 GB upload or download passes with
+//     flat memory (tested).
 //   - Timeouts: the read-header timeout applies to the request head, a
 //     separate body timeout (server.body_timeout) to the body, and the idle
-//     timeout to keep-alive gaps. Backend timeouts are idle timeouts like
+//     timeout to keep-alive gaps. server.body_min_rate (1 KiB/s) applies
+//     read by read from the request's first byte until its body is in (or
+//     has streamed): n bytes must be in within read_header_timeout +
+//     n/body_min_rate (drainConn.Read, started by fasthttp's ConnState
+//     hook), so a trickling client is cut in seconds, not at body_timeout.
+//     A body cut either way gets 408 and the connection closes.
+//     server.write_timeout (60 s) is an idle timeout, as in the loops and
+//     nginx's send_timeout: each write to the client must progress within
+//     it (drainConn.Write; fasthttp's own WriteTimeout, a deadline per
+//     response, would cut long downloads), so a client that reads nothing
+//     frees its backend connection after write_timeout. Backend timeouts are idle timeouts like
 //     nginx's proxy_read_timeout: each read or write must progress within
 //     timeouts.response, so long downloads are not cut (idleConn).
 //   - Smuggling (besides the header policy above): fasthttp refuses
@@ -223,9 +253,16 @@
 //     is classified as another class would be; normalise in the backend, or
 //     classify by something it cannot disguise (host, header, network).
 //   - Measured service time (when the backend sends no Server-Timing) runs
-//     to the response head, and a request leaves the balancer's in-flight
-//     count at the head too: a streamed body (over 64 KiB) is transfer, not
-//     service. A tunnel leaves it once the 101 arrives.
+//     from dispatch to the response head, and a request leaves the
+//     balancer's in-flight count at the head too: a streamed body (over 64
+//     KiB) is transfer, not service. A tunnel leaves it once the 101
+//     arrives. Dispatch comes after the request body is in sentry (loops:
+//     it came with the head; fasthttp and h2: buffered), so the client's
+//     upload time is not in it. A request whose body streams to the
+//     backend gives the estimator no measured sample at all (measured and
+//     in-service passed as 0): only the backend's Server-Timing counts,
+//     so a slow upload cannot stretch the estimate. Its latency is counted
+//     from when the request became ready to admit (after buffering).
 //   - A request that may wait in a batch queue (batch mode, class period
 //     > 0) is told when its client hangs up and leaves the queue: one
 //     process-wide epoll set watches waiting sockets for EPOLLRDHUP
@@ -239,8 +276,18 @@
 // HTTP/2 limits: server.max_conns caps TLS connections in their handshake
 // or serving h2 (refused at accept, counted as too_many_conns), separately
 // from the HTTP/1.1 connections fasthttp counts; each h2 stream gets
-// server.body_timeout to read its body and server.write_timeout (if set) to
-// write its response; 250 concurrent streams per connection.
+// server.body_timeout to read its body (buffered as on HTTP/1.1; no
+// body_min_rate, flow control is x/net's) and server.write_timeout as an
+// idle timeout to write its response; 128 concurrent streams per
+// connection, as nginx. Rapid reset, paced or back to back (h2guard.go):
+// a stream reset before dispatch is never sent to a backend; each
+// connection's streams and resets are counted from its frame headers, and
+// past 100 resets (over a quarter of its streams) it gets GOAWAY
+// ENHANCE_YOUR_CALM and is closed; on a connection that resets more than
+// one stream in eight, new streams wait 10 ms before dispatch so that a
+// reset sent right behind the HEADERS is seen. A stream reset while its
+// backend exchange is under way is not cut: the exchange completes and the
+// response is dropped (fasthttp's HostClient takes no context).
 //
 // # Failures to statuses (status.go, the only place)
 //

@@ -68,6 +68,97 @@ type drainConn struct {
 	deferred  bool
 	lingering bool
 	closed    bool
+
+	// Touched only by the goroutine serving the connection (fasthttp's),
+	// never by the lingering close.
+	rate struct {
+		bl    *bodyLimits // nil: reads are not under body_min_rate
+		start time.Time   // the request's start (fasthttp's StateActive)
+		got   int64       // bytes read since start
+		asked time.Time   // the read deadline fasthttp last set
+		set   time.Time   // the read deadline in force
+	}
+	writeSet int64 // unix nanos when the write deadline was last pushed
+	peerEOF  bool  // a Read returned io.EOF: the client closed its side
+}
+
+// peerClosed reports whether the client has closed its side (rateConn).
+func (c *drainConn) peerClosed() bool { return c.peerEOF }
+
+// startBodyRate puts the connection's reads under body_min_rate from
+// start, when fasthttp begins reading a request (rateConn).
+func (c *drainConn) startBodyRate(bl *bodyLimits, start time.Time) {
+	c.rate.bl, c.rate.start, c.rate.got = bl, start, 0
+}
+
+// stopBodyRate ends it: the request (head and body) is in, or the
+// connection is idle or hijacked. fasthttp's own deadlines apply again.
+func (c *drainConn) stopBodyRate() {
+	if c.rate.bl == nil {
+		return
+	}
+	c.rate.bl = nil
+	if !c.rate.set.Equal(c.rate.asked) {
+		c.rate.set = c.rate.asked
+		_ = c.Conn.SetReadDeadline(c.rate.asked)
+	}
+}
+
+// SetReadDeadline records fasthttp's deadline; under body_min_rate the
+// earlier of it and the rate's applies (Read).
+func (c *drainConn) SetReadDeadline(t time.Time) error {
+	c.rate.asked, c.rate.set = t, t
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *drainConn) SetDeadline(t time.Time) error {
+	c.rate.asked, c.rate.set = t, t
+	return c.Conn.SetDeadline(t)
+}
+
+// Read, under body_min_rate, sets the read deadline to when the bytes so
+// far plus the next must have arrived: start + read_header_timeout +
+// got/body_min_rate (bodyLimits.deadline), or fasthttp's if earlier. A
+// client that sends too slowly times out in the middle of a read; fasthttp
+// (before the handler) or the handler (reading the body) answers 408.
+func (c *drainConn) Read(b []byte) (int, error) {
+	if bl := c.rate.bl; bl != nil {
+		d := bl.deadline(c.rate.start, c.rate.got)
+		if a := c.rate.asked; !a.IsZero() && a.Before(d) {
+			d = a
+		}
+		if !d.Equal(c.rate.set) {
+			c.rate.set = d
+			_ = c.Conn.SetReadDeadline(d)
+		}
+		n, err := c.Conn.Read(b)
+		c.rate.got += int64(n)
+		if err == io.EOF {
+			c.peerEOF = true
+		}
+		return n, err
+	}
+	n, err := c.Conn.Read(b)
+	if err == io.EOF {
+		c.peerEOF = true
+	}
+	return n, err
+}
+
+// Write applies server.write_timeout as an idle timeout, as the event
+// loops do: each write must make progress within it, so a client that
+// reads nothing is cut while a long download at any pace is not. fasthttp's
+// own WriteTimeout is a deadline per response, which would cut those. The
+// deadline is pushed at most every timeout/16.
+func (c *drainConn) Write(b []byte) (int, error) {
+	if t := c.fe.writeIdle; t > 0 {
+		now := time.Now()
+		if n := now.UnixNano(); n-c.writeSet >= int64(t/16) {
+			c.writeSet = n
+			_ = c.Conn.SetWriteDeadline(now.Add(t))
+		}
+	}
+	return c.Conn.Write(b)
 }
 
 // connState is the front end's fasthttp Server.ConnState hook.
@@ -84,8 +175,12 @@ func (fe *frontend) connState(nc net.Conn, st fasthttp.ConnState) {
 	switch st {
 	case fasthttp.StateNew, fasthttp.StateIdle:
 		c.idle.Store(true)
+		c.stopBodyRate()
 	case fasthttp.StateActive:
 		c.idle.Store(false)
+		if fe.body.minRate > 0 {
+			c.startBodyRate(&fe.body, time.Now())
+		}
 	case fasthttp.StateClosed:
 		// fasthttp closed the conn and its goroutine is gone: a close put
 		// off for the next request would wait for nothing.

@@ -101,7 +101,7 @@ func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
 		return ln, false
 	}
 	sv := fe.p.cur.Load().snap.Server
-	ff := &fastFront{fe: fe, ln: ln, lfd: lfd, hand: newHandoffListener(ln.Addr()),
+	ff := &fastFront{fe: fe, ln: ln, lfd: lfd, hand: newHandoffListener(ln.Addr(), handoffQueue),
 		maxHeader: sv.MaxHeaderBytes, maxConns: sv.MaxConns, idle: sv.IdleTimeout, write: sv.WriteTimeout, hdr: sv.ReadHeaderTimeout}
 	if ff.write <= 0 {
 		ff.write = ff.idle
@@ -167,16 +167,25 @@ func (ff *fastFront) shutdown(ctx context.Context) {
 func (ff *fastFront) counts() (served, handed uint64) { return ff.served.Load(), ff.handed.Load() }
 
 // handoffListener hands connections from the loops to fasthttp.
+//
+// It never drops a connection it is given while open: when its queue is
+// full, give waits for fasthttp's accept loop to take one (backpressure:
+// the loop that hands off stalls for that long, and accepts nothing new
+// meanwhile), so a burst of hand-offs larger than the queue is served, not
+// closed. Only Close (the front end is gone) closes what is queued.
 type handoffListener struct {
-	addr   net.Addr
-	ch     chan net.Conn
-	done   chan struct{}
-	mu     sync.Mutex
-	closed bool
+	addr      net.Addr
+	ch        chan net.Conn
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
-func newHandoffListener(addr net.Addr) *handoffListener {
-	return &handoffListener{addr: addr, ch: make(chan net.Conn, 256), done: make(chan struct{})}
+// handoffQueue is the queue's length: enough to absorb a burst without
+// stalling a loop while fasthttp's accept loop catches up.
+var handoffQueue = 256 // a variable for tests
+
+func newHandoffListener(addr net.Addr, size int) *handoffListener {
+	return &handoffListener{addr: addr, ch: make(chan net.Conn, size), done: make(chan struct{})}
 }
 
 func (h *handoffListener) Accept() (net.Conn, error) {
@@ -191,40 +200,41 @@ func (h *handoffListener) Accept() (net.Conn, error) {
 // Close stops Accept and closes connections handed off but not yet
 // accepted (their clients see the connection close, as in a drain).
 func (h *handoffListener) Close() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return nil
-	}
-	h.closed = true
-	close(h.done)
+	h.closeOnce.Do(func() { close(h.done) })
+	h.closeQueued()
+	return nil
+}
+
+func (h *handoffListener) closeQueued() {
 	for {
 		select {
 		case c := <-h.ch:
 			_ = c.Close()
 		default:
-			return nil
+			return
 		}
 	}
 }
 
 func (h *handoffListener) Addr() net.Addr { return h.addr }
 
-// give queues c for fasthttp, or closes it if the listener is closed or
-// its queue is full (fasthttp is not accepting: the process is stuck or
-// shutting down).
+// give queues c for fasthttp, waiting while the queue is full; it closes c
+// only if the listener is closed (the front end has stopped).
 func (h *handoffListener) give(c net.Conn) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.closed {
-		select {
-		case h.ch <- c:
-			return true
-		default:
-		}
+	select {
+	case h.ch <- c:
+	case <-h.done:
+		_ = c.Close()
+		return false
 	}
-	_ = c.Close()
-	return false
+	// Queued after Close emptied the queue: nobody will accept it.
+	select {
+	case <-h.done:
+		h.closeQueued()
+		return false
+	default:
+		return true
+	}
 }
 
 // prefixConn replays the bytes the loop had read before handing off.
@@ -918,9 +928,17 @@ func (l *evloop) backendConn(u *upstream, a *app) (*bconn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// connect(2) through x/sys writes into the Sockaddr it is given, so
+	// each call gets its own copy (loops share the upstream's).
 	fam := unix.AF_INET
-	if _, ok := addr.(*unix.SockaddrInet6); ok {
+	switch sa := addr.(type) {
+	case *unix.SockaddrInet4:
+		c := *sa
+		addr = &c
+	case *unix.SockaddrInet6:
 		fam = unix.AF_INET6
+		c := *sa
+		addr = &c
 	}
 	fd, err := unix.Socket(fam, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

@@ -1211,3 +1211,65 @@ func TestEvloopAccessLog(t *testing.T) {
 		}
 	}
 }
+
+// TestHandoffBurstNeverDropped: a burst of connections whose heads come in
+// two parts (so each is handed off to fasthttp) larger than the hand-off
+// queue: every one is served; none is closed for want of room.
+func TestHandoffBurstNeverDropped(t *testing.T) {
+	if fastDisabled {
+		t.Skip("event loops disabled")
+	}
+	old := handoffQueue
+	handoffQueue = 2
+	defer func() { handoffQueue = old }()
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	h := startProxy(t, []string{be}, nil)
+	if h.p.mu.fronts[h.addr].fast == nil {
+		t.Skip("event loops unavailable")
+	}
+	const n = 300
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		c, err := net.DialTimeout("tcp", h.addr, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "GET /burst HTTP/1.1\r\nHo"); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	for _, c := range conns {
+		wg.Add(1)
+		go func(c net.Conn) {
+			defer wg.Done()
+			if _, err := io.WriteString(c, "st: x\r\nConnection: close\r\n\r\n"); err != nil {
+				return
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && string(b) == "ok" {
+				ok.Add(1)
+			}
+		}(c)
+	}
+	wg.Wait()
+	if got := ok.Load(); got != n {
+		t.Errorf("%d of %d handed-off connections were served", got, n)
+	}
+	if _, handed := h.p.mu.fronts[h.addr].fast.counts(); handed < n/2 {
+		t.Errorf("%d hand-offs of %d connections (the test did not exercise the queue)", handed, n)
+	}
+}

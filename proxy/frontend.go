@@ -27,6 +27,10 @@ type frontend struct {
 	// h2 streams: server.body_timeout for reading a request body and
 	// server.write_timeout (0 = none) for writing the response.
 	bodyTimeout, writeTimeout time.Duration
+	// body: request buffering and body_min_rate (body.go). writeIdle:
+	// server.write_timeout on HTTP/1.1 connections (drainConn.Write).
+	body      bodyLimits
+	writeIdle time.Duration
 	// draining is set when Shutdown starts; closes are then graceful
 	// (drainConn).
 	draining  atomic.Bool
@@ -47,7 +51,8 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	sv := st.snap.Server
 	fe := &frontend{p: p, addr: addr, done: make(chan struct{})}
 	fe.route.Store(rt)
-	bodyTimeout := sv.BodyTimeout
+	fe.body = bodyLimits{buffer: sv.RequestBuffer, minRate: sv.BodyMinRate, grace: sv.ReadHeaderTimeout, timeout: sv.BodyTimeout}
+	fe.writeIdle = sv.WriteTimeout
 	fe.srv = &fasthttp.Server{
 		Handler:      fe.handle,
 		ErrorHandler: fe.handleError,
@@ -55,19 +60,22 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 			// The read-header timeout covers the head only; a body gets
 			// its own budget so a long upload is not cut at 10 s.
-			if h.ContentLength() != 0 && h.ContentLength() != -2 {
-				return fasthttp.RequestConfig{ReadTimeout: bodyTimeout}
+			// body_min_rate applies on top, read by read, from the
+			// request's start to the end of its body (drainConn.Read).
+			if cl := h.ContentLength(); cl != 0 && cl != -2 {
+				return fasthttp.RequestConfig{ReadTimeout: fe.body.timeout}
 			}
 			return fasthttp.RequestConfig{}
 		},
-		Name:                          "",
-		NoDefaultServerHeader:         true,
-		NoDefaultContentType:          true,
-		ReadBufferSize:                sv.MaxHeaderBytes,
-		WriteBufferSize:               16 << 10,
-		ReadTimeout:                   sv.ReadHeaderTimeout,
-		IdleTimeout:                   sv.IdleTimeout,
-		WriteTimeout:                  sv.WriteTimeout,
+		Name:                  "",
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		ReadBufferSize:        sv.MaxHeaderBytes,
+		WriteBufferSize:       16 << 10,
+		ReadTimeout:           sv.ReadHeaderTimeout,
+		IdleTimeout:           sv.IdleTimeout,
+		// server.write_timeout is an idle timeout, applied by drainConn.
+		WriteTimeout:                  0,
 		Concurrency:                   sv.MaxConns,
 		MaxRequestBodySize:            noBodyLimit,
 		StreamRequestBody:             true,
@@ -85,7 +93,9 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		tcfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
 			// Prefer h2: Go's TLS server takes the server's order.
 			NextProtos: []string{"h2", "http/1.1"}}
-		fe.h2 = &http2.Server{IdleTimeout: sv.IdleTimeout, MaxConcurrentStreams: 250}
+		// WriteByteTimeout: a connection that accepts no bytes for
+		// write_timeout is closed (the same idle rule as HTTP/1.1).
+		fe.h2 = &http2.Server{IdleTimeout: sv.IdleTimeout, MaxConcurrentStreams: h2MaxStreams, WriteByteTimeout: sv.WriteTimeout}
 		fe.h2cfg = &http.Server{ReadHeaderTimeout: sv.ReadHeaderTimeout, IdleTimeout: sv.IdleTimeout,
 			MaxHeaderBytes: sv.MaxHeaderBytes, ErrorLog: p.log.Named("h2").StandardLogger(nil)}
 		// ConfigureServer ties fe.h2's connections to fe.h2cfg, whose

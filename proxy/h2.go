@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -16,7 +18,14 @@ import (
 // the same request path as HTTP/1.1 (serve): same routing, admission,
 // balancing, headers and metrics. Only the framing differs.
 func (fe *frontend) serveH2Conn(c net.Conn) error {
+	ctx := context.Background()
+	if tc, ok := c.(*tls.Conn); ok {
+		g := newH2Guard(tc, fe)
+		c = g
+		ctx = context.WithValue(ctx, h2GuardKey{}, g)
+	}
 	fe.h2.ServeConn(c, &http2.ServeConnOpts{
+		Context:    ctx,
 		Handler:    http.HandlerFunc(fe.serveH2),
 		BaseConfig: fe.h2cfg,
 	})
@@ -26,6 +35,17 @@ func (fe *frontend) serveH2Conn(c net.Conn) error {
 // serveH2 adapts one h2 stream to the fasthttp request path. It costs a
 // RequestCtx and a header copy per request; h2 is the secondary front end.
 func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
+	// On a connection that resets many of its streams, wait a moment for
+	// this one's reset before spending anything on it (h2guard.go).
+	if g, _ := r.Context().Value(h2GuardKey{}).(*h2Guard); g != nil && g.suspect() {
+		t := time.NewTimer(h2SuspectDelay)
+		select {
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 	start := time.Now()
 	p := fe.p
 	rt := fe.route.Load()
@@ -53,15 +73,6 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rc := http.NewResponseController(w)
-	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		req.SetBodyStream(r.Body, int(r.ContentLength))
-		if fe.bodyTimeout > 0 {
-			_ = rc.SetReadDeadline(time.Now().Add(fe.bodyTimeout))
-		}
-	}
-	if fe.writeTimeout > 0 {
-		_ = rc.SetWriteDeadline(time.Now().Add(fe.writeTimeout))
-	}
 
 	var o outcome
 	var u *upstream
@@ -76,8 +87,33 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	case a == nil:
 		o = outNoApp
 		p.writeError(&ctx, nil, o)
+	case r.Context().Err() != nil:
+		// Reset before it got here: no answer, nothing dispatched.
+		return
 	default:
-		o, u = p.serve(a, &ctx, peer, true, start, r.Context().Done(), false, false)
+		ready := start
+		var body *bodyBuf
+		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+			if fe.bodyTimeout > 0 {
+				_ = rc.SetReadDeadline(time.Now().Add(fe.bodyTimeout))
+			}
+			var bb bodyBuf
+			body = &bb
+			defer bb.done(p, req)
+			o = fe.h2Body(a, r, req, body)
+			ready = time.Now()
+		}
+		if o == outRelayed {
+			o, u = p.serve(a, &ctx, peer, true, ready, r.Context().Done(), false, false, body)
+		} else {
+			p.writeError(&ctx, a, o)
+		}
+		if o == outClientGone {
+			// The stream was reset: nothing to write.
+			_ = ctx.Response.CloseBodyStream()
+			a.m.observe(o, statusOf(o), u, start)
+			return
+		}
 	}
 	if refused {
 		// Counted as on HTTP/1.1: a client error, not an app's request.
@@ -94,12 +130,16 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		}
 		hdr.Add(string(k), string(v))
 	})
+	// server.write_timeout is an idle timeout here too: each write must
+	// progress within it (h2Writer), so long downloads are not cut.
+	ww := h2Writer{w: w, rc: rc, t: fe.writeTimeout}
+	ww.push()
 	w.WriteHeader(resp.StatusCode())
 	if r.Method != http.MethodHead {
 		if resp.IsBodyStream() {
-			_, _ = io.Copy(w, resp.BodyStream())
+			_, _ = io.Copy(&ww, resp.BodyStream())
 		} else {
-			_, _ = w.Write(resp.Body())
+			_, _ = ww.Write(resp.Body())
 		}
 	}
 	_ = resp.CloseBodyStream()
@@ -109,4 +149,51 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 			p.logAccess(a, &ctx, o, u, start)
 		}
 	}
+}
+
+// h2Body reads an h2 request body into sentry as the HTTP/1.1 path does
+// (server.request_buffer, request_buffer_total; body_timeout is the
+// stream's read deadline; body_min_rate is not applied to h2 streams,
+// whose flow control is x/net's). A body that is not buffered streams.
+func (fe *frontend) h2Body(a *app, r *http.Request, req *fasthttp.Request, bb *bodyBuf) outcome {
+	cl, lim := r.ContentLength, fe.body.buffer
+	if lim <= 0 || a.cfg.RequestBufferingOff || cl > lim {
+		bb.client, bb.cl, bb.streamed = &clientBody{r: r.Body}, int(cl), true
+		return outRelayed
+	}
+	b, eof, o := fe.p.fillBody(r.Body, cl, lim, bb)
+	switch {
+	case o != outRelayed:
+		return o
+	case cl >= 0 && int64(len(b)) != cl:
+		return outClientGone
+	case cl >= 0 || eof:
+		req.SetBodyRaw(b)
+		req.Header.SetContentLength(len(b))
+	default:
+		bb.client, bb.cl, bb.streamed = &clientBody{r: io.MultiReader(bytesReader(b), r.Body)}, -1, true
+	}
+	return outRelayed
+}
+
+// h2Writer writes a response body with an idle write deadline.
+type h2Writer struct {
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	t    time.Duration
+	last time.Time
+}
+
+func (w *h2Writer) push() {
+	if w.t > 0 {
+		w.last = time.Now()
+		_ = w.rc.SetWriteDeadline(w.last.Add(w.t))
+	}
+}
+
+func (w *h2Writer) Write(b []byte) (int, error) {
+	if w.t > 0 && time.Since(w.last) >= w.t/16 {
+		w.push()
+	}
+	return w.w.Write(b)
 }

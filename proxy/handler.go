@@ -103,6 +103,12 @@ func peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	p := fe.p
+	// body_min_rate ends with the handler (its body is in, or was relayed),
+	// before fasthttp hands a hijacked connection to a tunnel.
+	rc := rateConnOf(ctx.Conn())
+	if rc != nil {
+		defer rc.stopBodyRate()
+	}
 	rt := fe.route.Load()
 	h := &ctx.Request.Header
 	clientClose := h.ConnectionClose() // before the Connection header goes
@@ -141,7 +147,47 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	}
 	upgrade := f.upgrade && len(h.PeekBytes(hdrUpgrade)) > 0
 	stripHopByHop(h, upgrade)
-	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), start, nil, upgrade, clientClose || f.close)
+	// A body that has not arrived whole is read into sentry first
+	// (server.request_buffer), under body_timeout and body_min_rate, so
+	// the request is classified, admitted and counted in flight only once
+	// it is ready: a slow client costs memory, never a backend connection.
+	// Requests without a body skip all of this.
+	ready := start
+	var body *bodyBuf
+	if ctx.Request.IsBodyStream() {
+		var bb bodyBuf
+		body = &bb
+		if o := p.checkFraming(a, ctx); o != outRelayed {
+			a.m.observe(o, ctx.Response.StatusCode(), nil, start)
+			if rt.access {
+				p.logAccess(a, ctx, o, nil, start)
+			}
+			return
+		}
+		o, used := fe.readBody(ctx, a, body)
+		defer body.done(p, &ctx.Request)
+		if o != outRelayed {
+			if o == outClientGone {
+				ctx.Response.SetStatusCode(statusOf(o))
+				ctx.HijackSetNoResponse(true)
+				ctx.Hijack(func(net.Conn) {})
+			} else {
+				p.writeError(ctx, a, o)
+				ctx.SetConnectionClose()
+			}
+			a.m.observe(o, ctx.Response.StatusCode(), nil, start)
+			if rt.access {
+				p.logAccess(a, ctx, o, nil, start)
+			}
+			return
+		}
+		body.streamed = !used || body.client != nil
+		if rc != nil && !body.streamed {
+			rc.stopBodyRate()
+		}
+		ready = time.Now()
+	}
+	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), ready, nil, upgrade, clientClose || f.close, body)
 	closeIfBodyUnread(ctx, o)
 	a.m.observe(o, ctx.Response.StatusCode(), b, start)
 	if rt.access {
@@ -230,6 +276,27 @@ func checkHead(h *fasthttp.RequestHeader, f *headFacts) (outcome, bool) {
 	return outRelayed, true
 }
 
+// checkFraming refuses, before anything of the body is read, what serve
+// would refuse anyway: a body over the app's max_body_bytes (413, or 411
+// for a chunked one). (Smuggling-shaped framing was refused by checkHead.)
+// The response is written and the connection set to close.
+func (p *Proxy) checkFraming(a *app, ctx *fasthttp.RequestCtx) outcome {
+	h := &ctx.Request.Header
+	o := outRelayed
+	if lim := a.cfg.MaxBodyBytes; lim > 0 {
+		if cl := h.ContentLength(); cl > 0 && int64(cl) > lim {
+			o = outBodyTooLarge
+		} else if cl == -1 {
+			o = outLengthRequired
+		}
+	}
+	if o != outRelayed {
+		ctx.SetConnectionClose()
+		p.writeError(ctx, a, o)
+	}
+	return o
+}
+
 // serve runs one request through admission and relay. The response (relayed
 // or generated) is left in ctx.Response. It returns the outcome and the
 // upstream that served it (nil if none).
@@ -240,7 +307,10 @@ func checkHead(h *fasthttp.RequestHeader, f *headFacts) (outcome, bool) {
 // The front end has already removed hop-by-hop headers (and those the
 // client's Connection lists name); upgrade says the request keeps its
 // Upgrade header for a tunnel, clientClose that the client asked to close.
-func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, gone <-chan struct{}, upgrade, clientClose bool) (outcome, *upstream) {
+// start is when the request became ready to admit: after its head, or
+// after its body when the body was buffered. body (nil: no streamed body)
+// says how the body was read.
+func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, gone <-chan struct{}, upgrade, clientClose bool, body *bodyBuf) (outcome, *upstream) {
 	req := &ctx.Request
 	h := &req.Header
 
@@ -366,13 +436,45 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		req.URI().SetSchemeBytes(strHTTP)
 	}
 
+	// A stream cancelled by now (h2: reset) is not sent to a backend.
+	if gone != nil {
+		select {
+		case <-gone:
+			return outClientGone, nil
+		default:
+		}
+	}
+	out := req
+	var cb *clientBody
+	if body != nil && body.client != nil {
+		// A body that streams from the client. fasthttp owns the
+		// request's stream (and releases it with the request), so a copy
+		// of the request carries it, wrapped to tell the client's read
+		// errors from the backend's: for a chunked body larger than the
+		// buffer, the part read first and then the rest of the stream.
+		cb = body.client
+		out = fasthttp.AcquireRequest()
+		req.CopyTo(out)
+		out.SetBodyStream(cb, body.cl)
+		defer fasthttp.ReleaseRequest(out)
+	}
 	dispatch := time.Now()
-	o, u, inService := p.relay(a, req, &ctx.Response)
+	o, u, inService := p.relay(a, out, &ctx.Response, cb)
 	if o == outRelayed && ctl != nil {
 		now := time.Now()
 		rh := &ctx.Response.Header
 		st := rh.PeekBytes(hdrServerTiming)
-		ctl.Observe(x.ar.Class, key, st, now.Sub(dispatch), inService, x.ar.S, now.Sub(start), now)
+		// Measured service time runs from dispatch, when the body is in
+		// sentry. A body that streams to the backend (larger than the
+		// buffer, or buffering off) would add the client's upload time to
+		// it, so such a request gives no measured sample: only the
+		// backend's Server-Timing counts (the estimator cannot be
+		// poisoned by a slow upload).
+		measured, busy := now.Sub(dispatch), inService
+		if body != nil && body.streamed {
+			measured, busy = 0, 0
+		}
+		ctl.Observe(x.ar.Class, key, st, measured, busy, x.ar.S, now.Sub(start), now)
 		if len(st) > 0 && ctl.StripServerTiming() {
 			x.st = estimator.StripServerTiming(x.st[:0], st)
 			if len(x.st) == 0 {
@@ -408,7 +510,11 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 //
 // It also returns the backend's in-flight count at dispatch (this request
 // included), for the estimator's parallelism model.
-func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response) (outcome, *upstream, int) {
+//
+// cb, if not nil, is the streamed body: an exchange that failed because
+// the client's side of it did (too slow, gone) ends as that, without
+// blaming the backend.
+func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody) (outcome, *upstream, int) {
 	var last *upstream
 	for attempt := 1; ; attempt++ {
 		b := a.pool.Pick()
@@ -424,6 +530,10 @@ func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response) (o
 		if err == nil {
 			a.pool.Release(b, true)
 			return outRelayed, u, inService
+		}
+		if cb != nil && cb.err != nil {
+			a.pool.Release(b, true)
+			return cb.outcome(), u, 0
 		}
 		o := relayError(err)
 		if isDialError(err) {

@@ -25,7 +25,7 @@ type metrics struct {
 type appMetrics struct {
 	none    [6]prometheus.Counter  // requests not relayed, by code class
 	latency [3]prometheus.Observer // by result: relayed, rejected, error
-	errs    [outMethodNotAllowed + 1]prometheus.Counter
+	errs    [numOutcomes]prometheus.Counter
 }
 
 var outcomeReason = [...]string{
@@ -40,6 +40,8 @@ var outcomeReason = [...]string{
 	outClientGone:       "client_gone",
 	outBodyTooLarge:     "body_too_large",
 	outLengthRequired:   "length_required",
+	outBodyTimeout:      "body_timeout",
+	outBufferFull:       "buffer_full",
 	outMethodNotAllowed: "method_not_allowed",
 }
 

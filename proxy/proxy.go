@@ -110,6 +110,8 @@ type Proxy struct {
 
 	cur atomic.Pointer[state]
 
+	bufs bodyBuffers // buffered request bodies (server.request_buffer_total)
+
 	tunnelCount atomic.Int64  // open Upgrade tunnels
 	stopTunnels chan struct{} // closed when draining runs out of time
 	stopOnce    sync.Once
@@ -222,6 +224,7 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	defer p.mu.Unlock()
 	old := p.cur.Load()
 	st := &state{snap: snap, routes: map[string]*route{}}
+	p.bufs.cap.Store(snap.Server.RequestBufferTotal)
 	byName := map[string]*app{}
 	names := make([]string, 0, len(snap.Apps))
 	for _, ac := range snap.Apps {

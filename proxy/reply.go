@@ -30,7 +30,7 @@ func replyFor(a *app, o outcome, d admission.Decision) reply {
 		return reply{status: status, retry: secs, verdict: verdictBytes[d.Verdict], body: a.reject.body}
 	}
 	r := reply{status: statusOf(o), retry: -1, body: errorBodies[o]}
-	if o == outBackendBusy {
+	if o == outBackendBusy || o == outBufferFull {
 		r.retry = 1
 	}
 	return r

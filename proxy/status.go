@@ -25,14 +25,19 @@ const (
 	outClientGone                      // client left while waiting for admission: nothing sent (499 in logs)
 	outBodyTooLarge                    // Content-Length over the app's max_body_bytes: 413
 	outLengthRequired                  // chunked body to an app with max_body_bytes: 411
+	outBodyTimeout                     // request body too slow (body_timeout, body_min_rate): 408
+	outBufferFull                      // request_buffer_total reached: 503 + Retry-After
 	outMethodNotAllowed                // CONNECT: sentry is not a forward proxy: 405
+	numOutcomes
 )
 
 // statusOf maps an outcome to its HTTP status.
 func statusOf(o outcome) int {
 	switch o {
-	case outNoBackend, outBackendBusy:
+	case outNoBackend, outBackendBusy, outBufferFull:
 		return fasthttp.StatusServiceUnavailable
+	case outBodyTimeout:
+		return fasthttp.StatusRequestTimeout
 	case outBackendFailed:
 		return fasthttp.StatusBadGateway
 	case outBackendTimeout:
@@ -101,6 +106,10 @@ func errorBody(o outcome) string {
 		return "sentry: this app limits body size; send Content-Length instead of a chunked body\n"
 	case outMethodNotAllowed:
 		return "sentry: method not allowed\n"
+	case outBodyTimeout:
+		return "sentry: request body too slow\n"
+	case outBufferFull:
+		return "sentry: too many request bodies in progress, retry later\n"
 	}
 	return ""
 }

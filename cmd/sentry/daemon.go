@@ -404,6 +404,9 @@ func serverDiff(a, b policy.Server) string {
 	add("body_timeout", a.BodyTimeout, b.BodyTimeout)
 	add("idle_timeout", a.IdleTimeout, b.IdleTimeout)
 	add("write_timeout", a.WriteTimeout, b.WriteTimeout)
+	add("request_buffer", a.RequestBuffer, b.RequestBuffer)
+	add("request_buffer_total", a.RequestBufferTotal, b.RequestBufferTotal)
+	add("body_min_rate", a.BodyMinRate, b.BodyMinRate)
 	add("max_header_bytes", a.MaxHeaderBytes, b.MaxHeaderBytes)
 	add("max_conns", a.MaxConns, b.MaxConns)
 	// shutdown_timeout is read when a drain starts, so it applies at once.
