@@ -12,7 +12,11 @@
 #   THREADS   wrk threads                  (default 2)
 #   PEERS     peers to run, in this order  (default "nginx haproxy caddy sentry";
 #             "sentry-fasthttp" is sentry with its event loops off,
-#             SENTRY_EVLOOP=0, for the engine comparison)
+#             SENTRY_EVLOOP=0, for the engine comparison; "sentry-period" is
+#             sentry in batch mode with a 20 ms class period, relay only;
+#             "sentry-base" is the binary SENTRY_BASE_BIN, e.g. a build of an
+#             earlier commit, for a same-run regression check)
+#   SENTRY_BASE_BIN  the sentry binary the sentry-base peer runs
 #   OUT       output dir for binaries and peers.md (default e2e/bench/out)
 #
 # Every peer is started alone with its own config file in a temp dir, in the
@@ -52,8 +56,11 @@ for v in DURATION CONNS THREADS; do
 done
 for p in $PEERS; do
 	case "$p" in
-	nginx | haproxy | caddy | sentry | sentry-fasthttp) ;;
-	*) echo "peers.sh: unknown peer '$p' (known: nginx haproxy caddy sentry sentry-fasthttp)" >&2; exit 2 ;;
+	nginx | haproxy | caddy | sentry | sentry-fasthttp | sentry-period) ;;
+	sentry-base)
+		[ -x "${SENTRY_BASE_BIN:-}" ] || { echo "peers.sh: sentry-base needs SENTRY_BASE_BIN, an executable sentry binary" >&2; exit 2; }
+		;;
+	*) echo "peers.sh: unknown peer '$p' (known: nginx haproxy caddy sentry sentry-fasthttp sentry-period sentry-base)" >&2; exit 2 ;;
 	esac
 done
 
@@ -61,8 +68,8 @@ done
 # reject port (sentry's reject instance is a second process).
 HOST=127.0.0.1
 BACKEND_PORT=18080
-declare -A RELAY_PORT=([nginx]=18081 [haproxy]=18082 [caddy]=18083 [sentry]=18084 [sentry-fasthttp]=18084)
-declare -A REJECT_PORT=([nginx]=18091 [haproxy]=18092 [caddy]=18093 [sentry]=18094 [sentry-fasthttp]=18094)
+declare -A RELAY_PORT=([nginx]=18081 [haproxy]=18082 [caddy]=18083 [sentry]=18084 [sentry-fasthttp]=18084 [sentry-period]=18084 [sentry-base]=18084)
+declare -A REJECT_PORT=([nginx]=18091 [haproxy]=18092 [caddy]=18093 [sentry]=18094 [sentry-fasthttp]=18094 [sentry-period]=18094 [sentry-base]=18094)
 SENTRY_ADMIN_PORT=18085
 SENTRY_REJECT_ADMIN_PORT=18095
 
@@ -173,7 +180,7 @@ OUT=$(cd "$OUT" && pwd)
 
 # ---------------------------------------------------------------- build
 log "building sentry and backend into $OUT"
-if [[ " $PEERS " == *" sentry "* || " $PEERS " == *" sentry-fasthttp "* ]]; then
+if [[ " $PEERS " == *" sentry"* ]]; then
 	(cd "$ROOT" && go build -o "$OUT/sentry" ./cmd/sentry) || die "go build ./cmd/sentry failed"
 fi
 (cd "$ROOT" && go build -o "$OUT/backend" ./e2e/bench/backend) || die "go build ./e2e/bench/backend failed"
@@ -264,6 +271,26 @@ http://$HOST:${RELAY_PORT[caddy]} {
 http://$HOST:${REJECT_PORT[caddy]} {
     respond "rejected" 503
 }
+EOF
+}
+
+# The relay in batch mode with a class period: every request waits for its
+# class's policer run (every 20 ms) before it is relayed.
+write_sentry_period_policy() {
+	cat >"$TMP/sentry-period.yaml" <<EOF
+admin:
+  listen: $HOST:$SENTRY_ADMIN_PORT
+apps:
+  - name: bench
+    listen: $HOST:${RELAY_PORT[sentry]}
+    backends:
+      static: [$HOST:$BACKEND_PORT]
+    classes:
+      - name: all
+        default: true
+        period: 20ms
+    admission:
+      mode: batch
 EOF
 }
 
@@ -443,11 +470,20 @@ for peer in $PEERS; do
 		bench caddy reject "${REJECT_PORT[caddy]}" 503 "$pg"
 		stop caddy "$pg"
 		;;
-	sentry | sentry-fasthttp)
+	sentry | sentry-fasthttp | sentry-period | sentry-base)
 		evloop=1
 		[ "$peer" = sentry-fasthttp ] && evloop=0
-		start "$peer" env SENTRY_EVLOOP=$evloop "$OUT/sentry" run -listen "$HOST:${RELAY_PORT[sentry]}" \
-			-backend "$HOST:$BACKEND_PORT" -admin "$HOST:$SENTRY_ADMIN_PORT"
+		bin="$OUT/sentry"
+		[ "$peer" = sentry-base ] && bin=$SENTRY_BASE_BIN
+		if [ "$peer" = sentry-period ]; then
+			write_sentry_period_policy
+			"$bin" check -config "$TMP/sentry-period.yaml" >&2 ||
+				die "sentry check rejected $TMP/sentry-period.yaml"
+			start "$peer" env SENTRY_EVLOOP=$evloop "$bin" run -config "$TMP/sentry-period.yaml"
+		else
+			start "$peer" env SENTRY_EVLOOP=$evloop "$bin" run -listen "$HOST:${RELAY_PORT[sentry]}" \
+				-backend "$HOST:$BACKEND_PORT" -admin "$HOST:$SENTRY_ADMIN_PORT"
+		fi
 		pg=$STARTED_PGID
 		wait_http "$peer" "$pg" "${RELAY_PORT[sentry]}"
 		check_status "$peer" "${RELAY_PORT[sentry]}" 200
@@ -455,11 +491,13 @@ for peer in $PEERS; do
 		curl -s -m 2 "http://$HOST:$SENTRY_ADMIN_PORT/metrics" >"$OUT/metrics-$peer.txt" 2>/dev/null || true
 		stop "$peer" "$pg"
 		sentry_log_warnings "$peer"
+		# The reject path does not depend on periods.
+		[ "$peer" = sentry-period ] && continue
 
 		write_sentry_reject_policy
-		"$OUT/sentry" check -config "$TMP/sentry-reject.yaml" >&2 ||
+		"$bin" check -config "$TMP/sentry-reject.yaml" >&2 ||
 			die "sentry check rejected $TMP/sentry-reject.yaml"
-		start "$peer-reject" env SENTRY_EVLOOP=$evloop "$OUT/sentry" run -config "$TMP/sentry-reject.yaml"
+		start "$peer-reject" env SENTRY_EVLOOP=$evloop "$bin" run -config "$TMP/sentry-reject.yaml"
 		pg=$STARTED_PGID
 		wait_http "$peer-reject" "$pg" "${REJECT_PORT[sentry]}"
 		check_status "$peer-reject" "${REJECT_PORT[sentry]}" 503
@@ -513,6 +551,13 @@ ratio() { # ratio A B: A/B with two decimals, or n/a
 		sp=$(get sentry relay 4); op=$(get "$other" relay 4)
 		sj=$(get sentry reject 4); oj=$(get "$other" reject 4)
 		echo "| p99 sentry/$other (lower is better) | $(ratio "$(to_ms "$sp")" "$(to_ms "$op")") | $(ratio "$(to_ms "$sj")" "$(to_ms "$oj")") |"
+	done
+	for other in sentry-base sentry-period sentry-fasthttp; do
+		if [ -z "$(get "$other" relay 2)" ] || [ -z "$(get sentry relay 2)" ]; then continue; fi
+		echo "| req/s $other/sentry | $(ratio "$(get "$other" relay 2)" "$(get sentry relay 2)") | $(ratio "$(get "$other" reject 2)" "$(get sentry reject 2)") |"
+		if [ -n "$(get nginx relay 2)" ]; then
+			echo "| req/s $other/nginx | $(ratio "$(get "$other" relay 2)" "$(get nginx relay 2)") | $(ratio "$(get "$other" reject 2)" "$(get nginx reject 2)") |"
+		fi
 	done
 	if [ ${#WARNINGS[@]} -gt 0 ]; then
 		echo
