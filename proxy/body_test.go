@@ -160,6 +160,8 @@ func slowBodyAttack(t *testing.T, n int, chunked bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	t.Logf("%d slow bodies (chunked %v): %d of %d normal requests succeeded during the attack; in flight peaked at %d, backend connections at %d",
+		n, chunked, ok, total, maxInflight, cb.peak.Load())
 	if ok != total {
 		t.Errorf("during the attack %d of %d normal requests succeeded", ok, total)
 	}
