@@ -188,7 +188,11 @@
 // Admit takes only its queue's lock, and only for O(1) work; time.Now and
 // every channel operation happen outside queue locks; nothing calls a
 // callback under a lock. A run sends decisions while holding Controller.run,
-// but those sends cannot block (one-slot channel, empty by construction).
+// but those sends cannot block (one-slot channel, empty by construction);
+// the Wakers of parked requests (Park) are told only after Controller.run
+// is released. The State's methods (Demand, every ReservePeriod, included)
+// are called with Controller.run held, so they must not call back into the
+// controller; control's take only the estimator's leaf locks.
 // Waiter structs are pooled (sync.Pool), so Admit does not allocate
 // (TestAdmitAllocs, benchmarks). Counters and the wait histogram are atomics
 // observed per request; everything else is read at scrape time.
