@@ -171,6 +171,20 @@
 // run's decision, turning an admission into RejectGone. Close rejects every
 // waiter and later arrival with RejectNoBackend and makes Run return.
 //
+// # Parking: waiting without blocking
+//
+// Park is Admit for a caller that must not block, such as an event loop
+// serving many connections on one goroutine. What Admit decides at once
+// (a class without a period, a full queue, no backend, a closed
+// controller), Park decides at once too. Otherwise the request is queued
+// exactly as Admit queues it, and Park returns a Parked handle; the run
+// that decides it tells the caller's Waker (once per run per distinct
+// Waker, after the run's locks are released), and the caller takes the
+// decision with Parked.Result, which counts it, or withdraws with
+// Parked.Cancel when its client has gone (counted as RejectGone; an
+// admission already made is given back). Handles are pooled: Park, the
+// run and Result allocate nothing (TestParkAllocs).
+//
 // # Reconfigure
 //
 // Classes are matched by name. A class keeps its counters, histogram and
