@@ -48,6 +48,7 @@ type simCase struct {
 	classes   []simClass
 	threshold bool // threshold mode (thresholdac + the Room guard), else batch
 	noReserve bool
+	learnP    bool // start from P = 1 and learn it from completions, as the policy's default does
 	seed      uint64
 }
 
@@ -117,8 +118,10 @@ func (h *simHeap) Pop() any {
 }
 
 type simJob struct {
-	class  int
-	arrive int64
+	class     int
+	arrive    int64
+	dispatch  int64
+	inService int // on its backend at dispatch, itself included
 }
 
 type simBackend struct {
@@ -168,8 +171,12 @@ func runSim(t *testing.T, sc simCase) *simResult {
 	for _, c := range sc.classes {
 		ccs = append(ccs, ClassConfig{Name: c.name, Period: c.period})
 	}
-	ctl, err := New(f, Config{Classes: ccs, Parallelism: float64(sc.p), NoReserve: sc.noReserve,
-		ReserveFloor: DefaultReserveFloor, Now: clock})
+	cfg := Config{Classes: ccs, Parallelism: float64(sc.p), NoReserve: sc.noReserve,
+		ReserveFloor: DefaultReserveFloor, Now: clock}
+	if sc.learnP {
+		cfg.Parallelism, cfg.LearnParallelism = 1, true
+	}
+	ctl, err := New(f, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,6 +272,8 @@ func runSim(t *testing.T, sc simCase) *simResult {
 				best = i
 			}
 		}
+		j.dispatch = f.now
+		j.inService = backends[best].busy + len(backends[best].queue) + 1
 		if b := &backends[best]; b.busy < sc.p {
 			start(best, j)
 		} else {
@@ -351,6 +360,7 @@ func runSim(t *testing.T, sc simCase) *simResult {
 			b.run[e.class] = simJob{class: -1}
 			b.busy--
 			f.inflight--
+			ctl.ObserveService(j.inService, sc.s, time.Duration(e.at-j.dispatch))
 			if e.at-j.arrive <= int64(sc.rsla) {
 				res.good[j.class]++
 				res.seconds[j.arrive/int64(time.Second)].good[j.class]++
@@ -563,5 +573,33 @@ func TestPriorityNestedPeriods(t *testing.T) {
 	}
 	if g := float64(good) / 10 / r.capacity; g < 0.95 {
 		t.Errorf("goodput %.3f× capacity in the first phase, want ≥ 0.95", g)
+	}
+}
+
+// TestPriorityLearnedParallelism is the issue's setup with nothing tuned:
+// P starts at 1 and is learned from completions, as with the policy's
+// default (admission.batch.parallelism: 0). Gold at 0.8× beside bronze at
+// 10× keeps ≥ 99% admitted and the farm's goodput stays ≥ 0.95×.
+func TestPriorityLearnedParallelism(t *testing.T) {
+	for _, exp := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exp=%v", exp), func(t *testing.T) {
+			sc := issueFarm(exp, false, twoClass(steady(0.8, 20*time.Second), steady(9.2, 20*time.Second), 0))
+			sc.learnP = true
+			r := runSim(t, sc)
+			t.Log(r)
+			// The first seconds learn P; judge the rest.
+			var off, adm, good int
+			for _, sec := range r.seconds[5:] {
+				off += sec.offered[0]
+				adm += sec.admitted[0]
+				good += sec.good[0] + sec.good[1]
+			}
+			if f := float64(adm) / float64(off); f < 0.99 {
+				t.Errorf("gold admitted %.2f%% after 5 s of learning, want ≥ 99%%", 100*f)
+			}
+			if g := float64(good) / float64(len(r.seconds)-5) / r.capacity; g < 0.95 {
+				t.Errorf("goodput %.3f× capacity after 5 s of learning, want ≥ 0.95", g)
+			}
+		})
 	}
 }
