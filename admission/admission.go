@@ -23,6 +23,9 @@ const (
 	// RejectPriority: the request would fit, but the room left is held for
 	// the predicted demand of more important classes (batchac's reserve).
 	RejectPriority
+	// RejectAdaptive: the class's token bucket (adaptive mode, SEDA's
+	// response-time controller) had no token.
+	RejectAdaptive
 	numVerdicts
 )
 
@@ -35,6 +38,7 @@ var verdictNames = [numVerdicts]string{
 	RejectNoBackend: "no_backend",
 	RejectGone:      "client_gone",
 	RejectPriority:  "rejected_priority",
+	RejectAdaptive:  "rejected_adaptive",
 }
 
 // String returns the metric label value for v.

@@ -121,6 +121,7 @@ var reasonNames = map[string]string{
 	"no_backend":         "no backend",
 	"client_gone":        "gone",
 	"rejected_priority":  "priority",
+	"rejected_adaptive":  "adaptive",
 }
 
 func fmtDur(d time.Duration) string {

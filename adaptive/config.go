@@ -1,0 +1,165 @@
+package adaptive
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Config configures a Controller. Zero values take the paper's defaults
+// (Welsh & Culler, Fig. 4 and §3.3), listed with each field.
+type Config struct {
+	// Targets is the response-time target of each class, most important
+	// first; at least one, each > 0. The controller keeps each class's
+	// Percentile of response times (measured from arrival at sentry) at or
+	// below its target.
+	Targets []time.Duration
+	// Percentile of the samples compared with the target, in (0, 100).
+	// Default 90.
+	Percentile float64
+	// NReq is how many completions of a class trigger its controller run
+	// (nreq). Default 100.
+	NReq int
+	// Timeout runs a class's controller even with fewer than NReq samples,
+	// once at least one sample exists and Timeout has passed since its last
+	// run. Default 1s.
+	Timeout time.Duration
+	// Alpha is the EWMA constant of the smoothed percentile: cur = α·cur +
+	// (1−α)·samp. In [0, 1). Default 0.7.
+	Alpha float64
+	// ErrD: err above it cuts the rate (multiplicative decrease). Default 0.
+	ErrD float64
+	// ErrI: err below it raises the rate (additive increase). Default −0.5.
+	// Must be below ErrD.
+	ErrI float64
+	// AdjD is the multiplicative decrease factor, > 1. Default 1.2.
+	AdjD float64
+	// AdjI is the additive increase weight, > 0: rate += AdjI·(−(err − CI)).
+	// Default 2.
+	AdjI float64
+	// CI weights the increase: at err = CI it is 0. Default −0.1.
+	CI float64
+	// RateMin and RateMax bound each class's rate, in requests per second.
+	// Defaults 0.05 and 5000 (the paper used 2000; sentry fronts farms).
+	RateMin, RateMax float64
+	// AdjLo divides the rate of every less important class when a class is
+	// over its target. Default 10.
+	AdjLo float64
+	// LCThresh is how many runs over target, with every less important
+	// class already at RateMin, before the class's own rate is cut. Default
+	// 20.
+	LCThresh int
+	// Burst is the token bucket's depth in seconds of the class's rate (at
+	// least one token): how large a burst above the rate is admitted. The
+	// paper does not say; default 100ms.
+	Burst time.Duration
+	// InitialRate is every class's rate before its first run. Default
+	// RateMax: admit everything until the response times say otherwise.
+	InitialRate float64
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Defaults (Welsh & Culler, Fig. 4; §3.3 for AdjLo and LCThresh).
+const (
+	DefaultPercentile = 90
+	DefaultNReq       = 100
+	DefaultTimeout    = time.Second
+	DefaultAlpha      = 0.7
+	DefaultErrD       = 0.0
+	DefaultErrI       = -0.5
+	DefaultAdjD       = 1.2
+	DefaultAdjI       = 2.0
+	DefaultCI         = -0.1
+	DefaultRateMin    = 0.05
+	DefaultRateMax    = 5000
+	DefaultAdjLo      = 10
+	DefaultLCThresh   = 20
+	DefaultBurst      = 100 * time.Millisecond
+)
+
+// MaxClasses bounds the number of classes.
+const MaxClasses = 64
+
+func (c Config) withDefaults() (Config, error) {
+	if len(c.Targets) == 0 {
+		return c, errors.New("adaptive: no classes")
+	}
+	if len(c.Targets) > MaxClasses {
+		return c, fmt.Errorf("adaptive: %d classes, at most %d", len(c.Targets), MaxClasses)
+	}
+	c.Targets = append([]time.Duration(nil), c.Targets...)
+	for i, t := range c.Targets {
+		if t <= 0 {
+			return c, fmt.Errorf("adaptive: class %d: target %v must be positive", i, t)
+		}
+	}
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.Percentile, DefaultPercentile)
+	def(&c.Alpha, DefaultAlpha)
+	def(&c.ErrI, DefaultErrI)
+	def(&c.AdjD, DefaultAdjD)
+	def(&c.AdjI, DefaultAdjI)
+	def(&c.CI, DefaultCI)
+	def(&c.RateMin, DefaultRateMin)
+	def(&c.RateMax, DefaultRateMax)
+	def(&c.AdjLo, DefaultAdjLo)
+	if c.NReq == 0 {
+		c.NReq = DefaultNReq
+	}
+	if c.LCThresh == 0 {
+		c.LCThresh = DefaultLCThresh
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Burst == 0 {
+		c.Burst = DefaultBurst
+	}
+	if c.InitialRate == 0 {
+		c.InitialRate = c.RateMax
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	bad := func(name string, v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
+	for name, v := range map[string]float64{"percentile": c.Percentile, "alpha": c.Alpha, "err_d": c.ErrD,
+		"err_i": c.ErrI, "adj_d": c.AdjD, "adj_i": c.AdjI, "c_i": c.CI, "rate_min": c.RateMin,
+		"rate_max": c.RateMax, "adj_lo": c.AdjLo, "initial rate": c.InitialRate} {
+		if bad(name, v) {
+			return c, fmt.Errorf("adaptive: %s is %v", name, v)
+		}
+	}
+	switch {
+	case c.Percentile <= 0 || c.Percentile >= 100:
+		return c, fmt.Errorf("adaptive: percentile %v must be in (0, 100)", c.Percentile)
+	case c.NReq < 1:
+		return c, fmt.Errorf("adaptive: nreq %d must be at least 1", c.NReq)
+	case c.Timeout < 0:
+		return c, fmt.Errorf("adaptive: timeout %v must be positive", c.Timeout)
+	case c.Alpha < 0 || c.Alpha >= 1:
+		return c, fmt.Errorf("adaptive: alpha %v must be in [0, 1)", c.Alpha)
+	case c.ErrI >= c.ErrD:
+		return c, fmt.Errorf("adaptive: err_i %v must be below err_d %v", c.ErrI, c.ErrD)
+	case c.AdjD <= 1:
+		return c, fmt.Errorf("adaptive: adj_d %v must be above 1", c.AdjD)
+	case c.AdjI <= 0:
+		return c, fmt.Errorf("adaptive: adj_i %v must be positive", c.AdjI)
+	case c.RateMin <= 0 || c.RateMax < c.RateMin:
+		return c, fmt.Errorf("adaptive: rates [%v, %v] must satisfy 0 < min ≤ max", c.RateMin, c.RateMax)
+	case c.AdjLo <= 1:
+		return c, fmt.Errorf("adaptive: adj_lo %v must be above 1", c.AdjLo)
+	case c.LCThresh < 1:
+		return c, fmt.Errorf("adaptive: lc_thresh %d must be at least 1", c.LCThresh)
+	case c.Burst < 0:
+		return c, fmt.Errorf("adaptive: burst %v must not be negative", c.Burst)
+	case c.InitialRate < c.RateMin || c.InitialRate > c.RateMax:
+		return c, fmt.Errorf("adaptive: initial rate %v outside [%v, %v]", c.InitialRate, c.RateMin, c.RateMax)
+	}
+	return c, nil
+}

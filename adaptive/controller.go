@@ -1,0 +1,259 @@
+package adaptive
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sentry-proxy/sentry/admission"
+)
+
+// class is one class's token bucket and controller state.
+type class struct {
+	target float64 // ns
+
+	// bucket is the hot path: tokens and the time they were last refilled.
+	bucket struct {
+		sync.Mutex
+		tokens float64
+		last   int64 // unix ns
+	}
+	rate atomic.Uint64 // float64 bits, requests per second
+
+	// Guarded by Controller.mu.
+	samples  []float64 // ns, at most NReq
+	lastRun  int64     // unix ns
+	cur      float64   // smoothed percentile, ns; 0 before the first run
+	err      float64
+	hasCur   bool
+	over     bool // over target at its last run
+	noRaise  bool // a more important class was over target: no increase at the next run
+	lc       int  // runs over target with every less important class at RateMin
+	runs     uint64
+	lastSamp float64
+
+	admitted, rejected atomic.Uint64
+}
+
+// Controller is SEDA's adaptive overload controller for one app (Welsh &
+// Culler §3.2–3.3): a token bucket per class whose rate follows the
+// class's response-time percentile against its target. It implements
+// admission.Admitter. See doc.go.
+type Controller struct {
+	cfg     Config
+	classes []*class
+
+	// mu serialises controller runs (Observe's run and Tick); it guards
+	// every class's controller state and the scratch slice. Admit never
+	// takes it. Lock order: mu, then one class's bucket lock.
+	mu      sync.Mutex
+	scratch []float64
+}
+
+var _ admission.Admitter = (*Controller)(nil)
+
+// New returns a controller with every class at InitialRate and a full
+// bucket.
+func New(cfg Config) (*Controller, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{cfg: cfg, scratch: make([]float64, 0, cfg.NReq)}
+	now := cfg.Now().UnixNano()
+	for _, t := range cfg.Targets {
+		cl := &class{target: float64(t), samples: make([]float64, 0, cfg.NReq), lastRun: now}
+		cl.rate.Store(math.Float64bits(cfg.InitialRate))
+		cl.bucket.tokens = c.depth(cfg.InitialRate)
+		cl.bucket.last = now
+		c.classes = append(c.classes, cl)
+	}
+	return c, nil
+}
+
+// depth is the bucket's capacity at rate: Burst seconds of tokens, at
+// least one.
+func (c *Controller) depth(rate float64) float64 {
+	return max(1, rate*c.cfg.Burst.Seconds())
+}
+
+func (c *Controller) class(i int) *class {
+	if i < 0 || i >= len(c.classes) {
+		return c.classes[len(c.classes)-1] // out of range: least important
+	}
+	return c.classes[i]
+}
+
+// Admit takes a token from the request's class bucket, or rejects with
+// RejectAdaptive and a Retry-After of the time until the next token
+// (rounded up to whole seconds, at least 1 s). One short lock per request;
+// no allocation.
+func (c *Controller) Admit(r *admission.Request) admission.Decision {
+	cl := c.class(r.Class)
+	now := c.cfg.Now().UnixNano()
+	rate := math.Float64frombits(cl.rate.Load())
+	b := &cl.bucket
+	b.Lock()
+	if dt := now - b.last; dt > 0 {
+		b.tokens = min(c.depth(rate), b.tokens+rate*float64(dt)/1e9)
+		b.last = now
+	}
+	if b.tokens >= 1 {
+		b.tokens--
+		b.Unlock()
+		cl.admitted.Add(1)
+		return admission.Decision{Verdict: admission.Admit}
+	}
+	wait := (1 - b.tokens) / rate // seconds until a token
+	b.Unlock()
+	cl.rejected.Add(1)
+	return admission.Decision{Verdict: admission.RejectAdaptive, RetryAfter: retryAfter(wait)}
+}
+
+func retryAfter(secs float64) time.Duration {
+	if !(secs > 1) {
+		return time.Second
+	}
+	if secs >= 60 {
+		return 60 * time.Second
+	}
+	return time.Duration(math.Ceil(secs)) * time.Second
+}
+
+// Observe records the response time of a completed request of class (from
+// its arrival at sentry: time spent waiting in sentry counts). After NReq
+// samples the class's controller runs.
+func (c *Controller) Observe(class int, rt time.Duration) {
+	idx := class
+	if idx < 0 || idx >= len(c.classes) {
+		idx = len(c.classes) - 1
+	}
+	now := c.cfg.Now().UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.classes[idx]
+	cl.samples = append(cl.samples, float64(max(rt, 0)))
+	if len(cl.samples) >= c.cfg.NReq {
+		c.run(idx, now)
+	}
+}
+
+// Tick runs the controller of every class that has at least one sample
+// and has not run for Timeout. The owner calls it periodically (Run does,
+// every Timeout/4); tests call it on a manual clock.
+func (c *Controller) Tick(now time.Time) {
+	ns := now.UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, cl := range c.classes {
+		if len(cl.samples) > 0 && ns-cl.lastRun >= int64(c.cfg.Timeout) {
+			c.run(i, ns)
+		}
+	}
+}
+
+// run is one controller iteration for class i (§3.2, with §3.3's rules).
+// Called with c.mu held.
+func (c *Controller) run(i int, now int64) {
+	cfg := &c.cfg
+	cl := c.classes[i]
+	cl.lastRun = now
+	cl.runs++
+	// samp: the Percentile-th of the samples, by sorting (the paper takes
+	// the (0.9·nreq)-th).
+	s := append(c.scratch[:0], cl.samples...)
+	cl.samples = cl.samples[:0]
+	slices.Sort(s)
+	k := int(math.Ceil(cfg.Percentile/100*float64(len(s)))) - 1
+	samp := s[max(0, min(k, len(s)-1))]
+	c.scratch = s[:0]
+	cl.lastSamp = samp
+	if cl.hasCur {
+		cl.cur = cfg.Alpha*cl.cur + (1-cfg.Alpha)*samp
+	} else {
+		cl.cur, cl.hasCur = samp, true
+	}
+	cl.err = (cl.cur - cl.target) / cl.target
+	noRaise := cl.noRaise
+	cl.noRaise = false
+	rate := math.Float64frombits(cl.rate.Load())
+	switch {
+	case cl.err > cfg.ErrD:
+		cl.over = true
+		// §3.3: cut every less important class first; only when they are
+		// all at the minimum for LCThresh runs is this class itself cut.
+		lower := c.classes[i+1:]
+		allMin := true
+		for _, lo := range lower {
+			lr := math.Float64frombits(lo.rate.Load())
+			if lr > cfg.RateMin {
+				allMin = false
+				c.setRate(lo, lr/cfg.AdjLo, true)
+			}
+			lo.noRaise = true
+		}
+		if allMin {
+			cl.lc++
+		}
+		if len(lower) == 0 || cl.lc > cfg.LCThresh {
+			c.setRate(cl, rate/cfg.AdjD, true)
+			cl.lc = 0
+		}
+	case cl.err < cfg.ErrI:
+		cl.over = false
+		cl.lc = 0
+		if !noRaise {
+			c.setRate(cl, rate+cfg.AdjI*(-(cl.err-cfg.CI)), false)
+		}
+	default:
+		cl.over = false
+		cl.lc = 0
+	}
+}
+
+// setRate clamps and stores a class's rate; a decrease empties its bucket
+// (§3.2: "the bucket's tokens are emptied").
+func (c *Controller) setRate(cl *class, rate float64, empty bool) {
+	rate = min(max(rate, c.cfg.RateMin), c.cfg.RateMax)
+	cl.rate.Store(math.Float64bits(rate))
+	if empty {
+		cl.bucket.Lock()
+		cl.bucket.tokens = 0
+		cl.bucket.Unlock()
+	}
+}
+
+// ClassState is one class's controller state, for metrics and tests.
+type ClassState struct {
+	Rate     float64       // requests per second
+	Tokens   float64       // in the bucket at the last Admit
+	Cur      time.Duration // smoothed percentile
+	Sample   time.Duration // the last run's percentile sample
+	Err      float64       // (cur − target)/target at the last run
+	Samples  int           // waiting for the next run
+	Runs     uint64
+	LC       int
+	Admitted uint64
+	Rejected uint64
+}
+
+// State returns class i's state.
+func (c *Controller) State(i int) ClassState {
+	cl := c.class(i)
+	c.mu.Lock()
+	st := ClassState{
+		Rate: math.Float64frombits(cl.rate.Load()), Cur: time.Duration(cl.cur), Sample: time.Duration(cl.lastSamp),
+		Err: cl.err, Samples: len(cl.samples), Runs: cl.runs, LC: cl.lc,
+		Admitted: cl.admitted.Load(), Rejected: cl.rejected.Load(),
+	}
+	c.mu.Unlock()
+	cl.bucket.Lock()
+	st.Tokens = cl.bucket.tokens
+	cl.bucket.Unlock()
+	return st
+}
+
+// Classes is the number of classes.
+func (c *Controller) Classes() int { return len(c.classes) }

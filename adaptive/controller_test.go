@@ -1,0 +1,239 @@
+package adaptive
+
+import (
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sentry-proxy/sentry/admission"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newCtl(t *testing.T, cfg Config) (*Controller, *clock) {
+	t.Helper()
+	ck := &clock{t: time.Unix(1000, 0)}
+	cfg.Now = ck.now
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, ck
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+// feed observes n samples of class: i·step for i = 1..n.
+func feed(c *Controller, class, n int, step time.Duration) {
+	for i := 1; i <= n; i++ {
+		c.Observe(class, time.Duration(i)*step)
+	}
+}
+
+// TestDecrease: 100 samples 1..100 ms put the 90th percentile at 90 ms;
+// against a 50 ms target err = 0.8 > 0, so the rate is divided by 1.2 and
+// the bucket emptied.
+func TestDecrease(t *testing.T) {
+	c, _ := newCtl(t, Config{Targets: []time.Duration{50 * time.Millisecond}, InitialRate: 100})
+	feed(c, 0, 100, time.Millisecond)
+	st := c.State(0)
+	if st.Runs != 1 || st.Sample != 90*time.Millisecond || st.Cur != 90*time.Millisecond {
+		t.Fatalf("runs %d samp %v cur %v, want 1, 90ms, 90ms", st.Runs, st.Sample, st.Cur)
+	}
+	if !near(st.Err, 0.8) || !near(st.Rate, 100/1.2) || st.Tokens != 0 {
+		t.Fatalf("err %v rate %v tokens %v, want 0.8, %v, 0", st.Err, st.Rate, st.Tokens, 100/1.2)
+	}
+}
+
+// TestIncrease: a percentile far below target raises the rate additively,
+// by adj_i·(−(err − c_i)); the second run smooths cur with α = 0.7.
+func TestIncrease(t *testing.T) {
+	c, _ := newCtl(t, Config{Targets: []time.Duration{time.Second}, InitialRate: 10})
+	feed(c, 0, 100, time.Millisecond) // samp 90ms: err = −0.91
+	st := c.State(0)
+	want := 10 + 2*(-(-0.91 - (-0.1)))
+	if !near(st.Err, -0.91) || !near(st.Rate, want) {
+		t.Fatalf("err %v rate %v, want −0.91, %v", st.Err, st.Rate, want)
+	}
+	feed(c, 0, 100, 2*time.Millisecond) // samp 180ms: cur = 0.7·90 + 0.3·180 = 117ms
+	st = c.State(0)
+	if st.Cur != 117*time.Millisecond {
+		t.Fatalf("cur %v, want 117ms", st.Cur)
+	}
+	// err = −0.883 < −0.5: increase again.
+	want += 2 * (-(-0.883 - (-0.1)))
+	if !near(st.Rate, want) {
+		t.Fatalf("rate %v, want %v", st.Rate, want)
+	}
+}
+
+// TestDeadBand: between err_i and err_d nothing changes.
+func TestDeadBand(t *testing.T) {
+	c, _ := newCtl(t, Config{Targets: []time.Duration{120 * time.Millisecond}, InitialRate: 10})
+	feed(c, 0, 100, time.Millisecond) // err = −0.25
+	if st := c.State(0); st.Rate != 10 {
+		t.Fatalf("rate %v, want 10 unchanged", st.Rate)
+	}
+}
+
+// TestClamp: the rate stays in [RateMin, RateMax].
+func TestClamp(t *testing.T) {
+	c, _ := newCtl(t, Config{Targets: []time.Duration{time.Millisecond}, InitialRate: 0.06})
+	feed(c, 0, 100, time.Millisecond)
+	if st := c.State(0); st.Rate != DefaultRateMin {
+		t.Fatalf("rate %v, want the minimum %v", st.Rate, DefaultRateMin)
+	}
+	c, _ = newCtl(t, Config{Targets: []time.Duration{time.Hour}, InitialRate: 4999})
+	feed(c, 0, 100, time.Millisecond)
+	if st := c.State(0); st.Rate != DefaultRateMax {
+		t.Fatalf("rate %v, want the maximum %v", st.Rate, DefaultRateMax)
+	}
+}
+
+// TestTimeout: with fewer than nreq samples the controller runs after
+// Timeout at the next Tick, and not before; without samples it never runs.
+func TestTimeout(t *testing.T) {
+	c, ck := newCtl(t, Config{Targets: []time.Duration{50 * time.Millisecond, time.Second}, InitialRate: 100})
+	c.Observe(0, 200*time.Millisecond)
+	ck.add(999 * time.Millisecond)
+	c.Tick(ck.now())
+	if st := c.State(0); st.Runs != 0 {
+		t.Fatal("ran before the timeout")
+	}
+	ck.add(time.Millisecond)
+	c.Tick(ck.now())
+	if st := c.State(0); st.Runs != 1 || st.Sample != 200*time.Millisecond {
+		t.Fatalf("runs %d samp %v, want 1 run on the one sample", st.Runs, st.Sample)
+	}
+	if st := c.State(1); st.Runs != 0 {
+		t.Fatal("a class without samples ran")
+	}
+}
+
+// TestMulticlass (§3.3): gold over target divides bronze's rate by adj_lo
+// (not gold's own) and bronze may not rise at its next run; once bronze is
+// at the minimum, gold's own rate is cut after lc_thresh more runs.
+func TestMulticlass(t *testing.T) {
+	c, _ := newCtl(t, Config{Targets: []time.Duration{50 * time.Millisecond, time.Second}, InitialRate: 100, LCThresh: 3})
+	feed(c, 0, 100, time.Millisecond) // gold: err 0.8
+	if g, b := c.State(0).Rate, c.State(1).Rate; g != 100 || !near(b, 10) {
+		t.Fatalf("gold %v bronze %v, want 100 and 10", g, b)
+	}
+	feed(c, 1, 100, time.Millisecond) // bronze far under target, but flagged
+	if b := c.State(1).Rate; !near(b, 10) {
+		t.Fatalf("bronze rose to %v while gold was over target", b)
+	}
+	feed(c, 1, 100, time.Millisecond) // the flag is spent: bronze rises
+	if b := c.State(1).Rate; !(b > 10) {
+		t.Fatalf("bronze %v did not rise once gold's flag was spent", b)
+	}
+	// Drive bronze to the minimum: 10·... /10 each gold run.
+	for i := 0; i < 8 && c.State(1).Rate > DefaultRateMin; i++ {
+		feed(c, 0, 100, time.Millisecond)
+	}
+	if b := c.State(1).Rate; b != DefaultRateMin {
+		t.Fatalf("bronze %v, want the minimum", b)
+	}
+	g0 := c.State(0).Rate
+	for i := 1; i <= 3; i++ { // lc = 1..3: not yet
+		feed(c, 0, 100, time.Millisecond)
+		if g := c.State(0).Rate; g != g0 {
+			t.Fatalf("gold cut at lc=%d, want only past lc_thresh=3", i)
+		}
+	}
+	feed(c, 0, 100, time.Millisecond) // lc = 4 > 3
+	if g := c.State(0).Rate; !near(g, g0/1.2) {
+		t.Fatalf("gold %v, want %v after lc_thresh runs", g, g0/1.2)
+	}
+	if st := c.State(0); st.LC != 0 {
+		t.Fatalf("lc %d after the cut, want 0", st.LC)
+	}
+}
+
+// TestBucket: the bucket holds Burst seconds of the rate (at least one
+// token) and refills at the rate; a rejection says when the next token
+// comes.
+func TestBucket(t *testing.T) {
+	c, ck := newCtl(t, Config{Targets: []time.Duration{time.Second}, InitialRate: 100, Burst: 50 * time.Millisecond})
+	r := &admission.Request{Class: 0}
+	admitted := 0
+	for i := 0; i < 10; i++ {
+		if c.Admit(r).Verdict == admission.Admit {
+			admitted++
+		}
+	}
+	if admitted != 5 { // 100/s × 50 ms
+		t.Fatalf("admitted %d of a burst, want 5", admitted)
+	}
+	d := c.Admit(r)
+	if d.Verdict != admission.RejectAdaptive || d.RetryAfter != time.Second {
+		t.Fatalf("%+v, want rejected_adaptive with 1s", d)
+	}
+	ck.add(20 * time.Millisecond) // two tokens
+	if c.Admit(r).Verdict != admission.Admit || c.Admit(r).Verdict != admission.Admit || c.Admit(r).Verdict == admission.Admit {
+		t.Fatal("want exactly two tokens after 20ms at 100/s")
+	}
+	// Out-of-range classes count as the least important.
+	if c.Admit(&admission.Request{Class: 7}).Verdict != admission.RejectAdaptive {
+		t.Fatal("out-of-range class not mapped to the last class")
+	}
+}
+
+func TestAdmitAllocs(t *testing.T) {
+	c, _ := newCtl(t, Config{Targets: []time.Duration{time.Second}})
+	r := &admission.Request{}
+	if a := testing.AllocsPerRun(1000, func() { c.Admit(r) }); a != 0 {
+		t.Fatalf("%v allocs per Admit", a)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, cfg := range []Config{
+		{},
+		{Targets: []time.Duration{0}},
+		{Targets: []time.Duration{time.Second}, Percentile: 100},
+		{Targets: []time.Duration{time.Second}, Alpha: 1},
+		{Targets: []time.Duration{time.Second}, AdjD: 0.5},
+		{Targets: []time.Duration{time.Second}, ErrI: 0.1},
+		{Targets: []time.Duration{time.Second}, RateMin: 10, RateMax: 1},
+		{Targets: []time.Duration{time.Second}, AdjLo: math.NaN()},
+		{Targets: []time.Duration{time.Second}, InitialRate: 1e9},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%+v: no error", cfg)
+		}
+	}
+}
+
+func TestCollector(t *testing.T) {
+	c, _ := newCtl(t, Config{Targets: []time.Duration{50 * time.Millisecond, time.Second}, InitialRate: 100})
+	feed(c, 0, 100, time.Millisecond)
+	col := NewCollector(c, []string{"gold", "bronze"}, prometheus.Labels{"app": "shop"})
+	want := `
+# HELP sentry_adaptive_rate Token bucket rate, requests per second.
+# TYPE sentry_adaptive_rate gauge
+sentry_adaptive_rate{app="shop",class="bronze"} 10
+sentry_adaptive_rate{app="shop",class="gold"} 100
+`
+	if err := testutil.CollectAndCompare(col, strings.NewReader(want), "sentry_adaptive_rate"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(col); n != 2*10 {
+		t.Fatalf("%d series, want 20", n)
+	}
+}
