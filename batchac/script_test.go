@@ -1,11 +1,8 @@
 package batchac
 
 import (
-	"flag"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/internal/scripttest"
 )
 
 // The scenario scripts in testdata/*.txt drive a Controller on a manual
@@ -54,88 +52,15 @@ import (
 //
 // Run with -rewrite to regenerate the expected output.
 
-var rewrite = flag.Bool("rewrite", false, "rewrite testdata scripts with the actual output")
-
 func TestScripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scripts: %v", err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScript(t, f) })
-	}
-}
-
-type scriptBlock struct {
-	pre  []string // comments and blank lines before the command
-	cmd  string
-	line int
-	want []string
-}
-
-func parseScript(t *testing.T, path string) (blocks []scriptBlock, trailer []string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	i := 0
-	for i < len(lines) {
-		var pre []string
-		for i < len(lines) && (strings.TrimSpace(lines[i]) == "" || strings.HasPrefix(lines[i], "#")) {
-			pre = append(pre, lines[i])
-			i++
+	scripttest.RunAll(t, "testdata/*.txt", func(t *testing.T, path string) scripttest.Exec {
+		h := &harness{t: t, path: path}
+		t.Cleanup(h.shutdown)
+		return func(line int, cmd string) []string {
+			h.line = line
+			return h.exec(cmd)
 		}
-		if i == len(lines) {
-			return blocks, pre
-		}
-		b := scriptBlock{pre: pre, cmd: lines[i], line: i + 1}
-		i++
-		if i >= len(lines) || lines[i] != "----" {
-			t.Fatalf("%s:%d: command %q not followed by ----", path, b.line, b.cmd)
-		}
-		i++
-		for i < len(lines) && strings.TrimSpace(lines[i]) != "" {
-			b.want = append(b.want, lines[i])
-			i++
-		}
-		if i < len(lines) {
-			i++ // the blank line that ends the block
-		}
-		blocks = append(blocks, b)
-	}
-	return blocks, nil
-}
-
-func runScript(t *testing.T, path string) {
-	blocks, trailer := parseScript(t, path)
-	h := &harness{t: t, path: path}
-	defer h.shutdown()
-	var out strings.Builder
-	for _, b := range blocks {
-		h.line = b.line
-		got := h.exec(b.cmd)
-		if !*rewrite && !slices.Equal(got, b.want) {
-			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, b.line, b.cmd,
-				strings.Join(got, "\n"), strings.Join(b.want, "\n"))
-		}
-		for _, l := range b.pre {
-			out.WriteString(l + "\n")
-		}
-		out.WriteString(b.cmd + "\n----\n")
-		for _, l := range got {
-			out.WriteString(l + "\n")
-		}
-		out.WriteString("\n")
-	}
-	for _, l := range trailer {
-		out.WriteString(l + "\n")
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 }
 
 // manualClock is a clock that moves only when told.
@@ -216,15 +141,6 @@ func (h *harness) shutdown() {
 	}
 }
 
-func parseArgs(fields []string) map[string]string {
-	args := make(map[string]string)
-	for _, f := range fields {
-		k, v, _ := strings.Cut(f, "=")
-		args[k] = v
-	}
-	return args
-}
-
 func (h *harness) dur(s string) time.Duration {
 	d, err := time.ParseDuration(s)
 	if err != nil {
@@ -243,7 +159,7 @@ func (h *harness) num(s string) int64 {
 
 func (h *harness) exec(line string) []string {
 	fields := strings.Fields(line)
-	args := parseArgs(fields[1:])
+	args := scripttest.Args(fields[1:])
 	switch fields[0] {
 	case "init":
 		return h.init(args)

@@ -1,15 +1,13 @@
 package estimator
 
 import (
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sentry-proxy/sentry/internal/scripttest"
 )
 
 // The scripts in testdata/*.txt drive an Estimator on a manual clock, in
@@ -43,88 +41,15 @@ import (
 //
 // Durations print rounded to 10µs. Run with -rewrite to regenerate the
 // expected output.
-var rewrite = flag.Bool("rewrite", false, "rewrite testdata scripts with the actual output")
-
 func TestScripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scripts: %v", err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScript(t, f) })
-	}
-}
-
-type scriptBlock struct {
-	pre  []string
-	cmd  string
-	line int
-	want []string
-}
-
-func parseScript(t *testing.T, path string) (blocks []scriptBlock, trailer []string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	i := 0
-	for i < len(lines) {
-		var pre []string
-		for i < len(lines) && (strings.TrimSpace(lines[i]) == "" || strings.HasPrefix(lines[i], "#")) {
-			pre = append(pre, lines[i])
-			i++
+	scripttest.RunAll(t, "testdata/*.txt", func(t *testing.T, path string) scripttest.Exec {
+		h := &scriptHarness{t: t, path: path, start: time.Unix(1_700_000_000, 0)}
+		h.now = h.start
+		return func(line int, cmd string) []string {
+			h.line = line
+			return h.exec(cmd)
 		}
-		if i == len(lines) {
-			return blocks, pre
-		}
-		b := scriptBlock{pre: pre, cmd: lines[i], line: i + 1}
-		i++
-		if i >= len(lines) || lines[i] != "----" {
-			t.Fatalf("%s:%d: command %q not followed by ----", path, b.line, b.cmd)
-		}
-		i++
-		for i < len(lines) && strings.TrimSpace(lines[i]) != "" {
-			b.want = append(b.want, lines[i])
-			i++
-		}
-		if i < len(lines) {
-			i++
-		}
-		blocks = append(blocks, b)
-	}
-	return blocks, nil
-}
-
-func runScript(t *testing.T, path string) {
-	blocks, trailer := parseScript(t, path)
-	h := &scriptHarness{t: t, path: path, start: time.Unix(1_700_000_000, 0)}
-	h.now = h.start
-	var out strings.Builder
-	for _, b := range blocks {
-		h.line = b.line
-		got := h.exec(b.cmd)
-		if !*rewrite && !slices.Equal(got, b.want) {
-			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, b.line, b.cmd,
-				strings.Join(got, "\n"), strings.Join(b.want, "\n"))
-		}
-		for _, l := range b.pre {
-			out.WriteString(l + "\n")
-		}
-		out.WriteString(b.cmd + "\n----\n")
-		for _, l := range got {
-			out.WriteString(l + "\n")
-		}
-		out.WriteString("\n")
-	}
-	for _, l := range trailer {
-		out.WriteString(l + "\n")
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 }
 
 type scriptHarness struct {
