@@ -137,7 +137,7 @@ type Controller struct {
 		nextReserve time.Time
 		// wakes are the Wakers of parked requests decided by the run in
 		// progress, each once; told after c.run is released (wake).
-		wakes []Waker
+		wakes []admission.Waker
 	}
 
 	// states holds every class's state ever configured, by name, so that a
@@ -756,17 +756,8 @@ func (c *Controller) QueueLen(i int) int {
 	return int(s.classes[s.classIndex(i)].queueLen())
 }
 
-// Waker is told that a parked request (Park) has its decision. Wake is
-// called from the goroutine that ran the policer (or Reconfigure, or
-// Close), after the controller's locks are released, once per run for each
-// distinct Waker however many of its requests the run decided. It must not
-// block; the usual implementation writes an eventfd or sends on a buffered
-// channel without blocking, and the owner then polls its parked requests
-// (Parked.Result).
-type Waker interface{ Wake() }
-
 // noteWake records wk for the end of the run. Called with c.run held.
-func (c *Controller) noteWake(wk Waker) {
+func (c *Controller) noteWake(wk admission.Waker) {
 	for _, w := range c.run.wakes {
 		if w == wk {
 			return
@@ -785,10 +776,10 @@ func (c *Controller) unlockAndWake() {
 		c.run.Unlock()
 		return
 	}
-	var buf [maxWakers]Waker
+	var buf [maxWakers]admission.Waker
 	wakes := buf[:0]
 	if len(c.run.wakes) > maxWakers {
-		wakes = make([]Waker, 0, len(c.run.wakes))
+		wakes = make([]admission.Waker, 0, len(c.run.wakes))
 	}
 	wakes = append(wakes, c.run.wakes...)
 	clear(c.run.wakes)
@@ -817,7 +808,7 @@ type Parked struct {
 // and the caller takes the decision with Parked.Result. Like Admit, the
 // decision is counted once, when the caller takes it. Park does not
 // allocate.
-func (c *Controller) Park(r *admission.Request, wk Waker) (d admission.Decision, p *Parked, decided bool) {
+func (c *Controller) Park(r *admission.Request, wk admission.Waker) (d admission.Decision, p *Parked, decided bool) {
 	for {
 		s := c.snap.Load()
 		idx := s.classIndex(r.Class)
@@ -891,6 +882,8 @@ func (p *Parked) Cancel() {
 	p.finish()
 	c.count(cl, admission.Decision{Verdict: admission.RejectGone})
 }
+
+var _ admission.Pending = (*Parked)(nil)
 
 func (p *Parked) finish() {
 	c := p.c
