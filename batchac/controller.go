@@ -299,22 +299,6 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 	}
 }
 
-// AdmitNow decides at once if r's class has no period (the immediate
-// test); ok is false, with nothing counted, when r would have to wait for a
-// policer round. It never blocks.
-func (c *Controller) AdmitNow(r *admission.Request) (admission.Decision, bool) {
-	s := c.snap.Load()
-	idx := s.classIndex(r.Class)
-	cl := s.classes[idx]
-	if c.closed.Load() {
-		return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend}), true
-	}
-	if cl.period != 0 {
-		return admission.Decision{}, false
-	}
-	return c.count(cl, c.testNow(s, idx, float64(max(r.S, 0)))), true
-}
-
 // await parks until w's decision arrives or gone fires.
 func (c *Controller) await(q *queue, w *waiter, gone <-chan struct{}) admission.Decision {
 	var d admission.Decision
