@@ -28,11 +28,11 @@ import (
 // one goroutine around its own epoll set, share the listening socket and
 // serve the common request themselves, client and backend sockets alike,
 // with no goroutine per connection: a whole, plain HTTP/1.1 head (and any
-// Content-Length body) in one read, decided at once by admission. Anything
-// else -- a partial or unusual head, chunked or large bodies, Expect,
-// Upgrade, a request that may wait in a batch queue -- is handed off with
-// the bytes read so far to the fasthttp front end, which serves that
-// connection from then on.
+// Content-Length body) in one read, decided by admission at once or, for a
+// class that waits for its batch run, parked until the run wakes the loop
+// (park, pollParked). Anything else -- a partial or unusual head, chunked
+// or large bodies, Expect, Upgrade -- is handed off with the bytes read so
+// far to the fasthttp front end, which serves that connection from then on.
 
 // The listening socket and the wake-up eventfd are registered under tags
 // that no descriptor number can take: once the listener is closed, its

@@ -197,6 +197,22 @@ func TestParkedBothEngines(t *testing.T) {
 				}
 			})
 
+			// Pipelined requests wait behind a parked one, buffered, and
+			// are answered in order, each after its own run.
+			t.Run("pipelined behind a parked request", func(t *testing.T) {
+				c := dialProxy(t, h.addr)
+				c.write("GET /p1 HTTP/1.1\r\nHost: x\r\n\r\nGET /p2 HTTP/1.1\r\nHost: x\r\n\r\n")
+				for _, path := range []string{"/p1", "/p2"} {
+					resp, body, err := c.read("GET")
+					if err != nil || resp.StatusCode != 200 || body != "ok "+path {
+						t.Fatalf("%s: %v %q %v", path, resp, body, err)
+					}
+				}
+				if v := waited("fast"); v != 5 {
+					t.Errorf("batch waits of fast = %v, want 5", v)
+				}
+			})
+
 			t.Run("rejected by its run", func(t *testing.T) {
 				c := dialProxy(t, h.addr)
 				resp, body := c.do("GET /slow/learn HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -245,9 +261,9 @@ func TestParkedBothEngines(t *testing.T) {
 				if v := gatherCounter(t, h.reg, "sentry_evloop_handoffs_total", h.addr); v != handed {
 					t.Errorf("sentry_evloop_handoffs_total rose by %v, want 0: a parked request was handed off", v-handed)
 				}
-				// 3 fast, 2 slow, 1 after the rejection, 1 gone.
-				if v := gatherCounter(t, h.reg, "sentry_evloop_requests_total", h.addr); v-served != 7 {
-					t.Errorf("sentry_evloop_requests_total rose by %v, want 7", v-served)
+				// 3 fast, 2 pipelined, 2 slow, 1 after the rejection, 1 gone.
+				if v := gatherCounter(t, h.reg, "sentry_evloop_requests_total", h.addr); v-served != 9 {
+					t.Errorf("sentry_evloop_requests_total rose by %v, want 9", v-served)
 				}
 			}
 
