@@ -99,3 +99,26 @@ type AdmitAll struct{}
 func (AdmitAll) Admit(*Request) Decision { return Decision{Verdict: Admit} }
 
 var _ Admitter = AdmitAll{}
+
+// Waker is told that a parked request (see Pending) has its decision. Wake
+// is called from the goroutine that made the decision, after every lock of
+// the admitter is released, at most once per decision run for each distinct
+// Waker however many of its requests the run decided. It must not block:
+// the usual implementation writes an eventfd or sends on a buffered channel
+// without blocking, and the owner then polls its pending requests.
+type Waker interface{ Wake() }
+
+// Pending is a request that waits for its decision, for a caller that must
+// not block (an event loop). After its Waker is woken the owner polls
+// Result; when its client has gone it calls Cancel instead. A Pending is
+// pooled by its admitter: after Result returned ready, or after Cancel,
+// the owner must not use it again.
+type Pending interface {
+	// Result returns the decision once it is made (ready true), counting
+	// it once; ready is false while the request still waits.
+	Result() (d Decision, ready bool)
+	// Cancel withdraws the request (its client has gone): it leaves its
+	// queue, or a decision already made is dropped (an admission is given
+	// back). It is counted as RejectGone.
+	Cancel()
+}

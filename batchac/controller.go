@@ -137,7 +137,7 @@ type Controller struct {
 		nextReserve time.Time
 		// wakes are the Wakers of parked requests decided by the run in
 		// progress, each once; told after c.run is released (wake).
-		wakes []Waker
+		wakes []admission.Waker
 	}
 
 	// states holds every class's state ever configured, by name, so that a
@@ -297,22 +297,6 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 		cl.wait.observe(c.now().Sub(start))
 		return c.count(cl, d)
 	}
-}
-
-// AdmitNow decides at once if r's class has no period (the immediate
-// test); ok is false, with nothing counted, when r would have to wait for a
-// policer round. It never blocks.
-func (c *Controller) AdmitNow(r *admission.Request) (admission.Decision, bool) {
-	s := c.snap.Load()
-	idx := s.classIndex(r.Class)
-	cl := s.classes[idx]
-	if c.closed.Load() {
-		return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend}), true
-	}
-	if cl.period != 0 {
-		return admission.Decision{}, false
-	}
-	return c.count(cl, c.testNow(s, idx, float64(max(r.S, 0)))), true
 }
 
 // await parks until w's decision arrives or gone fires.
@@ -756,17 +740,8 @@ func (c *Controller) QueueLen(i int) int {
 	return int(s.classes[s.classIndex(i)].queueLen())
 }
 
-// Waker is told that a parked request (Park) has its decision. Wake is
-// called from the goroutine that ran the policer (or Reconfigure, or
-// Close), after the controller's locks are released, once per run for each
-// distinct Waker however many of its requests the run decided. It must not
-// block; the usual implementation writes an eventfd or sends on a buffered
-// channel without blocking, and the owner then polls its parked requests
-// (Parked.Result).
-type Waker interface{ Wake() }
-
 // noteWake records wk for the end of the run. Called with c.run held.
-func (c *Controller) noteWake(wk Waker) {
+func (c *Controller) noteWake(wk admission.Waker) {
 	for _, w := range c.run.wakes {
 		if w == wk {
 			return
@@ -785,10 +760,10 @@ func (c *Controller) unlockAndWake() {
 		c.run.Unlock()
 		return
 	}
-	var buf [maxWakers]Waker
+	var buf [maxWakers]admission.Waker
 	wakes := buf[:0]
 	if len(c.run.wakes) > maxWakers {
-		wakes = make([]Waker, 0, len(c.run.wakes))
+		wakes = make([]admission.Waker, 0, len(c.run.wakes))
 	}
 	wakes = append(wakes, c.run.wakes...)
 	clear(c.run.wakes)
@@ -817,7 +792,7 @@ type Parked struct {
 // and the caller takes the decision with Parked.Result. Like Admit, the
 // decision is counted once, when the caller takes it. Park does not
 // allocate.
-func (c *Controller) Park(r *admission.Request, wk Waker) (d admission.Decision, p *Parked, decided bool) {
+func (c *Controller) Park(r *admission.Request, wk admission.Waker) (d admission.Decision, p *Parked, decided bool) {
 	for {
 		s := c.snap.Load()
 		idx := s.classIndex(r.Class)
@@ -891,6 +866,8 @@ func (p *Parked) Cancel() {
 	p.finish()
 	c.count(cl, admission.Decision{Verdict: admission.RejectGone})
 }
+
+var _ admission.Pending = (*Parked)(nil)
 
 func (p *Parked) finish() {
 	c := p.c

@@ -25,7 +25,7 @@ type waiter struct {
 	epoch uint64
 	// wk, when not nil, is told after the run that decided the waiter
 	// (a parked request; see Controller.Park).
-	wk Waker
+	wk admission.Waker
 }
 
 // queue is one (class, bucket) wait queue: an intrusive FIFO list, so push,

@@ -52,6 +52,8 @@ type App struct {
 
 	lastQuantile atomic.Int64 // ns, last interval's admitted percentile
 
+	parked sync.Pool // *parked, the tickets Park hands out
+
 	mu struct { // guards reconfiguration and the goroutines it starts
 		sync.Mutex
 		thrCancel context.CancelFunc
@@ -103,59 +105,122 @@ func (a *App) Estimate(class int, key []byte, now time.Time) (time.Duration, int
 }
 
 // Admit dispatches on the configured mode, or on the switch in auto mode.
+// In batch mode it may block until the class's next policer run.
 func (a *App) Admit(r *admission.Request) admission.Decision {
-	d, _ := a.admit(r, false)
-	return d
-}
-
-// AdmitNow is Admit for a caller that must not block (the event-loop front
-// end): ok is false, with nothing counted, when the request would wait in a
-// batch queue (batch mode and a class period > 0).
-func (a *App) AdmitNow(r *admission.Request) (admission.Decision, bool) {
-	return a.admit(r, true)
-}
-
-func (a *App) admit(r *admission.Request, noWait bool) (admission.Decision, bool) {
 	var d admission.Decision
 	switch a.sw.Load().Mode() {
 	case admission.ModeOff:
-		return admission.Decision{Verdict: admission.Admit}, true
+		return admission.Decision{Verdict: admission.Admit}
 	case admission.ModeThreshold:
-		// The (i, p) draw follows arrival rates smoothed over seconds; the
-		// batch model's Room guards it both ways: a request the draw lets
-		// through needs the room left for its class after more important
-		// demand (on a rising load the draw admits more than K until the
-		// rates catch up), and one the draw rejects is admitted when a
-		// slot is free, so the farm never idles behind a stale p.
-		room, free := a.batch.Room(r.Class, r.S)
-		switch {
-		case free:
-			d = admission.Decision{Verdict: admission.Admit}
-		case !room:
-			d = admission.Decision{Verdict: admission.RejectThreshold, RetryAfter: thresholdac.RetryAfter(a.thr.Load().Period())}
-		default:
-			d = a.thr.Load().Admit(r)
-		}
+		d = a.threshold(r)
 	default:
-		if noWait {
-			var ok bool
-			if d, ok = a.batch.AdmitNow(r); !ok {
-				return d, false
+		d = a.batch.Admit(r)
+	}
+	return a.account(r.Class, r.Key, r.S, d)
+}
+
+// Park is Admit for a caller that must not block (the event loop). Mode
+// off and threshold mode, and in batch mode a class without a period, a
+// full queue or no backend, are decided at once (decided true, p nil).
+// Otherwise the request waits in its batch queue and p is its ticket: the
+// class's next run decides it and then wakes wk (batchac.Controller.Park),
+// and the owner takes the decision with p.Result, or calls p.Cancel when
+// its client has gone. Either way the decision is accounted once, when it
+// is taken. r.Key must stay valid until then (the probe reads it); r
+// itself need not. Park does not allocate: p is pooled.
+func (a *App) Park(r *admission.Request, wk admission.Waker) (d admission.Decision, p admission.Pending, decided bool) {
+	switch a.sw.Load().Mode() {
+	case admission.ModeOff:
+		return admission.Decision{Verdict: admission.Admit}, nil, true
+	case admission.ModeThreshold:
+		d = a.threshold(r)
+	default:
+		var bp *batchac.Parked
+		if d, bp, decided = a.batch.Park(r, wk); !decided {
+			t, _ := a.parked.Get().(*parked)
+			if t == nil {
+				t = new(parked)
 			}
-		} else {
-			d = a.batch.Admit(r)
+			*t = parked{a: a, p: bp, class: r.Class, key: r.Key, s: r.S}
+			return admission.Decision{}, t, false
 		}
 	}
-	if probeable(d.Verdict) && a.est.Probe(r.Class, r.Key, a.now()) {
+	return a.account(r.Class, r.Key, r.S, d), nil, true
+}
+
+// parked is an App's ticket for a request parked in batchac: it applies the
+// App's per-decision accounting (account) to the decision when it is
+// taken, so a parked request counts exactly as a blocking Admit does.
+type parked struct {
+	a     *App
+	p     *batchac.Parked
+	class int
+	key   []byte
+	s     time.Duration
+}
+
+var _ admission.Pending = (*parked)(nil)
+
+// Result takes the decision once batchac's run has made it. After ready, t
+// is released.
+func (t *parked) Result() (admission.Decision, bool) {
+	d, ready := t.p.Result()
+	if !ready {
+		return d, false
+	}
+	a, class, key, s := t.a, t.class, t.key, t.s
+	t.release()
+	return a.account(class, key, s, d), true
+}
+
+// Cancel withdraws the request (its client has gone); counted as a
+// rejection, as a blocking Admit that saw Gone fire. t is released.
+func (t *parked) Cancel() {
+	t.p.Cancel()
+	a := t.a
+	t.release()
+	a.rejects.Add(1)
+}
+
+func (t *parked) release() {
+	a := t.a
+	*t = parked{}
+	a.parked.Put(t)
+}
+
+// threshold is threshold mode's decision.
+func (a *App) threshold(r *admission.Request) admission.Decision {
+	// The (i, p) draw follows arrival rates smoothed over seconds; the
+	// batch model's Room guards it both ways: a request the draw lets
+	// through needs the room left for its class after more important
+	// demand (on a rising load the draw admits more than K until the
+	// rates catch up), and one the draw rejects is admitted when a slot
+	// is free, so the farm never idles behind a stale p.
+	room, free := a.batch.Room(r.Class, r.S)
+	switch {
+	case free:
+		return admission.Decision{Verdict: admission.Admit}
+	case !room:
+		return admission.Decision{Verdict: admission.RejectThreshold, RetryAfter: thresholdac.RetryAfter(a.thr.Load().Period())}
+	}
+	return a.thr.Load().Admit(r)
+}
+
+// account is the per-decision accounting of every decision taken in batch
+// or threshold mode, once: a probe may turn a rejection that rests on the
+// estimate into an admission (estimator.Probe), and the admitted work and
+// the rejections feed the capacity learner (tick).
+func (a *App) account(class int, key []byte, s time.Duration, d admission.Decision) admission.Decision {
+	if probeable(d.Verdict) && a.est.Probe(class, key, a.now()) {
 		d = admission.Decision{Verdict: admission.Admit}
 		a.probes.Add(1)
 	}
 	if d.Verdict == admission.Admit {
-		a.work.Add(int64(r.S))
+		a.work.Add(int64(s))
 	} else {
 		a.rejects.Add(1)
 	}
-	return d, true
+	return d
 }
 
 // probeable tells whether a rejection rests on the estimate, so that a
@@ -193,16 +258,6 @@ func (a *App) Observe(class int, key []byte, serverTiming []byte, measured time.
 			cs[class].met.Add(1)
 		}
 	}
-}
-
-// Waits tells whether Admit may queue a request of class: batch mode in
-// force and the class has a policer period.
-func (a *App) Waits(class int) bool {
-	cfg := a.cfg.Load()
-	if uint(class) >= uint(cfg.cls.Len()) || a.sw.Load().Mode() != admission.ModeBatch {
-		return false
-	}
-	return cfg.cls.Class(class).Period > 0
 }
 
 // StripServerTiming tells whether the proxy removes the timing entries.

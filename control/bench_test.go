@@ -36,3 +36,29 @@ func BenchmarkAppAdmit(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAppParkCancel parks a request of a class with a period and
+// withdraws it, the path of a parked request whose client goes: the
+// ticket is pooled, 0 allocs/op.
+func BenchmarkAppParkCancel(b *testing.B) {
+	m, _ := newManager(b, nil)
+	pool := &fakePool{}
+	pool.healthy.Store(3)
+	ac := testApp("batch")
+	ac.Classes[1].Period = time.Hour
+	a, err := m.Build(ac, pool)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wk := make(testWaker, 1)
+	r := admission.Request{Class: 1, S: 10 * time.Millisecond, Key: []byte("/browse")}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		_, p, decided := a.Park(&r, wk)
+		if decided {
+			b.Fatal("decided at once")
+		}
+		p.Cancel()
+	}
+}

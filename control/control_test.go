@@ -406,3 +406,112 @@ func TestProbeOverridesRejection(t *testing.T) {
 		t.Fatalf("probe after the no-backend rejection: %v, probes %d", v, a.Probes())
 	}
 }
+
+type testWaker chan struct{}
+
+func (w testWaker) Wake() {
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+}
+
+func (w testWaker) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-w:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the run did not wake the Waker")
+	}
+}
+
+// TestParkAccountsOnce: a request parked in batch mode is accounted (the
+// probe, the admitted work, the rejections) once, when its decision is
+// taken, exactly as a blocking Admit; a cancelled one counts as a
+// rejection and leaves its queue; the other modes decide at once.
+func TestParkAccountsOnce(t *testing.T) {
+	var nowNs atomic.Int64
+	nowNs.Store(time.Unix(5000, 0).UnixNano())
+	clock := func() time.Time { return time.Unix(0, nowNs.Load()) }
+	m, _ := newManager(t, clock)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	ac := testApp("batch")
+	ac.Classes[1].Period = 20 * time.Millisecond
+	a, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wk := make(testWaker, 1)
+	runOnce := func(p admission.Pending) admission.Decision {
+		t.Helper()
+		if _, ready := p.Result(); ready {
+			t.Fatal("ready before its run")
+		}
+		nowNs.Add(int64(20 * time.Millisecond))
+		for {
+			wk.wait(t)
+			if d, ready := p.Result(); ready {
+				return d
+			}
+		}
+	}
+
+	// Admitted by its run: the work is counted when the decision is taken.
+	r := &admission.Request{Class: 1, S: 5 * time.Millisecond, Key: []byte("/x")}
+	_, p, decided := a.Park(r, wk)
+	if decided || p == nil {
+		t.Fatal("a class with a period was decided at once")
+	}
+	if a.work.Load() != 0 {
+		t.Fatal("work counted before the decision")
+	}
+	if d := runOnce(p); d.Verdict != admission.Admit {
+		t.Fatalf("%v, want admitted", d.Verdict)
+	}
+	if w := a.work.Load(); w != int64(5*time.Millisecond) {
+		t.Fatalf("work %v, want 5ms once", time.Duration(w))
+	}
+
+	// Cancelled: it leaves its queue and counts as a rejection.
+	_, p, _ = a.Park(r, wk)
+	if a.batch.QueueLen(1) != 1 {
+		t.Fatal("not queued")
+	}
+	p.Cancel()
+	if q, rj := a.batch.QueueLen(1), a.rejects.Load(); q != 0 || rj != 1 {
+		t.Fatalf("after Cancel: queue %d, rejects %d, want 0 and 1", q, rj)
+	}
+
+	// A rejection that rests on the estimate is overridden by a due probe
+	// when the parked decision is taken, as in Admit.
+	heavy := []byte("/heavy")
+	a.Observe(1, heavy, []byte("cpu;dur=5000"), 5*time.Second, 1, 0, 5*time.Second, clock())
+	hr := &admission.Request{Class: 1, S: 5 * time.Second, Key: heavy}
+	_, p, _ = a.Park(hr, wk)
+	if d := runOnce(p); d.Verdict != admission.RejectTest {
+		t.Fatalf("heavy: %v, want rejected_test", d.Verdict)
+	}
+	if rj := a.rejects.Load(); rj != 2 {
+		t.Fatalf("rejects %d, want 2", rj)
+	}
+	nowNs.Add(int64(time.Second))
+	_, p, _ = a.Park(hr, wk)
+	if d := runOnce(p); d.Verdict != admission.Admit || a.Probes() != 1 {
+		t.Fatalf("heavy after 1s without samples: %v, probes %d; want a probe's admission", d.Verdict, a.Probes())
+	}
+	if w := a.work.Load(); w != int64(5*time.Millisecond+5*time.Second) {
+		t.Fatalf("work %v, want 5.005s", time.Duration(w))
+	}
+
+	// A class without a period, and mode off, are decided at once.
+	if d, p, decided := a.Park(&admission.Request{Class: 0, S: time.Millisecond}, wk); !decided || p != nil || d.Verdict != admission.Admit {
+		t.Fatalf("period-0 class: %v %v %v", d, p, decided)
+	}
+	if _, err := m.Build(testApp("off"), pool); err != nil {
+		t.Fatal(err)
+	}
+	if d, p, decided := a.Park(r, wk); !decided || p != nil || d.Verdict != admission.Admit {
+		t.Fatalf("mode off: %v %v %v", d, p, decided)
+	}
+}

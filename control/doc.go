@@ -12,11 +12,26 @@
 //
 //	Classify(req, client) → class, key        classify, first match wins
 //	Estimate(class, key)  → S, bucket         estimator; counts the arrival
-//	Admit(&admission.Request)                  switch.Mode(): batch | threshold | off
+//	Park(&admission.Request, waker)            switch.Mode(): batch | threshold | off
+//	  decided at once → decision              off, threshold, and in batch mode a period-0
+//	                                          class, a full queue, no backend
+//	  else → admission.Pending                batchac.Controller.Park queued it; its run
+//	                                          wakes the waker; Result takes the decision,
+//	                                          Cancel withdraws it (client gone)
 //	  rejected on the estimate? estimator.Probe may admit it anyway
+//	(Admit is the blocking form, for callers that may wait)
 //	Observe(class, key, Server-Timing, measured, in-service, S, latency)
 //
 // Nothing here allocates per request; the mode dispatch is one atomic load.
+// A parked request's ticket (parked) is pooled per App.
+//
+// Decision: the per-decision accounting -- the probe override, the
+// admitted work Σ S and the rejection count the learner reads -- is done
+// by account, once per request, when its decision is taken: at once for a
+// decided request, in Pending.Result for a parked one (which wraps
+// batchac's Parked for that purpose), and a Cancel counts one rejection,
+// as a blocking Admit that saw its client go. So a request counts the same
+// whichever front end asked and whether it waited.
 //
 // # Once per second (monitor)
 //

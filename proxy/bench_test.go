@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sentry-proxy/sentry/policy"
 )
 
 // fastBackend serves a fixed 128-byte body over loopback with fasthttp.
@@ -150,6 +152,39 @@ func BenchmarkParseResponseHead(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if parseResponseHead(raw, &h) != headOK {
 			b.Fatal("not ok")
+		}
+	}
+}
+
+// BenchmarkServeInMemoryAdmitted is BenchmarkServeInMemory with an
+// admission stack that decides at once (Controller.Park, decided): the
+// fasthttp path starts no watcher and allocates nothing for admission.
+func BenchmarkServeInMemoryAdmitted(b *testing.B) {
+	ctl := &fakeControl{}
+	h := startProxyOpts(&testing.T{}, []string{"127.0.0.1:1"}, Options{Control: ctl}, func(_ *policy.Snapshot, a *policy.App) { a.Admission.Mode = "batch" })
+	defer h.close()
+	fe := &frontend{p: h.p, addr: h.addr}
+	fe.route.Store(h.p.cur.Load().routes[h.addr])
+	a := fe.route.Load().def
+	a.pool.Eject(a.pool.Backends()[0])
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5555}, nil)
+	raw := "GET /search?q=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: bench\r\nX-Class: gold\r\n\r\n"
+	sr := strings.NewReader(raw)
+	br := bufio.NewReader(sr)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ctx.Request.Reset()
+		ctx.Response.Reset()
+		sr.Reset(raw)
+		br.Reset(sr)
+		if err := ctx.Request.Header.Read(br); err != nil {
+			b.Fatal(err)
+		}
+		fe.handle(&ctx)
+		if ctx.Response.StatusCode() != 503 {
+			b.Fatalf("status %d", ctx.Response.StatusCode())
 		}
 	}
 }

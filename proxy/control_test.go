@@ -56,22 +56,54 @@ func (f *fakeControl) Classify(r classify.Request, _ netip.Addr) (int, []byte) {
 func (f *fakeControl) Estimate(class int, key []byte, _ time.Time) (time.Duration, int) {
 	return 7 * time.Millisecond, 2
 }
-func (f *fakeControl) Admit(r *admission.Request) admission.Decision {
-	if f.wait != nil {
-		select {
-		case <-f.wait:
-		case <-r.Gone:
-			f.mu.Lock()
-			f.gone++
-			f.mu.Unlock()
-			return admission.Decision{Verdict: admission.RejectGone}
-		}
-	}
-	if r.Class == 1 {
+
+// decide is the fake's decision: bronze is rejected.
+func (f *fakeControl) decide(class int) admission.Decision {
+	if class == 1 {
 		return admission.Decision{Verdict: admission.RejectTest, RetryAfter: 3 * time.Second}
 	}
 	return admission.Decision{Verdict: admission.Admit}
 }
+
+// Park decides at once, or, with wait set, parks the request until wait
+// is closed.
+func (f *fakeControl) Park(r *admission.Request, wk admission.Waker) (admission.Decision, admission.Pending, bool) {
+	if f.wait == nil {
+		return f.decide(r.Class), nil, true
+	}
+	p := &fakePending{f: f, class: r.Class, cancel: make(chan struct{})}
+	go func() {
+		select {
+		case <-f.wait:
+			wk.Wake()
+		case <-p.cancel:
+		}
+	}()
+	return admission.Decision{}, p, false
+}
+
+type fakePending struct {
+	f      *fakeControl
+	class  int
+	cancel chan struct{}
+}
+
+func (p *fakePending) Result() (admission.Decision, bool) {
+	select {
+	case <-p.f.wait:
+		return p.f.decide(p.class), true
+	default:
+		return admission.Decision{}, false
+	}
+}
+
+func (p *fakePending) Cancel() {
+	close(p.cancel)
+	p.f.mu.Lock()
+	p.f.gone++
+	p.f.mu.Unlock()
+}
+
 func (f *fakeControl) Observe(class int, key, st []byte, measured time.Duration, inService int, s, latency time.Duration, now time.Time) {
 	f.mu.Lock()
 	f.observed = append(f.observed, observation{class, string(key), string(st), s})
@@ -80,13 +112,6 @@ func (f *fakeControl) Observe(class int, key, st []byte, measured time.Duration,
 	f.mu.Unlock()
 }
 func (f *fakeControl) StripServerTiming() bool { return f.strip }
-func (f *fakeControl) Waits(class int) bool    { return f.wait != nil }
-func (f *fakeControl) AdmitNow(r *admission.Request) (admission.Decision, bool) {
-	if f.wait != nil {
-		return admission.Decision{}, false
-	}
-	return f.Admit(r), true
-}
 
 func startControlled(t *testing.T, ctl *fakeControl, be string) *harness {
 	t.Helper()
@@ -174,7 +199,7 @@ func TestModeOffClassifiesButAdmits(t *testing.T) {
 }
 
 // A client that hangs up while its request waits in a batch queue leaves
-// the queue: Admit sees Gone fire, nothing reaches the backend, and no
+// the queue: its ticket is cancelled, nothing reaches the backend, and no
 // answer is written.
 func TestClientGoneLeavesQueue(t *testing.T) {
 	var hits atomic.Int32

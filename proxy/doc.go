@@ -7,15 +7,21 @@
 // # The request path
 //
 //	listener ─> event loops (plain HTTP/1.1 on Linux; evloop_linux.go)
-//	  ├─ whole plain head in one read ─> route, classify, AdmitNow ─> relay on a
-//	  │    non-blocking backend socket (or the prebuilt rejection)
+//	  ├─ whole plain head in one read ─> route, classify, estimate, Park
+//	  │    ├─ decided at once ─> relay on a non-blocking backend socket
+//	  │    │    (or the prebuilt rejection)
+//	  │    └─ waits for its batch run ─> the exchange parks (no goroutine);
+//	  │         the run wakes the loop (eventfd) ─> Result ─> relay or reject;
+//	  │         client hangs up ─> Cancel, 499
 //	  └─ anything else ─> hand-off (with the bytes read) ─> fasthttp front end:
 //	listener (TLS) / hand-off ─> fasthttp front end (keep-alive, TLS; "h2" ALPN → x/net/http2)
 //	  ─> request line and head checks (400/405; Transfer-Encoding with Content-Length among them)
 //	  ─> route by listener and Host to an app
 //	  ─> the client's Connection list, then hop-by-hop headers, removed (the header policy)
 //	  ─> client address (X-Forwarded-For only from trusted_proxies)
-//	  ─> admission.Admitter.Admit  (skipped entirely in "off" mode)
+//	  ─> Controller.Park (skipped entirely in "off" mode); a request that waits
+//	     for its batch run blocks its handler until the run wakes it, or
+//	     Cancel when the client hangs up
 //	  ─> rejected: prebuilt 503/429 + Retry-After + X-Sentry-Reject; no backend touched
 //	  ─> every incoming forwarding header removed, one X-Forwarded-* and request ID set
 //	  ─> lb.Pool.Pick ─> fasthttp.HostClient.Do(&ctx.Request, &ctx.Response)
@@ -52,7 +58,20 @@
 //     the whole body in the first read, and Connection tokens only
 //     "close"/"keep-alive"; a head it accepts is one every HTTP/1.1 parser
 //     reads the same way (fuzzed against fasthttp's parser). Admission is
-//     asked with AdmitNow, which never blocks.
+//     asked with Controller.Park, which never blocks: a request of a class
+//     that waits for its batch run (batch mode, period > 0) parks its
+//     exchange -- the head stays in the connection's buffer, the loop keeps
+//     the app, class, key and S, and a per-loop list of parked
+//     connections. The run that decides it writes the loop's eventfd (the
+//     loop is the admission.Waker; one wake per run and loop however many
+//     it decided); on the wake-up the loop polls its parked exchanges
+//     (pollParked), parses each decided head again (without classifying or
+//     estimating again: the arrival is counted once) and relays or rejects
+//     it exactly as an immediate decision, with the same metrics and
+//     access log. A client that hangs up while parked (read 0, RDHUP,
+//     error) cancels it: it leaves its queue, counted client_gone (499);
+//     closing the loop cancels what is parked. Pipelined requests behind a
+//     parked one stay buffered.
 //   - fasthttp, for everything else. The loop hands the connection off,
 //     with the bytes it has read, to the fasthttp server of the same front
 //     end (through a 256-slot queue; when it is full the loop waits for
@@ -60,10 +79,10 @@
 //     nothing -- and never closes a connection it accepted), which serves it from then on with all of its hardening:
 //     partial heads (slow clients, the read-header timeout), anything the
 //     strict parser is unsure of (fasthttp then answers 400/431 or serves
-//     it), chunked or streamed request bodies, Expect: 100-continue,
-//     Upgrade/WebSocket, and a request that may wait in a batch queue
-//     (batch mode with a class period > 0; the loop cannot block). TLS
-//     listeners and HTTP/2 are fasthttp's (and x/net/http2's) only.
+//     it), chunked or streamed request bodies, Expect: 100-continue and
+//     Upgrade/WebSocket. (A request that waits in a batch queue is no
+//     longer handed off: it parks in the loop.) TLS listeners and HTTP/2
+//     are fasthttp's (and x/net/http2's) only.
 //
 // Both front ends share routing, classification, admission, balancing,
 // metrics and the failure table. The metrics sentry_evloop_requests_total
@@ -111,6 +130,11 @@
 //   - Backends named by host name are never dialled by a loop (no
 //     resolution on the loop goroutine): their apps are served by fasthttp.
 //     Pinned by TestEvloopHostNameBackendHandedOff.
+//   - A drain that runs out of time closes a loop's connection whose
+//     request is parked for its batch run, which cancels it (client_gone);
+//     fasthttp's Shutdown does not close active connections, so its
+//     handler waits until the run, or the controller's Close, decides it.
+//     Pinned by TestParkedBothEngines ("drain with a parked request").
 //
 // Everything else a client or a backend can see is the same on both
 // engines: TestRequestTable (forwarding and hop-by-hop headers, Connection
@@ -263,12 +287,15 @@
 //     in-service passed as 0): only the backend's Server-Timing counts,
 //     so a slow upload cannot stretch the estimate. Its latency is counted
 //     from when the request became ready to admit (after buffering).
-//   - A request that may wait in a batch queue (batch mode, class period
-//     > 0) is told when its client hangs up and leaves the queue: one
-//     process-wide epoll set watches waiting sockets for EPOLLRDHUP
-//     (gone_linux.go; two epoll_ctl calls per waiting request, no
-//     polling). h2 streams use the stream's context. Such a request gets
-//     no answer and no backend (499 in the logs).
+//   - A request that Controller.Park does not decide at once waits for
+//     its batch run (awaitPending: the exchange's one-slot channel is the
+//     admission.Waker) and leaves the queue (Pending.Cancel) when its
+//     client hangs up: one process-wide epoll set watches waiting sockets
+//     for EPOLLRDHUP (gone_linux.go; two epoll_ctl calls per waiting
+//     request, no polling), started only for a request that waits. h2
+//     streams use the stream's context. Such a request gets no answer and
+//     no backend (499 in the logs). A request decided at once costs no
+//     watcher and no allocation.
 //   - A body that sentry does not relay (rejection, unknown host, backend
 //     failure) streams, so only a prefix of it has been read: the
 //     connection is closed after such a response, never reused.

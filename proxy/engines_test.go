@@ -758,6 +758,9 @@ var knownDifferences = map[string]string{
 		"(499, as nginx does by default) and closes; fasthttp answers the request",
 	"latency-to-last-byte": "a loop observes a relayed request's latency at its last byte; fasthttp at the " +
 		"response head when the body streams (over 64 KiB)",
+	"drain-parked": "a drain that runs out of time closes a loop's connection with a request parked for its " +
+		"batch run, which cancels it (client_gone); fasthttp's shutdown leaves its handler waiting until the " +
+		"run, or the controller's Close, decides it",
 }
 
 // TestHalfCloseDuringRelay pins knownDifferences["half-close"].

@@ -28,11 +28,11 @@ import (
 // one goroutine around its own epoll set, share the listening socket and
 // serve the common request themselves, client and backend sockets alike,
 // with no goroutine per connection: a whole, plain HTTP/1.1 head (and any
-// Content-Length body) in one read, decided at once by admission. Anything
-// else -- a partial or unusual head, chunked or large bodies, Expect,
-// Upgrade, a request that may wait in a batch queue -- is handed off with
-// the bytes read so far to the fasthttp front end, which serves that
-// connection from then on.
+// Content-Length body) in one read, decided by admission at once or, for a
+// class that waits for its batch run, parked until the run wakes the loop
+// (park, pollParked). Anything else -- a partial or unusual head, chunked
+// or large bodies, Expect, Upgrade -- is handed off with the bytes read so
+// far to the fasthttp front end, which serves that connection from then on.
 
 // The listening socket and the wake-up eventfd are registered under tags
 // that no descriptor number can take: once the listener is closed, its
@@ -305,6 +305,10 @@ type exch struct {
 	dialFails int
 	deadline  int64
 	activeIdx int
+	// pend is the admission ticket of an exchange parked for its batch
+	// decision (nil otherwise); parkIdx is its place in evloop.parked.
+	pend    admission.Pending
+	parkIdx int
 	// response
 	headSent bool
 	status   int
@@ -345,6 +349,7 @@ type evloop struct {
 	bk        []*bconn // by fd
 	clients   []*cconn
 	active    []*cconn // with an exchange in progress
+	parked    []*cconn // with an exchange parked for its batch decision
 	idleBk    map[*upstream][]*bconn
 	bufs      [][]byte
 	now       time.Time
@@ -366,6 +371,12 @@ type evloop struct {
 
 	unlistened   bool  // the listening socket is out of this loop's epoll set
 	acceptPaused int64 // accepts paused until (EMFILE and the like)
+
+	// efdMu guards efd against a wake-up after closeFDs: a batch run may
+	// call Wake for a request the loop has already cancelled, after the
+	// loop stopped.
+	efdMu     sync.RWMutex
+	efdClosed bool
 }
 
 // unlisten takes the listening socket out of this loop's epoll set, once,
@@ -404,13 +415,27 @@ func newEvloop(ff *fastFront) (*evloop, error) {
 
 func (l *evloop) closeFDs() {
 	unix.Close(l.ep)
+	l.efdMu.Lock()
+	l.efdClosed = true
 	unix.Close(l.efd)
+	l.efdMu.Unlock()
 }
 
 func (l *evloop) wake() {
 	var one = [8]byte{1}
-	_, _ = unix.Write(l.efd, one[:])
+	l.efdMu.RLock()
+	if !l.efdClosed {
+		_, _ = unix.Write(l.efd, one[:])
+	}
+	l.efdMu.RUnlock()
 }
+
+// Wake is the loop's admission.Waker: a batch run that decided some of the
+// loop's parked exchanges writes its eventfd, and the loop polls them
+// (pollParked). It never blocks.
+func (l *evloop) Wake() { l.wake() }
+
+var _ admission.Waker = (*evloop)(nil)
 
 func (l *evloop) getBuf() []byte {
 	if k := len(l.bufs); k > 0 {
@@ -465,6 +490,7 @@ func (l *evloop) run() {
 			case fd == tagWake:
 				var b [8]byte
 				_, _ = unix.Read(l.efd, b[:])
+				l.pollParked()
 			case fd < len(l.cl) && l.cl[fd] != nil:
 				l.clientEvent(l.cl[fd], ev)
 			case fd < len(l.bk) && l.bk[fd] != nil:
@@ -751,7 +777,6 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	if int64(h.n)+cl > int64(c.n) {
 		return false // the body is not all here: fasthttp streams it
 	}
-	p := l.ff.fe.p
 	rt := l.ff.fe.route.Load()
 	a := rt.lookup(h.host.of(b))
 	if a == nil || !a.loopOK {
@@ -769,66 +794,81 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	}
 	ex.head = string(h.method.of(b)) == fasthttp.MethodHead // methods are case-sensitive
 	ex.idem = idempotentMethod(h.method.of(b))
-	isTrusted := a.trusted && trusted(a.cfg.TrustedProxies, c.peer)
-	client := c.peer
-	// What a trusted proxy sent (planForwarding); its X-Forwarded-For
-	// lines are one list (RFC 9110 §5.3).
-	in := &l.in
-	*in = trustedFwd{}
-	if isTrusted {
-		chain := l.xff[:0]
-		for i := 0; i < h.nfields; i++ {
-			f := &h.fields[i]
-			switch k := h.kinds[i]; k {
-			case hXFF, hXFProto, hXFHost:
-				chain = in.add(k, f.value.of(b), chain)
-			case hOther:
-				if exact, _ := nameMatch(f.name.of(b), a.reqID); exact {
-					in.add(hOther, f.value.of(b), nil)
-				}
-			}
-		}
-		l.xff = chain
-		client = clientFromXFF(a.cfg.TrustedProxies, c.peer, in.xff)
-	}
+	client := l.forwarded(c, a, b, h)
 	ctl := a.ctl
 	ex.class, ex.s = 0, 0
 	if ctl != nil {
 		l.view = rawView{b: b, h: h}
 		var key []byte
 		ex.class, key = ctl.Classify(&l.view, client)
-		if !a.off && ctl.Waits(ex.class) {
-			return false
-		}
 		ex.key = append(ex.key[:0], key...)
 		ar := &l.ar // a loop field: passed to an interface, a local would escape
 		*ar = admission.Request{Class: ex.class, Key: ex.key}
 		ar.S, ar.Bucket = ctl.Estimate(ex.class, ex.key, l.now)
 		ex.s = ar.S
 		if !a.off {
-			// Waits said no, so AdmitNow decides at once; if the mode
-			// changed in between, the request goes to fasthttp (its
-			// arrival is then counted twice, once).
-			d, ok := ctl.AdmitNow(ar)
-			if !ok {
-				return false
-			}
-			a.decision(ex.class, d.Verdict)
-			if d.Verdict != admission.Admit {
-				c.busy = true
-				l.ff.served.Add(1)
-				l.respond(c, a, outRejected, d)
+			d, pend, decided := ctl.Park(ar, l)
+			c.busy = true
+			l.ff.served.Add(1)
+			if !decided {
+				l.park(c, pend)
 				return true
 			}
-		} else {
-			a.decision(ex.class, admission.Admit)
+			l.admitted(c, d, b, h)
+			return true
 		}
+		a.decision(ex.class, admission.Admit)
 	}
 	c.busy = true
 	l.ff.served.Add(1)
+	l.relay(c, b, h)
+	return true
+}
+
+// forwarded reads what a trusted proxy sent (planForwarding) into l.in and
+// returns the client's address; its X-Forwarded-For lines are one list
+// (RFC 9110 §5.3).
+func (l *evloop) forwarded(c *cconn, a *app, b []byte, h *rawHead) netip.Addr {
+	in := &l.in
+	*in = trustedFwd{}
+	if !a.trusted || !trusted(a.cfg.TrustedProxies, c.peer) {
+		return c.peer
+	}
+	chain := l.xff[:0]
+	for i := 0; i < h.nfields; i++ {
+		f := &h.fields[i]
+		switch k := h.kinds[i]; k {
+		case hXFF, hXFProto, hXFHost:
+			chain = in.add(k, f.value.of(b), chain)
+		case hOther:
+			if exact, _ := nameMatch(f.name.of(b), a.reqID); exact {
+				in.add(hOther, f.value.of(b), nil)
+			}
+		}
+	}
+	l.xff = chain
+	return clientFromXFF(a.cfg.TrustedProxies, c.peer, in.xff)
+}
+
+// admitted acts on the admission decision d of c's exchange (busy, parsed
+// as h from b, l.in filled by forwarded): relay or reject.
+func (l *evloop) admitted(c *cconn, d admission.Decision, b []byte, h *rawHead) {
+	a := c.ex.a
+	a.decision(c.ex.class, d.Verdict)
+	if d.Verdict != admission.Admit {
+		l.respond(c, a, outRejected, d)
+		return
+	}
+	l.relay(c, b, h)
+}
+
+// relay sends c's admitted exchange (parsed as h from b, l.in filled by
+// forwarded) to a backend.
+func (l *evloop) relay(c *cconn, b []byte, h *rawHead) {
+	ex, a, in, p := &c.ex, c.ex.a, &l.in, l.ff.fe.p
 	if a.pool.Healthy() == 0 {
 		l.respond(c, a, outNoBackend, admission.Decision{})
-		return true
+		return
 	}
 
 	// The request as the backend gets it.
@@ -864,7 +904,65 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	ex.req = r
 	ex.attempts, ex.dialFails = 0, 0
 	l.dispatch(c, nil)
-	return true
+}
+
+// park keeps c's exchange, whose admission pend has not decided, until the
+// batch run that decides it wakes the loop. Nothing else is kept: the head
+// stays in c.in (pipelined bytes that follow wait behind it, as for any
+// exchange in progress), and resume parses it again; the arrival was
+// counted once, by Estimate.
+func (l *evloop) park(c *cconn, pend admission.Pending) {
+	c.ex.pend = pend
+	c.ex.parkIdx = len(l.parked)
+	l.parked = append(l.parked, c)
+}
+
+// unpark takes c out of l.parked (its ticket is then used or cancelled).
+func (l *evloop) unpark(c *cconn) {
+	ex := &c.ex
+	if i := ex.parkIdx; i >= 0 && i < len(l.parked) && l.parked[i] == c {
+		last := l.parked[len(l.parked)-1]
+		l.parked[i] = last
+		last.ex.parkIdx = i
+		l.parked[len(l.parked)-1] = nil
+		l.parked = l.parked[:len(l.parked)-1]
+	}
+	ex.pend, ex.parkIdx = nil, -1
+}
+
+// pollParked takes the decisions made for the loop's parked exchanges and
+// acts on each as on an immediate one. It runs on every wake-up; a batch
+// run wakes the loop once however many of its exchanges it decided.
+// Walking down from the end visits every entry once even when acting on
+// one unparks others (unpark moves the last entry into the hole) or parks
+// a pipelined request (appended; its run will wake the loop again).
+func (l *evloop) pollParked() {
+	for i := len(l.parked) - 1; i >= 0; i-- {
+		if i >= len(l.parked) {
+			continue
+		}
+		c := l.parked[i]
+		d, ok := c.ex.pend.Result()
+		if !ok {
+			continue
+		}
+		l.unpark(c)
+		l.resume(c, d)
+	}
+}
+
+// resume acts on the decision d of c's parked exchange: its head, still at
+// the start of c.in, is parsed again and the request relayed or rejected
+// as if decided at once.
+func (l *evloop) resume(c *cconn, d admission.Decision) {
+	b := c.in[:c.n]
+	if parseRequestHead(b, &l.h) != headOK {
+		// Cannot happen: the same bytes parsed when the request came.
+		l.abort(c, outBadRequest)
+		return
+	}
+	l.forwarded(c, c.ex.a, b, &l.h)
+	l.admitted(c, d, b, &l.h)
 }
 
 // ---------------------------------------------------------------- backends
@@ -1426,6 +1524,15 @@ func (l *evloop) finish(c *cconn) {
 // closed unless it is the client that went away.
 func (l *evloop) abort(c *cconn, o outcome) {
 	ex := &c.ex
+	if ex.pend != nil {
+		// Parked: the request leaves its batch queue, counted as gone
+		// (o is outClientGone: only a client close or the loop's close
+		// ends a parked exchange).
+		pend := ex.pend
+		l.unpark(c)
+		pend.Cancel()
+		ex.a.decision(ex.class, admission.RejectGone)
+	}
 	if bc := ex.b; bc != nil {
 		ex.b, bc.c = nil, nil
 		l.closeBackend(bc)

@@ -1037,20 +1037,40 @@ func TestEvloopAdmission(t *testing.T) {
 		}
 	}
 
-	// A class that may wait in a batch queue is not the loop's: it is
-	// handed off, and fasthttp admits it.
-	t.Run("waiting class handed off", func(t *testing.T) {
+	// A class that waits in a batch queue parks in the loop: nothing is
+	// handed off, nothing reaches the backend before the decision, and the
+	// loop relays the request once it is admitted.
+	t.Run("waiting class parks in the loop", func(t *testing.T) {
 		open := make(chan struct{})
-		close(open)
 		ctl := &fakeControl{wait: open}
 		h := startControlled(t, ctl, rb.addr)
 		d := countFrom(fastOf(t, h))
-		resp, body := dialProxy(t, h.addr).do("GET /w HTTP/1.1\r\nHost: x\r\nX-Class: gold\r\n\r\n")
-		if resp.StatusCode != 200 || body != "ok" {
-			t.Fatalf("%d %q", resp.StatusCode, body)
+		before := len(rb.all())
+		c := dialProxy(t, h.addr)
+		c.write("GET /w HTTP/1.1\r\nHost: x\r\nX-Class: gold\r\n\r\n")
+		waitUntil(t, "the loop takes the request", func() bool { s, _ := d.ff.counts(); return s-d.served == 1 })
+		if n := len(rb.all()); n != before {
+			t.Fatalf("the backend saw %d requests before the decision", n-before)
 		}
-		d.check(t, 0, 1)
+		close(open)
+		resp, body, err := c.read("GET")
+		if err != nil || resp.StatusCode != 200 || body != "ok" {
+			t.Fatalf("%v %q %v", resp, body, err)
+		}
+		d.check(t, 1, 0)
 	})
+}
+
+// waitUntil polls cond (bounded: 3s) and fails the test if it never holds.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // ---------------------------------------------------------------- 6

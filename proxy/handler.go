@@ -25,6 +25,7 @@ type exchange struct {
 	chain []byte     // a trusted proxy's X-Forwarded-For lines, merged
 	in    trustedFwd // what a trusted proxy sent
 	st    []byte     // stripped Server-Timing
+	wake  chanWaker  // the Waker of a parked admission (awaitPending)
 }
 
 // exchange is the classifier's view of the request (classify.Request).
@@ -34,7 +35,37 @@ func (x *exchange) Host() []byte              { return x.ctx.Host() }
 func (x *exchange) Peek(h string) []byte      { return x.ctx.Request.Header.Peek(h) }
 func (x *exchange) Cookie(name string) []byte { return x.ctx.Request.Header.Cookie(name) }
 
-var exchangePool = sync.Pool{New: func() any { return &exchange{buf: make([]byte, 0, 128)} }}
+var exchangePool = sync.Pool{New: func() any { return &exchange{buf: make([]byte, 0, 128), wake: make(chanWaker, 1)} }}
+
+// chanWaker is the fasthttp path's admission.Waker: a channel with room for
+// one wake-up, so Wake never blocks. A pooled exchange keeps its channel; a
+// stale wake-up left from an earlier request only makes awaitPending poll
+// once more.
+type chanWaker chan struct{}
+
+// Wake implements admission.Waker.
+func (w chanWaker) Wake() {
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+}
+
+// awaitPending blocks until p's decision is made (woken through wake) or
+// the client goes (gone fires; nil: never), which withdraws the request.
+func awaitPending(p admission.Pending, wake chanWaker, gone <-chan struct{}) admission.Decision {
+	for {
+		select {
+		case <-wake:
+			if d, ok := p.Result(); ok {
+				return d
+			}
+		case <-gone:
+			p.Cancel()
+			return admission.Decision{Verdict: admission.RejectGone}
+		}
+	}
+}
 
 // maxDialAttempts bounds retries after connect failures (nothing was sent,
 // so a retry on another backend is always safe).
@@ -354,17 +385,21 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		x.ar.S, x.ar.Bucket = ctl.Estimate(x.ar.Class, key, start)
 		x.ar.Key = key
 		if !a.off {
-			// A request that may wait in a batch queue is told when its
-			// client hangs up, so it leaves the queue.
-			var unwatch func()
-			if gone == nil && ctl.Waits(x.ar.Class) {
-				if ch, stop, ok := watchGone(ctx.Conn()); ok {
-					x.ar.Gone, unwatch = ch, stop
+			d, pend, decided := ctl.Park(&x.ar, x.wake)
+			if !decided {
+				// The request waits in a batch queue: it leaves the
+				// queue when its client hangs up.
+				g := gone
+				var unwatch func()
+				if g == nil {
+					if ch, stop, ok := watchGone(ctx.Conn()); ok {
+						g, unwatch = ch, stop
+					}
 				}
-			}
-			d := ctl.Admit(&x.ar)
-			if unwatch != nil {
-				unwatch()
+				d = awaitPending(pend, x.wake, g)
+				if unwatch != nil {
+					unwatch()
+				}
 			}
 			a.decision(x.ar.Class, d.Verdict)
 			// A client that left while waiting gets no answer, and no

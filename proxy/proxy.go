@@ -69,7 +69,6 @@ func (e Engine) String() string {
 // Controller is an app's admission stack as the request path sees it
 // (implemented by package control).
 type Controller interface {
-	admission.Admitter
 	// Classes returns the class names, most important first.
 	Classes() []string
 	// Classify returns the class index and the history key (which may alias
@@ -84,12 +83,13 @@ type Controller interface {
 	Observe(class int, key, serverTiming []byte, measured time.Duration, inService int, s, latency time.Duration, now time.Time)
 	// StripServerTiming tells whether to remove the timing entries.
 	StripServerTiming() bool
-	// Waits tells whether Admit may make a request of this class wait (a
-	// batch policer with a period), so the front end watches its client.
-	Waits(class int) bool
-	// AdmitNow is Admit for a caller that must not block: ok is false,
-	// with nothing counted, when the request would wait.
-	AdmitNow(r *admission.Request) (d admission.Decision, ok bool)
+	// Park asks for admission without blocking: decided is true when d
+	// is the decision (every mode but batch, and in batch mode a class
+	// without a period, a full queue, no backend). Otherwise p is the
+	// request's ticket: wk is woken once its decision is made, and the
+	// front end then takes it with p.Result, or calls p.Cancel when the
+	// client has gone. r.Key must stay valid until then.
+	Park(r *admission.Request, wk admission.Waker) (d admission.Decision, p admission.Pending, decided bool)
 }
 
 // ControlBuilder makes Controllers from the policy and drops those of apps
