@@ -8,7 +8,7 @@ import (
 )
 
 // goneWatcher tells a request waiting for admission that its client hung
-// up, so it leaves its batch queue (ALGORITHMS.md §2, Bounds) instead of
+// up, so it leaves its batch queue (docs/algorithms.md §2, Bounds) instead of
 // being admitted for nobody. One epoll instance serves the process: a
 // waiting request's socket is added with EPOLLRDHUP|EPOLLONESHOT (the peer
 // closed or shut down its write side) and removed when the decision comes:

@@ -376,7 +376,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		client = clientFromXFF(a.cfg.TrustedProxies, peer, x.in.xff)
 	}
 
-	// Classify, estimate, admit (DESIGN.md: the way a request travels).
+	// Classify, estimate, admit (proxy/doc.go: the request path).
 	ctl := a.ctl
 	var key []byte
 	x.ar = admission.Request{Gone: gone}

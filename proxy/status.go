@@ -9,7 +9,7 @@ import (
 )
 
 // outcome is how an exchange ended. It is the single place failures map to
-// statuses (DESIGN.md habit 5): every error path in the proxy goes through
+// statuses: every error path in the proxy goes through
 // classify() and writes the status this table gives.
 type outcome uint8
 
