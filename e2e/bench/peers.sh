@@ -291,6 +291,9 @@ apps:
         period: 20ms
     admission:
       mode: batch
+      # Every connection may wait at once (wrk is closed-loop: run this
+      # peer with CONNS well above req/s x 20 ms, e.g. 1024).
+      batch: {queue_cap: 8192}
 EOF
 }
 
