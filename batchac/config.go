@@ -30,6 +30,10 @@ type State interface {
 	// fraction of a second); the reserve (see doc.go, Priority) is built
 	// from it. Read once per class every ReservePeriod, not per request.
 	Demand(class int) float64
+	// MeanS is class's mean inherent service time (0: unknown). The
+	// reserve judges the load a class leaves at the size of the more
+	// important classes' requests. Read with Demand.
+	MeanS(class int) time.Duration
 }
 
 // ClassConfig is one request class. Classes are listed most important first:
@@ -93,9 +97,11 @@ const MaxClasses = 64
 const (
 	DefaultBuckets  = 8
 	DefaultQueueCap = 1024
-	// DefaultReserveFloor is the policy's default ReserveFloor: 5% of the
-	// budget of the more important classes is held even while they are
-	// quiet, room for one of their requests to arrive into a full farm.
+	// DefaultReserveFloor is the policy's default ReserveFloor: a quarter
+	// of the budget of the more important classes is held even while they
+	// are quiet, so their first requests after a pause do not meet a farm
+	// queued to the brim. It bounds how deep less important classes queue,
+	// not throughput (free slots are always filled).
 	DefaultReserveFloor = 0.25
 )
 

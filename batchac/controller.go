@@ -52,10 +52,19 @@ type class struct {
 	// with ρ the more important classes' demand share (no floor), so 0
 	// once they saturate the farm. See model.admits.
 	slack atomic.Uint64
+	// sref is the largest mean S of the more important classes (float64
+	// ns): the size at which they see the load this class leaves.
+	sref atomic.Uint64
 }
 
 func (cl *class) reserve() float64   { return math.Float64frombits(cl.rho.Load()) }
 func (cl *class) fillSlack() float64 { return math.Float64frombits(cl.slack.Load()) }
+
+// bound is what a test of class cl with period d is checked against now.
+func (m *model) bound(cl *class, d, dAbove float64) bound {
+	own, lim := m.limits(d, dAbove, cl.reserve())
+	return bound{own: own, lim: lim, slack: cl.fillSlack(), sref: math.Float64frombits(cl.sref.Load())}
+}
 
 func (cl *class) queueLen() int64 {
 	var n int64
@@ -173,8 +182,8 @@ func New(st State, cfg Config) (*Controller, error) {
 	c.par.store(cfg.Parallelism)
 	now := c.now()
 	s, _ := build(cfg, nil, c.states, now)
-	c.snap.Store(s)
 	c.updateReserve(s, now)
+	c.snap.Store(s)
 	return c, nil
 }
 
@@ -220,6 +229,14 @@ func build(cfg Config, old *snapshot, states map[string]*classState, now time.Ti
 		}
 		cl := &class{classState: st, period: cc.Period, dAbove: float64(dAbove)}
 		dAbove = max(dAbove, cc.Period)
+		if prev != nil {
+			// Until updateReserve runs on the new snapshot, keep the shares
+			// the class had (a new class waits for updateReserve, which New
+			// and Reconfigure run before publishing the snapshot).
+			cl.rho.Store(prev.rho.Load())
+			cl.slack.Store(prev.slack.Load())
+			cl.sref.Store(prev.sref.Load())
+		}
 		if cc.Period > 0 {
 			reuse := prev != nil && prev.period > 0
 			cl.queues = make([]*queue, cfg.Buckets)
@@ -356,14 +373,15 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decisi
 	now := c.now().UnixNano()
 	m := c.model(s, n)
 	cl := s.classes[idx]
-	own, lim := m.limits(0, cl.dAbove, cl.reserve())
+	b := m.bound(cl, 0, cl.dAbove)
+	own, lim := b.own, b.lim
 	if until := cascadeMark(s.classes[:idx]); until > now {
 		return admission.Decision{
 			Verdict:    admission.RejectCascade,
 			RetryAfter: retryAfter(max(float64(until-now), m.drain(sNs, lim))),
 		}
 	}
-	if m.admits(1, sNs, own, lim, 0) {
+	if m.admits(1, sNs, b) {
 		if cl.cascadeUntil.Load() != 0 {
 			cl.cascadeUntil.Store(0)
 		}
@@ -406,10 +424,10 @@ func (c *Controller) Room(class int, sz time.Duration) (room, free bool) {
 	}
 	cl := s.classes[s.classIndex(class)]
 	m := c.model(s, n)
-	own, lim := m.limits(0, 0, cl.reserve())
+	b := m.bound(cl, 0, 0)
 	sNs := float64(max(sz, 0))
-	free = m.slowdown(1) <= 1 && m.fits(1, sNs, own)
-	return free || m.fits(1, sNs, lim), free
+	free = m.slowdown(1) <= 1 && m.fits(1, sNs, b.own)
+	return free || m.admits(1, sNs, b), free
 }
 
 // updateReserve recomputes every class's reserve share from State.Demand:
@@ -430,8 +448,12 @@ func (c *Controller) updateReserve(s *snapshot, now time.Time) {
 		return // nothing is admitted; keep the last shares
 	}
 	capacity := float64(n) * c.parallelism(s)
-	var above float64
+	var above, sref float64
 	for j, cl := range s.classes {
+		cl.sref.Store(math.Float64bits(sref))
+		if ms := float64(c.st.MeanS(j)); ms > sref {
+			sref = ms
+		}
 		rho := 0.0
 		if j > 0 {
 			rho = max(above/capacity, s.floor)
@@ -563,10 +585,11 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 	beta := len(batch)
 	k := 0
 	var reject admission.Decision
-	var own, lim float64
+	var b bound
 	if !rc.noBackend {
-		own, lim = rc.m.limits(float64(cl.period), cl.dAbove, cl.reserve())
+		b = rc.m.bound(cl, float64(cl.period), cl.dAbove)
 	}
+	own, lim := b.own, b.lim
 	switch {
 	case rc.noBackend:
 		reject.Verdict = admission.RejectNoBackend
@@ -576,11 +599,11 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 		reject.RetryAfter = retryAfter(wait)
 	default:
 		if rc.allOrNothing {
-			if rc.m.admits(beta, sum, own, lim, cl.fillSlack()) {
+			if rc.m.admits(beta, sum, b) {
 				k = beta
 			}
 		} else {
-			k = rc.m.largestPrefix(prefix, own, lim, cl.fillSlack())
+			k = rc.m.largestPrefix(prefix, b)
 		}
 		if k < beta {
 			rest := sum
@@ -682,8 +705,8 @@ func (c *Controller) Reconfigure(cfg Config) error {
 	if cfg.Parallelism != old.parallelism || (cfg.LearnParallelism && !old.learn) {
 		c.par.store(cfg.Parallelism)
 	}
-	c.snap.Store(s)
 	c.updateReserve(s, now)
+	c.snap.Store(s)
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -855,6 +878,9 @@ func (p *Parked) Result() (d admission.Decision, ready bool) {
 // Cancel withdraws a parked request whose client has gone: it leaves its
 // queue, or, if a run has already decided it, the decision is dropped (an
 // admission is given back). It is counted as RejectGone. p is released.
+// If a run has taken the request but not yet sent its decision, Cancel
+// waits for the rest of that run (O(b·L) tests, no I/O): a bounded wait,
+// the only one in Park's API.
 func (p *Parked) Cancel() {
 	if !p.q.remove(p.w) {
 		// A run has taken it; its decision is in the channel or on the way.

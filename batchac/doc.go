@@ -93,13 +93,24 @@
 //
 // Two refinements make this safe to have on by default:
 //
-//   - Work conservation. A batch that only fills the farm until its class's
-//     next run, max(1, (η + ⌈β/n⌉)/P)·S ≤ S + d_j (for d = 0: a free slot
-//     waits for it), is tested against own_j whatever the reserve (model.
-//     admits). Refusing it would leave slots idle; a more important request
-//     that arrives after it waits at most d_j plus one service time. So the
-//     reserve bounds how deep less important classes queue, never the
-//     farm's throughput.
+//   - Work conservation. A batch that only fills the farm for one service
+//     time plus a slack, max(1, (η + ⌈β/n⌉)/P)·S' ≤ S' + slack_j, is tested
+//     against own_j whatever the reserve (model.admits). For d = 0 the slack
+//     is 0: a free slot waits for it. For a class with period d_j it is
+//     d_j·min(1, 2·(1 − ρ_j)) with ρ_j the more important classes' demand
+//     share without the floor: the part of the time until the class's next
+//     run their demand leaves idle, doubled for burstiness, and 0 once they
+//     saturate the farm, so a long period never lets a class fill past a
+//     more important one (TestPriorityNestedPeriods). Refusing such a batch
+//     would leave slots idle. So the reserve bounds how deep less important
+//     classes queue, not the farm's throughput.
+//   - Sizes. The test counts requests in service (η), each at the size of
+//     the request being tested. A more important class sees the same η at
+//     its own size, so the reserve tests are judged at S' = max(S, sref_j),
+//     sref_j the largest mean S of the more important classes (State.MeanS).
+//     Judged at the small request's own size, a flood of 2 ms bronze
+//     requests filled the farm with a count 20 ms gold requests could not
+//     pass: gold admitted 15–24% (TestPriorityMixedSizes; now 100%).
 //   - A floor (Config.ReserveFloor; the policy's default 0.25): a quiet
 //     more important class still has a quarter of its budget held, so its
 //     first requests after a pause do not meet a farm queued to the brim.
@@ -217,7 +228,8 @@
 // sentry_batch_queue_length{class}, sentry_batch_wait_seconds{class}
 // (histogram), sentry_batch_eta, sentry_batch_queue_delay_seconds (Q),
 // sentry_batch_rsla_seconds, sentry_batch_parallelism (P in use),
-// sentry_batch_admitted_pending. Class labels come from the configuration.
+// sentry_batch_admitted_pending, sentry_batch_reserve_share{class} (ρ_j).
+// Class labels come from the configuration.
 //
 // # Usage
 //

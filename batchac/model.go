@@ -47,43 +47,64 @@ func (m *model) fits(k int, sum, lim float64) bool {
 	return m.q+m.slowdown(k)*s <= lim+tolerance
 }
 
-// admits is the test with the reserve: k requests pass under lim, or under
-// the class's own limit own as long as they only fill the farm for one
-// service time plus slack:
+// bound is what a test of one class is checked against (model.bound).
+type bound struct {
+	own   float64 // R_sla − d: the class's own budget, ns
+	lim   float64 // what the more important classes' demand leaves of theirs (≤ own)
+	slack float64 // how far past one service time a batch may fill the farm
+	sref  float64 // the largest mean S of the more important classes, ns
+}
+
+// admits is the test with the reserve. k requests (service times summing to
+// sum) must pass their class's own budget, and, when room is held for more
+// important classes (lim < own), either leave the farm within lim as those
+// classes see it, or only fill it for one service time plus slack:
 //
-//	max(1, (η + ⌈k/n⌉)/P) · S ≤ S + slack
+//	Q + max(1, (η + ⌈k/n⌉)/P)·S  ≤ own                          and
+//	Q + max(1, (η + ⌈k/n⌉)/P)·S' ≤ lim   or   max(1, (η + ⌈k/n⌉)/P)·S' ≤ S' + slack
 //
-// For a class without a period slack is 0: a free slot waits for them. For
-// a class with period d, slack = d·min(1, 2·(1 − ρ)), where ρ is the more
-// important classes' share of the farm: the time until the class's next
-// run that their demand leaves idle, doubled for the burstiness of their
-// arrivals, and 0 once they saturate the farm (so a long period never lets
-// a less important class fill past a more important one). This keeps the
-// farm work-conserving: refusing such requests would leave slots idle
-// before the class could offer more, while a more important request that
-// arrives after them waits at most that long. Q is left out of the fill
-// test: a free slot has no queue in front of it.
-func (m *model) admits(k int, sum, own, lim, slack float64) bool {
-	if s := sum / float64(k); lim < own && m.slowdown(k)*s <= s+slack+tolerance {
-		lim = own
+// with S' = max(S, sref). The test counts requests in service (η), each at
+// the size of the request being tested; a more important class sees each
+// of them at its own size, so the reserve is judged at the larger of the
+// two (sref), or a flood of small requests would fill the farm with a
+// count the more important class's larger requests cannot pass.
+//
+// For a class without a period slack is 0: a free slot waits for the
+// requests. For a class with period d, slack = d·min(1, 2·(1 − ρ)), where ρ
+// is the more important classes' share of the farm: the time until the
+// class's next run that their demand leaves idle, doubled for the
+// burstiness of their arrivals, and 0 once they saturate the farm (so a
+// long period never lets a less important class fill past a more important
+// one). This keeps the farm work-conserving: refusing such requests would
+// leave slots idle before the class could offer more, while a more
+// important request that arrives after them waits at most that long. Q is
+// left out of the fill test: a free slot has no queue in front of it.
+func (m *model) admits(k int, sum float64, b bound) bool {
+	if !m.fits(k, sum, b.own) {
+		return false
 	}
-	return m.fits(k, sum, lim)
+	if b.lim >= b.own {
+		return true
+	}
+	r := max(sum/float64(k), b.sref)
+	f := m.slowdown(k)
+	return m.q+f*r <= b.lim+tolerance || f*r <= r+b.slack+tolerance
 }
 
 // largestPrefix returns the largest k ≤ len(prefix) whose FIFO prefix passes
 // the test (admits); prefix[i] is the sum of the first i+1 service times.
 // The test is not monotone in k (the prefix mean changes), so every prefix
 // is tried; the common case, the whole bucket passing, costs one test.
-func (m *model) largestPrefix(prefix []float64, own, lim, slack float64) int {
+func (m *model) largestPrefix(prefix []float64, b bound) int {
 	beta := len(prefix)
 	if beta == 0 {
 		return 0
 	}
-	if m.admits(beta, prefix[beta-1], own, lim, slack) {
+	if m.admits(beta, prefix[beta-1], b) {
 		return beta
 	}
 	for k := beta - 1; k >= 1; k-- {
-		if m.admits(k, prefix[k-1], own, lim, slack) {
+		if m.admits(k, prefix[k-1], b) {
 			return k
 		}
 	}

@@ -37,8 +37,9 @@ import (
 //	advance 100ms             moves the clock; prints t=
 //	tick [advance=D]          Controller.Tick(now); prints which classes ran
 //	                          and every decision the run made
-//	state [inflight=] [n=] [q=] [rsla=] [demand=gold:0.8,...]
-//	                          demand is State.Demand in server-seconds/s
+//	state [inflight=] [n=] [q=] [rsla=] [demand=gold:0.8,...] [means=gold:10ms,...]
+//	                          demand is State.Demand in server-seconds/s,
+//	                          means State.MeanS
 //	reserve                   recompute the reserve now; prints each
 //	                          class's share ρ and limit (d = 0)
 //	gone id=a                 the client disconnects
@@ -87,6 +88,7 @@ type fakeState struct {
 	inflight atomic.Int64
 	n        atomic.Int64
 	demand   [MaxClasses]atomic.Uint64 // float64 bits, by class index
+	means    [MaxClasses]atomic.Int64  // ns, by class index
 }
 
 func (s *fakeState) Q() time.Duration    { return time.Duration(s.q.Load()) }
@@ -96,6 +98,7 @@ func (s *fakeState) RSLA() time.Duration { return time.Duration(s.rsla.Load()) }
 func (s *fakeState) Demand(class int) float64 {
 	return math.Float64frombits(s.demand[class].Load())
 }
+func (s *fakeState) MeanS(class int) time.Duration { return time.Duration(s.means[class].Load()) }
 
 type scriptArrival struct {
 	id      string
@@ -304,6 +307,11 @@ func (h *harness) setState(args map[string]string) {
 					h.fatalf("demand %q: %v", spec, err)
 				}
 				h.st.demand[h.classIndex(name)].Store(math.Float64bits(f))
+			}
+		case "means": // class:duration,... the classes' mean S
+			for _, spec := range strings.Split(v, ",") {
+				name, d, _ := strings.Cut(spec, ":")
+				h.st.means[h.classIndex(name)].Store(int64(h.dur(d)))
 			}
 		case "classes", "parallelism", "buckets", "cap", "all_or_nothing", "no_reserve", "floor":
 		default:

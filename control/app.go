@@ -190,20 +190,30 @@ func (t *parked) release() {
 
 // threshold is threshold mode's decision.
 func (a *App) threshold(r *admission.Request) admission.Decision {
-	// The (i, p) draw follows arrival rates smoothed over seconds; the
-	// batch model's Room guards it both ways: a request the draw lets
-	// through needs the room left for its class after more important
-	// demand (on a rising load the draw admits more than K until the
-	// rates catch up), and one the draw rejects is admitted when a slot
-	// is free, so the farm never idles behind a stale p.
+	// The (i, p) pair follows arrival rates smoothed over seconds and a
+	// capacity K that may be off; the batch model's Room guards it both
+	// ways. A request needs the room left for its class after the more
+	// important classes' demand (on a rising load the pair admits more
+	// than K until the rates catch up); with room, a class at or above the
+	// threshold class is admitted (a K too low must not shed the most
+	// important class while less important ones take free slots), and
+	// only the classes below it are shed by the pair; a free slot is
+	// filled whatever the pair says, so the farm never idles behind a
+	// stale p.
+	if a.pool.Load().Healthy() <= 0 {
+		return admission.Decision{Verdict: admission.RejectNoBackend}
+	}
 	room, free := a.batch.Room(r.Class, r.S)
+	thr := a.thr.Load()
 	switch {
 	case free:
 		return admission.Decision{Verdict: admission.Admit}
 	case !room:
-		return admission.Decision{Verdict: admission.RejectThreshold, RetryAfter: thresholdac.RetryAfter(a.thr.Load().Period())}
+		return admission.Decision{Verdict: admission.RejectThreshold, RetryAfter: thresholdac.RetryAfter(thr.Period())}
+	case thr.Within(r.Class):
+		return admission.Decision{Verdict: admission.Admit}
 	}
-	return a.thr.Load().Admit(r)
+	return thr.Admit(r)
 }
 
 // account is the per-decision accounting of every decision taken in batch
@@ -223,11 +233,14 @@ func (a *App) account(class int, key []byte, s time.Duration, d admission.Decisi
 	return d
 }
 
-// probeable tells whether a rejection rests on the estimate, so that a
-// probe may override it (estimator.Probe): the batch test, its cascade and
-// threshold mode, not a missing backend, a full queue or a client gone.
+// probeable tells whether a rejection rests on the class's own estimate,
+// so that a probe may override it (estimator.Probe): the batch test only.
+// A cascade, the room held for more important classes and threshold mode's
+// pair rest on other classes (a probe there would let a less important
+// class past a more important one), and a missing backend, a full queue or
+// a client gone on nothing the estimate says.
 func probeable(v admission.Verdict) bool {
-	return v == admission.RejectTest || v == admission.RejectCascade || v == admission.RejectThreshold
+	return v == admission.RejectTest
 }
 
 // Probes is the number of rejections a probe has overridden so far.

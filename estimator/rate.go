@@ -91,10 +91,12 @@ const minPartial = 10
 // RecentRate is an arrival rate of class that follows a rise within a
 // fraction of one window: the largest of the smoothed rate (Rate), the last
 // closed window's own rate, and the current window's count so far divided
-// by the time it has run (once it has run a tenth of a window). It falls as
-// slowly as Rate. Admission uses it to hold room for more important classes
-// (package batchac): a class that rises takes its room back at once, one
-// that falls quiet gives it back over the smoothing time.
+// by the time it has run (once it has run a tenth of a window). The smoothed
+// term falls as slowly as Rate; the two window terms fall as soon as a
+// window closes quieter, so a burst early in a window overstates the rate
+// for at most that window. Admission uses it to hold room for more
+// important classes (package batchac): a class that rises takes its room
+// back at once, one that falls quiet gives it back over the smoothing time.
 func (e *Estimator) RecentRate(class int, now time.Time) float64 {
 	rate := e.Rate(class, now)
 	sn := e.snap.Load()

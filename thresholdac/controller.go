@@ -166,6 +166,14 @@ func RetryAfter(period time.Duration) time.Duration {
 	return s * time.Second
 }
 
+// Within tells, with one atomic load, whether class is at or above the
+// threshold class i (admitted, or drawn with p): the classes the pair does
+// not shed outright.
+func (c *Controller) Within(class int) bool {
+	w := c.state.Load()
+	return w == stateAll || uint64(class) <= w>>32
+}
+
 // Admit decides r with one atomic load and at most one random draw: r is
 // admitted when its class is more important than the threshold class, with
 // probability p when it is the threshold class, and rejected otherwise with
