@@ -74,7 +74,12 @@
 //
 // # Lock order
 //
-// Manager.mu, then App.mu. Neither is taken on the request path.
+// Manager.mu, then App.mu. Neither is taken on the request path. One
+// callback runs under Manager.mu: a reload's batchac.Reconfigure decides the
+// requests of queues that went away and tells their Wakers
+// (admission.Waker) on return, still inside Build. The Wakers sentry uses
+// (an event loop's eventfd write, the fasthttp path's one-slot channel)
+// never block and never call back into control, so this cannot deadlock.
 //
 // Usage:
 //
