@@ -46,7 +46,8 @@
 // rejected requests give no samples, and the time decay alone never
 // corrected it: decay lowers a statistic's weight, never its mean, so with
 // no samples a mean stays where it is. Three mechanisms, with Rho = 2,
-// K = 3, Floor = 1 ms and YoungSamples = 8 (constants, robust.go):
+// K = 3, Z = 3, Floor = 1 ms, YoungSamples = 8 and YoungTime = 500 ms
+// (constants, robust.go):
 //
 //  1. Winsorising. Once a key has a mean m and deviation σ, a sample
 //     counts as at most m + max((Rho−1)·m, K·σ) + Floor (clampS): a noisy
@@ -59,24 +60,52 @@
 //     the fallback Q has no rise limit, so its clamp ignores σ. Falls are
 //     never clamped: a too low estimate admits, and is corrected by the
 //     samples that admits.
-//  2. Rise limit. From YoungSamples samples on, a key's mean may rise from
-//     m to at most (m + Floor)·4^(Δt/H) − Floor, Δt the time since its
-//     previous sample, counted up to H/2 (riseLimit): m + Floor doubles at
-//     most every half of a half-life (15 s by default), and after any idle
-//     period a burst can at most double it. A sample that would push the
-//     mean past the limit counts as the value that lands it there
-//     (dstat.addUpTo), so σ stays that of the samples as counted and cannot
-//     be inflated to loosen the clamp. The class prior (what unseen keys
-//     get; ClassMean, ClassStats) is a decayed mean fed each refresh's new
-//     samples and held the same way, over the time since the class's
-//     previous samples, so it does not creep up to a stale mean when
-//     samples stop either. Whatever the number of samples, one key's
-//     history or a burst of fresh keys moves a key or its class's prior by
-//     at most ×4^(t/H) (+Floor) in t seconds: 300 outliers within 3 s
-//     leave it within 17%, spread over 12 s within 1.8×. Before its 8th
-//     sample a key may also rise freely up to Rho·prior + Floor, so that
-//     one whose first samples came in low catches up at once; a path
-//     attacked after only 3 samples of 10 ms ends near 2.4× (poison.txt).
+//
+//  2. Rise limit, on a ceiling. Once a key is grown up (YoungSamples
+//     samples, and YoungTime since its first), its mean is held under a
+//     ceiling c (ceiling): c rises from c_prev to at most
+//     (c_prev + Floor)·4^(Δt/H) − Floor, Δt the time since the previous
+//     sample counted up to H/2 (riseLimit), and sits at most Z standard
+//     errors of the mean (Z·σ/√w, headroom) above the mean. So c + Floor
+//     doubles at most every half of a half-life (15 s by default), after
+//     any idle period a burst can at most double it, and a burst of
+//     outliers lifts the mean at most to the headroom it had, then at the
+//     rise limit; but an honest mean wanders below c by its standard
+//     errors without meeting it. A sample that would push the mean past c
+//     counts as the value that lands it there (dstat.addUpTo). The class
+//     prior (what unseen keys get; ClassMean, ClassStats) is a decayed mean
+//     fed each refresh's new samples and held the same way, over the time
+//     since the class's previous samples, so it does not creep up to a
+//     stale mean when samples stop either. Whatever the number of samples,
+//     one key's history or a burst of fresh keys moves a grown-up key or
+//     its class's prior by at most its headroom and ×4^(t/H) (+Floor) in
+//     t seconds: 300 outliers within 3 s leave a key of 20 samples of
+//     10 ms within 17%, spread over 12 s within 1.8×.
+//
+//     Decision (the first version got it wrong): the rise limit once
+//     held each step of the mean, from m over the time since the previous
+//     sample. That cut every honest upward step that came soon after the
+//     previous sample (or with an earlier timestamp, as concurrent
+//     completions do) and never a downward one, so a key with exponential
+//     service times of mean 80 ms was estimated at 45 ms after a minute
+//     and 66 ms at steady state (TestSkewedUnbiased); with the cold start
+//     below, step10x's bronze key sat at 12 ms, the parallelism learned
+//     from it (batchac: P ≈ inService·Ŝ/T) fell from 7.5 to 2.2, and gold,
+//     whose estimate was less wrong, failed its test at 1× capacity.
+//
+//     A young key may rise freely up to Rho·prior + Floor of a class that
+//     is itself grown up (a path attacked after only 3 samples of 10 ms
+//     ends near 2.4×, poison.txt), and its clamp is Rho·m + Floor without
+//     the σ term, so that outliers it let in cannot widen it. While its
+//     class is young too (a cold start), nothing but that clamp holds it:
+//     growth is at most the ratio of the weights, and the same attack 300
+//     ms after the class's first sample ends near 10× (poison.txt). That
+//     is the price of cold starts: the first completions are the shortest
+//     of everything dispatched together (a batch class's first run sends
+//     dozens at once), and a key held from its 8th sample of 1–30 ms, for a
+//     mean of 80 ms, was still at 9 ms after 30 s (TestColdStartBatch; now
+//     70 ms).
+//
 //  3. Probes. Probe grants at most one request per class per
 //     Config.ProbeInterval (1 s) admission in place of a rejection, for a
 //     key (or, unseen, its class) without a sample for that long; control
@@ -144,9 +173,9 @@
 // Estimator per app name: Registry.Get returns the same *Estimator and calls
 // Reconfigure, which swaps an immutable configuration snapshot atomically.
 // Reordered classes keep their state; a lowered MaxKeys evicts at once.
-// Everything learned is kept as it is: means, confirmed levels (so the
-// bounds above hold across a reload; it neither resets nor re-inflates a
-// level), last-sample times and the probe budget. A new HalfLife applies
+// Everything learned is kept as it is: means, ceilings and first-sample
+// times (so the bounds above hold across a reload; it neither resets nor
+// re-inflates a ceiling, nor makes a key young again), last-sample times and the probe budget. A new HalfLife applies
 // from the next sample on, to decay and to the rise limit alike. A
 // poisoned state therefore decays across a reload exactly as it would
 // without one (see Outliers).

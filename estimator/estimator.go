@@ -52,10 +52,15 @@ type classState struct {
 	variance, weight atomic.Uint64
 	// prior is the class's mean S (ns, float64 bits) that unseen keys get:
 	// pst's mean. pst is the decayed mean of the class's samples, fed the
-	// new ones at each refresh and its mean then held to riseLimit (see
-	// doc.go, Outliers); guarded by Estimator.agg.
+	// new ones at each refresh and its mean then held to its ceiling ceil
+	// once it is no longer young (see doc.go, Outliers); pst, ceil guarded
+	// by Estimator.agg.
 	prior atomic.Uint64
 	pst   dstat
+	ceil  float64 // the highest pst.mean may reach as of lastSample
+	// first is the unix ns of the first refresh that found S samples of
+	// the class: the prior is young (not held) for YoungTime after it.
+	first atomic.Int64
 	// lastSample is the unix ns of the last refresh that found S samples of
 	// the class (so at most Refresh late); nextProbe is when the next probe
 	// may be granted (see Probe).
@@ -85,10 +90,14 @@ type entry struct {
 	live  bool
 	ref   bool // CLOCK reference bit
 	// st is the key's decayed mean of winsorised samples, its mean held
-	// to riseLimit after each sample once the key has had YoungSamples
-	// (see doc.go, Outliers).
+	// to its ceiling once the key is no longer young (see doc.go,
+	// Outliers).
 	st dstat
-	n  uint32 // samples so far, saturating
+	// ceil is the highest st.mean may reach as of ceilAt (see ceiling).
+	ceil   float64
+	ceilAt int64
+	first  int64  // unix ns of the first sample
+	n      uint32 // samples so far, saturating
 }
 
 type shard struct {
@@ -333,7 +342,7 @@ func (e *Estimator) observe(class int, key []byte, o *obs, now int64) {
 		// cx is the class's sample: winsorised against the key's confirmed
 		// level, or for a key without one against the class's prior.
 		cx, priorCap := o.s, math.Inf(1)
-		if math.Float64frombits(cs.weight.Load()) > 0 {
+		if !young(math.Float64frombits(cs.weight.Load()), cs.first.Load(), now) {
 			priorCap = winsorise(math.Inf(1), math.Float64frombits(cs.prior.Load()))
 			cx = min(o.s, priorCap)
 		}
@@ -350,20 +359,30 @@ func (e *Estimator) observe(class int, key []byte, o *obs, now int64) {
 				sh.mu.qFb.add(max(0, o.measured-en.st.mean))
 			}
 			if en.st.w > 0 {
-				// A young key may also rise freely up to what a new key's
-				// sample counts for in its class (Rho·prior + Floor), so
-				// that one whose first samples came in low (fallback
-				// S = measured − Q can be 0) catches up at once.
-				lim := riseLimit(en.st.mean, now-en.st.last, sn.invHalf)
-				if en.n < YoungSamples {
+				// The mean is held to its ceiling (see ceiling). A young
+				// key may also rise freely up to what a new key's sample
+				// counts for in its class (Rho·prior + Floor; unbounded
+				// while the class is young too), and its clamp leaves the
+				// σ term out, so that the outliers it let in cannot widen
+				// it sample by sample: growth is then at most the ratio
+				// of weights (see YoungSamples).
+				lim := ceiling(en.ceil, en.ceilAt, &en.st, now, sn.invHalf)
+				clamp := en.st.clampS()
+				if young(float64(en.n), en.first, now) {
 					lim = max(lim, priorCap)
+					clamp = winsorise(o.s, en.st.mean)
 				}
-				cx = en.st.addUpTo(min(o.s, en.st.clampS()), now, sn.invHalf, lim)
+				cx = en.st.addUpTo(min(o.s, clamp), now, sn.invHalf, lim)
+				// The ceiling in force, or with no cap in force (a young
+				// key of a young class) mean + headroom.
+				en.ceil = min(lim, max(en.st.mean+en.st.headroom(), en.ceil))
+				en.ceilAt = max(en.ceilAt, now)
 			} else {
 				// A key's first sample is taken as is: it is the best
 				// there is about the key, and a new slow URL must not be
 				// under-estimated for minutes. The class gets it clamped.
 				en.st.add(o.s, now, sn.invHalf)
+				en.ceil, en.ceilAt, en.first = en.st.mean, now, now
 			}
 			if en.n < math.MaxUint32 {
 				en.n++
@@ -484,15 +503,20 @@ func (e *Estimator) refresh(sn *snapshot, now int64) {
 		d := acc[id]
 		if f := fresh[id]; f.w > 0 {
 			// The prior takes the new samples like any decayed mean, and
-			// its mean then rises no faster than riseLimit over the time
-			// since the class's previous samples.
-			hadPrior := cs.pst.w > 0
-			m0 := cs.pst.mean
+			// its mean is then held to its ceiling (risen by riseLimit
+			// over the time since the class's previous samples), unless
+			// the prior is young.
+			if cs.first.Load() == 0 {
+				cs.first.Store(now)
+			}
+			lim := math.Inf(1)
+			if !young(cs.pst.w, cs.first.Load(), now) {
+				lim = ceiling(cs.ceil, cs.lastSample.Load(), &cs.pst, now, sn.invHalf)
+			}
 			cs.pst = cs.pst.at(now, sn.invHalf)
 			cs.pst.merge(f)
-			if lim := riseLimit(m0, now-cs.lastSample.Load(), sn.invHalf); hadPrior && cs.pst.mean > lim {
-				cs.pst.mean = lim
-			}
+			cs.pst.mean = min(cs.pst.mean, lim)
+			cs.ceil = min(lim, max(cs.pst.mean+cs.pst.headroom(), cs.ceil))
 			cs.prior.Store(math.Float64bits(cs.pst.mean))
 			cs.lastSample.Store(now)
 		}

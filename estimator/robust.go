@@ -20,12 +20,25 @@ const (
 	// Floor lets a zero or tiny estimate move at all: it is added to every
 	// clamp and to the rise limit.
 	Floor = time.Millisecond
-	// YoungSamples: for a key's first samples the rise limit is at least
-	// Rho·prior + Floor (the class's prior), so that a new key whose first
-	// samples came in low (fallback S = measured − Q can be 0) catches up
-	// with its class at once; from this many samples on, only the rise
-	// limit counts.
+	// YoungSamples and YoungTime: a key is young until it has had
+	// YoungSamples samples and its first is YoungTime old; a class's prior
+	// likewise, counting decayed weight from its first refresh with
+	// samples (see young). A young key is not held to its ceiling but to
+	// Rho·prior + Floor of an established class (so a new key whose first
+	// samples came in low, fallback S = measured − Q can be 0, catches up
+	// with its class at once), and to nothing but winsorising at
+	// Rho·mean + Floor (no σ term) while its class is young too; a young
+	// prior is not held at all. YoungTime exists for cold starts: the
+	// first completions are the shortest of everything dispatched
+	// together (step10x: a key of mean 80 ms began with samples of
+	// 2–20 ms from bronze's first batch), and an estimate held from its
+	// 8th sample stayed at a fraction of the truth for a minute.
 	YoungSamples = 8
+	YoungTime    = 500 * time.Millisecond
+	// Z is the headroom of a ceiling in standard errors of the mean (see
+	// ceiling): an honest estimate wanders about its level by a few
+	// standard errors, and must not meet the rise limit when it does.
+	Z = 3.0
 )
 
 const floorNs = float64(Floor)
@@ -58,6 +71,41 @@ func riseLimit(level float64, dt int64, invHalf float64) float64 {
 	}
 	x := min(2*float64(dt)*invHalf, 1)
 	return (level+floorNs)/exp2neg(x) - floorNs
+}
+
+// young tells whether a statistic with n samples (or decayed weight), the
+// first at first (unix ns; 0: none yet), is still young at now: it has had
+// fewer than YoungSamples, or its first came less than YoungTime ago.
+func young(n float64, first, now int64) bool {
+	return n < YoungSamples || first == 0 || now-first < int64(YoungTime)
+}
+
+// headroom is how far above its mean d's ceiling may sit: Z standard
+// errors of the mean, Z·σ/√w (σ of the samples as counted). It is large
+// while d has few or scattered samples and shrinks as samples accumulate;
+// for a key whose samples agree (σ = 0) it is 0.
+func (d *dstat) headroom() float64 {
+	if d.w <= 0 {
+		return 0
+	}
+	return Z * math.Sqrt(d.variance()/d.w)
+}
+
+// ceiling is the highest d's mean may reach at now, given its previous
+// ceiling c set at cAt: c risen by riseLimit over now − cAt, but at most
+// d.mean + d.headroom(); and at least d.mean risen by riseLimit since its
+// last sample (so a key whose samples agree, σ = 0, still learns a rise).
+// Since d.mean ≤ c, the ceiling rises no faster than riseLimit whatever
+// the samples do: a burst of outliers moves the mean at most to the
+// headroom it had, and then at the rise limit. But the mean may wander
+// below the ceiling by the standard errors of honest samples without
+// meeting it. (Holding the mean itself to riseLimit per sample cut every
+// honest upward step that came soon after the previous sample, or with an
+// earlier timestamp as concurrent completions do, and never a downward
+// one: exponential service times of mean 80 ms were estimated near 45 ms
+// after a minute and 66 ms at steady state; TestSkewedUnbiased.)
+func ceiling(c float64, cAt int64, d *dstat, now int64, invHalf float64) float64 {
+	return max(riseLimit(d.mean, now-d.last, invHalf), min(riseLimit(c, now-cAt, invHalf), d.mean+d.headroom()))
 }
 
 // Probe tells admission whether to let this request through although it
