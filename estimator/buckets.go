@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// DefaultEdges are the bucket edges of ALGORITHMS §1: ×4 from 1 ms.
+// DefaultEdges are the bucket edges of docs/algorithms.md §1: ×4 from 1 ms.
 var DefaultEdges = []time.Duration{
 	1 * time.Millisecond, 4 * time.Millisecond, 16 * time.Millisecond,
 	64 * time.Millisecond, 256 * time.Millisecond, time.Second, 4 * time.Second,

@@ -1,5 +1,5 @@
 // Package estimator learns what the admission controller needs to know about
-// an app (Cataclysm §3.4, ALGORITHMS §1): each key's inherent service time S
+// an app (Cataclysm §3.4, docs/algorithms.md §1): each key's inherent service time S
 // and its variance, the queueing delay Q at the backends, each class's
 // arrival rate λ, and the bucket a request falls in. η comes from the
 // proxy's exact in-flight count through Eta.

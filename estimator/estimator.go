@@ -256,7 +256,7 @@ func (e *Estimator) Observe(class int, key []byte, s, queue time.Duration, now t
 
 // ObserveMeasured records a request whose backend reported nothing, from the
 // proxy-measured time (request written to last response byte):
-// S = measured − Q clamped at 0 (ALGORITHMS §1), and, when the key already
+// S = measured − Q clamped at 0 (docs/algorithms.md §1), and, when the key already
 // has an estimate Ŝ, a fallback queueing sample measured − Ŝ clamped at 0.
 // Fallback queueing samples drive Q only while no backend reports queue;dur.
 func (e *Estimator) ObserveMeasured(class int, key []byte, measured time.Duration, now time.Time) {
@@ -636,7 +636,7 @@ func (e *Estimator) Classes() []string { return e.snap.Load().names }
 func (e *Estimator) Config() Config { return e.snap.Load().cfg }
 
 // Eta returns η = inflight / n, the mean number of requests in service per
-// backend (ALGORITHMS §0), from the proxy's exact in-flight count and the
+// backend (docs/algorithms.md §0), from the proxy's exact in-flight count and the
 // number n of healthy backends it owns. With n ≤ 0 there is no capacity and
 // η is +Inf (0 when nothing is in flight), so an admission test fails.
 func Eta(inflight int64, n int) float64 {
