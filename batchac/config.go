@@ -34,6 +34,12 @@ type State interface {
 	// reserve judges the load a class leaves at the size of the more
 	// important classes' requests. Read with Demand.
 	MeanS(class int) time.Duration
+	// Sustained is the work one backend has been seen to sustain within the
+	// SLA, in server-seconds per second (0: not known yet). The reserve
+	// divides by n·max(P, Sustained()): a parallelism learned too low would
+	// otherwise make the more important classes' share look larger than it
+	// is and starve the others. Read with Demand.
+	Sustained() float64
 }
 
 // ClassConfig is one request class. Classes are listed most important first:

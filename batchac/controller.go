@@ -431,7 +431,8 @@ func (c *Controller) Room(class int, sz time.Duration) (room, free bool) {
 }
 
 // updateReserve recomputes every class's reserve share from State.Demand:
-// class j holds ρ_j = Σ_{i<j} Demand(i) / (n·P) for the classes above it,
+// class j holds ρ_j = Σ_{i<j} Demand(i) / (n·max(P, Sustained)) for the
+// classes above it,
 // at least the floor (j > 0). Called by New, Reconfigure and tick (every
 // ReservePeriod); serialised by c.run (or before the controller is shared).
 func (c *Controller) updateReserve(s *snapshot, now time.Time) {
@@ -447,7 +448,7 @@ func (c *Controller) updateReserve(s *snapshot, now time.Time) {
 	if n <= 0 {
 		return // nothing is admitted; keep the last shares
 	}
-	capacity := float64(n) * c.parallelism(s)
+	capacity := float64(n) * max(c.parallelism(s), c.st.Sustained())
 	var above, sref float64
 	for j, cl := range s.classes {
 		cl.sref.Store(math.Float64bits(sref))

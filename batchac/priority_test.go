@@ -151,6 +151,10 @@ func (f *simFarm) Demand(class int) float64 {
 func (f *simFarm) Rate(class int) float64        { return f.est.Rate(class, time.Unix(0, f.now)) }
 func (f *simFarm) MeanS(class int) time.Duration { return f.sc.sOf(class) }
 
+// Sustained: the simulation has no capacity learner; P (configured or
+// learned by the controller) is all the reserve knows.
+func (f *simFarm) Sustained() float64 { return 0 }
+
 // sOf is class c's mean service time.
 func (sc *simCase) sOf(c int) time.Duration {
 	if s := sc.classes[c].s; s > 0 {

@@ -99,6 +99,7 @@ func (s *fakeState) Demand(class int) float64 {
 	return math.Float64frombits(s.demand[class].Load())
 }
 func (s *fakeState) MeanS(class int) time.Duration { return time.Duration(s.means[class].Load()) }
+func (s *fakeState) Sustained() float64            { return 0 }
 
 type scriptArrival struct {
 	id      string

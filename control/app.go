@@ -40,8 +40,11 @@ type App struct {
 	learner *thresholdac.Learner
 	sw      atomic.Pointer[admission.Switch]
 
-	rsla    atomic.Int64 // current R_sla, ns
-	lastObs atomic.Int64 // unix ns of the last observed completion
+	rsla atomic.Int64 // current R_sla, ns
+	// thrCapacity is the configured per-server capacity (float64 bits;
+	// admission.threshold.capacity, 0: learn it), for Sustained.
+	thrCapacity atomic.Uint64
+	lastObs     atomic.Int64 // unix ns of the last observed completion
 
 	// Per-interval accounting, drained by the monitor.
 	lat     window                        // latency of admitted, relayed requests
@@ -307,6 +310,24 @@ func (a *App) RSLA() time.Duration    { return time.Duration(a.rsla.Load()) }
 func (a *App) Rate(class int) float64 { return a.est.Rate(class, a.now()) }
 func (a *App) MeanS(class int) time.Duration {
 	return a.est.ClassMean(class)
+}
+
+// Sustained is the work one backend has been seen to sustain within the
+// SLA, in server-seconds per second (batchac.State): threshold mode's
+// configured capacity if set, else what the capacity learner has learned
+// (0 before it knows). The reserve uses it as a floor under the learned
+// parallelism.
+func (a *App) Sustained() float64 {
+	if c := math.Float64frombits(a.thrCapacity.Load()); c > 0 {
+		return c
+	}
+	if a.learner == nil { // being built: batchac.New reads it before the learner exists
+		return 0
+	}
+	if v, ok := a.learner.PerServer(); ok {
+		return v
+	}
+	return 0
 }
 
 // Demand is class's offered work, λ·S in server-seconds per second, with a

@@ -186,6 +186,7 @@ func (m *Manager) create(ac *policy.App, pool Pool, cfg *appConfig, est *estimat
 // startThreshold (re)builds the threshold controller; a.mu held.
 func (a *App) startThreshold(ac *policy.App, classes int) error {
 	tc := thresholdac.Config{Classes: classes, Inputs: a, Period: ac.Admission.Threshold.Recompute, Now: a.now}
+	a.thrCapacity.Store(math.Float64bits(ac.Admission.Threshold.Capacity))
 	if c := ac.Admission.Threshold.Capacity; c > 0 {
 		tc.PerServer = c
 	} else {
