@@ -75,6 +75,10 @@ var rigConfigs = map[string]func(ctl **fakeControl) (Options, func(*policy.Snaps
 			a.MaxBodyBytes = 100
 		}
 	},
+	// request_buffer of 16 bytes: larger bodies stream after them.
+	"smallbuf": func(**fakeControl) (Options, func(*policy.Snapshot, *policy.App)) {
+		return Options{}, func(s *policy.Snapshot, _ *policy.App) { s.Server.RequestBuffer = 16 }
+	},
 	// gold (X-Class: gold) is admitted, everything else rejected; timing
 	// entries of Server-Timing are stripped.
 	"controlled": func(ctl **fakeControl) (Options, func(*policy.Snapshot, *policy.App)) {
@@ -382,6 +386,19 @@ func requestTable() []tableCase {
 				"X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\n\r\n",
 			check: func(t *testing.T, q *beReq, resp *http.Response, _ string) {
 				wantForwarding(t, q, resp, "203.0.113.9, 127.0.0.1", "http", "example.com", "")
+			}},
+		{name: "streamed chunked body: trailers not forwarded", cfg: "smallbuf", status: 200, reached: true,
+			raw: "POST {p} HTTP/1.1\r\nHost: example.com\r\nTransfer-Encoding: chunked\r\n\r\n14\r\n01234567890123456789\r\n14\r\nabcdefghijabcdefghij\r\n0\r\n" +
+				"X_Forwarded_For: 6.6.6.6\r\nUpgrade: h2c\r\nX-Forwarded-Host: evil.example\r\nX-Trail: t\r\n\r\n",
+			check: func(t *testing.T, q *beReq, resp *http.Response, _ string) {
+				fwdPlainCheck(t, q, resp)
+				wantAbsent(t, q, "Upgrade", "X-Trail", "Sentry Trailer Mark")
+				if len(q.trailer) != 0 {
+					t.Errorf("backend received trailers %q", q.trailer)
+				}
+				if q.header.Get("Transfer-Encoding") != "chunked" || string(q.body) != "01234567890123456789abcdefghijabcdefghij" {
+					t.Errorf("backend framing TE=%q body %q", q.header.Get("Transfer-Encoding"), q.body)
+				}
 			}},
 		{name: "malformed chunked body", cfg: "plain", status: 400, closes: true,
 			raw: "POST {p} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"},
