@@ -250,9 +250,23 @@ func markTrailers(h *fasthttp.RequestHeader) { h.AddBytesKV(trailerMark, nil) }
 // after the header policy ran (dropListed, the forwarding headers), so
 // they would otherwise reach the backend as ordinary headers.
 func dropTrailers(h *fasthttp.RequestHeader) {
+	// The common case, no trailers: one pass, nothing copied.
+	after, found := false, false
+	h.VisitAll(func(k, _ []byte) {
+		switch {
+		case bytes.EqualFold(k, trailerMark):
+			after, found = true, false
+		case after && !bytes.EqualFold(k, strConnection):
+			found = true
+		}
+	})
+	if !found {
+		h.DelBytes(trailerMark)
+		return
+	}
 	type kv struct{ k, v []byte }
 	var head, trail []kv
-	after := false
+	after = false
 	h.VisitAll(func(k, v []byte) {
 		switch {
 		case bytes.EqualFold(k, trailerMark):

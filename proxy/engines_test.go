@@ -370,7 +370,7 @@ func requestTable() []tableCase {
 		// forward request trailers either).
 		{name: "chunked trailers dropped", cfg: "plain", status: 200, reached: true,
 			raw: "POST {p} HTTP/1.1\r\nHost: example.com\r\nX-Keep: yes\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n" +
-				"X_Forwarded_For: 6.6.6.6\r\nX_Request_Id: forged\r\nUpgrade: h2c\r\nX-Forwarded-Host: evil.example\r\nX-Request-Id: forged\r\nX-Keep: evil\r\nX-Trail: t\r\n\r\n",
+				"X_Forwarded_For: 6.6.6.6\r\nX_Request_Id: forged\r\nUpgrade: h2c\r\nX-Forwarded-Host: evil.example\r\nX-Request-Id: forged\r\nX-Keep: evil\r\nX-Trail: t\r\nX-Keep: evil2\r\n\r\n",
 			check: func(t *testing.T, q *beReq, resp *http.Response, _ string) {
 				fwdPlainCheck(t, q, resp)
 				wantAbsent(t, q, "Upgrade", "X-Trail", "Sentry Trailer Mark")
