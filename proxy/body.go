@@ -91,6 +91,7 @@ type clientBody struct {
 	r         io.Reader
 	err       error
 	truncated func() bool
+	h1        bool // fasthttp's body reader: its parse errors are the client's (400)
 }
 
 func (c *clientBody) Read(p []byte) (int, error) {
@@ -104,14 +105,9 @@ func (c *clientBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// outcome maps the client's read error to how the exchange ended.
-func (c *clientBody) outcome() outcome {
-	var ne net.Error
-	if errors.As(c.err, &ne) && ne.Timeout() {
-		return outBodyTimeout
-	}
-	return outClientGone
-}
+// outcome maps the client's read error to how the exchange ended: too
+// slow (408), malformed (400, a broken chunk) or gone.
+func (c *clientBody) outcome() outcome { return readOutcome(c.err, c.h1) }
 
 var bodyBufPool bytebufferpool.Pool
 
@@ -182,7 +178,7 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 	if lim <= 0 || a.cfg.RequestBufferingOff {
 		// Streams from the start (on a copy of the request, see serve).
 		// Trailers land in the request's header after the copy was sent.
-		bb.client = &clientBody{r: req.BodyStream(), truncated: truncated}
+		bb.client = &clientBody{r: req.BodyStream(), truncated: truncated, h1: true}
 		bb.cl = int(cl)
 		return outRelayed, false
 	}
@@ -196,7 +192,7 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 	case cl > lim:
 		want = lim
 	}
-	b, eof, o := fe.p.fillBody(src, want, bb)
+	b, eof, o := fe.p.fillBody(src, want, bb, true)
 	if o == outBadRequest && truncated != nil && truncated() {
 		o = outClientGone // cut off, not malformed
 	}
@@ -215,7 +211,7 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 			return outClientGone, true
 		}
 		// The first request_buffer bytes go first, the rest streams.
-		bb.client = &clientBody{r: io.MultiReader(bytesReader(b), src)}
+		bb.client = &clientBody{r: io.MultiReader(bytesReader(b), src), h1: true}
 		bb.cl = int(cl)
 		return outRelayed, true
 	}
@@ -232,7 +228,7 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 	// The stream stays the request's (fasthttp releases it with the
 	// request), so the relay sends a copy of the request (serve), made
 	// before any trailer arrives.
-	bb.client = &clientBody{r: io.MultiReader(bytesReader(b), src), truncated: truncated}
+	bb.client = &clientBody{r: io.MultiReader(bytesReader(b), src), truncated: truncated, h1: true}
 	bb.cl = -1
 	return outRelayed, true
 }
@@ -303,8 +299,9 @@ var strConnection = []byte(fasthttp.HeaderConnection)
 // fillBody reads up to want bytes of a body from src into bb, reserving
 // them in the process-wide account as they arrive: the first bodyStep
 // bytes, then by doubling. eof says src ended (a body read whole); a body
-// of which want bytes were read is left at that point.
-func (p *Proxy) fillBody(src io.Reader, want int64, bb *bodyBuf) (b []byte, eof bool, o outcome) {
+// of which want bytes were read is left at that point. h1: src is
+// fasthttp's body reader (readOutcome).
+func (p *Proxy) fillBody(src io.Reader, want int64, bb *bodyBuf, h1 bool) (b []byte, eof bool, o outcome) {
 	bb.bb = bodyBufPool.Get()
 	step := min(want, bodyStep)
 	if !p.bufs.reserve(step) {
@@ -340,7 +337,7 @@ func (p *Proxy) fillBody(src io.Reader, want int64, bb *bodyBuf) (b []byte, eof 
 			eof = true
 		case err != nil:
 			bb.bb.B = back
-			return nil, false, readOutcome(err)
+			return nil, false, readOutcome(err, h1)
 		}
 	}
 	bb.bb.B = back
@@ -350,12 +347,16 @@ func (p *Proxy) fillBody(src io.Reader, want int64, bb *bodyBuf) (b []byte, eof 
 // readOutcome maps an error reading a request body: a timeout is 408, a
 // connection that ended or broke is the client gone, and anything else (a
 // malformed chunk, a malformed trailer) is the client's bad request (400,
-// as nginx answers).
-func readOutcome(err error) outcome {
+// as nginx answers). That last holds for fasthttp's reader only (h1): an
+// h2 body's other errors are x/net's for a reset or closed stream, the
+// client gone.
+func readOutcome(err error, h1 bool) outcome {
 	var ne net.Error
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
 		return outBodyTimeout
+	case !h1:
+		return outClientGone
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return outClientGone

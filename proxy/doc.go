@@ -237,7 +237,11 @@
 //     request_buffer. Bodies that came whole with their head (the event
 //     loops' case) are already in the loop's buffer and are not counted.
 //     A malformed chunked body is 400 (as nginx), counted in
-//     sentry_client_errors_total, and the connection closes.
+//     sentry_client_errors_total, and the connection closes; so is a
+//     chunk malformed past the buffer, found while the body streams (the
+//     backend got a cut body and its connection is dropped). An h2 body's
+//     read errors other than timeouts are the stream reset or closed
+//     (client gone).
 //   - Streaming: the rest of a body larger than the buffer (the buffered
 //     part is sent first, on a copy of the request, since fasthttp owns
 //     the body stream), and every body of an app with request_buffering:

@@ -400,6 +400,8 @@ func requestTable() []tableCase {
 					t.Errorf("backend framing TE=%q body %q", q.header.Get("Transfer-Encoding"), q.body)
 				}
 			}},
+		{name: "malformed chunk past the buffer", cfg: "smallbuf", status: 400, closes: true,
+			raw: "POST {p} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n14\r\n01234567890123456789\r\nzz\r\nhello\r\n0\r\n\r\n"},
 		{name: "malformed chunked body", cfg: "plain", status: 400, closes: true,
 			raw: "POST {p} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"},
 		{name: "header too large", cfg: "limits", status: 431, closes: true,

@@ -182,7 +182,7 @@ func (fe *frontend) h2Body(a *app, r *http.Request, req *fasthttp.Request, bb *b
 	case cl > lim:
 		want = lim // the first request_buffer bytes, then the rest streams
 	}
-	b, eof, o := fe.p.fillBody(r.Body, want, bb)
+	b, eof, o := fe.p.fillBody(r.Body, want, bb, false)
 	switch {
 	case o != outRelayed:
 		return o

@@ -229,6 +229,10 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	}
 	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), ready, nil, upgrade, clientClose || f.close, body)
 	closeIfBodyUnread(ctx, o)
+	if o == outBadRequest {
+		// A chunk malformed past the buffer, found while it streamed.
+		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+	}
 	a.m.observe(o, ctx.Response.StatusCode(), b, start)
 	if rt.access {
 		p.logAccess(a, ctx, o, b, start)
