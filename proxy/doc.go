@@ -138,8 +138,8 @@
 //
 // Everything else a client or a backend can see is the same on both
 // engines: TestRequestTable (forwarding and hop-by-hop headers, Connection
-// lists, request targets and Host, smuggling shapes, 400/405/408/413/431,
-// rejections, Server-Timing, HEAD), TestPipeliningBothEngines,
+// lists, request targets and Host, smuggling shapes, chunked trailers and
+// malformed chunks, 400/405/408/413/431, rejections, Server-Timing, HEAD), TestPipeliningBothEngines,
 // TestAbsoluteFormRoutesByTarget and FuzzHeaderPolicy run on each, every
 // request sent in one write and with its request line split (which makes
 // the loops hand the connection to fasthttp).
