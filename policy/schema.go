@@ -165,13 +165,27 @@ func (d *decoder) log(n *yaml.Node, path string, l *Log) {
 }
 
 func (d *decoder) server(n *yaml.Node, path string, s *Server) {
+	// request_buffer_total below request_buffer would answer 503 to every
+	// body between them: refused, at the line of whichever was set.
+	var bufN, totalN *yaml.Node
+	setBuf := d.sizeField(&s.RequestBuffer, 0, 1<<30)
+	setTotal := d.sizeField(&s.RequestBufferTotal, 0, math.MaxInt64)
+	defer func() {
+		if s.RequestBuffer > 0 && s.RequestBufferTotal > 0 && s.RequestBufferTotal < s.RequestBuffer && (bufN != nil || totalN != nil) {
+			at := totalN
+			if at == nil {
+				at = bufN
+			}
+			d.errorf(at, joinPath(path, "request_buffer_total"), "%d is smaller than request_buffer (%d): every body between them would get 503; raise it, or 0 for no cap", s.RequestBufferTotal, s.RequestBuffer)
+		}
+	}()
 	d.mapping(n, path, []field{
 		{"read_header_timeout", d.durationField(&s.ReadHeaderTimeout, time.Nanosecond)},
 		{"body_timeout", d.durationField(&s.BodyTimeout, time.Nanosecond)},
 		{"idle_timeout", d.durationField(&s.IdleTimeout, time.Nanosecond)},
 		{"write_timeout", d.durationField(&s.WriteTimeout, 0)},
-		{"request_buffer", d.sizeField(&s.RequestBuffer, 0, 1<<30)},
-		{"request_buffer_total", d.sizeField(&s.RequestBufferTotal, 0, math.MaxInt64)},
+		{"request_buffer", func(v *yaml.Node, p string) { bufN = v; setBuf(v, p) }},
+		{"request_buffer_total", func(v *yaml.Node, p string) { totalN = v; setTotal(v, p) }},
 		{"body_min_rate", d.sizeField(&s.BodyMinRate, 0, 1<<40)},
 		{"max_header_bytes", d.intSizeField(&s.MaxHeaderBytes, 1<<10, 16<<20)},
 		{"max_conns", d.intField(&s.MaxConns, 1, math.MaxInt32)},

@@ -72,6 +72,19 @@ apps:
     request_buffering: maybe
 `, []string{`2: server.request_buffer: 2147483648 bytes is out of range; must be from 0 to 1073741824`, `3: server.body_min_rate: invalid size "fast"`, `7: apps[0].request_buffering: invalid value "maybe"; valid: on, off`}},
 
+		{"request_buffer_total below request_buffer", `
+server:
+  request_buffer: 4MiB
+  request_buffer_total: 1MiB
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`3: server.request_buffer_total: 1048576 is smaller than request_buffer (4194304): every body between them would get 503; raise it, or 0 for no cap`}},
+
+		{"request_buffer over the default total", `
+server:
+  request_buffer: 1GiB
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`2: server.request_buffer_total: 268435456 is smaller than request_buffer (1073741824): every body between them would get 503; raise it, or 0 for no cap`}},
+
 		{"negative duration", `
 server:
   write_timeout: -1s

@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/bytebufferpool"
@@ -88,6 +91,7 @@ type clientBody struct {
 	r         io.Reader
 	err       error
 	truncated func() bool
+	h1        bool // fasthttp's body reader: its parse errors are the client's (400)
 }
 
 func (c *clientBody) Read(p []byte) (int, error) {
@@ -101,14 +105,9 @@ func (c *clientBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// outcome maps the client's read error to how the exchange ended.
-func (c *clientBody) outcome() outcome {
-	var ne net.Error
-	if errors.As(c.err, &ne) && ne.Timeout() {
-		return outBodyTimeout
-	}
-	return outClientGone
-}
+// outcome maps the client's read error to how the exchange ended: too
+// slow (408), malformed (400, a broken chunk) or gone.
+func (c *clientBody) outcome() outcome { return readOutcome(c.err, c.h1) }
 
 var bodyBufPool bytebufferpool.Pool
 
@@ -143,16 +142,28 @@ func rateConnOf(c net.Conn) rateConn {
 // errBufferFull: the process-wide buffer cap is reached.
 var errBufferFull = errors.New("request buffer cap reached")
 
+// bodyStep is the first share of request_buffer_total a body takes; it
+// grows by doubling as bytes arrive, so a client is charged about what it
+// has sent (at most twice), never what it declared.
+const bodyStep = 16 << 10
+
 // readBody reads a streamed request body into sentry before admission
 // (server.request_buffer): a body of known length up to the buffer is read
-// whole; a chunked body is read until it ends or passes the buffer, and
-// what passes it streams afterwards (rest). A body of known length over
-// the buffer is not read here: it streams from the start.
+// whole; a larger one (known length or chunked) has its first
+// request_buffer bytes read (a chunked one: one more, to tell that it is
+// larger), and the rest streams afterwards behind them. So a request is
+// dispatched only once its body is in, or once the client has sent
+// request_buffer bytes of it.
+//
+// Trailers of a chunked body are dropped (dropTrailers): they arrive after
+// the header policy ran, and nginx does not forward request trailers
+// either.
 //
 // It returns the outcome to answer with when the body cannot be had:
 // outBodyTimeout for a client too slow (408), outBufferFull when the
-// process-wide cap is reached (503), outClientGone when the client broke
-// the body off. The caller releases the buffer with done.
+// process-wide cap is reached (503), outBadRequest for a malformed chunked
+// body (400), outClientGone when the client broke the body off. The
+// caller releases the buffer with done.
 func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (outcome, bool) {
 	req := &ctx.Request
 	cl := int64(req.Header.ContentLength())
@@ -164,22 +175,44 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 	if rc := rateConnOf(ctx.Conn()); rc != nil && cl < 0 {
 		truncated = rc.peerClosed
 	}
-	if lim <= 0 || a.cfg.RequestBufferingOff || cl > lim {
+	if lim <= 0 || a.cfg.RequestBufferingOff {
 		// Streams from the start (on a copy of the request, see serve).
-		bb.client = &clientBody{r: req.BodyStream(), truncated: truncated}
+		// Trailers land in the request's header after the copy was sent.
+		bb.client = &clientBody{r: req.BodyStream(), truncated: truncated, h1: true}
 		bb.cl = int(cl)
 		return outRelayed, false
 	}
 	src := req.BodyStream()
-	b, eof, o := fe.p.fillBody(src, cl, lim, bb)
+	want := cl // read whole
+	switch {
+	case cl < 0:
+		want = lim + 1
+		markTrailers(&req.Header)
+		defer dropTrailers(&req.Header)
+	case cl > lim:
+		want = lim
+	}
+	b, eof, o := fe.p.fillBody(src, want, bb, true)
+	if o == outBadRequest && truncated != nil && truncated() {
+		o = outClientGone // cut off, not malformed
+	}
 	if o != outRelayed {
 		return o, true
 	}
-	if cl >= 0 {
+	switch {
+	case cl >= 0 && cl <= lim:
 		if int64(len(b)) != cl {
 			return outClientGone, true
 		}
 		req.SetBodyRaw(b) // closes the stream, which has been read to its end
+		return outRelayed, true
+	case cl > lim:
+		if int64(len(b)) != lim {
+			return outClientGone, true
+		}
+		// The first request_buffer bytes go first, the rest streams.
+		bb.client = &clientBody{r: io.MultiReader(bytesReader(b), src), h1: true}
+		bb.cl = int(cl)
 		return outRelayed, true
 	}
 	if eof && truncated != nil && truncated() {
@@ -193,41 +226,99 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 	}
 	// Larger than the buffer: what was read goes first, the rest streams.
 	// The stream stays the request's (fasthttp releases it with the
-	// request), so the relay sends a copy of the request (serve).
-	bb.client = &clientBody{r: io.MultiReader(bytesReader(b), src), truncated: truncated}
+	// request), so the relay sends a copy of the request (serve), made
+	// before any trailer arrives.
+	bb.client = &clientBody{r: io.MultiReader(bytesReader(b), src), truncated: truncated, h1: true}
 	bb.cl = -1
 	return outRelayed, true
 }
 
-// fillBody reads a body from src into bb, reserving its bytes in the
-// process-wide account: a body of known length cl whole, a chunked one
-// (cl < 0) until its end or until it passes lim (eof false then: b holds
-// lim+1 bytes and the rest is still in src).
-func (p *Proxy) fillBody(src io.Reader, cl, lim int64, bb *bodyBuf) (b []byte, eof bool, o outcome) {
-	bb.bb = bodyBufPool.Get()
-	// want: bytes reserved and the capacity read into. A body of known
-	// length is reserved whole; a chunked one grows by doubling up to
-	// lim+1 (one byte more than the buffer tells that it is larger).
-	want := cl
-	if cl < 0 {
-		want = min(lim+1, 16<<10)
+// trailerMark is a header name no request can carry (fasthttp refuses a
+// trailer name with a space): set before a chunked body is read, it tells
+// which header fields the body's trailers added.
+var trailerMark = []byte("Sentry Trailer Mark")
+
+func markTrailers(h *fasthttp.RequestHeader) { h.AddBytesKV(trailerMark, nil) }
+
+// dropTrailers removes the fields fasthttp appended to h while reading a
+// chunked body (its trailers, after trailerMark), keeping the head's own
+// fields of the same names, and removes the mark. The trailers arrive
+// after the header policy ran (dropListed, the forwarding headers), so
+// they would otherwise reach the backend as ordinary headers.
+func dropTrailers(h *fasthttp.RequestHeader) {
+	// The common case, no trailers: one pass, nothing copied.
+	after, found := false, false
+	h.VisitAll(func(k, _ []byte) {
+		switch {
+		case bytes.EqualFold(k, trailerMark):
+			after, found = true, false
+		case after && !bytes.EqualFold(k, strConnection):
+			found = true
+		}
+	})
+	if !found {
+		h.DelBytes(trailerMark)
+		return
 	}
-	if !p.bufs.reserve(want) {
+	type kv struct{ k, v []byte }
+	var head, trail []kv
+	after = false
+	h.VisitAll(func(k, v []byte) {
+		switch {
+		case bytes.EqualFold(k, trailerMark):
+			// The last mark counts (a head could not add one after it).
+			after, trail = true, trail[:0]
+		case after && bytes.EqualFold(k, strConnection):
+			// "Connection: close" is visited last; never a trailer.
+		case after:
+			trail = append(trail, kv{k: append([]byte(nil), k...)})
+		default:
+			head = append(head, kv{append([]byte(nil), k...), append([]byte(nil), v...)})
+		}
+	})
+	h.DelBytes(trailerMark)
+	for i, t := range trail {
+		seen := false
+		for _, u := range trail[:i] {
+			seen = seen || bytes.EqualFold(u.k, t.k)
+		}
+		if seen {
+			continue
+		}
+		h.DelBytes(t.k)
+		for _, f := range head {
+			if bytes.EqualFold(f.k, t.k) {
+				h.AddBytesKV(f.k, f.v)
+			}
+		}
+	}
+}
+
+var strConnection = []byte(fasthttp.HeaderConnection)
+
+// fillBody reads up to want bytes of a body from src into bb, reserving
+// them in the process-wide account as they arrive: the first bodyStep
+// bytes, then by doubling. eof says src ended (a body read whole); a body
+// of which want bytes were read is left at that point. h1: src is
+// fasthttp's body reader (readOutcome).
+func (p *Proxy) fillBody(src io.Reader, want int64, bb *bodyBuf, h1 bool) (b []byte, eof bool, o outcome) {
+	bb.bb = bodyBufPool.Get()
+	step := min(want, bodyStep)
+	if !p.bufs.reserve(step) {
 		return nil, false, outBufferFull
 	}
-	bb.reserved = want
+	bb.reserved = step
 	back := bb.bb.B[:0]
-	if int64(cap(back)) < want {
-		back = make([]byte, 0, want)
+	if int64(cap(back)) < step {
+		back = make([]byte, 0, step)
 	}
-	b = back[:0:want]
-	eof = false
+	b = back[:0:step]
 	for !eof {
 		if len(b) == cap(b) {
-			if cl >= 0 || int64(len(b)) > lim {
+			if int64(len(b)) >= want {
 				break
 			}
-			next := min(2*int64(cap(b)), lim+1)
+			next := min(2*int64(cap(b)), want)
 			if !p.bufs.reserve(next - int64(cap(b))) {
 				bb.bb.B = back
 				return nil, false, outBufferFull
@@ -246,15 +337,45 @@ func (p *Proxy) fillBody(src io.Reader, cl, lim int64, bb *bodyBuf) (b []byte, e
 			eof = true
 		case err != nil:
 			bb.bb.B = back
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				return nil, false, outBodyTimeout
-			}
-			return nil, false, outClientGone
+			return nil, false, readOutcome(err, h1)
 		}
 	}
 	bb.bb.B = back
 	return b, eof, outRelayed
+}
+
+// readOutcome maps an error reading a request body: a timeout is 408, a
+// connection that ended or broke is the client gone, and anything else (a
+// malformed chunk, a malformed trailer) is the client's bad request (400,
+// as nginx answers). That last holds for fasthttp's reader only (h1): an
+// h2 body's other errors are x/net's for a reset or closed stream, the
+// client gone.
+func readOutcome(err error, h1 bool) outcome {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return outBodyTimeout
+	case !h1:
+		return outClientGone
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return outClientGone
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return outClientGone
+	}
+	// fasthttp wraps the read errors met between chunks in ErrBrokenChunk
+	// without Unwrap; its messages for them start "cannot read" ("cannot
+	// unread"), the others name the malformed byte.
+	var bc fasthttp.ErrBrokenChunk
+	if errors.As(err, &bc) && strings.HasPrefix(bc.Error(), "cannot ") {
+		if strings.Contains(bc.Error(), "timeout") {
+			return outBodyTimeout
+		}
+		return outClientGone
+	}
+	return outBadRequest
 }
 
 // done returns the buffer and its account.

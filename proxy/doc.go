@@ -114,32 +114,32 @@
 // Differences from the fasthttp path, known and kept (knownDifferences in
 // engines_test.go is the tests' one list of them):
 //
-//   - A client that half-closes (FIN) while its request is being relayed
+//   - half-close: a client that half-closes (FIN) while its request is being relayed
 //     is taken as gone (499, as nginx does by default); fasthttp answers it.
 //     Pinned by TestHalfCloseDuringRelay.
-//   - The latency histogram and the access log's duration of a relayed
+//   - latency-to-last-byte: the latency histogram and the access log's duration of a relayed
 //     response run to its last byte (fasthttp's: to the head, for bodies
 //     over 64 KiB), and a download the client abandons is counted as 499.
 //     The latency part is pinned by TestLatencyToLastByte; the 499 is not
 //     pinned yet.
-//   - max_conns_per_backend is checked by a loop against all open
-//     connections to the backend, including keep-alive ones idle in other
-//     loops (for up to 30 s), so a loop may answer 503 busy while another
-//     holds idle connections; fasthttp's HostClient counts only its own.
-//     No test pins this yet.
-//   - Backends named by host name are never dialled by a loop (no
-//     resolution on the loop goroutine): their apps are served by fasthttp.
-//     Pinned by TestEvloopHostNameBackendHandedOff.
-//   - A drain that runs out of time closes a loop's connection whose
+//   - drain-parked: a drain that runs out of time closes a loop's connection whose
 //     request is parked for its batch run, which cancels it (client_gone);
 //     fasthttp's Shutdown does not close active connections, so its
 //     handler waits until the run, or the controller's Close, decides it.
 //     Pinned by TestParkedBothEngines ("drain with a parked request").
 //
+// Not differences a client can see, but worth knowing: a loop checks
+// max_conns_per_backend against all open connections to the backend,
+// including keep-alive ones idle in other loops (for up to 30 s), where
+// fasthttp's HostClient counts only its own (not pinned by a test); and
+// backends named by host name are never dialled by a loop (no resolution
+// on the loop goroutine), so their apps are served by fasthttp (pinned by
+// TestEvloopHostNameBackendHandedOff).
+//
 // Everything else a client or a backend can see is the same on both
 // engines: TestRequestTable (forwarding and hop-by-hop headers, Connection
-// lists, request targets and Host, smuggling shapes, 400/405/408/413/431,
-// rejections, Server-Timing, HEAD), TestPipeliningBothEngines,
+// lists, request targets and Host, smuggling shapes, chunked trailers and
+// malformed chunks, 400/405/408/413/431, rejections, Server-Timing, HEAD), TestPipeliningBothEngines,
 // TestAbsoluteFormRoutesByTarget and FuzzHeaderPolicy run on each, every
 // request sent in one write and with its request line split (which makes
 // the loops hand the connection to fasthttp).
@@ -180,7 +180,15 @@
 //     the proxy's lines merged into one list (RFC 9110 §5.3) followed by
 //     the peer; X-Forwarded-Proto, -Host and the request ID are sentry's
 //     or, from trusted_proxies, the first non-empty incoming value.
-//  5. The response: hop-by-hop headers removed, the backend's request ID
+//  5. Trailers of a chunked request body are dropped, as nginx does not
+//     forward request trailers. fasthttp appends them to the request's
+//     header while it reads the body, after steps 3 and 4 ran, so readBody
+//     marks the header before reading and dropTrailers (body.go) removes
+//     what the body added, keeping the head's own fields of the same names.
+//     A body that streams past the buffer is sent on a copy of the request
+//     made before its trailers arrive, and the relay sends no trailers. h2
+//     trailers (r.Trailer) are never copied.
+//  6. The response: hop-by-hop headers removed, the backend's request ID
 //     replaced by the request's.
 //
 // Underscores: only the underscore spellings of sentry's own headers are
@@ -209,22 +217,36 @@
 //   - Request buffering (body.go), on by default as in nginx: a body that
 //     did not arrive with its head is read into sentry before the request
 //     is classified, admitted, counted in flight or sent anywhere -- whole
-//     if its Content-Length is at most server.request_buffer (1 MiB), or
-//     until it ends or passes the buffer if chunked (a small chunked body
-//     is then sent with Content-Length). So a slow upload costs sentry
-//     memory, never a backend connection. Memory is bounded by
-//     request_buffer per connection and by server.request_buffer_total
-//     (256 MiB) for the process: a body that would pass the cap gets 503 +
-//     Retry-After and its connection closes (nothing reaches a backend;
-//     requests without a body are never affected). We chose refusing over
-//     streaming past the cap, since streaming is what lets slow clients
-//     pin backends. Bodies that came whole with their head (the event
+//     if it is at most server.request_buffer (1 MiB; a small chunked body
+//     is then sent with Content-Length), else its first request_buffer
+//     bytes (one more if chunked, to tell that it is larger). So a slow
+//     upload costs sentry memory, never a backend connection, and pinning
+//     a backend with a slow body costs the client request_buffer bytes
+//     sent first. (fasthttp itself reads up to 8 KiB of a body before the
+//     handler runs.) Memory is bounded by request_buffer per connection
+//     and by server.request_buffer_total (256 MiB) for the process. The
+//     account is charged as bytes arrive -- 16 KiB (bodyStep) first, then
+//     by doubling -- never with a declared Content-Length, so clients that
+//     declare large bodies and send little hold at most about twice what
+//     they sent. A body whose next step would pass the cap gets 503 +
+//     Retry-After and its connection closes (what it sent so far was read,
+//     the rest never is; nothing reaches a backend; requests without a
+//     body, Content-Length: 0 included, are never affected). We chose
+//     refusing over streaming past the cap, since streaming is what lets
+//     slow clients pin backends. There is no per-connection share below
+//     request_buffer. Bodies that came whole with their head (the event
 //     loops' case) are already in the loop's buffer and are not counted.
-//   - Streaming: a body with a larger Content-Length, the part of a chunked
-//     body past the buffer (the buffered part is sent first, on a copy of
-//     the request, since fasthttp owns the body stream), and every body of
-//     an app with request_buffering: off stream to the backend as they
-//     arrive, holding its connection meanwhile. Response bodies over 64
+//     A malformed chunked body is 400 (as nginx), counted in
+//     sentry_client_errors_total, and the connection closes; so is a
+//     chunk malformed past the buffer, found while the body streams (the
+//     backend got a cut body and its connection is dropped). An h2 body's
+//     read errors other than timeouts are the stream reset or closed
+//     (client gone).
+//   - Streaming: the rest of a body larger than the buffer (the buffered
+//     part is sent first, on a copy of the request, since fasthttp owns
+//     the body stream), and every body of an app with request_buffering:
+//     off, stream to the backend as they arrive, holding its connection
+//     meanwhile. Response bodies over 64
 //     KiB, or chunked, stream from backend to client. Memory per request
 //     is bounded by the buffers, so a 1 GB upload or download passes with
 //     flat memory (tested).
@@ -297,14 +319,19 @@
 //     no backend (499 in the logs). A request decided at once costs no
 //     watcher and no allocation.
 //   - A body that sentry does not relay (rejection, unknown host, backend
-//     failure) streams, so only a prefix of it has been read: the
-//     connection is closed after such a response, never reused.
+//     failure) and that still streams (not buffered, or larger than the
+//     buffer) has been read only in part: the connection is closed after
+//     such a response, never reused. A body buffered whole was read to
+//     its end, so the connection stays, as on the loops.
 //
 // HTTP/2 limits: server.max_conns caps TLS connections in their handshake
 // or serving h2 (refused at accept, counted as too_many_conns), separately
 // from the HTTP/1.1 connections fasthttp counts; each h2 stream gets
 // server.body_timeout to read its body (buffered as on HTTP/1.1; no
-// body_min_rate, flow control is x/net's) and server.write_timeout as an
+// body_min_rate, flow control is x/net's). An app's max_body_bytes is
+// applied before an h2 body is read, as on HTTP/1.1: a content-length over
+// it is 413, and a body without content-length is 411 as a chunked
+// HTTP/1.1 one is (TestH2BodyFramingBeforeRead) and server.write_timeout as an
 // idle timeout to write its response; 128 concurrent streams per
 // connection, as nginx. Rapid reset, paced or back to back (h2guard.go):
 // a stream reset before dispatch is never sent to a backend; each

@@ -75,6 +75,10 @@ var rigConfigs = map[string]func(ctl **fakeControl) (Options, func(*policy.Snaps
 			a.MaxBodyBytes = 100
 		}
 	},
+	// request_buffer of 16 bytes: larger bodies stream after them.
+	"smallbuf": func(**fakeControl) (Options, func(*policy.Snapshot, *policy.App)) {
+		return Options{}, func(s *policy.Snapshot, _ *policy.App) { s.Server.RequestBuffer = 16 }
+	},
 	// gold (X-Class: gold) is admitted, everything else rejected; timing
 	// entries of Server-Timing are stripped.
 	"controlled": func(ctl **fakeControl) (Options, func(*policy.Snapshot, *policy.App)) {
@@ -361,6 +365,45 @@ func requestTable() []tableCase {
 					t.Errorf("backend framing CL=%q TE=%q body %q", q.header.Get("Content-Length"), q.header.Get("Transfer-Encoding"), q.body)
 				}
 			}},
+		// Trailers of a chunked body arrive after the header policy ran:
+		// they are dropped, never forwarded as headers (nginx does not
+		// forward request trailers either).
+		{name: "chunked trailers dropped", cfg: "plain", status: 200, reached: true,
+			raw: "POST {p} HTTP/1.1\r\nHost: example.com\r\nX-Keep: yes\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n" +
+				"X_Forwarded_For: 6.6.6.6\r\nX_Request_Id: forged\r\nUpgrade: h2c\r\nX-Forwarded-Host: evil.example\r\nX-Request-Id: forged\r\nX-Keep: evil\r\nX-Trail: t\r\nX-Keep: evil2\r\n\r\n",
+			check: func(t *testing.T, q *beReq, resp *http.Response, _ string) {
+				fwdPlainCheck(t, q, resp)
+				wantAbsent(t, q, "Upgrade", "X-Trail", "Sentry Trailer Mark")
+				if vs := q.header["X-Keep"]; len(vs) != 1 || vs[0] != "yes" {
+					t.Errorf("backend X-Keep = %q, want the head's [yes] only", vs)
+				}
+				if q.header.Get("Content-Length") != "5" || string(q.body) != "hello" {
+					t.Errorf("backend framing CL=%q body %q", q.header.Get("Content-Length"), q.body)
+				}
+			}},
+		{name: "trusted: trailer X-Forwarded-For does not join the chain", cfg: "trusted", status: 200, reached: true,
+			raw: "POST {p} HTTP/1.1\r\nHost: example.com\r\nX-Forwarded-For: 203.0.113.9\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n" +
+				"X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\n\r\n",
+			check: func(t *testing.T, q *beReq, resp *http.Response, _ string) {
+				wantForwarding(t, q, resp, "203.0.113.9, 127.0.0.1", "http", "example.com", "")
+			}},
+		{name: "streamed chunked body: trailers not forwarded", cfg: "smallbuf", status: 200, reached: true,
+			raw: "POST {p} HTTP/1.1\r\nHost: example.com\r\nTransfer-Encoding: chunked\r\n\r\n14\r\n01234567890123456789\r\n14\r\nabcdefghijabcdefghij\r\n0\r\n" +
+				"X_Forwarded_For: 6.6.6.6\r\nUpgrade: h2c\r\nX-Forwarded-Host: evil.example\r\nX-Trail: t\r\n\r\n",
+			check: func(t *testing.T, q *beReq, resp *http.Response, _ string) {
+				fwdPlainCheck(t, q, resp)
+				wantAbsent(t, q, "Upgrade", "X-Trail", "Sentry Trailer Mark")
+				if len(q.trailer) != 0 {
+					t.Errorf("backend received trailers %q", q.trailer)
+				}
+				if q.header.Get("Transfer-Encoding") != "chunked" || string(q.body) != "01234567890123456789abcdefghijabcdefghij" {
+					t.Errorf("backend framing TE=%q body %q", q.header.Get("Transfer-Encoding"), q.body)
+				}
+			}},
+		{name: "malformed chunk past the buffer", cfg: "smallbuf", status: 400, closes: true,
+			raw: "POST {p} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n14\r\n01234567890123456789\r\nzz\r\nhello\r\n0\r\n\r\n"},
+		{name: "malformed chunked body", cfg: "plain", status: 400, closes: true,
+			raw: "POST {p} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"},
 		{name: "header too large", cfg: "limits", status: 431, closes: true,
 			raw: "GET {p} HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 8000) + "\r\n\r\n"},
 		{name: "body over max_body_bytes", cfg: "limits", status: 413, closes: true,
@@ -376,6 +419,12 @@ func requestTable() []tableCase {
 					t.Errorf("rejection: %v %q", resp.Header, body)
 				}
 			}},
+		// A rejected request whose body was read whole keeps its
+		// connection, on both engines.
+		{name: "rejected POST with a buffered body keeps the connection", cfg: "controlled", status: 503,
+			raw: "POST {p} HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"},
+		{name: "rejected chunked POST keeps the connection", cfg: "controlled", status: 503,
+			raw: "POST {p} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
 		{name: "HEAD rejection has no body", cfg: "controlled", status: 503,
 			raw: "HEAD {p} HTTP/1.1\r\nHost: x\r\n\r\n",
 			check: func(t *testing.T, _ *beReq, resp *http.Response, body string) {

@@ -168,6 +168,7 @@ type beReq struct {
 	method, target string
 	header         textproto.MIMEHeader
 	body           []byte
+	trailer        []string // a chunked body's trailer lines
 }
 
 func readBeReq(br *bufio.Reader) (*beReq, error) {
@@ -198,6 +199,7 @@ func readBeReq(br *bufio.Reader) (*beReq, error) {
 			if l == "" {
 				break
 			}
+			r.trailer = append(r.trailer, l)
 		}
 	case hdr.Get("Content-Length") != "":
 		n, err := strconv.Atoi(hdr.Get("Content-Length"))

@@ -93,7 +93,19 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	default:
 		ready := start
 		var body *bodyBuf
-		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+		if lim := a.cfg.MaxBodyBytes; lim > 0 && hasBody && (r.ContentLength > lim || r.ContentLength < 0) {
+			// As HTTP/1.1's checkFraming: refused before anything of the
+			// body is read; a body without content-length is refused like
+			// a chunked one (411), though buffering would learn its size.
+			o = outBodyTooLarge
+			if r.ContentLength < 0 {
+				o = outLengthRequired
+			}
+			p.writeError(&ctx, a, o)
+			break
+		}
+		if hasBody {
 			if fe.bodyTimeout > 0 {
 				_ = rc.SetReadDeadline(time.Now().Add(fe.bodyTimeout))
 			}
@@ -154,17 +166,31 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 // h2Body reads an h2 request body into sentry as the HTTP/1.1 path does
 // (server.request_buffer, request_buffer_total; body_timeout is the
 // stream's read deadline; body_min_rate is not applied to h2 streams,
-// whose flow control is x/net's). A body that is not buffered streams.
+// whose flow control is x/net's). A body larger than the buffer has its
+// first request_buffer bytes read, then streams; with buffering off it
+// streams from the start. Trailers (r.Trailer) are never copied.
 func (fe *frontend) h2Body(a *app, r *http.Request, req *fasthttp.Request, bb *bodyBuf) outcome {
 	cl, lim := r.ContentLength, fe.body.buffer
-	if lim <= 0 || a.cfg.RequestBufferingOff || cl > lim {
+	if lim <= 0 || a.cfg.RequestBufferingOff {
 		bb.client, bb.cl, bb.streamed = &clientBody{r: r.Body}, int(cl), true
 		return outRelayed
 	}
-	b, eof, o := fe.p.fillBody(r.Body, cl, lim, bb)
+	want := cl
+	switch {
+	case cl < 0:
+		want = lim + 1
+	case cl > lim:
+		want = lim // the first request_buffer bytes, then the rest streams
+	}
+	b, eof, o := fe.p.fillBody(r.Body, want, bb, false)
 	switch {
 	case o != outRelayed:
 		return o
+	case cl > lim:
+		if int64(len(b)) != lim {
+			return outClientGone
+		}
+		bb.client, bb.cl, bb.streamed = &clientBody{r: io.MultiReader(bytesReader(b), r.Body)}, int(cl), true
 	case cl >= 0 && int64(len(b)) != cl:
 		return outClientGone
 	case cl >= 0 || eof:

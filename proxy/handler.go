@@ -108,11 +108,13 @@ func (rt *route) lookup(host []byte) *app {
 }
 
 // closeIfBodyUnread closes the connection after a response sentry made
-// itself when the request had a body: the body streams, so fasthttp has
-// read at most a prefix of it, and the rest would otherwise be parsed as
-// the next request on this connection (a request-smuggling desync).
+// itself when the request's body streams: fasthttp has read at most a
+// prefix of it, and the rest would otherwise be parsed as the next request
+// on this connection (a request-smuggling desync). A body buffered whole
+// (no longer a stream) was read to its end: the connection stays, as on
+// the event loops.
 func closeIfBodyUnread(ctx *fasthttp.RequestCtx, o outcome) {
-	if o == outRelayed {
+	if o == outRelayed || !ctx.Request.IsBodyStream() {
 		return
 	}
 	if cl := ctx.Request.Header.ContentLength(); cl != 0 && cl != -2 {
@@ -182,10 +184,11 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	// (server.request_buffer), under body_timeout and body_min_rate, so
 	// the request is classified, admitted and counted in flight only once
 	// it is ready: a slow client costs memory, never a backend connection.
-	// Requests without a body skip all of this.
+	// Requests without a body (Content-Length: 0 included) skip all of
+	// this.
 	ready := start
 	var body *bodyBuf
-	if ctx.Request.IsBodyStream() {
+	if cl := h.ContentLength(); ctx.Request.IsBodyStream() && cl != 0 && cl != -2 {
 		var bb bodyBuf
 		body = &bb
 		if o := p.checkFraming(a, ctx); o != outRelayed {
@@ -205,6 +208,12 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 			} else {
 				p.writeError(ctx, a, o)
 				ctx.SetConnectionClose()
+				if o == outBadRequest {
+					// A malformed chunked body: counted as a request
+					// fasthttp could not parse, like a refused head.
+					p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+					return
+				}
 			}
 			a.m.observe(o, ctx.Response.StatusCode(), nil, start)
 			if rt.access {
@@ -220,6 +229,10 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	}
 	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), ready, nil, upgrade, clientClose || f.close, body)
 	closeIfBodyUnread(ctx, o)
+	if o == outBadRequest {
+		// A chunk malformed past the buffer, found while it streamed.
+		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+	}
 	a.m.observe(o, ctx.Response.StatusCode(), b, start)
 	if rt.access {
 		p.logAccess(a, ctx, o, b, start)
