@@ -104,11 +104,11 @@ func (p *fakePending) Cancel() {
 	p.f.mu.Unlock()
 }
 
-func (f *fakeControl) Observe(class int, key, st []byte, measured time.Duration, inService int, s, latency time.Duration, now time.Time) {
+func (f *fakeControl) Done(t *admission.Ticket, r admission.Result) {
 	f.mu.Lock()
-	f.observed = append(f.observed, observation{class, string(key), string(st), s})
-	f.measured = append(f.measured, measured)
-	f.inService = append(f.inService, inService)
+	f.observed = append(f.observed, observation{t.Class, string(t.Key), string(r.ServerTiming), t.S})
+	f.measured = append(f.measured, r.Measured)
+	f.inService = append(f.inService, r.InService)
 	f.mu.Unlock()
 }
 func (f *fakeControl) StripServerTiming() bool { return f.strip }

@@ -300,6 +300,7 @@ type exch struct {
 	s         time.Duration
 	inService int
 	key       []byte
+	tk        admission.Ticket // told the outcome (Controller.Done)
 	id        []byte
 	attempts  int
 	dialFails int
@@ -1340,7 +1341,8 @@ func (l *evloop) startResponse(c *cconn, bc *bconn, data []byte) {
 	ctl := a.ctl
 	st := rh.findKind(data, hServerTiming)
 	if ctl != nil {
-		ctl.Observe(ex.class, ex.key, st, now.Sub(ex.dispatch), ex.inService, ex.s, now.Sub(ex.start), now)
+		ex.tk = admission.Ticket{Class: ex.class, Key: ex.key, S: ex.s, Arrival: ex.start}
+		ctl.Done(&ex.tk, admission.Result{ServerTiming: st, Measured: now.Sub(ex.dispatch), InService: ex.inService, End: now})
 	}
 	strip := ctl != nil && ctl.StripServerTiming()
 

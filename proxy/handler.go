@@ -20,6 +20,7 @@ import (
 // does not allocate.
 type exchange struct {
 	ar    admission.Request
+	tk    admission.Ticket // told the outcome of a relayed request (Controller.Done)
 	ctx   *fasthttp.RequestCtx
 	buf   []byte     // forwarding headers and the request ID
 	chain []byte     // a trusted proxy's X-Forwarded-For lines, merged
@@ -362,7 +363,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 
 	x := exchangePool.Get().(*exchange)
 	x.ctx = ctx
-	defer func() { x.ctx, x.in = nil, trustedFwd{}; exchangePool.Put(x) }()
+	defer func() { x.ctx, x.in, x.tk = nil, trustedFwd{}, admission.Ticket{}; exchangePool.Put(x) }()
 
 	// From a trusted proxy, its X-Forwarded-For lines are one list (RFC
 	// 9110 §5.3).
@@ -509,7 +510,8 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		if body != nil && body.streamed {
 			measured, busy = 0, 0
 		}
-		ctl.Observe(x.ar.Class, key, st, measured, busy, x.ar.S, now.Sub(start), now)
+		x.tk = admission.Ticket{Class: x.ar.Class, Key: key, S: x.ar.S, Arrival: start}
+		ctl.Done(&x.tk, admission.Result{ServerTiming: st, Measured: measured, InService: busy, End: now})
 		if len(st) > 0 && ctl.StripServerTiming() {
 			x.st = estimator.StripServerTiming(x.st[:0], st)
 			if len(x.st) == 0 {
