@@ -320,7 +320,9 @@
 //
 // Connect failure 502 (retried on another backend first, since nothing was
 // sent; an idempotent request whose connection broke before any response
-// is retried too, like nginx's default proxy_next_upstream error), response timeout 504, other backend failures 502, backend
+// is retried too, like nginx's default proxy_next_upstream error; both
+// engines ask the one retry policy, tryAgain in retry.go, with one budget
+// of maxAttempts attempts per request), response timeout 504, other backend failures 502, backend
 // connection cap 503 + Retry-After, no healthy backend 503 (the prebuilt
 // rejection), admission rejection 503 or 429 + Retry-After, malformed 400,
 // head too large 431, body too large 413, slow head 408, unknown Host 404,

@@ -302,8 +302,7 @@ type exch struct {
 	key       []byte
 	tk        admission.Ticket // told the outcome (Controller.Done)
 	id        []byte
-	attempts  int
-	dialFails int
+	attempts  int // attempts to relay so far, the current one included (tryAgain)
 	deadline  int64
 	activeIdx int
 	// pend is the admission ticket of an exchange parked for its batch
@@ -903,7 +902,7 @@ func (l *evloop) relay(c *cconn, b []byte, h *rawHead) {
 	r = append(r, "\r\n"...)
 	r = append(r, b[h.n:ex.total]...)
 	ex.req = r
-	ex.attempts, ex.dialFails = 0, 0
+	ex.attempts = 0
 	l.dispatch(c, nil)
 }
 
@@ -983,6 +982,7 @@ func (l *evloop) dispatch(c *cconn, last *upstream) {
 			return
 		}
 		u := bk.Attachment.(*upstream)
+		ex.attempts++
 		ex.lbb, ex.u, ex.released = bk, u, false
 		ex.inService = int(bk.Inflight())
 		bc, err := l.backendConn(u, ex.a)
@@ -1150,7 +1150,7 @@ func (l *evloop) send(bc *bconn) {
 			continue
 		}
 		if m <= 0 {
-			l.backendBroke(bc)
+			l.backendBroke(bc, failBroken)
 			return
 		}
 		ex.sent += m
@@ -1203,25 +1203,26 @@ func (l *evloop) dialFailed(bc *bconn) {
 }
 
 // connectFailed ejects the backend a connect to failed (unambiguous, as on
-// the fasthttp path) and answers 502 after maxDialAttempts; true means try
-// another backend.
+// the fasthttp path) and answers 502 when the retry policy (tryAgain) says
+// so; true means try another backend.
 func (l *evloop) connectFailed(c *cconn) bool {
 	ex := &c.ex
 	ex.a.pool.Eject(ex.lbb)
 	ex.released = true
-	ex.dialFails++
 	if p := l.ff.fe.p; p.log.IsDebug() {
 		p.log.Debug("relay failed", "app", ex.a.name, "backend", ex.u.addr, "error", "connect failed")
 	}
-	if ex.dialFails >= maxDialAttempts {
+	if !tryAgain(failConnect, ex.idem, ex.attempts, false) {
 		l.respond(c, ex.a, outBackendFailed, admission.Decision{})
 		return false
 	}
 	return true
 }
 
-// backendBroke: the connection failed while sending or before the head.
-func (l *evloop) backendBroke(bc *bconn) {
+// backendBroke: the connection failed while sending or before the head,
+// in the way f says (failBroken, or failNoRetry for a response that cannot
+// be relayed).
+func (l *evloop) backendBroke(bc *bconn, f failure) {
 	c := bc.c
 	ex := &c.ex
 	if ex.headSent {
@@ -1233,11 +1234,10 @@ func (l *evloop) backendBroke(bc *bconn) {
 	reused := bc.reused
 	l.closeBackend(bc)
 	ex.b = nil
-	if !ex.gotBytes && ex.idem && ex.attempts < maxDialAttempts-1 {
-		// Like nginx's proxy_next_upstream error: nothing came back, and
-		// the request may be sent twice. A stale keep-alive connection
-		// (reused) is not the backend's fault.
-		ex.attempts++
+	if tryAgain(f, ex.idem, ex.attempts, ex.gotBytes) {
+		// The loop holds the body whole, so an idempotent request is
+		// replayable. A stale keep-alive connection (reused) is not the
+		// backend's fault.
 		if !reused {
 			l.release(ex, false)
 		} else {
@@ -1261,7 +1261,7 @@ func (l *evloop) readBackend(bc *bconn) {
 	c := bc.c
 	ex := &c.ex
 	if bc.n == len(bc.in) {
-		l.backendBroke(bc) // a head larger than the buffer
+		l.backendBroke(bc, failNoRetry) // a head larger than the buffer
 		return
 	}
 	m, err := rawRead(bc.fd, bc.in[bc.n:])
@@ -1271,7 +1271,7 @@ func (l *evloop) readBackend(bc *bconn) {
 	if m <= 0 {
 		switch {
 		case !ex.headSent:
-			l.backendBroke(bc)
+			l.backendBroke(bc, failBroken)
 		case ex.mode == bodyClose:
 			ex.bkClose = true
 			l.finish(c)
@@ -1290,14 +1290,12 @@ func (l *evloop) readBackend(bc *bconn) {
 			case headIncomplete:
 				return
 			case headUnsure:
-				ex.attempts = maxDialAttempts // a broken response is not retried
-				l.backendBroke(bc)
+				l.backendBroke(bc, failNoRetry) // a broken response is not retried
 				return
 			}
 			if st := l.rh.status; st >= 100 && st < 200 {
 				if st == 101 {
-					ex.attempts = maxDialAttempts
-					l.backendBroke(bc)
+					l.backendBroke(bc, failNoRetry)
 					return
 				}
 				// 100 Continue, 103 Early Hints: dropped, as fasthttp does.
@@ -1324,8 +1322,7 @@ func (l *evloop) startResponse(c *cconn, bc *bconn, data []byte) {
 		ex.mode = bodyNone
 	case rh.chunked:
 		if rh.teOther {
-			ex.attempts = maxDialAttempts
-			l.backendBroke(bc)
+			l.backendBroke(bc, failNoRetry)
 			return
 		}
 		ex.mode, ex.ct = bodyChunked, chunkTracker{}

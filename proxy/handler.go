@@ -2,12 +2,9 @@ package proxy
 
 import (
 	"bytes"
-	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -67,10 +64,6 @@ func awaitPending(p admission.Pending, wake chanWaker, gone <-chan struct{}) adm
 		}
 	}
 }
-
-// maxDialAttempts bounds retries after connect failures (nothing was sent,
-// so a retry on another backend is always safe).
-const maxDialAttempts = 3
 
 var (
 	hdrRetryAfter   = []byte("Retry-After")
@@ -581,7 +574,7 @@ func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response, cb
 		if p.log.IsDebug() {
 			p.log.Debug("relay failed", "app", a.name, "backend", u.addr, "error", err)
 		}
-		if attempt >= maxDialAttempts || !(isDialError(err) || retryable(req, err)) {
+		if !tryAgain(failureOf(err), replayable(req), attempt, false) {
 			return o, u, 0
 		}
 		last = u
@@ -589,19 +582,9 @@ func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response, cb
 	}
 }
 
-// retryable reports whether a failed exchange may be sent to another
-// backend although the connection was up: like nginx's default
-// proxy_next_upstream "error", an idempotent request whose body was not
-// streamed, failed by the connection breaking (reset, closed, EOF) before
-// any response. Timeouts are never retried: the backend may still be
-// working on the request.
-func retryable(req *fasthttp.Request, err error) bool {
-	if req.IsBodyStream() || !idempotent(req) {
-		return false
-	}
-	return errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-}
+// replayable reports whether req may be sent twice (tryAgain): its
+// method is idempotent and its body, if any, is held whole, not streamed.
+func replayable(req *fasthttp.Request) bool { return !req.IsBodyStream() && idempotent(req) }
 
 // idempotent reports whether the request's method is idempotent (RFC 9110
 // §9.2.2), so sending it twice is harmless.
