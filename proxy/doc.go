@@ -27,6 +27,18 @@
 //	  ─> lb.Pool.Pick ─> fasthttp.HostClient.Do(&ctx.Request, &ctx.Response)
 //	  ─> done: lb.Release, metrics (atomic adds on pre-resolved series)
 //
+// The stages after routing are written once, in pipeline.go, and both
+// engines (and h2) run them in the same order: decide (app.decide:
+// classify, estimate -- which counts the arrival --, Park; the engine
+// waits its own way; app.admitted counts the verdict once), the engine's
+// healthy-backend check and forwarding plan (planForwarding), the relay
+// with the one retry policy (tryAgain, retry.go), and complete
+// (app.observe tells the admission ticket its outcome, Controller.Done
+// with an admission.Result, and says whether to strip Server-Timing;
+// Proxy.record does the metrics and the access log). An engine supplies
+// only a view of the request (classify.Request), its peer address, a
+// Waker, and its own header writing.
+//
 // # Engine decision
 //
 // The reference figures (2 cores shared by wrk -t2 -c64, proxy and

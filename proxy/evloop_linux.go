@@ -296,11 +296,8 @@ type exch struct {
 	head      bool // HEAD request
 	start     time.Time
 	dispatch  time.Time
-	class     int
-	s         time.Duration
 	inService int
-	key       []byte
-	tk        admission.Ticket // told the outcome (Controller.Done)
+	t         ticket // the request's admission (pipeline.go)
 	id        []byte
 	attempts  int // attempts to relay so far, the current one included (tryAgain)
 	deadline  int64
@@ -366,8 +363,7 @@ type evloop struct {
 	xff       []byte     // a trusted proxy's X-Forwarded-For lines, merged
 	in        trustedFwd // what a trusted proxy sent (planForwarding)
 	fwd       []byte     // the forwarding header values (planForwarding)
-	ar        admission.Request
-	yieldAt   int64 // next runtime.Gosched
+	yieldAt   int64      // next runtime.Gosched
 
 	unlistened   bool  // the listening socket is out of this loop's epoll set
 	acceptPaused int64 // accepts paused until (EMFILE and the like)
@@ -795,33 +791,17 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	ex.head = string(h.method.of(b)) == fasthttp.MethodHead // methods are case-sensitive
 	ex.idem = idempotentMethod(h.method.of(b))
 	client := l.forwarded(c, a, b, h)
-	ctl := a.ctl
-	ex.class, ex.s = 0, 0
-	if ctl != nil {
-		l.view = rawView{b: b, h: h}
-		var key []byte
-		ex.class, key = ctl.Classify(&l.view, client)
-		ex.key = append(ex.key[:0], key...)
-		ar := &l.ar // a loop field: passed to an interface, a local would escape
-		*ar = admission.Request{Class: ex.class, Key: ex.key}
-		ar.S, ar.Bucket = ctl.Estimate(ex.class, ex.key, l.now)
-		ex.s = ar.S
-		if !a.off {
-			d, pend, decided := ctl.Park(ar, l)
-			c.busy = true
-			l.ff.served.Add(1)
-			if !decided {
-				l.park(c, pend)
-				return true
-			}
-			l.admitted(c, d, b, h)
-			return true
-		}
-		a.decision(ex.class, admission.Admit)
-	}
+	// The decide step (pipeline.go). This engine must not block: a
+	// request whose decision is not made at once parks as an exchange.
+	l.view = rawView{b: b, h: h}
+	d, pend, decided := a.decide(&ex.t, &l.view, client, l.now, nil, true, l)
 	c.busy = true
 	l.ff.served.Add(1)
-	l.relay(c, b, h)
+	if !decided {
+		l.park(c, pend)
+		return true
+	}
+	l.admitted(c, d, b, h)
 	return true
 }
 
@@ -831,7 +811,7 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 func (l *evloop) forwarded(c *cconn, a *app, b []byte, h *rawHead) netip.Addr {
 	in := &l.in
 	*in = trustedFwd{}
-	if !a.trusted || !trusted(a.cfg.TrustedProxies, c.peer) {
+	if !a.trustedPeer(c.peer) {
 		return c.peer
 	}
 	chain := l.xff[:0]
@@ -847,15 +827,16 @@ func (l *evloop) forwarded(c *cconn, a *app, b []byte, h *rawHead) netip.Addr {
 		}
 	}
 	l.xff = chain
-	return clientFromXFF(a.cfg.TrustedProxies, c.peer, in.xff)
+	return a.clientAddr(c.peer, in.xff)
 }
 
 // admitted acts on the admission decision d of c's exchange (busy, parsed
 // as h from b, l.in filled by forwarded): relay or reject.
 func (l *evloop) admitted(c *cconn, d admission.Decision, b []byte, h *rawHead) {
 	a := c.ex.a
-	a.decision(c.ex.class, d.Verdict)
-	if d.Verdict != admission.Admit {
+	if a.admitted(&c.ex.t, d) != outRelayed {
+		// Rejected (a parked exchange whose client went was aborted,
+		// never resumed).
 		l.respond(c, a, outRejected, d)
 		return
 	}
@@ -1335,13 +1316,9 @@ func (l *evloop) startResponse(c *cconn, bc *bconn, data []byte) {
 	ex.bkClose = rh.connClose || rh.minor == 0 && !rh.connKeepAlive
 	now := time.Now()
 	l.release(ex, true)
-	ctl := a.ctl
+	// The complete step (pipeline.go): the ticket is told the outcome.
 	st := rh.findKind(data, hServerTiming)
-	if ctl != nil {
-		ex.tk = admission.Ticket{Class: ex.class, Key: ex.key, S: ex.s, Arrival: ex.start}
-		ctl.Done(&ex.tk, admission.Result{ServerTiming: st, Measured: now.Sub(ex.dispatch), InService: ex.inService, End: now})
-	}
-	strip := ctl != nil && ctl.StripServerTiming()
+	strip := a.observe(&ex.t, admission.Result{ServerTiming: st, Measured: now.Sub(ex.dispatch), InService: ex.inService, End: now})
 
 	out := c.out[:0]
 	out = append(out, "HTTP/1.1"...)
@@ -1530,7 +1507,7 @@ func (l *evloop) abort(c *cconn, o outcome) {
 		pend := ex.pend
 		l.unpark(c)
 		pend.Cancel()
-		ex.a.decision(ex.class, admission.RejectGone)
+		ex.a.admitted(&ex.t, admission.Decision{Verdict: admission.RejectGone})
 	}
 	if bc := ex.b; bc != nil {
 		ex.b, bc.c = nil, nil
@@ -1562,11 +1539,13 @@ func (l *evloop) done(c *cconn, o outcome, status int) {
 		l.active = l.active[:len(l.active)-1]
 	}
 	ex.activeIdx = -1
-	a := ex.a
-	a.m.observe(o, status, ex.u, ex.start)
-	if l.ff.fe.route.Load().access {
-		l.logAccess(c, o, status)
+	// The complete step's last part (pipeline.go): metrics, access log.
+	a, access := ex.a, l.ff.fe.route.Load().access
+	var method, uri []byte
+	if access {
+		method, uri = l.requestLine(c)
 	}
+	l.ff.fe.p.record(a, access, o, status, ex.u, ex.start, method, uri, ex.id)
 	ex.lbb, ex.u, ex.a = nil, nil, nil
 	c.busy = false
 	c.lastNs = l.nowNs
@@ -1579,9 +1558,10 @@ func (l *evloop) done(c *cconn, o outcome, status int) {
 	}
 }
 
-func (l *evloop) logAccess(c *cconn, o outcome, status int) {
+// requestLine returns the method and target of c's exchange, for the
+// access log.
+func (l *evloop) requestLine(c *cconn) (method, uri []byte) {
 	ex := &c.ex
-	var method, uri []byte
 	if c.in != nil && ex.total <= c.n {
 		line := c.in[:ex.total]
 		if i := bytes.IndexByte(line, ' '); i > 0 {
@@ -1592,7 +1572,7 @@ func (l *evloop) logAccess(c *cconn, o outcome, status int) {
 			}
 		}
 	}
-	l.ff.fe.p.accessLine(ex.a, method, uri, status, ex.u, ex.start, ex.id, o)
+	return method, uri
 }
 
 // respond writes a response sentry makes itself (rejection or error) and

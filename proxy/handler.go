@@ -16,8 +16,7 @@ import (
 // exchange is the per-request scratch space, pooled so the request path
 // does not allocate.
 type exchange struct {
-	ar    admission.Request
-	tk    admission.Ticket // told the outcome of a relayed request (Controller.Done)
+	t     ticket // the request's admission (pipeline.go)
 	ctx   *fasthttp.RequestCtx
 	buf   []byte     // forwarding headers and the request ID
 	chain []byte     // a trusted proxy's X-Forwarded-For lines, merged
@@ -183,10 +182,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		var bb bodyBuf
 		body = &bb
 		if o := p.checkFraming(a, ctx); o != outRelayed {
-			a.m.observe(o, ctx.Response.StatusCode(), nil, start)
-			if rt.access {
-				p.logAccess(a, ctx, o, nil, start)
-			}
+			p.recordCtx(a, rt.access, ctx, o, nil, start)
 			return
 		}
 		o, used := fe.readBody(ctx, a, body)
@@ -200,10 +196,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 				p.writeError(ctx, a, o)
 				ctx.SetConnectionClose()
 			}
-			a.m.observe(o, ctx.Response.StatusCode(), nil, start)
-			if rt.access {
-				p.logAccess(a, ctx, o, nil, start)
-			}
+			p.recordCtx(a, rt.access, ctx, o, nil, start)
 			return
 		}
 		body.streamed = !used || body.client != nil
@@ -214,10 +207,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	}
 	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), ready, nil, upgrade, clientClose || f.close, body)
 	closeIfBodyUnread(ctx, o)
-	a.m.observe(o, ctx.Response.StatusCode(), b, start)
-	if rt.access {
-		p.logAccess(a, ctx, o, b, start)
-	}
+	p.recordCtx(a, rt.access, ctx, o, b, start)
 }
 
 // checkTarget checks the request line. CONNECT is refused (405: sentry is
@@ -356,64 +346,57 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 
 	x := exchangePool.Get().(*exchange)
 	x.ctx = ctx
-	defer func() { x.ctx, x.in, x.tk = nil, trustedFwd{}, admission.Ticket{}; exchangePool.Put(x) }()
+	defer func() {
+		x.ctx, x.in, x.t.Ticket, x.t.req = nil, trustedFwd{}, admission.Ticket{}, admission.Request{}
+		exchangePool.Put(x)
+	}()
 
 	// From a trusted proxy, its X-Forwarded-For lines are one list (RFC
 	// 9110 §5.3).
-	isTrusted := a.trusted && trusted(a.cfg.TrustedProxies, peer)
+	isTrusted := a.trustedPeer(peer)
 	client := peer
 	x.in, x.chain = trustedFwd{}, x.chain[:0]
 	if isTrusted {
 		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedFor) {
 			x.chain = x.in.add(hXFF, v, x.chain)
 		}
-		client = clientFromXFF(a.cfg.TrustedProxies, peer, x.in.xff)
+		client = a.clientAddr(peer, x.in.xff)
 	}
 
-	// Classify, estimate, admit (proxy/doc.go: the request path).
-	ctl := a.ctl
-	var key []byte
-	x.ar = admission.Request{Gone: gone}
-	if ctl != nil {
-		x.ar.Class, key = ctl.Classify(x, client)
-		x.ar.S, x.ar.Bucket = ctl.Estimate(x.ar.Class, key, start)
-		x.ar.Key = key
-		if !a.off {
-			d, pend, decided := ctl.Park(&x.ar, x.wake)
-			if !decided {
-				// The request waits in a batch queue: it leaves the
-				// queue when its client hangs up.
-				g := gone
-				var unwatch func()
-				if g == nil {
-					if ch, stop, ok := watchGone(ctx.Conn()); ok {
-						g, unwatch = ch, stop
-					}
-				}
-				d = awaitPending(pend, x.wake, g)
-				if unwatch != nil {
-					unwatch()
-				}
+	// The decide step (pipeline.go): classify, estimate, admit. This
+	// engine may block, so a parked request waits here; it leaves its
+	// batch queue when its client hangs up.
+	d, pend, decided := a.decide(&x.t, x, client, start, gone, false, x.wake)
+	if !decided {
+		g := gone
+		var unwatch func()
+		if g == nil {
+			if ch, stop, ok := watchGone(ctx.Conn()); ok {
+				g, unwatch = ch, stop
 			}
-			a.decision(x.ar.Class, d.Verdict)
-			// A client that left while waiting gets no answer, and no
-			// backend is spent on it.
-			if d.Verdict == admission.RejectGone ||
-				d.Verdict == admission.Admit && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
-				// Close without writing a response; 499 is for the
-				// metrics and the access log only.
-				ctx.Response.SetStatusCode(statusOf(outClientGone))
-				ctx.HijackSetNoResponse(true)
-				ctx.Hijack(func(net.Conn) {})
-				return outClientGone, nil
-			}
-			if d.Verdict != admission.Admit {
-				a.writeReject(ctx, d)
-				return outRejected, nil
-			}
-		} else {
-			a.decision(x.ar.Class, admission.Admit)
 		}
+		d = awaitPending(pend, x.wake, g)
+		if unwatch != nil {
+			unwatch()
+		}
+	}
+	o := a.admitted(&x.t, d)
+	// A client that left while waiting gets no answer, and no backend is
+	// spent on it.
+	if o == outRelayed && a.ctl != nil && !a.off && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
+		o = outClientGone
+	}
+	switch o {
+	case outClientGone:
+		// Close without writing a response; 499 is for the metrics and
+		// the access log only.
+		ctx.Response.SetStatusCode(statusOf(outClientGone))
+		ctx.HijackSetNoResponse(true)
+		ctx.Hijack(func(net.Conn) {})
+		return outClientGone, nil
+	case outRejected:
+		a.writeReject(ctx, d)
+		return outRejected, nil
 	}
 
 	// No healthy backend: answer before spending anything on the request.
@@ -489,7 +472,9 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	}
 	dispatch := time.Now()
 	o, u, inService := p.relay(a, out, &ctx.Response, cb)
-	if o == outRelayed && ctl != nil {
+	if o == outRelayed {
+		// The complete step (pipeline.go): the ticket is told the
+		// outcome.
 		now := time.Now()
 		rh := &ctx.Response.Header
 		st := rh.PeekBytes(hdrServerTiming)
@@ -503,9 +488,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		if body != nil && body.streamed {
 			measured, busy = 0, 0
 		}
-		x.tk = admission.Ticket{Class: x.ar.Class, Key: key, S: x.ar.S, Arrival: start}
-		ctl.Done(&x.tk, admission.Result{ServerTiming: st, Measured: measured, InService: busy, End: now})
-		if len(st) > 0 && ctl.StripServerTiming() {
+		if a.observe(&x.t, admission.Result{ServerTiming: st, Measured: measured, InService: busy, End: now}) && len(st) > 0 {
 			x.st = estimator.StripServerTiming(x.st[:0], st)
 			if len(x.st) == 0 {
 				rh.DelBytes(hdrServerTiming)

@@ -185,9 +185,15 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// logAccess writes one access-log line (policy log.access).
-func (p *Proxy) logAccess(a *app, ctx *fasthttp.RequestCtx, o outcome, u *upstream, start time.Time) {
-	p.accessLine(a, ctx.Method(), ctx.RequestURI(), ctx.Response.StatusCode(), u, start, ctx.Response.Header.Peek(a.reqID), o)
+// recordCtx is record (pipeline.go, the complete step) for a request
+// fasthttp or h2 served: the status is ctx's response's, and the request
+// line and ID are read only when access is logged (policy log.access).
+func (p *Proxy) recordCtx(a *app, access bool, ctx *fasthttp.RequestCtx, o outcome, u *upstream, start time.Time) {
+	var method, uri, id []byte
+	if access {
+		method, uri, id = ctx.Method(), ctx.RequestURI(), ctx.Response.Header.Peek(a.reqID)
+	}
+	p.record(a, access, o, ctx.Response.StatusCode(), u, start, method, uri, id)
 }
 
 // accessLine writes one access-log line; both front ends call it.
