@@ -83,7 +83,11 @@
 //     access log. A client that hangs up while parked (read 0, RDHUP,
 //     error) cancels it: it leaves its queue, counted client_gone (499);
 //     closing the loop cancels what is parked. Pipelined requests behind a
-//     parked one stay buffered.
+//     parked one stay buffered. Where an exchange is -- idle, admitting,
+//     parked, connecting, sending, relaying -- is one value (exState,
+//     exstate.go, with its diagram), changed only through a transition
+//     check: an illegal transition panics in the tests and is counted in
+//     production (sentry_evloop_illegal_transitions_total).
 //   - fasthttp, for everything else. The loop hands the connection off,
 //     with the bytes it has read, to the fasthttp server of the same front
 //     end (through a 256-slot queue; when it is full the loop waits for

@@ -69,6 +69,7 @@ type fastFront struct {
 	hdr       time.Duration // server.read_header_timeout
 
 	served, handed atomic.Uint64 // requests answered by the loops; connections handed off
+	illegal        atomic.Uint64 // illegal exchange-state transitions (exstate.go)
 }
 
 // fastDisabled turns the event loop off (SENTRY_EVLOOP=0) for EngineAuto:
@@ -165,6 +166,10 @@ func (ff *fastFront) shutdown(ctx context.Context) {
 // counts returns the requests the loops answered and the connections they
 // handed off.
 func (ff *fastFront) counts() (served, handed uint64) { return ff.served.Load(), ff.handed.Load() }
+
+// illegalTransitions is the number of illegal exchange-state transitions
+// the loops made (exstate.go): a bug counted, not a crash.
+func (ff *fastFront) illegalTransitions() uint64 { return ff.illegal.Load() }
 
 // handoffListener hands connections from the loops to fasthttp.
 //
@@ -274,7 +279,6 @@ type cconn struct {
 	outAt   int64  // when out became pending (write timeout)
 	lastNs  int64
 	events  uint32 // registered epoll events
-	busy    bool   // an exchange is in progress
 	inProc  bool   // process is running on it (no recursion)
 	gotAny  bool   // a byte has arrived
 	closing bool   // close once out is written (Connection: close)
@@ -283,8 +287,12 @@ type cconn struct {
 	ex      exch
 }
 
+// busy tells whether an exchange is in progress on c (exState).
+func (c *cconn) busy() bool { return c.ex.state != exIdle }
+
 // exch is the exchange in progress on a client connection.
 type exch struct {
+	state     exState // where the exchange is (exstate.go); changed only by setState
 	a         *app
 	lbb       *lb.Backend
 	u         *upstream
@@ -307,7 +315,6 @@ type exch struct {
 	pend    admission.Pending
 	parkIdx int
 	// response
-	headSent bool
 	status   int
 	mode     uint8
 	remain   int64
@@ -331,7 +338,7 @@ type bconn struct {
 	in         []byte
 	n          int
 	c          *cconn // client being served; nil while idle
-	connecting bool
+	connecting bool   // a new connection, its connect in progress, not yet bound (bind takes it)
 	reused     bool
 	lastNs     int64
 	events     uint32
@@ -581,6 +588,20 @@ func (l *evloop) setClientEvents(c *cconn, ev uint32) {
 	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, c.fd, &unix.EpollEvent{Events: ev, Fd: int32(c.fd)})
 }
 
+// setState moves c's exchange to state to, checking the transition
+// (exstate.go): an illegal one panics under strictStates (the tests) and
+// is counted otherwise.
+func (l *evloop) setState(c *cconn, to exState) {
+	ex := &c.ex
+	if !ex.state.legal(to) {
+		l.ff.illegal.Add(1)
+		if strictStates {
+			panic("evloop: illegal exchange transition " + ex.state.String() + " -> " + to.String())
+		}
+	}
+	ex.state = to
+}
+
 // forget removes c from the loop's tables (the fd stays open).
 func (l *evloop) forget(c *cconn) {
 	l.cl[c.fd] = nil
@@ -597,7 +618,7 @@ func (l *evloop) closeClient(c *cconn) {
 	if c.fd < 0 {
 		return
 	}
-	if c.busy {
+	if c.busy() {
 		l.abort(c, outClientGone)
 	}
 	l.forget(c)
@@ -695,7 +716,7 @@ func (l *evloop) readClient(c *cconn, ev uint32) {
 	c.n += m
 	c.lastNs = l.nowNs
 	c.gotAny = true
-	if !c.busy {
+	if !c.busy() {
 		l.process(c)
 	}
 }
@@ -704,7 +725,7 @@ func (l *evloop) readClient(c *cconn, ev uint32) {
 func (l *evloop) process(c *cconn) {
 	c.inProc = true
 	defer func() { c.inProc = false }()
-	for c.fd >= 0 && !c.busy && c.linger == 0 && len(c.out) == 0 && c.n > 0 {
+	for c.fd >= 0 && !c.busy() && c.linger == 0 && len(c.out) == 0 && c.n > 0 {
 		b := c.in[:c.n]
 		if parseRequestHead(b, &l.h) != headOK || !l.serve(c, b, &l.h) {
 			if l.ff.draining.Load() {
@@ -719,7 +740,7 @@ func (l *evloop) process(c *cconn) {
 			return
 		}
 	}
-	if c.fd >= 0 && !c.busy && c.n == 0 && c.in != nil {
+	if c.fd >= 0 && !c.busy() && c.n == 0 && c.in != nil {
 		l.putBuf(c.in)
 		c.in = nil
 	}
@@ -783,7 +804,7 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	}
 	ex := &c.ex
 	ex.a, ex.total, ex.start = a, h.n+int(cl), l.now
-	ex.headSent, ex.status, ex.released, ex.lbb, ex.u, ex.b = false, 0, true, nil, nil, nil
+	ex.status, ex.released, ex.lbb, ex.u, ex.b = 0, true, nil, nil, nil
 	ex.id = ex.id[:0]
 	if l.ff.draining.Load() || h.connClose {
 		c.closing = true
@@ -795,7 +816,7 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	// request whose decision is not made at once parks as an exchange.
 	l.view = rawView{b: b, h: h}
 	d, pend, decided := a.decide(&ex.t, &l.view, client, l.now, nil, true, l)
-	c.busy = true
+	l.setState(c, exAdmitting)
 	l.ff.served.Add(1)
 	if !decided {
 		l.park(c, pend)
@@ -894,6 +915,7 @@ func (l *evloop) relay(c *cconn, b []byte, h *rawHead) {
 // counted once, by Estimate.
 func (l *evloop) park(c *cconn, pend admission.Pending) {
 	c.ex.pend = pend
+	l.setState(c, exParked)
 	c.ex.parkIdx = len(l.parked)
 	l.parked = append(l.parked, c)
 }
@@ -936,6 +958,7 @@ func (l *evloop) pollParked() {
 // the start of c.in, is parsed again and the request relayed or rejected
 // as if decided at once.
 func (l *evloop) resume(c *cconn, d admission.Decision) {
+	l.setState(c, exAdmitting)
 	b := c.in[:c.n]
 	if parseRequestHead(b, &l.h) != headOK {
 		// Cannot happen: the same bytes parsed when the request came.
@@ -1100,7 +1123,7 @@ func (l *evloop) closeBackend(bc *bconn) {
 func (l *evloop) bind(c *cconn, bc *bconn) {
 	ex := &c.ex
 	ex.b, bc.c = bc, c
-	ex.sent, ex.headSent, ex.gotBytes, ex.bkClose = 0, false, false, false
+	ex.sent, ex.gotBytes, ex.bkClose = 0, false, false
 	ex.dispatch = l.now
 	if bc.in == nil {
 		bc.in = l.getBuf()
@@ -1111,9 +1134,12 @@ func (l *evloop) bind(c *cconn, bc *bconn) {
 		l.active = append(l.active, c)
 	}
 	if bc.connecting {
+		bc.connecting = false // the exchange's state says it from here
+		l.setState(c, exConnecting)
 		ex.deadline = l.nowNs + ex.a.shared.connect.Load()
 		return
 	}
+	l.setState(c, exSending)
 	ex.deadline = l.nowNs + ex.a.shared.idle.Load()
 	l.send(bc)
 }
@@ -1146,7 +1172,7 @@ func (l *evloop) backendEvent(bc *bconn, ev uint32) {
 		l.closeBackend(bc)
 		return
 	}
-	if bc.connecting {
+	if c.ex.state == exConnecting {
 		if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) == 0 {
 			return
 		}
@@ -1154,7 +1180,7 @@ func (l *evloop) backendEvent(bc *bconn, ev uint32) {
 			l.dialFailed(bc)
 			return
 		}
-		bc.connecting = false
+		l.setState(c, exSending)
 		c.ex.deadline = l.nowNs + c.ex.a.shared.idle.Load()
 		l.send(bc)
 		return
@@ -1206,7 +1232,7 @@ func (l *evloop) connectFailed(c *cconn) bool {
 func (l *evloop) backendBroke(bc *bconn, f failure) {
 	c := bc.c
 	ex := &c.ex
-	if ex.headSent {
+	if ex.state == exRelaying {
 		// Part of the response is out: the client connection cannot
 		// carry an error response now.
 		l.abort(c, outBackendFailed)
@@ -1251,7 +1277,7 @@ func (l *evloop) readBackend(bc *bconn) {
 	}
 	if m <= 0 {
 		switch {
-		case !ex.headSent:
+		case ex.state != exRelaying:
 			l.backendBroke(bc, failBroken)
 		case ex.mode == bodyClose:
 			ex.bkClose = true
@@ -1265,7 +1291,7 @@ func (l *evloop) readBackend(bc *bconn) {
 	ex.gotBytes = true
 	ex.deadline = l.nowNs + ex.a.shared.idle.Load()
 	data := bc.in[:bc.n]
-	if !ex.headSent {
+	if ex.state != exRelaying {
 		for {
 			switch parseResponseHead(data, &l.rh) {
 			case headIncomplete:
@@ -1357,7 +1383,7 @@ func (l *evloop) startResponse(c *cconn, bc *bconn, data []byte) {
 	}
 	out = append(out, "\r\n"...)
 	c.out = out
-	ex.headSent = true
+	l.setState(c, exRelaying)
 	l.forward(c, bc, data[rh.n:])
 }
 
@@ -1444,8 +1470,8 @@ func (l *evloop) flush(c *cconn) {
 	if c.events&unix.EPOLLOUT != 0 {
 		l.setClientEvents(c, c.events&^unix.EPOLLOUT)
 	}
-	if c.busy {
-		if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.headSent && bc.events&unix.EPOLLIN == 0 {
+	if c.busy() {
+		if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.state == exRelaying && bc.events&unix.EPOLLIN == 0 {
 			l.setBackendEvents(bc, bc.events|unix.EPOLLIN|unix.EPOLLRDHUP)
 			c.ex.deadline = l.nowNs + c.ex.a.shared.idle.Load()
 		}
@@ -1457,7 +1483,7 @@ func (l *evloop) flush(c *cconn) {
 // after runs when an exchange has ended and its response is written: the
 // connection closes (Connection: close) or serves what is buffered next.
 func (l *evloop) after(c *cconn) {
-	if !c.busy && len(c.out) == 0 {
+	if !c.busy() && len(c.out) == 0 {
 		// An idle connection keeps small buffers only.
 		if cap(c.out) > 4<<10 {
 			c.out = nil
@@ -1467,7 +1493,7 @@ func (l *evloop) after(c *cconn) {
 		}
 	}
 	switch {
-	case c.fd < 0 || c.busy || len(c.out) > 0 || c.linger != 0:
+	case c.fd < 0 || c.busy() || len(c.out) > 0 || c.linger != 0:
 	case c.closing:
 		l.lingerClose(c)
 	case c.n > 0 && !c.inProc:
@@ -1500,7 +1526,7 @@ func (l *evloop) finish(c *cconn) {
 // closed unless it is the client that went away.
 func (l *evloop) abort(c *cconn, o outcome) {
 	ex := &c.ex
-	if ex.pend != nil {
+	if ex.state == exParked {
 		// Parked: the request leaves its batch queue, counted as gone
 		// (o is outClientGone: only a client close or the loop's close
 		// ends a parked exchange).
@@ -1515,7 +1541,7 @@ func (l *evloop) abort(c *cconn, o outcome) {
 	}
 	l.release(ex, o != outBackendFailed && o != outBackendTimeout)
 	st := ex.status
-	if !ex.headSent {
+	if ex.state != exRelaying {
 		st = statusOf(o)
 	}
 	if o == outClientGone {
@@ -1547,7 +1573,7 @@ func (l *evloop) done(c *cconn, o outcome, status int) {
 	}
 	l.ff.fe.p.record(a, access, o, status, ex.u, ex.start, method, uri, ex.id)
 	ex.lbb, ex.u, ex.a = nil, nil, nil
-	c.busy = false
+	l.setState(c, exIdle)
 	c.lastNs = l.nowNs
 	if c.in != nil && ex.total <= c.n {
 		c.n = copy(c.in, c.in[ex.total:c.n])
@@ -1596,7 +1622,6 @@ func (l *evloop) respond(c *cconn, a *app, o outcome, d admission.Decision) {
 	}
 	out := appendReply(c.out, r, l.httpDate(), a.reqID, id, c.closing, ex.head)
 	c.out = out
-	ex.headSent = true
 	l.done(c, o, status)
 	l.flush(c)
 }
@@ -1631,10 +1656,10 @@ func (l *evloop) sweep() {
 		// While the client has not taken what was relayed, the backend
 		// is not read, so its idle deadline waits (the write timeout
 		// covers the client); flush restarts it.
-		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.headSent && len(c.out) > 0) {
-			if ex.b.connecting {
+		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == exRelaying && len(c.out) > 0) {
+			if ex.state == exConnecting {
 				l.dialFailed(ex.b)
-			} else if !ex.headSent {
+			} else if ex.state != exRelaying {
 				l.release(ex, false)
 				l.respond(c, ex.a, outBackendTimeout, admission.Decision{})
 			} else {
@@ -1662,7 +1687,7 @@ func (l *evloop) sweep() {
 				l.closeClient(c)
 				i--
 			}
-		case c.busy:
+		case c.busy():
 		case c.outAt != 0 && l.nowNs-c.outAt > int64(l.ff.write):
 			l.closeClient(c)
 			i--
@@ -1701,7 +1726,7 @@ func (l *evloop) startDrain() {
 	l.drainSeen = true
 	l.unlisten()
 	for _, c := range l.clients {
-		if c.busy || len(c.out) > 0 {
+		if c.busy() || len(c.out) > 0 {
 			c.closing = true
 		} else if c.linger == 0 {
 			c.grace = l.nowNs + int64(idleGrace)

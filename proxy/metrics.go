@@ -148,6 +148,7 @@ var (
 	descPoolUp   = prometheus.NewDesc("sentry_backends_healthy", "Healthy backends per app (the n of the admission test).", []string{"app"}, nil)
 	descLoopReqs = prometheus.NewDesc("sentry_evloop_requests_total", "Requests answered by a listener's event loops (the rest are served by fasthttp after a hand-off).", []string{"listener"}, nil)
 	descLoopHand = prometheus.NewDesc("sentry_evloop_handoffs_total", "Connections a listener's event loops handed off to fasthttp.", []string{"listener"}, nil)
+	descLoopBad  = prometheus.NewDesc("sentry_evloop_illegal_transitions_total", "Exchange state transitions the event loops made that their state machine does not allow (a bug; should stay 0).", []string{"listener"}, nil)
 )
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -156,6 +157,7 @@ func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPoolUp
 	ch <- descLoopReqs
 	ch <- descLoopHand
+	ch <- descLoopBad
 }
 
 func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
@@ -165,6 +167,7 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 			served, handed := fe.fast.counts()
 			ch <- prometheus.MustNewConstMetric(descLoopReqs, prometheus.CounterValue, float64(served), addr)
 			ch <- prometheus.MustNewConstMetric(descLoopHand, prometheus.CounterValue, float64(handed), addr)
+			ch <- prometheus.MustNewConstMetric(descLoopBad, prometheus.CounterValue, float64(fe.fast.illegalTransitions()), addr)
 		}
 	}
 	c.p.mu.Unlock()
