@@ -6,7 +6,7 @@
 //
 // # The request path
 //
-//	listener ─> event loops (plain HTTP/1.1 on Linux; evloop_linux.go)
+//	listener ─> event loops (plain HTTP/1.1 on Linux; evloop_*_linux.go)
 //	  ├─ whole plain head in one read ─> route, classify, estimate, Park
 //	  │    ├─ decided at once ─> relay on a non-blocking backend socket
 //	  │    │    (or the prebuilt rejection)
@@ -55,7 +55,7 @@
 //
 // So sentry now has two front ends over one listener:
 //
-//   - Event loops (evloop_linux.go), one per GOMAXPROCS, each a goroutine
+//   - Event loops (evloop_*_linux.go), one per GOMAXPROCS, each a goroutine
 //     around its own epoll set (level-triggered; the listening socket is in
 //     every set with EPOLLEXCLUSIVE). A loop serves the common request
 //     entirely itself, client and backend sockets alike, with raw
@@ -211,7 +211,7 @@
 // fasthttp, whose handle does 1-3. In step 4 the values are decided once
 // (planForwarding, from what a trusted proxy sent); each engine only
 // removes the incoming copies and writes them, on raw lines
-// (evloop_linux.go) or on fasthttp's header (handler.go), and the tests
+// (evloop_*_linux.go) or on fasthttp's header (handler.go), and the tests
 // above hold the two to the same result. h2
 // (h2.go) copies a stream's headers leaving out what the table says
 // (hop-by-hop names, host: ":authority" wins, underscore spellings),

@@ -71,3 +71,20 @@ func failureOf(err error) failure {
 	}
 	return failNoRetry
 }
+
+// replayable reports whether req may be sent twice (tryAgain): its
+// method is idempotent and its body, if any, is held whole, not streamed.
+func replayable(req *fasthttp.Request) bool { return !req.IsBodyStream() && idempotent(req) }
+
+// idempotent reports whether the request's method is idempotent (RFC 9110
+// §9.2.2), so sending it twice is harmless.
+func idempotent(req *fasthttp.Request) bool { return idempotentMethod(req.Header.Method()) }
+
+// idempotentMethod is idempotent for a method name (both front ends).
+func idempotentMethod(m []byte) bool {
+	switch string(m) {
+	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace, fasthttp.MethodPut, fasthttp.MethodDelete:
+		return true
+	}
+	return false
+}
