@@ -78,37 +78,16 @@ func (l *evloop) backendConn(u *upstream, a *app) (*bconn, error) {
 	if err != nil {
 		return nil, err
 	}
-	// connect(2) through x/sys writes into the Sockaddr it is given, so
-	// each call gets its own copy (loops share the upstream's).
-	fam := unix.AF_INET
-	switch sa := addr.(type) {
-	case *unix.SockaddrInet4:
-		c := *sa
-		addr = &c
-	case *unix.SockaddrInet6:
-		fam = unix.AF_INET6
-		c := *sa
-		addr = &c
-	}
-	fd, err := unix.Socket(fam, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	fd, connecting, err := l.sys.Dial(addr)
 	if err != nil {
 		return nil, err
 	}
-	connecting := false
-	if err := unix.Connect(fd, addr); err != nil {
-		if err != unix.EINPROGRESS && err != unix.EINTR {
-			unix.Close(fd)
-			return nil, err
-		}
-		connecting = true
-	}
-	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	bc := &bconn{fd: fd, u: u, connecting: connecting, events: unix.EPOLLIN | unix.EPOLLRDHUP}
 	if connecting {
 		bc.events |= unix.EPOLLOUT
 	}
-	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: bc.events, Fd: int32(fd)}); err != nil {
-		unix.Close(fd)
+	if err := l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, bc.events, int32(fd)); err != nil {
+		l.sys.Close(fd)
 		return nil, err
 	}
 	u.loopConns.Add(1)
@@ -151,7 +130,7 @@ func (l *evloop) setBackendEvents(bc *bconn, ev uint32) {
 		return
 	}
 	bc.events = ev
-	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, bc.fd, &unix.EpollEvent{Events: ev, Fd: int32(bc.fd)})
+	_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, bc.fd, ev, int32(bc.fd))
 }
 
 func (l *evloop) closeBackend(bc *bconn) {
@@ -159,7 +138,7 @@ func (l *evloop) closeBackend(bc *bconn) {
 		return
 	}
 	l.bk[bc.fd] = nil
-	unix.Close(bc.fd)
+	l.sys.Close(bc.fd)
 	bc.fd = -1
 	bc.u.loopConns.Add(-1)
 	l.putBuf(bc.in)
@@ -195,7 +174,7 @@ func (l *evloop) bind(c *cconn, bc *bconn) {
 func (l *evloop) send(bc *bconn) {
 	ex := &bc.c.ex
 	for ex.sent < len(ex.req) {
-		m, err := rawWrite(bc.fd, ex.req[ex.sent:])
+		m, err := l.sys.Write(bc.fd, ex.req[ex.sent:])
 		if err == unix.EAGAIN {
 			l.setBackendEvents(bc, unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLOUT)
 			return
@@ -223,7 +202,7 @@ func (l *evloop) backendEvent(bc *bconn, ev uint32) {
 		if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) == 0 {
 			return
 		}
-		if e, err := unix.GetsockoptInt(bc.fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil || e != 0 {
+		if e, err := l.sys.ConnectError(bc.fd); err != nil || e != 0 {
 			l.dialFailed(bc)
 			return
 		}
@@ -318,7 +297,7 @@ func (l *evloop) readBackend(bc *bconn) {
 		l.backendBroke(bc, failNoRetry) // a head larger than the buffer
 		return
 	}
-	m, err := rawRead(bc.fd, bc.in[bc.n:])
+	m, err := l.sys.Read(bc.fd, bc.in[bc.n:])
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return
 	}

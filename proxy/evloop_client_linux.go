@@ -27,7 +27,7 @@ func (l *evloop) accept() {
 		return
 	}
 	for k := 0; k < maxAcceptOnce; k++ {
-		fd, sa, err := unix.Accept4(l.ff.lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		fd, sa, err := l.sys.Accept(l.ff.lfd)
 		if err != nil {
 			switch err {
 			case unix.EAGAIN, unix.EINTR, unix.ECONNABORTED, unix.EPERM, unix.EPROTO,
@@ -39,7 +39,7 @@ func (l *evloop) accept() {
 				// moment instead of spinning on the ready listener
 				// (nginx does the same).
 				l.ff.fe.p.log.Warn("accept failed; pausing accepts for 100ms", "addr", l.ff.fe.addr, "error", err)
-				_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, l.ff.lfd, nil)
+				_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, l.ff.lfd, 0, 0)
 				l.acceptPaused = l.nowNs + int64(100*time.Millisecond)
 			case unix.EINVAL:
 				// The socket left the LISTEN state: a final stop takes it
@@ -53,14 +53,13 @@ func (l *evloop) accept() {
 		}
 		if max := l.ff.maxConns; max > 0 && l.ff.conns.Load()+int64(l.ff.fe.srv.GetOpenConnectionsCount()) >= int64(max) {
 			l.ff.fe.p.metrics.clientErrors.WithLabelValues(l.ff.fe.addr, "too_many_conns").Inc()
-			_, _ = unix.Write(fd, tooManyConns)
-			unix.Close(fd)
+			_, _ = l.sys.Write(fd, tooManyConns)
+			l.sys.Close(fd)
 			continue
 		}
-		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 		c := &cconn{fd: fd, peer: sockaddrAddr(sa), lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP}
-		if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: c.events, Fd: int32(fd)}); err != nil {
-			unix.Close(fd)
+		if err := l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, c.events, int32(fd)); err != nil {
+			l.sys.Close(fd)
 			continue
 		}
 		l.ff.conns.Add(1)
@@ -90,7 +89,7 @@ func (l *evloop) setClientEvents(c *cconn, ev uint32) {
 		return
 	}
 	c.events = ev
-	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, c.fd, &unix.EpollEvent{Events: ev, Fd: int32(c.fd)})
+	_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, c.fd, ev, int32(c.fd))
 }
 
 // setState moves c's exchange to state to, checking the transition
@@ -103,6 +102,9 @@ func (l *evloop) setState(c *cconn, to exState) {
 		if strictStates {
 			panic("evloop: illegal exchange transition " + ex.state.String() + " -> " + to.String())
 		}
+	}
+	if l.trace != nil {
+		l.trace(c, ex.state, to)
 	}
 	ex.state = to
 }
@@ -127,7 +129,7 @@ func (l *evloop) closeClient(c *cconn) {
 		l.abort(c, outClientGone)
 	}
 	l.forget(c)
-	unix.Close(c.fd)
+	l.sys.Close(c.fd)
 	c.fd = -1
 	l.ff.conns.Add(-1)
 }
@@ -139,7 +141,7 @@ func (l *evloop) lingerClose(c *cconn) {
 	if c.linger != 0 || c.fd < 0 {
 		return
 	}
-	if unix.Shutdown(c.fd, unix.SHUT_WR) != nil {
+	if l.sys.ShutdownWrite(c.fd) != nil {
 		l.closeClient(c)
 		return
 	}
@@ -149,7 +151,7 @@ func (l *evloop) lingerClose(c *cconn) {
 
 // handoff gives c, with the bytes read so far, to fasthttp.
 func (l *evloop) handoff(c *cconn) {
-	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, c.fd, nil)
+	_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, c.fd, 0, 0)
 	pre := append([]byte(nil), c.in[:c.n]...)
 	l.forget(c)
 	f := os.NewFile(uintptr(c.fd), "client")
@@ -157,7 +159,7 @@ func (l *evloop) handoff(c *cconn) {
 	l.ff.conns.Add(-1)
 	nc, err := net.FileConn(f)
 	if err != nil {
-		_, _ = rawWrite(int(f.Fd()), tooManyConns)
+		_, _ = l.sys.Write(int(f.Fd()), tooManyConns)
 		_ = f.Close()
 		l.ff.fe.p.metrics.clientErrors.WithLabelValues(l.ff.fe.addr, "too_many_conns").Inc()
 		l.ff.fe.p.log.Warn("hand-off to fasthttp failed; connection refused", "addr", l.ff.fe.addr, "error", err)
@@ -172,9 +174,8 @@ func (l *evloop) handoff(c *cconn) {
 
 func (l *evloop) clientEvent(c *cconn, ev uint32) {
 	if c.linger != 0 {
-		var buf [4096]byte
 		for k := 0; k < 16; k++ {
-			m, err := rawRead(c.fd, buf[:])
+			m, err := l.sys.Read(c.fd, l.drop[:])
 			if err == unix.EAGAIN || err == unix.EINTR {
 				return
 			}
@@ -210,7 +211,7 @@ func (l *evloop) readClient(c *cconn, ev uint32) {
 		l.setClientEvents(c, c.events&^(unix.EPOLLIN|unix.EPOLLRDHUP))
 		return
 	}
-	m, err := rawRead(c.fd, c.in[c.n:])
+	m, err := l.sys.Read(c.fd, c.in[c.n:])
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return
 	}

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"sync"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -99,6 +98,12 @@ type bconn struct {
 type evloop struct {
 	ff      *fastFront
 	ep, efd int
+	sys     loopSys   // the kernel (rawSys) or a script
+	clock   loopClock // time.Now or a manual clock
+	// trace, if set (tests), sees every exchange-state transition.
+	trace  func(c *cconn, from, to exState)
+	efdBuf [8]byte    // the eventfd's counter, read on a wake-up
+	drop   [4096]byte // what a lingering close reads and drops
 
 	cl        []*cconn // by fd
 	bk        []*bconn // by fd
@@ -141,7 +146,7 @@ func (l *evloop) unlisten() {
 		return
 	}
 	l.unlistened = true
-	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, l.ff.lfd, nil)
+	_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, l.ff.lfd, 0, 0)
 	l.ff.unlisten.Done()
 }
 
@@ -155,12 +160,12 @@ func newEvloop(ff *fastFront) (*evloop, error) {
 		unix.Close(ep)
 		return nil, err
 	}
-	l := &evloop{ff: ff, ep: ep, efd: efd, idleBk: map[*upstream][]*bconn{}}
-	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: tagWake}); err != nil {
+	l := &evloop{ff: ff, ep: ep, efd: efd, sys: rawSys{}, clock: time.Now, idleBk: map[*upstream][]*bconn{}}
+	if err := l.sys.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, unix.EPOLLIN, tagWake); err != nil {
 		l.closeFDs()
 		return nil, err
 	}
-	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, ff.lfd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: tagListen}); err != nil {
+	if err := l.sys.EpollCtl(ep, unix.EPOLL_CTL_ADD, ff.lfd, unix.EPOLLIN|unix.EPOLLEXCLUSIVE, tagListen); err != nil {
 		l.closeFDs()
 		return nil, err
 	}
@@ -168,18 +173,17 @@ func newEvloop(ff *fastFront) (*evloop, error) {
 }
 
 func (l *evloop) closeFDs() {
-	unix.Close(l.ep)
+	l.sys.Close(l.ep)
 	l.efdMu.Lock()
 	l.efdClosed = true
-	unix.Close(l.efd)
+	l.sys.Close(l.efd)
 	l.efdMu.Unlock()
 }
 
 func (l *evloop) wake() {
-	var one = [8]byte{1}
 	l.efdMu.RLock()
 	if !l.efdClosed {
-		_, _ = unix.Write(l.efd, one[:])
+		_, _ = l.sys.Write(l.efd, wakeOne[:])
 	}
 	l.efdMu.RUnlock()
 }
@@ -188,6 +192,9 @@ func (l *evloop) wake() {
 // loop's parked exchanges writes its eventfd, and the loop polls them
 // (pollParked). It never blocks.
 func (l *evloop) Wake() { l.wake() }
+
+// wakeOne is what a wake-up adds to the eventfd's counter.
+var wakeOne = [8]byte{1}
 
 var _ admission.Waker = (*evloop)(nil)
 
@@ -207,7 +214,7 @@ func (l *evloop) putBuf(b []byte) {
 }
 
 func (l *evloop) tick() {
-	l.now = time.Now()
+	l.now = l.clock()
 	l.nowNs = l.now.UnixNano()
 }
 
@@ -228,7 +235,7 @@ func (l *evloop) run() {
 			runtime.Gosched()
 			l.yieldAt = l.nowNs + int64(time.Millisecond)
 		}
-		n, err := l.wait(evs, timeout)
+		n, err := l.sys.EpollWait(l.ep, evs, timeout)
 		l.tick()
 		if err != nil && err != unix.EINTR {
 			l.ff.fe.p.log.Error("epoll_wait failed; event loop stops", "error", err)
@@ -242,8 +249,7 @@ func (l *evloop) run() {
 			case fd == tagListen:
 				l.accept()
 			case fd == tagWake:
-				var b [8]byte
-				_, _ = unix.Read(l.efd, b[:])
+				_, _ = l.sys.Read(l.efd, l.efdBuf[:])
 				l.pollParked()
 			case fd < len(l.cl) && l.cl[fd] != nil:
 				l.clientEvent(l.cl[fd], ev)
@@ -274,7 +280,7 @@ func (l *evloop) sweep() {
 	if l.acceptPaused != 0 && l.nowNs >= l.acceptPaused {
 		l.acceptPaused = 0
 		if !l.unlistened && !l.ff.draining.Load() {
-			_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, l.ff.lfd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: tagListen})
+			_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, l.ff.lfd, unix.EPOLLIN|unix.EPOLLEXCLUSIVE, tagListen)
 		}
 	}
 	for i := 0; i < len(l.active); i++ {
@@ -390,61 +396,4 @@ func (h *rawHead) peek(b []byte, name string) []byte {
 		}
 	}
 	return nil
-}
-
-// The loops' socket calls never block (every socket is non-blocking), so
-// they are made as raw system calls: the Go scheduler is not told, no P is
-// handed off, and sysmon is not woken to retake one. epoll_wait is polled
-// raw first and only blocks through the scheduler when nothing is ready.
-
-func rawRead(fd int, p []byte) (int, error) {
-	var ptr unsafe.Pointer
-	if len(p) > 0 {
-		ptr = unsafe.Pointer(&p[0])
-	}
-	r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(ptr), uintptr(len(p)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(r), nil
-}
-
-func rawWrite(fd int, p []byte) (int, error) {
-	var ptr unsafe.Pointer
-	if len(p) > 0 {
-		ptr = unsafe.Pointer(&p[0])
-	}
-	r, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(ptr), uintptr(len(p)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(r), nil
-}
-
-// pollNow is a non-blocking epoll_wait.
-func pollNow(ep int, evs []unix.EpollEvent) (int, error) {
-	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(ep), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(r), nil
-}
-
-// wait returns ready events: at once if there are any (a raw call, no
-// scheduler work), else from a blocking epoll_wait of at most msec.
-//
-// Blocking in epoll_wait keeps the loop on its thread, which the kernel
-// wakes directly when a socket is ready, as an nginx worker is. We also
-// tried parking in Go's netpoller instead (the epoll descriptor registered
-// there): at light load it was better (wrk -c4: 16-18k against 13-13.5k
-// req/s, p50 200 against 260 us), since no P waits in a syscall for sysmon
-// to retake; at 64 connections on 2 cores it was 10-20% slower on the
-// reject path (72-84k against 80-102k req/s, same runs), each park and
-// wake costing the scheduler's thread hand-offs. Overload is what sentry
-// is for, so the loop blocks.
-func (l *evloop) wait(evs []unix.EpollEvent, msec int) (int, error) {
-	if n, err := pollNow(l.ep, evs); n > 0 || err != nil && err != unix.EINTR {
-		return n, err
-	}
-	return unix.EpollWait(l.ep, evs, msec)
 }

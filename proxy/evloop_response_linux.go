@@ -39,7 +39,7 @@ func (l *evloop) startResponse(c *cconn, bc *bconn, data []byte) {
 		c.closing = true
 	}
 	ex.bkClose = rh.connClose || rh.minor == 0 && !rh.connKeepAlive
-	now := time.Now()
+	now := l.clock()
 	l.release(ex, true)
 	// The complete step (pipeline.go): the ticket is told the outcome.
 	st := rh.findKind(data, hServerTiming)
@@ -142,7 +142,7 @@ func (l *evloop) forward(c *cconn, bc *bconn, data []byte) {
 // flush writes c.out; on EAGAIN it waits for EPOLLOUT.
 func (l *evloop) flush(c *cconn) {
 	for len(c.out) > 0 {
-		m, err := rawWrite(c.fd, c.out)
+		m, err := l.sys.Write(c.fd, c.out)
 		if err == unix.EINTR {
 			continue
 		}
