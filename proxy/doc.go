@@ -87,7 +87,13 @@
 //     parked, connecting, sending, relaying -- is one value (exState,
 //     exstate.go, with its diagram), changed only through a transition
 //     check: an illegal transition panics in the tests and is counted in
-//     production (sentry_evloop_illegal_transitions_total).
+//     production (sentry_evloop_illegal_transitions_total). The loop
+//     reaches the kernel only through loopSys (evloop_sys_linux.go) and
+//     reads the time only from its loopClock, so its exchange logic is
+//     tested by scripts on a manual clock with scripted syscalls
+//     (testdata/evloop/*.txt, run by TestEvloopScripts): relays with
+//     Content-Length, chunked and close-delimited responses, timeouts,
+//     backpressure, parked requests woken or abandoned, retries.
 //   - fasthttp, for everything else. The loop hands the connection off,
 //     with the bytes it has read, to the fasthttp server of the same front
 //     end (through a 256-slot queue; when it is full the loop waits for
