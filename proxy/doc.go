@@ -142,8 +142,9 @@
 //   - The latency histogram and the access log's duration of a relayed
 //     response run to its last byte (fasthttp's: to the head, for bodies
 //     over 64 KiB), and a download the client abandons is counted as 499.
-//     The latency part is pinned by TestLatencyToLastByte; the 499 is not
-//     pinned yet.
+//     The latency part is pinned by TestLatencyToLastByte; the loop's 499
+//     by testdata/evloop/gone.txt (TestEvloopScripts), fasthttp's side of
+//     it not yet.
 //   - max_conns_per_backend is checked by a loop against all open
 //     connections to the backend, including keep-alive ones idle in other
 //     loops (for up to 30 s), so a loop may answer 503 busy while another
@@ -344,7 +345,9 @@
 // sent; an idempotent request whose connection broke before any response
 // is retried too, like nginx's default proxy_next_upstream error; both
 // engines ask the one retry policy, tryAgain in retry.go, with one budget
-// of maxAttempts attempts per request), response timeout 504, other backend failures 502, backend
+// of maxAttempts attempts per request; fasthttp's HostClient also retries
+// a stale keep-alive connection once on the same backend by itself, which
+// that budget does not see), response timeout 504, other backend failures 502, backend
 // connection cap 503 + Retry-After, no healthy backend 503 (the prebuilt
 // rejection), admission rejection 503 or 429 + Retry-After, malformed 400,
 // head too large 431, body too large 413, slow head 408, unknown Host 404,

@@ -5,7 +5,6 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -72,8 +71,11 @@ func newLoopScript(t *testing.T) *loopScript {
 		a.Timeouts = policy.Timeouts{Connect: 50 * time.Millisecond, Response: 100 * time.Millisecond}
 	})
 	snap.Server.WriteTimeout = time.Second
+	// The access log is how a script sees what the complete step
+	// recorded (outcome and status: the metrics get the same).
+	snap.Log.Access = true
 	p, err := New(Options{Control: h.ctl, Registerer: prometheus.NewRegistry(),
-		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Off, Output: io.Discard})}, snap)
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: accessWriter{h}})}, snap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +97,30 @@ func newLoopScript(t *testing.T) *loopScript {
 	l.nextSweep = l.nowNs + int64(sweepEvery)
 	h.l = l
 	return h
+}
+
+// accessWriter prints the access-log lines of a script's proxy as
+// "record METHOD URI status=N outcome=O" (the duration depends on the
+// real clock, so it is left out).
+type accessWriter struct{ h *loopScript }
+
+func (w accessWriter) Write(b []byte) (int, error) {
+	line := string(b)
+	if !strings.Contains(line, "access:") {
+		return len(b), nil
+	}
+	kv := map[string]string{}
+	for _, f := range strings.Fields(line) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			kv[k] = v
+		}
+	}
+	o := kv["outcome"]
+	if o == `""` {
+		o = "-" // relayed, or rejected by admission: no error reason
+	}
+	w.h.printf("record %s %s status=%s outcome=%s", kv["method"], kv["uri"], kv["status"], o)
+	return len(b), nil
 }
 
 func (h *loopScript) printf(format string, args ...any) {
