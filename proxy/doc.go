@@ -84,12 +84,12 @@
 //     error) cancels it: it leaves its queue, counted client_gone (499);
 //     closing the loop cancels what is parked. Pipelined requests behind a
 //     parked one stay buffered. Where an exchange is -- idle, admitting,
-//     parked, connecting, sending, relaying -- is one value (exState,
-//     exstate.go, with its diagram), changed only through a transition
+//     parked, connecting, sending, relaying -- is one value (evloop.State,
+//     package proxy/evloop, with its diagram), changed only through a transition
 //     check: an illegal transition panics in the tests and is counted in
 //     production (sentry_evloop_illegal_transitions_total). The loop
-//     reaches the kernel only through loopSys (evloop_sys_linux.go) and
-//     reads the time only from its loopClock, so its exchange logic is
+//     reaches the kernel only through evloop.Sys (package proxy/evloop) and
+//     reads the time only from its evloop.Clock, so its exchange logic is
 //     tested by scripts on a manual clock with scripted syscalls
 //     (testdata/evloop/*.txt, run by TestEvloopScripts): relays with
 //     Content-Length, chunked and close-delimited responses, timeouts,

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/proxy/evloop"
 )
 
 // evloop_backend_linux.go: the backend side of a loop -- picking a
@@ -19,7 +20,7 @@ import (
 // ---------------------------------------------------------------- backends
 
 // dispatch picks a backend and sends the request.
-func (l *evloop) dispatch(c *cconn, last *upstream) {
+func (l *eventLoop) dispatch(c *cconn, last *upstream) {
 	ex := &c.ex
 	for {
 		bk := ex.a.pool.Pick()
@@ -57,7 +58,7 @@ func (l *evloop) dispatch(c *cconn, last *upstream) {
 var errBusy = syscall.EBUSY
 
 // backendConn returns an idle connection to u or starts a new one.
-func (l *evloop) backendConn(u *upstream, a *app) (*bconn, error) {
+func (l *eventLoop) backendConn(u *upstream, a *app) (*bconn, error) {
 	for {
 		list := l.idleBk[u]
 		k := len(list)
@@ -125,7 +126,7 @@ func (u *upstream) sockaddr() (unix.Sockaddr, error) {
 	return sa, nil
 }
 
-func (l *evloop) setBackendEvents(bc *bconn, ev uint32) {
+func (l *eventLoop) setBackendEvents(bc *bconn, ev uint32) {
 	if bc.events == ev {
 		return
 	}
@@ -133,7 +134,7 @@ func (l *evloop) setBackendEvents(bc *bconn, ev uint32) {
 	_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, bc.fd, ev, int32(bc.fd))
 }
 
-func (l *evloop) closeBackend(bc *bconn) {
+func (l *eventLoop) closeBackend(bc *bconn) {
 	if bc.fd < 0 {
 		return
 	}
@@ -146,7 +147,7 @@ func (l *evloop) closeBackend(bc *bconn) {
 }
 
 // bind starts the exchange of c on bc.
-func (l *evloop) bind(c *cconn, bc *bconn) {
+func (l *eventLoop) bind(c *cconn, bc *bconn) {
 	ex := &c.ex
 	ex.b, bc.c = bc, c
 	ex.sent, ex.gotBytes, ex.bkClose = 0, false, false
@@ -161,17 +162,17 @@ func (l *evloop) bind(c *cconn, bc *bconn) {
 	}
 	if bc.connecting {
 		bc.connecting = false // the exchange's state says it from here
-		l.setState(c, exConnecting)
+		l.setState(c, evloop.Connecting)
 		ex.deadline = l.nowNs + ex.a.shared.connect.Load()
 		return
 	}
-	l.setState(c, exSending)
+	l.setState(c, evloop.Sending)
 	ex.deadline = l.nowNs + ex.a.shared.idle.Load()
 	l.send(bc)
 }
 
 // send writes what is left of the request to bc.
-func (l *evloop) send(bc *bconn) {
+func (l *eventLoop) send(bc *bconn) {
 	ex := &bc.c.ex
 	for ex.sent < len(ex.req) {
 		m, err := l.sys.Write(bc.fd, ex.req[ex.sent:])
@@ -191,14 +192,14 @@ func (l *evloop) send(bc *bconn) {
 	l.setBackendEvents(bc, unix.EPOLLIN|unix.EPOLLRDHUP)
 }
 
-func (l *evloop) backendEvent(bc *bconn, ev uint32) {
+func (l *eventLoop) backendEvent(bc *bconn, ev uint32) {
 	c := bc.c
 	if c == nil {
 		// Idle: the backend closed it (or sent garbage).
 		l.closeBackend(bc)
 		return
 	}
-	if c.ex.state == exConnecting {
+	if c.ex.state == evloop.Connecting {
 		if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) == 0 {
 			return
 		}
@@ -206,7 +207,7 @@ func (l *evloop) backendEvent(bc *bconn, ev uint32) {
 			l.dialFailed(bc)
 			return
 		}
-		l.setState(c, exSending)
+		l.setState(c, evloop.Sending)
 		c.ex.deadline = l.nowNs + c.ex.a.shared.idle.Load()
 		l.send(bc)
 		return
@@ -225,7 +226,7 @@ func (l *evloop) backendEvent(bc *bconn, ev uint32) {
 }
 
 // dialFailed: the connect failed; eject the backend and try another.
-func (l *evloop) dialFailed(bc *bconn) {
+func (l *eventLoop) dialFailed(bc *bconn) {
 	c := bc.c
 	ex := &c.ex
 	l.closeBackend(bc)
@@ -238,7 +239,7 @@ func (l *evloop) dialFailed(bc *bconn) {
 // connectFailed ejects the backend a connect to failed (unambiguous, as on
 // the fasthttp path) and answers 502 when the retry policy (tryAgain) says
 // so; true means try another backend.
-func (l *evloop) connectFailed(c *cconn) bool {
+func (l *eventLoop) connectFailed(c *cconn) bool {
 	ex := &c.ex
 	ex.a.pool.Eject(ex.lbb)
 	ex.released = true
@@ -255,10 +256,10 @@ func (l *evloop) connectFailed(c *cconn) bool {
 // backendBroke: the connection failed while sending or before the head,
 // in the way f says (failBroken, or failNoRetry for a response that cannot
 // be relayed).
-func (l *evloop) backendBroke(bc *bconn, f failure) {
+func (l *eventLoop) backendBroke(bc *bconn, f failure) {
 	c := bc.c
 	ex := &c.ex
-	if ex.state == exRelaying {
+	if ex.state == evloop.Relaying {
 		// Part of the response is out: the client connection cannot
 		// carry an error response now.
 		l.abort(c, outBackendFailed)
@@ -283,14 +284,14 @@ func (l *evloop) backendBroke(bc *bconn, f failure) {
 	l.respond(c, ex.a, outBackendFailed, admission.Decision{})
 }
 
-func (l *evloop) release(ex *exch, ok bool) {
+func (l *eventLoop) release(ex *exch, ok bool) {
 	if !ex.released && ex.lbb != nil {
 		ex.a.pool.Release(ex.lbb, ok)
 	}
 	ex.released = true
 }
 
-func (l *evloop) readBackend(bc *bconn) {
+func (l *eventLoop) readBackend(bc *bconn) {
 	c := bc.c
 	ex := &c.ex
 	if bc.n == len(bc.in) {
@@ -303,7 +304,7 @@ func (l *evloop) readBackend(bc *bconn) {
 	}
 	if m <= 0 {
 		switch {
-		case ex.state != exRelaying:
+		case ex.state != evloop.Relaying:
 			l.backendBroke(bc, failBroken)
 		case ex.mode == bodyClose:
 			ex.bkClose = true
@@ -317,7 +318,7 @@ func (l *evloop) readBackend(bc *bconn) {
 	ex.gotBytes = true
 	ex.deadline = l.nowNs + ex.a.shared.idle.Load()
 	data := bc.in[:bc.n]
-	if ex.state != exRelaying {
+	if ex.state != evloop.Relaying {
 		for {
 			switch parseResponseHead(data, &l.rh) {
 			case headIncomplete:

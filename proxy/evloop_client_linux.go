@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/proxy/evloop"
 )
 
 // evloop_client_linux.go: the client side of a loop -- accepting,
@@ -20,7 +21,7 @@ import (
 
 // ---------------------------------------------------------------- clients
 
-func (l *evloop) accept() {
+func (l *eventLoop) accept() {
 	if l.unlistened || l.ff.draining.Load() {
 		// Draining: connections still queued are left to the next
 		// process (an upgrade) or to the listener's close.
@@ -84,7 +85,7 @@ func sockaddrAddr(sa unix.Sockaddr) netip.Addr {
 	return netip.IPv6Unspecified()
 }
 
-func (l *evloop) setClientEvents(c *cconn, ev uint32) {
+func (l *eventLoop) setClientEvents(c *cconn, ev uint32) {
 	if c.events == ev {
 		return
 	}
@@ -92,12 +93,17 @@ func (l *evloop) setClientEvents(c *cconn, ev uint32) {
 	_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, c.fd, ev, int32(c.fd))
 }
 
+// strictStates makes an illegal exchange transition panic instead of
+// being counted (the tests set it; package evloop's doc gives the
+// decision).
+var strictStates = false
+
 // setState moves c's exchange to state to, checking the transition
-// (exstate.go): an illegal one panics under strictStates (the tests) and
+// (package proxy/evloop): an illegal one panics under strictStates (the tests) and
 // is counted otherwise.
-func (l *evloop) setState(c *cconn, to exState) {
+func (l *eventLoop) setState(c *cconn, to evloop.State) {
 	ex := &c.ex
-	if !ex.state.legal(to) {
+	if !ex.state.Legal(to) {
 		l.ff.illegal.Add(1)
 		if strictStates {
 			panic("evloop: illegal exchange transition " + ex.state.String() + " -> " + to.String())
@@ -110,7 +116,7 @@ func (l *evloop) setState(c *cconn, to exState) {
 }
 
 // forget removes c from the loop's tables (the fd stays open).
-func (l *evloop) forget(c *cconn) {
+func (l *eventLoop) forget(c *cconn) {
 	l.cl[c.fd] = nil
 	last := l.clients[len(l.clients)-1]
 	l.clients[c.idx] = last
@@ -121,7 +127,7 @@ func (l *evloop) forget(c *cconn) {
 }
 
 // closeClient closes c now, ending any exchange on it.
-func (l *evloop) closeClient(c *cconn) {
+func (l *eventLoop) closeClient(c *cconn) {
 	if c.fd < 0 {
 		return
 	}
@@ -137,7 +143,7 @@ func (l *evloop) closeClient(c *cconn) {
 // lingerClose sends FIN and reads and drops what the client still sends
 // until it closes or lingerTimeout passes (as nginx's lingering_close), so
 // a client that sent more gets the response, not a reset.
-func (l *evloop) lingerClose(c *cconn) {
+func (l *eventLoop) lingerClose(c *cconn) {
 	if c.linger != 0 || c.fd < 0 {
 		return
 	}
@@ -150,7 +156,7 @@ func (l *evloop) lingerClose(c *cconn) {
 }
 
 // handoff gives c, with the bytes read so far, to fasthttp.
-func (l *evloop) handoff(c *cconn) {
+func (l *eventLoop) handoff(c *cconn) {
 	_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, c.fd, 0, 0)
 	pre := append([]byte(nil), c.in[:c.n]...)
 	l.forget(c)
@@ -172,7 +178,7 @@ func (l *evloop) handoff(c *cconn) {
 	l.ff.hand.give(&prefixConn{Conn: nc, pre: pre})
 }
 
-func (l *evloop) clientEvent(c *cconn, ev uint32) {
+func (l *eventLoop) clientEvent(c *cconn, ev uint32) {
 	if c.linger != 0 {
 		for k := 0; k < 16; k++ {
 			m, err := l.sys.Read(c.fd, l.drop[:])
@@ -197,7 +203,7 @@ func (l *evloop) clientEvent(c *cconn, ev uint32) {
 	}
 }
 
-func (l *evloop) readClient(c *cconn, ev uint32) {
+func (l *eventLoop) readClient(c *cconn, ev uint32) {
 	if c.in == nil {
 		c.in = l.getBuf()
 	}
@@ -228,7 +234,7 @@ func (l *evloop) readClient(c *cconn, ev uint32) {
 }
 
 // process serves the requests buffered on c, one at a time.
-func (l *evloop) process(c *cconn) {
+func (l *eventLoop) process(c *cconn) {
 	c.inProc = true
 	defer func() { c.inProc = false }()
 	for c.fd >= 0 && !c.busy() && c.linger == 0 && len(c.out) == 0 && c.n > 0 {
@@ -285,7 +291,7 @@ func (v *rawView) Cookie(name string) []byte {
 
 // serve runs one parsed request; false (before anything was done or
 // counted) means the fast path does not take it.
-func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
+func (l *eventLoop) serve(c *cconn, b []byte, h *rawHead) bool {
 	// Connection lists other than close/keep-alive, Upgrade, and a Host
 	// that is not plainly uri-host[:port] go to fasthttp, where the header
 	// policy's checks answer them (headers.go; doc.go "The header policy").
@@ -322,7 +328,7 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 	// request whose decision is not made at once parks as an exchange.
 	l.view = rawView{b: b, h: h}
 	d, pend, decided := a.decide(&ex.t, &l.view, client, l.now, nil, true, l)
-	l.setState(c, exAdmitting)
+	l.setState(c, evloop.Admitting)
 	l.ff.served.Add(1)
 	if !decided {
 		l.park(c, pend)
@@ -335,7 +341,7 @@ func (l *evloop) serve(c *cconn, b []byte, h *rawHead) bool {
 // forwarded reads what a trusted proxy sent (planForwarding) into l.in and
 // returns the client's address; its X-Forwarded-For lines are one list
 // (RFC 9110 §5.3).
-func (l *evloop) forwarded(c *cconn, a *app, b []byte, h *rawHead) netip.Addr {
+func (l *eventLoop) forwarded(c *cconn, a *app, b []byte, h *rawHead) netip.Addr {
 	in := &l.in
 	*in = trustedFwd{}
 	if !a.trustedPeer(c.peer) {
@@ -359,7 +365,7 @@ func (l *evloop) forwarded(c *cconn, a *app, b []byte, h *rawHead) netip.Addr {
 
 // admitted acts on the admission decision d of c's exchange (busy, parsed
 // as h from b, l.in filled by forwarded): relay or reject.
-func (l *evloop) admitted(c *cconn, d admission.Decision, b []byte, h *rawHead) {
+func (l *eventLoop) admitted(c *cconn, d admission.Decision, b []byte, h *rawHead) {
 	a := c.ex.a
 	if a.admitted(&c.ex.t, d) != outRelayed {
 		// Rejected (a parked exchange whose client went was aborted,
@@ -372,7 +378,7 @@ func (l *evloop) admitted(c *cconn, d admission.Decision, b []byte, h *rawHead) 
 
 // relay sends c's admitted exchange (parsed as h from b, l.in filled by
 // forwarded) to a backend.
-func (l *evloop) relay(c *cconn, b []byte, h *rawHead) {
+func (l *eventLoop) relay(c *cconn, b []byte, h *rawHead) {
 	ex, a, in, p := &c.ex, c.ex.a, &l.in, l.ff.fe.p
 	if a.pool.Healthy() == 0 {
 		l.respond(c, a, outNoBackend, admission.Decision{})
@@ -419,15 +425,15 @@ func (l *evloop) relay(c *cconn, b []byte, h *rawHead) {
 // stays in c.in (pipelined bytes that follow wait behind it, as for any
 // exchange in progress), and resume parses it again; the arrival was
 // counted once, by Estimate.
-func (l *evloop) park(c *cconn, pend admission.Pending) {
+func (l *eventLoop) park(c *cconn, pend admission.Pending) {
 	c.ex.pend = pend
-	l.setState(c, exParked)
+	l.setState(c, evloop.Parked)
 	c.ex.parkIdx = len(l.parked)
 	l.parked = append(l.parked, c)
 }
 
 // unpark takes c out of l.parked (its ticket is then used or cancelled).
-func (l *evloop) unpark(c *cconn) {
+func (l *eventLoop) unpark(c *cconn) {
 	ex := &c.ex
 	if i := ex.parkIdx; i >= 0 && i < len(l.parked) && l.parked[i] == c {
 		last := l.parked[len(l.parked)-1]
@@ -445,7 +451,7 @@ func (l *evloop) unpark(c *cconn) {
 // Walking down from the end visits every entry once even when acting on
 // one unparks others (unpark moves the last entry into the hole) or parks
 // a pipelined request (appended; its run will wake the loop again).
-func (l *evloop) pollParked() {
+func (l *eventLoop) pollParked() {
 	for i := len(l.parked) - 1; i >= 0; i-- {
 		if i >= len(l.parked) {
 			continue
@@ -463,8 +469,8 @@ func (l *evloop) pollParked() {
 // resume acts on the decision d of c's parked exchange: its head, still at
 // the start of c.in, is parsed again and the request relayed or rejected
 // as if decided at once.
-func (l *evloop) resume(c *cconn, d admission.Decision) {
-	l.setState(c, exAdmitting)
+func (l *eventLoop) resume(c *cconn, d admission.Decision) {
+	l.setState(c, evloop.Admitting)
 	b := c.in[:c.n]
 	if parseRequestHead(b, &l.h) != headOK {
 		// Cannot happen: the same bytes parsed when the request came.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/lb"
+	"github.com/sentry-proxy/sentry/proxy/evloop"
 )
 
 // evloop_conn_linux.go: the loop itself -- its connections and exchanges
@@ -37,12 +38,12 @@ type cconn struct {
 	ex      exch
 }
 
-// busy tells whether an exchange is in progress on c (exState).
-func (c *cconn) busy() bool { return c.ex.state != exIdle }
+// busy tells whether an exchange is in progress on c (evloop.State).
+func (c *cconn) busy() bool { return c.ex.state != evloop.Idle }
 
 // exch is the exchange in progress on a client connection.
 type exch struct {
-	state     exState // where the exchange is (exstate.go); changed only by setState
+	state     evloop.State // where the exchange is (package proxy/evloop); changed only by setState
 	a         *app
 	lbb       *lb.Backend
 	u         *upstream
@@ -94,14 +95,14 @@ type bconn struct {
 	events     uint32
 }
 
-// evloop is one event loop.
-type evloop struct {
+// eventLoop is one event loop.
+type eventLoop struct {
 	ff      *fastFront
 	ep, efd int
-	sys     loopSys   // the kernel (rawSys) or a script
-	clock   loopClock // time.Now or a manual clock
+	sys     evloop.Sys   // the kernel (evloop.RawSys) or a script
+	clock   evloop.Clock // time.Now or a manual clock
 	// trace, if set (tests), sees every exchange-state transition.
-	trace  func(c *cconn, from, to exState)
+	trace  func(c *cconn, from, to evloop.State)
 	efdBuf [8]byte    // the eventfd's counter, read on a wake-up
 	drop   [4096]byte // what a lingering close reads and drops
 
@@ -141,7 +142,7 @@ type evloop struct {
 // unlisten takes the listening socket out of this loop's epoll set, once,
 // and tells shutdown: only then may it close the listener (its descriptor
 // number could otherwise be reused under a loop still accepting on it).
-func (l *evloop) unlisten() {
+func (l *eventLoop) unlisten() {
 	if l.unlistened {
 		return
 	}
@@ -150,7 +151,7 @@ func (l *evloop) unlisten() {
 	l.ff.unlisten.Done()
 }
 
-func newEvloop(ff *fastFront) (*evloop, error) {
+func newEvloop(ff *fastFront) (*eventLoop, error) {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
@@ -160,7 +161,7 @@ func newEvloop(ff *fastFront) (*evloop, error) {
 		unix.Close(ep)
 		return nil, err
 	}
-	l := &evloop{ff: ff, ep: ep, efd: efd, sys: rawSys{}, clock: time.Now, idleBk: map[*upstream][]*bconn{}}
+	l := &eventLoop{ff: ff, ep: ep, efd: efd, sys: evloop.RawSys{}, clock: time.Now, idleBk: map[*upstream][]*bconn{}}
 	if err := l.sys.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, unix.EPOLLIN, tagWake); err != nil {
 		l.closeFDs()
 		return nil, err
@@ -172,7 +173,7 @@ func newEvloop(ff *fastFront) (*evloop, error) {
 	return l, nil
 }
 
-func (l *evloop) closeFDs() {
+func (l *eventLoop) closeFDs() {
 	l.sys.Close(l.ep)
 	l.efdMu.Lock()
 	l.efdClosed = true
@@ -180,7 +181,7 @@ func (l *evloop) closeFDs() {
 	l.efdMu.Unlock()
 }
 
-func (l *evloop) wake() {
+func (l *eventLoop) wake() {
 	l.efdMu.RLock()
 	if !l.efdClosed {
 		_, _ = l.sys.Write(l.efd, wakeOne[:])
@@ -191,14 +192,14 @@ func (l *evloop) wake() {
 // Wake is the loop's admission.Waker: a batch run that decided some of the
 // loop's parked exchanges writes its eventfd, and the loop polls them
 // (pollParked). It never blocks.
-func (l *evloop) Wake() { l.wake() }
+func (l *eventLoop) Wake() { l.wake() }
 
 // wakeOne is what a wake-up adds to the eventfd's counter.
 var wakeOne = [8]byte{1}
 
-var _ admission.Waker = (*evloop)(nil)
+var _ admission.Waker = (*eventLoop)(nil)
 
-func (l *evloop) getBuf() []byte {
+func (l *eventLoop) getBuf() []byte {
 	if k := len(l.bufs); k > 0 {
 		b := l.bufs[k-1]
 		l.bufs = l.bufs[:k-1]
@@ -207,18 +208,18 @@ func (l *evloop) getBuf() []byte {
 	return make([]byte, loopBufSize)
 }
 
-func (l *evloop) putBuf(b []byte) {
+func (l *eventLoop) putBuf(b []byte) {
 	if b != nil && len(l.bufs) < 1024 {
 		l.bufs = append(l.bufs, b)
 	}
 }
 
-func (l *evloop) tick() {
+func (l *eventLoop) tick() {
 	l.now = l.clock()
 	l.nowNs = l.now.UnixNano()
 }
 
-func (l *evloop) run() {
+func (l *eventLoop) run() {
 	defer l.ff.wg.Done()
 	evs := make([]unix.EpollEvent, 256)
 	for {
@@ -275,7 +276,7 @@ func (l *evloop) run() {
 // sweep enforces timeouts: connect and response (idle) deadlines of
 // exchanges, slow client writes, idle keep-alive connections, lingering
 // closes and the drain grace.
-func (l *evloop) sweep() {
+func (l *eventLoop) sweep() {
 	l.nextSweep = l.nowNs + int64(sweepEvery)
 	if l.acceptPaused != 0 && l.nowNs >= l.acceptPaused {
 		l.acceptPaused = 0
@@ -289,10 +290,10 @@ func (l *evloop) sweep() {
 		// While the client has not taken what was relayed, the backend
 		// is not read, so its idle deadline waits (the write timeout
 		// covers the client); flush restarts it.
-		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == exRelaying && len(c.out) > 0) {
-			if ex.state == exConnecting {
+		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == evloop.Relaying && len(c.out) > 0) {
+			if ex.state == evloop.Connecting {
 				l.dialFailed(ex.b)
-			} else if ex.state != exRelaying {
+			} else if ex.state != evloop.Relaying {
 				l.release(ex, false)
 				l.respond(c, ex.a, outBackendTimeout, admission.Decision{})
 			} else {
@@ -355,7 +356,7 @@ func (l *evloop) sweep() {
 
 // startDrain: idle connections get idleGrace for one more request, busy
 // ones close after their response.
-func (l *evloop) startDrain() {
+func (l *eventLoop) startDrain() {
 	l.drainSeen = true
 	l.unlisten()
 	for _, c := range l.clients {
@@ -370,7 +371,7 @@ func (l *evloop) startDrain() {
 }
 
 // closeAll closes every connection and the loop's own descriptors.
-func (l *evloop) closeAll() {
+func (l *eventLoop) closeAll() {
 	l.unlisten()
 	for len(l.clients) > 0 {
 		l.closeClient(l.clients[len(l.clients)-1])

@@ -30,7 +30,7 @@ import (
 // evloop_client_linux.go the client side and the pipeline as the loop
 // runs it; evloop_backend_linux.go the backend side and retries;
 // evloop_response_linux.go the response relay and the end of an exchange.
-// Where an exchange is, is its exState (exstate.go).
+// Where an exchange is, is its evloop.State (package proxy/evloop).
 
 // The listening socket and the wake-up eventfd are registered under tags
 // that no descriptor number can take: once the listener is closed, its
@@ -53,7 +53,7 @@ type fastFront struct {
 	fe        *frontend
 	ln        net.Listener
 	lfd       int
-	loops     []*evloop
+	loops     []*eventLoop
 	hand      *handoffListener
 	conns     atomic.Int64 // client connections the loops hold
 	draining  atomic.Bool
@@ -67,7 +67,7 @@ type fastFront struct {
 	hdr       time.Duration // server.read_header_timeout
 
 	served, handed atomic.Uint64 // requests answered by the loops; connections handed off
-	illegal        atomic.Uint64 // illegal exchange-state transitions (exstate.go)
+	illegal        atomic.Uint64 // illegal exchange-state transitions (package proxy/evloop)
 }
 
 // fastDisabled turns the event loop off (SENTRY_EVLOOP=0) for EngineAuto:
@@ -166,7 +166,7 @@ func (ff *fastFront) shutdown(ctx context.Context) {
 func (ff *fastFront) counts() (served, handed uint64) { return ff.served.Load(), ff.handed.Load() }
 
 // illegalTransitions is the number of illegal exchange-state transitions
-// the loops made (exstate.go): a bug counted, not a crash.
+// the loops made (package proxy/evloop): a bug counted, not a crash.
 func (ff *fastFront) illegalTransitions() uint64 { return ff.illegal.Load() }
 
 // handoffListener hands connections from the loops to fasthttp.

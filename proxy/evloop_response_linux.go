@@ -10,6 +10,7 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/estimator"
+	"github.com/sentry-proxy/sentry/proxy/evloop"
 )
 
 // evloop_response_linux.go: the response side of a loop -- the head
@@ -18,7 +19,7 @@ import (
 
 // startResponse sends the response head (rewritten) and whatever body came
 // with it.
-func (l *evloop) startResponse(c *cconn, bc *bconn, data []byte) {
+func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	ex := &c.ex
 	a := ex.a
 	rh := &l.rh
@@ -82,13 +83,13 @@ func (l *evloop) startResponse(c *cconn, bc *bconn, data []byte) {
 	}
 	out = append(out, "\r\n"...)
 	c.out = out
-	l.setState(c, exRelaying)
+	l.setState(c, evloop.Relaying)
 	l.forward(c, bc, data[rh.n:])
 }
 
 // forward relays body bytes (already in bc.in) to the client, and ends the
 // exchange at the end of the body.
-func (l *evloop) forward(c *cconn, bc *bconn, data []byte) {
+func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte) {
 	ex := &c.ex
 	done := false
 	switch ex.mode {
@@ -140,7 +141,7 @@ func (l *evloop) forward(c *cconn, bc *bconn, data []byte) {
 }
 
 // flush writes c.out; on EAGAIN it waits for EPOLLOUT.
-func (l *evloop) flush(c *cconn) {
+func (l *eventLoop) flush(c *cconn) {
 	for len(c.out) > 0 {
 		m, err := l.sys.Write(c.fd, c.out)
 		if err == unix.EINTR {
@@ -170,7 +171,7 @@ func (l *evloop) flush(c *cconn) {
 		l.setClientEvents(c, c.events&^unix.EPOLLOUT)
 	}
 	if c.busy() {
-		if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.state == exRelaying && bc.events&unix.EPOLLIN == 0 {
+		if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.state == evloop.Relaying && bc.events&unix.EPOLLIN == 0 {
 			l.setBackendEvents(bc, bc.events|unix.EPOLLIN|unix.EPOLLRDHUP)
 			c.ex.deadline = l.nowNs + c.ex.a.shared.idle.Load()
 		}
@@ -181,7 +182,7 @@ func (l *evloop) flush(c *cconn) {
 
 // after runs when an exchange has ended and its response is written: the
 // connection closes (Connection: close) or serves what is buffered next.
-func (l *evloop) after(c *cconn) {
+func (l *eventLoop) after(c *cconn) {
 	if !c.busy() && len(c.out) == 0 {
 		// An idle connection keeps small buffers only.
 		if cap(c.out) > 4<<10 {
@@ -201,7 +202,7 @@ func (l *evloop) after(c *cconn) {
 }
 
 // finish ends a relayed exchange.
-func (l *evloop) finish(c *cconn) {
+func (l *eventLoop) finish(c *cconn) {
 	ex := &c.ex
 	if bc := ex.b; bc != nil {
 		ex.b, bc.c = nil, nil
@@ -223,9 +224,9 @@ func (l *evloop) finish(c *cconn) {
 
 // abort ends an exchange that cannot complete; the client connection is
 // closed unless it is the client that went away.
-func (l *evloop) abort(c *cconn, o outcome) {
+func (l *eventLoop) abort(c *cconn, o outcome) {
 	ex := &c.ex
-	if ex.state == exParked {
+	if ex.state == evloop.Parked {
 		// Parked: the request leaves its batch queue, counted as gone
 		// (o is outClientGone: only a client close or the loop's close
 		// ends a parked exchange).
@@ -240,7 +241,7 @@ func (l *evloop) abort(c *cconn, o outcome) {
 	}
 	l.release(ex, o != outBackendFailed && o != outBackendTimeout)
 	st := ex.status
-	if ex.state != exRelaying {
+	if ex.state != evloop.Relaying {
 		st = statusOf(o)
 	}
 	if o == outClientGone {
@@ -255,7 +256,7 @@ func (l *evloop) abort(c *cconn, o outcome) {
 
 // done records the exchange and makes the connection ready for the next
 // request.
-func (l *evloop) done(c *cconn, o outcome, status int) {
+func (l *eventLoop) done(c *cconn, o outcome, status int) {
 	ex := &c.ex
 	if i := ex.activeIdx; i >= 0 && i < len(l.active) && l.active[i] == c {
 		last := l.active[len(l.active)-1]
@@ -272,7 +273,7 @@ func (l *evloop) done(c *cconn, o outcome, status int) {
 	}
 	l.ff.fe.p.record(a, access, o, status, ex.u, ex.start, method, uri, ex.id)
 	ex.lbb, ex.u, ex.a = nil, nil, nil
-	l.setState(c, exIdle)
+	l.setState(c, evloop.Idle)
 	c.lastNs = l.nowNs
 	if c.in != nil && ex.total <= c.n {
 		c.n = copy(c.in, c.in[ex.total:c.n])
@@ -285,7 +286,7 @@ func (l *evloop) done(c *cconn, o outcome, status int) {
 
 // requestLine returns the method and target of c's exchange, for the
 // access log.
-func (l *evloop) requestLine(c *cconn) (method, uri []byte) {
+func (l *eventLoop) requestLine(c *cconn) (method, uri []byte) {
 	ex := &c.ex
 	if c.in != nil && ex.total <= c.n {
 		line := c.in[:ex.total]
@@ -303,7 +304,7 @@ func (l *evloop) requestLine(c *cconn) (method, uri []byte) {
 // respond writes a response sentry makes itself (rejection or error) and
 // ends the exchange. The request was read whole, so the connection stays
 // usable.
-func (l *evloop) respond(c *cconn, a *app, o outcome, d admission.Decision) {
+func (l *eventLoop) respond(c *cconn, a *app, o outcome, d admission.Decision) {
 	ex := &c.ex
 	if bc := ex.b; bc != nil {
 		ex.b, bc.c = nil, nil
@@ -326,7 +327,7 @@ func (l *evloop) respond(c *cconn, a *app, o outcome, d admission.Decision) {
 }
 
 // httpDate returns the Date header value, refreshed once a second.
-func (l *evloop) httpDate() []byte {
+func (l *eventLoop) httpDate() []byte {
 	if s := l.nowNs / int64(time.Second); s != l.dateSec || l.date == nil {
 		l.dateSec = s
 		l.date = l.now.UTC().AppendFormat(l.date[:0], http1Date)

@@ -20,7 +20,12 @@ import (
 	"github.com/sentry-proxy/sentry/internal/scripttest"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/evloop"
 )
+
+// The tests run the loops with strictStates: an illegal exchange
+// transition panics there, instead of being counted.
+func init() { strictStates = true }
 
 // TestEvloopScripts drives one event loop's exchange logic through the
 // scripts in testdata/evloop/*.txt, on a manual clock and scripted
@@ -53,7 +58,7 @@ func TestEvloopScripts(t *testing.T) {
 // loopScript is one script's loop, with everything around it scripted.
 type loopScript struct {
 	t    *testing.T
-	l    *evloop
+	l    *eventLoop
 	sys  *scriptSys
 	ctl  *scriptControl
 	now  time.Time
@@ -89,8 +94,8 @@ func newLoopScript(t *testing.T) *loopScript {
 	h.sys.fds[3] = &scriptFD{name: "listen"}
 	h.sys.fds[4] = &scriptFD{name: "epoll"}
 	h.sys.fds[5] = &scriptFD{name: "eventfd"}
-	l := &evloop{ff: ff, ep: 4, efd: 5, sys: h.sys, clock: func() time.Time { return h.now }, idleBk: map[*upstream][]*bconn{}}
-	l.trace = func(c *cconn, from, to exState) {
+	l := &eventLoop{ff: ff, ep: 4, efd: 5, sys: h.sys, clock: func() time.Time { return h.now }, idleBk: map[*upstream][]*bconn{}}
+	l.trace = func(c *cconn, from, to evloop.State) {
 		h.printf("%s: %v -> %v", h.sys.nameOf(c.fd), from, to)
 	}
 	l.tick()
@@ -242,7 +247,7 @@ func (h *loopScript) exec(line int, cmd string) []string {
 	return h.out
 }
 
-// scriptSys is a loopSys whose descriptors are scripted: what a peer sent
+// scriptSys is a evloop.Sys whose descriptors are scripted: what a peer sent
 // is read, what the loop writes is printed.
 type scriptSys struct {
 	h         *loopScript

@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package evloop
 
 import (
 	"time"
@@ -9,13 +9,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// loopSys is everything a loop asks of the kernel, so that tests can
-// script it (evloop_script_test.go): the loop's sockets, its epoll set
-// and its eventfd. The loop holds one (evloop.sys); production uses
-// rawSys. Arguments are plain values (an epoll registration is its
+// Sys is everything a loop asks of the kernel once it runs, so that
+// tests can script it: the loop's sockets, its epoll set and its eventfd.
+// Production uses RawSys. Arguments are plain values (an epoll registration is its
 // events and tag, not a *unix.EpollEvent), so that calling through the
 // interface does not make the loop allocate.
-type loopSys interface {
+type Sys interface {
 	Read(fd int, p []byte) (int, error)
 	Write(fd int, p []byte) (int, error)
 	Close(fd int) error
@@ -39,27 +38,27 @@ type loopSys interface {
 	EpollWait(ep int, evs []unix.EpollEvent, msec int) (int, error)
 }
 
-// loopClock is the loop's clock: the time it stamps each round with
-// (evloop.tick), deadlines and the response's measured time are read
-// from it. Tests use a manual one.
-type loopClock func() time.Time
+// Clock is the loop's clock: the time it stamps each round with;
+// deadlines and a response's measured time are read from it. Tests use a
+// manual one.
+type Clock func() time.Time
 
-// rawSys is the real loopSys.
+// RawSys is the real Sys.
 //
 // The loops' socket calls never block (every socket is non-blocking), so
 // they are made as raw system calls: the Go scheduler is not told, no P is
 // handed off, and sysmon is not woken to retake one. epoll_wait is polled
 // raw first and only blocks through the scheduler when nothing is ready.
-type rawSys struct{}
+type RawSys struct{}
 
-var _ loopSys = rawSys{}
+var _ Sys = RawSys{}
 
-func (rawSys) Read(fd int, p []byte) (int, error)  { return rawRead(fd, p) }
-func (rawSys) Write(fd int, p []byte) (int, error) { return rawWrite(fd, p) }
-func (rawSys) Close(fd int) error                  { return unix.Close(fd) }
-func (rawSys) ShutdownWrite(fd int) error          { return unix.Shutdown(fd, unix.SHUT_WR) }
+func (RawSys) Read(fd int, p []byte) (int, error)  { return rawRead(fd, p) }
+func (RawSys) Write(fd int, p []byte) (int, error) { return rawWrite(fd, p) }
+func (RawSys) Close(fd int) error                  { return unix.Close(fd) }
+func (RawSys) ShutdownWrite(fd int) error          { return unix.Shutdown(fd, unix.SHUT_WR) }
 
-func (rawSys) Accept(lfd int) (int, unix.Sockaddr, error) {
+func (RawSys) Accept(lfd int) (int, unix.Sockaddr, error) {
 	fd, sa, err := unix.Accept4(lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 	if err == nil {
 		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
@@ -67,7 +66,7 @@ func (rawSys) Accept(lfd int) (int, unix.Sockaddr, error) {
 	return fd, sa, err
 }
 
-func (rawSys) Dial(addr unix.Sockaddr) (int, bool, error) {
+func (RawSys) Dial(addr unix.Sockaddr) (int, bool, error) {
 	// connect(2) through x/sys writes into the Sockaddr it is given, so
 	// each call gets its own copy (loops share the upstream's).
 	fam := unix.AF_INET
@@ -96,11 +95,11 @@ func (rawSys) Dial(addr unix.Sockaddr) (int, bool, error) {
 	return fd, inProgress, nil
 }
 
-func (rawSys) ConnectError(fd int) (int, error) {
+func (RawSys) ConnectError(fd int) (int, error) {
 	return unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
 }
 
-func (rawSys) EpollCtl(ep, op, fd int, events uint32, tag int32) error {
+func (RawSys) EpollCtl(ep, op, fd int, events uint32, tag int32) error {
 	if op == unix.EPOLL_CTL_DEL {
 		return unix.EpollCtl(ep, op, fd, nil)
 	}
@@ -119,7 +118,7 @@ func (rawSys) EpollCtl(ep, op, fd int, events uint32, tag int32) error {
 // reject path (72-84k against 80-102k req/s, same runs), each park and
 // wake costing the scheduler's thread hand-offs. Overload is what sentry
 // is for, so the loop blocks.
-func (rawSys) EpollWait(ep int, evs []unix.EpollEvent, msec int) (int, error) {
+func (RawSys) EpollWait(ep int, evs []unix.EpollEvent, msec int) (int, error) {
 	if n, err := pollNow(ep, evs); n > 0 || err != nil && err != unix.EINTR {
 		return n, err
 	}
