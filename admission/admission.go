@@ -122,3 +122,38 @@ type Pending interface {
 	// back). It is counted as RejectGone.
 	Cancel()
 }
+
+// Ticket is an admitted request as the front end holds it until the
+// exchange ends: what its outcome is reported against (a Controller's
+// Done). The front end fills it when it decides the request (class, key,
+// estimate, arrival) and keeps it in its pooled per-exchange state, so
+// handing it back costs no allocation. Key may alias the request's bytes:
+// it must stay valid until Done returns, and Done must not retain it.
+type Ticket struct {
+	// Class is the request's priority class.
+	Class int
+	// Key is the request's history key (classify).
+	Key []byte
+	// S is the service-time estimate the request was admitted with.
+	S time.Duration
+	// Arrival is when the request became ready to admit; the estimate
+	// counted its arrival at this time, and its latency runs from it.
+	Arrival time.Time
+}
+
+// Result is how a relayed exchange ended, as its ticket is told.
+type Result struct {
+	// ServerTiming is the backend's Server-Timing value (may be empty).
+	ServerTiming []byte
+	// Measured is the time from dispatch to the response head; zero when
+	// it says nothing of the backend (a body streamed from the client).
+	Measured time.Duration
+	// InService is the backend's in-flight count at dispatch, this request
+	// included; zero when Measured is zero.
+	InService int
+	// End is when the response head came; the latency is End − Arrival.
+	End time.Time
+}
+
+// Latency is the time from the ticket's arrival to the result's end.
+func (r *Result) Latency(t *Ticket) time.Duration { return r.End.Sub(t.Arrival) }

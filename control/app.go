@@ -249,24 +249,27 @@ func probeable(v admission.Verdict) bool {
 // Probes is the number of rejections a probe has overridden so far.
 func (a *App) Probes() uint64 { return a.probes.Load() }
 
-// Observe records a relayed request's outcome: the backend's Server-Timing
-// (may be empty), the measured time from dispatch to response head, the
-// in-service count on its backend at dispatch, the estimate it was
-// admitted with, and the latency from arrival at sentry.
-func (a *App) Observe(class int, key []byte, serverTiming []byte, measured time.Duration, inService int, s time.Duration, latency time.Duration, now time.Time) {
+// Done tells a relayed request's ticket its outcome (admission.Result):
+// the backend's Server-Timing feeds the estimator, the measured time and
+// the in-service count feed batchac's parallelism model (when the ticket
+// carries an estimate), and the latency from arrival feeds the SLA
+// bookkeeping. It does not allocate and keeps nothing of t or r.
+func (a *App) Done(tk *admission.Ticket, r admission.Result) {
+	class, now := tk.Class, r.End
 	var t estimator.Timing
-	if len(serverTiming) > 0 {
-		t, _ = estimator.ParseServerTiming(serverTiming)
+	if len(r.ServerTiming) > 0 {
+		t, _ = estimator.ParseServerTiming(r.ServerTiming)
 	}
-	a.est.ObserveTiming(class, key, t, measured, now)
+	a.est.ObserveTiming(class, tk.Key, t, r.Measured, now)
 	a.lastObs.Store(now.UnixNano())
 	// The parallelism model predicts the whole response time at the
 	// backend, waiting for a slot included: max(1, m/P)·S. So it learns
 	// from the measured time, not from measured − queue (which is ≈ S
 	// whatever the load, and would let P grow without bound).
-	if s > 0 && inService > 0 {
-		a.batch.ObserveService(inService, s, measured)
+	if tk.S > 0 && r.InService > 0 {
+		a.batch.ObserveService(r.InService, tk.S, r.Measured)
 	}
+	latency := r.Latency(tk)
 	a.lat.add(latency)
 	if cs := *a.classes.Load(); uint(class) < uint(len(cs)) {
 		cs[class].lat.add(latency)

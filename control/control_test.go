@@ -73,7 +73,7 @@ func TestBuildClassifyEstimateAdmit(t *testing.T) {
 	}
 	now := time.Now()
 	for i := 0; i < 50; i++ {
-		a.Observe(0, key, []byte("cpu;dur=8, queue;dur=1"), 9*time.Millisecond, 1, 0, 10*time.Millisecond, now)
+		a.Done(&admission.Ticket{Class: 0, Key: key, Arrival: now.Add(-10 * time.Millisecond)}, admission.Result{ServerTiming: []byte("cpu;dur=8, queue;dur=1"), Measured: 9 * time.Millisecond, InService: 1, End: now})
 	}
 	s, _ := a.Estimate(0, key, now)
 	if s < 7*time.Millisecond || s > 9*time.Millisecond {
@@ -104,7 +104,7 @@ func TestReloadKeepsLearnedState(t *testing.T) {
 	}
 	now := time.Now()
 	for i := 0; i < 30; i++ {
-		a1.Observe(1, []byte("/search"), []byte("cpu;dur=40"), 40*time.Millisecond, 1, 0, 40*time.Millisecond, now)
+		a1.Done(&admission.Ticket{Class: 1, Key: []byte("/search"), Arrival: now.Add(-40 * time.Millisecond)}, admission.Result{ServerTiming: []byte("cpu;dur=40"), Measured: 40 * time.Millisecond, InService: 1, End: now})
 	}
 	// Reload: classes reordered and one added; bronze keeps its history.
 	ac := testApp("auto")
@@ -166,7 +166,7 @@ func TestModeOffAndThreshold(t *testing.T) {
 	}
 	now := time.Now()
 	for i := 0; i < 40; i++ {
-		a.Observe(0, []byte("/checkout"), []byte("cpu;dur=10"), 10*time.Millisecond, 1, 0, 10*time.Millisecond, now)
+		a.Done(&admission.Ticket{Class: 0, Key: []byte("/checkout"), Arrival: now.Add(-10 * time.Millisecond)}, admission.Result{ServerTiming: []byte("cpu;dur=10"), Measured: 10 * time.Millisecond, InService: 1, End: now})
 	}
 	for i := 0; i < 500; i++ {
 		a.Estimate(0, []byte("/checkout"), now.Add(time.Duration(i)*20*time.Millisecond))
@@ -254,7 +254,7 @@ func TestNoDeadlockOnHighQueueEstimate(t *testing.T) {
 	}
 	// The farm reported 900 ms of queueing: Q is far above R_sla (1 s) − S.
 	for i := 0; i < 50; i++ {
-		a.Observe(0, []byte("/checkout/x"), []byte("cpu;dur=200, queue;dur=900"), 1100*time.Millisecond, 1, 0, 1100*time.Millisecond, clock())
+		a.Done(&admission.Ticket{Class: 0, Key: []byte("/checkout/x"), Arrival: clock().Add(-1100 * time.Millisecond)}, admission.Result{ServerTiming: []byte("cpu;dur=200, queue;dur=900"), Measured: 1100 * time.Millisecond, InService: 1, End: clock()})
 	}
 	a.est.Refresh(clock().Add(time.Second))
 	if q := a.est.Q(); q < 800*time.Millisecond {
@@ -290,7 +290,7 @@ func TestParallelismLearnsFromMeasuredTime(t *testing.T) {
 	now := time.Now()
 	// A 3-slot backend with 30 in service: each request waits ~9 S.
 	for i := 0; i < 2000; i++ {
-		a.Observe(1, []byte("/"), []byte("cpu;dur=10, queue;dur=90"), 100*time.Millisecond, 30, 10*time.Millisecond, 100*time.Millisecond, now)
+		a.Done(&admission.Ticket{Class: 1, Key: []byte("/"), S: 10 * time.Millisecond, Arrival: now.Add(-100 * time.Millisecond)}, admission.Result{ServerTiming: []byte("cpu;dur=10, queue;dur=90"), Measured: 100 * time.Millisecond, InService: 30, End: now})
 	}
 	if p := a.batch.Parallelism(); p < 2 || p > 5 {
 		t.Fatalf("learned parallelism %v for a 3-slot backend", p)
@@ -309,13 +309,13 @@ func TestReloadKeepsClassCountersByName(t *testing.T) {
 	}
 	now := time.Now()
 	for i := 0; i < 7; i++ {
-		a.Observe(1, []byte("/"), nil, time.Millisecond, 1, 0, time.Millisecond, now) // bronze, within target
+		a.Done(&admission.Ticket{Class: 1, Key: []byte("/"), Arrival: now.Add(-time.Millisecond)}, admission.Result{ServerTiming: nil, Measured: time.Millisecond, InService: 1, End: now}) // bronze, within target
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for i := 0; i < 2000; i++ {
-			a.Observe(0, []byte("/checkout/x"), nil, time.Millisecond, 1, 0, 10*time.Second, now) // gold, late
+			a.Done(&admission.Ticket{Class: 0, Key: []byte("/checkout/x"), Arrival: now.Add(-10 * time.Second)}, admission.Result{ServerTiming: nil, Measured: time.Millisecond, InService: 1, End: now}) // gold, late
 		}
 	}()
 	ac := testApp("batch")
@@ -376,7 +376,7 @@ func TestProbeOverridesRejection(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := []byte("/checkout/x")
-	a.Observe(0, key, []byte("cpu;dur=5000"), 5*time.Second, 1, 0, 5*time.Second, clock())
+	a.Done(&admission.Ticket{Class: 0, Key: key, Arrival: clock().Add(-5 * time.Second)}, admission.Result{ServerTiming: []byte("cpu;dur=5000"), Measured: 5 * time.Second, InService: 1, End: clock()})
 	heavy := func() admission.Verdict {
 		return a.Admit(&admission.Request{Class: 0, S: 5 * time.Second, Key: key}).Verdict
 	}
@@ -486,7 +486,7 @@ func TestParkAccountsOnce(t *testing.T) {
 	// A rejection that rests on the estimate is overridden by a due probe
 	// when the parked decision is taken, as in Admit.
 	heavy := []byte("/heavy")
-	a.Observe(1, heavy, []byte("cpu;dur=5000"), 5*time.Second, 1, 0, 5*time.Second, clock())
+	a.Done(&admission.Ticket{Class: 1, Key: heavy, Arrival: clock().Add(-5 * time.Second)}, admission.Result{ServerTiming: []byte("cpu;dur=5000"), Measured: 5 * time.Second, InService: 1, End: clock()})
 	hr := &admission.Request{Class: 1, S: 5 * time.Second, Key: heavy}
 	_, p, _ = a.Park(hr, wk)
 	if d := runOnce(p); d.Verdict != admission.RejectTest {

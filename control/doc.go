@@ -20,7 +20,9 @@
 //	                                          Cancel withdraws it (client gone)
 //	  rejected on the estimate? estimator.Probe may admit it anyway
 //	(Admit is the blocking form, for callers that may wait)
-//	Observe(class, key, Server-Timing, measured, in-service, S, latency)
+//	Done(&ticket, result)                   the relayed request's outcome: ticket = class,
+//	                                          key, S, arrival; result = Server-Timing,
+//	                                          measured, in-service, end
 //
 // Nothing here allocates per request; the mode dispatch is one atomic load.
 // A parked request's ticket (parked) is pooled per App.

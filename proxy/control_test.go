@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,6 +32,22 @@ type fakeControl struct {
 	retained  [][]string
 	wait      chan struct{} // if set, Admit blocks until it is closed or r.Gone fires
 	gone      int
+	// With record set, calls is the pipeline's calls, in order (classify,
+	// estimate, park, done), with the arrival Estimate was given and the
+	// ticket's. (Off by default: the benchmarks must not allocate.)
+	record   bool
+	calls    []string
+	arrivals []time.Time
+	tickets  []time.Time
+}
+
+func (f *fakeControl) call(name string) {
+	if !f.record {
+		return
+	}
+	f.mu.Lock()
+	f.calls = append(f.calls, name)
+	f.mu.Unlock()
 }
 
 type observation struct {
@@ -48,12 +65,19 @@ func (f *fakeControl) Retain(apps []string) {
 }
 func (f *fakeControl) Classes() []string { return []string{"gold", "bronze"} }
 func (f *fakeControl) Classify(r classify.Request, _ netip.Addr) (int, []byte) {
+	f.call("classify")
 	if bytes.Equal(r.Peek("X-Class"), []byte("gold")) {
 		return 0, r.Path()
 	}
 	return 1, r.Path()
 }
-func (f *fakeControl) Estimate(class int, key []byte, _ time.Time) (time.Duration, int) {
+func (f *fakeControl) Estimate(class int, key []byte, now time.Time) (time.Duration, int) {
+	f.call("estimate")
+	if f.record {
+		f.mu.Lock()
+		f.arrivals = append(f.arrivals, now)
+		f.mu.Unlock()
+	}
 	return 7 * time.Millisecond, 2
 }
 
@@ -68,6 +92,7 @@ func (f *fakeControl) decide(class int) admission.Decision {
 // Park decides at once, or, with wait set, parks the request until wait
 // is closed.
 func (f *fakeControl) Park(r *admission.Request, wk admission.Waker) (admission.Decision, admission.Pending, bool) {
+	f.call("park")
 	if f.wait == nil {
 		return f.decide(r.Class), nil, true
 	}
@@ -104,21 +129,40 @@ func (p *fakePending) Cancel() {
 	p.f.mu.Unlock()
 }
 
-func (f *fakeControl) Observe(class int, key, st []byte, measured time.Duration, inService int, s, latency time.Duration, now time.Time) {
+func (f *fakeControl) Done(t *admission.Ticket, r admission.Result) {
 	f.mu.Lock()
-	f.observed = append(f.observed, observation{class, string(key), string(st), s})
-	f.measured = append(f.measured, measured)
-	f.inService = append(f.inService, inService)
+	if f.record {
+		f.calls = append(f.calls, "done")
+		f.tickets = append(f.tickets, t.Arrival)
+	}
+	f.observed = append(f.observed, observation{t.Class, string(t.Key), string(r.ServerTiming), t.S})
+	f.measured = append(f.measured, r.Measured)
+	f.inService = append(f.inService, r.InService)
 	f.mu.Unlock()
 }
 func (f *fakeControl) StripServerTiming() bool { return f.strip }
 
 func startControlled(t *testing.T, ctl *fakeControl, be string) *harness {
 	t.Helper()
-	return startProxyOpts(t, []string{be}, Options{Control: ctl}, func(_ *policy.Snapshot, a *policy.App) { a.Admission.Mode = "batch" })
+	return startControlledOn(t, EngineAuto, ctl, be)
 }
 
+func startControlledOn(t *testing.T, e Engine, ctl *fakeControl, be string) *harness {
+	t.Helper()
+	return startProxyOpts(t, []string{be}, Options{Control: ctl, Engine: e}, func(_ *policy.Snapshot, a *policy.App) { a.Admission.Mode = "batch" })
+}
+
+// TestAdmissionPath runs the pipeline (pipeline.go) on each engine: the
+// same calls in the same order (classify, estimate, park, and done for a
+// relayed request only), the ticket told the arrival the estimate
+// counted, the same verdict counts and the same rejection.
 func TestAdmissionPath(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.String(), func(t *testing.T) { testAdmissionPath(t, e) })
+	}
+}
+
+func testAdmissionPath(t *testing.T, e Engine) {
 	var hits int
 	var mu sync.Mutex
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
@@ -128,8 +172,8 @@ func TestAdmissionPath(t *testing.T) {
 		w.Header().Set("Server-Timing", "cpu;dur=2, db;dur=5, queue;dur=1, cache;desc=hit")
 		io.WriteString(w, "ok")
 	})
-	ctl := &fakeControl{strip: true}
-	h := startControlled(t, ctl, be)
+	ctl := &fakeControl{strip: true, record: true}
+	h := startControlledOn(t, e, ctl, be)
 
 	resp, body := rawRequest(t, h.addr, "GET /item?id=3 HTTP/1.1\r\nHost: x\r\nX-Class: gold\r\n\r\n")
 	if resp.StatusCode != 200 || body != "ok" {
@@ -163,6 +207,14 @@ func TestAdmissionPath(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(h.p.metrics.decisions.WithLabelValues("web", "gold", "admitted")); v != 1 {
 		t.Errorf("decisions{gold,admitted} = %v", v)
+	}
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	if got, want := strings.Join(ctl.calls, " "), "classify estimate park done classify estimate park"; got != want {
+		t.Errorf("pipeline calls %q, want %q", got, want)
+	}
+	if len(ctl.tickets) != 1 || len(ctl.arrivals) != 2 || !ctl.tickets[0].Equal(ctl.arrivals[0]) {
+		t.Errorf("ticket arrivals %v, want the first estimate's of %v", ctl.tickets, ctl.arrivals)
 	}
 }
 

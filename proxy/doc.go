@@ -6,7 +6,7 @@
 //
 // # The request path
 //
-//	listener ─> event loops (plain HTTP/1.1 on Linux; evloop_linux.go)
+//	listener ─> event loops (plain HTTP/1.1 on Linux; evloop_*_linux.go)
 //	  ├─ whole plain head in one read ─> route, classify, estimate, Park
 //	  │    ├─ decided at once ─> relay on a non-blocking backend socket
 //	  │    │    (or the prebuilt rejection)
@@ -27,6 +27,18 @@
 //	  ─> lb.Pool.Pick ─> fasthttp.HostClient.Do(&ctx.Request, &ctx.Response)
 //	  ─> done: lb.Release, metrics (atomic adds on pre-resolved series)
 //
+// The stages after routing are written once, in pipeline.go, and both
+// engines (and h2) run them in the same order: decide (app.decide:
+// classify, estimate -- which counts the arrival --, Park; the engine
+// waits its own way; app.admitted counts the verdict once), the engine's
+// healthy-backend check and forwarding plan (planForwarding), the relay
+// with the one retry policy (tryAgain, retry.go), and complete
+// (app.observe tells the admission ticket its outcome, Controller.Done
+// with an admission.Result, and says whether to strip Server-Timing;
+// Proxy.record does the metrics and the access log). An engine supplies
+// only a view of the request (classify.Request), its peer address, a
+// Waker, and its own header writing.
+//
 // # Engine decision
 //
 // The reference figures (2 cores shared by wrk -t2 -c64, proxy and
@@ -43,7 +55,7 @@
 //
 // So sentry now has two front ends over one listener:
 //
-//   - Event loops (evloop_linux.go), one per GOMAXPROCS, each a goroutine
+//   - Event loops (evloop_*_linux.go), one per GOMAXPROCS, each a goroutine
 //     around its own epoll set (level-triggered; the listening socket is in
 //     every set with EPOLLEXCLUSIVE). A loop serves the common request
 //     entirely itself, client and backend sockets alike, with raw
@@ -71,7 +83,17 @@
 //     access log. A client that hangs up while parked (read 0, RDHUP,
 //     error) cancels it: it leaves its queue, counted client_gone (499);
 //     closing the loop cancels what is parked. Pipelined requests behind a
-//     parked one stay buffered.
+//     parked one stay buffered. Where an exchange is -- idle, admitting,
+//     parked, connecting, sending, relaying -- is one value (evloop.State,
+//     package proxy/evloop, with its diagram), changed only through a transition
+//     check: an illegal transition panics in the tests and is counted in
+//     production (sentry_evloop_illegal_transitions_total). The loop
+//     reaches the kernel only through evloop.Sys (package proxy/evloop) and
+//     reads the time only from its evloop.Clock, so its exchange logic is
+//     tested by scripts on a manual clock with scripted syscalls
+//     (testdata/evloop/*.txt, run by TestEvloopScripts): relays with
+//     Content-Length, chunked and close-delimited responses, timeouts,
+//     backpressure, parked requests woken or abandoned, retries.
 //   - fasthttp, for everything else. The loop hands the connection off,
 //     with the bytes it has read, to the fasthttp server of the same front
 //     end (through a 256-slot queue; when it is full the loop waits for
@@ -120,8 +142,9 @@
 //   - latency-to-last-byte: the latency histogram and the access log's duration of a relayed
 //     response run to its last byte (fasthttp's: to the head, for bodies
 //     over 64 KiB), and a download the client abandons is counted as 499.
-//     The latency part is pinned by TestLatencyToLastByte; the 499 is not
-//     pinned yet.
+//     The latency part is pinned by TestLatencyToLastByte; the loop's 499
+//     by testdata/evloop/gone.txt (TestEvloopScripts), fasthttp's side of
+//     it not yet.
 //   - drain-parked: a drain that runs out of time closes a loop's connection whose
 //     request is parked for its batch run, which cancels it (client_gone);
 //     fasthttp's Shutdown does not close active connections, so its
@@ -203,7 +226,7 @@
 // fasthttp, whose handle does 1-3. In step 4 the values are decided once
 // (planForwarding, from what a trusted proxy sent); each engine only
 // removes the incoming copies and writes them, on raw lines
-// (evloop_linux.go) or on fasthttp's header (handler.go), and the tests
+// (evloop_*_linux.go) or on fasthttp's header (handler.go), and the tests
 // above hold the two to the same result. h2
 // (h2.go) copies a stream's headers leaving out what the table says
 // (hop-by-hop names, host: ":authority" wins, underscore spellings),
@@ -347,7 +370,11 @@
 //
 // Connect failure 502 (retried on another backend first, since nothing was
 // sent; an idempotent request whose connection broke before any response
-// is retried too, like nginx's default proxy_next_upstream error), response timeout 504, other backend failures 502, backend
+// is retried too, like nginx's default proxy_next_upstream error; both
+// engines ask the one retry policy, tryAgain in retry.go, with one budget
+// of maxAttempts attempts per request; fasthttp's HostClient also retries
+// a stale keep-alive connection once on the same backend by itself, which
+// that budget does not see), response timeout 504, other backend failures 502, backend
 // connection cap 503 + Retry-After, no healthy backend 503 (the prebuilt
 // rejection), admission rejection 503 or 429 + Retry-After, malformed 400,
 // head too large 431, body too large 413, slow head 408, unknown Host 404,

@@ -19,3 +19,4 @@ func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) { return ln,
 func (ff *fastFront) shutdown(context.Context) {}
 
 func (ff *fastFront) counts() (served, handed uint64) { return 0, 0 }
+func (ff *fastFront) illegalTransitions() uint64      { return 0 }

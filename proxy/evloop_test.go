@@ -679,7 +679,7 @@ func TestEvloopResponseShapes(t *testing.T) {
 		{"head too large", "GET", "/hugehead", 502, "sentry: bad gateway\n", keep, nil, 1},
 		{"no response head", "GET", "/silent", 504, "sentry: gateway timeout\n", keep, nil, 1},
 		{"hangup before answering, POST", "POST", "/hangup", 502, "sentry: bad gateway\n", keep, nil, 1},
-		{"hangup before answering, GET (retried)", "GET", "/hangup", 502, "sentry: bad gateway\n", keep, nil, maxDialAttempts},
+		{"hangup before answering, GET (retried)", "GET", "/hangup", 502, "sentry: bad gateway\n", keep, nil, maxAttempts},
 		{"truncated body", "GET", "/truncated", 200, "only part", cut, nil, 1},
 	}
 	for _, tc := range cases {

@@ -123,7 +123,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		if o == outClientGone {
 			// The stream was reset: nothing to write.
 			_ = ctx.Response.CloseBodyStream()
-			a.m.observe(o, statusOf(o), u, start)
+			p.record(a, false, o, statusOf(o), u, start, nil, nil, nil) // metrics only: no access line for a reset stream
 			return
 		}
 	}
@@ -156,10 +156,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = resp.CloseBodyStream()
 	if a != nil {
-		a.m.observe(o, resp.StatusCode(), u, start)
-		if rt.access {
-			p.logAccess(a, &ctx, o, u, start)
-		}
+		p.recordCtx(a, rt.access, &ctx, o, u, start)
 	}
 }
 

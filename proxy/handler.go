@@ -1,13 +1,9 @@
 package proxy
 
 import (
-	"bytes"
-	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -19,7 +15,7 @@ import (
 // exchange is the per-request scratch space, pooled so the request path
 // does not allocate.
 type exchange struct {
-	ar    admission.Request
+	t     ticket // the request's admission (pipeline.go)
 	ctx   *fasthttp.RequestCtx
 	buf   []byte     // forwarding headers and the request ID
 	chain []byte     // a trusted proxy's X-Forwarded-For lines, merged
@@ -66,10 +62,6 @@ func awaitPending(p admission.Pending, wake chanWaker, gone <-chan struct{}) adm
 		}
 	}
 }
-
-// maxDialAttempts bounds retries after connect failures (nothing was sent,
-// so a retry on another backend is always safe).
-const maxDialAttempts = 3
 
 var (
 	hdrRetryAfter   = []byte("Retry-After")
@@ -192,10 +184,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		var bb bodyBuf
 		body = &bb
 		if o := p.checkFraming(a, ctx); o != outRelayed {
-			a.m.observe(o, ctx.Response.StatusCode(), nil, start)
-			if rt.access {
-				p.logAccess(a, ctx, o, nil, start)
-			}
+			p.recordCtx(a, rt.access, ctx, o, nil, start)
 			return
 		}
 		o, used := fe.readBody(ctx, a, body)
@@ -215,10 +204,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 					return
 				}
 			}
-			a.m.observe(o, ctx.Response.StatusCode(), nil, start)
-			if rt.access {
-				p.logAccess(a, ctx, o, nil, start)
-			}
+			p.recordCtx(a, rt.access, ctx, o, nil, start)
 			return
 		}
 		body.streamed = !used || body.client != nil
@@ -233,112 +219,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		// A chunk malformed past the buffer, found while it streamed.
 		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
 	}
-	a.m.observe(o, ctx.Response.StatusCode(), b, start)
-	if rt.access {
-		p.logAccess(a, ctx, o, b, start)
-	}
-}
-
-// checkTarget checks the request line. CONNECT is refused (405: sentry is
-// not a forward proxy), and so is PRI (an HTTP/2 preface on a listener
-// without h2). An absolute-form target (RFC 9112 §3.2.2) sets Host, so
-// routing and the Host the backend receives agree; the target becomes
-// origin-form. An https:// target on a plain listener, another scheme, or
-// userinfo in the authority is a 400. It returns ok (the outcome is then
-// meaningless), or the outcome to answer with.
-func checkTarget(req *fasthttp.Request, isTLS bool) (outcome, bool) {
-	h := &req.Header
-	switch string(h.Method()) {
-	case fasthttp.MethodConnect:
-		return outMethodNotAllowed, false
-	case "PRI":
-		return outBadRequest, false
-	}
-	u := h.RequestURI()
-	if len(u) == 0 || u[0] == '/' {
-		return outRelayed, true
-	}
-	if string(u) == "*" {
-		if string(h.Method()) == fasthttp.MethodOptions {
-			return outRelayed, true
-		}
-		return outBadRequest, false
-	}
-	var rest []byte
-	switch {
-	case len(u) > 7 && eqFold(u[:7], "http://"):
-		rest = u[7:]
-	case len(u) > 8 && eqFold(u[:8], "https://") && isTLS:
-		rest = u[8:]
-	default:
-		return outBadRequest, false
-	}
-	end := bytes.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	if !validHost(rest[:end]) {
-		return outBadRequest, false
-	}
-	// The rare path: copies are fine here.
-	host := append([]byte(nil), rest[:end]...)
-	path := make([]byte, 0, len(rest)-end+1)
-	if end == len(rest) || rest[end] != '/' {
-		path = append(path, '/')
-	}
-	path = append(path, rest[end:]...)
-	h.SetHostBytes(host)
-	req.SetRequestURIBytes(path)
-	return outRelayed, true
-}
-
-// checkHead refuses heads that parsers could read in different ways:
-// Transfer-Encoding with Content-Length, HTTP/1.0 with Transfer-Encoding, repeated Host lines, obs-fold, a Host
-// that is not uri-host[:port] (userinfo would become an Authorization
-// header), a missing Host (on HTTP/1.0 too: the backend needs one), a
-// Connection list naming a protected header, and an Upgrade request with a
-// body (the body would never reach the backend and could be read as the
-// next request). Like checkTarget, it returns ok, or the outcome to answer.
-func checkHead(h *fasthttp.RequestHeader, f *headFacts) (outcome, bool) {
-	if f.hosts > 1 || f.fold || f.connBad {
-		return outBadRequest, false
-	}
-	// Request smuggling: Transfer-Encoding with Content-Length. fasthttp
-	// already refuses duplicate Content-Length and unknown encodings.
-	if h.ContentLength() == -1 && f.length {
-		return outBadRequest, false
-	}
-	if !h.IsHTTP11() && h.ContentLength() == -1 {
-		return outBadRequest, false
-	}
-	if !validHost(h.Host()) {
-		return outBadRequest, false
-	}
-	if cl := h.ContentLength(); f.upgrade && len(h.PeekBytes(hdrUpgrade)) > 0 && (cl > 0 || cl == -1) {
-		return outBadRequest, false
-	}
-	return outRelayed, true
-}
-
-// checkFraming refuses, before anything of the body is read, what serve
-// would refuse anyway: a body over the app's max_body_bytes (413, or 411
-// for a chunked one). (Smuggling-shaped framing was refused by checkHead.)
-// The response is written and the connection set to close.
-func (p *Proxy) checkFraming(a *app, ctx *fasthttp.RequestCtx) outcome {
-	h := &ctx.Request.Header
-	o := outRelayed
-	if lim := a.cfg.MaxBodyBytes; lim > 0 {
-		if cl := h.ContentLength(); cl > 0 && int64(cl) > lim {
-			o = outBodyTooLarge
-		} else if cl == -1 {
-			o = outLengthRequired
-		}
-	}
-	if o != outRelayed {
-		ctx.SetConnectionClose()
-		p.writeError(ctx, a, o)
-	}
-	return o
+	p.recordCtx(a, rt.access, ctx, o, b, start)
 }
 
 // serve runs one request through admission and relay. The response (relayed
@@ -375,64 +256,57 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 
 	x := exchangePool.Get().(*exchange)
 	x.ctx = ctx
-	defer func() { x.ctx, x.in = nil, trustedFwd{}; exchangePool.Put(x) }()
+	defer func() {
+		x.ctx, x.in, x.t.Ticket, x.t.req = nil, trustedFwd{}, admission.Ticket{}, admission.Request{}
+		exchangePool.Put(x)
+	}()
 
 	// From a trusted proxy, its X-Forwarded-For lines are one list (RFC
 	// 9110 §5.3).
-	isTrusted := a.trusted && trusted(a.cfg.TrustedProxies, peer)
+	isTrusted := a.trustedPeer(peer)
 	client := peer
 	x.in, x.chain = trustedFwd{}, x.chain[:0]
 	if isTrusted {
 		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedFor) {
 			x.chain = x.in.add(hXFF, v, x.chain)
 		}
-		client = clientFromXFF(a.cfg.TrustedProxies, peer, x.in.xff)
+		client = a.clientAddr(peer, x.in.xff)
 	}
 
-	// Classify, estimate, admit (proxy/doc.go: the request path).
-	ctl := a.ctl
-	var key []byte
-	x.ar = admission.Request{Gone: gone}
-	if ctl != nil {
-		x.ar.Class, key = ctl.Classify(x, client)
-		x.ar.S, x.ar.Bucket = ctl.Estimate(x.ar.Class, key, start)
-		x.ar.Key = key
-		if !a.off {
-			d, pend, decided := ctl.Park(&x.ar, x.wake)
-			if !decided {
-				// The request waits in a batch queue: it leaves the
-				// queue when its client hangs up.
-				g := gone
-				var unwatch func()
-				if g == nil {
-					if ch, stop, ok := watchGone(ctx.Conn()); ok {
-						g, unwatch = ch, stop
-					}
-				}
-				d = awaitPending(pend, x.wake, g)
-				if unwatch != nil {
-					unwatch()
-				}
+	// The decide step (pipeline.go): classify, estimate, admit. This
+	// engine may block, so a parked request waits here; it leaves its
+	// batch queue when its client hangs up.
+	d, pend, decided := a.decide(&x.t, x, client, start, gone, false, x.wake)
+	if !decided {
+		g := gone
+		var unwatch func()
+		if g == nil {
+			if ch, stop, ok := watchGone(ctx.Conn()); ok {
+				g, unwatch = ch, stop
 			}
-			a.decision(x.ar.Class, d.Verdict)
-			// A client that left while waiting gets no answer, and no
-			// backend is spent on it.
-			if d.Verdict == admission.RejectGone ||
-				d.Verdict == admission.Admit && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
-				// Close without writing a response; 499 is for the
-				// metrics and the access log only.
-				ctx.Response.SetStatusCode(statusOf(outClientGone))
-				ctx.HijackSetNoResponse(true)
-				ctx.Hijack(func(net.Conn) {})
-				return outClientGone, nil
-			}
-			if d.Verdict != admission.Admit {
-				a.writeReject(ctx, d)
-				return outRejected, nil
-			}
-		} else {
-			a.decision(x.ar.Class, admission.Admit)
 		}
+		d = awaitPending(pend, x.wake, g)
+		if unwatch != nil {
+			unwatch()
+		}
+	}
+	o := a.admitted(&x.t, d)
+	// A client that left while waiting gets no answer, and no backend is
+	// spent on it.
+	if o == outRelayed && a.ctl != nil && !a.off && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
+		o = outClientGone
+	}
+	switch o {
+	case outClientGone:
+		// Close without writing a response; 499 is for the metrics and
+		// the access log only.
+		ctx.Response.SetStatusCode(statusOf(outClientGone))
+		ctx.HijackSetNoResponse(true)
+		ctx.Hijack(func(net.Conn) {})
+		return outClientGone, nil
+	case outRejected:
+		a.writeReject(ctx, d)
+		return outRejected, nil
 	}
 
 	// No healthy backend: answer before spending anything on the request.
@@ -508,7 +382,9 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	}
 	dispatch := time.Now()
 	o, u, inService := p.relay(a, out, &ctx.Response, cb)
-	if o == outRelayed && ctl != nil {
+	if o == outRelayed {
+		// The complete step (pipeline.go): the ticket is told the
+		// outcome.
 		now := time.Now()
 		rh := &ctx.Response.Header
 		st := rh.PeekBytes(hdrServerTiming)
@@ -522,8 +398,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		if body != nil && body.streamed {
 			measured, busy = 0, 0
 		}
-		ctl.Observe(x.ar.Class, key, st, measured, busy, x.ar.S, now.Sub(start), now)
-		if len(st) > 0 && ctl.StripServerTiming() {
+		if a.observe(&x.t, admission.Result{ServerTiming: st, Measured: measured, InService: busy, End: now}) && len(st) > 0 {
 			x.st = estimator.StripServerTiming(x.st[:0], st)
 			if len(x.st) == 0 {
 				rh.DelBytes(hdrServerTiming)
@@ -592,86 +467,10 @@ func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response, cb
 		if p.log.IsDebug() {
 			p.log.Debug("relay failed", "app", a.name, "backend", u.addr, "error", err)
 		}
-		if attempt >= maxDialAttempts || !(isDialError(err) || retryable(req, err)) {
+		if !tryAgain(failureOf(err), replayable(req), attempt, false) {
 			return o, u, 0
 		}
 		last = u
 		resp.Reset()
 	}
 }
-
-// retryable reports whether a failed exchange may be sent to another
-// backend although the connection was up: like nginx's default
-// proxy_next_upstream "error", an idempotent request whose body was not
-// streamed, failed by the connection breaking (reset, closed, EOF) before
-// any response. Timeouts are never retried: the backend may still be
-// working on the request.
-func retryable(req *fasthttp.Request, err error) bool {
-	if req.IsBodyStream() || !idempotent(req) {
-		return false
-	}
-	return errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-}
-
-// idempotent reports whether the request's method is idempotent (RFC 9110
-// §9.2.2), so sending it twice is harmless.
-func idempotent(req *fasthttp.Request) bool { return idempotentMethod(req.Header.Method()) }
-
-// idempotentMethod is idempotent for a method name (both front ends).
-func idempotentMethod(m []byte) bool {
-	switch string(m) {
-	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace, fasthttp.MethodPut, fasthttp.MethodDelete:
-		return true
-	}
-	return false
-}
-
-// writeReject writes the prebuilt rejection: nothing reaches a backend.
-func (a *app) writeReject(ctx *fasthttp.RequestCtx, d admission.Decision) {
-	writeReply(&ctx.Response, replyFor(a, outRejected, d))
-}
-
-// rejectStatus returns the status and Retry-After seconds of a rejection.
-func (a *app) rejectStatus(d admission.Decision) (status, secs int) {
-	secs = a.reject.retryAfter
-	if d.RetryAfter > 0 {
-		secs = int((d.RetryAfter + time.Second - 1) / time.Second)
-	}
-	if d.Verdict == admission.RejectNoBackend {
-		return fasthttp.StatusServiceUnavailable, secs // not the client's rate: never 429
-	}
-	return a.reject.status, secs
-}
-
-// writeError writes a proxy-generated error. a may be nil.
-func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, a *app, o outcome) {
-	ctx.Response.Reset()
-	writeReply(&ctx.Response, replyFor(a, o, admission.Decision{}))
-}
-
-// retryAfterBytes returns the decimal bytes for small second counts without
-// allocating.
-func retryAfterBytes(secs int) []byte {
-	if secs >= 0 && secs < len(smallInts) {
-		return smallInts[secs]
-	}
-	return retryAfterValue(secs)
-}
-
-var smallInts = func() [121][]byte {
-	var t [121][]byte
-	for i := range t {
-		t[i] = retryAfterValue(i)
-	}
-	t[0] = t[1]
-	return t
-}()
-
-// verdictBytes holds each verdict's name for the X-Sentry-Reject header.
-var verdictBytes = func() (t [16][]byte) {
-	for _, v := range admission.Verdicts() {
-		t[v] = []byte(v.String())
-	}
-	return t
-}()

@@ -148,6 +148,7 @@ var (
 	descPoolUp   = prometheus.NewDesc("sentry_backends_healthy", "Healthy backends per app (the n of the admission test).", []string{"app"}, nil)
 	descLoopReqs = prometheus.NewDesc("sentry_evloop_requests_total", "Requests answered by a listener's event loops (the rest are served by fasthttp after a hand-off).", []string{"listener"}, nil)
 	descLoopHand = prometheus.NewDesc("sentry_evloop_handoffs_total", "Connections a listener's event loops handed off to fasthttp.", []string{"listener"}, nil)
+	descLoopBad  = prometheus.NewDesc("sentry_evloop_illegal_transitions_total", "Exchange state transitions the event loops made that their state machine does not allow (a bug; should stay 0).", []string{"listener"}, nil)
 )
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -156,6 +157,7 @@ func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPoolUp
 	ch <- descLoopReqs
 	ch <- descLoopHand
+	ch <- descLoopBad
 }
 
 func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
@@ -165,6 +167,7 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 			served, handed := fe.fast.counts()
 			ch <- prometheus.MustNewConstMetric(descLoopReqs, prometheus.CounterValue, float64(served), addr)
 			ch <- prometheus.MustNewConstMetric(descLoopHand, prometheus.CounterValue, float64(handed), addr)
+			ch <- prometheus.MustNewConstMetric(descLoopBad, prometheus.CounterValue, float64(fe.fast.illegalTransitions()), addr)
 		}
 	}
 	c.p.mu.Unlock()
@@ -185,9 +188,15 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// logAccess writes one access-log line (policy log.access).
-func (p *Proxy) logAccess(a *app, ctx *fasthttp.RequestCtx, o outcome, u *upstream, start time.Time) {
-	p.accessLine(a, ctx.Method(), ctx.RequestURI(), ctx.Response.StatusCode(), u, start, ctx.Response.Header.Peek(a.reqID), o)
+// recordCtx is record (pipeline.go, the complete step) for a request
+// fasthttp or h2 served: the status is ctx's response's, and the request
+// line and ID are read only when access is logged (policy log.access).
+func (p *Proxy) recordCtx(a *app, access bool, ctx *fasthttp.RequestCtx, o outcome, u *upstream, start time.Time) {
+	var method, uri, id []byte
+	if access {
+		method, uri, id = ctx.Method(), ctx.RequestURI(), ctx.Response.Header.Peek(a.reqID)
+	}
+	p.record(a, access, o, ctx.Response.StatusCode(), u, start, method, uri, id)
 }
 
 // accessLine writes one access-log line; both front ends call it.

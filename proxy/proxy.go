@@ -76,11 +76,13 @@ type Controller interface {
 	Classify(r classify.Request, client netip.Addr) (class int, key []byte)
 	// Estimate counts the arrival and returns S and its bucket.
 	Estimate(class int, key []byte, now time.Time) (s time.Duration, bucket int)
-	// Observe feeds a relayed request back: its Server-Timing value (may be
-	// empty), the time from dispatch to response head, the backend's
-	// in-flight count at dispatch, the estimate used, and the latency from
-	// arrival at sentry.
-	Observe(class int, key, serverTiming []byte, measured time.Duration, inService int, s, latency time.Duration, now time.Time)
+	// Done tells a relayed request's ticket its outcome: the ticket
+	// (class, key, estimate, arrival) is the front end's, filled when the
+	// request was decided; the result carries the backend's Server-Timing
+	// (may be empty), the time from dispatch to response head, the
+	// backend's in-flight count at dispatch and the end time. Done must
+	// not retain either.
+	Done(t *admission.Ticket, r admission.Result)
 	// StripServerTiming tells whether to remove the timing entries.
 	StripServerTiming() bool
 	// Park asks for admission without blocking: decided is true when d

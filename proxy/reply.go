@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -108,3 +109,52 @@ func appendReply(out []byte, r reply, date []byte, reqID string, id []byte, clos
 	}
 	return out
 }
+
+// writeReject writes the prebuilt rejection: nothing reaches a backend.
+func (a *app) writeReject(ctx *fasthttp.RequestCtx, d admission.Decision) {
+	writeReply(&ctx.Response, replyFor(a, outRejected, d))
+}
+
+// rejectStatus returns the status and Retry-After seconds of a rejection.
+func (a *app) rejectStatus(d admission.Decision) (status, secs int) {
+	secs = a.reject.retryAfter
+	if d.RetryAfter > 0 {
+		secs = int((d.RetryAfter + time.Second - 1) / time.Second)
+	}
+	if d.Verdict == admission.RejectNoBackend {
+		return fasthttp.StatusServiceUnavailable, secs // not the client's rate: never 429
+	}
+	return a.reject.status, secs
+}
+
+// writeError writes a proxy-generated error. a may be nil.
+func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, a *app, o outcome) {
+	ctx.Response.Reset()
+	writeReply(&ctx.Response, replyFor(a, o, admission.Decision{}))
+}
+
+// retryAfterBytes returns the decimal bytes for small second counts without
+// allocating.
+func retryAfterBytes(secs int) []byte {
+	if secs >= 0 && secs < len(smallInts) {
+		return smallInts[secs]
+	}
+	return retryAfterValue(secs)
+}
+
+var smallInts = func() [121][]byte {
+	var t [121][]byte
+	for i := range t {
+		t[i] = retryAfterValue(i)
+	}
+	t[0] = t[1]
+	return t
+}()
+
+// verdictBytes holds each verdict's name for the X-Sentry-Reject header.
+var verdictBytes = func() (t [16][]byte) {
+	for _, v := range admission.Verdicts() {
+		t[v] = []byte(v.String())
+	}
+	return t
+}()

@@ -1,0 +1,345 @@
+//go:build linux
+
+package proxy
+
+import (
+	"net"
+	"net/netip"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/proxy/evloop"
+)
+
+// evloop_backend_linux.go: the backend side of a loop -- picking a
+// backend, connecting, sending the request, failures and retries
+// (tryAgain), and reading the response head.
+
+// ---------------------------------------------------------------- backends
+
+// dispatch picks a backend and sends the request.
+func (l *eventLoop) dispatch(c *cconn, last *upstream) {
+	ex := &c.ex
+	for {
+		bk := ex.a.pool.Pick()
+		if bk == nil {
+			if last != nil {
+				ex.u = last
+				l.respond(c, ex.a, outBackendFailed, admission.Decision{})
+			} else {
+				l.respond(c, ex.a, outNoBackend, admission.Decision{})
+			}
+			return
+		}
+		u := bk.Attachment.(*upstream)
+		ex.attempts++
+		ex.lbb, ex.u, ex.released = bk, u, false
+		ex.inService = int(bk.Inflight())
+		bc, err := l.backendConn(u, ex.a)
+		if err == errBusy {
+			l.release(ex, true)
+			l.respond(c, ex.a, outBackendBusy, admission.Decision{})
+			return
+		}
+		if err != nil {
+			if !l.connectFailed(c) {
+				return
+			}
+			last = u
+			continue
+		}
+		l.bind(c, bc)
+		return
+	}
+}
+
+var errBusy = syscall.EBUSY
+
+// backendConn returns an idle connection to u or starts a new one.
+func (l *eventLoop) backendConn(u *upstream, a *app) (*bconn, error) {
+	for {
+		list := l.idleBk[u]
+		k := len(list)
+		if k == 0 {
+			break
+		}
+		bc := list[k-1]
+		l.idleBk[u] = list[:k-1]
+		if bc.fd >= 0 {
+			bc.reused = true
+			return bc, nil
+		}
+	}
+	if max := a.cfg.MaxConnsPerBackend; max > 0 && int(u.loopConns.Load())+u.hc.ConnsCount() >= max {
+		return nil, errBusy
+	}
+	addr, err := u.sockaddr()
+	if err != nil {
+		return nil, err
+	}
+	fd, connecting, err := l.sys.Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	bc := &bconn{fd: fd, u: u, connecting: connecting, events: unix.EPOLLIN | unix.EPOLLRDHUP}
+	if connecting {
+		bc.events |= unix.EPOLLOUT
+	}
+	if err := l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, bc.events, int32(fd)); err != nil {
+		l.sys.Close(fd)
+		return nil, err
+	}
+	u.loopConns.Add(1)
+	for fd >= len(l.bk) {
+		l.bk = append(l.bk, make([]*bconn, len(l.bk)+64)...)
+	}
+	l.bk[fd] = bc
+	return bc, nil
+}
+
+// fastAddr is a backend's address for the event loops.
+type fastAddr struct{ sa unix.Sockaddr }
+
+// sockaddr returns the backend's address for connect(2); it is resolved
+// once (backends are IP:port; DNS names are resolved by the pool).
+func (u *upstream) sockaddr() (unix.Sockaddr, error) {
+	if sa := u.sa.Load(); sa != nil {
+		return sa.sa, nil
+	}
+	ap, err := netip.ParseAddrPort(u.addr)
+	if err != nil {
+		ta, rerr := net.ResolveTCPAddr("tcp", u.addr)
+		if rerr != nil {
+			return nil, rerr
+		}
+		ap = ta.AddrPort()
+	}
+	var sa unix.Sockaddr
+	if a := ap.Addr().Unmap(); a.Is4() {
+		sa = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}
+	} else {
+		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: a.As16()}
+	}
+	u.sa.Store(&fastAddr{sa: sa})
+	return sa, nil
+}
+
+func (l *eventLoop) setBackendEvents(bc *bconn, ev uint32) {
+	if bc.events == ev {
+		return
+	}
+	bc.events = ev
+	_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, bc.fd, ev, int32(bc.fd))
+}
+
+func (l *eventLoop) closeBackend(bc *bconn) {
+	if bc.fd < 0 {
+		return
+	}
+	l.bk[bc.fd] = nil
+	l.sys.Close(bc.fd)
+	bc.fd = -1
+	bc.u.loopConns.Add(-1)
+	l.putBuf(bc.in)
+	bc.in = nil
+}
+
+// bind starts the exchange of c on bc.
+func (l *eventLoop) bind(c *cconn, bc *bconn) {
+	ex := &c.ex
+	ex.b, bc.c = bc, c
+	ex.sent, ex.gotBytes, ex.bkClose = 0, false, false
+	ex.dispatch = l.now
+	if bc.in == nil {
+		bc.in = l.getBuf()
+	}
+	bc.n = 0
+	if ex.activeIdx < 0 || ex.activeIdx >= len(l.active) || l.active[ex.activeIdx] != c {
+		ex.activeIdx = len(l.active)
+		l.active = append(l.active, c)
+	}
+	if bc.connecting {
+		bc.connecting = false // the exchange's state says it from here
+		l.setState(c, evloop.Connecting)
+		ex.deadline = l.nowNs + ex.a.shared.connect.Load()
+		return
+	}
+	l.setState(c, evloop.Sending)
+	ex.deadline = l.nowNs + ex.a.shared.idle.Load()
+	l.send(bc)
+}
+
+// send writes what is left of the request to bc.
+func (l *eventLoop) send(bc *bconn) {
+	ex := &bc.c.ex
+	for ex.sent < len(ex.req) {
+		m, err := l.sys.Write(bc.fd, ex.req[ex.sent:])
+		if err == unix.EAGAIN {
+			l.setBackendEvents(bc, unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLOUT)
+			return
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if m <= 0 {
+			l.backendBroke(bc, failBroken)
+			return
+		}
+		ex.sent += m
+	}
+	l.setBackendEvents(bc, unix.EPOLLIN|unix.EPOLLRDHUP)
+}
+
+func (l *eventLoop) backendEvent(bc *bconn, ev uint32) {
+	c := bc.c
+	if c == nil {
+		// Idle: the backend closed it (or sent garbage).
+		l.closeBackend(bc)
+		return
+	}
+	if c.ex.state == evloop.Connecting {
+		if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) == 0 {
+			return
+		}
+		if e, err := l.sys.ConnectError(bc.fd); err != nil || e != 0 {
+			l.dialFailed(bc)
+			return
+		}
+		l.setState(c, evloop.Sending)
+		c.ex.deadline = l.nowNs + c.ex.a.shared.idle.Load()
+		l.send(bc)
+		return
+	}
+	if ev&unix.EPOLLOUT != 0 && c.ex.sent < len(c.ex.req) {
+		l.send(bc)
+		if bc.fd < 0 || bc.c != c {
+			return
+		}
+	}
+	// EPOLLHUP and EPOLLERR come even while reading is paused (a slow
+	// client); the read then tells the error, and the loop does not spin.
+	if ev&(unix.EPOLLHUP|unix.EPOLLERR) != 0 || ev&(unix.EPOLLIN|unix.EPOLLRDHUP) != 0 && bc.events&unix.EPOLLIN != 0 {
+		l.readBackend(bc)
+	}
+}
+
+// dialFailed: the connect failed; eject the backend and try another.
+func (l *eventLoop) dialFailed(bc *bconn) {
+	c := bc.c
+	ex := &c.ex
+	l.closeBackend(bc)
+	ex.b = nil
+	if l.connectFailed(c) {
+		l.dispatch(c, ex.u)
+	}
+}
+
+// connectFailed ejects the backend a connect to failed (unambiguous, as on
+// the fasthttp path) and answers 502 when the retry policy (tryAgain) says
+// so; true means try another backend.
+func (l *eventLoop) connectFailed(c *cconn) bool {
+	ex := &c.ex
+	ex.a.pool.Eject(ex.lbb)
+	ex.released = true
+	if p := l.ff.fe.p; p.log.IsDebug() {
+		p.log.Debug("relay failed", "app", ex.a.name, "backend", ex.u.addr, "error", "connect failed")
+	}
+	if !tryAgain(failConnect, ex.idem, ex.attempts, false) {
+		l.respond(c, ex.a, outBackendFailed, admission.Decision{})
+		return false
+	}
+	return true
+}
+
+// backendBroke: the connection failed while sending or before the head,
+// in the way f says (failBroken, or failNoRetry for a response that cannot
+// be relayed).
+func (l *eventLoop) backendBroke(bc *bconn, f failure) {
+	c := bc.c
+	ex := &c.ex
+	if ex.state == evloop.Relaying {
+		// Part of the response is out: the client connection cannot
+		// carry an error response now.
+		l.abort(c, outBackendFailed)
+		return
+	}
+	reused := bc.reused
+	l.closeBackend(bc)
+	ex.b = nil
+	if tryAgain(f, ex.idem, ex.attempts, ex.gotBytes) {
+		// The loop holds the body whole, so an idempotent request is
+		// replayable. A stale keep-alive connection (reused) is not the
+		// backend's fault.
+		if !reused {
+			l.release(ex, false)
+		} else {
+			l.release(ex, true)
+		}
+		l.dispatch(c, ex.u)
+		return
+	}
+	l.release(ex, false)
+	l.respond(c, ex.a, outBackendFailed, admission.Decision{})
+}
+
+func (l *eventLoop) release(ex *exch, ok bool) {
+	if !ex.released && ex.lbb != nil {
+		ex.a.pool.Release(ex.lbb, ok)
+	}
+	ex.released = true
+}
+
+func (l *eventLoop) readBackend(bc *bconn) {
+	c := bc.c
+	ex := &c.ex
+	if bc.n == len(bc.in) {
+		l.backendBroke(bc, failNoRetry) // a head larger than the buffer
+		return
+	}
+	m, err := l.sys.Read(bc.fd, bc.in[bc.n:])
+	if err == unix.EAGAIN || err == unix.EINTR {
+		return
+	}
+	if m <= 0 {
+		switch {
+		case ex.state != evloop.Relaying:
+			l.backendBroke(bc, failBroken)
+		case ex.mode == bodyClose:
+			ex.bkClose = true
+			l.finish(c)
+		default:
+			l.abort(c, outBackendFailed) // truncated body
+		}
+		return
+	}
+	bc.n += m
+	ex.gotBytes = true
+	ex.deadline = l.nowNs + ex.a.shared.idle.Load()
+	data := bc.in[:bc.n]
+	if ex.state != evloop.Relaying {
+		for {
+			switch parseResponseHead(data, &l.rh) {
+			case headIncomplete:
+				return
+			case headUnsure:
+				l.backendBroke(bc, failNoRetry) // a broken response is not retried
+				return
+			}
+			if st := l.rh.status; st >= 100 && st < 200 {
+				if st == 101 {
+					l.backendBroke(bc, failNoRetry)
+					return
+				}
+				// 100 Continue, 103 Early Hints: dropped, as fasthttp does.
+				data = data[l.rh.n:]
+				continue
+			}
+			break
+		}
+		l.startResponse(c, bc, data)
+		return
+	}
+	l.forward(c, bc, data)
+}

@@ -1,0 +1,400 @@
+//go:build linux
+
+package proxy
+
+import (
+	"net/netip"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/lb"
+	"github.com/sentry-proxy/sentry/proxy/evloop"
+)
+
+// evloop_conn_linux.go: the loop itself -- its connections and exchanges
+// (cconn, exch, bconn), its run loop, its timers (sweep) and the raw
+// syscalls it makes.
+
+// cconn is a client connection held by a loop.
+type cconn struct {
+	fd      int
+	idx     int // in evloop.clients
+	peer    netip.Addr
+	in      []byte // nil while idle with nothing buffered
+	n       int
+	out     []byte // response bytes not yet written
+	outAt   int64  // when out became pending (write timeout)
+	lastNs  int64
+	events  uint32 // registered epoll events
+	inProc  bool   // process is running on it (no recursion)
+	gotAny  bool   // a byte has arrived
+	closing bool   // close once out is written (Connection: close)
+	linger  int64  // lingering close until (0: not lingering)
+	grace   int64  // draining: close if still idle at
+	ex      exch
+}
+
+// busy tells whether an exchange is in progress on c (evloop.State).
+func (c *cconn) busy() bool { return c.ex.state != evloop.Idle }
+
+// exch is the exchange in progress on a client connection.
+type exch struct {
+	state     evloop.State // where the exchange is (package proxy/evloop); changed only by setState
+	a         *app
+	lbb       *lb.Backend
+	u         *upstream
+	b         *bconn
+	req       []byte // the request as sent to the backend (kept for a retry)
+	sent      int
+	total     int // request bytes (head + body) in cconn.in
+	idem      bool
+	head      bool // HEAD request
+	start     time.Time
+	dispatch  time.Time
+	inService int
+	t         ticket // the request's admission (pipeline.go)
+	id        []byte
+	attempts  int // attempts to relay so far, the current one included (tryAgain)
+	deadline  int64
+	activeIdx int
+	// pend is the admission ticket of an exchange parked for its batch
+	// decision (nil otherwise); parkIdx is its place in evloop.parked.
+	pend    admission.Pending
+	parkIdx int
+	// response
+	status   int
+	mode     uint8
+	remain   int64
+	ct       chunkTracker
+	bkClose  bool
+	gotBytes bool
+	released bool
+}
+
+const (
+	bodyNone = iota
+	bodyLength
+	bodyChunked
+	bodyClose
+)
+
+// bconn is a backend connection held by a loop.
+type bconn struct {
+	fd         int
+	u          *upstream
+	in         []byte
+	n          int
+	c          *cconn // client being served; nil while idle
+	connecting bool   // a new connection, its connect in progress, not yet bound (bind takes it)
+	reused     bool
+	lastNs     int64
+	events     uint32
+}
+
+// eventLoop is one event loop.
+type eventLoop struct {
+	ff      *fastFront
+	ep, efd int
+	sys     evloop.Sys   // the kernel (evloop.RawSys) or a script
+	clock   evloop.Clock // time.Now or a manual clock
+	// trace, if set (tests), sees every exchange-state transition.
+	trace  func(c *cconn, from, to evloop.State)
+	efdBuf [8]byte    // the eventfd's counter, read on a wake-up
+	drop   [4096]byte // what a lingering close reads and drops
+
+	cl        []*cconn // by fd
+	bk        []*bconn // by fd
+	clients   []*cconn
+	active    []*cconn // with an exchange in progress
+	parked    []*cconn // with an exchange parked for its batch decision
+	idleBk    map[*upstream][]*bconn
+	bufs      [][]byte
+	now       time.Time
+	nowNs     int64
+	nextSweep int64
+	nextIdle  int64
+	drainSeen bool
+	h         rawHead
+	rh        rawHead
+	view      rawView
+	date      []byte
+	dateSec   int64
+	st        []byte     // stripped Server-Timing
+	xff       []byte     // a trusted proxy's X-Forwarded-For lines, merged
+	in        trustedFwd // what a trusted proxy sent (planForwarding)
+	fwd       []byte     // the forwarding header values (planForwarding)
+	yieldAt   int64      // next runtime.Gosched
+
+	unlistened   bool  // the listening socket is out of this loop's epoll set
+	acceptPaused int64 // accepts paused until (EMFILE and the like)
+
+	// efdMu guards efd against a wake-up after closeFDs: a batch run may
+	// call Wake for a request the loop has already cancelled, after the
+	// loop stopped.
+	efdMu     sync.RWMutex
+	efdClosed bool
+}
+
+// unlisten takes the listening socket out of this loop's epoll set, once,
+// and tells shutdown: only then may it close the listener (its descriptor
+// number could otherwise be reused under a loop still accepting on it).
+func (l *eventLoop) unlisten() {
+	if l.unlistened {
+		return
+	}
+	l.unlistened = true
+	_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, l.ff.lfd, 0, 0)
+	l.ff.unlisten.Done()
+}
+
+func newEvloop(ff *fastFront) (*eventLoop, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(ep)
+		return nil, err
+	}
+	l := &eventLoop{ff: ff, ep: ep, efd: efd, sys: evloop.RawSys{}, clock: time.Now, idleBk: map[*upstream][]*bconn{}}
+	if err := l.sys.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, unix.EPOLLIN, tagWake); err != nil {
+		l.closeFDs()
+		return nil, err
+	}
+	if err := l.sys.EpollCtl(ep, unix.EPOLL_CTL_ADD, ff.lfd, unix.EPOLLIN|unix.EPOLLEXCLUSIVE, tagListen); err != nil {
+		l.closeFDs()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *eventLoop) closeFDs() {
+	l.sys.Close(l.ep)
+	l.efdMu.Lock()
+	l.efdClosed = true
+	l.sys.Close(l.efd)
+	l.efdMu.Unlock()
+}
+
+func (l *eventLoop) wake() {
+	l.efdMu.RLock()
+	if !l.efdClosed {
+		_, _ = l.sys.Write(l.efd, wakeOne[:])
+	}
+	l.efdMu.RUnlock()
+}
+
+// Wake is the loop's admission.Waker: a batch run that decided some of the
+// loop's parked exchanges writes its eventfd, and the loop polls them
+// (pollParked). It never blocks.
+func (l *eventLoop) Wake() { l.wake() }
+
+// wakeOne is what a wake-up adds to the eventfd's counter.
+var wakeOne = [8]byte{1}
+
+var _ admission.Waker = (*eventLoop)(nil)
+
+func (l *eventLoop) getBuf() []byte {
+	if k := len(l.bufs); k > 0 {
+		b := l.bufs[k-1]
+		l.bufs = l.bufs[:k-1]
+		return b
+	}
+	return make([]byte, loopBufSize)
+}
+
+func (l *eventLoop) putBuf(b []byte) {
+	if b != nil && len(l.bufs) < 1024 {
+		l.bufs = append(l.bufs, b)
+	}
+}
+
+func (l *eventLoop) tick() {
+	l.now = l.clock()
+	l.nowNs = l.now.UnixNano()
+}
+
+func (l *eventLoop) run() {
+	defer l.ff.wg.Done()
+	evs := make([]unix.EpollEvent, 256)
+	for {
+		timeout := int(idleSweep / time.Millisecond)
+		if len(l.active) > 0 || l.ff.draining.Load() {
+			timeout = int(sweepEvery / time.Millisecond)
+		}
+		// A loop that always finds work never parks; it yields every
+		// millisecond so the goroutines of handed-off connections, the
+		// batch policer and the admin listener need not wait for
+		// preemption. (Yielding every round made Ms hand the loop
+		// goroutine around: futex sleeps and wakes, ~2% of CPU.)
+		if l.nowNs >= l.yieldAt {
+			runtime.Gosched()
+			l.yieldAt = l.nowNs + int64(time.Millisecond)
+		}
+		n, err := l.sys.EpollWait(l.ep, evs, timeout)
+		l.tick()
+		if err != nil && err != unix.EINTR {
+			l.ff.fe.p.log.Error("epoll_wait failed; event loop stops", "error", err)
+			l.closeAll()
+			return
+		}
+		for i := 0; i < n; i++ {
+			fd := int(evs[i].Fd)
+			ev := evs[i].Events
+			switch {
+			case fd == tagListen:
+				l.accept()
+			case fd == tagWake:
+				_, _ = l.sys.Read(l.efd, l.efdBuf[:])
+				l.pollParked()
+			case fd < len(l.cl) && l.cl[fd] != nil:
+				l.clientEvent(l.cl[fd], ev)
+			case fd < len(l.bk) && l.bk[fd] != nil:
+				l.backendEvent(l.bk[fd], ev)
+			}
+		}
+		if l.ff.closing.Load() {
+			l.closeAll()
+			return
+		}
+		if l.ff.draining.Load() && !l.drainSeen {
+			l.startDrain()
+		}
+		if l.nowNs >= l.nextSweep {
+			l.sweep()
+		}
+	}
+}
+
+// ---------------------------------------------------------------- time
+
+// sweep enforces timeouts: connect and response (idle) deadlines of
+// exchanges, slow client writes, idle keep-alive connections, lingering
+// closes and the drain grace.
+func (l *eventLoop) sweep() {
+	l.nextSweep = l.nowNs + int64(sweepEvery)
+	if l.acceptPaused != 0 && l.nowNs >= l.acceptPaused {
+		l.acceptPaused = 0
+		if !l.unlistened && !l.ff.draining.Load() {
+			_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, l.ff.lfd, unix.EPOLLIN|unix.EPOLLEXCLUSIVE, tagListen)
+		}
+	}
+	for i := 0; i < len(l.active); i++ {
+		c := l.active[i]
+		ex := &c.ex
+		// While the client has not taken what was relayed, the backend
+		// is not read, so its idle deadline waits (the write timeout
+		// covers the client); flush restarts it.
+		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == evloop.Relaying && len(c.out) > 0) {
+			if ex.state == evloop.Connecting {
+				l.dialFailed(ex.b)
+			} else if ex.state != evloop.Relaying {
+				l.release(ex, false)
+				l.respond(c, ex.a, outBackendTimeout, admission.Decision{})
+			} else {
+				l.abort(c, outBackendTimeout)
+			}
+			i--
+			continue
+		}
+		if c.outAt != 0 && l.nowNs-c.outAt > int64(l.ff.write) {
+			l.abort(c, outClientGone)
+			l.closeClient(c)
+			i--
+		}
+	}
+	if l.nowNs < l.nextIdle {
+		return
+	}
+	l.nextIdle = l.nowNs + int64(idleSweep)
+	idle := int64(l.ff.idle)
+	for i := 0; i < len(l.clients); i++ {
+		c := l.clients[i]
+		switch {
+		case c.linger != 0:
+			if l.nowNs > c.linger {
+				l.closeClient(c)
+				i--
+			}
+		case c.busy():
+		case c.outAt != 0 && l.nowNs-c.outAt > int64(l.ff.write):
+			l.closeClient(c)
+			i--
+		case c.grace != 0 && l.nowNs > c.grace && c.n == 0 && len(c.out) == 0:
+			l.lingerClose(c)
+		case !c.gotAny && l.ff.hdr > 0 && l.nowNs-c.lastNs > int64(l.ff.hdr):
+			// Nothing received yet: the read-header timeout, as
+			// fasthttp applies it, not the keep-alive idle timeout.
+			l.closeClient(c)
+			i--
+		case idle > 0 && c.n == 0 && len(c.out) == 0 && l.nowNs-c.lastNs > idle:
+			l.closeClient(c)
+			i--
+		}
+	}
+	for u, list := range l.idleBk {
+		keep := list[:0]
+		for _, bc := range list {
+			if bc.fd >= 0 && l.nowNs-bc.lastNs < int64(backendIdle) && !u.closed.Load() {
+				keep = append(keep, bc)
+			} else {
+				l.closeBackend(bc)
+			}
+		}
+		if len(keep) == 0 {
+			delete(l.idleBk, u)
+		} else {
+			l.idleBk[u] = keep
+		}
+	}
+}
+
+// startDrain: idle connections get idleGrace for one more request, busy
+// ones close after their response.
+func (l *eventLoop) startDrain() {
+	l.drainSeen = true
+	l.unlisten()
+	for _, c := range l.clients {
+		if c.busy() || len(c.out) > 0 {
+			c.closing = true
+		} else if c.linger == 0 {
+			c.grace = l.nowNs + int64(idleGrace)
+			c.closing = true
+		}
+	}
+	l.nextIdle = 0
+}
+
+// closeAll closes every connection and the loop's own descriptors.
+func (l *eventLoop) closeAll() {
+	l.unlisten()
+	for len(l.clients) > 0 {
+		l.closeClient(l.clients[len(l.clients)-1])
+	}
+	for _, list := range l.idleBk {
+		for _, bc := range list {
+			l.closeBackend(bc)
+		}
+	}
+	l.idleBk = map[*upstream][]*bconn{}
+	// ep and efd stay open until shutdown has stopped every loop: a
+	// wake() after a close could write into a reused descriptor.
+}
+
+// ---------------------------------------------------------------- helpers
+
+// peek returns the value of the first field named name, any case.
+func (h *rawHead) peek(b []byte, name string) []byte {
+	for i := 0; i < h.nfields; i++ {
+		f := &h.fields[i]
+		if eqFoldString(f.name.of(b), name) {
+			return f.value.of(b)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,338 @@
+//go:build linux
+
+package proxy
+
+import (
+	"bytes"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/estimator"
+	"github.com/sentry-proxy/sentry/proxy/evloop"
+)
+
+// evloop_response_linux.go: the response side of a loop -- the head
+// rewritten and the body relayed to the client (backpressure included),
+// and the end of an exchange (finish, abort, respond, done).
+
+// startResponse sends the response head (rewritten) and whatever body came
+// with it.
+func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
+	ex := &c.ex
+	a := ex.a
+	rh := &l.rh
+	ex.status = rh.status
+	switch {
+	case ex.head || rh.status == 204 || rh.status == 304:
+		ex.mode = bodyNone
+	case rh.chunked:
+		if rh.teOther {
+			l.backendBroke(bc, failNoRetry)
+			return
+		}
+		ex.mode, ex.ct = bodyChunked, chunkTracker{}
+	case rh.contentLength >= 0:
+		ex.mode, ex.remain = bodyLength, rh.contentLength
+	default:
+		ex.mode = bodyClose
+		c.closing = true
+	}
+	ex.bkClose = rh.connClose || rh.minor == 0 && !rh.connKeepAlive
+	now := l.clock()
+	l.release(ex, true)
+	// The complete step (pipeline.go): the ticket is told the outcome.
+	st := rh.findKind(data, hServerTiming)
+	strip := a.observe(&ex.t, admission.Result{ServerTiming: st, Measured: now.Sub(ex.dispatch), InService: ex.inService, End: now})
+
+	out := c.out[:0]
+	out = append(out, "HTTP/1.1"...)
+	le := 8
+	for data[le] != '\n' {
+		le++
+	}
+	out = append(out, data[8:le+1]...)
+	for i := 0; i < rh.nfields; i++ {
+		f := &rh.fields[i]
+		switch rh.kinds[i] {
+		case hConnection, hHopByHop, hUpgrade:
+			continue
+		case hContentLength:
+			if rh.chunked {
+				continue // Transfer-Encoding overrides it; not passed on (RFC 9112 §6.3)
+			}
+		case hServerTiming:
+			if strip {
+				l.st = estimator.StripServerTiming(l.st[:0], f.value.of(data))
+				if v := l.st; len(v) > 0 {
+					out = append(append(append(out, "Server-Timing: "...), v...), "\r\n"...)
+				}
+				continue
+			}
+		case hOther:
+			if eqFoldString(f.name.of(data), a.reqID) {
+				continue
+			}
+		}
+		out = append(out, f.line.of(data)...)
+	}
+	out = append(append(append(append(out, a.reqID...), ": "...), ex.id...), "\r\n"...)
+	if c.closing {
+		out = append(out, "Connection: close\r\n"...)
+	}
+	out = append(out, "\r\n"...)
+	c.out = out
+	l.setState(c, evloop.Relaying)
+	l.forward(c, bc, data[rh.n:])
+}
+
+// forward relays body bytes (already in bc.in) to the client, and ends the
+// exchange at the end of the body.
+func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte) {
+	ex := &c.ex
+	done := false
+	switch ex.mode {
+	case bodyNone:
+		if len(data) > 0 {
+			ex.bkClose = true
+		}
+		data, done = data[:0], true
+	case bodyLength:
+		if int64(len(data)) >= ex.remain {
+			if int64(len(data)) > ex.remain {
+				ex.bkClose = true
+			}
+			data, done = data[:ex.remain], true
+		}
+		ex.remain -= int64(len(data))
+	case bodyChunked:
+		n, end, ok := ex.ct.feed(data)
+		if !ok {
+			l.abort(c, outBackendFailed)
+			return
+		}
+		if end && n < len(data) {
+			ex.bkClose = true
+		}
+		data, done = data[:n], end
+	}
+	c.out = append(c.out, data...)
+	bc.n = 0
+	if done {
+		// The exchange is recorded before its last bytes go out (as on
+		// the fasthttp path): a client that has the response sees it in
+		// the metrics.
+		l.finish(c)
+		if c.fd >= 0 {
+			l.flush(c)
+		}
+		return
+	}
+	l.flush(c)
+	if c.fd < 0 {
+		return
+	}
+	if len(c.out) > 0 {
+		// The client is slower than the backend: stop reading the
+		// backend until the client has taken this.
+		l.setBackendEvents(bc, bc.events&^(unix.EPOLLIN|unix.EPOLLRDHUP))
+	}
+}
+
+// flush writes c.out; on EAGAIN it waits for EPOLLOUT.
+func (l *eventLoop) flush(c *cconn) {
+	for len(c.out) > 0 {
+		m, err := l.sys.Write(c.fd, c.out)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			if c.outAt == 0 {
+				c.outAt = l.nowNs
+			}
+			l.setClientEvents(c, c.events|unix.EPOLLOUT)
+			return
+		}
+		if m <= 0 {
+			l.closeClient(c)
+			return
+		}
+		if m < len(c.out) {
+			c.outAt = l.nowNs
+			n := copy(c.out, c.out[m:])
+			c.out = c.out[:n]
+			continue
+		}
+		c.out = c.out[:0]
+	}
+	c.outAt = 0
+	if c.events&unix.EPOLLOUT != 0 {
+		l.setClientEvents(c, c.events&^unix.EPOLLOUT)
+	}
+	if c.busy() {
+		if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.state == evloop.Relaying && bc.events&unix.EPOLLIN == 0 {
+			l.setBackendEvents(bc, bc.events|unix.EPOLLIN|unix.EPOLLRDHUP)
+			c.ex.deadline = l.nowNs + c.ex.a.shared.idle.Load()
+		}
+		return
+	}
+	l.after(c)
+}
+
+// after runs when an exchange has ended and its response is written: the
+// connection closes (Connection: close) or serves what is buffered next.
+func (l *eventLoop) after(c *cconn) {
+	if !c.busy() && len(c.out) == 0 {
+		// An idle connection keeps small buffers only.
+		if cap(c.out) > 4<<10 {
+			c.out = nil
+		}
+		if cap(c.ex.req) > 4<<10 {
+			c.ex.req = nil
+		}
+	}
+	switch {
+	case c.fd < 0 || c.busy() || len(c.out) > 0 || c.linger != 0:
+	case c.closing:
+		l.lingerClose(c)
+	case c.n > 0 && !c.inProc:
+		l.process(c)
+	}
+}
+
+// finish ends a relayed exchange.
+func (l *eventLoop) finish(c *cconn) {
+	ex := &c.ex
+	if bc := ex.b; bc != nil {
+		ex.b, bc.c = nil, nil
+		// A backend that answered before taking the whole request (an
+		// early 413, say) still expects the rest: never reuse it.
+		if ex.bkClose || bc.fd < 0 || ex.sent < len(ex.req) {
+			l.closeBackend(bc)
+		} else {
+			bc.n, bc.reused, bc.lastNs = 0, true, l.nowNs
+			l.putBuf(bc.in)
+			bc.in = nil
+			l.setBackendEvents(bc, unix.EPOLLIN|unix.EPOLLRDHUP)
+			l.idleBk[bc.u] = append(l.idleBk[bc.u], bc)
+		}
+	}
+	l.done(c, outRelayed, ex.status)
+	l.after(c)
+}
+
+// abort ends an exchange that cannot complete; the client connection is
+// closed unless it is the client that went away.
+func (l *eventLoop) abort(c *cconn, o outcome) {
+	ex := &c.ex
+	if ex.state == evloop.Parked {
+		// Parked: the request leaves its batch queue, counted as gone
+		// (o is outClientGone: only a client close or the loop's close
+		// ends a parked exchange).
+		pend := ex.pend
+		l.unpark(c)
+		pend.Cancel()
+		ex.a.admitted(&ex.t, admission.Decision{Verdict: admission.RejectGone})
+	}
+	if bc := ex.b; bc != nil {
+		ex.b, bc.c = nil, nil
+		l.closeBackend(bc)
+	}
+	l.release(ex, o != outBackendFailed && o != outBackendTimeout)
+	st := ex.status
+	if ex.state != evloop.Relaying {
+		st = statusOf(o)
+	}
+	if o == outClientGone {
+		st = statusOf(outClientGone)
+	}
+	l.done(c, o, st)
+	if c.fd >= 0 && o != outClientGone {
+		c.out = c.out[:0]
+		l.closeClient(c)
+	}
+}
+
+// done records the exchange and makes the connection ready for the next
+// request.
+func (l *eventLoop) done(c *cconn, o outcome, status int) {
+	ex := &c.ex
+	if i := ex.activeIdx; i >= 0 && i < len(l.active) && l.active[i] == c {
+		last := l.active[len(l.active)-1]
+		l.active[i] = last
+		last.ex.activeIdx = i
+		l.active = l.active[:len(l.active)-1]
+	}
+	ex.activeIdx = -1
+	// The complete step's last part (pipeline.go): metrics, access log.
+	a, access := ex.a, l.ff.fe.route.Load().access
+	var method, uri []byte
+	if access {
+		method, uri = l.requestLine(c)
+	}
+	l.ff.fe.p.record(a, access, o, status, ex.u, ex.start, method, uri, ex.id)
+	ex.lbb, ex.u, ex.a = nil, nil, nil
+	l.setState(c, evloop.Idle)
+	c.lastNs = l.nowNs
+	if c.in != nil && ex.total <= c.n {
+		c.n = copy(c.in, c.in[ex.total:c.n])
+	}
+	ex.total = 0
+	if c.events&unix.EPOLLIN == 0 && c.linger == 0 {
+		l.setClientEvents(c, c.events|unix.EPOLLIN|unix.EPOLLRDHUP)
+	}
+}
+
+// requestLine returns the method and target of c's exchange, for the
+// access log.
+func (l *eventLoop) requestLine(c *cconn) (method, uri []byte) {
+	ex := &c.ex
+	if c.in != nil && ex.total <= c.n {
+		line := c.in[:ex.total]
+		if i := bytes.IndexByte(line, ' '); i > 0 {
+			method = line[:i]
+			rest := line[i+1:]
+			if j := bytes.IndexByte(rest, ' '); j > 0 {
+				uri = rest[:j]
+			}
+		}
+	}
+	return method, uri
+}
+
+// respond writes a response sentry makes itself (rejection or error) and
+// ends the exchange. The request was read whole, so the connection stays
+// usable.
+func (l *eventLoop) respond(c *cconn, a *app, o outcome, d admission.Decision) {
+	ex := &c.ex
+	if bc := ex.b; bc != nil {
+		ex.b, bc.c = nil, nil
+		l.closeBackend(bc)
+	}
+	l.release(ex, !countsAsFailure(o))
+	r := replyFor(a, o, d)
+	status := r.status
+	var id []byte
+	if o != outRejected && o != outNoBackend {
+		id = ex.id
+	}
+	if l.ff.draining.Load() {
+		c.closing = true
+	}
+	out := appendReply(c.out, r, l.httpDate(), a.reqID, id, c.closing, ex.head)
+	c.out = out
+	l.done(c, o, status)
+	l.flush(c)
+}
+
+// httpDate returns the Date header value, refreshed once a second.
+func (l *eventLoop) httpDate() []byte {
+	if s := l.nowNs / int64(time.Second); s != l.dateSec || l.date == nil {
+		l.dateSec = s
+		l.date = l.now.UTC().AppendFormat(l.date[:0], http1Date)
+	}
+	return l.date
+}
+
+const http1Date = "Mon, 02 Jan 2006 15:04:05 GMT"

@@ -1,0 +1,496 @@
+//go:build linux
+
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/classify"
+	"github.com/sentry-proxy/sentry/internal/scripttest"
+	"github.com/sentry-proxy/sentry/lb"
+	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/evloop"
+)
+
+// The tests run the loops with strictStates: an illegal exchange
+// transition panics there, instead of being counted.
+func init() { strictStates = true }
+
+// TestEvloopScripts drives one event loop's exchange logic through the
+// scripts in testdata/evloop/*.txt, on a manual clock and scripted
+// syscalls (scriptSys): no socket is opened, nothing sleeps. Each command
+// prints the syscalls the loop made, its exchange-state transitions and
+// what admission was told.
+//
+// Commands (c1, c2, … are client connections in accept order; b1, b2, …
+// backend connections in dial order):
+//
+//	accept                      a client connects
+//	recv c1 "bytes"             the client sends (Go-quoted)
+//	hangup c1                   the client closes
+//	writable c1 n=N|all         the client can take N more bytes (all: no limit)
+//	connected b1 [err=N]        the connect in progress ends (SO_ERROR N; 0: up)
+//	backend-recv b1 "bytes"     the backend sends
+//	backend-hangup b1 [reset]   the backend closes (or resets)
+//	advance 10ms                the clock moves; the loop sweeps its timers
+//	decide admit|reject         the parked requests' batch run decides (wakes the loop)
+//	set park=true|false client-cap=N dial=refuse|progress|now
+//	state c1                    the exchange state of c1
+//	failures                    each backend's passive-health failures
+func TestEvloopScripts(t *testing.T) {
+	scripttest.RunAll(t, "testdata/evloop/*.txt", func(t *testing.T, _ string) scripttest.Exec {
+		h := newLoopScript(t)
+		return h.exec
+	})
+}
+
+// loopScript is one script's loop, with everything around it scripted.
+type loopScript struct {
+	t    *testing.T
+	l    *eventLoop
+	sys  *scriptSys
+	ctl  *scriptControl
+	now  time.Time
+	out  []string
+	fail string
+}
+
+func newLoopScript(t *testing.T) *loopScript {
+	h := &loopScript{t: t, now: time.Date(2026, 11, 24, 6, 0, 0, 0, time.UTC)}
+	h.sys = &scriptSys{h: h, fds: map[int]*scriptFD{}, next: 10, clientCap: -1}
+	h.ctl = &scriptControl{h: h}
+	addr := "127.0.0.1:1"
+	snap := testSnap(addr, []string{"192.0.2.10:80"}, func(_ *policy.Snapshot, a *policy.App) {
+		a.Admission.Mode = "batch"
+		a.Timeouts = policy.Timeouts{Connect: 50 * time.Millisecond, Response: 100 * time.Millisecond}
+	})
+	snap.Server.WriteTimeout = time.Second
+	// The access log is how a script sees what the complete step
+	// recorded (outcome and status: the metrics get the same).
+	snap.Log.Access = true
+	p, err := New(Options{Control: h.ctl, Registerer: prometheus.NewRegistry(),
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: accessWriter{h}})}, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	copy(p.ids.prefix[:], "0123456789abcdef")
+	p.ids.n.Store(0)
+	fe := &frontend{p: p, addr: addr, done: make(chan struct{})}
+	fe.route.Store(p.cur.Load().routes[addr])
+	sv := snap.Server
+	ff := &fastFront{fe: fe, lfd: 3, maxHeader: sv.MaxHeaderBytes, idle: sv.IdleTimeout, write: sv.WriteTimeout, hdr: sv.ReadHeaderTimeout}
+	h.sys.fds[3] = &scriptFD{name: "listen"}
+	h.sys.fds[4] = &scriptFD{name: "epoll"}
+	h.sys.fds[5] = &scriptFD{name: "eventfd"}
+	l := &eventLoop{ff: ff, ep: 4, efd: 5, sys: h.sys, clock: func() time.Time { return h.now }, idleBk: map[*upstream][]*bconn{}}
+	l.trace = func(c *cconn, from, to evloop.State) {
+		h.printf("%s: %v -> %v", h.sys.nameOf(c.fd), from, to)
+	}
+	l.tick()
+	l.nextSweep = l.nowNs + int64(sweepEvery)
+	h.l = l
+	return h
+}
+
+// accessWriter prints the access-log lines of a script's proxy as
+// "record METHOD URI status=N outcome=O" (the duration depends on the
+// real clock, so it is left out).
+type accessWriter struct{ h *loopScript }
+
+func (w accessWriter) Write(b []byte) (int, error) {
+	line := string(b)
+	if !strings.Contains(line, "access:") {
+		return len(b), nil
+	}
+	kv := map[string]string{}
+	for _, f := range strings.Fields(line) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			kv[k] = v
+		}
+	}
+	o := kv["outcome"]
+	if o == `""` {
+		o = "-" // relayed, or rejected by admission: no error reason
+	}
+	w.h.printf("record %s %s status=%s outcome=%s", kv["method"], kv["uri"], kv["status"], o)
+	return len(b), nil
+}
+
+func (h *loopScript) printf(format string, args ...any) {
+	h.out = append(h.out, fmt.Sprintf(format, args...))
+}
+
+func (h *loopScript) exec(line int, cmd string) []string {
+	h.out = nil
+	fields := strings.Fields(cmd)
+	args := scripttest.Args(fields[1:])
+	quoted := func() []byte {
+		i := strings.IndexByte(cmd, '"')
+		if i < 0 {
+			h.t.Fatalf("line %d: %s: no quoted bytes", line, cmd)
+		}
+		s, err := strconv.Unquote(cmd[i:])
+		if err != nil {
+			h.t.Fatalf("line %d: %s: %v", line, cmd, err)
+		}
+		return []byte(s)
+	}
+	client := func() (*cconn, *scriptFD) {
+		fd, f := h.sys.byName(fields[1])
+		if f == nil || fd >= len(h.l.cl) || h.l.cl[fd] == nil {
+			h.t.Fatalf("line %d: %s: no client connection %s", line, cmd, fields[1])
+		}
+		return h.l.cl[fd], f
+	}
+	backend := func() (*bconn, *scriptFD) {
+		fd, f := h.sys.byName(fields[1])
+		if f == nil || fd >= len(h.l.bk) || h.l.bk[fd] == nil {
+			h.t.Fatalf("line %d: %s: no backend connection %s", line, cmd, fields[1])
+		}
+		return h.l.bk[fd], f
+	}
+	switch fields[0] {
+	case "set":
+		for k, v := range args {
+			switch k {
+			case "park":
+				h.ctl.park = v == "true"
+			case "client-cap":
+				n, _ := strconv.Atoi(v)
+				h.sys.clientCap = n
+			case "dial":
+				h.sys.dial = v
+			default:
+				h.t.Fatalf("line %d: set %s: unknown", line, k)
+			}
+		}
+	case "accept":
+		h.sys.acceptQ++
+		h.l.accept()
+	case "recv":
+		c, f := client()
+		f.in = append(f.in, quoted()...)
+		h.l.clientEvent(c, unix.EPOLLIN)
+	case "hangup":
+		c, f := client()
+		f.eof = true
+		h.l.clientEvent(c, unix.EPOLLIN|unix.EPOLLRDHUP)
+	case "writable":
+		c, f := client()
+		if args["n"] == "all" {
+			f.cap = -1
+		} else {
+			f.cap, _ = strconv.Atoi(args["n"])
+		}
+		h.l.clientEvent(c, unix.EPOLLOUT)
+	case "connected":
+		bc, f := backend()
+		f.soErr, _ = strconv.Atoi(args["err"])
+		h.l.backendEvent(bc, unix.EPOLLOUT)
+	case "backend-recv":
+		bc, f := backend()
+		f.in = append(f.in, quoted()...)
+		h.l.backendEvent(bc, unix.EPOLLIN)
+	case "backend-hangup":
+		bc, f := backend()
+		if _, ok := args["reset"]; ok {
+			f.reset = true
+		} else {
+			f.eof = true
+		}
+		h.l.backendEvent(bc, unix.EPOLLIN|unix.EPOLLRDHUP)
+	case "advance":
+		d, err := time.ParseDuration(fields[1])
+		if err != nil {
+			h.t.Fatalf("line %d: %v", line, err)
+		}
+		// As run does: the clock is read once per round, and the timers
+		// are swept every sweepEvery.
+		for end := h.now.Add(d); h.now.Before(end); {
+			step := sweepEvery
+			if rest := end.Sub(h.now); rest < step {
+				step = rest
+			}
+			h.now = h.now.Add(step)
+			h.l.tick()
+			if h.l.nowNs >= h.l.nextSweep {
+				h.l.sweep()
+			}
+		}
+	case "decide":
+		h.ctl.decide(fields[1] == "admit")
+		// As run does on the eventfd's readiness.
+		_, _ = h.l.sys.Read(h.l.efd, h.l.efdBuf[:])
+		h.l.pollParked()
+	case "failures":
+		for _, b := range h.l.ff.fe.route.Load().def.pool.Backends() {
+			h.printf("%s: failures=%d healthy=%v", b.Addr(), b.Failures(), b.Healthy())
+		}
+	case "state":
+		c, _ := client()
+		h.printf("%s: %v", fields[1], c.ex.state)
+	default:
+		h.t.Fatalf("line %d: unknown command %q", line, cmd)
+	}
+	return h.out
+}
+
+// scriptSys is a evloop.Sys whose descriptors are scripted: what a peer sent
+// is read, what the loop writes is printed.
+type scriptSys struct {
+	h         *loopScript
+	fds       map[int]*scriptFD
+	next      int
+	clients   int
+	backends  int
+	acceptQ   int
+	clientCap int    // what a new client connection can take (-1: no limit)
+	dial      string // "" or "progress": connect in progress; "now"; "refuse"
+	wakes     int    // unread eventfd wake-ups
+}
+
+type scriptFD struct {
+	name   string
+	in     []byte // what the peer sent, not yet read
+	eof    bool   // the peer closed (after in is read)
+	reset  bool   // the peer reset the connection
+	cap    int    // bytes the peer can take before EAGAIN (-1: no limit)
+	soErr  int    // SO_ERROR of a connect in progress
+	closed bool
+}
+
+func (s *scriptSys) byName(name string) (int, *scriptFD) {
+	for fd, f := range s.fds {
+		if f.name == name && !f.closed {
+			return fd, f
+		}
+	}
+	return -1, nil
+}
+
+func (s *scriptSys) nameOf(fd int) string {
+	if f := s.fds[fd]; f != nil {
+		return f.name
+	}
+	return "fd" + strconv.Itoa(fd)
+}
+
+func (s *scriptSys) open(name string, cap int) int {
+	fd := s.next
+	s.next++
+	s.fds[fd] = &scriptFD{name: name, cap: cap}
+	return fd
+}
+
+func (s *scriptSys) Read(fd int, p []byte) (int, error) {
+	if fd == s.h.l.efd {
+		if s.wakes == 0 {
+			return -1, unix.EAGAIN
+		}
+		s.wakes = 0
+		return 8, nil
+	}
+	f := s.fds[fd]
+	switch {
+	case f == nil || f.closed:
+		return -1, unix.EBADF
+	case len(f.in) > 0:
+		n := copy(p, f.in)
+		f.in = f.in[n:]
+		return n, nil
+	case f.reset:
+		return -1, unix.ECONNRESET
+	case f.eof:
+		return 0, nil
+	}
+	return -1, unix.EAGAIN
+}
+
+func (s *scriptSys) Write(fd int, p []byte) (int, error) {
+	if fd == s.h.l.efd {
+		s.wakes++
+		s.h.printf("wake")
+		return 8, nil
+	}
+	f := s.fds[fd]
+	switch {
+	case f == nil || f.closed:
+		return -1, unix.EBADF
+	case f.reset || f.eof && strings.HasPrefix(f.name, "b"):
+		return -1, unix.EPIPE
+	case f.cap == 0:
+		s.h.printf("write %s: EAGAIN", f.name)
+		return -1, unix.EAGAIN
+	}
+	n := len(p)
+	if f.cap > 0 && n > f.cap {
+		n = f.cap
+	}
+	if f.cap > 0 {
+		f.cap -= n
+	}
+	s.h.printf("write %s %q", f.name, p[:n])
+	return n, nil
+}
+
+func (s *scriptSys) Close(fd int) error {
+	if f := s.fds[fd]; f != nil && !f.closed {
+		f.closed = true
+		s.h.printf("close %s", f.name)
+		return nil
+	}
+	return unix.EBADF
+}
+
+func (s *scriptSys) ShutdownWrite(fd int) error {
+	s.h.printf("shutdown %s", s.nameOf(fd))
+	return nil
+}
+
+func (s *scriptSys) Accept(lfd int) (int, unix.Sockaddr, error) {
+	if s.acceptQ == 0 {
+		return -1, nil, unix.EAGAIN
+	}
+	s.acceptQ--
+	s.clients++
+	name := "c" + strconv.Itoa(s.clients)
+	s.h.printf("accept %s", name)
+	return s.open(name, s.clientCap), &unix.SockaddrInet4{Addr: [4]byte{198, 51, 100, 7}, Port: 40000 + s.clients}, nil
+}
+
+func (s *scriptSys) Dial(sa unix.Sockaddr) (int, bool, error) {
+	a := sa.(*unix.SockaddrInet4)
+	to := netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+	if s.dial == "refuse" {
+		s.h.printf("connect %v: refused", to)
+		return -1, false, unix.ECONNREFUSED
+	}
+	s.backends++
+	name := "b" + strconv.Itoa(s.backends)
+	fd := s.open(name, -1)
+	if s.dial == "now" {
+		s.h.printf("connect %s %v", name, to)
+		return fd, false, nil
+	}
+	s.h.printf("connect %s %v: in progress", name, to)
+	return fd, true, nil
+}
+
+func (s *scriptSys) ConnectError(fd int) (int, error) { return s.fds[fd].soErr, nil }
+
+func (s *scriptSys) EpollCtl(ep, op, fd int, events uint32, tag int32) error {
+	if fd == s.h.l.ff.lfd || fd == s.h.l.efd {
+		return nil
+	}
+	name := s.nameOf(fd)
+	switch op {
+	case unix.EPOLL_CTL_DEL:
+		s.h.printf("epoll %s: del", name)
+	default:
+		s.h.printf("epoll %s: %s", name, epollNames(events))
+	}
+	return nil
+}
+
+func (s *scriptSys) EpollWait(int, []unix.EpollEvent, int) (int, error) {
+	return 0, errors.New("scriptSys: the script drives the loop; EpollWait is never called")
+}
+
+func epollNames(ev uint32) string {
+	var n []string
+	for _, e := range []struct {
+		bit  uint32
+		name string
+	}{{unix.EPOLLIN, "in"}, {unix.EPOLLOUT, "out"}, {unix.EPOLLRDHUP, "rdhup"}} {
+		if ev&e.bit != 0 {
+			n = append(n, e.name)
+		}
+	}
+	if len(n) == 0 {
+		return "none"
+	}
+	return strings.Join(n, ",")
+}
+
+// scriptControl is the admission stack of the scripts: one class, S =
+// 10ms; it admits at once, or with park set parks every request until
+// the script decides.
+type scriptControl struct {
+	h       *loopScript
+	park    bool
+	pending []*scriptPending
+}
+
+type scriptPending struct {
+	c        *scriptControl
+	d        admission.Decision
+	ready    bool
+	canceled bool
+	wk       admission.Waker
+}
+
+func (p *scriptPending) Result() (admission.Decision, bool) { return p.d, p.ready }
+func (p *scriptPending) Cancel() {
+	p.canceled = true
+	p.c.h.printf("admission: cancel (client gone)")
+}
+
+func (f *scriptControl) Build(*policy.App, *lb.Pool) (Controller, error) { return f, nil }
+func (f *scriptControl) Retain([]string)                                 {}
+func (f *scriptControl) Classes() []string                               { return []string{"gold"} }
+func (f *scriptControl) Classify(r classify.Request, _ netip.Addr) (int, []byte) {
+	return 0, r.Path()
+}
+func (f *scriptControl) Estimate(int, []byte, time.Time) (time.Duration, int) {
+	return 10 * time.Millisecond, 0
+}
+func (f *scriptControl) StripServerTiming() bool { return true }
+func (f *scriptControl) Park(r *admission.Request, wk admission.Waker) (admission.Decision, admission.Pending, bool) {
+	if !f.park {
+		f.h.printf("admission: %s admitted at once", r.Key)
+		return admission.Decision{Verdict: admission.Admit}, nil, true
+	}
+	f.h.printf("admission: %s parked", r.Key)
+	p := &scriptPending{c: f, wk: wk}
+	f.pending = append(f.pending, p)
+	return admission.Decision{}, p, false
+}
+
+// decide decides every pending request and wakes their waker once, as a
+// batch run does.
+func (f *scriptControl) decide(admit bool) {
+	var wk admission.Waker
+	for _, p := range f.pending {
+		if p.canceled {
+			continue
+		}
+		p.ready = true
+		if admit {
+			p.d = admission.Decision{Verdict: admission.Admit}
+		} else {
+			p.d = admission.Decision{Verdict: admission.RejectTest, RetryAfter: 2 * time.Second}
+		}
+		wk = p.wk
+	}
+	f.pending = nil
+	if wk != nil {
+		wk.Wake()
+	}
+}
+
+func (f *scriptControl) Done(t *admission.Ticket, r admission.Result) {
+	f.h.printf("admission: done %s class=%d s=%v measured=%v in_service=%d latency=%v server_timing=%q",
+		t.Key, t.Class, t.S, r.Measured, r.InService, r.Latency(t), r.ServerTiming)
+}

@@ -1,0 +1,112 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/valyala/fasthttp"
+)
+
+// headcheck.go: the fasthttp front end's checks of a request head and
+// its framing, before the pipeline (doc.go, "The header policy").
+
+// checkTarget checks the request line. CONNECT is refused (405: sentry is
+// not a forward proxy), and so is PRI (an HTTP/2 preface on a listener
+// without h2). An absolute-form target (RFC 9112 §3.2.2) sets Host, so
+// routing and the Host the backend receives agree; the target becomes
+// origin-form. An https:// target on a plain listener, another scheme, or
+// userinfo in the authority is a 400. It returns ok (the outcome is then
+// meaningless), or the outcome to answer with.
+func checkTarget(req *fasthttp.Request, isTLS bool) (outcome, bool) {
+	h := &req.Header
+	switch string(h.Method()) {
+	case fasthttp.MethodConnect:
+		return outMethodNotAllowed, false
+	case "PRI":
+		return outBadRequest, false
+	}
+	u := h.RequestURI()
+	if len(u) == 0 || u[0] == '/' {
+		return outRelayed, true
+	}
+	if string(u) == "*" {
+		if string(h.Method()) == fasthttp.MethodOptions {
+			return outRelayed, true
+		}
+		return outBadRequest, false
+	}
+	var rest []byte
+	switch {
+	case len(u) > 7 && eqFold(u[:7], "http://"):
+		rest = u[7:]
+	case len(u) > 8 && eqFold(u[:8], "https://") && isTLS:
+		rest = u[8:]
+	default:
+		return outBadRequest, false
+	}
+	end := bytes.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	if !validHost(rest[:end]) {
+		return outBadRequest, false
+	}
+	// The rare path: copies are fine here.
+	host := append([]byte(nil), rest[:end]...)
+	path := make([]byte, 0, len(rest)-end+1)
+	if end == len(rest) || rest[end] != '/' {
+		path = append(path, '/')
+	}
+	path = append(path, rest[end:]...)
+	h.SetHostBytes(host)
+	req.SetRequestURIBytes(path)
+	return outRelayed, true
+}
+
+// checkHead refuses heads that parsers could read in different ways:
+// Transfer-Encoding with Content-Length, HTTP/1.0 with Transfer-Encoding, repeated Host lines, obs-fold, a Host
+// that is not uri-host[:port] (userinfo would become an Authorization
+// header), a missing Host (on HTTP/1.0 too: the backend needs one), a
+// Connection list naming a protected header, and an Upgrade request with a
+// body (the body would never reach the backend and could be read as the
+// next request). Like checkTarget, it returns ok, or the outcome to answer.
+func checkHead(h *fasthttp.RequestHeader, f *headFacts) (outcome, bool) {
+	if f.hosts > 1 || f.fold || f.connBad {
+		return outBadRequest, false
+	}
+	// Request smuggling: Transfer-Encoding with Content-Length. fasthttp
+	// already refuses duplicate Content-Length and unknown encodings.
+	if h.ContentLength() == -1 && f.length {
+		return outBadRequest, false
+	}
+	if !h.IsHTTP11() && h.ContentLength() == -1 {
+		return outBadRequest, false
+	}
+	if !validHost(h.Host()) {
+		return outBadRequest, false
+	}
+	if cl := h.ContentLength(); f.upgrade && len(h.PeekBytes(hdrUpgrade)) > 0 && (cl > 0 || cl == -1) {
+		return outBadRequest, false
+	}
+	return outRelayed, true
+}
+
+// checkFraming refuses, before anything of the body is read, what serve
+// would refuse anyway: a body over the app's max_body_bytes (413, or 411
+// for a chunked one). (Smuggling-shaped framing was refused by checkHead.)
+// The response is written and the connection set to close.
+func (p *Proxy) checkFraming(a *app, ctx *fasthttp.RequestCtx) outcome {
+	h := &ctx.Request.Header
+	o := outRelayed
+	if lim := a.cfg.MaxBodyBytes; lim > 0 {
+		if cl := h.ContentLength(); cl > 0 && int64(cl) > lim {
+			o = outBodyTooLarge
+		} else if cl == -1 {
+			o = outLengthRequired
+		}
+	}
+	if o != outRelayed {
+		ctx.SetConnectionClose()
+		p.writeError(ctx, a, o)
+	}
+	return o
+}
