@@ -171,7 +171,9 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		dropListed(h, h.RawHeaders(), a.reqID)
 	}
 	upgrade := f.upgrade && len(h.PeekBytes(hdrUpgrade)) > 0
-	stripHopByHop(h, upgrade)
+	if f.hop { // fasthttp's Del scans every header per name: only when there is one
+		stripHopByHop(h, upgrade)
+	}
 	// A body that has not arrived whole is read into sentry first
 	// (server.request_buffer), under body_timeout and body_min_rate, so
 	// the request is classified, admitted and counted in flight only once

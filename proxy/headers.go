@@ -241,6 +241,7 @@ type headFacts struct {
 	upgrade   bool // Connection lists "upgrade"
 	close     bool // Connection lists "close" (fasthttp sees it only alone)
 	length    bool // a Content-Length line
+	hop       bool // a hop-by-hop line (Connection, Upgrade, Expect, hopByHopNames)
 }
 
 // scanHead reads the raw header lines fasthttp keeps (RawHeaders; empty
@@ -269,7 +270,10 @@ func scanHead(raw []byte, reqID string) (f headFacts) {
 			f.length = true
 		case hFwdAlias:
 			f.aliases = true
+		case hHopByHop, hUpgrade, hExpect:
+			f.hop = true
 		case hConnection:
+			f.hop = true
 			connList(bytes.TrimRight(line[c+1:], "\r"), func(tok []byte) bool {
 				switch {
 				case eqFold(tok, "close"):
