@@ -88,10 +88,13 @@ func TestScanHead(t *testing.T) {
 		{"Host: x\r\nX_Forwarded_For: 1\r\n\r\n", headFacts{hosts: 1, aliases: true}},
 		{"Host: x\r\nX_Request_Id: 1\r\n\r\n", headFacts{hosts: 1, aliases: true}},
 		{"Host: x\r\nX_Other: 1\r\n\r\n", headFacts{hosts: 1}},
-		{"Host: x\r\nConnection: close, X-A\r\n\r\n", headFacts{hosts: 1, connOther: true, close: true}},
-		{"Host: x\r\nConnection: keep-alive\r\nConnection: Upgrade\r\n\r\n", headFacts{hosts: 1, upgrade: true}},
-		{"Host: x\r\nConnection: X-A\r\nConnection: content-length\r\n\r\n", headFacts{hosts: 1, connOther: true, connBad: true}},
-		{"Host: x\r\nConnection: ,, x_request_id ,\r\n\r\n", headFacts{hosts: 1, connBad: true}},
+		{"Host: x\r\nKeep-Alive: 5\r\n\r\n", headFacts{hosts: 1, hop: true}},
+		{"Host: x\r\nExpect: 100-continue\r\n\r\n", headFacts{hosts: 1, hop: true}},
+		{"Host: x\r\nUpgrade: h2c\r\n\r\n", headFacts{hosts: 1, hop: true}},
+		{"Host: x\r\nConnection: close, X-A\r\n\r\n", headFacts{hosts: 1, connOther: true, close: true, hop: true}},
+		{"Host: x\r\nConnection: keep-alive\r\nConnection: Upgrade\r\n\r\n", headFacts{hosts: 1, upgrade: true, hop: true}},
+		{"Host: x\r\nConnection: X-A\r\nConnection: content-length\r\n\r\n", headFacts{hosts: 1, connOther: true, connBad: true, hop: true}},
+		{"Host: x\r\nConnection: ,, x_request_id ,\r\n\r\n", headFacts{hosts: 1, connBad: true, hop: true}},
 	}
 	for _, c := range cases {
 		if got := scanHead([]byte(c.raw), "X-Request-Id"); got != c.want {
