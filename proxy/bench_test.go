@@ -86,13 +86,18 @@ func BenchmarkReject(b *testing.B) {
 func BenchmarkServeInMemory(b *testing.B) {
 	h := startProxy(&testing.T{}, []string{"127.0.0.1:1"}, nil)
 	defer h.close()
+	serveInMemory(b, h, "GET /search?q=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: bench\r\nAccept: */*\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n")
+}
+
+// serveInMemory runs raw through h's fasthttp handler b.N times with the
+// app's only backend ejected, so every request is answered 503 in memory.
+func serveInMemory(b *testing.B, h *harness, raw string) {
 	fe := &frontend{p: h.p, addr: h.addr}
 	fe.route.Store(h.p.cur.Load().routes[h.addr])
 	a := fe.route.Load().def
 	a.pool.Eject(a.pool.Backends()[0])
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5555}, nil)
-	raw := "GET /search?q=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: bench\r\nAccept: */*\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n"
 	sr := strings.NewReader(raw)
 	br := bufio.NewReader(sr)
 	b.ReportAllocs()
@@ -163,28 +168,5 @@ func BenchmarkServeInMemoryAdmitted(b *testing.B) {
 	ctl := &fakeControl{}
 	h := startProxyOpts(&testing.T{}, []string{"127.0.0.1:1"}, Options{Control: ctl}, func(_ *policy.Snapshot, a *policy.App) { a.Admission.Mode = "batch" })
 	defer h.close()
-	fe := &frontend{p: h.p, addr: h.addr}
-	fe.route.Store(h.p.cur.Load().routes[h.addr])
-	a := fe.route.Load().def
-	a.pool.Eject(a.pool.Backends()[0])
-	var ctx fasthttp.RequestCtx
-	ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5555}, nil)
-	raw := "GET /search?q=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: bench\r\nX-Class: gold\r\n\r\n"
-	sr := strings.NewReader(raw)
-	br := bufio.NewReader(sr)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		ctx.Request.Reset()
-		ctx.Response.Reset()
-		sr.Reset(raw)
-		br.Reset(sr)
-		if err := ctx.Request.Header.Read(br); err != nil {
-			b.Fatal(err)
-		}
-		fe.handle(&ctx)
-		if ctx.Response.StatusCode() != 503 {
-			b.Fatalf("status %d", ctx.Response.StatusCode())
-		}
-	}
+	serveInMemory(b, h, "GET /search?q=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: bench\r\nX-Class: gold\r\n\r\n")
 }
