@@ -243,15 +243,8 @@ func TestNoDeadlockOnHighQueueEstimate(t *testing.T) {
 	var nowNs atomic.Int64
 	nowNs.Store(time.Unix(5000, 0).UnixNano())
 	clock := func() time.Time { return time.Unix(0, nowNs.Load()) }
-	m, _ := newManager(t, clock)
 	pool := &fakePool{}
-	pool.healthy.Store(1)
-	ac := testApp("batch")
-	ac.Classes[0].Period = 0
-	a, err := m.Build(ac, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, a := buildBatchApp(t, clock, pool, func(ac *policy.App) { ac.Classes[0].Period = 0 })
 	// The farm reported 900 ms of queueing: Q is far above R_sla (1 s) − S.
 	for i := 0; i < 50; i++ {
 		a.Done(&admission.Ticket{Class: 0, Key: []byte("/checkout/x"), Arrival: clock().Add(-1100 * time.Millisecond)}, admission.Result{ServerTiming: []byte("cpu;dur=200, queue;dur=900"), Measured: 1100 * time.Millisecond, InService: 1, End: clock()})
@@ -366,15 +359,8 @@ func TestProbeOverridesRejection(t *testing.T) {
 	var nowNs atomic.Int64
 	nowNs.Store(time.Unix(5000, 0).UnixNano())
 	clock := func() time.Time { return time.Unix(0, nowNs.Load()) }
-	m, _ := newManager(t, clock)
 	pool := &fakePool{}
-	pool.healthy.Store(1)
-	ac := testApp("batch")
-	ac.Classes[0].Period = 0
-	a, err := m.Build(ac, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, a := buildBatchApp(t, clock, pool, func(ac *policy.App) { ac.Classes[0].Period = 0 })
 	key := []byte("/checkout/x")
 	a.Done(&admission.Ticket{Class: 0, Key: key, Arrival: clock().Add(-5 * time.Second)}, admission.Result{ServerTiming: []byte("cpu;dur=5000"), Measured: 5 * time.Second, InService: 1, End: clock()})
 	heavy := func() admission.Verdict {
@@ -433,15 +419,8 @@ func TestParkAccountsOnce(t *testing.T) {
 	var nowNs atomic.Int64
 	nowNs.Store(time.Unix(5000, 0).UnixNano())
 	clock := func() time.Time { return time.Unix(0, nowNs.Load()) }
-	m, _ := newManager(t, clock)
 	pool := &fakePool{}
-	pool.healthy.Store(1)
-	ac := testApp("batch")
-	ac.Classes[1].Period = 20 * time.Millisecond
-	a, err := m.Build(ac, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, a := buildBatchApp(t, clock, pool, func(ac *policy.App) { ac.Classes[1].Period = 20 * time.Millisecond })
 	wk := make(testWaker, 1)
 	runOnce := func(p admission.Pending) admission.Decision {
 		t.Helper()
@@ -514,4 +493,19 @@ func TestParkAccountsOnce(t *testing.T) {
 	if d, p, decided := a.Park(r, wk); !decided || p != nil || d.Verdict != admission.Admit {
 		t.Fatalf("mode off: %v %v %v", d, p, decided)
 	}
+}
+
+// buildBatchApp builds an app in batch mode on a manual clock with one
+// healthy backend in pool; mod adjusts the policy first.
+func buildBatchApp(t *testing.T, clock func() time.Time, pool *fakePool, mod func(*policy.App)) (*Manager, *App) {
+	t.Helper()
+	m, _ := newManager(t, clock)
+	pool.healthy.Store(1)
+	ac := testApp("batch")
+	mod(ac)
+	a, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, a
 }
