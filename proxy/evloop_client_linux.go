@@ -311,8 +311,8 @@ func (l *eventLoop) serve(c *cconn, b []byte, h *rawHead) bool {
 	if a == nil || !a.loopOK {
 		return false
 	}
-	if lim := a.cfg.MaxBodyBytes; lim > 0 && cl > lim {
-		return false
+	if a.bodyCap(cl) != outRelayed {
+		return false // fasthttp answers it (413)
 	}
 	ex := &c.ex
 	ex.a, ex.total, ex.start = a, h.n+int(cl), l.now

@@ -94,14 +94,11 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		ready := start
 		var body *bodyBuf
 		hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
-		if lim := a.cfg.MaxBodyBytes; lim > 0 && hasBody && (r.ContentLength > lim || r.ContentLength < 0) {
+		if c := a.bodyCap(r.ContentLength); hasBody && c != outRelayed {
 			// As HTTP/1.1's checkFraming: refused before anything of the
 			// body is read; a body without content-length is refused like
 			// a chunked one (411), though buffering would learn its size.
-			o = outBodyTooLarge
-			if r.ContentLength < 0 {
-				o = outLengthRequired
-			}
+			o = c
 			p.writeError(&ctx, a, o)
 			break
 		}

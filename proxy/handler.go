@@ -182,13 +182,16 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	// this.
 	ready := start
 	var body *bodyBuf
-	if cl := h.ContentLength(); ctx.Request.IsBodyStream() && cl != 0 && cl != -2 {
-		var bb bodyBuf
-		body = &bb
+	cl := h.ContentLength()
+	if cl != 0 && cl != -2 {
 		if o := p.checkFraming(a, ctx); o != outRelayed {
 			p.recordCtx(a, rt.access, ctx, o, nil, start)
 			return
 		}
+	}
+	if ctx.Request.IsBodyStream() && cl != 0 && cl != -2 {
+		var bb bodyBuf
+		body = &bb
 		o, used := fe.readBody(ctx, a, body)
 		defer body.done(p, &ctx.Request)
 		if o != outRelayed {
@@ -238,23 +241,10 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 // after its body when the body was buffered. body (nil: no streamed body)
 // says how the body was read.
 func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, gone <-chan struct{}, upgrade, clientClose bool, body *bodyBuf) (outcome, *upstream) {
+	// The body cap (max_body_bytes) was applied by the caller before any
+	// body was read: checkFraming on HTTP/1.1, the same bodyCap on h2.
 	req := &ctx.Request
 	h := &req.Header
-
-	// Per-app body cap (max_body_bytes): a declared length over it is
-	// refused before anything is read. A chunked body cannot be capped
-	// while it streams, so an app with a cap requires Content-Length.
-	if lim := a.cfg.MaxBodyBytes; lim > 0 {
-		if cl := h.ContentLength(); cl > 0 && int64(cl) > lim {
-			ctx.SetConnectionClose()
-			p.writeError(ctx, a, outBodyTooLarge)
-			return outBodyTooLarge, nil
-		} else if cl == -1 {
-			ctx.SetConnectionClose()
-			p.writeError(ctx, a, outLengthRequired)
-			return outLengthRequired, nil
-		}
-	}
 
 	x := exchangePool.Get().(*exchange)
 	x.ctx = ctx

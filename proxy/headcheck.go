@@ -90,20 +90,28 @@ func checkHead(h *fasthttp.RequestHeader, f *headFacts) (outcome, bool) {
 	return outRelayed, true
 }
 
-// checkFraming refuses, before anything of the body is read, what serve
-// would refuse anyway: a body over the app's max_body_bytes (413, or 411
-// for a chunked one). (Smuggling-shaped framing was refused by checkHead.)
-// The response is written and the connection set to close.
-func (p *Proxy) checkFraming(a *app, ctx *fasthttp.RequestCtx) outcome {
-	h := &ctx.Request.Header
-	o := outRelayed
-	if lim := a.cfg.MaxBodyBytes; lim > 0 {
-		if cl := h.ContentLength(); cl > 0 && int64(cl) > lim {
-			o = outBodyTooLarge
-		} else if cl == -1 {
-			o = outLengthRequired
-		}
+// bodyCap is the app's body cap (max_body_bytes), the one rule for every
+// engine: a declared length over it is 413; a body of unknown length
+// (chunked, or h2 without content-length: cl == -1) is 411, since it
+// cannot be capped while it streams. outRelayed means no objection.
+func (a *app) bodyCap(cl int64) outcome {
+	lim := a.cfg.MaxBodyBytes
+	switch {
+	case lim <= 0:
+		return outRelayed
+	case cl > lim:
+		return outBodyTooLarge
+	case cl == -1:
+		return outLengthRequired
 	}
+	return outRelayed
+}
+
+// checkFraming applies bodyCap to an HTTP/1.1 request with a body, before
+// anything of the body is read. (Smuggling-shaped framing was refused by
+// checkHead.) A refusal is written and the connection set to close.
+func (p *Proxy) checkFraming(a *app, ctx *fasthttp.RequestCtx) outcome {
+	o := a.bodyCap(int64(ctx.Request.Header.ContentLength()))
 	if o != outRelayed {
 		ctx.SetConnectionClose()
 		p.writeError(ctx, a, o)
