@@ -93,10 +93,20 @@ func startProxy(t *testing.T, backends []string, mod func(*policy.Snapshot, *pol
 func startProxyOpts(t testing.TB, backends []string, opts Options, mod func(*policy.Snapshot, *policy.App)) *harness {
 	t.Helper()
 	addr := freeAddr(t)
-	snap := testSnap(addr, backends, mod)
-	reg := prometheus.NewRegistry()
-	opts.Registerer = reg
-	opts.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.Discard})
+	return startProxySnap(t, addr, testSnap(addr, backends, mod), opts)
+}
+
+// startProxySnap starts a proxy for snap serving every listener, with
+// opts; a nil Registerer gets a fresh registry, a nil Logger a silent one.
+func startProxySnap(t testing.TB, addr string, snap *policy.Snapshot, opts Options) *harness {
+	t.Helper()
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	reg, _ := opts.Registerer.(*prometheus.Registry)
+	if opts.Logger == nil {
+		opts.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.Discard})
+	}
 	p, err := New(opts, snap)
 	if err != nil {
 		t.Fatal(err)

@@ -85,26 +85,7 @@ func startParked(t *testing.T, e Engine) (*harness, *rawBackend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Options{Engine: e, Control: controlBuilder{m}, Registerer: reg, Logger: log}, snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Serve(addr, ln); err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{t: t, p: p, reg: reg, addr: addr, snap: snap}
-	h.close = func() {
-		ctx, cancel := contextWithTimeout(3 * time.Second)
-		defer cancel()
-		_ = p.ShutdownAll(ctx)
-		p.Close()
-	}
-	t.Cleanup(h.close)
-	return h, rb
+	return startProxySnap(t, addr, snap, Options{Engine: e, Control: controlBuilder{m}, Registerer: reg, Logger: log}), rb
 }
 
 // metricValue returns the value of the series name whose labels include
