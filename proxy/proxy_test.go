@@ -581,7 +581,21 @@ func TestTLSConnCap(t *testing.T) {
 		}
 		defer c.Close()
 	}
-	time.Sleep(100 * time.Millisecond) // let the accept loop take them
+	// Wait until the accept loop holds both (bounded), rather than sleep.
+	h.p.mu.Lock()
+	tl := h.p.mu.fronts[h.addr].tls
+	h.p.mu.Unlock()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		tl.mu.Lock()
+		n := len(tl.mu.live)
+		tl.mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the TLS listener holds %d connections after 5s, want 2", n)
+		}
+	}
 	c, err := tls.Dial("tcp", h.addr, &tls.Config{InsecureSkipVerify: true})
 	if err == nil {
 		c.Close()
