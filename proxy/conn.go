@@ -23,7 +23,11 @@ type idleConn struct {
 	writeSet  int64
 	readDead  bool // a timeout expired on this conn
 	writeDead bool
+	addr      connAddr // RemoteAddr: the address and this conn (abort.go)
 }
+
+// RemoteAddr names the backend and this connection (abortBody.bind).
+func (c *idleConn) RemoteAddr() net.Addr { return &c.addr }
 
 func (c *idleConn) refresh(last *int64, set func(time.Time) error) error {
 	t := c.timeout.Load()
@@ -82,6 +86,8 @@ func dialer(connect *atomic.Int64, idle *atomic.Int64) func(addr string) (net.Co
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
-		return &idleConn{Conn: c, timeout: idle}, nil
+		ic := &idleConn{Conn: c, timeout: idle}
+		ic.addr = connAddr{Addr: c.RemoteAddr(), c: ic}
+		return ic, nil
 	}
 }

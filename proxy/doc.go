@@ -363,8 +363,12 @@
 // ENHANCE_YOUR_CALM and is closed; on a connection that resets more than
 // one stream in eight, new streams wait 10 ms before dispatch so that a
 // reset sent right behind the HEADERS is seen. A stream reset while its
-// backend exchange is under way is not cut: the exchange completes and the
-// response is dropped (fasthttp's HostClient takes no context).
+// backend exchange is under way cuts it: the backend connection is closed
+// (abort.go says how, with fasthttp's HostClient, which takes no context)
+// and not reused, as nginx does; the exchange ends as 499 in the metrics
+// (TestH2ResetAfterDispatchCutsBackend). One visible difference follows
+// from that design: an h2 request without a body reaches the backend with
+// Content-Length: 0 (HTTP/1.1 requests are forwarded as they came).
 //
 // # Failures to statuses (status.go, the only place)
 //

@@ -76,6 +76,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 
 	var o outcome
 	var u *upstream
+	var cut *abortable // the stream's hold on its backend exchange (abort.go)
 	refused := false
 	switch {
 	case !validHost(req.Header.Host()):
@@ -113,7 +114,10 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 			ready = time.Now()
 		}
 		if o == outRelayed {
-			o, u = p.serve(a, &ctx, peer, true, ready, r.Context().Done(), false, false, body)
+			cut = &abortable{done: r.Context().Done()}
+			stop := context.AfterFunc(r.Context(), cut.abort)
+			defer stop()
+			o, u = p.serve(a, &ctx, peer, true, ready, cut, false, false, body)
 		} else {
 			p.writeError(&ctx, a, o)
 		}
@@ -146,9 +150,19 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(resp.StatusCode())
 	if r.Method != http.MethodHead {
 		if resp.IsBodyStream() {
-			_, _ = io.Copy(&ww, resp.BodyStream())
+			if _, err := io.Copy(&ww, resp.BodyStream()); err != nil {
+				// The backend connection holds the rest of the body (or
+				// was cut): it must not go back to the pool.
+				resp.SetConnectionClose()
+			}
 		} else {
 			_, _ = ww.Write(resp.Body())
+		}
+	}
+	if cut != nil {
+		cut.unbind()
+		if cut.wasCut() {
+			resp.SetConnectionClose()
 		}
 	}
 	_ = resp.CloseBodyStream()

@@ -240,11 +240,16 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 // start is when the request became ready to admit: after its head, or
 // after its body when the body was buffered. body (nil: no streamed body)
 // says how the body was read.
-func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, gone <-chan struct{}, upgrade, clientClose bool, body *bodyBuf) (outcome, *upstream) {
+func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, cut *abortable, upgrade, clientClose bool, body *bodyBuf) (outcome, *upstream) {
 	// The body cap (max_body_bytes) was applied by the caller before any
 	// body was read: checkFraming on HTTP/1.1, the same bodyCap on h2.
 	req := &ctx.Request
 	h := &req.Header
+	// An h2 stream (cut) is gone when its context is done.
+	var gone <-chan struct{}
+	if cut != nil {
+		gone = cut.done
+	}
 
 	x := exchangePool.Get().(*exchange)
 	x.ctx = ctx
@@ -372,8 +377,16 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		out.SetBodyStream(cb, body.cl)
 		defer fasthttp.ReleaseRequest(out)
 	}
+	var ab *abortBody
+	if cut != nil {
+		// An h2 stream: its reset cuts the backend exchange (abort.go).
+		ab = &abortBody{ab: cut, resp: &ctx.Response, b: req.Body(), cl: len(req.Body())}
+		if cb != nil {
+			ab.b, ab.src, ab.cl = nil, cb, body.cl
+		}
+	}
 	dispatch := time.Now()
-	o, u, inService := p.relay(a, out, &ctx.Response, cb)
+	o, u, inService := p.relay(a, out, &ctx.Response, cb, ab)
 	if o == outRelayed {
 		// The complete step (pipeline.go): the ticket is told the
 		// outcome.
@@ -409,6 +422,9 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		// the backend connection goes back to the pool now and the
 		// response is written in one piece.
 		if cl := ctx.Response.Header.ContentLength(); cl >= 0 && cl <= streamThreshold && ctx.Response.IsBodyStream() {
+			if cut != nil {
+				cut.unbind() // Body() hands the connection back
+			}
 			ctx.Response.Body()
 		}
 		stripHopByHopResponse(&ctx.Response.Header)
@@ -429,8 +445,14 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 // cb, if not nil, is the streamed body: an exchange that failed because
 // the client's side of it did (too slow, gone) ends as that, without
 // blaming the backend.
-func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody) (outcome, *upstream, int) {
+//
+// ab, if not nil, is an h2 request's body (abort.go): set on req for each
+// attempt, it binds the attempt's connection to the stream, and the
+// binding ends here unless the response streams (the caller ends it then).
+// An attempt cut by the stream's reset ends as outClientGone.
+func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody, ab *abortBody) (outcome, *upstream, int) {
 	var last *upstream
+	replay := cb == nil && idempotent(req) // tryAgain: a body held whole
 	for attempt := 1; ; attempt++ {
 		b := a.pool.Pick()
 		if b == nil {
@@ -441,7 +463,19 @@ func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response, cb
 		}
 		u := b.Attachment.(*upstream)
 		inService := int(b.Inflight())
+		if ab != nil {
+			ab.attach(req)
+		}
 		err := u.hc.Do(req, resp)
+		if ab != nil {
+			if err != nil || !resp.IsBodyStream() {
+				ab.ab.unbind()
+			}
+			if err != nil && ab.ab.wasCut() {
+				a.pool.Release(b, true)
+				return outClientGone, u, 0
+			}
+		}
 		if err == nil {
 			a.pool.Release(b, true)
 			return outRelayed, u, inService
@@ -459,7 +493,7 @@ func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response, cb
 		if p.log.IsDebug() {
 			p.log.Debug("relay failed", "app", a.name, "backend", u.addr, "error", err)
 		}
-		if !tryAgain(failureOf(err), replayable(req), attempt, false) {
+		if !tryAgain(failureOf(err), replay, attempt, false) {
 			return o, u, 0
 		}
 		last = u

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"io"
+	"net"
 	"syscall"
 
 	"github.com/valyala/fasthttp"
@@ -66,7 +67,8 @@ func failureOf(err error) failure {
 	case isDialError(err):
 		return failConnect
 	case errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, net.ErrClosed): // a pooled connection an h2 reset closed (abort.go)
 		return failBroken
 	}
 	return failNoRetry
