@@ -77,6 +77,13 @@ type Config struct {
 	// LearnParallelism lets ObserveService refine P online, starting from
 	// Parallelism. Default false: ObserveService is a no-op.
 	LearnParallelism bool
+	// StrictPeriods makes every request of a class with a period wait for
+	// the class's next policer run, as the paper has it. The default
+	// (false) admits an arrival at once when nothing of its class waits
+	// and a batch of one passes the same test the run would apply (see
+	// doc.go, Early admission): below overload a period then costs no
+	// latency, and under overload the requests wait for their run.
+	StrictPeriods bool
 	// NoReserve turns off the room held for more important classes (see
 	// doc.go, Priority): each class is then tested only against the farm's
 	// present load, first come, first served. Default false (reserve on).

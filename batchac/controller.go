@@ -84,6 +84,7 @@ type snapshot struct {
 	learn        bool
 	reserve      bool
 	floor        float64
+	strict       bool // Config.StrictPeriods
 }
 
 // classIndex maps a request's class to a configured one. Out-of-range
@@ -208,6 +209,7 @@ func build(cfg Config, old *snapshot, states map[string]*classState, now time.Ti
 		learn:        cfg.LearnParallelism,
 		reserve:      !cfg.NoReserve,
 		floor:        cfg.ReserveFloor,
+		strict:       cfg.StrictPeriods,
 	}
 	prevByName := make(map[string]*class)
 	if old != nil {
@@ -289,6 +291,9 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 		n := c.st.Healthy()
 		if n <= 0 {
 			return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend})
+		}
+		if c.early(s, idx, n, sNs) {
+			return c.count(cl, admitted)
 		}
 		q := cl.queues[s.bucket(r.Bucket)]
 		w := c.waiters.Get().(*waiter)
@@ -406,6 +411,26 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decisi
 		cl.cascadeUntil.Store(now + int64(immediateMarkHold))
 	}
 	return admission.Decision{Verdict: admission.RejectTest, RetryAfter: retryAfter(wait)}
+}
+
+// early reports whether an arrival of periodic class idx (n healthy
+// backends, service time sNs) is admitted at once, without waiting for its
+// run (doc.go, Early admission): nothing of its class waits (so it
+// overtakes no one), no more important class holds a cascade mark, and a
+// batch of one passes the test its run would apply now (budget R_sla − d_i
+// and the reserve). A failing arrival is not rejected here: it queues and
+// its run decides, as with StrictPeriods. It allocates nothing and counts
+// nothing.
+func (c *Controller) early(s *snapshot, idx, n int, sNs float64) bool {
+	cl := s.classes[idx]
+	if s.strict || cl.queueLen() != 0 {
+		return false
+	}
+	if cascadeMark(s.classes[:idx]) > c.now().UnixNano() {
+		return false
+	}
+	m := c.model(s, n)
+	return m.admits(1, sNs, m.bound(cl, float64(cl.period), cl.dAbove))
 }
 
 // Room tells, for one request of class class and estimated service time sz,
@@ -831,6 +856,9 @@ func (c *Controller) Park(r *admission.Request, wk admission.Waker) (d admission
 		n := c.st.Healthy()
 		if n <= 0 {
 			return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend}), nil, true
+		}
+		if c.early(s, idx, n, sNs) {
+			return c.count(cl, admitted), nil, true
 		}
 		q := cl.queues[s.bucket(r.Bucket)]
 		w := c.waiters.Get().(*waiter)

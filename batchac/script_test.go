@@ -278,6 +278,10 @@ func (h *harness) config(args map[string]string) Config {
 		cfg.QueueCap = int(h.num(v))
 	}
 	_, cfg.AllOrNothing = args["all_or_nothing"]
+	// The scripts test the policer's runs: arrivals wait for them unless
+	// the script says early (StrictPeriods off, the production default).
+	_, early := args["early"]
+	cfg.StrictPeriods = !early
 	_, cfg.NoReserve = args["no_reserve"]
 	if v, ok := args["floor"]; ok {
 		f, err := strconv.ParseFloat(v, 64)
@@ -314,7 +318,7 @@ func (h *harness) setState(args map[string]string) {
 				name, d, _ := strings.Cut(spec, ":")
 				h.st.means[h.classIndex(name)].Store(int64(h.dur(d)))
 			}
-		case "classes", "parallelism", "buckets", "cap", "all_or_nothing", "no_reserve", "floor":
+		case "classes", "parallelism", "buckets", "cap", "all_or_nothing", "no_reserve", "floor", "early":
 		default:
 			h.fatalf("unknown state key %q", k)
 		}

@@ -420,7 +420,10 @@ func TestParkAccountsOnce(t *testing.T) {
 	nowNs.Store(time.Unix(5000, 0).UnixNano())
 	clock := func() time.Time { return time.Unix(0, nowNs.Load()) }
 	pool := &fakePool{}
-	m, a := buildBatchApp(t, clock, pool, func(ac *policy.App) { ac.Classes[1].Period = 20 * time.Millisecond })
+	m, a := buildBatchApp(t, clock, pool, func(ac *policy.App) {
+		ac.Classes[1].Period = 20 * time.Millisecond
+		ac.Admission.Batch.StrictPeriods = true // every arrival waits for its run
+	})
 	wk := make(testWaker, 1)
 	runOnce := func(p admission.Pending) admission.Decision {
 		t.Helper()
@@ -508,4 +511,29 @@ func buildBatchApp(t *testing.T, clock func() time.Time, pool *fakePool, mod fun
 		t.Fatal(err)
 	}
 	return m, a
+}
+
+// TestParkEarlyByDefault: with strict_periods left at its default, an
+// arrival of a class with a period that finds nothing waiting and room on
+// the farm is decided at once (batchac, Early admission); strict_periods
+// makes it wait for its run.
+func TestParkEarlyByDefault(t *testing.T) {
+	clock := func() time.Time { return time.Unix(5000, 0) }
+	for _, strict := range []bool{false, true} {
+		_, a := buildBatchApp(t, clock, &fakePool{}, func(ac *policy.App) {
+			ac.Classes[1].Period = 20 * time.Millisecond
+			ac.Admission.Batch.StrictPeriods = strict
+		})
+		r := &admission.Request{Class: 1, S: 5 * time.Millisecond, Key: []byte("/x")}
+		d, p, decided := a.Park(r, make(testWaker, 1))
+		switch {
+		case !strict && (!decided || d.Verdict != admission.Admit):
+			t.Errorf("default: decided %v, %v; want admitted at once", decided, d.Verdict)
+		case strict && (decided || p == nil):
+			t.Errorf("strict_periods: decided %v at once; want parked", decided)
+		}
+		if p != nil {
+			p.Cancel()
+		}
+	}
 }

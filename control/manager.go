@@ -129,6 +129,7 @@ func batchConfig(ac *policy.App, cls *classify.Classifier, est *estimator.Estima
 		Buckets:          est.Buckets().N(),
 		QueueCap:         ac.Admission.Batch.QueueCap,
 		AllOrNothing:     ac.Admission.Batch.AllOrNothing,
+		StrictPeriods:    ac.Admission.Batch.StrictPeriods,
 		Parallelism:      ac.Admission.Batch.Parallelism,
 		LearnParallelism: ac.Admission.Batch.Parallelism == 0,
 		NoReserve:        !ac.Admission.Reserve,

@@ -295,6 +295,11 @@ type BatchAdmission struct {
 	// AllOrNothing keeps the paper's rule (a failing bucket is dropped
 	// whole) instead of admitting its largest passing prefix. Default false.
 	AllOrNothing bool
+	// StrictPeriods makes every request of a class with a period wait for
+	// its class's next run, as the paper has it. Default false: an arrival
+	// is admitted at once when nothing of its class waits and a batch of
+	// one passes its run's test (package batchac, Early admission).
+	StrictPeriods bool
 	// Parallelism is P, the requests one backend serves at full speed in
 	// parallel (worker slots); ≥ 1. 0 means learn it from observed response
 	// times, starting at 1. Default 0.

@@ -230,6 +230,7 @@ func (d *decoder) batchAdmission(n *yaml.Node, path string, b *BatchAdmission) {
 	d.mapping(n, path, []field{
 		{"queue_cap", d.intField(&b.QueueCap, 1, maxQueueCap)},
 		{"all_or_nothing", d.boolField(&b.AllOrNothing)},
+		{"strict_periods", d.boolField(&b.StrictPeriods)},
 		{"parallelism", func(v *yaml.Node, p string) {
 			x, ok := d.number(v, p)
 			switch {

@@ -47,7 +47,7 @@ apps:
     admission:
       mode: batch
       reserve: false
-      batch: {parallelism: 1}
+      batch: {parallelism: 1, strict_periods: true} # every arrival parks
     classes:
       - name: fast
         period: 20ms
