@@ -4,6 +4,7 @@ go 1.26
 
 require (
 	github.com/cloudflare/tableflip v1.2.3
+	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/prometheus/client_golang v1.20.5
 	github.com/prometheus/client_model v0.6.1
@@ -11,6 +12,11 @@ require (
 	golang.org/x/net v0.33.0
 	gonum.org/v1/plot v0.15.0
 	gopkg.in/yaml.v3 v3.0.1
+)
+
+require (
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
+	github.com/influxdata/tdigest v0.0.1 // indirect
 )
 
 require (
@@ -36,7 +42,7 @@ require (
 	github.com/prometheus/procfs v0.15.1 // indirect
 	github.com/valyala/bytebufferpool v1.0.0
 	golang.org/x/image v0.21.0 // indirect
-	golang.org/x/sys v0.28.0 // indirect
+	golang.org/x/sys v0.28.0
 	golang.org/x/text v0.21.0 // indirect
-	google.golang.org/protobuf v1.34.2 // indirect
+	google.golang.org/protobuf v1.36.4 // indirect
 )

@@ -71,8 +71,15 @@
 //     is the baseline an expert HAProxy user would write.
 //   - nginx: limit_conn per virtual server = servers × slots, beyond which
 //     503 at once; least_conn; upstream keep-alive.
+//   - limiter: e2e/cmd/limiter, a Go reverse proxy whose overload control
+//     is failsafe-go's adaptive concurrency limiter (it sizes the requests
+//     in flight from measured latencies; no SLA, no classes), built from
+//     this module with the go tool: initial limit servers × slots,
+//     queueing at 2–3× the limit, a wait for a permit of at most half the
+//     smallest class SLA (LimiterArgs); least-connections. The adaptive
+//     baseline a Go user would reach for.
 //
-// HAProxy and nginx mark nothing, so their 503s are counted as rejections
+// HAProxy, nginx and the limiter mark nothing, so their 503s are counted as rejections
 // with reason PeerRejectReason ("peer_503"); sentry's carry
 // X-Sentry-Reject. A peer whose binary is missing is skipped with a
 // message.

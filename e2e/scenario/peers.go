@@ -18,7 +18,7 @@ import (
 )
 
 // PeerNames are the peers Run knows, in the order summaries list them.
-var PeerNames = []string{"sentry", "off", "haproxy", "nginx"}
+var PeerNames = []string{"sentry", "off", "haproxy", "nginx", "limiter"}
 
 // Peer is a proxy put in front of the farm.
 type Peer interface {
@@ -67,6 +67,8 @@ func NewPeer(name, sentryBin string) (Peer, error) {
 		return haproxyPeer{}, nil
 	case "nginx":
 		return nginxPeer{}, nil
+	case "limiter":
+		return limiterPeer{}, nil
 	}
 	return nil, fmt.Errorf("unknown peer %q (want %s)", name, strings.Join(PeerNames, ", "))
 }
