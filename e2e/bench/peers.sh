@@ -13,7 +13,9 @@
 #   PEERS     peers to run, in this order  (default "nginx haproxy caddy sentry";
 #             "sentry-fasthttp" is sentry with its event loops off,
 #             SENTRY_EVLOOP=0, for the engine comparison; "sentry-period" is
-#             sentry in batch mode with a 20 ms class period, relay only;
+#             sentry in batch mode with a 20 ms class period, relay only
+#             (below overload its requests are admitted early, without
+#             waiting for their run; strict_periods would make each wait);
 #             "sentry-base" is the binary SENTRY_BASE_BIN, e.g. a build of an
 #             earlier commit, for a same-run regression check)
 #   SENTRY_BASE_BIN  the sentry binary the sentry-base peer runs
@@ -274,8 +276,10 @@ http://$HOST:${REJECT_PORT[caddy]} {
 EOF
 }
 
-# The relay in batch mode with a class period: every request waits for its
-# class's policer run (every 20 ms) before it is relayed.
+# The relay in batch mode with a class period of 20 ms. Below overload an
+# arrival that finds its class's queue empty and passes the test alone is
+# admitted at once (batchac, Early admission); under overload requests wait
+# for their class's run.
 write_sentry_period_policy() {
 	cat >"$TMP/sentry-period.yaml" <<EOF
 admin:
@@ -291,8 +295,7 @@ apps:
         period: 20ms
     admission:
       mode: batch
-      # Every connection may wait at once (wrk is closed-loop: run this
-      # peer with CONNS well above req/s x 20 ms, e.g. 1024).
+      # Every connection may wait at once when the queue forms.
       batch: {queue_cap: 8192}
 EOF
 }
