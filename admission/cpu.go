@@ -2,7 +2,6 @@ package admission
 
 import (
 	"errors"
-	"runtime"
 	"time"
 )
 
@@ -11,8 +10,9 @@ import (
 var ErrCPUUnsupported = errors.New("admission: process CPU time is not available on this platform")
 
 // CPUMeter turns successive readings of the process's CPU time into
-// utilisation: ΔCPU / (Δwall × procs), where procs is GOMAXPROCS (which
-// follows the cgroup CPU quota). The value is not clamped at 1: threads
+// utilisation: ΔCPU / (Δwall × procs), where procs is the CPUs the
+// process may use (UsableCPUs: GOMAXPROCS, or the cgroup's CPU quota when
+// it is smaller, fractions included). The value is not clamped at 1: threads
 // outside GOMAXPROCS (syscalls, cgo) can push it slightly above, and
 // clamping would hide that. It is never negative.
 //
@@ -20,23 +20,24 @@ var ErrCPUUnsupported = errors.New("admission: process CPU time is not available
 // concurrent use.
 type CPUMeter struct {
 	read     func() (time.Duration, error)
-	procs    func() int
+	procs    func() float64
 	lastCPU  time.Duration
 	lastWall time.Time
 	primed   bool
 }
 
 // NewCPUMeter returns a meter reading CPU time with read and the CPU count
-// with procs. Nil read means ProcessCPUTime; nil procs means
-// runtime.GOMAXPROCS(0), read at every sample.
+// with procs. Nil read means ProcessCPUTime; nil procs means UsableCPUs,
+// read at every sample.
 func NewCPUMeter(read func() (time.Duration, error), procs func() int) *CPUMeter {
 	if read == nil {
 		read = ProcessCPUTime
 	}
-	if procs == nil {
-		procs = func() int { return runtime.GOMAXPROCS(0) }
+	m := &CPUMeter{read: read, procs: UsableCPUs}
+	if procs != nil {
+		m.procs = func() float64 { return float64(procs()) }
 	}
-	return &CPUMeter{read: read, procs: procs}
+	return m
 }
 
 // Sample reads the CPU time at wall time now and returns the utilisation
@@ -60,11 +61,11 @@ func (m *CPUMeter) Sample(now time.Time) (util float64, ok bool, err error) {
 	used := cpu - m.lastCPU
 	m.lastCPU, m.lastWall = cpu, now
 	procs := m.procs()
-	if procs < 1 {
+	if !(procs > 0) {
 		procs = 1
 	}
 	if used < 0 {
 		used = 0
 	}
-	return used.Seconds() / (wall.Seconds() * float64(procs)), true, nil
+	return used.Seconds() / (wall.Seconds() * procs), true, nil
 }

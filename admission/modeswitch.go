@@ -88,7 +88,8 @@ type SwitchConfig struct {
 	Rate func() float64
 	// CPU reads the process's CPU time. Nil means ProcessCPUTime.
 	CPU func() (time.Duration, error)
-	// Procs returns the number of usable CPUs. Nil means runtime.GOMAXPROCS(0).
+	// Procs returns the number of usable CPUs. Nil means UsableCPUs
+	// (GOMAXPROCS, or a smaller cgroup CPU quota).
 	Procs func() int
 	// Now is the sampler's clock. Nil means time.Now.
 	Now func() time.Time
