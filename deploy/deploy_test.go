@@ -341,7 +341,9 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	unit := string(data)
 	for _, want := range []string{
-		"PIDFile=/run/sentry/sentry.pid", "-pidfile /run/sentry/sentry.pid", "ExecReload=/bin/kill -HUP $MAINPID",
+		"PIDFile=/run/sentry/sentry.pid", "-pidfile /run/sentry/sentry.pid",
+		"ExecReload=/usr/local/bin/sentry reload -config /etc/sentry/sentry.yaml -pidfile /run/sentry/sentry.pid",
+		"Type=notify", "NotifyAccess=all",
 		"SIGUSR2", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
 		"CapabilityBoundingSet=CAP_NET_BIND_SERVICE", "AmbientCapabilities=CAP_NET_BIND_SERVICE",
 		"DynamicUser=yes", "RuntimeDirectory=sentry", "RestrictAddressFamilies=",

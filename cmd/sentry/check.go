@@ -13,8 +13,8 @@ import (
 func cmdCheck(args []string) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	config := fs.String("config", "", "policy `FILE` to validate (required)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *config == "" || fs.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: sentry check -config FILE")

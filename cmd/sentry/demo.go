@@ -219,8 +219,8 @@ func cmdDemo(args []string) int {
 	duration := fs.Duration("duration", 0, "stop after this long (0 = until interrupted)")
 	noLoad := fs.Bool("no-load", false, "start the farm and the proxy only, without the looping load")
 	quiet := fs.Bool("quiet", false, "no live view in the terminal")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "sentry demo: unexpected argument %q\n", fs.Arg(0))

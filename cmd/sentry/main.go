@@ -21,6 +21,10 @@ Usage:
   sentry check -config FILE
         Validate a policy. Prints every error as FILE:LINE: message; exit 1
         if there is any.
+  sentry reload -config FILE (-pidfile FILE | -pid PID) [-timeout D]
+        Validate the policy, send SIGHUP to the running sentry and wait for
+        it to apply the policy; exit 1 if the file is invalid or the
+        running process refused it (the systemd unit's ExecReload).
   sentry demo [-listen ADDR] [-admin ADDR] [-duration D] [-no-load] [-quiet]
         Start simulated backends on loopback, the proxy in front of them
         with three classes and a 500 ms target, and a looping load that
@@ -30,7 +34,7 @@ Usage:
   sentry version
         Print the version.
 
-Run "sentry COMMAND -h" for a command's flags.
+Run "sentry COMMAND -h" for a command's flags (exit 0, as sentry -h).
 `
 
 func main() {
@@ -47,6 +51,8 @@ func realMain(args []string) int {
 		return cmdRun(args[1:])
 	case "check":
 		return cmdCheck(args[1:])
+	case "reload":
+		return cmdReload(args[1:])
 	case "demo":
 		return cmdDemo(args[1:])
 	case "version", "-version", "--version":

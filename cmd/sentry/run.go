@@ -38,8 +38,8 @@ func cmdRun(args []string) int {
 	upgradeTimeout := fs.Duration("upgrade-timeout", tableflip.DefaultUpgradeTimeout, "how long an upgraded process may take to become ready before it is killed and the upgrade fails")
 	var backends multiFlag
 	fs.Var(&backends, "backend", "quick policy: backend `ADDR` (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "sentry run: unexpected argument %q\n", fs.Arg(0))
@@ -143,6 +143,8 @@ func cmdRun(args []string) int {
 			}
 		}()
 	}
+	// Listeners are up (and, after an upgrade, this is the main process).
+	sdReady()
 	log.Info("sentry started", "version", version(), "policy", snap.Source)
 
 	var changed chan struct{}
@@ -168,7 +170,9 @@ func cmdRun(args []string) int {
 					log.Warn("SIGHUP ignored: no policy file (quick policy from flags)")
 					continue
 				}
+				sdNotify("RELOADING=1")
 				reloadPolicy(d, *config, &seen, false)
+				sdNotify("READY=1")
 			case syscall.SIGUSR2:
 				switch {
 				case upg == nil:
@@ -187,6 +191,7 @@ func cmdRun(args []string) int {
 					upg.Stop() // no more upgrades; kills one in progress
 				}
 				timeout := d.proxy.Snapshot().Server.ShutdownTimeout
+				sdNotify("STOPPING=1")
 				log.Info("stopping: draining in-flight requests", "signal", s.String(), "timeout", timeout)
 				code := drain(d, log, sig, timeout, false)
 				removePIDFile(*pidfile)
