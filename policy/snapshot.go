@@ -38,6 +38,9 @@ type Admin struct {
 	// host name; an empty list means IP literals only; AnyHost ("*") turns
 	// the check off. Others get 421 Misdirected Request (status.AllowHosts).
 	AllowedHosts []string
+	// Pprof serves Go's profiler (net/http/pprof) under /debug/pprof/ on
+	// the admin listener. Default false; a reload applies it at once.
+	Pprof bool
 }
 
 // AnyHost in Admin.AllowedHosts accepts every Host.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"sync"
@@ -167,6 +168,21 @@ func (d *daemon) serveAdmin(addr string, ln net.Listener) {
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	// Go's profiler, only while the policy says admin.pprof: true.
+	pprofOn := func(h http.HandlerFunc) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !d.proxy.Snapshot().Admin.Pprof {
+				http.Error(w, "pprof is off (admin.pprof: true turns it on)", http.StatusNotFound)
+				return
+			}
+			h(w, r)
+		})
+	}
+	mux.Handle("/debug/pprof/", pprofOn(pprof.Index))
+	mux.Handle("/debug/pprof/cmdline", pprofOn(pprof.Cmdline))
+	mux.Handle("/debug/pprof/profile", pprofOn(pprof.Profile))
+	mux.Handle("/debug/pprof/symbol", pprofOn(pprof.Symbol))
+	mux.Handle("/debug/pprof/trace", pprofOn(pprof.Trace))
 	for p, h := range status.Routes(d.reg, status.Options{Policy: d.proxy.Snapshot}) {
 		if _, dup := d.extra[p]; !dup { // the demo passes its own
 			mux.Handle(p, h)

@@ -289,3 +289,38 @@ func TestAdminHostAllowList(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminPprofOptIn: /debug/pprof/ is 404 until admin.pprof is on, and a
+// reload turns it on and off.
+func TestAdminPprofOptIn(t *testing.T) {
+	be := backendServer(t, "one")
+	l1, a := freeAddr(t), freeAddr(t)
+	pol := "admin: {listen: %s%s}\napps:\n  - name: web\n    listen: %s\n    backends: {static: [%s]}\n"
+	d := testDaemon(t, parse(t, fmt.Sprintf(pol, a, "", l1, be)))
+	get := func(path string) int {
+		t.Helper()
+		resp, err := http.Get("http://" + a + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := get("/debug/pprof/"); c != 404 {
+		t.Errorf("pprof off by default: %d, want 404", c)
+	}
+	if err := d.reload(parse(t, fmt.Sprintf(pol, a, ", pprof: true", l1, be))); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/cmdline"} {
+		if c := get(p); c != 200 {
+			t.Errorf("pprof on, %s: %d, want 200", p, c)
+		}
+	}
+	if err := d.reload(parse(t, fmt.Sprintf(pol, a, "", l1, be))); err != nil {
+		t.Fatal(err)
+	}
+	if c := get("/debug/pprof/heap"); c != 404 {
+		t.Errorf("pprof off again: %d, want 404", c)
+	}
+}
