@@ -11,6 +11,7 @@ import (
 	"github.com/sentry-proxy/sentry/batchac"
 	"github.com/sentry-proxy/sentry/classify"
 	"github.com/sentry-proxy/sentry/estimator"
+	"github.com/sentry-proxy/sentry/sert"
 )
 
 // FuzzParse: Parse never panics, and what it returns is coherent: either a
@@ -157,5 +158,8 @@ func checkTuning(t *testing.T, a *App) {
 	sw := ad.Switch
 	if !(sw.CPULow > 0 && sw.CPULow < sw.CPUHigh && sw.CPUHigh <= 1) || sw.Hold <= 0 || sw.RevertAfter <= 0 {
 		t.Fatalf("app %s: switch %+v", a.Name, sw)
+	}
+	if _, err := sert.New(a.SertConfig()); err != nil {
+		t.Fatalf("app %s: valid snapshot, but sert.New: %v", a.Name, err)
 	}
 }
