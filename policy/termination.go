@@ -74,9 +74,15 @@ func (a *App) ClassTerminate(i int) *Terminate {
 }
 
 // SertConfig is the app's sert.Config: its termination parameters and the
-// range of every class that declares one (nil entries for the others).
+// range of every class that declares one (nil entries for the others). A
+// zero Termination (an App built in code, not by Parse) means the
+// defaults.
 func (a *App) SertConfig() sert.Config {
-	cfg := sert.Config{Params: a.Termination.Params(), Classes: make([]*sert.ClassConfig, len(a.Classes))}
+	t := a.Termination
+	if t == (Termination{}) {
+		t = defaultTermination()
+	}
+	cfg := sert.Config{Params: t.Params(), Classes: make([]*sert.ClassConfig, len(a.Classes))}
 	for i, c := range a.Classes {
 		if t := a.ClassTerminate(i); t != nil {
 			cfg.Classes[i] = &sert.ClassConfig{Name: c.Name, Lower: t.Lower, Upper: t.Upper, Methods: t.Methods}
