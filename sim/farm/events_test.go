@@ -153,7 +153,10 @@ func TestDisconnectStopsCPU(t *testing.T) {
 	s := testServer(t, Config{Slots: 1, AbortOnDisconnect: true, Routes: []Route{{Path: "/", Prefix: true, CPU: Dist{Kind: Fixed, Mean: time.Minute}}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(ctx, "GET", "/", nil)); close(done) }()
+	go func() {
+		s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(ctx, "GET", "/", nil))
+		close(done)
+	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for s.stats().Busy != 1 {
 		if time.Now().After(deadline) {
