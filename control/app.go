@@ -39,6 +39,7 @@ type App struct {
 	thr     atomic.Pointer[thresholdac.Controller]
 	learner *thresholdac.Learner
 	sw      atomic.Pointer[admission.Switch]
+	term    termination // selective early termination (termination.go)
 
 	rsla atomic.Int64 // current R_sla, ns
 	// thrCapacity is the configured per-server capacity (float64 bits;
@@ -104,6 +105,7 @@ func (a *App) Classify(r classify.Request, client netip.Addr) (int, []byte) {
 // time and bucket.
 func (a *App) Estimate(class int, key []byte, now time.Time) (time.Duration, int) {
 	a.est.Arrive(class, now)
+	a.termArrive(class)
 	return a.est.Estimate(class, key)
 }
 
@@ -180,9 +182,10 @@ func (t *parked) Result() (admission.Decision, bool) {
 // rejection, as a blocking Admit that saw Gone fire. t is released.
 func (t *parked) Cancel() {
 	t.p.Cancel()
-	a := t.a
+	a, class := t.a, t.class
 	t.release()
 	a.rejects.Add(1)
+	a.termReject(class)
 }
 
 func (t *parked) release() {
@@ -232,6 +235,7 @@ func (a *App) account(class int, key []byte, s time.Duration, d admission.Decisi
 		a.work.Add(int64(s))
 	} else {
 		a.rejects.Add(1)
+		a.termReject(class)
 	}
 	return d
 }

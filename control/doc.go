@@ -74,6 +74,17 @@
 //     requests whose latency from arrival at sentry to response head was
 //     within the R_sla in force.
 //
+// # Termination
+//
+// Each App has one selective early termination controller (package sert,
+// termination.go), built from the policy's classes[].terminate and
+// termination, reconfigured in place on reload (state kept by class
+// name), ticking every termination.interval on its own goroutine, with
+// its metrics registered per app. Terminator(class) hands the proxy the
+// class's *sert.Class, or nil when the class declares no range. The App
+// counts the class's arrivals (in Estimate) and rejections (in account
+// and Cancel) for the loss fraction; the proxy counts terminations.
+//
 // # Lock order
 //
 // Manager.mu, then App.mu. Neither is taken on the request path. One

@@ -121,6 +121,9 @@ func (m *Manager) Build(ac *policy.App, pool Pool) (*App, error) {
 			return nil, err
 		}
 	}
+	if err := a.reconfigureTermination(ac); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -176,6 +179,11 @@ func (m *Manager) create(ac *policy.App, pool Pool, cfg *appConfig, est *estimat
 	if err := m.opts.Registerer.Register(b); err != nil {
 		a.stop()
 		return nil, fmt.Errorf("batch metrics: %w", err)
+	}
+	if err := a.startTermination(ac, m.opts.Registerer); err != nil {
+		m.opts.Registerer.Unregister(b)
+		a.stop()
+		return nil, err
 	}
 	a.wg.Add(2)
 	go func() { defer a.wg.Done(); b.Run(a.ctx) }()
@@ -306,6 +314,7 @@ func (m *Manager) Retain(names []string) {
 	m.mu.Unlock()
 	for _, a := range gone {
 		m.opts.Registerer.Unregister(a.batch)
+		a.stopTermination(m.opts.Registerer)
 		a.stop()
 	}
 	m.ests.Retain(names...)

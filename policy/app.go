@@ -32,6 +32,7 @@ func defaultApp() *App {
 		SLA:          defaultSLA(),
 		Estimator:    defaultEstimator(),
 		Admission:    defaultAdmission(),
+		Termination:  defaultTermination(),
 	}
 }
 
@@ -111,8 +112,9 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 		{"classes", func(v *yaml.Node, p string) {
 			classesNode = v
 			var cs []classify.ClassConfig
-			if cs, classLines, classesBad = d.classes(v, p); !classesBad {
-				a.Classes = cs
+			var terms []*Terminate
+			if cs, classLines, terms, classesBad = d.classes(v, p); !classesBad {
+				a.Classes, a.Terminate = cs, terms
 			}
 		}},
 		{"server_timing", func(v *yaml.Node, p string) { d.serverTiming(v, p, &a.ServerTiming) }},
@@ -124,6 +126,7 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 			estimatorBad = d.reported(mark)
 		}},
 		{"admission", func(v *yaml.Node, p string) { d.admission(v, p, &a.Admission) }},
+		{"termination", func(v *yaml.Node, p string) { d.termination(v, p, &a.Termination) }},
 	})
 	if !ok {
 		return false

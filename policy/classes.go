@@ -29,30 +29,33 @@ type classPos struct {
 	// rulesOK: the rules decoded without error, so an empty Rules really
 	// means the class has none.
 	rulesOK bool
+	// terminate is the class's termination range, nil when it has none.
+	terminate *Terminate
 }
 
 // classes decodes an app's class list, with the line of each class. bad
 // reports that anything in it was reported, so that compiling the classes
 // (and the checks that need them) is skipped rather than adding follow-on
-// errors; with bad, the returned list is nil.
-func (d *decoder) classes(n *yaml.Node, path string) (out []classify.ClassConfig, lines []int, bad bool) {
+// errors; with bad, the returned list is nil. terms is each class's
+// termination range (nil when no class declares one).
+func (d *decoder) classes(n *yaml.Node, path string) (out []classify.ClassConfig, lines []int, terms []*Terminate, bad bool) {
 	mark := d.reports
 	r := resolve(n)
 	switch {
 	case isNull(r) || r.Kind == yaml.SequenceNode && len(r.Content) == 0:
 		d.errorf(n, path, "empty; list at least one class, or leave classes out for one class %q that takes every request", DefaultClassName)
-		return nil, nil, true
+		return nil, nil, nil, true
 	case r.Kind != yaml.SequenceNode:
 		d.errorf(n, path, "expected a list of classes, got %s", describe(r))
-		return nil, nil, true
+		return nil, nil, nil, true
 	case len(r.Content) > maxClasses:
 		d.errorf(n, path, "%d classes; at most %d", len(r.Content), maxClasses)
-		return nil, nil, true
+		return nil, nil, nil, true
 	}
 	var pos []classPos
 	for i, e := range r.Content {
 		if !d.spend() {
-			return nil, nil, true
+			return nil, nil, nil, true
 		}
 		c, cp, ok := d.class(e, path+"["+strconv.Itoa(i)+"]")
 		if ok {
@@ -88,7 +91,7 @@ func (d *decoder) classes(n *yaml.Node, path string) (out []classify.ClassConfig
 	if d.reported(mark) {
 		// Which class is the default may be unknown (a default: that did not
 		// decode), and the list is not used.
-		return nil, nil, true
+		return nil, nil, nil, true
 	}
 	implicit := def < 0
 	if implicit {
@@ -106,12 +109,18 @@ func (d *decoder) classes(n *yaml.Node, path string) (out []classify.ClassConfig
 			pos[i].path, c.Name, hint)
 	}
 	if d.reported(mark) {
-		return nil, nil, true
+		return nil, nil, nil, true
 	}
+	any := false
 	for _, p := range pos {
 		lines = append(lines, p.line)
+		terms = append(terms, p.terminate)
+		any = any || p.terminate != nil
 	}
-	return out, lines, false
+	if !any {
+		terms = nil
+	}
+	return out, lines, terms, false
 }
 
 // class decodes one entry of classes; ok is false when it is not a mapping.
@@ -136,6 +145,7 @@ func (d *decoder) class(n *yaml.Node, path string) (c classify.ClassConfig, pos 
 			d.boolField(&c.Default)(v, p)
 		}},
 		{"rules", func(v *yaml.Node, p string) { c.Rules, pos.rulesOK = d.rules(v, p) }},
+		{"terminate", func(v *yaml.Node, p string) { pos.terminate = d.terminate(v, p) }},
 	}) {
 		return c, pos, false
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/sentry-proxy/sentry/batchac"
 	"github.com/sentry-proxy/sentry/classify"
 	"github.com/sentry-proxy/sentry/estimator"
+	"github.com/sentry-proxy/sentry/sert"
 )
 
 // FuzzParse: Parse never panics, and what it returns is coherent: either a
@@ -38,6 +39,7 @@ func FuzzParse(f *testing.F) {
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: g, rules: [{path_glob: /s/**/*.css, hosts: [\"*.a.com\", \"[::1]\"], networks: [10.0.0.0/8]}, {path_regexp: \"^/i/[0-9]+$\"}]}, {name: d}]}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: g}, {name: g, default: true}, {name: h, rules: [{}]}]}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, sla: {percentile: 99, targets: [{below: 10, target: 1s}, {below: 5, target: 1ms}, {target: 2s}]}, estimator: {buckets: [1ms, 2ms], alpha: 0.5}}]",
+		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: s, rules: [{path: /s}], terminate: {lower: 100ms, upper: 2s, methods: [get]}}, {name: d}], termination: {alpha: 2, low_water: 0.01, high_water: 0.3, interval: 2s, min_arrivals: 20}}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, admission: {mode: threshold, batch: {parallelism: 2}, threshold: {capacity: 1.5}, switch: {cpu_high: 0.9, cpu_low: 0.95}}, server_timing: {strip: false}}]",
 	} {
 		f.Add([]byte(s))
@@ -157,5 +159,8 @@ func checkTuning(t *testing.T, a *App) {
 	sw := ad.Switch
 	if !(sw.CPULow > 0 && sw.CPULow < sw.CPUHigh && sw.CPUHigh <= 1) || sw.Hold <= 0 || sw.RevertAfter <= 0 {
 		t.Fatalf("app %s: switch %+v", a.Name, sw)
+	}
+	if _, err := sert.New(a.SertConfig()); err != nil {
+		t.Fatalf("app %s: valid snapshot, but sert.New: %v", a.Name, err)
 	}
 }

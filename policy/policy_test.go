@@ -102,6 +102,7 @@ func TestDefaults(t *testing.T) {
 			Threshold:    ThresholdAdmission{Recompute: time.Second, Capacity: 0},
 			Switch:       ModeSwitch{CPUHigh: 0.85, CPULow: 0.6, Hold: 2 * time.Second, RevertAfter: 30 * time.Second},
 		},
+		Termination: Termination{Alpha: 4, LowWater: 0.05, HighWater: 0.15, Interval: 10 * time.Second, MinArrivals: 100},
 	}
 	if !reflect.DeepEqual(s.Apps[0], want) {
 		t.Errorf("app =\n%+v\nwant\n%+v", *s.Apps[0], *want)
@@ -181,6 +182,7 @@ apps:
         default: true
       - name: last
         rules: [{path: /last}]
+        terminate: {lower: 250ms, upper: 4s, methods: [get, post]}
     server_timing: {strip: false}
     sla:
       percentile: 99.9
@@ -207,6 +209,7 @@ apps:
       batch: {queue_cap: 64, all_or_nothing: true, parallelism: 8}
       threshold: {recompute: 250ms, capacity: 3.5}
       switch: {cpu_high: 1, cpu_low: 0.25, hold: 5s, revert_after: 1m}
+    termination: {alpha: 2, low_water: 0, high_water: 0.5, interval: 3s, min_arrivals: 7}
 `
 	s, err := Parse(filepath.Join(dir, "p.yaml"), []byte(strings.TrimPrefix(src, "\n")))
 	if err != nil {
@@ -298,6 +301,8 @@ apps:
 			Threshold:    ThresholdAdmission{Recompute: 250 * time.Millisecond, Capacity: 3.5},
 			Switch:       ModeSwitch{CPUHigh: 1, CPULow: 0.25, Hold: 5 * time.Second, RevertAfter: time.Minute},
 		},
+		Terminate:   []*Terminate{nil, nil, {Lower: 250 * time.Millisecond, Upper: 4 * time.Second, Methods: []string{"GET", "POST"}}},
+		Termination: Termination{Alpha: 2, LowWater: 0, HighWater: 0.5, Interval: 3 * time.Second, MinArrivals: 7},
 	}
 	if !reflect.DeepEqual(s.Apps[0], want) {
 		t.Errorf("app =\n%+v\nwant\n%+v", *s.Apps[0], *want)

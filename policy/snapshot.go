@@ -168,6 +168,13 @@ type App struct {
 	// the values in use; estimator.New has accepted it with Classes' names.
 	Estimator estimator.Config
 	Admission Admission
+	// Terminate holds each class's termination range (classes[].terminate),
+	// parallel to Classes: nil for a class that does not declare one; nil
+	// altogether when none does. See ClassTerminate and SertConfig.
+	Terminate []*Terminate
+	// Termination tunes the termination thresholds of the classes that
+	// declare a range (termination.go).
+	Termination Termination
 }
 
 // ServerTiming: what happens to the backend's Server-Timing header.

@@ -29,6 +29,22 @@
 //	  sla: {targets: [{target: 1s}]}
 //	  admission: {mode: batch}
 //
+// A scenario may change the farm while it runs (events.go): a route's
+// costs or its heavy share, a server's speed, a server killed and
+// restarted, each at a time from the start of the load:
+//
+//	events:
+//	  - {at: 20s, route: {path: /search, heavy_share: 0.10}}
+//	  - {at: 30s, speed: {server: 1, factor: 0.5}}
+//	  - {at: 40s, kill: 2}
+//	  - {at: 50s, restart: 2}
+//
+// Events are validated against the farm at parse time (in time order, a
+// route that exists, a valid resulting route, a kill of a running server,
+// a restart of a killed one), played by one goroutine per peer run that
+// runPeer owns, and listed in the peer's summary notes with the time each
+// was applied.
+//
 // Capacity is servers × slots / mean service time of a request mix
 // (farm.Config.Capacity for one path); by default the mix of every
 // open-loop class's paths weighted by the class's expected arrivals.
@@ -102,7 +118,8 @@
 // # Concurrency
 //
 // Run is sequential; during a peer's run it owns one sampler goroutine
-// (ticker plus context, bounded by a sample count) and, per child process,
+// (ticker plus context, bounded by a sample count), one event player
+// (bounded by the events list) and, per child process,
 // one goroutine waiting for it. Both end before runPeer returns. The load
 // generator's goroutines are owned by load.Run.
 package scenario

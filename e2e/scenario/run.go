@@ -236,7 +236,9 @@ func runPeer(ctx context.Context, sc *Scenario, peer Peer, dir string, capa Capa
 		smp.run(sctx, f, int(cfg.MaxDuration/time.Second)+10)
 	}()
 	started := time.Now()
+	player := playEvents(ctx, f, sc.Events, o.Scaling.norm().Time, started, func(m string) { fmt.Fprintln(o.Progress, m) })
 	rep, err := load.Run(ctx, cfg)
+	played := player.stop()
 	stopSampler()
 	<-done
 	if err != nil {
@@ -261,6 +263,16 @@ func runPeer(ctx context.Context, sc *Scenario, peer Peer, dir string, capa Capa
 	sum.Phases = SummarizePhases(rep, series, slas, capa.Rate, sc.ScaledPhases(o.Scaling))
 	sum.Scenario, sum.Peer, sum.Key, sum.Started = sc.Name, peer.Name(), sc.Key(o.Scaling), started
 	sum.FarmCompensationMax = comp
+	for _, a := range played {
+		n := fmt.Sprintf("event at %v: %s", a.At.Round(time.Millisecond), a.Event)
+		if a.Err != nil {
+			n += ": failed: " + a.Err.Error()
+		}
+		sum.Notes = append(sum.Notes, n)
+	}
+	if len(played) < len(sc.Events) {
+		sum.Notes = append(sum.Notes, fmt.Sprintf("%d of %d events did not happen (the run ended first)", len(sc.Events)-len(played), len(sc.Events)))
+	}
 	if comp >= 10*time.Millisecond {
 		sum.Notes = append(sum.Notes, fmt.Sprintf("farm timer compensation reached %v: the machine was too loaded for the farm to hold its service times", comp.Round(time.Millisecond)))
 	}

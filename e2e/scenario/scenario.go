@@ -61,6 +61,10 @@ type Scenario struct {
 	// priority check, counting the requests that arrived in the window.
 	// Optional; none by default.
 	Phases []Phase `yaml:"phases,omitempty"`
+	// Events change the farm during the run: a route's costs or heavy
+	// share, a server's speed, a server killed and restarted (events.go).
+	// Optional; none by default.
+	Events []Event `yaml:"events,omitempty"`
 
 	// Source is the file name errors refer to (not in YAML).
 	Source string `yaml:"-"`
@@ -378,6 +382,9 @@ func (sc *Scenario) validate(root *yaml.Node) error {
 			return at(fmt.Sprintf("end %v is after the scenario's duration %v", ph.End, sc.Duration), "end")
 		}
 		phases[ph.Name] = true
+	}
+	if err := sc.validateEvents(root); err != nil {
+		return err
 	}
 	if sc.Peers.QueueTimeout < 0 || sc.Peers.ConnLimit < 0 {
 		return sc.errAt(root, "peers: values must be ≥ 0", "peers")

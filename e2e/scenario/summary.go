@@ -383,6 +383,15 @@ func WriteMarkdown(w io.Writer, info SummaryInfo, peers []PeerSummary) error {
 		if !r.CPU.IsZero() {
 			fmt.Fprintf(b, ", cpu %s", r.CPU)
 		}
+		if h := r.Heavy; !h.IsZero() {
+			fmt.Fprintf(b, "; heavy share %g", h.Share)
+			if !h.IO.IsZero() {
+				fmt.Fprintf(b, ", io %s", h.IO)
+			}
+			if !h.CPU.IsZero() {
+				fmt.Fprintf(b, ", cpu %s", h.CPU)
+			}
+		}
 		if r.Bytes > 0 {
 			fmt.Fprintf(b, ", %d bytes", r.Bytes)
 		}

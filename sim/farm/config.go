@@ -74,6 +74,11 @@ type Route struct {
 	// IO is the part spent waiting (a sleep) while holding the slot.
 	// Default none.
 	IO Dist `yaml:"io,omitempty"`
+	// Heavy mixes a second cost under the same path: a request is heavy
+	// with probability Heavy.Share and then draws Heavy's CPU and IO
+	// instead of the route's, as a search whose cost the proxy cannot
+	// tell from the URL. Default none (share 0).
+	Heavy Heavy `yaml:"heavy,omitempty"`
 	// Bytes is the response body size, 0 to 16 MiB. Default 0 (empty).
 	Bytes int `yaml:"bytes,omitempty"`
 	// Status is the response status. Default 200.
@@ -83,10 +88,30 @@ type Route struct {
 	ContentType string `yaml:"content_type,omitempty"`
 }
 
+// Heavy is the costly share of a route's requests.
+type Heavy struct {
+	// Share is the probability that a request is heavy, in [0, 1]. Zero
+	// (the default) means none; the dists may still be given, so that a
+	// scenario event can raise the share later.
+	Share float64 `yaml:"share,omitempty"`
+	// CPU and IO are a heavy request's parts, as the route's.
+	CPU Dist `yaml:"cpu,omitempty"`
+	IO  Dist `yaml:"io,omitempty"`
+}
+
+// IsZero reports whether h is "no heavy requests" with nothing given.
+func (h Heavy) IsZero() bool { return h.Share == 0 && h.CPU.IsZero() && h.IO.IsZero() }
+
 // MeanService is the route's mean service time as drawn: the CPU part
-// plus the I/O part, truncation included. r must be normalized.
+// plus the I/O part, truncation included, and with Heavy the mix
+// (1 − share)·light + share·heavy. r must be normalized.
 func (r Route) MeanService() time.Duration {
-	return r.CPU.EffectiveMean() + r.IO.EffectiveMean()
+	light := r.CPU.EffectiveMean() + r.IO.EffectiveMean()
+	if r.Heavy.Share == 0 {
+		return light
+	}
+	heavy := r.Heavy.CPU.EffectiveMean() + r.Heavy.IO.EffectiveMean()
+	return time.Duration((1-r.Heavy.Share)*float64(light) + r.Heavy.Share*float64(heavy))
 }
 
 // ParseConfig decodes YAML strictly (unknown keys are errors, with line
@@ -161,6 +186,9 @@ func (c Config) Normalize() (Config, error) {
 		if r.IO, err = r.IO.normalize(); err != nil {
 			return c, fmt.Errorf("%s: io: %w", where, err)
 		}
+		if err := r.Heavy.normalize(); err != nil {
+			return c, fmt.Errorf("%s: heavy: %w", where, err)
+		}
 		if r.Bytes < 0 || r.Bytes > MaxBytes {
 			return c, fmt.Errorf("%s: bytes must be 0..%d, got %d", where, MaxBytes, r.Bytes)
 		}
@@ -171,7 +199,7 @@ func (c Config) Normalize() (Config, error) {
 			return c, fmt.Errorf("%s: status must be 200..599, got %d", where, r.Status)
 		}
 		if r.ContentType == "" {
-			if r.CPU.IsZero() && r.IO.IsZero() {
+			if r.CPU.IsZero() && r.IO.IsZero() && r.Heavy.CPU.IsZero() && r.Heavy.IO.IsZero() {
 				r.ContentType = "application/octet-stream"
 			} else {
 				r.ContentType = "text/html; charset=utf-8"
@@ -179,6 +207,20 @@ func (c Config) Normalize() (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+func (h *Heavy) normalize() error {
+	if !(h.Share >= 0 && h.Share <= 1) {
+		return fmt.Errorf("share must be in [0, 1], got %v", h.Share)
+	}
+	var err error
+	if h.CPU, err = h.CPU.normalize(); err != nil {
+		return fmt.Errorf("cpu: %w", err)
+	}
+	if h.IO, err = h.IO.normalize(); err != nil {
+		return fmt.Errorf("io: %w", err)
+	}
+	return nil
 }
 
 // Route returns the route serving path, or false for a 404. c must be

@@ -42,6 +42,26 @@
 // drawn time. Stats.Compensation exposes it: when it nears the mean I/O
 // time or its 20 ms cap, the machine is too loaded for the model to hold.
 //
+// A route may mix two costs under one path (Route.Heavy): with
+// probability Heavy.Share a request draws the heavy part's CPU and I/O
+// instead of the route's, as a search or report whose cost the proxy
+// cannot tell from its URL (5 ms, or 500 ms for one request in ten).
+//
+// # Changing the farm while it runs
+//
+// A scenario can change the farm mid-run (e2e/scenario events):
+// UpdateRoute swaps a route's model (its distributions or heavy share) on
+// every server at once; SetSpeed divides one server's drawn times by a
+// factor; Kill stops a server as a crash would (listener and connections
+// closed, its requests ended without a response, their slots freed) and
+// Restart serves again on the same address with its counters kept.
+// Requests already in service keep the times they drew.
+//
+// With AbortOnDisconnect a request stops work when its connection closes
+// (the request context's Done, as Go's net/http gives it), in its CPU
+// spin as in its I/O wait, and its slot is freed at once: the backend
+// selective early termination needs (docs/termination.md).
+//
 // Static files are routes with Bytes (1 KB–256 KB typical, up to 16 MiB)
 // and no service time; they still take a slot while the response is
 // written, as in a prefork server.
@@ -69,10 +89,14 @@
 //
 // # Concurrency
 //
-// Per server: slotPool.mu guards the slot count, the wait queue and the
-// busy-time integral; rngMu guards the RNG; enterMu orders handler entry
-// against Close. No two are ever held together, so there is no lock
-// order. time.Now is read before taking slotPool.mu and a waiter's channel
+// Farm.mu guards the current config and orders UpdateRoute, Kill,
+// Restart and Close; under it a Kill waits for the killed server's
+// handlers, which never take it. Per server: slotPool.mu guards the slot
+// count, the wait queue and the busy-time integral; rngMu guards the RNG;
+// a life's enterMu (one life per listen, from Start or Restart to Kill or
+// Close) orders handler entry against its close. No two of the per-server
+// locks are ever held together. The route table and the speed are atomic
+// pointers read once per request. time.Now is read before taking slotPool.mu and a waiter's channel
 // is closed after releasing it. Counters are atomics. Close closes the
 // connections first, then wakes every waiting or sleeping handler, and
 // returns when all of them have returned: nothing outlives it.

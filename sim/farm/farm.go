@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -18,9 +19,14 @@ import (
 
 // Farm is a set of running simulated servers.
 type Farm struct {
-	cfg     Config
 	servers []*server
 	log     hclog.Logger
+
+	// mu guards cfg (its routes change with UpdateRoute) and orders route
+	// updates, kills and restarts against Close.
+	mu     sync.Mutex
+	cfg    Config
+	closed bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -63,35 +69,28 @@ func Start(cfg Config, opts ...Option) (*Farm, error) {
 			f.Close()
 			return nil, fmt.Errorf("farm: server %d: %w", i, err)
 		}
-		s := newServer(i, cfg, body, o.now)
-		s.ln = ln
-		s.http = &http.Server{
-			Handler:           s,
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       60 * time.Second,
-			ErrorLog:          f.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
-		}
+		s := newServer(i, cfg, body, o.now, f.log)
 		f.servers = append(f.servers, s)
-		s.serveDone = make(chan struct{})
-		go func() {
-			defer close(s.serveDone)
-			if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				f.log.Error("serve", "server", s.idx, "error", err)
-			}
-		}()
+		s.serve(ln)
 		f.log.Debug("listening", "server", i, "addr", ln.Addr().String())
 	}
 	return f, nil
 }
 
-// Config is the normalized configuration the farm runs.
-func (f *Farm) Config() Config { return f.cfg }
+// Config is the configuration the farm runs now (normalized; routes as
+// UpdateRoute left them).
+func (f *Farm) Config() Config {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cfg
+}
 
-// Addrs returns each server's host:port, in server order.
+// Addrs returns each server's host:port, in server order. A killed
+// server keeps its address; Restart listens on it again.
 func (f *Farm) Addrs() []string {
 	a := make([]string, len(f.servers))
 	for i, s := range f.servers {
-		a[i] = s.ln.Addr().String()
+		a[i] = s.addr
 	}
 	return a
 }
@@ -105,7 +104,8 @@ func (f *Farm) URLs() []string {
 	return a
 }
 
-// Stats returns each server's counters, in server order.
+// Stats returns each server's counters, in server order. They run on
+// across a kill and restart.
 func (f *Farm) Stats() []Stats {
 	st := make([]Stats, len(f.servers))
 	for i, s := range f.servers {
@@ -119,13 +119,118 @@ func (f *Farm) Stats() []Stats {
 // Close returns when every handler has returned. Safe to call twice.
 func (f *Farm) Close() error {
 	f.closeOnce.Do(func() {
+		f.mu.Lock()
+		f.closed = true
+		f.mu.Unlock()
 		for _, s := range f.servers {
-			if err := s.close(); err != nil && f.closeErr == nil {
+			if err := s.kill(); err != nil && f.closeErr == nil {
 				f.closeErr = err
 			}
 		}
 	})
 	return f.closeErr
+}
+
+// UpdateRoute changes the route configured with path and prefix on every
+// server at once: change gets a copy of it and edits its service model
+// (CPU, IO, Heavy, Bytes, Status, ContentType); Path and Prefix stay. The
+// result is validated as Start would; on error nothing changes. A request
+// already in service keeps the times it drew. Bytes may not grow past the
+// largest body any route had at Start.
+func (f *Farm) UpdateRoute(path string, prefix bool, change func(*Route)) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return errors.New("farm: closed")
+	}
+	routes := append([]Route(nil), f.cfg.Routes...)
+	k := -1
+	for i := range routes {
+		if routes[i].Path == path && routes[i].Prefix == prefix {
+			k = i
+		}
+	}
+	if k < 0 {
+		return fmt.Errorf("farm: no route %q (prefix %v)", path, prefix)
+	}
+	r := routes[k]
+	change(&r)
+	r.Path, r.Prefix = path, prefix
+	routes[k] = r
+	next := f.cfg
+	next.Routes = routes
+	next, err := next.Normalize()
+	if err != nil {
+		return err
+	}
+	if b := next.Routes[k].Bytes; len(f.servers) > 0 && b > len(f.servers[0].body) {
+		return fmt.Errorf("farm: route %q: bytes %d is more than the farm started with (%d)", path, b, len(f.servers[0].body))
+	}
+	f.cfg = next
+	rt := newRouter(next.Routes)
+	for _, s := range f.servers {
+		s.router.Store(rt)
+	}
+	return nil
+}
+
+// SetSpeed sets server i's speed: its requests' drawn CPU and I/O times
+// are divided by factor (0.5: twice as slow; 1: as configured). factor
+// must be > 0. A request already in service keeps its times.
+func (f *Farm) SetSpeed(i int, factor float64) error {
+	if i < 0 || i >= len(f.servers) {
+		return fmt.Errorf("farm: no server %d", i)
+	}
+	if !(factor > 0) || math.IsInf(factor, 0) {
+		return fmt.Errorf("farm: speed must be > 0, got %v", factor)
+	}
+	f.servers[i].speed.Store(math.Float64bits(factor))
+	return nil
+}
+
+// Kill stops server i as a crash would: its listener and connections
+// close, its requests end without a response (their slots are freed), and
+// Kill returns when its handlers have. Killing a dead server does nothing.
+func (f *Farm) Kill(i int) error {
+	if i < 0 || i >= len(f.servers) {
+		return fmt.Errorf("farm: no server %d", i)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.servers[i].kill()
+}
+
+// Restart starts a killed server i again on its address, with its
+// counters, speed and compensation as they were and every slot free.
+// Restarting a running server does nothing.
+func (f *Farm) Restart(i int) error {
+	if i < 0 || i >= len(f.servers) {
+		return fmt.Errorf("farm: no server %d", i)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return errors.New("farm: closed")
+	}
+	s := f.servers[i]
+	if lf := s.life.Load(); lf != nil && !lf.isClosed() {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("farm: restart server %d: %w", i, err)
+	}
+	s.serve(ln)
+	return nil
+}
+
+// Alive reports whether server i is serving (not killed).
+func (f *Farm) Alive(i int) bool {
+	if i < 0 || i >= len(f.servers) {
+		return false
+	}
+	lf := f.servers[i].life.Load()
+	return lf != nil && !lf.isClosed()
 }
 
 // Stats are one server's counters since it started.
@@ -138,7 +243,7 @@ type Stats struct {
 	Completed uint64
 	// Abandoned counts requests whose client left (or the farm closed)
 	// while they waited for a slot, plus, with AbortOnDisconnect, those
-	// stopped during their I/O wait.
+	// stopped during their service, and those a Kill ended.
 	Abandoned uint64
 	// InFlight is routed requests inside the server now: waiting + busy.
 	InFlight int64
@@ -172,12 +277,15 @@ func (s Stats) MeanQueue() time.Duration {
 
 type server struct {
 	idx    int
-	cfg    Config
-	router *router
-	body   []byte // read-only, len = largest route's Bytes
+	cfg    Config // Slots, AbortOnDisconnect, NoServerTiming: fixed
+	router atomic.Pointer[router]
+	speed  atomic.Uint64 // float64 bits; drawn times are divided by it
+	body   []byte        // read-only, len = largest route's Bytes at Start
 	now    func() time.Time
 	start  time.Time
 	slots  *slotPool
+	log    hclog.Logger
+	addr   string // host:port, kept across kill and restart
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -188,6 +296,15 @@ type server struct {
 	queueTime atomic.Int64 // ns
 	overshoot atomic.Int64 // ns, slot-time compensation (see ServeHTTP)
 
+	// life is the running incarnation (nil before the first serve); a
+	// kill closes it, a restart replaces it.
+	life atomic.Pointer[life]
+}
+
+// life is one incarnation of a server, from listen to kill: its listener,
+// http.Server, and the handlers it let in.
+type life struct {
+	s         *server
 	ln        net.Listener
 	http      *http.Server
 	serveDone chan struct{}
@@ -201,49 +318,91 @@ type server struct {
 	handlers sync.WaitGroup
 }
 
-func newServer(idx int, cfg Config, body []byte, now func() time.Time) *server {
-	return &server{
-		idx:    idx,
-		cfg:    cfg,
-		router: newRouter(cfg.Routes),
-		body:   body,
-		now:    now,
-		start:  now(),
-		slots:  newSlotPool(cfg.Slots, now),
-		rng:    newRand(cfg.Seed, uint64(idx)),
-		done:   make(chan struct{}),
+func newServer(idx int, cfg Config, body []byte, now func() time.Time, log hclog.Logger) *server {
+	s := &server{
+		idx:   idx,
+		cfg:   cfg,
+		body:  body,
+		now:   now,
+		start: now(),
+		slots: newSlotPool(cfg.Slots, now),
+		rng:   newRand(cfg.Seed, uint64(idx)),
+		log:   log,
 	}
+	s.router.Store(newRouter(cfg.Routes))
+	s.speed.Store(math.Float64bits(1))
+	return s
 }
 
-func (s *server) enter() bool {
-	s.enterMu.RLock()
-	defer s.enterMu.RUnlock()
-	if s.closed {
+// newLife makes a life that serves on ln, or, with ln nil, only through
+// its ServeHTTP (tests).
+func (s *server) newLife(ln net.Listener) *life {
+	lf := &life{s: s, ln: ln, done: make(chan struct{}), serveDone: make(chan struct{})}
+	lf.http = &http.Server{
+		Handler:           lf,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	if ln == nil {
+		close(lf.serveDone)
+	}
+	s.life.Store(lf)
+	return lf
+}
+
+// serve starts a new life on ln.
+func (s *server) serve(ln net.Listener) {
+	if s.addr == "" { // the first life; a restart listens on the same address
+		s.addr = ln.Addr().String()
+	}
+	lf := s.newLife(ln)
+	go func() {
+		defer close(lf.serveDone)
+		if err := lf.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("serve", "server", s.idx, "error", err)
+		}
+	}()
+}
+
+// kill closes the current life, if any.
+func (s *server) kill() error {
+	if lf := s.life.Load(); lf != nil {
+		return lf.close()
+	}
+	return nil
+}
+
+func (lf *life) isClosed() bool {
+	lf.enterMu.RLock()
+	defer lf.enterMu.RUnlock()
+	return lf.closed
+}
+
+func (lf *life) enter() bool {
+	lf.enterMu.RLock()
+	defer lf.enterMu.RUnlock()
+	if lf.closed {
 		return false
 	}
-	s.handlers.Add(1)
+	lf.handlers.Add(1)
 	return true
 }
 
-func (s *server) close() error {
-	s.enterMu.Lock()
-	if s.closed {
-		s.enterMu.Unlock()
+func (lf *life) close() error {
+	lf.enterMu.Lock()
+	if lf.closed {
+		lf.enterMu.Unlock()
 		return nil
 	}
-	s.closed = true
-	s.enterMu.Unlock()
+	lf.closed = true
+	lf.enterMu.Unlock()
 	// Connections first, then wake the handlers: a handler woken while its
 	// connection is open would answer with an empty 200.
-	var err error
-	if s.http != nil {
-		err = s.http.Close()
-	}
-	close(s.done)
-	if s.http != nil {
-		<-s.serveDone
-	}
-	s.handlers.Wait()
+	err := lf.http.Close()
+	close(lf.done)
+	<-lf.serveDone
+	lf.handlers.Wait()
 	return err
 }
 
@@ -251,6 +410,7 @@ func (s *server) stats() Stats {
 	busy, waiting, busyTime := s.slots.snapshot()
 	el := s.now().Sub(s.start)
 	st := Stats{
+		Addr:         s.addr,
 		Slots:        s.cfg.Slots,
 		Completed:    s.completed.Load(),
 		Abandoned:    s.abandoned.Load(),
@@ -262,25 +422,32 @@ func (s *server) stats() Stats {
 		Elapsed:      el,
 		Compensation: time.Duration(s.overshoot.Load()),
 	}
-	if s.ln != nil {
-		st.Addr = s.ln.Addr().String()
-	}
 	if el > 0 {
 		st.Utilisation = float64(busyTime) / (float64(s.cfg.Slots) * float64(el))
 	}
 	return st
 }
 
-// draw takes the CPU and I/O times for one request.
+// draw takes the CPU and I/O times for one request: the route's, or with
+// probability Heavy.Share the heavy part's; divided by the server's speed.
 func (s *server) draw(r *Route) (cpuD, ioD time.Duration) {
 	s.rngMu.Lock()
-	cpuD = r.CPU.Sample(s.rng)
-	ioD = r.IO.Sample(s.rng)
+	if h := &r.Heavy; h.Share > 0 && s.rng.Float64() < h.Share {
+		cpuD, ioD = h.CPU.Sample(s.rng), h.IO.Sample(s.rng)
+	} else {
+		cpuD, ioD = r.CPU.Sample(s.rng), r.IO.Sample(s.rng)
+	}
 	s.rngMu.Unlock()
+	if sp := math.Float64frombits(s.speed.Load()); sp != 1 {
+		cpuD = time.Duration(float64(cpuD) / sp)
+		ioD = time.Duration(float64(ioD) / sp)
+	}
 	return cpuD, ioD
 }
 
-func (s *server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+// ServeHTTP serves one request in this life.
+func (lf *life) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	s := lf.s
 	switch req.URL.Path {
 	case HealthPath:
 		w.Header().Set("Server-Timing", serverTiming(0, 0, 0))
@@ -293,17 +460,17 @@ func (s *server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		json.NewEncoder(w).Encode(jsonStats(s.stats()))
 		return
 	}
-	rt := s.router.match(req.URL.Path)
+	rt := s.router.Load().match(req.URL.Path)
 	if rt == nil {
 		w.Header().Set("Server-Timing", serverTiming(0, 0, 0))
 		http.NotFound(w, req)
 		return
 	}
-	if !s.enter() {
+	if !lf.enter() {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
-	defer s.handlers.Done()
+	defer lf.handlers.Done()
 	s.inFlight.Add(1)
 	defer s.inFlight.Add(-1)
 
@@ -313,17 +480,25 @@ func (s *server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 	ctx := req.Context()
 	t0 := s.now()
-	grant, ok := s.slots.acquire(ctx, s.done)
+	grant, ok := s.slots.acquire(ctx, lf.done)
 	if !ok {
 		s.abandoned.Add(1)
 		return
 	}
 	queue := max(grant.Sub(t0), 0)
 	cpuD, ioD := s.draw(rt)
-	cpu := burn(cpuD, s.done)
+	// With AbortOnDisconnect a request stops work when its connection
+	// closes (Go's net/http cancels r.Context()), in its CPU part as in
+	// its I/O wait, and its slot is freed at once.
 	var ctxDone <-chan struct{}
 	if s.cfg.AbortOnDisconnect {
 		ctxDone = ctx.Done()
+	}
+	cpu, ok := burn(cpuD, lf.done, ctxDone)
+	if !ok {
+		s.slots.release()
+		s.abandoned.Add(1)
+		return
 	}
 	// Compensation: timers fire late (0.5 ms idle, several ms on a busy
 	// machine) and a woken waiter needs CPU before it runs, so a slot
@@ -332,7 +507,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// I/O wait by est, an integrator that drives the mean slot holding
 	// time to the mean drawn time (see the excess update below).
 	est := time.Duration(s.overshoot.Load())
-	ioT, ok := s.sleep(max(ioD-est, 0), s.done, ctxDone)
+	ioT, ok := s.sleep(max(ioD-est, 0), lf.done, ctxDone)
 	if !ok {
 		s.slots.release()
 		s.abandoned.Add(1)
@@ -381,12 +556,13 @@ func (s *server) sleep(d time.Duration, a, b <-chan struct{}) (time.Duration, bo
 // maxOvershoot bounds the slot-time compensation (see ServeHTTP).
 const maxOvershoot = 20 * time.Millisecond
 
-// burn spins for d of wall-clock time (or until done closes) and returns
-// the time spent. It measures wall time, not CPU time: if the machine is
-// oversubscribed the spin is preempted and the request gets less CPU.
-func burn(d time.Duration, done <-chan struct{}) time.Duration {
+// burn spins for d of wall-clock time and returns the time spent, or
+// false when a or b closed first. It measures wall time, not CPU time: if
+// the machine is oversubscribed the spin is preempted and the request gets
+// less CPU.
+func burn(d time.Duration, a, b <-chan struct{}) (time.Duration, bool) {
 	if d <= 0 {
-		return 0
+		return 0, true
 	}
 	t0 := time.Now()
 	deadline := t0.Add(d)
@@ -404,13 +580,15 @@ func burn(d time.Duration, done <-chan struct{}) time.Duration {
 				break
 			}
 			select {
-			case <-done:
-				return time.Since(t0)
+			case <-a:
+				return time.Since(t0), false
+			case <-b:
+				return time.Since(t0), false
 			default:
 			}
 		}
 	}
-	return time.Since(t0)
+	return time.Since(t0), true
 }
 
 // serverTiming formats "cpu;dur=X, io;dur=Y, queue;dur=Z" in milliseconds.

@@ -3,6 +3,7 @@ package farm
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 var timingRE = regexp.MustCompile(`^cpu;dur=([0-9.]+), io;dur=([0-9.]+), queue;dur=([0-9.]+)$`)
@@ -24,15 +27,25 @@ func parseTiming(t *testing.T, h string) (cpu, io, queue float64) {
 	return f(m[1]), f(m[2]), f(m[3])
 }
 
-func testServer(t *testing.T, cfg Config) *server {
+// testSrv is a server with a life that has no listener: requests go to
+// its ServeHTTP directly.
+type testSrv struct {
+	*server
+	lf *life
+}
+
+func (s testSrv) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.lf.ServeHTTP(w, r) }
+
+func testServer(t *testing.T, cfg Config) testSrv {
 	t.Helper()
 	cfg, err := cfg.Normalize()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newServer(0, cfg, makeBody(cfg.Routes), time.Now)
-	t.Cleanup(func() { s.close() })
-	return s
+	s := newServer(0, cfg, makeBody(cfg.Routes), time.Now, hclog.NewNullLogger())
+	lf := s.newLife(nil)
+	t.Cleanup(func() { lf.close() })
+	return testSrv{s, lf}
 }
 
 // With one slot and 50 ms of I/O, three simultaneous requests wait 0, 50
