@@ -65,6 +65,7 @@ func TestTerminationCountsCancel(t *testing.T) {
 	pool.healthy.Store(1)
 	ac := terminatingApp("batch")
 	ac.Classes[0].Period = 50 * time.Millisecond
+	ac.Admission.Batch.StrictPeriods = true // every arrival waits for its run
 	a, err := m.Build(ac, pool)
 	if err != nil {
 		t.Fatal(err)
