@@ -94,6 +94,11 @@
 //     queueing at 2–3× the limit, a wait for a permit of at most half the
 //     smallest class SLA (LimiterArgs); least-connections. The adaptive
 //     baseline a Go user would reach for.
+//   - sentry-noterm: sentry with every class's terminate setting left out
+//     (the comparison of the termination scenarios).
+//   - haproxy-timeout: the haproxy peer with `timeout server` set to the
+//     scenario's peers.server_timeout, a static cut hand-tuned to the
+//     workload (the plain haproxy peer keeps 30 s).
 //
 // HAProxy, nginx and the limiter mark nothing, so their 503s are counted as rejections
 // with reason PeerRejectReason ("peer_503"); sentry's carry

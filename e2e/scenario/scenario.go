@@ -133,6 +133,12 @@ type PeerOptions struct {
 	// ConnLimit is nginx's limit_conn and the total of HAProxy's per-server
 	// maxconn. Default: farm servers × slots.
 	ConnLimit int `yaml:"conn_limit,omitempty"`
+	// ServerTimeout is the haproxy-timeout peer's `timeout server`: how
+	// long HAProxy waits for a backend's response before it gives up (504)
+	// and closes the connection. The haproxy peer keeps 30s. A value tuned
+	// to the workload by hand is what the termination scenarios compare
+	// with; the haproxy-timeout peer needs it.
+	ServerTimeout time.Duration `yaml:"server_timeout,omitempty"`
 }
 
 // Phase is a named window [Start, End) of the run, in the file's time
@@ -386,7 +392,7 @@ func (sc *Scenario) validate(root *yaml.Node) error {
 	if err := sc.validateEvents(root); err != nil {
 		return err
 	}
-	if sc.Peers.QueueTimeout < 0 || sc.Peers.ConnLimit < 0 {
+	if sc.Peers.QueueTimeout < 0 || sc.Peers.ConnLimit < 0 || sc.Peers.ServerTimeout < 0 {
 		return sc.errAt(root, "peers: values must be ≥ 0", "peers")
 	}
 	if err := sc.checkFragment(root); err != nil {
