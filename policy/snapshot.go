@@ -165,6 +165,11 @@ type App struct {
 	// the values in use; estimator.New has accepted it with Classes' names.
 	Estimator estimator.Config
 	Admission Admission
+	// Provisioning tunes the servers-needed advice (provisioning.go).
+	Provisioning Provisioning
+	// Partition is this sentry's share of the backends (provisioning.go).
+	// Default: none (every backend).
+	Partition Partition
 }
 
 // ServerTiming: what happens to the backend's Server-Timing header.
