@@ -27,6 +27,13 @@
 // under-counts a server's capacity). TestMM1, TestMD1 and TestDD1 check the
 // closed forms.
 //
+// c_a² is measured by Dispersion: the index of dispersion of the arrival
+// counts per tick, Var(N)/E[N] over exponentially decayed rate samples
+// (60 s time constant), which is c_a² for a renewal process (1 for
+// Poisson, 0 for evenly spaced arrivals; TestDispersion). Until 10 ticks
+// have been seen it reads 1. Swings of the rate itself count as variance,
+// which errs toward more servers.
+//
 // Decision, parallelism: a backend runs P requests at full speed (the batch
 // test's model, batchac's "Parallelism"; P is that app's configured or
 // learned P). Past P slots requests wait, so one server is a G/G/P queue and

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"testing"
+	"time"
 )
 
 func near(t *testing.T, what string, got, want, rel float64) {
@@ -169,5 +170,30 @@ func TestAccuracySweep(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestDispersion: Poisson counts give c_a² ≈ 1, evenly spaced arrivals ≈ 0.
+func TestDispersion(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var pois, even Dispersion
+	if pois.CA2() != 1 {
+		t.Fatal("no data must read as Poisson")
+	}
+	for i := 0; i < 2000; i++ {
+		// Poisson(200) by counting exponential gaps within one second.
+		n, t := 0, rng.ExpFloat64()/200
+		for t < 1 {
+			n++
+			t += rng.ExpFloat64() / 200
+		}
+		pois.Observe(float64(n), time.Second)
+		even.Observe(200, time.Second)
+	}
+	if c := pois.CA2(); c < 0.6 || c > 1.4 {
+		t.Errorf("Poisson c_a² = %v", c)
+	}
+	if c := even.CA2(); c > 1e-9 {
+		t.Errorf("evenly spaced c_a² = %v", c)
 	}
 }
