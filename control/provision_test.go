@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/provision"
 )
@@ -215,5 +216,74 @@ func TestProvisioningHandler(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/provisioning", nil))
 	if rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("POST: %d", rec.Code)
+	}
+}
+
+// TestProvisioningHangingWebhook: a webhook that never answers holds up
+// neither the requests nor the monitor: asks are counted and queued (then
+// dropped when the queue is full), ticks and decisions go on, and stopping
+// the app ends the delivery goroutine.
+func TestProvisioningHangingWebhook(t *testing.T) {
+	release := make(chan struct{})
+	var calls atomic.Int32
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer hook.Close()
+	defer close(release)
+
+	var nowNs atomic.Int64
+	nowNs.Store(time.Unix(1000, 0).UnixNano())
+	clock := func() time.Time { return time.Unix(0, nowNs.Load()) }
+	m, _ := newManager(t, clock)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	ac := testApp("batch")
+	ac.Admission.Batch.Parallelism = 1
+	ac.Provisioning = policy.Provisioning{Target: 50 * time.Millisecond, Window: 10 * time.Second, FDrop: 0.5,
+		Spacing: time.Second, MaxStep: 1, MinServers: 1, TProv: time.Minute,
+		Webhook: &policy.Webhook{URL: hook.URL, Timeout: time.Hour, Retries: 0}}
+	a, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// 60 ticks past the window: an ask every tick (spacing 1 s).
+		driveProvisioning(a, &nowNs, 70, 50, 40)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("ticks blocked behind a hanging webhook")
+	}
+	st := a.Provisioning()
+	if st.Asks < 50 {
+		t.Fatalf("%d asks, want one per tick after the window", st.Asks)
+	}
+	sent, failed, dropped, ok := a.webhookCounts()
+	if !ok || sent != 0 || failed != 0 || dropped < st.Asks-17 {
+		t.Fatalf("webhook sent %d failed %d dropped %d of %d asks", sent, failed, dropped, st.Asks)
+	}
+	// Decisions go on meanwhile.
+	if d := a.Admit(&admission.Request{Class: 0, S: time.Millisecond}); d.Verdict != admission.Admit {
+		t.Fatalf("decision %+v on an idle farm", d)
+	}
+	for deadline := time.Now().Add(10 * time.Second); calls.Load() < 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the webhook was never called")
+		}
+	}
+	stopped := make(chan struct{})
+	go func() { m.Retain(nil); close(stopped) }() // stops the app and its webhook goroutine
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stopping the app waited for the hanging webhook")
 	}
 }

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 
+	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
 )
 
@@ -297,6 +298,11 @@ func TestStatefulSetPartition(t *testing.T) {
 		t.Fatalf("the policy does not take its index from the host name")
 	}
 	replicas := int(*ss.Spec.Replicas)
+	backends := make([]string, 60)
+	for i := range backends {
+		backends[i] = fmt.Sprintf("10.1.%d.%d:8080", i/250, i%250+1)
+	}
+	owners := map[string]int{}
 	// The policy as pod sentry-i reads it: the ordinal in place of the
 	// host name (policy.HostnameOrdinal is what Parse applies).
 	for i := 0; i < replicas; i++ {
@@ -312,6 +318,15 @@ func TestStatefulSetPartition(t *testing.T) {
 		pt := snap.Apps[0].Partition
 		if pt.Count != replicas || pt.Index != i {
 			t.Errorf("%s: partition %+v with %d replicas", host, pt, replicas)
+		}
+		for _, b := range (lb.Partition{Index: pt.Index, Count: pt.Count}).Filter(backends) {
+			owners[b]++
+		}
+	}
+	// The replicas' shares are disjoint and cover the farm.
+	for _, b := range backends {
+		if owners[b] != 1 {
+			t.Errorf("backend %s owned by %d replicas", b, owners[b])
 		}
 	}
 }
