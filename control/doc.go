@@ -62,7 +62,7 @@
 //     the index of dispersion of the per-tick arrival counts
 //     (provision.Dispersion), from App.arrivals, one atomic add per request in
 //     Estimate; P is batchac's parallelism in use (configured or learned);
-//     the target is provisioning.target or the R_sla in force.
+//     the target is provisioning.target or the QoS table's row for λ_pred.
 //   - λ_pred follows the offered rate (arrivals, rejected ones included);
 //     the trigger's dropped count is the interval's rejections (the same
 //     count the capacity learner reads: test, cascade, threshold, no backend,

@@ -172,7 +172,14 @@ func (a *App) provisionTick(now time.Time, interval time.Duration, rate float64,
 		p.mu.pred.Observe(now, offered)
 	}
 	ca2 := p.mu.disp.CA2()
+	pred := p.mu.pred.Predict()
+	// The target: provisioning.target, else the QoS table's band for the
+	// predicted rate (Cataclysm §4.1 reads E[R] at λ_pred), so capacity is
+	// planned for the target that will be in force.
 	target := pc.Target
+	if target <= 0 {
+		target = cfg.sla.Target(pred)
+	}
 	if target <= 0 {
 		target = rsla
 	}
@@ -181,7 +188,6 @@ func (a *App) provisionTick(now time.Time, interval time.Duration, rate float64,
 		in.Rate, in.VarA = rate, ca2/(rate*rate)
 	}
 	lambdaIn := in.LambdaIn()
-	pred := p.mu.pred.Predict()
 	needed := pc.MinServers
 	if meanS > 0 { // no service time learned yet: nothing to model
 		needed = provision.Needed(pred, lambdaIn, pc.MinServers, pc.MaxServers)

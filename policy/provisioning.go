@@ -16,8 +16,8 @@ import (
 // /provisioning advice. It only advises: sentry never adds servers itself.
 type Provisioning struct {
 	// Target is the mean response time one server must keep (E[R] of
-	// eq. 9). 0 means the app's R_sla in force (the QoS table's row for
-	// the measured rate). Default 0.
+	// eq. 9). 0 means the QoS table's target for the predicted arrival
+	// rate (sla.targets). Default 0.
 	Target time.Duration
 	// Window is the span the drop fraction is measured over. Default 5m.
 	Window time.Duration

@@ -50,8 +50,9 @@
 // every count within ±1 of the true one).
 //
 // Decision, target: the model keeps the mean response time within the
-// target, as eq. 9 does. The target is the app's R_sla in force (the QoS
-// table's row for the measured rate) unless provisioning.target sets one;
+// target, as eq. 9 does. The target is the QoS table's row for λ_pred
+// (§4.1: "the response time target E[R] is read from the entry in the QoS
+// table ... corresponding to λ_pred") unless provisioning.target sets one;
 // an SLA at p95 is thus read as a mean target, which errs toward fewer
 // servers. Set provisioning.target lower for headroom.
 //
