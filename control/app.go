@@ -56,6 +56,11 @@ type App struct {
 
 	lastQuantile atomic.Int64 // ns, last interval's admitted percentile
 
+	// Provisioning (provision.go): arrivals counts every request offered
+	// (one atomic add in Estimate); prov is the monitor's model state.
+	arrivals atomic.Uint64
+	prov     provState
+
 	parked sync.Pool // *parked, the tickets Park hands out
 
 	mu struct { // guards reconfiguration and the goroutines it starts
@@ -106,6 +111,7 @@ func (a *App) Classify(r classify.Request, client netip.Addr) (int, []byte) {
 func (a *App) Estimate(class int, key []byte, now time.Time) (time.Duration, int) {
 	a.est.Arrive(class, now)
 	a.termArrive(class)
+	a.arrivals.Add(1)
 	return a.est.Estimate(class, key)
 }
 
@@ -389,6 +395,7 @@ func (a *App) tick(now time.Time, interval time.Duration) {
 	n, q := a.lat.drain(cfg.percentile / 100)
 	work := a.work.Swap(0)
 	rejected := a.rejects.Swap(0)
+	a.provisionTick(now, interval, rate, rejected) // provision.go
 	if n > 0 {
 		a.lastQuantile.Store(int64(q))
 	}

@@ -50,6 +50,34 @@
 //     down after SLA misses; before the learner knows anything, threshold
 //     mode uses 0.9 × the batch test's P per backend.
 //
+// # Provisioning (provision.go)
+//
+// Each tick also runs the app's provisioning advice (package provision,
+// Cataclysm §4–5; docs/policy.md, provisioning):
+//
+//   - Inputs, none measured per request under a lock: E[S] and σ_b² are the
+//     mixture of the estimator's per-class means and deviations
+//     (estimator.ClassStats), weighted by the classes' arrival rates; the
+//     arrival rate is the estimator's smoothed one; c_a² (σ_a² = c_a²/λ²) is
+//     the index of dispersion of the per-tick arrival counts
+//     (provision.Dispersion), from App.arrivals, one atomic add per request in
+//     Estimate; P is batchac's parallelism in use (configured or learned);
+//     the target is provisioning.target or the QoS table's row for λ_pred.
+//   - λ_pred follows the offered rate (arrivals, rejected ones included);
+//     the trigger's dropped count is the interval's rejections (the same
+//     count the capacity learner reads: test, cascade, threshold, no backend,
+//     full queue, and parked requests whose client left).
+//   - current servers = the pool's healthy backends, i.e. this sentry's
+//     partition. With several sentries each exports its own share: the
+//     autoscaler sums sentry_provision_servers_needed over them.
+//   - An ask is logged (warn), counted and, with a webhook, queued for its
+//     goroutine (provision.Notifier), which the App owns: a.wg waits for it,
+//     and a reload that changes the webhook stops the old one and starts a
+//     new one (its delivery counters restart).
+//   - The state sits behind provState.mu, a leaf lock taken by the monitor,
+//     the collector and the /provisioning handler (Manager.ProvisioningHandler,
+//     mounted on the admin listener), never by a request.
+//
 // # Decisions
 //
 //   - One mode switch per app. CPU is process-wide, so every app's switch
@@ -87,7 +115,8 @@
 //
 // # Lock order
 //
-// Manager.mu, then App.mu. Neither is taken on the request path. One
+// Manager.mu, then App.mu, then provState.mu (a leaf). None is taken on
+// the request path. One
 // callback runs under Manager.mu: a reload's batchac.Reconfigure decides the
 // requests of queues that went away and tells their Wakers
 // (admission.Waker) on return, still inside Build. The Wakers sentry uses

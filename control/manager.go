@@ -56,6 +56,9 @@ func NewManager(opts Options) (*Manager, error) {
 	if err := opts.Registerer.Register(&collector{m: m}); err != nil {
 		return nil, err
 	}
+	if err := opts.Registerer.Register(provCollector{m: m}); err != nil { // provision.go
+		return nil, err
+	}
 	// Per-class λ and S, Q, η and the key table, at scrape time.
 	eta := func(app string) (float64, bool) {
 		m.mu.Lock()
@@ -109,6 +112,7 @@ func (m *Manager) Build(ac *policy.App, pool Pool) (*App, error) {
 	a.pool.Store(&poolRef{pool})
 	a.setClasses(cfg.names)
 	a.cfg.Store(cfg)
+	a.setProvisioning(ac.Provisioning)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.mu.nClasses != len(cfg.names) || a.mu.thrCfg != ac.Admission.Threshold {
@@ -185,6 +189,7 @@ func (m *Manager) create(ac *policy.App, pool Pool, cfg *appConfig, est *estimat
 		a.stop()
 		return nil, err
 	}
+	a.setProvisioning(ac.Provisioning)
 	a.wg.Add(2)
 	go func() { defer a.wg.Done(); b.Run(a.ctx) }()
 	go a.monitor()

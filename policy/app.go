@@ -33,6 +33,7 @@ func defaultApp() *App {
 		Estimator:    defaultEstimator(),
 		Admission:    defaultAdmission(),
 		Termination:  defaultTermination(),
+		Provisioning: defaultProvisioning(),
 	}
 }
 
@@ -58,6 +59,7 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 	var classesNode, estimatorNode *yaml.Node
 	var classLines []int
 	var classesBad, estimatorBad bool
+	var revenueGiven bool // provisioning.revenue written (else sla.revenue)
 	ok := d.mapping(n, path, []field{
 		{"name", func(v *yaml.Node, p string) {
 			sawName = true
@@ -127,9 +129,15 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 		}},
 		{"admission", func(v *yaml.Node, p string) { d.admission(v, p, &a.Admission) }},
 		{"termination", func(v *yaml.Node, p string) { d.termination(v, p, &a.Termination) }},
+		// provisioning.go
+		{"provisioning", func(v *yaml.Node, p string) { revenueGiven = d.provisioning(v, p, &a.Provisioning) }},
+		{"partition", func(v *yaml.Node, p string) { d.partition(v, p, &a.Partition) }},
 	})
 	if !ok {
 		return false
+	}
+	if !revenueGiven {
+		a.Provisioning.Revenue = a.SLA.Revenue
 	}
 	if !sawName {
 		d.errorf(n, path, "name is required")

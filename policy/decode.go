@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -36,6 +37,8 @@ type decoder struct {
 	// merged caches the pairs of each mapping used as a merge source, so a
 	// chain of merges costs its size, not 2^depth.
 	merged map[*yaml.Node][]pair
+	// hostname reads the host name, for partition.index_from_hostname.
+	hostname func() (string, error)
 }
 
 func newDecoder(file, baseDir string, budget int) *decoder {
@@ -45,6 +48,7 @@ func newDecoder(file, baseDir string, budget int) *decoder {
 		budget:    budget,
 		merging:   map[*yaml.Node]bool{},
 		merged:    map[*yaml.Node][]pair{},
+		hostname:  os.Hostname,
 	}
 }
 

@@ -63,6 +63,16 @@
 // file (estimator.alpha: 0 is an error, not 1), so that what is written is
 // what runs.
 //
+// # The one input besides the file
+//
+// partition.index_from_hostname reads the host name (os.Hostname) while
+// the policy is decoded, so that one file serves every replica of a
+// StatefulSet (sentry-2 → index 2) and an unusable name is a FILE:LINE
+// error like any other, on load and on every reload. Decision: the host
+// name, not an environment variable, because it is what a StatefulSet pod
+// always has; provisioning.go holds both sections, and the tests inject the
+// name (parseWith).
+//
 // # Hostile files
 //
 // A policy file may be huge or written to hurt. Messages never echo a long

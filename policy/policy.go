@@ -20,6 +20,12 @@ func Parse(source string, data []byte) (*Snapshot, error) {
 
 // parse is Parse with the node budget as a parameter, for tests.
 func parse(source string, data []byte, budget int) (*Snapshot, error) {
+	return parseWith(source, data, budget, os.Hostname)
+}
+
+// parseWith is parse with the host name source as a parameter, for tests
+// of partition.index_from_hostname.
+func parseWith(source string, data []byte, budget int, hostname func() (string, error)) (*Snapshot, error) {
 	base := ""
 	if !strings.HasPrefix(source, "<") {
 		base = filepath.Dir(source)
@@ -29,6 +35,7 @@ func parse(source string, data []byte, budget int) (*Snapshot, error) {
 		return nil, Errors{*perr}
 	}
 	d := newDecoder(source, base, budget)
+	d.hostname = hostname
 	s := defaultSnapshot()
 	s.Source = source
 	s.Hash = sha256.Sum256(data)

@@ -70,6 +70,8 @@ func TestDefaults(t *testing.T) {
 		Reject:             Reject{Status: 503, Body: "sentry: overloaded, retry later\n", RetryAfter: time.Second},
 		Classes:            []classify.ClassConfig{{Name: "default", Period: 0, Default: true}},
 		ServerTiming:       ServerTiming{Strip: true},
+		Provisioning: Provisioning{Window: 5 * time.Minute, FDrop: 0.5, Spacing: 5 * time.Minute, MaxStep: 1,
+			MinServers: 1, TProv: 30 * time.Minute},
 		SLA: SLA{
 			Percentile: 95,
 			Targets: []SLABand{
@@ -184,6 +186,18 @@ apps:
         rules: [{path: /last}]
         terminate: {lower: 250ms, upper: 4s, methods: [get, post]}
     server_timing: {strip: false}
+    provisioning:
+      target: 150ms
+      window: 2m
+      f_drop: 0.4
+      spacing: 3m
+      max_step: 2
+      min_servers: 2
+      max_servers: 12
+      webhook: {url: "https://scaler.example.com/ask", timeout: 3s, retries: 4}
+      revenue: 0.5
+      t_prov: 15m
+    partition: {index: 2, count: 4}
     sla:
       percentile: 99.9
       targets:
@@ -271,6 +285,10 @@ apps:
 			{Name: "last", Rules: []classify.Rule{{Path: "/last"}}},
 		},
 		ServerTiming: ServerTiming{Strip: false},
+		Provisioning: Provisioning{Target: 150 * time.Millisecond, Window: 2 * time.Minute, FDrop: 0.4, Spacing: 3 * time.Minute,
+			MaxStep: 2, MinServers: 2, MaxServers: 12, Revenue: 0.5, TProv: 15 * time.Minute,
+			Webhook: &Webhook{URL: "https://scaler.example.com/ask", Timeout: 3 * time.Second, Retries: 4}},
+		Partition: Partition{Index: 2, Count: 4},
 		SLA: SLA{
 			Percentile: 99.9,
 			Targets: []SLABand{

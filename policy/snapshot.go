@@ -175,6 +175,11 @@ type App struct {
 	// Termination tunes the termination thresholds of the classes that
 	// declare a range (termination.go).
 	Termination Termination
+	// Provisioning tunes the servers-needed advice (provisioning.go).
+	Provisioning Provisioning
+	// Partition is this sentry's share of the backends (provisioning.go).
+	// Default: none (every backend).
+	Partition Partition
 }
 
 // ServerTiming: what happens to the backend's Server-Timing header.

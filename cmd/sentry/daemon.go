@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sentry-proxy/sentry/control"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy"
 	"github.com/sentry-proxy/sentry/status"
@@ -36,6 +37,7 @@ type daemon struct {
 	log    hclog.Logger
 	reg    *prometheus.Registry
 	proxy  *proxy.Proxy
+	ctl    *control.Manager // the admission stacks (for /provisioning)
 	listen listenFunc
 
 	mu        sync.Mutex              // serialises reload and shutdown; guards the fields below
@@ -97,6 +99,7 @@ func startDaemon(snap *policy.Snapshot, log hclog.Logger, listen listenFunc, ext
 		return nil, err
 	}
 	d.proxy = p
+	d.ctl = ctl.Manager
 	for _, l := range snap.Listeners {
 		ln, err := d.open(l.Addr)
 		if err == nil {
@@ -187,6 +190,9 @@ func (d *daemon) serveAdmin(addr string, ln net.Listener) {
 		if _, dup := d.extra[p]; !dup { // the demo passes its own
 			mux.Handle(p, h)
 		}
+	}
+	if _, dup := d.extra["/provisioning"]; !dup {
+		mux.Handle("/provisioning", d.ctl.ProvisioningHandler()) // provisioning advice (docs/policy.md)
 	}
 	for path, h := range d.extra {
 		mux.Handle(path, h)
