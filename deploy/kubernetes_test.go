@@ -382,3 +382,45 @@ func TestMonitoring(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainPrometheusRules: deploy/prometheus/sentry-rules.yaml (for a
+// Prometheus without the Operator) holds exactly the PrometheusRule's
+// groups, field for field, and decodes strictly.
+func TestPlainPrometheusRules(t *testing.T) {
+	objs := decodeStrict(t, "kubernetes/monitoring.yaml")
+	rules := only[*monitoringv1.PrometheusRule](t, objs)
+	if len(rules) != 1 {
+		t.Fatalf("%d PrometheusRules", len(rules))
+	}
+	b, err := os.ReadFile("prometheus/sentry-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plain struct {
+		Groups []monitoringv1.RuleGroup `json:"groups"`
+	}
+	js, err := yamlToJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&plain); err != nil {
+		t.Fatalf("sentry-rules.yaml: %v", err)
+	}
+	want, _ := json.Marshal(rules[0].Spec.Groups)
+	got, _ := json.Marshal(plain.Groups)
+	if !bytes.Equal(got, want) {
+		t.Errorf("deploy/prometheus/sentry-rules.yaml differs from the PrometheusRule in kubernetes/monitoring.yaml:\n got %s\nwant %s", got, want)
+	}
+}
+
+// yamlToJSON converts one YAML document to JSON (for strict decoding into
+// API types, which carry json tags).
+func yamlToJSON(b []byte) ([]byte, error) {
+	var v any
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
