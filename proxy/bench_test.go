@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // fastBackend serves a fixed 128-byte body over loopback with fasthttp.
@@ -124,7 +125,7 @@ func BenchmarkClientFromXFF(b *testing.B) {
 	want := netip.MustParseAddr("203.0.113.7")
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if clientFromXFF(tp, peer, xff) != want {
+		if pipeline.ClientFromXFF(tp, peer, xff) != want {
 			b.Fatal("wrong client")
 		}
 	}
@@ -138,11 +139,11 @@ func BenchmarkParseRequestHead(b *testing.B) {
 	raw := []byte("GET /search?q=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64)\r\n" +
 		"Accept: text/html,application/xhtml+xml\r\nAccept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate\r\n" +
 		"Cookie: session=abc123; theme=dark\r\nConnection: keep-alive\r\n\r\n")
-	var h rawHead
+	var h pipeline.RawHead
 	b.ReportAllocs()
 	b.SetBytes(int64(len(raw)))
 	for i := 0; i < b.N; i++ {
-		if parseRequestHead(raw, &h) != headOK {
+		if pipeline.ParseRequestHead(raw, &h) != pipeline.HeadOK {
 			b.Fatal("not ok")
 		}
 	}
@@ -152,10 +153,10 @@ func BenchmarkParseRequestHead(b *testing.B) {
 func BenchmarkParseResponseHead(b *testing.B) {
 	raw := []byte("HTTP/1.1 200 OK\r\nServer: backend\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: 128\r\n" +
 		"Server-Timing: app;dur=12.5\r\nCache-Control: no-store\r\n\r\n")
-	var h rawHead
+	var h pipeline.RawHead
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if parseResponseHead(raw, &h) != headOK {
+		if pipeline.ParseResponseHead(raw, &h) != pipeline.HeadOK {
 			b.Fatal("not ok")
 		}
 	}

@@ -31,8 +31,8 @@
 // engines (and h2) run them in the same order: decide (app.decide:
 // classify, estimate -- which counts the arrival --, Park; the engine
 // waits its own way; app.admitted counts the verdict once), the engine's
-// healthy-backend check and forwarding plan (planForwarding), the relay
-// with the one retry policy (tryAgain, retry.go), and complete
+// healthy-backend check and forwarding plan (pipeline.PlanForwarding), the relay
+// with the one retry policy (pipeline.TryAgain, retry.go), and complete
 // (app.observe tells the admission ticket its outcome, Controller.Done
 // with an admission.Result, and says whether to strip Server-Timing;
 // Proxy.record does the metrics and the access log). An engine supplies
@@ -169,7 +169,7 @@
 //
 // # The header policy (headers.go; every engine and h2)
 //
-// One table (headers.go: fieldKind, hopByHopNames, forwardingNames) names
+// One table (headers.go: pipeline.FieldKind, pipeline.HopByHopNames, pipeline.ForwardingNames) names
 // the hop-by-hop headers, the framing headers and sentry's forwarding
 // headers: X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto and the
 // app's request_id_header. It is applied in this order:
@@ -224,7 +224,7 @@
 // 1-3 (HTTP/1.1, origin form, one Host that is uri-host[:port],
 // Connection only close/keep-alive, no Upgrade) and hand the rest to
 // fasthttp, whose handle does 1-3. In step 4 the values are decided once
-// (planForwarding, from what a trusted proxy sent); each engine only
+// (pipeline.PlanForwarding, from what a trusted proxy sent); each engine only
 // removes the incoming copies and writes them, on raw lines
 // (evloop_*_linux.go) or on fasthttp's header (handler.go), and the tests
 // above hold the two to the same result. h2
@@ -371,8 +371,8 @@
 // Connect failure 502 (retried on another backend first, since nothing was
 // sent; an idempotent request whose connection broke before any response
 // is retried too, like nginx's default proxy_next_upstream error; both
-// engines ask the one retry policy, tryAgain in retry.go, with one budget
-// of maxAttempts attempts per request; fasthttp's HostClient also retries
+// engines ask the one retry policy, pipeline.TryAgain in retry.go, with one budget
+// of pipeline.MaxAttempts attempts per request; fasthttp's HostClient also retries
 // a stale keep-alive connection once on the same backend by itself, which
 // that budget does not see), response timeout 504, other backend failures 502, backend
 // connection cap 503 + Retry-After, no healthy backend 503 (the prebuilt

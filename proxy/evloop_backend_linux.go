@@ -11,11 +11,12 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/proxy/evloop"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // evloop_backend_linux.go: the backend side of a loop -- picking a
 // backend, connecting, sending the request, failures and retries
-// (tryAgain), and reading the response head.
+// (pipeline.TryAgain), and reading the response head.
 
 // ---------------------------------------------------------------- backends
 
@@ -27,9 +28,9 @@ func (l *eventLoop) dispatch(c *cconn, last *upstream) {
 		if bk == nil {
 			if last != nil {
 				ex.u = last
-				l.respond(c, ex.a, outBackendFailed, admission.Decision{})
+				l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})
 			} else {
-				l.respond(c, ex.a, outNoBackend, admission.Decision{})
+				l.respond(c, ex.a, pipeline.OutNoBackend, admission.Decision{})
 			}
 			return
 		}
@@ -40,7 +41,7 @@ func (l *eventLoop) dispatch(c *cconn, last *upstream) {
 		bc, err := l.backendConn(u, ex.a)
 		if err == errBusy {
 			l.release(ex, true)
-			l.respond(c, ex.a, outBackendBusy, admission.Decision{})
+			l.respond(c, ex.a, pipeline.OutBackendBusy, admission.Decision{})
 			return
 		}
 		if err != nil {
@@ -184,7 +185,7 @@ func (l *eventLoop) send(bc *bconn) {
 			continue
 		}
 		if m <= 0 {
-			l.backendBroke(bc, failBroken)
+			l.backendBroke(bc, pipeline.FailBroken)
 			return
 		}
 		ex.sent += m
@@ -237,7 +238,7 @@ func (l *eventLoop) dialFailed(bc *bconn) {
 }
 
 // connectFailed ejects the backend a connect to failed (unambiguous, as on
-// the fasthttp path) and answers 502 when the retry policy (tryAgain) says
+// the fasthttp path) and answers 502 when the retry policy (pipeline.TryAgain) says
 // so; true means try another backend.
 func (l *eventLoop) connectFailed(c *cconn) bool {
 	ex := &c.ex
@@ -246,29 +247,29 @@ func (l *eventLoop) connectFailed(c *cconn) bool {
 	if p := l.ff.fe.p; p.log.IsDebug() {
 		p.log.Debug("relay failed", "app", ex.a.name, "backend", ex.u.addr, "error", "connect failed")
 	}
-	if !tryAgain(failConnect, ex.idem, ex.attempts, false) {
-		l.respond(c, ex.a, outBackendFailed, admission.Decision{})
+	if !pipeline.TryAgain(pipeline.FailConnect, ex.idem, ex.attempts, false) {
+		l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})
 		return false
 	}
 	return true
 }
 
 // backendBroke: the connection failed while sending or before the head,
-// in the way f says (failBroken, or failNoRetry for a response that cannot
+// in the way f says (pipeline.FailBroken, or pipeline.FailNoRetry for a response that cannot
 // be relayed).
-func (l *eventLoop) backendBroke(bc *bconn, f failure) {
+func (l *eventLoop) backendBroke(bc *bconn, f pipeline.Failure) {
 	c := bc.c
 	ex := &c.ex
 	if ex.state == evloop.Relaying {
 		// Part of the response is out: the client connection cannot
 		// carry an error response now.
-		l.abort(c, outBackendFailed)
+		l.abort(c, pipeline.OutBackendFailed)
 		return
 	}
 	reused := bc.reused
 	l.closeBackend(bc)
 	ex.b = nil
-	if tryAgain(f, ex.idem, ex.attempts, ex.gotBytes) {
+	if pipeline.TryAgain(f, ex.idem, ex.attempts, ex.gotBytes) {
 		// The loop holds the body whole, so an idempotent request is
 		// replayable. A stale keep-alive connection (reused) is not the
 		// backend's fault.
@@ -281,7 +282,7 @@ func (l *eventLoop) backendBroke(bc *bconn, f failure) {
 		return
 	}
 	l.release(ex, false)
-	l.respond(c, ex.a, outBackendFailed, admission.Decision{})
+	l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})
 }
 
 func (l *eventLoop) release(ex *exch, ok bool) {
@@ -295,7 +296,7 @@ func (l *eventLoop) readBackend(bc *bconn) {
 	c := bc.c
 	ex := &c.ex
 	if bc.n == len(bc.in) {
-		l.backendBroke(bc, failNoRetry) // a head larger than the buffer
+		l.backendBroke(bc, pipeline.FailNoRetry) // a head larger than the buffer
 		return
 	}
 	m, err := l.sys.Read(bc.fd, bc.in[bc.n:])
@@ -305,12 +306,12 @@ func (l *eventLoop) readBackend(bc *bconn) {
 	if m <= 0 {
 		switch {
 		case ex.state != evloop.Relaying:
-			l.backendBroke(bc, failBroken)
+			l.backendBroke(bc, pipeline.FailBroken)
 		case ex.mode == bodyClose:
 			ex.bkClose = true
 			l.finish(c)
 		default:
-			l.abort(c, outBackendFailed) // truncated body
+			l.abort(c, pipeline.OutBackendFailed) // truncated body
 		}
 		return
 	}
@@ -320,20 +321,20 @@ func (l *eventLoop) readBackend(bc *bconn) {
 	data := bc.in[:bc.n]
 	if ex.state != evloop.Relaying {
 		for {
-			switch parseResponseHead(data, &l.rh) {
-			case headIncomplete:
+			switch pipeline.ParseResponseHead(data, &l.rh) {
+			case pipeline.HeadIncomplete:
 				return
-			case headUnsure:
-				l.backendBroke(bc, failNoRetry) // a broken response is not retried
+			case pipeline.HeadUnsure:
+				l.backendBroke(bc, pipeline.FailNoRetry) // a broken response is not retried
 				return
 			}
-			if st := l.rh.status; st >= 100 && st < 200 {
+			if st := l.rh.Status; st >= 100 && st < 200 {
 				if st == 101 {
-					l.backendBroke(bc, failNoRetry)
+					l.backendBroke(bc, pipeline.FailNoRetry)
 					return
 				}
 				// 100 Continue, 103 Early Hints: dropped, as fasthttp does.
-				data = data[l.rh.n:]
+				data = data[l.rh.N:]
 				continue
 			}
 			break

@@ -13,6 +13,7 @@ import (
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/proxy/evloop"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // evloop_conn_linux.go: the loop itself -- its connections and exchanges
@@ -58,7 +59,7 @@ type exch struct {
 	inService int
 	t         ticket // the request's admission (pipeline.go)
 	id        []byte
-	attempts  int // attempts to relay so far, the current one included (tryAgain)
+	attempts  int // attempts to relay so far, the current one included (pipeline.TryAgain)
 	deadline  int64
 	activeIdx int
 	// pend is the admission ticket of an exchange parked for its batch
@@ -69,7 +70,7 @@ type exch struct {
 	status   int
 	mode     uint8
 	remain   int64
-	ct       chunkTracker
+	ct       pipeline.ChunkTracker
 	bkClose  bool
 	gotBytes bool
 	released bool
@@ -118,16 +119,16 @@ type eventLoop struct {
 	nextSweep int64
 	nextIdle  int64
 	drainSeen bool
-	h         rawHead
-	rh        rawHead
+	h         pipeline.RawHead
+	rh        pipeline.RawHead
 	view      rawView
 	date      []byte
 	dateSec   int64
-	st        []byte     // stripped Server-Timing
-	xff       []byte     // a trusted proxy's X-Forwarded-For lines, merged
-	in        trustedFwd // what a trusted proxy sent (planForwarding)
-	fwd       []byte     // the forwarding header values (planForwarding)
-	yieldAt   int64      // next runtime.Gosched
+	st        []byte              // stripped Server-Timing
+	xff       []byte              // a trusted proxy's X-Forwarded-For lines, merged
+	in        pipeline.TrustedFwd // what a trusted proxy sent (pipeline.PlanForwarding)
+	fwd       []byte              // the forwarding header values (pipeline.PlanForwarding)
+	yieldAt   int64               // next runtime.Gosched
 
 	unlistened   bool  // the listening socket is out of this loop's epoll set
 	acceptPaused int64 // accepts paused until (EMFILE and the like)
@@ -295,15 +296,15 @@ func (l *eventLoop) sweep() {
 				l.dialFailed(ex.b)
 			} else if ex.state != evloop.Relaying {
 				l.release(ex, false)
-				l.respond(c, ex.a, outBackendTimeout, admission.Decision{})
+				l.respond(c, ex.a, pipeline.OutBackendTimeout, admission.Decision{})
 			} else {
-				l.abort(c, outBackendTimeout)
+				l.abort(c, pipeline.OutBackendTimeout)
 			}
 			i--
 			continue
 		}
 		if c.outAt != 0 && l.nowNs-c.outAt > int64(l.ff.write) {
-			l.abort(c, outClientGone)
+			l.abort(c, pipeline.OutClientGone)
 			l.closeClient(c)
 			i--
 		}
@@ -387,14 +388,3 @@ func (l *eventLoop) closeAll() {
 }
 
 // ---------------------------------------------------------------- helpers
-
-// peek returns the value of the first field named name, any case.
-func (h *rawHead) peek(b []byte, name string) []byte {
-	for i := 0; i < h.nfields; i++ {
-		f := &h.fields[i]
-		if eqFoldString(f.name.of(b), name) {
-			return f.value.of(b)
-		}
-	}
-	return nil
-}

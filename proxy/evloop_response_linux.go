@@ -11,6 +11,7 @@ import (
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/estimator"
 	"github.com/sentry-proxy/sentry/proxy/evloop"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // evloop_response_linux.go: the response side of a loop -- the head
@@ -23,27 +24,27 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	ex := &c.ex
 	a := ex.a
 	rh := &l.rh
-	ex.status = rh.status
+	ex.status = rh.Status
 	switch {
-	case ex.head || rh.status == 204 || rh.status == 304:
+	case ex.head || rh.Status == 204 || rh.Status == 304:
 		ex.mode = bodyNone
-	case rh.chunked:
-		if rh.teOther {
-			l.backendBroke(bc, failNoRetry)
+	case rh.Chunked:
+		if rh.TeOther {
+			l.backendBroke(bc, pipeline.FailNoRetry)
 			return
 		}
-		ex.mode, ex.ct = bodyChunked, chunkTracker{}
-	case rh.contentLength >= 0:
-		ex.mode, ex.remain = bodyLength, rh.contentLength
+		ex.mode, ex.ct = bodyChunked, pipeline.ChunkTracker{}
+	case rh.ContentLength >= 0:
+		ex.mode, ex.remain = bodyLength, rh.ContentLength
 	default:
 		ex.mode = bodyClose
 		c.closing = true
 	}
-	ex.bkClose = rh.connClose || rh.minor == 0 && !rh.connKeepAlive
+	ex.bkClose = rh.ConnClose || rh.Minor == 0 && !rh.ConnKeepAlive
 	now := l.clock()
 	l.release(ex, true)
 	// The complete step (pipeline.go): the ticket is told the outcome.
-	st := rh.findKind(data, hServerTiming)
+	st := rh.FindKind(data, pipeline.KindServerTiming)
 	strip := a.observe(&ex.t, admission.Result{ServerTiming: st, Measured: now.Sub(ex.dispatch), InService: ex.inService, End: now})
 
 	out := c.out[:0]
@@ -53,29 +54,29 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 		le++
 	}
 	out = append(out, data[8:le+1]...)
-	for i := 0; i < rh.nfields; i++ {
-		f := &rh.fields[i]
-		switch rh.kinds[i] {
-		case hConnection, hHopByHop, hUpgrade:
+	for i := 0; i < rh.NFields; i++ {
+		f := &rh.Fields[i]
+		switch rh.Kinds[i] {
+		case pipeline.KindConnection, pipeline.KindHopByHop, pipeline.KindUpgrade:
 			continue
-		case hContentLength:
-			if rh.chunked {
+		case pipeline.KindContentLength:
+			if rh.Chunked {
 				continue // Transfer-Encoding overrides it; not passed on (RFC 9112 §6.3)
 			}
-		case hServerTiming:
+		case pipeline.KindServerTiming:
 			if strip {
-				l.st = estimator.StripServerTiming(l.st[:0], f.value.of(data))
+				l.st = estimator.StripServerTiming(l.st[:0], f.Value.Of(data))
 				if v := l.st; len(v) > 0 {
 					out = append(append(append(out, "Server-Timing: "...), v...), "\r\n"...)
 				}
 				continue
 			}
-		case hOther:
-			if eqFoldString(f.name.of(data), a.reqID) {
+		case pipeline.KindOther:
+			if pipeline.EqFoldString(f.Name.Of(data), a.reqID) {
 				continue
 			}
 		}
-		out = append(out, f.line.of(data)...)
+		out = append(out, f.Line.Of(data)...)
 	}
 	out = append(append(append(append(out, a.reqID...), ": "...), ex.id...), "\r\n"...)
 	if c.closing {
@@ -84,7 +85,7 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	out = append(out, "\r\n"...)
 	c.out = out
 	l.setState(c, evloop.Relaying)
-	l.forward(c, bc, data[rh.n:])
+	l.forward(c, bc, data[rh.N:])
 }
 
 // forward relays body bytes (already in bc.in) to the client, and ends the
@@ -107,9 +108,9 @@ func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte) {
 		}
 		ex.remain -= int64(len(data))
 	case bodyChunked:
-		n, end, ok := ex.ct.feed(data)
+		n, end, ok := ex.ct.Feed(data)
 		if !ok {
-			l.abort(c, outBackendFailed)
+			l.abort(c, pipeline.OutBackendFailed)
 			return
 		}
 		if end && n < len(data) {
@@ -218,17 +219,17 @@ func (l *eventLoop) finish(c *cconn) {
 			l.idleBk[bc.u] = append(l.idleBk[bc.u], bc)
 		}
 	}
-	l.done(c, outRelayed, ex.status)
+	l.done(c, pipeline.OutRelayed, ex.status)
 	l.after(c)
 }
 
 // abort ends an exchange that cannot complete; the client connection is
 // closed unless it is the client that went away.
-func (l *eventLoop) abort(c *cconn, o outcome) {
+func (l *eventLoop) abort(c *cconn, o pipeline.Outcome) {
 	ex := &c.ex
 	if ex.state == evloop.Parked {
 		// Parked: the request leaves its batch queue, counted as gone
-		// (o is outClientGone: only a client close or the loop's close
+		// (o is pipeline.OutClientGone: only a client close or the loop's close
 		// ends a parked exchange).
 		pend := ex.pend
 		l.unpark(c)
@@ -239,16 +240,16 @@ func (l *eventLoop) abort(c *cconn, o outcome) {
 		ex.b, bc.c = nil, nil
 		l.closeBackend(bc)
 	}
-	l.release(ex, o != outBackendFailed && o != outBackendTimeout)
+	l.release(ex, o != pipeline.OutBackendFailed && o != pipeline.OutBackendTimeout)
 	st := ex.status
 	if ex.state != evloop.Relaying {
-		st = statusOf(o)
+		st = pipeline.StatusOf(o)
 	}
-	if o == outClientGone {
-		st = statusOf(outClientGone)
+	if o == pipeline.OutClientGone {
+		st = pipeline.StatusOf(pipeline.OutClientGone)
 	}
 	l.done(c, o, st)
-	if c.fd >= 0 && o != outClientGone {
+	if c.fd >= 0 && o != pipeline.OutClientGone {
 		c.out = c.out[:0]
 		l.closeClient(c)
 	}
@@ -256,7 +257,7 @@ func (l *eventLoop) abort(c *cconn, o outcome) {
 
 // done records the exchange and makes the connection ready for the next
 // request.
-func (l *eventLoop) done(c *cconn, o outcome, status int) {
+func (l *eventLoop) done(c *cconn, o pipeline.Outcome, status int) {
 	ex := &c.ex
 	if i := ex.activeIdx; i >= 0 && i < len(l.active) && l.active[i] == c {
 		last := l.active[len(l.active)-1]
@@ -304,17 +305,17 @@ func (l *eventLoop) requestLine(c *cconn) (method, uri []byte) {
 // respond writes a response sentry makes itself (rejection or error) and
 // ends the exchange. The request was read whole, so the connection stays
 // usable.
-func (l *eventLoop) respond(c *cconn, a *app, o outcome, d admission.Decision) {
+func (l *eventLoop) respond(c *cconn, a *app, o pipeline.Outcome, d admission.Decision) {
 	ex := &c.ex
 	if bc := ex.b; bc != nil {
 		ex.b, bc.c = nil, nil
 		l.closeBackend(bc)
 	}
-	l.release(ex, !countsAsFailure(o))
+	l.release(ex, !pipeline.CountsAsFailure(o))
 	r := replyFor(a, o, d)
 	status := r.status
 	var id []byte
-	if o != outRejected && o != outNoBackend {
+	if o != pipeline.OutRejected && o != pipeline.OutNoBackend {
 		id = ex.id
 	}
 	if l.ff.draining.Load() {

@@ -85,8 +85,8 @@ func newLoopScript(t *testing.T) *loopScript {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	copy(p.ids.prefix[:], "0123456789abcdef")
-	p.ids.n.Store(0)
+	copy(p.ids.Prefix[:], "0123456789abcdef")
+	p.ids.N.Store(0)
 	fe := &frontend{p: p, addr: addr, done: make(chan struct{})}
 	fe.route.Store(p.cur.Load().routes[addr])
 	sv := snap.Server

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
-	"github.com/hashicorp/go-hclog"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -21,10 +20,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // Tests of the event-loop front end (evloop_linux.go): what it serves
@@ -679,7 +681,7 @@ func TestEvloopResponseShapes(t *testing.T) {
 		{"head too large", "GET", "/hugehead", 502, "sentry: bad gateway\n", keep, nil, 1},
 		{"no response head", "GET", "/silent", 504, "sentry: gateway timeout\n", keep, nil, 1},
 		{"hangup before answering, POST", "POST", "/hangup", 502, "sentry: bad gateway\n", keep, nil, 1},
-		{"hangup before answering, GET (retried)", "GET", "/hangup", 502, "sentry: bad gateway\n", keep, nil, maxAttempts},
+		{"hangup before answering, GET (retried)", "GET", "/hangup", 502, "sentry: bad gateway\n", keep, nil, pipeline.MaxAttempts},
 		{"truncated body", "GET", "/truncated", 200, "only part", cut, nil, 1},
 	}
 	for _, tc := range cases {

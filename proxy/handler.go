@@ -10,6 +10,7 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/estimator"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // exchange is the per-request scratch space, pooled so the request path
@@ -17,11 +18,11 @@ import (
 type exchange struct {
 	t     ticket // the request's admission (pipeline.go)
 	ctx   *fasthttp.RequestCtx
-	buf   []byte     // forwarding headers and the request ID
-	chain []byte     // a trusted proxy's X-Forwarded-For lines, merged
-	in    trustedFwd // what a trusted proxy sent
-	st    []byte     // stripped Server-Timing
-	wake  chanWaker  // the Waker of a parked admission (awaitPending)
+	buf   []byte              // forwarding headers and the request ID
+	chain []byte              // a trusted proxy's X-Forwarded-For lines, merged
+	in    pipeline.TrustedFwd // what a trusted proxy sent
+	st    []byte              // stripped Server-Timing
+	wake  chanWaker           // the Waker of a parked admission (awaitPending)
 }
 
 // exchange is the classifier's view of the request (classify.Request).
@@ -105,8 +106,8 @@ func (rt *route) lookup(host []byte) *app {
 // on this connection (a request-smuggling desync). A body buffered whole
 // (no longer a stream) was read to its end: the connection stays, as on
 // the event loops.
-func closeIfBodyUnread(ctx *fasthttp.RequestCtx, o outcome) {
-	if o == outRelayed || !ctx.Request.IsBodyStream() {
+func closeIfBodyUnread(ctx *fasthttp.RequestCtx, o pipeline.Outcome) {
+	if o == pipeline.OutRelayed || !ctx.Request.IsBodyStream() {
 		return
 	}
 	if cl := ctx.Request.Header.ContentLength(); cl != 0 && cl != -2 {
@@ -139,22 +140,22 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	clientClose := h.ConnectionClose() // before the Connection header goes
 	var a *app
 	o, ok := checkTarget(&ctx.Request, ctx.IsTLS())
-	var f headFacts
+	var f pipeline.HeadFacts
 	if ok {
 		a = rt.lookup(h.Host())
 		reqID := ""
 		if a != nil {
 			reqID = a.reqID
 		}
-		f = scanHead(h.RawHeaders(), reqID)
+		f = pipeline.ScanHead(h.RawHeaders(), reqID)
 		o, ok = checkHead(h, &f)
 		if ok && a == nil {
-			o, ok = outNoApp, false
+			o, ok = pipeline.OutNoApp, false
 		}
 	}
 	if !ok {
 		p.writeError(ctx, a, o)
-		if o == outNoApp {
+		if o == pipeline.OutNoApp {
 			closeIfBodyUnread(ctx, o)
 			return
 		}
@@ -167,11 +168,11 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	}
 	// Connection-listed headers go first, from the client's request only;
 	// then the other hop-by-hop ones.
-	if f.connOther || f.aliases {
+	if f.ConnOther || f.Aliases {
 		dropListed(h, h.RawHeaders(), a.reqID)
 	}
-	upgrade := f.upgrade && len(h.PeekBytes(hdrUpgrade)) > 0
-	if f.hop { // fasthttp's Del scans every header per name: only when there is one
+	upgrade := f.Upgrade && len(h.PeekBytes(pipeline.HdrUpgrade)) > 0
+	if f.Hop { // fasthttp's Del scans every header per name: only when there is one
 		stripHopByHop(h, upgrade)
 	}
 	// A body that has not arrived whole is read into sentry first
@@ -184,7 +185,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	var body *bodyBuf
 	cl := h.ContentLength()
 	if cl != 0 && cl != -2 {
-		if o := p.checkFraming(a, ctx); o != outRelayed {
+		if o := p.checkFraming(a, ctx); o != pipeline.OutRelayed {
 			p.recordCtx(a, rt.access, ctx, o, nil, start)
 			return
 		}
@@ -194,15 +195,15 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		body = &bb
 		o, used := fe.readBody(ctx, a, body)
 		defer body.done(p, &ctx.Request)
-		if o != outRelayed {
-			if o == outClientGone {
-				ctx.Response.SetStatusCode(statusOf(o))
+		if o != pipeline.OutRelayed {
+			if o == pipeline.OutClientGone {
+				ctx.Response.SetStatusCode(pipeline.StatusOf(o))
 				ctx.HijackSetNoResponse(true)
 				ctx.Hijack(func(net.Conn) {})
 			} else {
 				p.writeError(ctx, a, o)
 				ctx.SetConnectionClose()
-				if o == outBadRequest {
+				if o == pipeline.OutBadRequest {
 					// A malformed chunked body: counted as a request
 					// fasthttp could not parse, like a refused head.
 					p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
@@ -218,9 +219,9 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		}
 		ready = time.Now()
 	}
-	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), ready, nil, upgrade, clientClose || f.close, body)
+	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), ready, nil, upgrade, clientClose || f.Close, body)
 	closeIfBodyUnread(ctx, o)
-	if o == outBadRequest {
+	if o == pipeline.OutBadRequest {
 		// A chunk malformed past the buffer, found while it streamed.
 		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
 	}
@@ -240,7 +241,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 // start is when the request became ready to admit: after its head, or
 // after its body when the body was buffered. body (nil: no streamed body)
 // says how the body was read.
-func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, gone <-chan struct{}, upgrade, clientClose bool, body *bodyBuf) (outcome, *upstream) {
+func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, gone <-chan struct{}, upgrade, clientClose bool, body *bodyBuf) (pipeline.Outcome, *upstream) {
 	// The body cap (max_body_bytes) was applied by the caller before any
 	// body was read: checkFraming on HTTP/1.1, the same bodyCap on h2.
 	req := &ctx.Request
@@ -249,7 +250,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	x := exchangePool.Get().(*exchange)
 	x.ctx = ctx
 	defer func() {
-		x.ctx, x.in, x.t.Ticket, x.t.req = nil, trustedFwd{}, admission.Ticket{}, admission.Request{}
+		x.ctx, x.in, x.t.Ticket, x.t.req = nil, pipeline.TrustedFwd{}, admission.Ticket{}, admission.Request{}
 		exchangePool.Put(x)
 	}()
 
@@ -257,12 +258,12 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	// 9110 §5.3).
 	isTrusted := a.trustedPeer(peer)
 	client := peer
-	x.in, x.chain = trustedFwd{}, x.chain[:0]
+	x.in, x.chain = pipeline.TrustedFwd{}, x.chain[:0]
 	if isTrusted {
 		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedFor) {
-			x.chain = x.in.add(hXFF, v, x.chain)
+			x.chain = x.in.Add(pipeline.KindXFF, v, x.chain)
 		}
-		client = a.clientAddr(peer, x.in.xff)
+		client = a.clientAddr(peer, x.in.XFF)
 	}
 
 	// The decide step (pipeline.go): classify, estimate, admit. This
@@ -285,58 +286,58 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	o := a.admitted(&x.t, d)
 	// A client that left while waiting gets no answer, and no backend is
 	// spent on it.
-	if o == outRelayed && a.ctl != nil && !a.off && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
-		o = outClientGone
+	if o == pipeline.OutRelayed && a.ctl != nil && !a.off && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
+		o = pipeline.OutClientGone
 	}
 	switch o {
-	case outClientGone:
+	case pipeline.OutClientGone:
 		// Close without writing a response; 499 is for the metrics and
 		// the access log only.
-		ctx.Response.SetStatusCode(statusOf(outClientGone))
+		ctx.Response.SetStatusCode(pipeline.StatusOf(pipeline.OutClientGone))
 		ctx.HijackSetNoResponse(true)
 		ctx.Hijack(func(net.Conn) {})
-		return outClientGone, nil
-	case outRejected:
+		return pipeline.OutClientGone, nil
+	case pipeline.OutRejected:
 		a.writeReject(ctx, d)
-		return outRejected, nil
+		return pipeline.OutRejected, nil
 	}
 
 	// No healthy backend: answer before spending anything on the request.
 	if a.pool.Healthy() == 0 {
-		p.writeError(ctx, a, outNoBackend)
-		return outNoBackend, nil
+		p.writeError(ctx, a, pipeline.OutNoBackend)
+		return pipeline.OutNoBackend, nil
 	}
 
-	// Forwarding headers (planForwarding): every incoming copy goes, then
+	// Forwarding headers (pipeline.PlanForwarding): every incoming copy goes, then
 	// one of each is set.
 	if isTrusted {
 		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedProto) {
-			x.in.add(hXFProto, v, nil)
+			x.in.Add(pipeline.KindXFProto, v, nil)
 		}
 		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedHost) {
-			x.in.add(hXFHost, v, nil)
+			x.in.Add(pipeline.KindXFHost, v, nil)
 		}
 		for _, v := range h.PeekAll(a.reqID) {
-			x.in.add(hOther, v, nil)
+			x.in.Add(pipeline.KindOther, v, nil)
 		}
 	}
-	var fw forwarding
-	x.buf, fw = planForwarding(x.buf, &x.in, peer, isTLS, h.Host(), p.ids)
-	id := fw.id
-	h.DelBytes(hdrXFF)
-	h.DelBytes(hdrXFProto)
-	h.DelBytes(hdrXFHost)
+	var fw pipeline.Forwarding
+	x.buf, fw = pipeline.PlanForwarding(x.buf, &x.in, peer, isTLS, h.Host(), p.ids)
+	id := fw.ID
+	h.DelBytes(pipeline.HdrXFF)
+	h.DelBytes(pipeline.HdrXFProto)
+	h.DelBytes(pipeline.HdrXFHost)
 	h.Del(a.reqID)
-	h.SetBytesKV(hdrXFF, fw.xff)
-	h.SetBytesKV(hdrXFProto, fw.proto)
-	h.SetBytesKV(hdrXFHost, fw.host)
+	h.SetBytesKV(pipeline.HdrXFF, fw.XFF)
+	h.SetBytesKV(pipeline.HdrXFProto, fw.Proto)
+	h.SetBytesKV(pipeline.HdrXFHost, fw.Host)
 	h.SetBytesV(a.reqID, id)
 
 	if upgrade {
 		o, u := p.upgrade(a, ctx)
 		if ctx.Response.StatusCode() != fasthttp.StatusSwitchingProtocols {
 			// Not a tunnel: the answer is cleaned as any other.
-			if o == outRelayed {
+			if o == pipeline.OutRelayed {
 				stripHopByHopResponse(&ctx.Response.Header)
 			}
 			ctx.Response.Header.SetBytesV(a.reqID, id)
@@ -354,7 +355,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	if gone != nil {
 		select {
 		case <-gone:
-			return outClientGone, nil
+			return pipeline.OutClientGone, nil
 		default:
 		}
 	}
@@ -374,7 +375,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	}
 	dispatch := time.Now()
 	o, u, inService := p.relay(a, out, &ctx.Response, cb)
-	if o == outRelayed {
+	if o == pipeline.OutRelayed {
 		// The complete step (pipeline.go): the ticket is told the
 		// outcome.
 		now := time.Now()
@@ -399,7 +400,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 			}
 		}
 	}
-	if o != outRelayed {
+	if o != pipeline.OutRelayed {
 		p.writeError(ctx, a, o)
 	} else {
 		// A body of known size up to the stream threshold was read whole
@@ -429,22 +430,22 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 // cb, if not nil, is the streamed body: an exchange that failed because
 // the client's side of it did (too slow, gone) ends as that, without
 // blaming the backend.
-func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody) (outcome, *upstream, int) {
+func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody) (pipeline.Outcome, *upstream, int) {
 	var last *upstream
 	for attempt := 1; ; attempt++ {
 		b := a.pool.Pick()
 		if b == nil {
 			if last != nil {
-				return outBackendFailed, last, 0 // every backend we tried refused
+				return pipeline.OutBackendFailed, last, 0 // every backend we tried refused
 			}
-			return outNoBackend, nil, 0
+			return pipeline.OutNoBackend, nil, 0
 		}
 		u := b.Attachment.(*upstream)
 		inService := int(b.Inflight())
 		err := u.hc.Do(req, resp)
 		if err == nil {
 			a.pool.Release(b, true)
-			return outRelayed, u, inService
+			return pipeline.OutRelayed, u, inService
 		}
 		if cb != nil && cb.err != nil {
 			a.pool.Release(b, true)
@@ -454,12 +455,12 @@ func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response, cb
 		if isDialError(err) {
 			a.pool.Eject(b) // connect refused/timed out is unambiguous
 		} else {
-			a.pool.Release(b, !countsAsFailure(o))
+			a.pool.Release(b, !pipeline.CountsAsFailure(o))
 		}
 		if p.log.IsDebug() {
 			p.log.Debug("relay failed", "app", a.name, "backend", u.addr, "error", err)
 		}
-		if !tryAgain(failureOf(err), replayable(req), attempt, false) {
+		if !pipeline.TryAgain(failureOf(err), replayable(req), attempt, false) {
 			return o, u, 0
 		}
 		last = u

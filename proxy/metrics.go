@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // metrics are the proxy's Prometheus series. Label values come from the
@@ -25,24 +26,24 @@ type metrics struct {
 type appMetrics struct {
 	none    [6]prometheus.Counter  // requests not relayed, by code class
 	latency [3]prometheus.Observer // by result: relayed, rejected, error
-	errs    [numOutcomes]prometheus.Counter
+	errs    [pipeline.NumOutcomes]prometheus.Counter
 }
 
 var outcomeReason = [...]string{
-	outRelayed:          "",
-	outRejected:         "",
-	outNoBackend:        "no_backend",
-	outBackendFailed:    "backend_failed",
-	outBackendTimeout:   "backend_timeout",
-	outBackendBusy:      "backend_busy",
-	outBadRequest:       "bad_request",
-	outNoApp:            "no_app",
-	outClientGone:       "client_gone",
-	outBodyTooLarge:     "body_too_large",
-	outLengthRequired:   "length_required",
-	outBodyTimeout:      "body_timeout",
-	outBufferFull:       "buffer_full",
-	outMethodNotAllowed: "method_not_allowed",
+	pipeline.OutRelayed:          "",
+	pipeline.OutRejected:         "",
+	pipeline.OutNoBackend:        "no_backend",
+	pipeline.OutBackendFailed:    "backend_failed",
+	pipeline.OutBackendTimeout:   "backend_timeout",
+	pipeline.OutBackendBusy:      "backend_busy",
+	pipeline.OutBadRequest:       "bad_request",
+	pipeline.OutNoApp:            "no_app",
+	pipeline.OutClientGone:       "client_gone",
+	pipeline.OutBodyTooLarge:     "body_too_large",
+	pipeline.OutLengthRequired:   "length_required",
+	pipeline.OutBodyTimeout:      "body_timeout",
+	pipeline.OutBufferFull:       "buffer_full",
+	pipeline.OutMethodNotAllowed: "method_not_allowed",
 }
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
@@ -83,7 +84,7 @@ func (m *metrics) forApp(name string) *appMetrics {
 		am.latency[i] = m.duration.WithLabelValues(name, r)
 	}
 	for c := range am.none {
-		am.none[c] = m.requests.WithLabelValues(name, "none", codeClassNames[c])
+		am.none[c] = m.requests.WithLabelValues(name, "none", pipeline.CodeClassNames[c])
 	}
 	for o, r := range outcomeReason {
 		if r != "" {
@@ -104,9 +105,9 @@ func (m *metrics) classDecisions(app string, classes []string) [][]prometheus.Co
 }
 
 // observe records one finished request.
-func (am *appMetrics) observe(o outcome, status int, u *upstream, start time.Time) {
-	cc := codeClass(status)
-	if u != nil && o == outRelayed {
+func (am *appMetrics) observe(o pipeline.Outcome, status int, u *upstream, start time.Time) {
+	cc := pipeline.CodeClass(status)
+	if u != nil && o == pipeline.OutRelayed {
 		u.reqs[cc].Inc()
 	} else {
 		am.none[cc].Inc()
@@ -116,9 +117,9 @@ func (am *appMetrics) observe(o outcome, status int, u *upstream, start time.Tim
 	}
 	r := resultError
 	switch o {
-	case outRelayed:
+	case pipeline.OutRelayed:
 		r = resultRelayed
-	case outRejected, outNoBackend:
+	case pipeline.OutRejected, pipeline.OutNoBackend:
 		r = resultRejected
 	}
 	am.latency[r].Observe(time.Since(start).Seconds())
@@ -191,7 +192,7 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 // recordCtx is record (pipeline.go, the complete step) for a request
 // fasthttp or h2 served: the status is ctx's response's, and the request
 // line and ID are read only when access is logged (policy log.access).
-func (p *Proxy) recordCtx(a *app, access bool, ctx *fasthttp.RequestCtx, o outcome, u *upstream, start time.Time) {
+func (p *Proxy) recordCtx(a *app, access bool, ctx *fasthttp.RequestCtx, o pipeline.Outcome, u *upstream, start time.Time) {
 	var method, uri, id []byte
 	if access {
 		method, uri, id = ctx.Method(), ctx.RequestURI(), ctx.Response.Header.Peek(a.reqID)
@@ -200,7 +201,7 @@ func (p *Proxy) recordCtx(a *app, access bool, ctx *fasthttp.RequestCtx, o outco
 }
 
 // accessLine writes one access-log line; both front ends call it.
-func (p *Proxy) accessLine(a *app, method, uri []byte, status int, u *upstream, start time.Time, id []byte, o outcome) {
+func (p *Proxy) accessLine(a *app, method, uri []byte, status int, u *upstream, start time.Time, id []byte, o pipeline.Outcome) {
 	backend := "none"
 	if u != nil {
 		backend = u.addr

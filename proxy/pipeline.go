@@ -6,6 +6,7 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/classify"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // The request pipeline, once for every engine (doc.go, "The request
@@ -17,8 +18,8 @@ import (
 //	decide    a.decide      classify, estimate (counts the arrival), ask admission (Park)
 //	          (engine)      wait for a parked decision: block (fasthttp, h2) or park the exchange (loops)
 //	          a.admitted    count the verdict once; map it to what comes next
-//	          (engine)      no healthy backend → 503; plan the forwarding headers (planForwarding)
-//	relay     (engine)      send, retry by tryAgain, read the response head
+//	          (engine)      no healthy backend → 503; plan the forwarding headers (pipeline.PlanForwarding)
+//	relay     (engine)      send, retry by pipeline.TryAgain, read the response head
 //	complete  a.observe     tell the ticket the outcome (Controller.Done); say whether to strip Server-Timing
 //	          p.record      metrics, then the access log
 //
@@ -40,13 +41,13 @@ type ticket struct {
 // header policy): the engine then reads what the proxy sent, and the
 // client's address is clientAddr's, not peer.
 func (a *app) trustedPeer(peer netip.Addr) bool {
-	return a.trusted && trusted(a.cfg.TrustedProxies, peer)
+	return a.trusted && pipeline.Trusted(a.cfg.TrustedProxies, peer)
 }
 
 // clientAddr is the client's address for classification, from a trusted
 // peer's X-Forwarded-For lines merged into xff.
 func (a *app) clientAddr(peer netip.Addr, xff []byte) netip.Addr {
-	return clientFromXFF(a.cfg.TrustedProxies, peer, xff)
+	return pipeline.ClientFromXFF(a.cfg.TrustedProxies, peer, xff)
 }
 
 // decide is the first half of the decide step: it classifies the request
@@ -85,22 +86,22 @@ func (a *app) decide(t *ticket, v classify.Request, client netip.Addr, now time.
 
 // admitted is the second half of the decide step, once d is known (at once
 // or after a wait): it counts the verdict, once per request, and tells
-// what comes next: outRelayed (forward the request), outRejected (write
-// the rejection for d), or outClientGone (the client left while the
+// what comes next: pipeline.OutRelayed (forward the request), pipeline.OutRejected (write
+// the rejection for d), or pipeline.OutClientGone (the client left while the
 // request waited: close without an answer). The engine then checks for a
 // healthy backend (503 no_backend) before it plans the forwarding headers.
-func (a *app) admitted(t *ticket, d admission.Decision) outcome {
+func (a *app) admitted(t *ticket, d admission.Decision) pipeline.Outcome {
 	if a.ctl == nil {
-		return outRelayed
+		return pipeline.OutRelayed
 	}
 	a.decision(t.Class, d.Verdict)
 	switch d.Verdict {
 	case admission.Admit:
-		return outRelayed
+		return pipeline.OutRelayed
 	case admission.RejectGone:
-		return outClientGone
+		return pipeline.OutClientGone
 	}
-	return outRejected
+	return pipeline.OutRejected
 }
 
 // observe is the first part of the complete step, for a relayed exchange
@@ -121,7 +122,7 @@ func (a *app) observe(t *ticket, r admission.Result) (strip bool) {
 // reached an app, relayed or answered by sentry: the metrics, then (access
 // true: the route logs access) the access-log line. method, uri and id
 // are read only for the log.
-func (p *Proxy) record(a *app, access bool, o outcome, status int, u *upstream, start time.Time, method, uri, id []byte) {
+func (p *Proxy) record(a *app, access bool, o pipeline.Outcome, status int, u *upstream, start time.Time, method, uri, id []byte) {
 	a.m.observe(o, status, u, start)
 	if access {
 		p.accessLine(a, method, uri, status, u, start, id, o)

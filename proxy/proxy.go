@@ -20,6 +20,7 @@ import (
 	"github.com/sentry-proxy/sentry/classify"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // Options are the proxy's collaborators. Only Logger is optional.
@@ -108,7 +109,7 @@ type Proxy struct {
 	log     hclog.Logger
 	pools   lb.Registry
 	metrics *metrics
-	ids     *idSource
+	ids     *pipeline.IDSource
 
 	cur atomic.Pointer[state]
 
@@ -198,7 +199,7 @@ func New(opts Options, snap *policy.Snapshot) (*Proxy, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
-	p := &Proxy{opts: opts, log: opts.Logger.Named("proxy"), ids: newIDSource(), stopTunnels: make(chan struct{})}
+	p := &Proxy{opts: opts, log: opts.Logger.Named("proxy"), ids: pipeline.NewIDSource(), stopTunnels: make(chan struct{})}
 	p.mu.fronts = map[string]*frontend{}
 	p.mu.shared = map[string]*appShared{}
 	p.mu.running = map[*lb.Pool]context.CancelFunc{}
@@ -337,7 +338,7 @@ func (p *Proxy) poolOptions(sh *appShared, ac *policy.App) lb.Options {
 		Attach: func(addr string) any {
 			u := &upstream{addr: addr, hc: newHostClient(addr, maxConns, connect, idle)}
 			for c := range u.reqs {
-				u.reqs[c] = p.metrics.requests.WithLabelValues(appName, addr, codeClassNames[c])
+				u.reqs[c] = p.metrics.requests.WithLabelValues(appName, addr, pipeline.CodeClassNames[c])
 			}
 			return u
 		},

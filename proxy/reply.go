@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // reply is a response sentry makes itself: the prebuilt rejection (503 or
@@ -20,27 +21,27 @@ type reply struct {
 	body    []byte // shared and never written to
 }
 
-// replyFor returns the response for outcome o (never outRelayed). d is the
+// replyFor returns the response for outcome o (never pipeline.OutRelayed). d is the
 // admission decision of a rejection; a may be nil (no app for the Host).
-func replyFor(a *app, o outcome, d admission.Decision) reply {
-	if a != nil && (o == outRejected || o == outNoBackend) {
-		if o == outNoBackend {
+func replyFor(a *app, o pipeline.Outcome, d admission.Decision) reply {
+	if a != nil && (o == pipeline.OutRejected || o == pipeline.OutNoBackend) {
+		if o == pipeline.OutNoBackend {
 			d = admission.Decision{Verdict: admission.RejectNoBackend}
 		}
 		status, secs := a.rejectStatus(d)
 		return reply{status: status, retry: secs, verdict: verdictBytes[d.Verdict], body: a.reject.body}
 	}
-	r := reply{status: statusOf(o), retry: -1, body: errorBodies[o]}
-	if o == outBackendBusy || o == outBufferFull {
+	r := reply{status: pipeline.StatusOf(o), retry: -1, body: errorBodies[o]}
+	if o == pipeline.OutBackendBusy || o == pipeline.OutBufferFull {
 		r.retry = 1
 	}
 	return r
 }
 
-// errorBodies holds errorBody's texts as bytes, so no reply converts one.
-var errorBodies = func() (t [outMethodNotAllowed + 1][]byte) {
+// errorBodies holds pipeline.ErrorBody's texts as bytes, so no reply converts one.
+var errorBodies = func() (t [pipeline.OutMethodNotAllowed + 1][]byte) {
 	for o := range t {
-		t[o] = []byte(errorBody(outcome(o)))
+		t[o] = []byte(pipeline.ErrorBody(pipeline.Outcome(o)))
 	}
 	return t
 }()
@@ -52,11 +53,11 @@ func parseErrorBody(status int) []byte {
 	case fasthttp.StatusRequestHeaderFieldsTooLarge:
 		return bodyHeadTooLarge
 	case fasthttp.StatusRequestEntityTooLarge:
-		return errorBodies[outBodyTooLarge]
+		return errorBodies[pipeline.OutBodyTooLarge]
 	case fasthttp.StatusRequestTimeout:
 		return bodyRequestTimeout
 	}
-	return errorBodies[outBadRequest]
+	return errorBodies[pipeline.OutBadRequest]
 }
 
 var (
@@ -112,7 +113,7 @@ func appendReply(out []byte, r reply, date []byte, reqID string, id []byte, clos
 
 // writeReject writes the prebuilt rejection: nothing reaches a backend.
 func (a *app) writeReject(ctx *fasthttp.RequestCtx, d admission.Decision) {
-	writeReply(&ctx.Response, replyFor(a, outRejected, d))
+	writeReply(&ctx.Response, replyFor(a, pipeline.OutRejected, d))
 }
 
 // rejectStatus returns the status and Retry-After seconds of a rejection.
@@ -128,7 +129,7 @@ func (a *app) rejectStatus(d admission.Decision) (status, secs int) {
 }
 
 // writeError writes a proxy-generated error. a may be nil.
-func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, a *app, o outcome) {
+func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, a *app, o pipeline.Outcome) {
 	ctx.Response.Reset()
 	writeReply(&ctx.Response, replyFor(a, o, admission.Decision{}))
 }
@@ -139,13 +140,13 @@ func retryAfterBytes(secs int) []byte {
 	if secs >= 0 && secs < len(smallInts) {
 		return smallInts[secs]
 	}
-	return retryAfterValue(secs)
+	return pipeline.RetryAfterValue(secs)
 }
 
 var smallInts = func() [121][]byte {
 	var t [121][]byte
 	for i := range t {
-		t[i] = retryAfterValue(i)
+		t[i] = pipeline.RetryAfterValue(i)
 	}
 	t[0] = t[1]
 	return t

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
 )
 
@@ -25,18 +26,18 @@ var errUpgradeHead = errors.New("bad or oversized response head")
 // relayed as a normal response. Once upgraded, the tunnel no longer counts
 // as in flight for balancing and admission (a WebSocket is not a request in
 // service); it does count toward draining on shutdown.
-func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (outcome, *upstream) {
+func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (pipeline.Outcome, *upstream) {
 	b := a.pool.Pick()
 	if b == nil {
-		p.writeError(ctx, a, outNoBackend)
-		return outNoBackend, nil
+		p.writeError(ctx, a, pipeline.OutNoBackend)
+		return pipeline.OutNoBackend, nil
 	}
 	u := b.Attachment.(*upstream)
 	conn, err := net.DialTimeout("tcp", u.addr, time.Duration(a.shared.connect.Load()))
 	if err != nil {
 		a.pool.Eject(b)
-		p.writeError(ctx, a, outBackendFailed)
-		return outBackendFailed, u
+		p.writeError(ctx, a, pipeline.OutBackendFailed)
+		return pipeline.OutBackendFailed, u
 	}
 	timeout := time.Duration(a.shared.idle.Load())
 	_ = conn.SetDeadline(time.Now().Add(timeout))
@@ -56,9 +57,9 @@ func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (outcome, *upstream) {
 		conn.Close()
 		o := relayError(err)
 		if errors.Is(err, errUpgradeHead) {
-			o = outBackendFailed
+			o = pipeline.OutBackendFailed
 		}
-		a.pool.Release(b, !countsAsFailure(o))
+		a.pool.Release(b, !pipeline.CountsAsFailure(o))
 		p.writeError(ctx, a, o)
 		return o, u
 	}
@@ -71,11 +72,11 @@ func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (outcome, *upstream) {
 		err := resp.ReadLimitBody(bufio.NewReader(io.MultiReader(bytes.NewReader(head), br)), maxUpgradeRefusal)
 		a.pool.Release(b, err == nil)
 		if err != nil {
-			p.writeError(ctx, a, outBackendFailed)
-			return outBackendFailed, u
+			p.writeError(ctx, a, pipeline.OutBackendFailed)
+			return pipeline.OutBackendFailed, u
 		}
 		resp.Header.ResetConnectionClose()
-		return outRelayed, u
+		return pipeline.OutRelayed, u
 	}
 	_ = conn.SetDeadline(time.Time{})
 	ctx.Response.SetStatusCode(status) // for metrics and the access log
@@ -111,7 +112,7 @@ func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (outcome, *upstream) {
 		}
 		pipe(c, conn, p.stopTunnels)
 	})
-	return outRelayed, u
+	return pipeline.OutRelayed, u
 }
 
 const (

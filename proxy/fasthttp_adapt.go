@@ -1,0 +1,116 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/valyala/fasthttp"
+)
+
+// fasthttp_adapt.go: the parts of the header policy, the status map and
+// the retry policy that read fasthttp's own types (its request and
+// response headers, its HostClient's errors). The engine-neutral rest is
+// in package pipeline.
+
+// relayError classifies an error returned by the backend client.
+func relayError(err error) pipeline.Outcome {
+	switch {
+	case errors.Is(err, fasthttp.ErrNoFreeConns), errors.Is(err, fasthttp.ErrConnPoolStrategyNotImpl):
+		return pipeline.OutBackendBusy
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrDialTimeout):
+		if isDialError(err) {
+			return pipeline.OutBackendFailed
+		}
+		return pipeline.OutBackendTimeout
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		if isDialError(err) {
+			return pipeline.OutBackendFailed // connect timeout: 502, the backend never answered
+		}
+		return pipeline.OutBackendTimeout
+	}
+	return pipeline.OutBackendFailed
+}
+
+// failureOf maps an error of fasthttp's HostClient to its failure kind.
+func failureOf(err error) pipeline.Failure {
+	switch {
+	case isDialError(err):
+		return pipeline.FailConnect
+	case errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return pipeline.FailBroken
+	}
+	return pipeline.FailNoRetry
+}
+
+// replayable reports whether req may be sent twice (pipeline.TryAgain): its
+// method is idempotent and its body, if any, is held whole, not streamed.
+func replayable(req *fasthttp.Request) bool { return !req.IsBodyStream() && idempotent(req) }
+
+// idempotent reports whether the request's method is idempotent (RFC 9110
+// §9.2.2), so sending it twice is harmless.
+func idempotent(req *fasthttp.Request) bool { return pipeline.IdempotentMethod(req.Header.Method()) }
+
+// dropListed removes the headers a request's Connection lines name (the
+// rare path: only when pipeline.ScanHead found some) and the underscore spellings
+// of sentry's headers.
+func dropListed(h *fasthttp.RequestHeader, raw []byte, reqID string) {
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		c := bytes.IndexByte(line, ':')
+		if c <= 0 {
+			continue
+		}
+		name := line[:c]
+		switch pipeline.FieldKind(name) {
+		case pipeline.KindFwdAlias:
+			h.DelBytes(name)
+		case pipeline.KindConnection:
+			pipeline.ConnList(bytes.TrimRight(line[c+1:], "\r"), func(tok []byte) bool {
+				if !pipeline.EqFold(tok, "close") && !pipeline.EqFold(tok, "keep-alive") && !pipeline.EqFold(tok, "upgrade") {
+					h.DelBytes(tok)
+				}
+				return true
+			})
+		case pipeline.KindOther:
+			if _, alias := pipeline.NameMatch(name, reqID); alias {
+				h.DelBytes(name)
+			}
+		}
+	}
+}
+
+// stripHopByHop removes the hop-by-hop request headers (Connection, the
+// pipeline.HopByHopNames, and Upgrade unless the request is an upgrade) and Expect
+// (the 100-continue handshake is the front end's).
+func stripHopByHop(h *fasthttp.RequestHeader, upgrade bool) {
+	h.Del(fasthttp.HeaderConnection)
+	for _, k := range pipeline.HopByHopNames {
+		h.Del(k)
+	}
+	if !upgrade {
+		h.Del(fasthttp.HeaderUpgrade)
+	}
+	h.Del(fasthttp.HeaderExpect)
+}
+
+// stripHopByHopResponse removes hop-by-hop response headers.
+func stripHopByHopResponse(rh *fasthttp.ResponseHeader) {
+	rh.ResetConnectionClose()
+	for _, k := range pipeline.HopByHopNames {
+		rh.Del(k)
+	}
+	rh.Del(fasthttp.HeaderConnection)
+	rh.Del(fasthttp.HeaderUpgrade)
+}
