@@ -165,7 +165,7 @@ const bodyStep = 16 << 10
 // process-wide cap is reached (503), pipeline.OutBadRequest for a malformed chunked
 // body (400), pipeline.OutClientGone when the client broke the body off. The
 // caller releases the buffer with done.
-func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (pipeline.Outcome, bool) {
+func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *pipeline.App, bb *bodyBuf) (pipeline.Outcome, bool) {
 	req := &ctx.Request
 	cl := int64(req.Header.ContentLength())
 	lim := fe.body.buffer
@@ -176,7 +176,7 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (pip
 	if rc := rateConnOf(ctx.Conn()); rc != nil && cl < 0 {
 		truncated = rc.peerClosed
 	}
-	if lim <= 0 || a.cfg.RequestBufferingOff {
+	if lim <= 0 || a.Policy.RequestBufferingOff {
 		// Streams from the start (on a copy of the request, see serve).
 		// Trailers land in the request's header after the copy was sent.
 		bb.client = &clientBody{r: req.BodyStream(), truncated: truncated, h1: true}

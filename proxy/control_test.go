@@ -18,6 +18,7 @@ import (
 	"github.com/sentry-proxy/sentry/classify"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // fakeControl classifies by the X-Class header (gold=0, else bronze=1),
@@ -57,7 +58,7 @@ type observation struct {
 	s      time.Duration
 }
 
-func (f *fakeControl) Build(*policy.App, *lb.Pool) (Controller, error) { return f, nil }
+func (f *fakeControl) Build(*policy.App, *lb.Pool) (pipeline.Controller, error) { return f, nil }
 func (f *fakeControl) Retain(apps []string) {
 	f.mu.Lock()
 	f.retained = append(f.retained, apps)

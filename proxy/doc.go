@@ -378,9 +378,9 @@
 // connection cap 503 + Retry-After, no healthy backend 503 (the prebuilt
 // rejection), admission rejection 503 or 429 + Retry-After, malformed 400,
 // head too large 431, body too large 413, slow head 408, unknown Host 404,
-// CONNECT 405. A response sentry makes itself is decided once (replyFor,
+// CONNECT 405. A response sentry makes itself is decided once (pipeline.ReplyFor,
 // reply.go) and only serialised by each engine (writeReply for fasthttp
-// and h2, appendReply for the loops).
+// and h2, pipeline.AppendReply for the loops).
 // Passive health counts connect failures (ejecting at once), timeouts and
 // broken responses; a 5xx from the backend is an answer, not a failure.
 //
@@ -390,7 +390,7 @@
 // each front end holds an atomic pointer to its route. Proxy.mu guards the
 // front-end map and pool loops only and is never taken on the request
 // path. Per-app state that must outlive a reload (timeout cells, metrics)
-// lives in appShared, keyed by app name; backend state lives in lb.Registry.
+// lives in pipeline.AppShared, keyed by app name; backend state lives in lb.Registry.
 //
 // Usage:
 //

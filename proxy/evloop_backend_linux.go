@@ -3,8 +3,6 @@
 package proxy
 
 import (
-	"net"
-	"net/netip"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -21,10 +19,10 @@ import (
 // ---------------------------------------------------------------- backends
 
 // dispatch picks a backend and sends the request.
-func (l *eventLoop) dispatch(c *cconn, last *upstream) {
+func (l *eventLoop) dispatch(c *cconn, last *pipeline.Upstream) {
 	ex := &c.ex
 	for {
-		bk := ex.a.pool.Pick()
+		bk := ex.a.Pool.Pick()
 		if bk == nil {
 			if last != nil {
 				ex.u = last
@@ -34,7 +32,7 @@ func (l *eventLoop) dispatch(c *cconn, last *upstream) {
 			}
 			return
 		}
-		u := bk.Attachment.(*upstream)
+		u := bk.Attachment.(*pipeline.Upstream)
 		ex.attempts++
 		ex.lbb, ex.u, ex.released = bk, u, false
 		ex.inService = int(bk.Inflight())
@@ -59,7 +57,7 @@ func (l *eventLoop) dispatch(c *cconn, last *upstream) {
 var errBusy = syscall.EBUSY
 
 // backendConn returns an idle connection to u or starts a new one.
-func (l *eventLoop) backendConn(u *upstream, a *app) (*bconn, error) {
+func (l *eventLoop) backendConn(u *pipeline.Upstream, a *pipeline.App) (*bconn, error) {
 	for {
 		list := l.idleBk[u]
 		k := len(list)
@@ -73,10 +71,10 @@ func (l *eventLoop) backendConn(u *upstream, a *app) (*bconn, error) {
 			return bc, nil
 		}
 	}
-	if max := a.cfg.MaxConnsPerBackend; max > 0 && int(u.loopConns.Load())+u.hc.ConnsCount() >= max {
+	if max := a.Policy.MaxConnsPerBackend; max > 0 && int(u.LoopConns.Load())+hostClient(u).ConnsCount() >= max {
 		return nil, errBusy
 	}
-	addr, err := u.sockaddr()
+	addr, err := u.LoopSockaddr()
 	if err != nil {
 		return nil, err
 	}
@@ -92,39 +90,12 @@ func (l *eventLoop) backendConn(u *upstream, a *app) (*bconn, error) {
 		l.sys.Close(fd)
 		return nil, err
 	}
-	u.loopConns.Add(1)
+	u.LoopConns.Add(1)
 	for fd >= len(l.bk) {
 		l.bk = append(l.bk, make([]*bconn, len(l.bk)+64)...)
 	}
 	l.bk[fd] = bc
 	return bc, nil
-}
-
-// fastAddr is a backend's address for the event loops.
-type fastAddr struct{ sa unix.Sockaddr }
-
-// sockaddr returns the backend's address for connect(2); it is resolved
-// once (backends are IP:port; DNS names are resolved by the pool).
-func (u *upstream) sockaddr() (unix.Sockaddr, error) {
-	if sa := u.sa.Load(); sa != nil {
-		return sa.sa, nil
-	}
-	ap, err := netip.ParseAddrPort(u.addr)
-	if err != nil {
-		ta, rerr := net.ResolveTCPAddr("tcp", u.addr)
-		if rerr != nil {
-			return nil, rerr
-		}
-		ap = ta.AddrPort()
-	}
-	var sa unix.Sockaddr
-	if a := ap.Addr().Unmap(); a.Is4() {
-		sa = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}
-	} else {
-		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: a.As16()}
-	}
-	u.sa.Store(&fastAddr{sa: sa})
-	return sa, nil
 }
 
 func (l *eventLoop) setBackendEvents(bc *bconn, ev uint32) {
@@ -142,7 +113,7 @@ func (l *eventLoop) closeBackend(bc *bconn) {
 	l.bk[bc.fd] = nil
 	l.sys.Close(bc.fd)
 	bc.fd = -1
-	bc.u.loopConns.Add(-1)
+	bc.u.LoopConns.Add(-1)
 	l.putBuf(bc.in)
 	bc.in = nil
 }
@@ -164,11 +135,11 @@ func (l *eventLoop) bind(c *cconn, bc *bconn) {
 	if bc.connecting {
 		bc.connecting = false // the exchange's state says it from here
 		l.setState(c, evloop.Connecting)
-		ex.deadline = l.nowNs + ex.a.shared.connect.Load()
+		ex.deadline = l.nowNs + ex.a.Shared.Connect.Load()
 		return
 	}
 	l.setState(c, evloop.Sending)
-	ex.deadline = l.nowNs + ex.a.shared.idle.Load()
+	ex.deadline = l.nowNs + ex.a.Shared.Idle.Load()
 	l.send(bc)
 }
 
@@ -209,7 +180,7 @@ func (l *eventLoop) backendEvent(bc *bconn, ev uint32) {
 			return
 		}
 		l.setState(c, evloop.Sending)
-		c.ex.deadline = l.nowNs + c.ex.a.shared.idle.Load()
+		c.ex.deadline = l.nowNs + c.ex.a.Shared.Idle.Load()
 		l.send(bc)
 		return
 	}
@@ -242,10 +213,10 @@ func (l *eventLoop) dialFailed(bc *bconn) {
 // so; true means try another backend.
 func (l *eventLoop) connectFailed(c *cconn) bool {
 	ex := &c.ex
-	ex.a.pool.Eject(ex.lbb)
+	ex.a.Pool.Eject(ex.lbb)
 	ex.released = true
 	if p := l.ff.fe.p; p.log.IsDebug() {
-		p.log.Debug("relay failed", "app", ex.a.name, "backend", ex.u.addr, "error", "connect failed")
+		p.log.Debug("relay failed", "app", ex.a.Name, "backend", ex.u.Addr, "error", "connect failed")
 	}
 	if !pipeline.TryAgain(pipeline.FailConnect, ex.idem, ex.attempts, false) {
 		l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})
@@ -287,7 +258,7 @@ func (l *eventLoop) backendBroke(bc *bconn, f pipeline.Failure) {
 
 func (l *eventLoop) release(ex *exch, ok bool) {
 	if !ex.released && ex.lbb != nil {
-		ex.a.pool.Release(ex.lbb, ok)
+		ex.a.Pool.Release(ex.lbb, ok)
 	}
 	ex.released = true
 }
@@ -317,7 +288,7 @@ func (l *eventLoop) readBackend(bc *bconn) {
 	}
 	bc.n += m
 	ex.gotBytes = true
-	ex.deadline = l.nowNs + ex.a.shared.idle.Load()
+	ex.deadline = l.nowNs + ex.a.Shared.Idle.Load()
 	data := bc.in[:bc.n]
 	if ex.state != evloop.Relaying {
 		for {

@@ -309,10 +309,10 @@ func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	}
 	rt := l.ff.fe.route.Load()
 	a := rt.lookup(h.Host.Of(b))
-	if a == nil || !a.loopOK {
+	if a == nil || !a.LoopOK {
 		return false
 	}
-	if a.bodyCap(cl) != pipeline.OutRelayed {
+	if a.BodyCap(cl) != pipeline.OutRelayed {
 		return false // fasthttp answers it (413)
 	}
 	ex := &c.ex
@@ -328,7 +328,7 @@ func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	// The decide step (pipeline.go). This engine must not block: a
 	// request whose decision is not made at once parks as an exchange.
 	l.view = rawView{b: b, h: h}
-	d, pend, decided := a.decide(&ex.t, &l.view, client, l.now, nil, true, l)
+	d, pend, decided := a.Decide(&ex.t, &l.view, client, l.now, nil, true, l)
 	l.setState(c, evloop.Admitting)
 	l.ff.served.Add(1)
 	if !decided {
@@ -342,10 +342,10 @@ func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
 // forwarded reads what a trusted proxy sent (pipeline.PlanForwarding) into l.in and
 // returns the client's address; its X-Forwarded-For lines are one list
 // (RFC 9110 §5.3).
-func (l *eventLoop) forwarded(c *cconn, a *app, b []byte, h *pipeline.RawHead) netip.Addr {
+func (l *eventLoop) forwarded(c *cconn, a *pipeline.App, b []byte, h *pipeline.RawHead) netip.Addr {
 	in := &l.in
 	*in = pipeline.TrustedFwd{}
-	if !a.trustedPeer(c.peer) {
+	if !a.TrustedPeer(c.peer) {
 		return c.peer
 	}
 	chain := l.xff[:0]
@@ -355,20 +355,20 @@ func (l *eventLoop) forwarded(c *cconn, a *app, b []byte, h *pipeline.RawHead) n
 		case pipeline.KindXFF, pipeline.KindXFProto, pipeline.KindXFHost:
 			chain = in.Add(k, f.Value.Of(b), chain)
 		case pipeline.KindOther:
-			if exact, _ := pipeline.NameMatch(f.Name.Of(b), a.reqID); exact {
+			if exact, _ := pipeline.NameMatch(f.Name.Of(b), a.ReqID); exact {
 				in.Add(pipeline.KindOther, f.Value.Of(b), nil)
 			}
 		}
 	}
 	l.xff = chain
-	return a.clientAddr(c.peer, in.XFF)
+	return a.ClientAddr(c.peer, in.XFF)
 }
 
 // admitted acts on the admission decision d of c's exchange (busy, parsed
 // as h from b, l.in filled by forwarded): relay or reject.
 func (l *eventLoop) admitted(c *cconn, d admission.Decision, b []byte, h *pipeline.RawHead) {
 	a := c.ex.a
-	if a.admitted(&c.ex.t, d) != pipeline.OutRelayed {
+	if a.Admitted(&c.ex.t, d) != pipeline.OutRelayed {
 		// Rejected (a parked exchange whose client went was aborted,
 		// never resumed).
 		l.respond(c, a, pipeline.OutRejected, d)
@@ -381,7 +381,7 @@ func (l *eventLoop) admitted(c *cconn, d admission.Decision, b []byte, h *pipeli
 // forwarded) to a backend.
 func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
 	ex, a, in, p := &c.ex, c.ex.a, &l.in, l.ff.fe.p
-	if a.pool.Healthy() == 0 {
+	if a.Pool.Healthy() == 0 {
 		l.respond(c, a, pipeline.OutNoBackend, admission.Decision{})
 		return
 	}
@@ -401,7 +401,7 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
 		case pipeline.KindConnection, pipeline.KindHopByHop, pipeline.KindXFF, pipeline.KindXFProto, pipeline.KindXFHost, pipeline.KindFwdAlias:
 			continue
 		case pipeline.KindOther:
-			if exact, alias := pipeline.NameMatch(f.Name.Of(b), a.reqID); exact || alias {
+			if exact, alias := pipeline.NameMatch(f.Name.Of(b), a.ReqID); exact || alias {
 				continue
 			}
 		}
@@ -413,7 +413,7 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
 	r = append(append(append(r, "X-Forwarded-For: "...), fw.XFF...), "\r\n"...)
 	r = append(append(append(r, "X-Forwarded-Proto: "...), fw.Proto...), "\r\n"...)
 	r = append(append(append(r, "X-Forwarded-Host: "...), fw.Host...), "\r\n"...)
-	r = append(append(append(append(r, a.reqID...), ": "...), fw.ID...), "\r\n"...)
+	r = append(append(append(append(r, a.ReqID...), ": "...), fw.ID...), "\r\n"...)
 	r = append(r, "\r\n"...)
 	r = append(r, b[h.N:ex.total]...)
 	ex.req = r

@@ -45,9 +45,9 @@ func (c *cconn) busy() bool { return c.ex.state != evloop.Idle }
 // exch is the exchange in progress on a client connection.
 type exch struct {
 	state     evloop.State // where the exchange is (package proxy/evloop); changed only by setState
-	a         *app
+	a         *pipeline.App
 	lbb       *lb.Backend
-	u         *upstream
+	u         *pipeline.Upstream
 	b         *bconn
 	req       []byte // the request as sent to the backend (kept for a retry)
 	sent      int
@@ -57,7 +57,7 @@ type exch struct {
 	start     time.Time
 	dispatch  time.Time
 	inService int
-	t         ticket // the request's admission (pipeline.go)
+	t         pipeline.Ticket // the request's admission (pipeline.go)
 	id        []byte
 	attempts  int // attempts to relay so far, the current one included (pipeline.TryAgain)
 	deadline  int64
@@ -86,7 +86,7 @@ const (
 // bconn is a backend connection held by a loop.
 type bconn struct {
 	fd         int
-	u          *upstream
+	u          *pipeline.Upstream
 	in         []byte
 	n          int
 	c          *cconn // client being served; nil while idle
@@ -112,7 +112,7 @@ type eventLoop struct {
 	clients   []*cconn
 	active    []*cconn // with an exchange in progress
 	parked    []*cconn // with an exchange parked for its batch decision
-	idleBk    map[*upstream][]*bconn
+	idleBk    map[*pipeline.Upstream][]*bconn
 	bufs      [][]byte
 	now       time.Time
 	nowNs     int64
@@ -162,7 +162,7 @@ func newEvloop(ff *fastFront) (*eventLoop, error) {
 		unix.Close(ep)
 		return nil, err
 	}
-	l := &eventLoop{ff: ff, ep: ep, efd: efd, sys: evloop.RawSys{}, clock: time.Now, idleBk: map[*upstream][]*bconn{}}
+	l := &eventLoop{ff: ff, ep: ep, efd: efd, sys: evloop.RawSys{}, clock: time.Now, idleBk: map[*pipeline.Upstream][]*bconn{}}
 	if err := l.sys.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, unix.EPOLLIN, tagWake); err != nil {
 		l.closeFDs()
 		return nil, err
@@ -341,7 +341,7 @@ func (l *eventLoop) sweep() {
 	for u, list := range l.idleBk {
 		keep := list[:0]
 		for _, bc := range list {
-			if bc.fd >= 0 && l.nowNs-bc.lastNs < int64(backendIdle) && !u.closed.Load() {
+			if bc.fd >= 0 && l.nowNs-bc.lastNs < int64(backendIdle) && !u.Closed.Load() {
 				keep = append(keep, bc)
 			} else {
 				l.closeBackend(bc)
@@ -382,7 +382,7 @@ func (l *eventLoop) closeAll() {
 			l.closeBackend(bc)
 		}
 	}
-	l.idleBk = map[*upstream][]*bconn{}
+	l.idleBk = map[*pipeline.Upstream][]*bconn{}
 	// ep and efd stay open until shutdown has stopped every loop: a
 	// wake() after a close could write into a reused descriptor.
 }

@@ -11,9 +11,6 @@ import (
 // elsewhere fasthttp serves every connection.
 type fastFront struct{}
 
-// fastAddr is a backend's address for the event loops (Linux only).
-type fastAddr struct{}
-
 func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) { return ln, false }
 
 func (ff *fastFront) shutdown(context.Context) {}

@@ -45,7 +45,7 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	l.release(ex, true)
 	// The complete step (pipeline.go): the ticket is told the outcome.
 	st := rh.FindKind(data, pipeline.KindServerTiming)
-	strip := a.observe(&ex.t, admission.Result{ServerTiming: st, Measured: now.Sub(ex.dispatch), InService: ex.inService, End: now})
+	strip := a.Observe(&ex.t, admission.Result{ServerTiming: st, Measured: now.Sub(ex.dispatch), InService: ex.inService, End: now})
 
 	out := c.out[:0]
 	out = append(out, "HTTP/1.1"...)
@@ -72,13 +72,13 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 				continue
 			}
 		case pipeline.KindOther:
-			if pipeline.EqFoldString(f.Name.Of(data), a.reqID) {
+			if pipeline.EqFoldString(f.Name.Of(data), a.ReqID) {
 				continue
 			}
 		}
 		out = append(out, f.Line.Of(data)...)
 	}
-	out = append(append(append(append(out, a.reqID...), ": "...), ex.id...), "\r\n"...)
+	out = append(append(append(append(out, a.ReqID...), ": "...), ex.id...), "\r\n"...)
 	if c.closing {
 		out = append(out, "Connection: close\r\n"...)
 	}
@@ -174,7 +174,7 @@ func (l *eventLoop) flush(c *cconn) {
 	if c.busy() {
 		if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.state == evloop.Relaying && bc.events&unix.EPOLLIN == 0 {
 			l.setBackendEvents(bc, bc.events|unix.EPOLLIN|unix.EPOLLRDHUP)
-			c.ex.deadline = l.nowNs + c.ex.a.shared.idle.Load()
+			c.ex.deadline = l.nowNs + c.ex.a.Shared.Idle.Load()
 		}
 		return
 	}
@@ -234,7 +234,7 @@ func (l *eventLoop) abort(c *cconn, o pipeline.Outcome) {
 		pend := ex.pend
 		l.unpark(c)
 		pend.Cancel()
-		ex.a.admitted(&ex.t, admission.Decision{Verdict: admission.RejectGone})
+		ex.a.Admitted(&ex.t, admission.Decision{Verdict: admission.RejectGone})
 	}
 	if bc := ex.b; bc != nil {
 		ex.b, bc.c = nil, nil
@@ -305,15 +305,15 @@ func (l *eventLoop) requestLine(c *cconn) (method, uri []byte) {
 // respond writes a response sentry makes itself (rejection or error) and
 // ends the exchange. The request was read whole, so the connection stays
 // usable.
-func (l *eventLoop) respond(c *cconn, a *app, o pipeline.Outcome, d admission.Decision) {
+func (l *eventLoop) respond(c *cconn, a *pipeline.App, o pipeline.Outcome, d admission.Decision) {
 	ex := &c.ex
 	if bc := ex.b; bc != nil {
 		ex.b, bc.c = nil, nil
 		l.closeBackend(bc)
 	}
 	l.release(ex, !pipeline.CountsAsFailure(o))
-	r := replyFor(a, o, d)
-	status := r.status
+	r := pipeline.ReplyFor(a, o, d)
+	status := r.Status
 	var id []byte
 	if o != pipeline.OutRejected && o != pipeline.OutNoBackend {
 		id = ex.id
@@ -321,7 +321,7 @@ func (l *eventLoop) respond(c *cconn, a *app, o pipeline.Outcome, d admission.De
 	if l.ff.draining.Load() {
 		c.closing = true
 	}
-	out := appendReply(c.out, r, l.httpDate(), a.reqID, id, c.closing, ex.head)
+	out := appendReply(c.out, r, l.httpDate(), a.ReqID, id, c.closing, ex.head)
 	c.out = out
 	l.done(c, o, status)
 	l.flush(c)

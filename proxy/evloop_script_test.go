@@ -21,6 +21,7 @@ import (
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy/evloop"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // The tests run the loops with strictStates: an illegal exchange
@@ -94,7 +95,7 @@ func newLoopScript(t *testing.T) *loopScript {
 	h.sys.fds[3] = &scriptFD{name: "listen"}
 	h.sys.fds[4] = &scriptFD{name: "epoll"}
 	h.sys.fds[5] = &scriptFD{name: "eventfd"}
-	l := &eventLoop{ff: ff, ep: 4, efd: 5, sys: h.sys, clock: func() time.Time { return h.now }, idleBk: map[*upstream][]*bconn{}}
+	l := &eventLoop{ff: ff, ep: 4, efd: 5, sys: h.sys, clock: func() time.Time { return h.now }, idleBk: map[*pipeline.Upstream][]*bconn{}}
 	l.trace = func(c *cconn, from, to evloop.State) {
 		h.printf("%s: %v -> %v", h.sys.nameOf(c.fd), from, to)
 	}
@@ -235,7 +236,7 @@ func (h *loopScript) exec(line int, cmd string) []string {
 		_, _ = h.l.sys.Read(h.l.efd, h.l.efdBuf[:])
 		h.l.pollParked()
 	case "failures":
-		for _, b := range h.l.ff.fe.route.Load().def.pool.Backends() {
+		for _, b := range h.l.ff.fe.route.Load().def.Pool.Backends() {
 			h.printf("%s: failures=%d healthy=%v", b.Addr(), b.Failures(), b.Healthy())
 		}
 	case "state":
@@ -447,9 +448,9 @@ func (p *scriptPending) Cancel() {
 	p.c.h.printf("admission: cancel (client gone)")
 }
 
-func (f *scriptControl) Build(*policy.App, *lb.Pool) (Controller, error) { return f, nil }
-func (f *scriptControl) Retain([]string)                                 {}
-func (f *scriptControl) Classes() []string                               { return []string{"gold"} }
+func (f *scriptControl) Build(*policy.App, *lb.Pool) (pipeline.Controller, error) { return f, nil }
+func (f *scriptControl) Retain([]string)                                          {}
+func (f *scriptControl) Classes() []string                                        { return []string{"gold"} }
 func (f *scriptControl) Classify(r classify.Request, _ netip.Addr) (int, []byte) {
 	return 0, r.Path()
 }

@@ -804,7 +804,7 @@ func TestEvloopStaleKeepAliveRetried(t *testing.T) {
 	if n := rb.count("GET", "/x"); n != 5 {
 		t.Errorf("backend read %d requests, want 5 (two stale attempts retried)", n)
 	}
-	if f := h.p.cur.Load().apps[0].pool.Backends()[0].Failures(); f != 0 {
+	if f := h.p.cur.Load().apps[0].Pool.Backends()[0].Failures(); f != 0 {
 		t.Errorf("stale keep-alive connections counted %d failures against the backend", f)
 	}
 	d.check(t, 3, 0)

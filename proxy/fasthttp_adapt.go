@@ -7,6 +7,7 @@ import (
 	"net"
 	"syscall"
 
+	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
 )
@@ -114,3 +115,32 @@ func stripHopByHopResponse(rh *fasthttp.ResponseHeader) {
 	rh.Del(fasthttp.HeaderConnection)
 	rh.Del(fasthttp.HeaderUpgrade)
 }
+
+// writeReply sets r as a fasthttp response (headers added to what resp
+// holds; writeError resets it first).
+func writeReply(resp *fasthttp.Response, r pipeline.Reply) {
+	resp.SetStatusCode(r.Status)
+	resp.Header.SetContentTypeBytes(strTextPlain)
+	if r.Retry >= 0 {
+		resp.Header.SetBytesKV(hdrRetryAfter, pipeline.RetryAfterBytes(r.Retry))
+	}
+	if r.Verdict != nil {
+		resp.Header.SetBytesKV(hdrReject, r.Verdict)
+	}
+	resp.SetBodyRaw(r.Body)
+}
+
+// writeReject writes the prebuilt rejection: nothing reaches a backend.
+func writeReject(a *pipeline.App, ctx *fasthttp.RequestCtx, d admission.Decision) {
+	writeReply(&ctx.Response, pipeline.ReplyFor(a, pipeline.OutRejected, d))
+}
+
+// writeError writes a proxy-generated error. a may be nil.
+func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, a *pipeline.App, o pipeline.Outcome) {
+	ctx.Response.Reset()
+	writeReply(&ctx.Response, pipeline.ReplyFor(a, o, admission.Decision{}))
+}
+
+// hostClient is the fasthttp front end's client for backend u
+// (pipeline.Upstream.Client).
+func hostClient(u *pipeline.Upstream) *fasthttp.HostClient { return u.Client.(*fasthttp.HostClient) }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
 )
@@ -250,7 +251,7 @@ func (fe *frontend) handleError(ctx *fasthttp.RequestCtx, err error) {
 	}
 	fe.p.metrics.clientErrors.WithLabelValues(fe.addr, reason).Inc()
 	ctx.Response.Reset()
-	writeReply(&ctx.Response, reply{status: status, retry: -1, body: parseErrorBody(status)})
+	writeReply(&ctx.Response, pipeline.Reply{Status: status, Retry: -1, Body: pipeline.ParseErrorBody(status)})
 	ctx.SetConnectionClose()
 }
 

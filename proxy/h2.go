@@ -63,7 +63,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	a := rt.lookup(req.Header.Host())
 	reqID := ""
 	if a != nil {
-		reqID = a.reqID
+		reqID = a.ReqID
 	}
 	for k, vs := range r.Header {
 		if pipeline.H2Skip([]byte(k), reqID) {
@@ -76,7 +76,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 
 	var o pipeline.Outcome
-	var u *upstream
+	var u *pipeline.Upstream
 	refused := false
 	switch {
 	case !pipeline.ValidHost(req.Header.Host()):
@@ -95,7 +95,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		ready := start
 		var body *bodyBuf
 		hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
-		if c := a.bodyCap(r.ContentLength); hasBody && c != pipeline.OutRelayed {
+		if c := a.BodyCap(r.ContentLength); hasBody && c != pipeline.OutRelayed {
 			// As HTTP/1.1's checkFraming: refused before anything of the
 			// body is read; a body without content-length is refused like
 			// a chunked one (411), though buffering would learn its size.
@@ -164,9 +164,9 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 // whose flow control is x/net's). A body larger than the buffer has its
 // first request_buffer bytes read, then streams; with buffering off it
 // streams from the start. Trailers (r.Trailer) are never copied.
-func (fe *frontend) h2Body(a *app, r *http.Request, req *fasthttp.Request, bb *bodyBuf) pipeline.Outcome {
+func (fe *frontend) h2Body(a *pipeline.App, r *http.Request, req *fasthttp.Request, bb *bodyBuf) pipeline.Outcome {
 	cl, lim := r.ContentLength, fe.body.buffer
-	if lim <= 0 || a.cfg.RequestBufferingOff {
+	if lim <= 0 || a.Policy.RequestBufferingOff {
 		bb.client, bb.cl, bb.streamed = &clientBody{r: r.Body}, int(cl), true
 		return pipeline.OutRelayed
 	}

@@ -16,7 +16,7 @@ import (
 // exchange is the per-request scratch space, pooled so the request path
 // does not allocate.
 type exchange struct {
-	t     ticket // the request's admission (pipeline.go)
+	t     pipeline.Ticket // the request's admission (pipeline.go)
 	ctx   *fasthttp.RequestCtx
 	buf   []byte              // forwarding headers and the request ID
 	chain []byte              // a trusted proxy's X-Forwarded-For lines, merged
@@ -74,7 +74,7 @@ var (
 )
 
 // lookup returns the app for a Host header on this route.
-func (rt *route) lookup(host []byte) *app {
+func (rt *route) lookup(host []byte) *pipeline.App {
 	if len(rt.hosts) == 0 {
 		return rt.def
 	}
@@ -138,14 +138,14 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	rt := fe.route.Load()
 	h := &ctx.Request.Header
 	clientClose := h.ConnectionClose() // before the Connection header goes
-	var a *app
+	var a *pipeline.App
 	o, ok := checkTarget(&ctx.Request, ctx.IsTLS())
 	var f pipeline.HeadFacts
 	if ok {
 		a = rt.lookup(h.Host())
 		reqID := ""
 		if a != nil {
-			reqID = a.reqID
+			reqID = a.ReqID
 		}
 		f = pipeline.ScanHead(h.RawHeaders(), reqID)
 		o, ok = checkHead(h, &f)
@@ -169,7 +169,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	// Connection-listed headers go first, from the client's request only;
 	// then the other hop-by-hop ones.
 	if f.ConnOther || f.Aliases {
-		dropListed(h, h.RawHeaders(), a.reqID)
+		dropListed(h, h.RawHeaders(), a.ReqID)
 	}
 	upgrade := f.Upgrade && len(h.PeekBytes(pipeline.HdrUpgrade)) > 0
 	if f.Hop { // fasthttp's Del scans every header per name: only when there is one
@@ -241,7 +241,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 // start is when the request became ready to admit: after its head, or
 // after its body when the body was buffered. body (nil: no streamed body)
 // says how the body was read.
-func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, gone <-chan struct{}, upgrade, clientClose bool, body *bodyBuf) (pipeline.Outcome, *upstream) {
+func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, gone <-chan struct{}, upgrade, clientClose bool, body *bodyBuf) (pipeline.Outcome, *pipeline.Upstream) {
 	// The body cap (max_body_bytes) was applied by the caller before any
 	// body was read: checkFraming on HTTP/1.1, the same bodyCap on h2.
 	req := &ctx.Request
@@ -250,26 +250,26 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	x := exchangePool.Get().(*exchange)
 	x.ctx = ctx
 	defer func() {
-		x.ctx, x.in, x.t.Ticket, x.t.req = nil, pipeline.TrustedFwd{}, admission.Ticket{}, admission.Request{}
+		x.ctx, x.in, x.t.Ticket, x.t.Req = nil, pipeline.TrustedFwd{}, admission.Ticket{}, admission.Request{}
 		exchangePool.Put(x)
 	}()
 
 	// From a trusted proxy, its X-Forwarded-For lines are one list (RFC
 	// 9110 §5.3).
-	isTrusted := a.trustedPeer(peer)
+	isTrusted := a.TrustedPeer(peer)
 	client := peer
 	x.in, x.chain = pipeline.TrustedFwd{}, x.chain[:0]
 	if isTrusted {
 		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedFor) {
 			x.chain = x.in.Add(pipeline.KindXFF, v, x.chain)
 		}
-		client = a.clientAddr(peer, x.in.XFF)
+		client = a.ClientAddr(peer, x.in.XFF)
 	}
 
 	// The decide step (pipeline.go): classify, estimate, admit. This
 	// engine may block, so a parked request waits here; it leaves its
 	// batch queue when its client hangs up.
-	d, pend, decided := a.decide(&x.t, x, client, start, gone, false, x.wake)
+	d, pend, decided := a.Decide(&x.t, x, client, start, gone, false, x.wake)
 	if !decided {
 		g := gone
 		var unwatch func()
@@ -283,10 +283,10 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 			unwatch()
 		}
 	}
-	o := a.admitted(&x.t, d)
+	o := a.Admitted(&x.t, d)
 	// A client that left while waiting gets no answer, and no backend is
 	// spent on it.
-	if o == pipeline.OutRelayed && a.ctl != nil && !a.off && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
+	if o == pipeline.OutRelayed && a.Controller != nil && !a.Off && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
 		o = pipeline.OutClientGone
 	}
 	switch o {
@@ -298,12 +298,12 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		ctx.Hijack(func(net.Conn) {})
 		return pipeline.OutClientGone, nil
 	case pipeline.OutRejected:
-		a.writeReject(ctx, d)
+		writeReject(a, ctx, d)
 		return pipeline.OutRejected, nil
 	}
 
 	// No healthy backend: answer before spending anything on the request.
-	if a.pool.Healthy() == 0 {
+	if a.Pool.Healthy() == 0 {
 		p.writeError(ctx, a, pipeline.OutNoBackend)
 		return pipeline.OutNoBackend, nil
 	}
@@ -317,7 +317,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedHost) {
 			x.in.Add(pipeline.KindXFHost, v, nil)
 		}
-		for _, v := range h.PeekAll(a.reqID) {
+		for _, v := range h.PeekAll(a.ReqID) {
 			x.in.Add(pipeline.KindOther, v, nil)
 		}
 	}
@@ -327,11 +327,11 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	h.DelBytes(pipeline.HdrXFF)
 	h.DelBytes(pipeline.HdrXFProto)
 	h.DelBytes(pipeline.HdrXFHost)
-	h.Del(a.reqID)
+	h.Del(a.ReqID)
 	h.SetBytesKV(pipeline.HdrXFF, fw.XFF)
 	h.SetBytesKV(pipeline.HdrXFProto, fw.Proto)
 	h.SetBytesKV(pipeline.HdrXFHost, fw.Host)
-	h.SetBytesV(a.reqID, id)
+	h.SetBytesV(a.ReqID, id)
 
 	if upgrade {
 		o, u := p.upgrade(a, ctx)
@@ -340,7 +340,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 			if o == pipeline.OutRelayed {
 				stripHopByHopResponse(&ctx.Response.Header)
 			}
-			ctx.Response.Header.SetBytesV(a.reqID, id)
+			ctx.Response.Header.SetBytesV(a.ReqID, id)
 		}
 		return o, u
 	}
@@ -391,7 +391,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		if body != nil && body.streamed {
 			measured, busy = 0, 0
 		}
-		if a.observe(&x.t, admission.Result{ServerTiming: st, Measured: measured, InService: busy, End: now}) && len(st) > 0 {
+		if a.Observe(&x.t, admission.Result{ServerTiming: st, Measured: measured, InService: busy, End: now}) && len(st) > 0 {
 			x.st = estimator.StripServerTiming(x.st[:0], st)
 			if len(x.st) == 0 {
 				rh.DelBytes(hdrServerTiming)
@@ -414,7 +414,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		}
 		stripHopByHopResponse(&ctx.Response.Header)
 	}
-	ctx.Response.Header.SetBytesV(a.reqID, id)
+	ctx.Response.Header.SetBytesV(a.ReqID, id)
 	if clientClose {
 		ctx.SetConnectionClose()
 	}
@@ -430,35 +430,35 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 // cb, if not nil, is the streamed body: an exchange that failed because
 // the client's side of it did (too slow, gone) ends as that, without
 // blaming the backend.
-func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody) (pipeline.Outcome, *upstream, int) {
-	var last *upstream
+func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody) (pipeline.Outcome, *pipeline.Upstream, int) {
+	var last *pipeline.Upstream
 	for attempt := 1; ; attempt++ {
-		b := a.pool.Pick()
+		b := a.Pool.Pick()
 		if b == nil {
 			if last != nil {
 				return pipeline.OutBackendFailed, last, 0 // every backend we tried refused
 			}
 			return pipeline.OutNoBackend, nil, 0
 		}
-		u := b.Attachment.(*upstream)
+		u := b.Attachment.(*pipeline.Upstream)
 		inService := int(b.Inflight())
-		err := u.hc.Do(req, resp)
+		err := hostClient(u).Do(req, resp)
 		if err == nil {
-			a.pool.Release(b, true)
+			a.Pool.Release(b, true)
 			return pipeline.OutRelayed, u, inService
 		}
 		if cb != nil && cb.err != nil {
-			a.pool.Release(b, true)
+			a.Pool.Release(b, true)
 			return cb.outcome(), u, 0
 		}
 		o := relayError(err)
 		if isDialError(err) {
-			a.pool.Eject(b) // connect refused/timed out is unambiguous
+			a.Pool.Eject(b) // connect refused/timed out is unambiguous
 		} else {
-			a.pool.Release(b, !pipeline.CountsAsFailure(o))
+			a.Pool.Release(b, !pipeline.CountsAsFailure(o))
 		}
 		if p.log.IsDebug() {
-			p.log.Debug("relay failed", "app", a.name, "backend", u.addr, "error", err)
+			p.log.Debug("relay failed", "app", a.Name, "backend", u.Addr, "error", err)
 		}
 		if !pipeline.TryAgain(failureOf(err), replayable(req), attempt, false) {
 			return o, u, 0

@@ -91,28 +91,11 @@ func checkHead(h *fasthttp.RequestHeader, f *pipeline.HeadFacts) (pipeline.Outco
 	return pipeline.OutRelayed, true
 }
 
-// bodyCap is the app's body cap (max_body_bytes), the one rule for every
-// engine: a declared length over it is 413; a body of unknown length
-// (chunked, or h2 without content-length: cl == -1) is 411, since it
-// cannot be capped while it streams. pipeline.OutRelayed means no objection.
-func (a *app) bodyCap(cl int64) pipeline.Outcome {
-	lim := a.cfg.MaxBodyBytes
-	switch {
-	case lim <= 0:
-		return pipeline.OutRelayed
-	case cl > lim:
-		return pipeline.OutBodyTooLarge
-	case cl == -1:
-		return pipeline.OutLengthRequired
-	}
-	return pipeline.OutRelayed
-}
-
 // checkFraming applies bodyCap to an HTTP/1.1 request with a body, before
 // anything of the body is read. (Smuggling-shaped framing was refused by
 // checkHead.) A refusal is written and the connection set to close.
-func (p *Proxy) checkFraming(a *app, ctx *fasthttp.RequestCtx) pipeline.Outcome {
-	o := a.bodyCap(int64(ctx.Request.Header.ContentLength()))
+func (p *Proxy) checkFraming(a *pipeline.App, ctx *fasthttp.RequestCtx) pipeline.Outcome {
+	o := a.BodyCap(int64(ctx.Request.Header.ContentLength()))
 	if o != pipeline.OutRelayed {
 		ctx.SetConnectionClose()
 		p.writeError(ctx, a, o)

@@ -21,14 +21,6 @@ type metrics struct {
 	clientErrors *prometheus.CounterVec
 }
 
-// appMetrics holds the per-app series resolved once, so the request path
-// only does atomic adds.
-type appMetrics struct {
-	none    [6]prometheus.Counter  // requests not relayed, by code class
-	latency [3]prometheus.Observer // by result: relayed, rejected, error
-	errs    [pipeline.NumOutcomes]prometheus.Counter
-}
-
 var outcomeReason = [...]string{
 	pipeline.OutRelayed:          "",
 	pipeline.OutRejected:         "",
@@ -78,17 +70,17 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) forApp(name string) *appMetrics {
-	am := &appMetrics{}
-	for i, r := range resultNames {
-		am.latency[i] = m.duration.WithLabelValues(name, r)
+func (m *metrics) forApp(name string) *pipeline.AppMetrics {
+	am := &pipeline.AppMetrics{}
+	for i, r := range pipeline.ResultNames {
+		am.Latency[i] = m.duration.WithLabelValues(name, r)
 	}
-	for c := range am.none {
-		am.none[c] = m.requests.WithLabelValues(name, "none", pipeline.CodeClassNames[c])
+	for c := range am.None {
+		am.None[c] = m.requests.WithLabelValues(name, "none", pipeline.CodeClassNames[c])
 	}
 	for o, r := range outcomeReason {
 		if r != "" {
-			am.errs[o] = m.errors.WithLabelValues(name, r)
+			am.Errs[o] = m.errors.WithLabelValues(name, r)
 		}
 	}
 	return am
@@ -102,42 +94,6 @@ func (m *metrics) classDecisions(app string, classes []string) [][]prometheus.Co
 		}
 	}
 	return out
-}
-
-// observe records one finished request.
-func (am *appMetrics) observe(o pipeline.Outcome, status int, u *upstream, start time.Time) {
-	cc := pipeline.CodeClass(status)
-	if u != nil && o == pipeline.OutRelayed {
-		u.reqs[cc].Inc()
-	} else {
-		am.none[cc].Inc()
-	}
-	if c := am.errs[o]; c != nil {
-		c.Inc()
-	}
-	r := resultError
-	switch o {
-	case pipeline.OutRelayed:
-		r = resultRelayed
-	case pipeline.OutRejected, pipeline.OutNoBackend:
-		r = resultRejected
-	}
-	am.latency[r].Observe(time.Since(start).Seconds())
-}
-
-const (
-	resultRelayed = iota
-	resultRejected
-	resultError
-)
-
-var resultNames = [...]string{resultRelayed: "relayed", resultRejected: "rejected", resultError: "error"}
-
-// decision counts an admission decision.
-func (a *app) decision(class int, v admission.Verdict) {
-	if class >= 0 && class < len(a.decisions) {
-		a.decisions[class][v].Inc()
-	}
 }
 
 // backendCollector exports per-backend state at scrape time from the pools.
@@ -177,14 +133,14 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, a := range st.apps {
-		ch <- prometheus.MustNewConstMetric(descPoolUp, prometheus.GaugeValue, float64(a.pool.Healthy()), a.name)
-		for _, b := range a.pool.Backends() {
+		ch <- prometheus.MustNewConstMetric(descPoolUp, prometheus.GaugeValue, float64(a.Pool.Healthy()), a.Name)
+		for _, b := range a.Pool.Backends() {
 			h := 0.0
 			if b.Healthy() {
 				h = 1
 			}
-			ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(b.Inflight()), a.name, b.Addr())
-			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, h, a.name, b.Addr())
+			ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(b.Inflight()), a.Name, b.Addr())
+			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, h, a.Name, b.Addr())
 		}
 	}
 }
@@ -192,21 +148,32 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 // recordCtx is record (pipeline.go, the complete step) for a request
 // fasthttp or h2 served: the status is ctx's response's, and the request
 // line and ID are read only when access is logged (policy log.access).
-func (p *Proxy) recordCtx(a *app, access bool, ctx *fasthttp.RequestCtx, o pipeline.Outcome, u *upstream, start time.Time) {
+func (p *Proxy) recordCtx(a *pipeline.App, access bool, ctx *fasthttp.RequestCtx, o pipeline.Outcome, u *pipeline.Upstream, start time.Time) {
 	var method, uri, id []byte
 	if access {
-		method, uri, id = ctx.Method(), ctx.RequestURI(), ctx.Response.Header.Peek(a.reqID)
+		method, uri, id = ctx.Method(), ctx.RequestURI(), ctx.Response.Header.Peek(a.ReqID)
 	}
 	p.record(a, access, o, ctx.Response.StatusCode(), u, start, method, uri, id)
 }
 
 // accessLine writes one access-log line; both front ends call it.
-func (p *Proxy) accessLine(a *app, method, uri []byte, status int, u *upstream, start time.Time, id []byte, o pipeline.Outcome) {
+func (p *Proxy) accessLine(a *pipeline.App, method, uri []byte, status int, u *pipeline.Upstream, start time.Time, id []byte, o pipeline.Outcome) {
 	backend := "none"
 	if u != nil {
-		backend = u.addr
+		backend = u.Addr
 	}
-	p.log.Info("access", "app", a.name, "method", string(method), "uri", string(uri),
+	p.log.Info("access", "app", a.Name, "method", string(method), "uri", string(uri),
 		"status", status, "backend", backend, "duration", time.Since(start),
 		"request_id", string(id), "outcome", outcomeReason[o])
+}
+
+// record is the last part of the complete step, for every request that
+// reached an app, relayed or answered by sentry: the metrics, then (access
+// true: the route logs access) the access-log line. method, uri and id
+// are read only for the log.
+func (p *Proxy) record(a *pipeline.App, access bool, o pipeline.Outcome, status int, u *pipeline.Upstream, start time.Time, method, uri, id []byte) {
+	a.Metrics.Observe(o, status, u, start)
+	if access {
+		p.accessLine(a, method, uri, status, u, start, id, o)
+	}
 }

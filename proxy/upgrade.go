@@ -26,20 +26,20 @@ var errUpgradeHead = errors.New("bad or oversized response head")
 // relayed as a normal response. Once upgraded, the tunnel no longer counts
 // as in flight for balancing and admission (a WebSocket is not a request in
 // service); it does count toward draining on shutdown.
-func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (pipeline.Outcome, *upstream) {
-	b := a.pool.Pick()
+func (p *Proxy) upgrade(a *pipeline.App, ctx *fasthttp.RequestCtx) (pipeline.Outcome, *pipeline.Upstream) {
+	b := a.Pool.Pick()
 	if b == nil {
 		p.writeError(ctx, a, pipeline.OutNoBackend)
 		return pipeline.OutNoBackend, nil
 	}
-	u := b.Attachment.(*upstream)
-	conn, err := net.DialTimeout("tcp", u.addr, time.Duration(a.shared.connect.Load()))
+	u := b.Attachment.(*pipeline.Upstream)
+	conn, err := net.DialTimeout("tcp", u.Addr, time.Duration(a.Shared.Connect.Load()))
 	if err != nil {
-		a.pool.Eject(b)
+		a.Pool.Eject(b)
 		p.writeError(ctx, a, pipeline.OutBackendFailed)
 		return pipeline.OutBackendFailed, u
 	}
-	timeout := time.Duration(a.shared.idle.Load())
+	timeout := time.Duration(a.Shared.Idle.Load())
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	req := &ctx.Request
 	// The front end removed the client's Connection header with the other
@@ -59,7 +59,7 @@ func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (pipeline.Outcome, *up
 		if errors.Is(err, errUpgradeHead) {
 			o = pipeline.OutBackendFailed
 		}
-		a.pool.Release(b, !pipeline.CountsAsFailure(o))
+		a.Pool.Release(b, !pipeline.CountsAsFailure(o))
 		p.writeError(ctx, a, o)
 		return o, u
 	}
@@ -70,7 +70,7 @@ func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (pipeline.Outcome, *up
 		resp := &ctx.Response
 		resp.Reset()
 		err := resp.ReadLimitBody(bufio.NewReader(io.MultiReader(bytes.NewReader(head), br)), maxUpgradeRefusal)
-		a.pool.Release(b, err == nil)
+		a.Pool.Release(b, err == nil)
 		if err != nil {
 			p.writeError(ctx, a, pipeline.OutBackendFailed)
 			return pipeline.OutBackendFailed, u
@@ -83,7 +83,7 @@ func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (pipeline.Outcome, *up
 	// Upgraded: from here on it is a tunnel, not a request in service.
 	// It leaves the balancer's in-flight count, which admission reads as
 	// η, so long-lived WebSockets cannot make the farm look full.
-	a.pool.Release(b, true)
+	a.Pool.Release(b, true)
 	ctx.HijackSetNoResponse(true)
 	// fasthttp runs the hijack handler only if the client connection is
 	// still usable after the handler returns; if it never runs, the

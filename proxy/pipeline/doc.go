@@ -5,6 +5,18 @@
 //
 // It holds, each in its own file:
 //
+//   - pipeline.go: the steps every engine runs after routing, in this
+//     order -- App.Decide (classify, estimate, Park), App.Admitted (count
+//     the verdict), App.Observe (tell the admission Ticket its outcome);
+//     the engine supplies a view of the request, the client address, its
+//     own way to wait, and its header writing;
+//   - app.go: the per-app runtime (App: policy, pool, Controller, trust,
+//     request-ID header, prebuilt rejection, body cap), the backends it
+//     relays to (Upstream, lb.Backend's Attachment) and the per-app series
+//     both engines count (AppMetrics);
+//   - reply.go: the one decision of what sentry answers itself (ReplyFor:
+//     the rejection or the failure table's error); each engine serialises
+//     the Reply its own way;
 //   - headers.go: the header policy's one table of names (FieldKind: hop-by-hop,
 //     forwarding headers and their underscore aliases, the request ID),
 //     ScanHead over a raw head, ValidHost, and the forwarding plan
@@ -23,10 +35,22 @@
 // Only what both engines need is here. What reads fasthttp's own types --
 // fasthttp's request and response headers (dropping listed and hop-by-hop
 // headers), its HostClient's errors (the failure kind of an error, the
-// outcome of a relay error) -- stays in package proxy
-// (proxy/fasthttp_adapt.go), so that this package does not import
-// fasthttp at all; the status codes and method names it needs are
-// net/http's constants (the same values).
+// outcome of a relay error), writing a Reply into a fasthttp.Response --
+// stays in package proxy (proxy/fasthttp_adapt.go), so that this package
+// does not import fasthttp at all; the status codes and method names it
+// needs are net/http's constants (the same values). Two consequences:
+//
+//   - Upstream.Client holds the fasthttp front end's *fasthttp.HostClient
+//     as an any; package proxy reads it with a type assertion to that
+//     concrete type (no interface call, no allocation).
+//   - The event loops' raw serialisation of a Reply (proxy's appendReply)
+//     stays with the loops: its status line must read byte for byte as
+//     fasthttp's (fasthttp.StatusMessage), and net/http's StatusText
+//     differs for some codes.
+//
+// Metrics registration (the Prometheus vectors, the access log) stays in
+// package proxy, which resolves an AppMetrics per app once; the request
+// path here only does atomic adds on it.
 //
 // The package imports nothing of package proxy or package proxy/evloop
 // (pinned by proxy's TestImportGraph).

@@ -16,7 +16,7 @@ func bytesView(b []byte) string {
 	return unsafe.String(&b[0], len(b))
 }
 
-// trusted reports whether addr is inside one of the prefixes.
+// Trusted reports whether addr is inside one of the prefixes.
 func Trusted(prefixes []netip.Prefix, addr netip.Addr) bool {
 	for _, p := range prefixes {
 		if p.Contains(addr) {

@@ -149,7 +149,7 @@ func NameMatch(name []byte, canon string) (exact, alias bool) {
 	return !under, under
 }
 
-// eqFold compares b with the lower-case ASCII string s, ignoring case.
+// EqFold compares b with the lower-case ASCII string s, ignoring case.
 func EqFold(b []byte, s string) bool {
 	if len(b) != len(s) {
 		return false
@@ -318,7 +318,7 @@ func H2Skip(name []byte, reqID string) bool {
 // any other peer it stays empty: nothing incoming is believed.
 type TrustedFwd struct{ XFF, proto, host, id []byte }
 
-// forwarding is the one value of each forwarding header sentry sets.
+// Forwarding is the one value of each forwarding header sentry sets.
 type Forwarding struct{ XFF, Proto, Host, ID []byte }
 
 // PlanForwarding decides the forwarding headers of a request for every
@@ -358,7 +358,7 @@ func PlanForwarding(buf []byte, in *TrustedFwd, peer netip.Addr, isTLS bool, hos
 	return buf, Forwarding{XFF: buf[:eXFF], Proto: buf[eXFF:eProto], Host: buf[eProto:eHost], ID: buf[eHost:]}
 }
 
-// add adds one incoming value of kind k (KindXFF, KindXFProto,
+// Add adds one incoming value of kind k (KindXFF, KindXFProto,
 // KindXFHost, or KindOther for the request ID) to in: X-Forwarded-For values are
 // chained into chain (the caller's scratch, returned), the others keep the
 // first non-empty one.

@@ -12,7 +12,7 @@ import "bytes"
 // MaxRawFields bounds the header fields of a head the fast path handles.
 const MaxRawFields = 128
 
-// span is a byte range [s, e) of the buffer a head was parsed from.
+// Span is a byte range [s, e) of the buffer a head was parsed from.
 type Span struct{ S, E int32 }
 
 func (sp Span) Of(b []byte) []byte { return b[sp.S:sp.E] }
@@ -310,7 +310,7 @@ func ParseLength(v []byte) (int64, bool) {
 	return n, true
 }
 
-// findKind returns the value of the first field of kind k, or nil.
+// FindKind returns the value of the first field of kind k, or nil.
 func (h *RawHead) FindKind(b []byte, k uint8) []byte {
 	for i := 0; i < h.NFields; i++ {
 		if h.Kinds[i] == k {
@@ -341,7 +341,7 @@ const (
 	csDone
 )
 
-// feed consumes b and returns how many bytes belong to the body and
+// Feed consumes b and returns how many bytes belong to the body and
 // whether the body ended there; ok is false on a malformed body.
 func (t *ChunkTracker) Feed(b []byte) (n int, done, ok bool) {
 	for n < len(b) {
@@ -488,7 +488,7 @@ func trimSpaces(b []byte) []byte {
 	return b
 }
 
-// peek returns the value of the first field named name, any case.
+// Peek returns the value of the first field named name, any case.
 func (h *RawHead) Peek(b []byte, name string) []byte {
 	for i := 0; i < h.NFields; i++ {
 		f := &h.Fields[i]

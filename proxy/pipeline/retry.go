@@ -4,7 +4,7 @@ import (
 	"net/http"
 )
 
-// failure is the kind of a failed attempt to relay a request to a backend:
+// Failure is the kind of a failed attempt to relay a request to a backend:
 // what the retry policy keys on. Both front ends map what they saw to one
 // of these and ask TryAgain.
 type Failure uint8

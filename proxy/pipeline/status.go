@@ -6,7 +6,7 @@ import (
 	"net/http"
 )
 
-// outcome is how an exchange ended. It is the single place failures map to
+// Outcome is how an exchange ended. It is the single place failures map to
 // statuses: every error path in the proxy goes through
 // classify() and writes the status this table gives.
 type Outcome uint8
