@@ -95,7 +95,7 @@ func BenchmarkServeInMemory(b *testing.B) {
 func serveInMemory(b *testing.B, h *harness, raw string) {
 	fe := &frontend{p: h.p, addr: h.addr}
 	fe.route.Store(h.p.cur.Load().routes[h.addr])
-	a := fe.route.Load().def
+	a := fe.route.Load().Default
 	a.Pool.Eject(a.Pool.Backends()[0])
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5555}, nil)

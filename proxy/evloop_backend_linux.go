@@ -71,7 +71,7 @@ func (l *eventLoop) backendConn(u *pipeline.Upstream, a *pipeline.App) (*bconn, 
 			return bc, nil
 		}
 	}
-	if max := a.Policy.MaxConnsPerBackend; max > 0 && int(u.LoopConns.Load())+hostClient(u).ConnsCount() >= max {
+	if max := a.Policy.MaxConnsPerBackend; max > 0 && int(u.LoopConns.Load())+l.ff.cfg.BackendConns(u) >= max {
 		return nil, errBusy
 	}
 	addr, err := u.LoopSockaddr()
@@ -215,8 +215,8 @@ func (l *eventLoop) connectFailed(c *cconn) bool {
 	ex := &c.ex
 	ex.a.Pool.Eject(ex.lbb)
 	ex.released = true
-	if p := l.ff.fe.p; p.log.IsDebug() {
-		p.log.Debug("relay failed", "app", ex.a.Name, "backend", ex.u.Addr, "error", "connect failed")
+	if log := l.ff.cfg.Log; log.IsDebug() {
+		log.Debug("relay failed", "app", ex.a.Name, "backend", ex.u.Addr, "error", "connect failed")
 	}
 	if !pipeline.TryAgain(pipeline.FailConnect, ex.idem, ex.attempts, false) {
 		l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})

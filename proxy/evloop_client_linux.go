@@ -40,7 +40,7 @@ func (l *eventLoop) accept() {
 				// Out of descriptors or memory: stop accepting for a
 				// moment instead of spinning on the ready listener
 				// (nginx does the same).
-				l.ff.fe.p.log.Warn("accept failed; pausing accepts for 100ms", "addr", l.ff.fe.addr, "error", err)
+				l.ff.cfg.Log.Warn("accept failed; pausing accepts for 100ms", "addr", l.ff.cfg.Addr, "error", err)
 				_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, l.ff.lfd, 0, 0)
 				l.acceptPaused = l.nowNs + int64(100*time.Millisecond)
 			case unix.EINVAL:
@@ -48,13 +48,13 @@ func (l *eventLoop) accept() {
 				// out before draining (cmd/sentry stopListening).
 				l.unlisten()
 			default:
-				l.ff.fe.p.log.Error("accept failed; this loop stops accepting", "addr", l.ff.fe.addr, "error", err)
+				l.ff.cfg.Log.Error("accept failed; this loop stops accepting", "addr", l.ff.cfg.Addr, "error", err)
 				l.unlisten()
 			}
 			return
 		}
-		if max := l.ff.maxConns; max > 0 && l.ff.conns.Load()+int64(l.ff.fe.srv.GetOpenConnectionsCount()) >= int64(max) {
-			l.ff.fe.p.metrics.clientErrors.WithLabelValues(l.ff.fe.addr, "too_many_conns").Inc()
+		if max := l.ff.maxConns; max > 0 && l.ff.conns.Load()+int64(l.ff.cfg.OtherConns()) >= int64(max) {
+			l.ff.cfg.TooManyConns()
 			_, _ = l.sys.Write(fd, tooManyConns)
 			l.sys.Close(fd)
 			continue
@@ -152,7 +152,7 @@ func (l *eventLoop) lingerClose(c *cconn) {
 		l.closeClient(c)
 		return
 	}
-	c.linger = l.nowNs + int64(lingerTimeout)
+	c.linger = l.nowNs + int64(l.ff.cfg.Linger)
 	l.setClientEvents(c, unix.EPOLLIN|unix.EPOLLRDHUP)
 }
 
@@ -168,8 +168,8 @@ func (l *eventLoop) handoff(c *cconn) {
 	if err != nil {
 		_, _ = l.sys.Write(int(f.Fd()), tooManyConns)
 		_ = f.Close()
-		l.ff.fe.p.metrics.clientErrors.WithLabelValues(l.ff.fe.addr, "too_many_conns").Inc()
-		l.ff.fe.p.log.Warn("hand-off to fasthttp failed; connection refused", "addr", l.ff.fe.addr, "error", err)
+		l.ff.cfg.TooManyConns()
+		l.ff.cfg.Log.Warn("hand-off to fasthttp failed; connection refused", "addr", l.ff.cfg.Addr, "error", err)
 		return
 	}
 	_ = f.Close()
@@ -307,8 +307,8 @@ func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	if int64(h.N)+cl > int64(c.n) {
 		return false // the body is not all here: fasthttp streams it
 	}
-	rt := l.ff.fe.route.Load()
-	a := rt.lookup(h.Host.Of(b))
+	rt := l.ff.cfg.Routes.Load()
+	a := rt.Lookup(h.Host.Of(b))
 	if a == nil || !a.LoopOK {
 		return false
 	}
@@ -380,7 +380,7 @@ func (l *eventLoop) admitted(c *cconn, d admission.Decision, b []byte, h *pipeli
 // relay sends c's admitted exchange (parsed as h from b, l.in filled by
 // forwarded) to a backend.
 func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
-	ex, a, in, p := &c.ex, c.ex.a, &l.in, l.ff.fe.p
+	ex, a, in := &c.ex, c.ex.a, &l.in
 	if a.Pool.Healthy() == 0 {
 		l.respond(c, a, pipeline.OutNoBackend, admission.Decision{})
 		return
@@ -408,7 +408,7 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
 		r = append(r, f.Line.Of(b)...)
 	}
 	var fw pipeline.Forwarding
-	l.fwd, fw = pipeline.PlanForwarding(l.fwd, in, c.peer, false, h.Host.Of(b), p.ids)
+	l.fwd, fw = pipeline.PlanForwarding(l.fwd, in, c.peer, false, h.Host.Of(b), l.ff.cfg.IDs)
 	ex.id = append(ex.id[:0], fw.ID...)
 	r = append(append(append(r, "X-Forwarded-For: "...), fw.XFF...), "\r\n"...)
 	r = append(append(append(r, "X-Forwarded-Proto: "...), fw.Proto...), "\r\n"...)

@@ -240,7 +240,7 @@ func (l *eventLoop) run() {
 		n, err := l.sys.EpollWait(l.ep, evs, timeout)
 		l.tick()
 		if err != nil && err != unix.EINTR {
-			l.ff.fe.p.log.Error("epoll_wait failed; event loop stops", "error", err)
+			l.ff.cfg.Log.Error("epoll_wait failed; event loop stops", "error", err)
 			l.closeAll()
 			return
 		}
@@ -364,7 +364,7 @@ func (l *eventLoop) startDrain() {
 		if c.busy() || len(c.out) > 0 {
 			c.closing = true
 		} else if c.linger == 0 {
-			c.grace = l.nowNs + int64(idleGrace)
+			c.grace = l.nowNs + int64(l.ff.cfg.IdleGrace)
 			c.closing = true
 		}
 	}

@@ -11,6 +11,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // evloop_linux.go is the event-loop front end for plain HTTP/1.1 listeners
@@ -48,9 +51,49 @@ const (
 	backendIdle   = 30 * time.Second // as the HostClient's MaxIdleConnDuration
 )
 
+// loopConfig is what a front end of loops is given by package proxy,
+// which starts it (startFast) and serves what it hands off: the
+// listening socket, the server limits, the routes, and the few calls back
+// into proxy. The calls are made on rare paths only (a dial, a refused
+// connection, an access-log line, an error), never per request on a
+// reused backend connection.
+type loopConfig struct {
+	Addr     string       // the listener's policy address (logs, metric labels)
+	Listener net.Listener // its socket, closed by shutdown
+	LFD      int          // its descriptor
+	Loops    int          // how many loops (one per GOMAXPROCS)
+	// Routes is the listener's route table (Host → app), swapped by a
+	// reload; the loop reads it once per request.
+	Routes *atomic.Pointer[pipeline.Route]
+	IDs    *pipeline.IDSource // request IDs
+	Log    hclog.Logger
+
+	MaxHeader int           // server.max_header_bytes
+	MaxConns  int           // server.max_conns, shared with fasthttp's connections (OtherConns)
+	Idle      time.Duration // server.idle_timeout
+	Write     time.Duration // server.write_timeout (0: Idle)
+	Header    time.Duration // server.read_header_timeout
+	Linger    time.Duration // a lingering close's limit (as the fasthttp front end's)
+	IdleGrace time.Duration // draining: an idle connection's time for one more request
+	Handoff   int           // the hand-off queue's length (handoffListener)
+
+	// OtherConns is the client connections fasthttp holds on this
+	// listener (max_conns counts both).
+	OtherConns func() int
+	// BackendConns is the fasthttp front end's connections to u
+	// (max_conns_per_backend counts both); asked when the loop dials.
+	BackendConns func(u *pipeline.Upstream) int
+	// TooManyConns counts a connection refused for max_conns
+	// (sentry_client_errors_total).
+	TooManyConns func()
+	// Access writes an access-log line; called only when the route logs
+	// access.
+	Access func(a *pipeline.App, method, uri []byte, status int, u *pipeline.Upstream, start time.Time, id []byte, o pipeline.Outcome)
+}
+
 // fastFront is the event-loop half of a plain front end.
 type fastFront struct {
-	fe        *frontend
+	cfg       loopConfig
 	ln        net.Listener
 	lfd       int
 	loops     []*eventLoop
@@ -99,21 +142,45 @@ func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
 	if rc.Control(func(fd uintptr) { lfd = int(fd) }) != nil || lfd < 0 {
 		return ln, false
 	}
-	sv := fe.p.cur.Load().snap.Server
-	ff := &fastFront{fe: fe, ln: ln, lfd: lfd, hand: newHandoffListener(ln.Addr(), handoffQueue),
-		maxHeader: sv.MaxHeaderBytes, maxConns: sv.MaxConns, idle: sv.IdleTimeout, write: sv.WriteTimeout, hdr: sv.ReadHeaderTimeout}
+	ff, err := startLoops(fe.loopSettings(ln, lfd))
+	if err != nil {
+		fe.p.log.Warn("event loop unavailable; serving with fasthttp only", "addr", fe.addr, "error", err)
+		return ln, false
+	}
+	fe.fast = ff
+	return ff.hand, true
+}
+
+// loopSettings is the loops' view of fe, with loopConfig's calls back into
+// proxy.
+func (fe *frontend) loopSettings(ln net.Listener, lfd int) loopConfig {
+	p := fe.p
+	sv := p.cur.Load().snap.Server
+	return loopConfig{Addr: fe.addr, Listener: ln, LFD: lfd, Loops: runtime.GOMAXPROCS(0),
+		Routes: &fe.route, IDs: p.ids, Log: p.log,
+		MaxHeader: sv.MaxHeaderBytes, MaxConns: sv.MaxConns, Idle: sv.IdleTimeout, Write: sv.WriteTimeout, Header: sv.ReadHeaderTimeout,
+		Linger: lingerTimeout, IdleGrace: idleGrace, Handoff: handoffQueue,
+		OtherConns:   func() int { return int(fe.srv.GetOpenConnectionsCount()) },
+		BackendConns: func(u *pipeline.Upstream) int { return hostClient(u).ConnsCount() },
+		TooManyConns: func() { p.metrics.clientErrors.WithLabelValues(fe.addr, "too_many_conns").Inc() },
+		Access:       p.accessLine,
+	}
+}
+
+// startLoops starts cfg.Loops loops on cfg's listening socket.
+func startLoops(cfg loopConfig) (*fastFront, error) {
+	ff := &fastFront{cfg: cfg, ln: cfg.Listener, lfd: cfg.LFD, hand: newHandoffListener(cfg.Listener.Addr(), cfg.Handoff),
+		maxHeader: cfg.MaxHeader, maxConns: cfg.MaxConns, idle: cfg.Idle, write: cfg.Write, hdr: cfg.Header}
 	if ff.write <= 0 {
 		ff.write = ff.idle
 	}
-	n := runtime.GOMAXPROCS(0)
-	for i := 0; i < n; i++ {
+	for i := 0; i < cfg.Loops; i++ {
 		l, err := newEvloop(ff)
 		if err != nil {
 			for _, l := range ff.loops {
 				l.closeFDs()
 			}
-			fe.p.log.Warn("event loop unavailable; serving with fasthttp only", "addr", fe.addr, "error", err)
-			return ln, false
+			return nil, err
 		}
 		ff.loops = append(ff.loops, l)
 	}
@@ -122,8 +189,7 @@ func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
 		ff.unlisten.Add(1)
 		go l.run()
 	}
-	fe.fast = ff
-	return ff.hand, true
+	return ff, nil
 }
 
 // shutdown stops accepting, lets the loops' connections finish (idle ones

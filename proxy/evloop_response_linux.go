@@ -267,12 +267,15 @@ func (l *eventLoop) done(c *cconn, o pipeline.Outcome, status int) {
 	}
 	ex.activeIdx = -1
 	// The complete step's last part (pipeline.go): metrics, access log.
-	a, access := ex.a, l.ff.fe.route.Load().access
+	a, access := ex.a, l.ff.cfg.Routes.Load().Access
 	var method, uri []byte
 	if access {
 		method, uri = l.requestLine(c)
 	}
-	l.ff.fe.p.record(a, access, o, status, ex.u, ex.start, method, uri, ex.id)
+	a.Metrics.Observe(o, status, ex.u, ex.start)
+	if access {
+		l.ff.cfg.Access(a, method, uri, status, ex.u, ex.start, ex.id, o)
+	}
 	ex.lbb, ex.u, ex.a = nil, nil, nil
 	l.setState(c, evloop.Idle)
 	c.lastNs = l.nowNs

@@ -91,7 +91,7 @@ func newLoopScript(t *testing.T) *loopScript {
 	fe := &frontend{p: p, addr: addr, done: make(chan struct{})}
 	fe.route.Store(p.cur.Load().routes[addr])
 	sv := snap.Server
-	ff := &fastFront{fe: fe, lfd: 3, maxHeader: sv.MaxHeaderBytes, idle: sv.IdleTimeout, write: sv.WriteTimeout, hdr: sv.ReadHeaderTimeout}
+	ff := &fastFront{cfg: fe.loopSettings(nil, 3), lfd: 3, maxHeader: sv.MaxHeaderBytes, idle: sv.IdleTimeout, write: sv.WriteTimeout, hdr: sv.ReadHeaderTimeout}
 	h.sys.fds[3] = &scriptFD{name: "listen"}
 	h.sys.fds[4] = &scriptFD{name: "epoll"}
 	h.sys.fds[5] = &scriptFD{name: "eventfd"}
@@ -236,7 +236,7 @@ func (h *loopScript) exec(line int, cmd string) []string {
 		_, _ = h.l.sys.Read(h.l.efd, h.l.efdBuf[:])
 		h.l.pollParked()
 	case "failures":
-		for _, b := range h.l.ff.fe.route.Load().def.Pool.Backends() {
+		for _, b := range h.l.ff.cfg.Routes.Load().Default.Pool.Backends() {
 			h.printf("%s: failures=%d healthy=%v", b.Addr(), b.Failures(), b.Healthy())
 		}
 	case "state":

@@ -19,7 +19,7 @@ import (
 type frontend struct {
 	p     *Proxy
 	addr  string
-	route atomic.Pointer[route]
+	route atomic.Pointer[pipeline.Route]
 	srv   *fasthttp.Server
 	h2    *http2.Server
 	h2cfg *http.Server
@@ -86,8 +86,8 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		Logger:                        fasthttpLogger{p.log.Named("http")},
 		DisableHeaderNamesNormalizing: false,
 	}
-	if rt.tls != nil {
-		cert, err := tls.LoadX509KeyPair(rt.tls.CertFile, rt.tls.KeyFile)
+	if rt.TLS != nil {
+		cert, err := tls.LoadX509KeyPair(rt.TLS.CertFile, rt.TLS.KeyFile)
 		if err != nil {
 			return fmt.Errorf("listener %s: %w", addr, err)
 		}
@@ -131,7 +131,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		defer close(fe.done)
 		fe.err = fe.srv.Serve(ln)
 	}()
-	p.log.Info("listening", "addr", addr, "tls", rt.tls != nil)
+	p.log.Info("listening", "addr", addr, "tls", rt.TLS != nil)
 	return nil
 }
 

@@ -60,7 +60,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	req.Header.SetMethod(r.Method)
 	req.SetRequestURI(r.URL.RequestURI())
 	req.Header.SetHost(r.Host) // ":authority" (x/net/http2 falls back to a host header)
-	a := rt.lookup(req.Header.Host())
+	a := rt.Lookup(req.Header.Host())
 	reqID := ""
 	if a != nil {
 		reqID = a.ReqID
@@ -154,7 +154,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = resp.CloseBodyStream()
 	if a != nil {
-		p.recordCtx(a, rt.access, &ctx, o, u, start)
+		p.recordCtx(a, rt.Access, &ctx, o, u, start)
 	}
 }
 

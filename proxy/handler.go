@@ -73,33 +73,6 @@ var (
 	strTextPlain    = []byte("text/plain; charset=utf-8")
 )
 
-// lookup returns the app for a Host header on this route.
-func (rt *route) lookup(host []byte) *pipeline.App {
-	if len(rt.hosts) == 0 {
-		return rt.def
-	}
-	h := hostOnly(host)
-	if a, ok := rt.hosts[string(h)]; ok {
-		return a
-	}
-	if !lowerASCII(h) {
-		var tmp [256]byte
-		if len(h) <= len(tmp) {
-			l := tmp[:len(h)]
-			for i, c := range h {
-				if 'A' <= c && c <= 'Z' {
-					c += 'a' - 'A'
-				}
-				l[i] = c
-			}
-			if a, ok := rt.hosts[string(l)]; ok {
-				return a
-			}
-		}
-	}
-	return rt.def
-}
-
 // closeIfBodyUnread closes the connection after a response sentry made
 // itself when the request's body streams: fasthttp has read at most a
 // prefix of it, and the rest would otherwise be parsed as the next request
@@ -142,7 +115,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	o, ok := checkTarget(&ctx.Request, ctx.IsTLS())
 	var f pipeline.HeadFacts
 	if ok {
-		a = rt.lookup(h.Host())
+		a = rt.Lookup(h.Host())
 		reqID := ""
 		if a != nil {
 			reqID = a.ReqID
@@ -186,7 +159,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	cl := h.ContentLength()
 	if cl != 0 && cl != -2 {
 		if o := p.checkFraming(a, ctx); o != pipeline.OutRelayed {
-			p.recordCtx(a, rt.access, ctx, o, nil, start)
+			p.recordCtx(a, rt.Access, ctx, o, nil, start)
 			return
 		}
 	}
@@ -210,7 +183,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 					return
 				}
 			}
-			p.recordCtx(a, rt.access, ctx, o, nil, start)
+			p.recordCtx(a, rt.Access, ctx, o, nil, start)
 			return
 		}
 		body.streamed = !used || body.client != nil
@@ -225,7 +198,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		// A chunk malformed past the buffer, found while it streamed.
 		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
 	}
-	p.recordCtx(a, rt.access, ctx, o, b, start)
+	p.recordCtx(a, rt.Access, ctx, o, b, start)
 }
 
 // serve runs one request through admission and relay. The response (relayed

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,15 +107,7 @@ type Proxy struct {
 type state struct {
 	snap   *policy.Snapshot
 	apps   []*pipeline.App
-	routes map[string]*route // by listener address
-}
-
-// route maps a Host to an app on one listener.
-type route struct {
-	hosts  map[string]*pipeline.App
-	def    *pipeline.App
-	tls    *policy.TLS
-	access bool // access log on
+	routes map[string]*pipeline.Route // by listener address
 }
 
 // New builds a proxy for snap. Call Serve for each of snap.Listeners.
@@ -154,7 +145,7 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := p.cur.Load()
-	st := &state{snap: snap, routes: map[string]*route{}}
+	st := &state{snap: snap, routes: map[string]*pipeline.Route{}}
 	p.bufs.cap.Store(snap.Server.RequestBufferTotal)
 	byName := map[string]*pipeline.App{}
 	names := make([]string, 0, len(snap.Apps))
@@ -168,14 +159,14 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 		names = append(names, ac.Name)
 	}
 	for _, l := range snap.Listeners {
-		rt := &route{hosts: map[string]*pipeline.App{}, tls: l.TLS, access: snap.Log.Access}
+		rt := &pipeline.Route{Hosts: map[string]*pipeline.App{}, TLS: l.TLS, Access: snap.Log.Access}
 		for _, ac := range l.Apps {
 			for _, h := range ac.Hosts {
-				rt.hosts[h] = byName[ac.Name]
+				rt.Hosts[h] = byName[ac.Name]
 			}
 		}
 		if l.Default != nil {
-			rt.def = byName[l.Default.Name]
+			rt.Default = byName[l.Default.Name]
 		}
 		st.routes[l.Addr] = rt
 	}
@@ -370,32 +361,4 @@ func (p *Proxy) Close() {
 	if p.opts.Control != nil {
 		p.opts.Control.Retain(nil)
 	}
-}
-
-func lowerASCII(b []byte) bool {
-	for _, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			return false
-		}
-	}
-	return true
-}
-
-// hostOnly strips a port from a Host value.
-func hostOnly(h []byte) []byte {
-	if len(h) > 0 && h[0] == '[' { // [v6]:port
-		if i := strings.IndexByte(string(h), ']'); i > 0 {
-			return h[:i+1]
-		}
-		return h
-	}
-	for i := len(h) - 1; i >= 0; i-- {
-		if h[i] == ':' {
-			return h[:i]
-		}
-		if h[i] < '0' || h[i] > '9' {
-			break
-		}
-	}
-	return h
 }
