@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sentry-proxy/sentry/proxy/evloop"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
@@ -23,8 +24,8 @@ type frontend struct {
 	srv   *fasthttp.Server
 	h2    *http2.Server
 	h2cfg *http.Server
-	tls   *tlsListener // nil for plain HTTP
-	fast  *fastFront   // event loops (plain HTTP on Linux); nil if fasthttp serves alone
+	tls   *tlsListener  // nil for plain HTTP
+	fast  *evloop.Front // event loops (plain HTTP on Linux); nil if fasthttp serves alone
 	// h2 streams: server.body_timeout for reading a request body and
 	// server.write_timeout (0 = none) for writing the response.
 	bodyTimeout, writeTimeout time.Duration
@@ -120,7 +121,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	}
 	if fe.tls == nil {
 		// The event loops take the listener; fasthttp serves what they
-		// hand off (see evloop_linux.go). Under p.mu: fe.fast is read
+		// hand off (see package proxy/evloop). Under p.mu: fe.fast is read
 		// under it (metrics) and by Shutdown once fe is published.
 		ln, _ = fe.startFast(ln)
 		ln = &drainListener{Listener: ln, fe: fe}
@@ -169,7 +170,7 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		var loopsDone chan struct{}
 		if fe.fast != nil {
 			loopsDone = make(chan struct{})
-			go func() { defer close(loopsDone); fe.fast.shutdown(ctx) }()
+			go func() { defer close(loopsDone); fe.fast.Shutdown(ctx) }()
 		}
 		err = fe.srv.ShutdownWithContext(ctx)
 		if loopsDone != nil {

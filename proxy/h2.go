@@ -128,7 +128,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	if refused {
 		// Counted as on HTTP/1.1: a client error, not an app's request.
 		p.writeError(&ctx, a, o)
-		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+		p.metrics.clientErrors.WithLabelValues(fe.addr, pipeline.OutcomeReason[o]).Inc()
 		a = nil
 	}
 	resp := &ctx.Response

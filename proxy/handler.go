@@ -135,7 +135,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		// A head refused by the checks counts as one fasthttp could not
 		// parse (sentry_client_errors_total), and, as there, the
 		// connection is closed.
-		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+		p.metrics.clientErrors.WithLabelValues(fe.addr, pipeline.OutcomeReason[o]).Inc()
 		ctx.SetConnectionClose()
 		return
 	}
@@ -179,7 +179,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 				if o == pipeline.OutBadRequest {
 					// A malformed chunked body: counted as a request
 					// fasthttp could not parse, like a refused head.
-					p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+					p.metrics.clientErrors.WithLabelValues(fe.addr, pipeline.OutcomeReason[o]).Inc()
 					return
 				}
 			}
@@ -196,7 +196,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	closeIfBodyUnread(ctx, o)
 	if o == pipeline.OutBadRequest {
 		// A chunk malformed past the buffer, found while it streamed.
-		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+		p.metrics.clientErrors.WithLabelValues(fe.addr, pipeline.OutcomeReason[o]).Inc()
 	}
 	p.recordCtx(a, rt.Access, ctx, o, b, start)
 }

@@ -21,23 +21,6 @@ type metrics struct {
 	clientErrors *prometheus.CounterVec
 }
 
-var outcomeReason = [...]string{
-	pipeline.OutRelayed:          "",
-	pipeline.OutRejected:         "",
-	pipeline.OutNoBackend:        "no_backend",
-	pipeline.OutBackendFailed:    "backend_failed",
-	pipeline.OutBackendTimeout:   "backend_timeout",
-	pipeline.OutBackendBusy:      "backend_busy",
-	pipeline.OutBadRequest:       "bad_request",
-	pipeline.OutNoApp:            "no_app",
-	pipeline.OutClientGone:       "client_gone",
-	pipeline.OutBodyTooLarge:     "body_too_large",
-	pipeline.OutLengthRequired:   "length_required",
-	pipeline.OutBodyTimeout:      "body_timeout",
-	pipeline.OutBufferFull:       "buffer_full",
-	pipeline.OutMethodNotAllowed: "method_not_allowed",
-}
-
 func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -78,7 +61,7 @@ func (m *metrics) forApp(name string) *pipeline.AppMetrics {
 	for c := range am.None {
 		am.None[c] = m.requests.WithLabelValues(name, "none", pipeline.CodeClassNames[c])
 	}
-	for o, r := range outcomeReason {
+	for o, r := range pipeline.OutcomeReason {
 		if r != "" {
 			am.Errs[o] = m.errors.WithLabelValues(name, r)
 		}
@@ -121,10 +104,10 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	c.p.mu.Lock()
 	for addr, fe := range c.p.mu.fronts {
 		if fe.fast != nil {
-			served, handed := fe.fast.counts()
+			served, handed := fe.fast.Counts()
 			ch <- prometheus.MustNewConstMetric(descLoopReqs, prometheus.CounterValue, float64(served), addr)
 			ch <- prometheus.MustNewConstMetric(descLoopHand, prometheus.CounterValue, float64(handed), addr)
-			ch <- prometheus.MustNewConstMetric(descLoopBad, prometheus.CounterValue, float64(fe.fast.illegalTransitions()), addr)
+			ch <- prometheus.MustNewConstMetric(descLoopBad, prometheus.CounterValue, float64(fe.fast.IllegalTransitions()), addr)
 		}
 	}
 	c.p.mu.Unlock()
@@ -164,7 +147,7 @@ func (p *Proxy) accessLine(a *pipeline.App, method, uri []byte, status int, u *p
 	}
 	p.log.Info("access", "app", a.Name, "method", string(method), "uri", string(uri),
 		"status", status, "backend", backend, "duration", time.Since(start),
-		"request_id", string(id), "outcome", outcomeReason[o])
+		"request_id", string(id), "outcome", pipeline.OutcomeReason[o])
 }
 
 // record is the last part of the complete step, for every request that

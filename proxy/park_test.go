@@ -137,7 +137,7 @@ func TestParkedBothEngines(t *testing.T) {
 			var served, handed float64
 			if e == EngineLoops {
 				ff := fastOf(t, h)
-				s, hd := ff.counts()
+				s, hd := ff.Counts()
 				served, handed = float64(s), float64(hd)
 			}
 			decided := func(class, verdict string) float64 {

@@ -87,7 +87,7 @@ type Upstream struct {
 	// assertion to a concrete type, not an interface call.
 	Client any
 	Reqs   [6]prometheus.Counter // by code class
-	// Event-loop front ends (evloop_linux.go): their connections to this
+	// Event-loop front ends (package proxy/evloop): their connections to this
 	// backend (counted against max_conns_per_backend with Client's), its
 	// resolved address, and whether it has left the pool.
 	LoopConns atomic.Int32

@@ -6,7 +6,7 @@ import (
 )
 
 // headers.go is the one header table of the request path and the header
-// policy built on it. The event loops (rawhead.go, evloop_*_linux.go), the
+// policy built on it. The event loops (rawhead.go, package proxy/evloop), the
 // fasthttp handler (handler.go) and HTTP/2 (h2.go) all classify names with
 // FieldKind and apply the policy below; doc.go ("The header policy") says
 // what it does and why.

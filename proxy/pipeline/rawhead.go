@@ -3,7 +3,7 @@ package pipeline
 import "bytes"
 
 // rawhead.go is the strict HTTP/1.1 head parser of the event-loop front end
-// (evloop_linux.go). It only ever says "this is a plain, unambiguous
+// (package proxy/evloop). It only ever says "this is a plain, unambiguous
 // request (or response) head" or "not sure": everything it is not sure
 // about goes to fasthttp (requests) or is a bad gateway (responses), so it
 // never has to be as forgiving as a general parser, and a head it accepts

@@ -108,3 +108,23 @@ func RetryAfterValue(secs int) []byte {
 	}
 	return strconv.AppendInt(nil, int64(secs), 10)
 }
+
+// OutcomeReason is each outcome's reason, as the metrics
+// (sentry_proxy_errors_total) and the access log name it; empty for an
+// answer that is not an error (relayed, or rejected by admission).
+var OutcomeReason = [...]string{
+	OutRelayed:          "",
+	OutRejected:         "",
+	OutNoBackend:        "no_backend",
+	OutBackendFailed:    "backend_failed",
+	OutBackendTimeout:   "backend_timeout",
+	OutBackendBusy:      "backend_busy",
+	OutBadRequest:       "bad_request",
+	OutNoApp:            "no_app",
+	OutClientGone:       "client_gone",
+	OutBodyTooLarge:     "body_too_large",
+	OutLengthRequired:   "length_required",
+	OutBodyTimeout:      "body_timeout",
+	OutBufferFull:       "buffer_full",
+	OutMethodNotAllowed: "method_not_allowed",
+}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package evloop
 
 import (
 	"net"
@@ -12,13 +12,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/admission"
-	"github.com/sentry-proxy/sentry/proxy/evloop"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
-// evloop_client_linux.go: the client side of a loop -- accepting,
+// client_linux.go: the client side of a loop -- accepting,
 // reading, the hand-off to fasthttp, and the request pipeline
-// (pipeline.go) as the loop runs it, parking included.
+// (package pipeline, pipeline.go) as the loop runs it, parking included.
 
 // ---------------------------------------------------------------- clients
 
@@ -100,9 +99,9 @@ func (l *eventLoop) setClientEvents(c *cconn, ev uint32) {
 var strictStates = false
 
 // setState moves c's exchange to state to, checking the transition
-// (package proxy/evloop): an illegal one panics under strictStates (the tests) and
+// (state.go): an illegal one panics under strictStates (the tests) and
 // is counted otherwise.
-func (l *eventLoop) setState(c *cconn, to evloop.State) {
+func (l *eventLoop) setState(c *cconn, to State) {
 	ex := &c.ex
 	if !ex.state.Legal(to) {
 		l.ff.illegal.Add(1)
@@ -176,7 +175,7 @@ func (l *eventLoop) handoff(c *cconn) {
 	// Counted before fasthttp can have served it (the counter must not
 	// lag the response); give closes it if fasthttp is not accepting.
 	l.ff.handed.Add(1)
-	l.ff.hand.give(&prefixConn{Conn: nc, pre: pre})
+	l.ff.Handed.give(&prefixConn{Conn: nc, pre: pre})
 }
 
 func (l *eventLoop) clientEvent(c *cconn, ev uint32) {
@@ -295,7 +294,7 @@ func (v *rawView) Cookie(name string) []byte {
 func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	// Connection lists other than close/keep-alive, Upgrade, and a Host
 	// that is not plainly uri-host[:port] go to fasthttp, where the header
-	// policy's checks answer them (headers.go; doc.go "The header policy").
+	// policy's checks answer them (pipeline/headers.go; proxy/doc.go "The header policy").
 	if h.HostCount != 1 || h.Chunked || h.TeOther || h.Expect || h.Upgrade || h.ConnOther || h.N > l.ff.maxHeader ||
 		!pipeline.ValidHost(h.Host.Of(b)) {
 		return false
@@ -325,11 +324,11 @@ func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	ex.head = string(h.Method.Of(b)) == fasthttp.MethodHead // methods are case-sensitive
 	ex.idem = pipeline.IdempotentMethod(h.Method.Of(b))
 	client := l.forwarded(c, a, b, h)
-	// The decide step (pipeline.go). This engine must not block: a
+	// The decide step (package pipeline, pipeline.go). This engine must not block: a
 	// request whose decision is not made at once parks as an exchange.
 	l.view = rawView{b: b, h: h}
 	d, pend, decided := a.Decide(&ex.t, &l.view, client, l.now, nil, true, l)
-	l.setState(c, evloop.Admitting)
+	l.setState(c, Admitting)
 	l.ff.served.Add(1)
 	if !decided {
 		l.park(c, pend)
@@ -393,7 +392,7 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
 		le++
 	}
 	r = append(r, b[:le+1]...)
-	// The header policy (headers.go): hop-by-hop lines and every copy of
+	// The header policy (pipeline/headers.go): hop-by-hop lines and every copy of
 	// the forwarding headers (any spelling) go; one of each is added.
 	for i := 0; i < h.NFields; i++ {
 		f := &h.Fields[i]
@@ -428,7 +427,7 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
 // counted once, by Estimate.
 func (l *eventLoop) park(c *cconn, pend admission.Pending) {
 	c.ex.pend = pend
-	l.setState(c, evloop.Parked)
+	l.setState(c, Parked)
 	c.ex.parkIdx = len(l.parked)
 	l.parked = append(l.parked, c)
 }
@@ -471,7 +470,7 @@ func (l *eventLoop) pollParked() {
 // the start of c.in, is parsed again and the request relayed or rejected
 // as if decided at once.
 func (l *eventLoop) resume(c *cconn, d admission.Decision) {
-	l.setState(c, evloop.Admitting)
+	l.setState(c, Admitting)
 	b := c.in[:c.n]
 	if pipeline.ParseRequestHead(b, &l.h) != pipeline.HeadOK {
 		// Cannot happen: the same bytes parsed when the request came.

@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package evloop
 
 import (
 	"net/netip"
@@ -12,18 +12,17 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/lb"
-	"github.com/sentry-proxy/sentry/proxy/evloop"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
-// evloop_conn_linux.go: the loop itself -- its connections and exchanges
+// conn_linux.go: the loop itself -- its connections and exchanges
 // (cconn, exch, bconn), its run loop, its timers (sweep) and the raw
 // syscalls it makes.
 
 // cconn is a client connection held by a loop.
 type cconn struct {
 	fd      int
-	idx     int // in evloop.clients
+	idx     int // in clients
 	peer    netip.Addr
 	in      []byte // nil while idle with nothing buffered
 	n       int
@@ -39,12 +38,12 @@ type cconn struct {
 	ex      exch
 }
 
-// busy tells whether an exchange is in progress on c (evloop.State).
-func (c *cconn) busy() bool { return c.ex.state != evloop.Idle }
+// busy tells whether an exchange is in progress on c (State).
+func (c *cconn) busy() bool { return c.ex.state != Idle }
 
 // exch is the exchange in progress on a client connection.
 type exch struct {
-	state     evloop.State // where the exchange is (package proxy/evloop); changed only by setState
+	state     State // where the exchange is (state.go); changed only by setState
 	a         *pipeline.App
 	lbb       *lb.Backend
 	u         *pipeline.Upstream
@@ -57,13 +56,13 @@ type exch struct {
 	start     time.Time
 	dispatch  time.Time
 	inService int
-	t         pipeline.Ticket // the request's admission (pipeline.go)
+	t         pipeline.Ticket // the request's admission (package pipeline, pipeline.go)
 	id        []byte
 	attempts  int // attempts to relay so far, the current one included (pipeline.TryAgain)
 	deadline  int64
 	activeIdx int
 	// pend is the admission ticket of an exchange parked for its batch
-	// decision (nil otherwise); parkIdx is its place in evloop.parked.
+	// decision (nil otherwise); parkIdx is its place in parked.
 	pend    admission.Pending
 	parkIdx int
 	// response
@@ -98,12 +97,12 @@ type bconn struct {
 
 // eventLoop is one event loop.
 type eventLoop struct {
-	ff      *fastFront
+	ff      *Front
 	ep, efd int
-	sys     evloop.Sys   // the kernel (evloop.RawSys) or a script
-	clock   evloop.Clock // time.Now or a manual clock
+	sys     Sys   // the kernel (RawSys) or a script
+	clock   Clock // time.Now or a manual clock
 	// trace, if set (tests), sees every exchange-state transition.
-	trace  func(c *cconn, from, to evloop.State)
+	trace  func(c *cconn, from, to State)
 	efdBuf [8]byte    // the eventfd's counter, read on a wake-up
 	drop   [4096]byte // what a lingering close reads and drops
 
@@ -152,7 +151,7 @@ func (l *eventLoop) unlisten() {
 	l.ff.unlisten.Done()
 }
 
-func newEvloop(ff *fastFront) (*eventLoop, error) {
+func newEvloop(ff *Front) (*eventLoop, error) {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
@@ -162,7 +161,7 @@ func newEvloop(ff *fastFront) (*eventLoop, error) {
 		unix.Close(ep)
 		return nil, err
 	}
-	l := &eventLoop{ff: ff, ep: ep, efd: efd, sys: evloop.RawSys{}, clock: time.Now, idleBk: map[*pipeline.Upstream][]*bconn{}}
+	l := &eventLoop{ff: ff, ep: ep, efd: efd, sys: RawSys{}, clock: time.Now, idleBk: map[*pipeline.Upstream][]*bconn{}}
 	if err := l.sys.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, unix.EPOLLIN, tagWake); err != nil {
 		l.closeFDs()
 		return nil, err
@@ -291,10 +290,10 @@ func (l *eventLoop) sweep() {
 		// While the client has not taken what was relayed, the backend
 		// is not read, so its idle deadline waits (the write timeout
 		// covers the client); flush restarts it.
-		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == evloop.Relaying && len(c.out) > 0) {
-			if ex.state == evloop.Connecting {
+		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == Relaying && len(c.out) > 0) {
+			if ex.state == Connecting {
 				l.dialFailed(ex.b)
-			} else if ex.state != evloop.Relaying {
+			} else if ex.state != Relaying {
 				l.release(ex, false)
 				l.respond(c, ex.a, pipeline.OutBackendTimeout, admission.Decision{})
 			} else {

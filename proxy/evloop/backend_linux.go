@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package evloop
 
 import (
 	"syscall"
@@ -8,11 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/admission"
-	"github.com/sentry-proxy/sentry/proxy/evloop"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
-// evloop_backend_linux.go: the backend side of a loop -- picking a
+// backend_linux.go: the backend side of a loop -- picking a
 // backend, connecting, sending the request, failures and retries
 // (pipeline.TryAgain), and reading the response head.
 
@@ -134,11 +133,11 @@ func (l *eventLoop) bind(c *cconn, bc *bconn) {
 	}
 	if bc.connecting {
 		bc.connecting = false // the exchange's state says it from here
-		l.setState(c, evloop.Connecting)
+		l.setState(c, Connecting)
 		ex.deadline = l.nowNs + ex.a.Shared.Connect.Load()
 		return
 	}
-	l.setState(c, evloop.Sending)
+	l.setState(c, Sending)
 	ex.deadline = l.nowNs + ex.a.Shared.Idle.Load()
 	l.send(bc)
 }
@@ -171,7 +170,7 @@ func (l *eventLoop) backendEvent(bc *bconn, ev uint32) {
 		l.closeBackend(bc)
 		return
 	}
-	if c.ex.state == evloop.Connecting {
+	if c.ex.state == Connecting {
 		if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) == 0 {
 			return
 		}
@@ -179,7 +178,7 @@ func (l *eventLoop) backendEvent(bc *bconn, ev uint32) {
 			l.dialFailed(bc)
 			return
 		}
-		l.setState(c, evloop.Sending)
+		l.setState(c, Sending)
 		c.ex.deadline = l.nowNs + c.ex.a.Shared.Idle.Load()
 		l.send(bc)
 		return
@@ -231,7 +230,7 @@ func (l *eventLoop) connectFailed(c *cconn) bool {
 func (l *eventLoop) backendBroke(bc *bconn, f pipeline.Failure) {
 	c := bc.c
 	ex := &c.ex
-	if ex.state == evloop.Relaying {
+	if ex.state == Relaying {
 		// Part of the response is out: the client connection cannot
 		// carry an error response now.
 		l.abort(c, pipeline.OutBackendFailed)
@@ -276,7 +275,7 @@ func (l *eventLoop) readBackend(bc *bconn) {
 	}
 	if m <= 0 {
 		switch {
-		case ex.state != evloop.Relaying:
+		case ex.state != Relaying:
 			l.backendBroke(bc, pipeline.FailBroken)
 		case ex.mode == bodyClose:
 			ex.bkClose = true
@@ -290,7 +289,7 @@ func (l *eventLoop) readBackend(bc *bconn) {
 	ex.gotBytes = true
 	ex.deadline = l.nowNs + ex.a.Shared.Idle.Load()
 	data := bc.in[:bc.n]
-	if ex.state != evloop.Relaying {
+	if ex.state != Relaying {
 		for {
 			switch pipeline.ParseResponseHead(data, &l.rh) {
 			case pipeline.HeadIncomplete:

@@ -1,12 +1,10 @@
 //go:build linux
 
-package proxy
+package evloop
 
 import (
 	"context"
 	"net"
-	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -16,8 +14,8 @@ import (
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
-// evloop_linux.go is the event-loop front end for plain HTTP/1.1 listeners
-// (see "Engine decision" in doc.go). A few loops (one per GOMAXPROCS), each
+// front_linux.go is the event-loop front end for plain HTTP/1.1 listeners
+// (see "Engine decision" in proxy/doc.go). A few loops (one per GOMAXPROCS), each
 // one goroutine around its own epoll set, share the listening socket and
 // serve the common request themselves, client and backend sockets alike,
 // with no goroutine per connection: a whole, plain HTTP/1.1 head (and any
@@ -28,12 +26,13 @@ import (
 // far to the fasthttp front end, which serves that connection from then on.
 //
 // The loop is split by responsibility: this file starts and stops the
-// loops and hands connections to fasthttp; evloop_conn_linux.go has the
+// loops and hands connections to fasthttp; conn_linux.go has the
 // loop, its connection and exchange types, timers and syscalls;
-// evloop_client_linux.go the client side and the pipeline as the loop
-// runs it; evloop_backend_linux.go the backend side and retries;
-// evloop_response_linux.go the response relay and the end of an exchange.
-// Where an exchange is, is its evloop.State (package proxy/evloop).
+// client_linux.go the client side and the pipeline as the loop
+// runs it; backend_linux.go the backend side and retries;
+// response_linux.go the response relay and the end of an exchange;
+// reply_linux.go the answers sentry writes itself.
+// Where an exchange is, is its State (state.go).
 
 // The listening socket and the wake-up eventfd are registered under tags
 // that no descriptor number can take: once the listener is closed, its
@@ -57,7 +56,7 @@ const (
 // into proxy. The calls are made on rare paths only (a dial, a refused
 // connection, an access-log line, an error), never per request on a
 // reused backend connection.
-type loopConfig struct {
+type Config struct {
 	Addr     string       // the listener's policy address (logs, metric labels)
 	Listener net.Listener // its socket, closed by shutdown
 	LFD      int          // its descriptor
@@ -92,12 +91,12 @@ type loopConfig struct {
 }
 
 // fastFront is the event-loop half of a plain front end.
-type fastFront struct {
-	cfg       loopConfig
+type Front struct {
+	cfg       Config
 	ln        net.Listener
 	lfd       int
 	loops     []*eventLoop
-	hand      *handoffListener
+	Handed    *handoffListener
 	conns     atomic.Int64 // client connections the loops hold
 	draining  atomic.Bool
 	closing   atomic.Bool
@@ -110,66 +109,12 @@ type fastFront struct {
 	hdr       time.Duration // server.read_header_timeout
 
 	served, handed atomic.Uint64 // requests answered by the loops; connections handed off
-	illegal        atomic.Uint64 // illegal exchange-state transitions (package proxy/evloop)
-}
-
-// fastDisabled turns the event loop off (SENTRY_EVLOOP=0) for EngineAuto:
-// every connection is served by fasthttp. For comparison and as an escape
-// hatch.
-var fastDisabled = os.Getenv("SENTRY_EVLOOP") == "0"
-
-// startFast starts the loops on ln and returns the listener fasthttp
-// serves (connections handed off by the loops). ok is false when the event
-// loop cannot be used; fasthttp then serves ln itself.
-func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
-	switch fe.p.opts.Engine {
-	case EngineFastHTTP:
-		return ln, false
-	case EngineAuto:
-		if fastDisabled {
-			return ln, false
-		}
-	}
-	sc, ok := ln.(syscall.Conn)
-	if !ok {
-		return ln, false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return ln, false
-	}
-	lfd := -1
-	if rc.Control(func(fd uintptr) { lfd = int(fd) }) != nil || lfd < 0 {
-		return ln, false
-	}
-	ff, err := startLoops(fe.loopSettings(ln, lfd))
-	if err != nil {
-		fe.p.log.Warn("event loop unavailable; serving with fasthttp only", "addr", fe.addr, "error", err)
-		return ln, false
-	}
-	fe.fast = ff
-	return ff.hand, true
-}
-
-// loopSettings is the loops' view of fe, with loopConfig's calls back into
-// proxy.
-func (fe *frontend) loopSettings(ln net.Listener, lfd int) loopConfig {
-	p := fe.p
-	sv := p.cur.Load().snap.Server
-	return loopConfig{Addr: fe.addr, Listener: ln, LFD: lfd, Loops: runtime.GOMAXPROCS(0),
-		Routes: &fe.route, IDs: p.ids, Log: p.log,
-		MaxHeader: sv.MaxHeaderBytes, MaxConns: sv.MaxConns, Idle: sv.IdleTimeout, Write: sv.WriteTimeout, Header: sv.ReadHeaderTimeout,
-		Linger: lingerTimeout, IdleGrace: idleGrace, Handoff: handoffQueue,
-		OtherConns:   func() int { return int(fe.srv.GetOpenConnectionsCount()) },
-		BackendConns: func(u *pipeline.Upstream) int { return hostClient(u).ConnsCount() },
-		TooManyConns: func() { p.metrics.clientErrors.WithLabelValues(fe.addr, "too_many_conns").Inc() },
-		Access:       p.accessLine,
-	}
+	illegal        atomic.Uint64 // illegal exchange-state transitions (state.go)
 }
 
 // startLoops starts cfg.Loops loops on cfg's listening socket.
-func startLoops(cfg loopConfig) (*fastFront, error) {
-	ff := &fastFront{cfg: cfg, ln: cfg.Listener, lfd: cfg.LFD, hand: newHandoffListener(cfg.Listener.Addr(), cfg.Handoff),
+func Start(cfg Config) (*Front, error) {
+	ff := &Front{cfg: cfg, ln: cfg.Listener, lfd: cfg.LFD, Handed: newHandoffListener(cfg.Listener.Addr(), cfg.Handoff),
 		maxHeader: cfg.MaxHeader, maxConns: cfg.MaxConns, idle: cfg.Idle, write: cfg.Write, hdr: cfg.Header}
 	if ff.write <= 0 {
 		ff.write = ff.idle
@@ -195,7 +140,7 @@ func startLoops(cfg loopConfig) (*fastFront, error) {
 // shutdown stops accepting, lets the loops' connections finish (idle ones
 // get idleGrace for one more request, all responses say Connection: close)
 // until ctx is done, then closes what is left and stops the loops.
-func (ff *fastFront) shutdown(ctx context.Context) {
+func (ff *Front) Shutdown(ctx context.Context) {
 	ff.draining.Store(true)
 	for _, l := range ff.loops {
 		l.wake()
@@ -229,11 +174,11 @@ func (ff *fastFront) shutdown(ctx context.Context) {
 
 // counts returns the requests the loops answered and the connections they
 // handed off.
-func (ff *fastFront) counts() (served, handed uint64) { return ff.served.Load(), ff.handed.Load() }
+func (ff *Front) Counts() (served, handed uint64) { return ff.served.Load(), ff.handed.Load() }
 
 // illegalTransitions is the number of illegal exchange-state transitions
-// the loops made (package proxy/evloop): a bug counted, not a crash.
-func (ff *fastFront) illegalTransitions() uint64 { return ff.illegal.Load() }
+// the loops made (state.go): a bug counted, not a crash.
+func (ff *Front) IllegalTransitions() uint64 { return ff.illegal.Load() }
 
 // handoffListener hands connections from the loops to fasthttp.
 //
@@ -248,10 +193,6 @@ type handoffListener struct {
 	done      chan struct{}
 	closeOnce sync.Once
 }
-
-// handoffQueue is the queue's length: enough to absorb a burst without
-// stalling a loop while fasthttp's accept loop catches up.
-var handoffQueue = 256 // a variable for tests
 
 func newHandoffListener(addr net.Addr, size int) *handoffListener {
 	return &handoffListener{addr: addr, ch: make(chan net.Conn, size), done: make(chan struct{})}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package evloop
 
 import (
 	"bytes"
@@ -10,11 +10,10 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/estimator"
-	"github.com/sentry-proxy/sentry/proxy/evloop"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
-// evloop_response_linux.go: the response side of a loop -- the head
+// response_linux.go: the response side of a loop -- the head
 // rewritten and the body relayed to the client (backpressure included),
 // and the end of an exchange (finish, abort, respond, done).
 
@@ -43,7 +42,7 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	ex.bkClose = rh.ConnClose || rh.Minor == 0 && !rh.ConnKeepAlive
 	now := l.clock()
 	l.release(ex, true)
-	// The complete step (pipeline.go): the ticket is told the outcome.
+	// The complete step (package pipeline, pipeline.go): the ticket is told the outcome.
 	st := rh.FindKind(data, pipeline.KindServerTiming)
 	strip := a.Observe(&ex.t, admission.Result{ServerTiming: st, Measured: now.Sub(ex.dispatch), InService: ex.inService, End: now})
 
@@ -84,7 +83,7 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	}
 	out = append(out, "\r\n"...)
 	c.out = out
-	l.setState(c, evloop.Relaying)
+	l.setState(c, Relaying)
 	l.forward(c, bc, data[rh.N:])
 }
 
@@ -172,7 +171,7 @@ func (l *eventLoop) flush(c *cconn) {
 		l.setClientEvents(c, c.events&^unix.EPOLLOUT)
 	}
 	if c.busy() {
-		if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.state == evloop.Relaying && bc.events&unix.EPOLLIN == 0 {
+		if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.state == Relaying && bc.events&unix.EPOLLIN == 0 {
 			l.setBackendEvents(bc, bc.events|unix.EPOLLIN|unix.EPOLLRDHUP)
 			c.ex.deadline = l.nowNs + c.ex.a.Shared.Idle.Load()
 		}
@@ -227,7 +226,7 @@ func (l *eventLoop) finish(c *cconn) {
 // closed unless it is the client that went away.
 func (l *eventLoop) abort(c *cconn, o pipeline.Outcome) {
 	ex := &c.ex
-	if ex.state == evloop.Parked {
+	if ex.state == Parked {
 		// Parked: the request leaves its batch queue, counted as gone
 		// (o is pipeline.OutClientGone: only a client close or the loop's close
 		// ends a parked exchange).
@@ -242,7 +241,7 @@ func (l *eventLoop) abort(c *cconn, o pipeline.Outcome) {
 	}
 	l.release(ex, o != pipeline.OutBackendFailed && o != pipeline.OutBackendTimeout)
 	st := ex.status
-	if ex.state != evloop.Relaying {
+	if ex.state != Relaying {
 		st = pipeline.StatusOf(o)
 	}
 	if o == pipeline.OutClientGone {
@@ -266,7 +265,7 @@ func (l *eventLoop) done(c *cconn, o pipeline.Outcome, status int) {
 		l.active = l.active[:len(l.active)-1]
 	}
 	ex.activeIdx = -1
-	// The complete step's last part (pipeline.go): metrics, access log.
+	// The complete step's last part (package pipeline, pipeline.go): metrics, access log.
 	a, access := ex.a, l.ff.cfg.Routes.Load().Access
 	var method, uri []byte
 	if access {
@@ -277,7 +276,7 @@ func (l *eventLoop) done(c *cconn, o pipeline.Outcome, status int) {
 		l.ff.cfg.Access(a, method, uri, status, ex.u, ex.start, ex.id, o)
 	}
 	ex.lbb, ex.u, ex.a = nil, nil, nil
-	l.setState(c, evloop.Idle)
+	l.setState(c, Idle)
 	c.lastNs = l.nowNs
 	if c.in != nil && ex.total <= c.n {
 		c.n = copy(c.in, c.in[ex.total:c.n])
