@@ -153,7 +153,7 @@ func startControlledOn(t *testing.T, e Engine, ctl *fakeControl, be string) *har
 	return startProxyOpts(t, []string{be}, Options{Control: ctl, Engine: e}, func(_ *policy.Snapshot, a *policy.App) { a.Admission.Mode = "batch" })
 }
 
-// TestAdmissionPath runs the pipeline (pipeline.go) on each engine: the
+// TestAdmissionPath runs the pipeline (package pipeline) on each engine: the
 // same calls in the same order (classify, estimate, park, and done for a
 // relayed request only), the ticket told the arrival the estimate
 // counted, the same verdict counts and the same rejection.

@@ -27,17 +27,41 @@
 //	  ─> lb.Pool.Pick ─> fasthttp.HostClient.Do(&ctx.Request, &ctx.Response)
 //	  ─> done: lb.Release, metrics (atomic adds on pre-resolved series)
 //
-// The stages after routing are written once, in pipeline.go, and both
-// engines (and h2) run them in the same order: decide (app.decide:
-// classify, estimate -- which counts the arrival --, Park; the engine
-// waits its own way; app.admitted counts the verdict once), the engine's
-// healthy-backend check and forwarding plan (pipeline.PlanForwarding), the relay
-// with the one retry policy (pipeline.TryAgain, retry.go), and complete
-// (app.observe tells the admission ticket its outcome, Controller.Done
-// with an admission.Result, and says whether to strip Server-Timing;
-// Proxy.record does the metrics and the access log). An engine supplies
-// only a view of the request (classify.Request), its peer address, a
-// Waker, and its own header writing.
+// The stages after routing are written once, in package pipeline
+// (proxy/pipeline), and both engines (and h2) run them in the same order:
+// decide (App.Decide: classify, estimate -- which counts the arrival --,
+// Park; the engine waits its own way; App.Admitted counts the verdict
+// once), the engine's healthy-backend check and forwarding plan
+// (pipeline.PlanForwarding), the relay with the one retry policy
+// (pipeline.TryAgain), and complete (App.Observe tells the admission
+// ticket its outcome, Controller.Done with an admission.Result, and says
+// whether to strip Server-Timing; then AppMetrics.Observe and, when the
+// route logs access, the access line). An engine supplies only a view of
+// the request (classify.Request), its peer address, a Waker, and its own
+// header writing.
+//
+// # Package layout
+//
+//   - proxy/pipeline: what both engines need and neither owns -- the
+//     per-app runtime (App, Upstream, AppMetrics, Controller), routing
+//     (Route), the pipeline steps, the header policy's table and the
+//     forwarding plan, request IDs, outcomes and the one status map, the
+//     retry policy, the reply decision (ReplyFor) and the raw head
+//     parsers. It imports neither engine, nor fasthttp.
+//   - proxy/evloop: the event loops, whole -- accept, read, parse,
+//     park/resume, relay to backends, timers, drain, hand-off -- with the
+//     exchange State, the Sys interface and the Clock they run on. It
+//     never imports package proxy: proxy starts it (evloop.Start) with an
+//     evloop.Config holding the listener, the limits, the route table and
+//     four calls back for rare paths (dial cap, refused connection, access
+//     line, fasthttp's connection count); see evloop_start_linux.go.
+//   - proxy (this package): Proxy, its listeners and reloads, the fasthttp
+//     and h2 front ends with what reads fasthttp's types
+//     (fasthttp_adapt.go), the metrics registration, and the wiring that
+//     starts the loops (Options.Engine is the public switch).
+//
+// Both import-graph rules are pinned by TestImportGraph in
+// proxy/pipeline and proxy/evloop.
 //
 // # Engine decision
 //
@@ -62,8 +86,8 @@
 //     non-blocking read/write calls: no goroutine per connection, no park
 //     and wake per message, one read per message. It polls epoll without
 //     blocking first and blocks in epoll_wait only when nothing is ready
-//     (evloop.wait gives the measured trade-off against parking in Go's
-//     netpoller); a loop that always finds work yields once a
+//     (evloop.RawSys.EpollWait gives the measured trade-off against
+//     parking in Go's netpoller); a loop that always finds work yields once a
 //     millisecond so other goroutines run. Its parser (rawhead.go) is strict
 //     and narrow: it takes an HTTP/1.1 origin-form request with a path
 //     that needs no normalisation, one Host, at most one Content-Length and

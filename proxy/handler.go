@@ -16,7 +16,7 @@ import (
 // exchange is the per-request scratch space, pooled so the request path
 // does not allocate.
 type exchange struct {
-	t     pipeline.Ticket // the request's admission (pipeline.go)
+	t     pipeline.Ticket // the request's admission (package pipeline)
 	ctx   *fasthttp.RequestCtx
 	buf   []byte              // forwarding headers and the request ID
 	chain []byte              // a trusted proxy's X-Forwarded-For lines, merged
@@ -239,7 +239,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		client = a.ClientAddr(peer, x.in.XFF)
 	}
 
-	// The decide step (pipeline.go): classify, estimate, admit. This
+	// The decide step (package pipeline): classify, estimate, admit. This
 	// engine may block, so a parked request waits here; it leaves its
 	// batch queue when its client hangs up.
 	d, pend, decided := a.Decide(&x.t, x, client, start, gone, false, x.wake)
@@ -349,7 +349,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	dispatch := time.Now()
 	o, u, inService := p.relay(a, out, &ctx.Response, cb)
 	if o == pipeline.OutRelayed {
-		// The complete step (pipeline.go): the ticket is told the
+		// The complete step (package pipeline): the ticket is told the
 		// outcome.
 		now := time.Now()
 		rh := &ctx.Response.Header

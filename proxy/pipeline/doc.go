@@ -14,6 +14,8 @@
 //     request-ID header, prebuilt rejection, body cap), the backends it
 //     relays to (Upstream, lb.Backend's Attachment) and the per-app series
 //     both engines count (AppMetrics);
+//   - route.go: a listener's route table, Host to App (Route.Lookup),
+//     which a front end holds in an atomic pointer swapped by a reload;
 //   - reply.go: the one decision of what sentry answers itself (ReplyFor:
 //     the rejection or the failure table's error); each engine serialises
 //     the Reply its own way;
@@ -24,8 +26,9 @@
 //   - forwarded.go: trusted_proxies and the client address from a trusted
 //     X-Forwarded-For (Trusted, ClientFromXFF);
 //   - requestid.go: request IDs (IDSource);
-//   - status.go: the outcome of an exchange (Outcome) and the one map from
-//     outcome to status (StatusOf);
+//   - status.go: the outcome of an exchange (Outcome), the one map from
+//     outcome to status (StatusOf) and its reason as metrics and access
+//     log name it (OutcomeReason);
 //   - retry.go: the one retry policy (TryAgain, Failure, MaxAttempts);
 //   - rawhead.go: the strict raw head parsers the event loops use
 //     (ParseRequestHead, ParseResponseHead, ChunkTracker).
@@ -43,10 +46,10 @@
 //   - Upstream.Client holds the fasthttp front end's *fasthttp.HostClient
 //     as an any; package proxy reads it with a type assertion to that
 //     concrete type (no interface call, no allocation).
-//   - The event loops' raw serialisation of a Reply (proxy's appendReply)
-//     stays with the loops: its status line must read byte for byte as
-//     fasthttp's (fasthttp.StatusMessage), and net/http's StatusText
-//     differs for some codes.
+//   - The event loops' raw serialisation of a Reply (appendReply, in
+//     package proxy/evloop) stays with the loops: its status line must
+//     read byte for byte as fasthttp's (fasthttp.StatusMessage), and
+//     net/http's StatusText differs for some codes.
 //
 // Metrics registration (the Prometheus vectors, the access log) stays in
 // package proxy, which resolves an AppMetrics per app once; the request

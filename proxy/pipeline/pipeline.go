@@ -8,19 +8,19 @@ import (
 	"github.com/sentry-proxy/sentry/classify"
 )
 
-// The request pipeline, once for every engine (doc.go, "The request
-// path"). An engine parses and checks the head, routes it to an app, and
+// The request pipeline, once for every engine (proxy/doc.go, "The
+// request path"). An engine parses and checks the head, routes it to an app, and
 // then runs these steps in this order, supplying only a view of the
 // request (classify.Request), the client's address as the header policy
-// read it (clientAddr), and its own way to wait and to write headers:
+// read it (ClientAddr), and its own way to wait and to write headers:
 //
-//	decide    a.decide      classify, estimate (counts the arrival), ask admission (Park)
+//	decide    a.Decide      classify, estimate (counts the arrival), ask admission (Park)
 //	          (engine)      wait for a parked decision: block (fasthttp, h2) or park the exchange (loops)
-//	          a.admitted    count the verdict once; map it to what comes next
+//	          a.Admitted    count the verdict once; map it to what comes next
 //	          (engine)      no healthy backend → 503; plan the forwarding headers (PlanForwarding)
 //	relay     (engine)      send, retry by TryAgain, read the response head
-//	complete  a.observe     tell the ticket the outcome (Controller.Done); say whether to strip Server-Timing
-//	          p.record      metrics, then the access log
+//	complete  a.Observe     tell the ticket the outcome (Controller.Done); say whether to strip Server-Timing
+//	          (engine)      metrics (a.Metrics.Observe), then the access log
 //
 // Nothing here allocates: the ticket lives in the engine's pooled
 // per-exchange state.
