@@ -53,8 +53,9 @@
 //     exchange State, the Sys interface and the Clock they run on. It
 //     never imports package proxy: proxy starts it (evloop.Start) with an
 //     evloop.Config holding the listener, the limits, the route table and
-//     four calls back for rare paths (dial cap, refused connection, access
-//     line, fasthttp's connection count); see evloop_start_linux.go.
+//     four calls back, none on the common path (dial cap, refused
+//     connection, access line when logged, fasthttp's connection count);
+//     see evloop_start_linux.go.
 //   - proxy (this package): Proxy, its listeners and reloads, the fasthttp
 //     and h2 front ends with what reads fasthttp's types
 //     (fasthttp_adapt.go), the metrics registration, and the wiring that

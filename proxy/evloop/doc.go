@@ -15,8 +15,8 @@
 // Package proxy imports evloop and starts it (Start) with a Config: the
 // listening socket, the server limits, the route table (an
 // atomic.Pointer[pipeline.Route] swapped by a reload), the request-ID
-// source, the logger, and four calls back into proxy, each on a rare path
-// only: BackendConns (fasthttp's connections to a backend, asked when the
+// source, the logger, and four calls back into proxy, none on the common
+// path: BackendConns (fasthttp's connections to a backend, asked when the
 // loop dials: max_conns_per_backend counts both), OtherConns (fasthttp's
 // client connections, asked on accept when max_conns is set),
 // TooManyConns (a refused connection's metric) and Access (an access-log

@@ -50,12 +50,13 @@ const (
 	backendIdle   = 30 * time.Second // as the HostClient's MaxIdleConnDuration
 )
 
-// loopConfig is what a front end of loops is given by package proxy,
+// Config is what a front end of loops is given by package proxy,
 // which starts it (startFast) and serves what it hands off: the
 // listening socket, the server limits, the routes, and the few calls back
-// into proxy. The calls are made on rare paths only (a dial, a refused
-// connection, an access-log line, an error), never per request on a
-// reused backend connection.
+// into proxy. None of the calls is on the common path: BackendConns is
+// asked when the loop dials, OtherConns on accept with max_conns set,
+// TooManyConns on a refusal, and Access only when the route logs access
+// (a path that formats and writes a line anyway).
 type Config struct {
 	Addr     string       // the listener's policy address (logs, metric labels)
 	Listener net.Listener // its socket, closed by shutdown
@@ -90,7 +91,8 @@ type Config struct {
 	Access func(a *pipeline.App, method, uri []byte, status int, u *pipeline.Upstream, start time.Time, id []byte, o pipeline.Outcome)
 }
 
-// fastFront is the event-loop half of a plain front end.
+// Front is the event-loop half of a plain front end: its loops and the
+// listener (Handed) through which they hand connections to fasthttp.
 type Front struct {
 	cfg       Config
 	ln        net.Listener
@@ -112,7 +114,7 @@ type Front struct {
 	illegal        atomic.Uint64 // illegal exchange-state transitions (state.go)
 }
 
-// startLoops starts cfg.Loops loops on cfg's listening socket.
+// Start starts cfg.Loops loops on cfg's listening socket.
 func Start(cfg Config) (*Front, error) {
 	ff := &Front{cfg: cfg, ln: cfg.Listener, lfd: cfg.LFD, Handed: newHandoffListener(cfg.Listener.Addr(), cfg.Handoff),
 		maxHeader: cfg.MaxHeader, maxConns: cfg.MaxConns, idle: cfg.Idle, write: cfg.Write, hdr: cfg.Header}
@@ -137,7 +139,7 @@ func Start(cfg Config) (*Front, error) {
 	return ff, nil
 }
 
-// shutdown stops accepting, lets the loops' connections finish (idle ones
+// Shutdown stops accepting, lets the loops' connections finish (idle ones
 // get idleGrace for one more request, all responses say Connection: close)
 // until ctx is done, then closes what is left and stops the loops.
 func (ff *Front) Shutdown(ctx context.Context) {
@@ -172,11 +174,11 @@ func (ff *Front) Shutdown(ctx context.Context) {
 	}
 }
 
-// counts returns the requests the loops answered and the connections they
+// Counts returns the requests the loops answered and the connections they
 // handed off.
 func (ff *Front) Counts() (served, handed uint64) { return ff.served.Load(), ff.handed.Load() }
 
-// illegalTransitions is the number of illegal exchange-state transitions
+// IllegalTransitions is the number of illegal exchange-state transitions
 // the loops made (state.go): a bug counted, not a crash.
 func (ff *Front) IllegalTransitions() uint64 { return ff.illegal.Load() }
 

@@ -13,7 +13,10 @@
 //   - app.go: the per-app runtime (App: policy, pool, Controller, trust,
 //     request-ID header, prebuilt rejection, body cap), the backends it
 //     relays to (Upstream, lb.Backend's Attachment) and the per-app series
-//     both engines count (AppMetrics);
+//     both engines count (AppMetrics); an Upstream also carries what the
+//     event loops keep per backend (their connection count, its resolved
+//     address: LoopSockaddr in loopaddr_linux.go), since it is the one
+//     record both engines find through the pool;
 //   - route.go: a listener's route table, Host to App (Route.Lookup),
 //     which a front end holds in an atomic pointer swapped by a reload;
 //   - reply.go: the one decision of what sentry answers itself (ReplyFor:

@@ -12,7 +12,7 @@ import (
 // loopAddr is a backend's address for the event loops.
 type loopAddr struct{ sa unix.Sockaddr }
 
-// sockaddr returns the backend's address for connect(2); it is resolved
+// LoopSockaddr returns the backend's address for connect(2); it is resolved
 // once (backends are IP:port; DNS names are resolved by the pool).
 func (u *Upstream) LoopSockaddr() (unix.Sockaddr, error) {
 	if sa := u.sa.Load(); sa != nil {
