@@ -38,12 +38,12 @@ import (
 // return (the connection is back in the pool) and the unbind that
 // follows; a reset that lands there closes an idle pooled connection, and
 // the next exchange on it fails as on any connection its backend closed
-// (net.ErrClosed is failBroken: retried when replayable).
+// (net.ErrClosed is pipeline.FailBroken: retried when replayable).
 //
 // Cost: an h2 request's body always goes as a stream (one small object),
 // so a body-less request carries Content-Length: 0 to the backend, and no
 // h2 request takes fasthttp's own retry of a stale keep-alive connection
-// (sentry's retry policy, tryAgain, still applies: a body held whole is
+// (sentry's retry policy, pipeline.TryAgain, still applies: a body held whole is
 // replayable).
 
 // abortable is one h2 stream's hold on the backend connection its

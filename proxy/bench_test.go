@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // fastBackend serves a fixed 128-byte body over loopback with fasthttp.
@@ -94,8 +95,8 @@ func BenchmarkServeInMemory(b *testing.B) {
 func serveInMemory(b *testing.B, h *harness, raw string) {
 	fe := &frontend{p: h.p, addr: h.addr}
 	fe.route.Store(h.p.cur.Load().routes[h.addr])
-	a := fe.route.Load().def
-	a.pool.Eject(a.pool.Backends()[0])
+	a := fe.route.Load().Default
+	a.Pool.Eject(a.Pool.Backends()[0])
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5555}, nil)
 	sr := strings.NewReader(raw)
@@ -124,7 +125,7 @@ func BenchmarkClientFromXFF(b *testing.B) {
 	want := netip.MustParseAddr("203.0.113.7")
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if clientFromXFF(tp, peer, xff) != want {
+		if pipeline.ClientFromXFF(tp, peer, xff) != want {
 			b.Fatal("wrong client")
 		}
 	}
@@ -138,11 +139,11 @@ func BenchmarkParseRequestHead(b *testing.B) {
 	raw := []byte("GET /search?q=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64)\r\n" +
 		"Accept: text/html,application/xhtml+xml\r\nAccept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate\r\n" +
 		"Cookie: session=abc123; theme=dark\r\nConnection: keep-alive\r\n\r\n")
-	var h rawHead
+	var h pipeline.RawHead
 	b.ReportAllocs()
 	b.SetBytes(int64(len(raw)))
 	for i := 0; i < b.N; i++ {
-		if parseRequestHead(raw, &h) != headOK {
+		if pipeline.ParseRequestHead(raw, &h) != pipeline.HeadOK {
 			b.Fatal("not ok")
 		}
 	}
@@ -152,10 +153,10 @@ func BenchmarkParseRequestHead(b *testing.B) {
 func BenchmarkParseResponseHead(b *testing.B) {
 	raw := []byte("HTTP/1.1 200 OK\r\nServer: backend\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: 128\r\n" +
 		"Server-Timing: app;dur=12.5\r\nCache-Control: no-store\r\n\r\n")
-	var h rawHead
+	var h pipeline.RawHead
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if parseResponseHead(raw, &h) != headOK {
+		if pipeline.ParseResponseHead(raw, &h) != pipeline.HeadOK {
 			b.Fatal("not ok")
 		}
 	}
@@ -169,4 +170,32 @@ func BenchmarkServeInMemoryAdmitted(b *testing.B) {
 	h := startProxyOpts(&testing.T{}, []string{"127.0.0.1:1"}, Options{Control: ctl}, func(_ *policy.Snapshot, a *policy.App) { a.Admission.Mode = "batch" })
 	defer h.close()
 	serveInMemory(b, h, "GET /search?q=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: bench\r\nX-Class: gold\r\n\r\n")
+}
+
+// BenchmarkRelayForwarded is BenchmarkRelay from a trusted proxy that
+// sends two X-Forwarded-For lines, X-Forwarded-Proto and a request ID:
+// the header policy's trusted path must stay allocation-free too.
+func BenchmarkRelayForwarded(b *testing.B) {
+	be := fastBackend(b)
+	h := startProxy(&testing.T{}, []string{be}, func(_ *policy.Snapshot, a *policy.App) {
+		a.TrustedProxies = append(a.TrustedProxies, mustPrefix("127.0.0.0/8"))
+	})
+	defer func() { b.StopTimer(); h.close() }()
+	c := benchClient(h.addr)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://" + h.addr + "/x")
+		req.Header.Add("X-Forwarded-For", "203.0.113.9")
+		req.Header.Add("X-Forwarded-For", "10.0.0.1")
+		req.Header.Set("X-Forwarded-Proto", "https")
+		req.Header.Set("X-Request-Id", "abc123")
+		for pb.Next() {
+			if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+				b.Errorf("relay: %v %d", err, resp.StatusCode())
+				return
+			}
+		}
+	})
 }

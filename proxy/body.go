@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/bytebufferpool"
 	"github.com/valyala/fasthttp"
 )
@@ -107,7 +108,7 @@ func (c *clientBody) Read(p []byte) (int, error) {
 
 // outcome maps the client's read error to how the exchange ended: too
 // slow (408), malformed (400, a broken chunk) or gone.
-func (c *clientBody) outcome() outcome { return readOutcome(c.err, c.h1) }
+func (c *clientBody) outcome() pipeline.Outcome { return readOutcome(c.err, c.h1) }
 
 var bodyBufPool bytebufferpool.Pool
 
@@ -160,27 +161,27 @@ const bodyStep = 16 << 10
 // either.
 //
 // It returns the outcome to answer with when the body cannot be had:
-// outBodyTimeout for a client too slow (408), outBufferFull when the
-// process-wide cap is reached (503), outBadRequest for a malformed chunked
-// body (400), outClientGone when the client broke the body off. The
+// pipeline.OutBodyTimeout for a client too slow (408), pipeline.OutBufferFull when the
+// process-wide cap is reached (503), pipeline.OutBadRequest for a malformed chunked
+// body (400), pipeline.OutClientGone when the client broke the body off. The
 // caller releases the buffer with done.
-func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (outcome, bool) {
+func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *pipeline.App, bb *bodyBuf) (pipeline.Outcome, bool) {
 	req := &ctx.Request
 	cl := int64(req.Header.ContentLength())
 	lim := fe.body.buffer
 	if cl == 0 || cl == -2 {
-		return outRelayed, false
+		return pipeline.OutRelayed, false
 	}
 	var truncated func() bool
 	if rc := rateConnOf(ctx.Conn()); rc != nil && cl < 0 {
 		truncated = rc.peerClosed
 	}
-	if lim <= 0 || a.cfg.RequestBufferingOff {
+	if lim <= 0 || a.Policy.RequestBufferingOff {
 		// Streams from the start (on a copy of the request, see serve).
 		// Trailers land in the request's header after the copy was sent.
 		bb.client = &clientBody{r: req.BodyStream(), truncated: truncated, h1: true}
 		bb.cl = int(cl)
-		return outRelayed, false
+		return pipeline.OutRelayed, false
 	}
 	src := req.BodyStream()
 	want := cl // read whole
@@ -193,36 +194,36 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 		want = lim
 	}
 	b, eof, o := fe.p.fillBody(src, want, bb, true)
-	if o == outBadRequest && truncated != nil && truncated() {
-		o = outClientGone // cut off, not malformed
+	if o == pipeline.OutBadRequest && truncated != nil && truncated() {
+		o = pipeline.OutClientGone // cut off, not malformed
 	}
-	if o != outRelayed {
+	if o != pipeline.OutRelayed {
 		return o, true
 	}
 	switch {
 	case cl >= 0 && cl <= lim:
 		if int64(len(b)) != cl {
-			return outClientGone, true
+			return pipeline.OutClientGone, true
 		}
 		req.SetBodyRaw(b) // closes the stream, which has been read to its end
-		return outRelayed, true
+		return pipeline.OutRelayed, true
 	case cl > lim:
 		if int64(len(b)) != lim {
-			return outClientGone, true
+			return pipeline.OutClientGone, true
 		}
 		// The first request_buffer bytes go first, the rest streams.
 		bb.client = &clientBody{r: io.MultiReader(bytesReader(b), src), h1: true}
 		bb.cl = int(cl)
-		return outRelayed, true
+		return pipeline.OutRelayed, true
 	}
 	if eof && truncated != nil && truncated() {
-		return outClientGone, true
+		return pipeline.OutClientGone, true
 	}
 	if eof {
 		// A whole chunked body: sent with its length.
 		req.SetBodyRaw(b)
 		req.Header.SetContentLength(len(b))
-		return outRelayed, true
+		return pipeline.OutRelayed, true
 	}
 	// Larger than the buffer: what was read goes first, the rest streams.
 	// The stream stays the request's (fasthttp releases it with the
@@ -230,7 +231,7 @@ func (fe *frontend) readBody(ctx *fasthttp.RequestCtx, a *app, bb *bodyBuf) (out
 	// before any trailer arrives.
 	bb.client = &clientBody{r: io.MultiReader(bytesReader(b), src), truncated: truncated, h1: true}
 	bb.cl = -1
-	return outRelayed, true
+	return pipeline.OutRelayed, true
 }
 
 // trailerMark is a header name no request can carry (fasthttp refuses a
@@ -301,11 +302,11 @@ var strConnection = []byte(fasthttp.HeaderConnection)
 // bytes, then by doubling. eof says src ended (a body read whole); a body
 // of which want bytes were read is left at that point. h1: src is
 // fasthttp's body reader (readOutcome).
-func (p *Proxy) fillBody(src io.Reader, want int64, bb *bodyBuf, h1 bool) (b []byte, eof bool, o outcome) {
+func (p *Proxy) fillBody(src io.Reader, want int64, bb *bodyBuf, h1 bool) (b []byte, eof bool, o pipeline.Outcome) {
 	bb.bb = bodyBufPool.Get()
 	step := min(want, bodyStep)
 	if !p.bufs.reserve(step) {
-		return nil, false, outBufferFull
+		return nil, false, pipeline.OutBufferFull
 	}
 	bb.reserved = step
 	back := bb.bb.B[:0]
@@ -321,7 +322,7 @@ func (p *Proxy) fillBody(src io.Reader, want int64, bb *bodyBuf, h1 bool) (b []b
 			next := min(2*int64(cap(b)), want)
 			if !p.bufs.reserve(next - int64(cap(b))) {
 				bb.bb.B = back
-				return nil, false, outBufferFull
+				return nil, false, pipeline.OutBufferFull
 			}
 			bb.reserved += next - int64(cap(b))
 			if int64(cap(back)) < next {
@@ -341,7 +342,7 @@ func (p *Proxy) fillBody(src io.Reader, want int64, bb *bodyBuf, h1 bool) (b []b
 		}
 	}
 	bb.bb.B = back
-	return b, eof, outRelayed
+	return b, eof, pipeline.OutRelayed
 }
 
 // readOutcome maps an error reading a request body: a timeout is 408, a
@@ -350,20 +351,20 @@ func (p *Proxy) fillBody(src io.Reader, want int64, bb *bodyBuf, h1 bool) (b []b
 // as nginx answers). That last holds for fasthttp's reader only (h1): an
 // h2 body's other errors are x/net's for a reset or closed stream, the
 // client gone.
-func readOutcome(err error, h1 bool) outcome {
+func readOutcome(err error, h1 bool) pipeline.Outcome {
 	var ne net.Error
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
-		return outBodyTimeout
+		return pipeline.OutBodyTimeout
 	case !h1:
-		return outClientGone
+		return pipeline.OutClientGone
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return outClientGone
+		return pipeline.OutClientGone
 	}
 	var oe *net.OpError
 	if errors.As(err, &oe) {
-		return outClientGone
+		return pipeline.OutClientGone
 	}
 	// fasthttp wraps the read errors met between chunks in ErrBrokenChunk
 	// without Unwrap; its messages for them start "cannot read" ("cannot
@@ -371,11 +372,11 @@ func readOutcome(err error, h1 bool) outcome {
 	var bc fasthttp.ErrBrokenChunk
 	if errors.As(err, &bc) && strings.HasPrefix(bc.Error(), "cannot ") {
 		if strings.Contains(bc.Error(), "timeout") {
-			return outBodyTimeout
+			return pipeline.OutBodyTimeout
 		}
-		return outClientGone
+		return pipeline.OutClientGone
 	}
-	return outBadRequest
+	return pipeline.OutBadRequest
 }
 
 // done returns the buffer and its account.

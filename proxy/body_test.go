@@ -155,7 +155,7 @@ func slowBodyAttack(t *testing.T, n int, chunked bool) {
 				}
 			}
 		}
-		if in := h.p.cur.Load().apps[0].pool.Inflight(); in > maxInflight {
+		if in := h.p.cur.Load().apps[0].Pool.Inflight(); in > maxInflight {
 			maxInflight = in
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -484,7 +484,7 @@ func TestStreamedBodyTooSlowIsNotBackendFailure(t *testing.T) {
 		}
 	}
 	a := h.p.cur.Load().apps[0]
-	if a.pool.Healthy() != 1 {
+	if a.Pool.Healthy() != 1 {
 		t.Errorf("the backend was ejected for the client's stalls")
 	}
 	if v := testutil.ToFloat64(h.p.metrics.errors.WithLabelValues("web", "backend_timeout")); v != 0 {
@@ -531,7 +531,7 @@ func TestSlowChunkedAttackersLeave(t *testing.T) {
 	if u := h.p.bufs.used.Load(); u != 0 {
 		t.Errorf("%d bytes still accounted after the clients left", u)
 	}
-	if n := a.pool.Inflight(); n != 0 {
+	if n := a.Pool.Inflight(); n != 0 {
 		t.Errorf("in flight %d after the clients left", n)
 	}
 	if r := cb.reqs.Load(); r != 0 {

@@ -95,7 +95,7 @@ func TestLargeLengthBodyBufferedFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the buffer to grow", func() bool { return h.p.bufs.used.Load() == lim })
-	if n, in := cb.reqs.Load(), h.p.cur.Load().apps[0].pool.Inflight(); n != 0 || in != 0 {
+	if n, in := cb.reqs.Load(), h.p.cur.Load().apps[0].Pool.Inflight(); n != 0 || in != 0 {
 		t.Fatalf("with %d of request_buffer's %d bytes sent: backend saw %d requests, %d in flight", lim-1, lim, n, in)
 	}
 	if _, err := io.WriteString(c, "s"); err != nil {

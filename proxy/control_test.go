@@ -18,6 +18,7 @@ import (
 	"github.com/sentry-proxy/sentry/classify"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // fakeControl classifies by the X-Class header (gold=0, else bronze=1),
@@ -57,7 +58,7 @@ type observation struct {
 	s      time.Duration
 }
 
-func (f *fakeControl) Build(*policy.App, *lb.Pool) (Controller, error) { return f, nil }
+func (f *fakeControl) Build(*policy.App, *lb.Pool) (pipeline.Controller, error) { return f, nil }
 func (f *fakeControl) Retain(apps []string) {
 	f.mu.Lock()
 	f.retained = append(f.retained, apps)
@@ -152,7 +153,7 @@ func startControlledOn(t *testing.T, e Engine, ctl *fakeControl, be string) *har
 	return startProxyOpts(t, []string{be}, Options{Control: ctl, Engine: e}, func(_ *policy.Snapshot, a *policy.App) { a.Admission.Mode = "batch" })
 }
 
-// TestAdmissionPath runs the pipeline (pipeline.go) on each engine: the
+// TestAdmissionPath runs the pipeline (package pipeline) on each engine: the
 // same calls in the same order (classify, estimate, park, and done for a
 // relayed request only), the ticket told the arrival the estimate
 // counted, the same verdict counts and the same rejection.

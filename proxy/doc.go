@@ -27,17 +27,42 @@
 //	  ─> lb.Pool.Pick ─> fasthttp.HostClient.Do(&ctx.Request, &ctx.Response)
 //	  ─> done: lb.Release, metrics (atomic adds on pre-resolved series)
 //
-// The stages after routing are written once, in pipeline.go, and both
-// engines (and h2) run them in the same order: decide (app.decide:
-// classify, estimate -- which counts the arrival --, Park; the engine
-// waits its own way; app.admitted counts the verdict once), the engine's
-// healthy-backend check and forwarding plan (planForwarding), the relay
-// with the one retry policy (tryAgain, retry.go), and complete
-// (app.observe tells the admission ticket its outcome, Controller.Done
-// with an admission.Result, and says whether to strip Server-Timing;
-// Proxy.record does the metrics and the access log). An engine supplies
-// only a view of the request (classify.Request), its peer address, a
-// Waker, and its own header writing.
+// The stages after routing are written once, in package pipeline
+// (proxy/pipeline), and both engines (and h2) run them in the same order:
+// decide (App.Decide: classify, estimate -- which counts the arrival --,
+// Park; the engine waits its own way; App.Admitted counts the verdict
+// once), the engine's healthy-backend check and forwarding plan
+// (pipeline.PlanForwarding), the relay with the one retry policy
+// (pipeline.TryAgain), and complete (App.Observe tells the admission
+// ticket its outcome, Controller.Done with an admission.Result, and says
+// whether to strip Server-Timing; then AppMetrics.Observe and, when the
+// route logs access, the access line). An engine supplies only a view of
+// the request (classify.Request), its peer address, a Waker, and its own
+// header writing.
+//
+// # Package layout
+//
+//   - proxy/pipeline: what both engines need and neither owns -- the
+//     per-app runtime (App, Upstream, AppMetrics, Controller), routing
+//     (Route), the pipeline steps, the header policy's table and the
+//     forwarding plan, request IDs, outcomes and the one status map, the
+//     retry policy, the reply decision (ReplyFor) and the raw head
+//     parsers. It imports neither engine, nor fasthttp.
+//   - proxy/evloop: the event loops, whole -- accept, read, parse,
+//     park/resume, relay to backends, timers, drain, hand-off -- with the
+//     exchange State, the Sys interface and the Clock they run on. It
+//     never imports package proxy: proxy starts it (evloop.Start) with an
+//     evloop.Config holding the listener, the limits, the route table and
+//     four calls back, none on the common path (dial cap, refused
+//     connection, access line when logged, fasthttp's connection count);
+//     see evloop_start_linux.go.
+//   - proxy (this package): Proxy, its listeners and reloads, the fasthttp
+//     and h2 front ends with what reads fasthttp's types
+//     (fasthttp_adapt.go), the metrics registration, and the wiring that
+//     starts the loops (Options.Engine is the public switch).
+//
+// Both import-graph rules are pinned by TestImportGraph in
+// proxy/pipeline and proxy/evloop.
 //
 // # Engine decision
 //
@@ -62,8 +87,8 @@
 //     non-blocking read/write calls: no goroutine per connection, no park
 //     and wake per message, one read per message. It polls epoll without
 //     blocking first and blocks in epoll_wait only when nothing is ready
-//     (evloop.wait gives the measured trade-off against parking in Go's
-//     netpoller); a loop that always finds work yields once a
+//     (evloop.RawSys.EpollWait gives the measured trade-off against
+//     parking in Go's netpoller); a loop that always finds work yields once a
 //     millisecond so other goroutines run. Its parser (rawhead.go) is strict
 //     and narrow: it takes an HTTP/1.1 origin-form request with a path
 //     that needs no normalisation, one Host, at most one Content-Length and
@@ -169,7 +194,7 @@
 //
 // # The header policy (headers.go; every engine and h2)
 //
-// One table (headers.go: fieldKind, hopByHopNames, forwardingNames) names
+// One table (headers.go: pipeline.FieldKind, pipeline.HopByHopNames, pipeline.ForwardingNames) names
 // the hop-by-hop headers, the framing headers and sentry's forwarding
 // headers: X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto and the
 // app's request_id_header. It is applied in this order:
@@ -224,7 +249,7 @@
 // 1-3 (HTTP/1.1, origin form, one Host that is uri-host[:port],
 // Connection only close/keep-alive, no Upgrade) and hand the rest to
 // fasthttp, whose handle does 1-3. In step 4 the values are decided once
-// (planForwarding, from what a trusted proxy sent); each engine only
+// (pipeline.PlanForwarding, from what a trusted proxy sent); each engine only
 // removes the incoming copies and writes them, on raw lines
 // (evloop_*_linux.go) or on fasthttp's header (handler.go), and the tests
 // above hold the two to the same result. h2
@@ -375,16 +400,16 @@
 // Connect failure 502 (retried on another backend first, since nothing was
 // sent; an idempotent request whose connection broke before any response
 // is retried too, like nginx's default proxy_next_upstream error; both
-// engines ask the one retry policy, tryAgain in retry.go, with one budget
-// of maxAttempts attempts per request; fasthttp's HostClient also retries
+// engines ask the one retry policy, pipeline.TryAgain in retry.go, with one budget
+// of pipeline.MaxAttempts attempts per request; fasthttp's HostClient also retries
 // a stale keep-alive connection once on the same backend by itself, which
 // that budget does not see), response timeout 504, other backend failures 502, backend
 // connection cap 503 + Retry-After, no healthy backend 503 (the prebuilt
 // rejection), admission rejection 503 or 429 + Retry-After, malformed 400,
 // head too large 431, body too large 413, slow head 408, unknown Host 404,
-// CONNECT 405. A response sentry makes itself is decided once (replyFor,
+// CONNECT 405. A response sentry makes itself is decided once (pipeline.ReplyFor,
 // reply.go) and only serialised by each engine (writeReply for fasthttp
-// and h2, appendReply for the loops).
+// and h2, pipeline.AppendReply for the loops).
 // Passive health counts connect failures (ejecting at once), timeouts and
 // broken responses; a 5xx from the backend is an answer, not a failure.
 //
@@ -394,7 +419,7 @@
 // each front end holds an atomic pointer to its route. Proxy.mu guards the
 // front-end map and pool loops only and is never taken on the request
 // path. Per-app state that must outlive a reload (timeout cells, metrics)
-// lives in appShared, keyed by app name; backend state lives in lb.Registry.
+// lives in pipeline.AppShared, keyed by app name; backend state lives in lb.Registry.
 //
 // Usage:
 //

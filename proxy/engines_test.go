@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // The request-path behaviour table, run once per engine and, on each, with
@@ -195,7 +196,7 @@ func wantForwarding(t *testing.T, q *beReq, resp *http.Response, xff, proto, hos
 	}
 	for name := range q.header {
 		for _, canon := range []string{"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-request-id"} {
-			if _, alias := nameMatch([]byte(name), canon); alias {
+			if _, alias := pipeline.NameMatch([]byte(name), canon); alias {
 				t.Errorf("backend received %s", name)
 			}
 		}

@@ -2,21 +2,8 @@
 
 package proxy
 
-import (
-	"context"
-	"net"
-)
+import "net"
 
-// fastFront is the event-loop front end, which exists on Linux only;
-// elsewhere fasthttp serves every connection.
-type fastFront struct{}
-
-// fastAddr is a backend's address for the event loops (Linux only).
-type fastAddr struct{}
-
+// startFast does nothing: the event loops (package proxy/evloop) exist on
+// Linux only; elsewhere fasthttp serves every connection.
 func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) { return ln, false }
-
-func (ff *fastFront) shutdown(context.Context) {}
-
-func (ff *fastFront) counts() (served, handed uint64) { return 0, 0 }
-func (ff *fastFront) illegalTransitions() uint64      { return 0 }

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
-	"github.com/hashicorp/go-hclog"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -21,20 +20,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/evloop"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
-// Tests of the event-loop front end (evloop_linux.go): what it serves
+// Tests of the event-loop front end (package proxy/evloop): what it serves
 // itself, what it hands off to fasthttp, and how it relays backend
 // responses of every shape.
 
 // ---------------------------------------------------------------- helpers
 
 // fastOf returns the event-loop front end of h's listener.
-func fastOf(t *testing.T, h *harness) *fastFront {
+func fastOf(t *testing.T, h *harness) *evloop.Front {
 	t.Helper()
 	h.p.mu.Lock()
 	fe := h.p.mu.fronts[h.addr]
@@ -50,18 +53,18 @@ func fastOf(t *testing.T, h *harness) *fastFront {
 
 // loopDelta reports how the loop counters moved since it was made.
 type loopDelta struct {
-	ff             *fastFront
+	ff             *evloop.Front
 	served, handed uint64
 }
 
-func countFrom(ff *fastFront) *loopDelta {
-	s, h := ff.counts()
+func countFrom(ff *evloop.Front) *loopDelta {
+	s, h := ff.Counts()
 	return &loopDelta{ff: ff, served: s, handed: h}
 }
 
 func (d *loopDelta) check(t *testing.T, served, handed uint64) {
 	t.Helper()
-	s, h := d.ff.counts()
+	s, h := d.ff.Counts()
 	if s-d.served != served || h-d.handed != handed {
 		t.Errorf("event loop served %d and handed off %d, want %d and %d", s-d.served, h-d.handed, served, handed)
 	}
@@ -73,7 +76,7 @@ func (d *loopDelta) waitHanded(t *testing.T, n uint64) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
 	for {
-		if _, h := d.ff.counts(); h-d.handed >= n {
+		if _, h := d.ff.Counts(); h-d.handed >= n {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -679,7 +682,7 @@ func TestEvloopResponseShapes(t *testing.T) {
 		{"head too large", "GET", "/hugehead", 502, "sentry: bad gateway\n", keep, nil, 1},
 		{"no response head", "GET", "/silent", 504, "sentry: gateway timeout\n", keep, nil, 1},
 		{"hangup before answering, POST", "POST", "/hangup", 502, "sentry: bad gateway\n", keep, nil, 1},
-		{"hangup before answering, GET (retried)", "GET", "/hangup", 502, "sentry: bad gateway\n", keep, nil, maxAttempts},
+		{"hangup before answering, GET (retried)", "GET", "/hangup", 502, "sentry: bad gateway\n", keep, nil, pipeline.MaxAttempts},
 		{"truncated body", "GET", "/truncated", 200, "only part", cut, nil, 1},
 	}
 	for _, tc := range cases {
@@ -802,7 +805,7 @@ func TestEvloopStaleKeepAliveRetried(t *testing.T) {
 	if n := rb.count("GET", "/x"); n != 5 {
 		t.Errorf("backend read %d requests, want 5 (two stale attempts retried)", n)
 	}
-	if f := h.p.cur.Load().apps[0].pool.Backends()[0].Failures(); f != 0 {
+	if f := h.p.cur.Load().apps[0].Pool.Backends()[0].Failures(); f != 0 {
 		t.Errorf("stale keep-alive connections counted %d failures against the backend", f)
 	}
 	d.check(t, 3, 0)
@@ -1050,7 +1053,7 @@ func TestEvloopAdmission(t *testing.T) {
 		before := len(rb.all())
 		c := dialProxy(t, h.addr)
 		c.write("GET /w HTTP/1.1\r\nHost: x\r\nX-Class: gold\r\n\r\n")
-		waitUntil(t, "the loop takes the request", func() bool { s, _ := d.ff.counts(); return s-d.served == 1 })
+		waitUntil(t, "the loop takes the request", func() bool { s, _ := d.ff.Counts(); return s-d.served == 1 })
 		if n := len(rb.all()); n != before {
 			t.Fatalf("the backend saw %d requests before the decision", n-before)
 		}
@@ -1291,7 +1294,7 @@ func TestHandoffBurstNeverDropped(t *testing.T) {
 	if got := ok.Load(); got != n {
 		t.Errorf("%d of %d handed-off connections were served", got, n)
 	}
-	if _, handed := h.p.mu.fronts[h.addr].fast.counts(); handed < n/2 {
+	if _, handed := h.p.mu.fronts[h.addr].fast.Counts(); handed < n/2 {
 		t.Errorf("%d hand-offs of %d connections (the test did not exercise the queue)", handed, n)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sentry-proxy/sentry/proxy/evloop"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
 )
@@ -18,12 +20,12 @@ import (
 type frontend struct {
 	p     *Proxy
 	addr  string
-	route atomic.Pointer[route]
+	route atomic.Pointer[pipeline.Route]
 	srv   *fasthttp.Server
 	h2    *http2.Server
 	h2cfg *http.Server
-	tls   *tlsListener // nil for plain HTTP
-	fast  *fastFront   // event loops (plain HTTP on Linux); nil if fasthttp serves alone
+	tls   *tlsListener  // nil for plain HTTP
+	fast  *evloop.Front // event loops (plain HTTP on Linux); nil if fasthttp serves alone
 	// h2 streams: server.body_timeout for reading a request body and
 	// server.write_timeout (0 = none) for writing the response.
 	bodyTimeout, writeTimeout time.Duration
@@ -85,8 +87,8 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		Logger:                        fasthttpLogger{p.log.Named("http")},
 		DisableHeaderNamesNormalizing: false,
 	}
-	if rt.tls != nil {
-		cert, err := tls.LoadX509KeyPair(rt.tls.CertFile, rt.tls.KeyFile)
+	if rt.TLS != nil {
+		cert, err := tls.LoadX509KeyPair(rt.TLS.CertFile, rt.TLS.KeyFile)
 		if err != nil {
 			return fmt.Errorf("listener %s: %w", addr, err)
 		}
@@ -119,7 +121,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	}
 	if fe.tls == nil {
 		// The event loops take the listener; fasthttp serves what they
-		// hand off (see evloop_linux.go). Under p.mu: fe.fast is read
+		// hand off (see package proxy/evloop). Under p.mu: fe.fast is read
 		// under it (metrics) and by Shutdown once fe is published.
 		ln, _ = fe.startFast(ln)
 		ln = &drainListener{Listener: ln, fe: fe}
@@ -130,7 +132,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		defer close(fe.done)
 		fe.err = fe.srv.Serve(ln)
 	}()
-	p.log.Info("listening", "addr", addr, "tls", rt.tls != nil)
+	p.log.Info("listening", "addr", addr, "tls", rt.TLS != nil)
 	return nil
 }
 
@@ -168,7 +170,7 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		var loopsDone chan struct{}
 		if fe.fast != nil {
 			loopsDone = make(chan struct{})
-			go func() { defer close(loopsDone); fe.fast.shutdown(ctx) }()
+			go func() { defer close(loopsDone); fe.fast.Shutdown(ctx) }()
 		}
 		err = fe.srv.ShutdownWithContext(ctx)
 		if loopsDone != nil {
@@ -250,7 +252,7 @@ func (fe *frontend) handleError(ctx *fasthttp.RequestCtx, err error) {
 	}
 	fe.p.metrics.clientErrors.WithLabelValues(fe.addr, reason).Inc()
 	ctx.Response.Reset()
-	writeReply(&ctx.Response, reply{status: status, retry: -1, body: parseErrorBody(status)})
+	writeReply(&ctx.Response, pipeline.Reply{Status: status, Retry: -1, Body: pipeline.ParseErrorBody(status)})
 	ctx.SetConnectionClose()
 }
 

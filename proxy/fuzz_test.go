@@ -37,7 +37,7 @@ func FuzzRequestHead(f *testing.F) {
 	fe := &frontend{p: h.p, addr: h.addr}
 	fe.route.Store(h.p.cur.Load().routes[h.addr])
 	a := h.p.cur.Load().apps[0]
-	a.pool.Eject(a.pool.Backends()[0]) // answers come from sentry, never a socket
+	a.Pool.Eject(a.Pool.Backends()[0]) // answers come from sentry, never a socket
 	f.Fuzz(func(t *testing.T, head []byte) {
 		var ctx fasthttp.RequestCtx
 		ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 1}, nil)

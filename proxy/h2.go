@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
 )
@@ -59,13 +60,13 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	req.Header.SetMethod(r.Method)
 	req.SetRequestURI(r.URL.RequestURI())
 	req.Header.SetHost(r.Host) // ":authority" (x/net/http2 falls back to a host header)
-	a := rt.lookup(req.Header.Host())
+	a := rt.Lookup(req.Header.Host())
 	reqID := ""
 	if a != nil {
-		reqID = a.reqID
+		reqID = a.ReqID
 	}
 	for k, vs := range r.Header {
-		if h2Skip([]byte(k), reqID) {
+		if pipeline.H2Skip([]byte(k), reqID) {
 			continue
 		}
 		for _, v := range vs {
@@ -74,19 +75,19 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	}
 	rc := http.NewResponseController(w)
 
-	var o outcome
-	var u *upstream
+	var o pipeline.Outcome
+	var u *pipeline.Upstream
 	var cut *abortable // the stream's hold on its backend exchange (abort.go)
 	refused := false
 	switch {
-	case !validHost(req.Header.Host()):
+	case !pipeline.ValidHost(req.Header.Host()):
 		// Missing, or with userinfo (which fasthttp would turn into an
 		// Authorization header); the same check as HTTP/1.1's.
-		o, refused = outBadRequest, true
+		o, refused = pipeline.OutBadRequest, true
 	case r.Method == http.MethodConnect:
-		o, refused = outMethodNotAllowed, true
+		o, refused = pipeline.OutMethodNotAllowed, true
 	case a == nil:
-		o = outNoApp
+		o = pipeline.OutNoApp
 		p.writeError(&ctx, nil, o)
 	case r.Context().Err() != nil:
 		// Reset before it got here: no answer, nothing dispatched.
@@ -95,7 +96,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		ready := start
 		var body *bodyBuf
 		hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
-		if c := a.bodyCap(r.ContentLength); hasBody && c != outRelayed {
+		if c := a.BodyCap(r.ContentLength); hasBody && c != pipeline.OutRelayed {
 			// As HTTP/1.1's checkFraming: refused before anything of the
 			// body is read; a body without content-length is refused like
 			// a chunked one (411), though buffering would learn its size.
@@ -113,7 +114,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 			o = fe.h2Body(a, r, req, body)
 			ready = time.Now()
 		}
-		if o == outRelayed {
+		if o == pipeline.OutRelayed {
 			cut = &abortable{done: r.Context().Done()}
 			stop := context.AfterFunc(r.Context(), cut.abort)
 			defer stop()
@@ -121,24 +122,24 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		} else {
 			p.writeError(&ctx, a, o)
 		}
-		if o == outClientGone {
+		if o == pipeline.OutClientGone {
 			// The stream was reset: nothing to write.
 			_ = ctx.Response.CloseBodyStream()
-			p.record(a, false, o, statusOf(o), u, start, nil, nil, nil) // metrics only: no access line for a reset stream
+			p.record(a, false, o, pipeline.StatusOf(o), u, start, nil, nil, nil) // metrics only: no access line for a reset stream
 			return
 		}
 	}
 	if refused {
 		// Counted as on HTTP/1.1: a client error, not an app's request.
 		p.writeError(&ctx, a, o)
-		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+		p.metrics.clientErrors.WithLabelValues(fe.addr, pipeline.OutcomeReason[o]).Inc()
 		a = nil
 	}
 	resp := &ctx.Response
 	hdr := w.Header()
 	resp.Header.VisitAll(func(k, v []byte) {
-		switch fieldKind(k) {
-		case hConnection, hTransferEncoding, hUpgrade, hHopByHop:
+		switch pipeline.FieldKind(k) {
+		case pipeline.KindConnection, pipeline.KindTransferEncoding, pipeline.KindUpgrade, pipeline.KindHopByHop:
 			return
 		}
 		hdr.Add(string(k), string(v))
@@ -167,7 +168,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = resp.CloseBodyStream()
 	if a != nil {
-		p.recordCtx(a, rt.access, &ctx, o, u, start)
+		p.recordCtx(a, rt.Access, &ctx, o, u, start)
 	}
 }
 
@@ -177,11 +178,11 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 // whose flow control is x/net's). A body larger than the buffer has its
 // first request_buffer bytes read, then streams; with buffering off it
 // streams from the start. Trailers (r.Trailer) are never copied.
-func (fe *frontend) h2Body(a *app, r *http.Request, req *fasthttp.Request, bb *bodyBuf) outcome {
+func (fe *frontend) h2Body(a *pipeline.App, r *http.Request, req *fasthttp.Request, bb *bodyBuf) pipeline.Outcome {
 	cl, lim := r.ContentLength, fe.body.buffer
-	if lim <= 0 || a.cfg.RequestBufferingOff {
+	if lim <= 0 || a.Policy.RequestBufferingOff {
 		bb.client, bb.cl, bb.streamed = &clientBody{r: r.Body}, int(cl), true
-		return outRelayed
+		return pipeline.OutRelayed
 	}
 	want := cl
 	switch {
@@ -192,22 +193,22 @@ func (fe *frontend) h2Body(a *app, r *http.Request, req *fasthttp.Request, bb *b
 	}
 	b, eof, o := fe.p.fillBody(r.Body, want, bb, false)
 	switch {
-	case o != outRelayed:
+	case o != pipeline.OutRelayed:
 		return o
 	case cl > lim:
 		if int64(len(b)) != lim {
-			return outClientGone
+			return pipeline.OutClientGone
 		}
 		bb.client, bb.cl, bb.streamed = &clientBody{r: io.MultiReader(bytesReader(b), r.Body)}, int(cl), true
 	case cl >= 0 && int64(len(b)) != cl:
-		return outClientGone
+		return pipeline.OutClientGone
 	case cl >= 0 || eof:
 		req.SetBodyRaw(b)
 		req.Header.SetContentLength(len(b))
 	default:
 		bb.client, bb.cl, bb.streamed = &clientBody{r: io.MultiReader(bytesReader(b), r.Body)}, -1, true
 	}
-	return outRelayed
+	return pipeline.OutRelayed
 }
 
 // h2Writer writes a response body with an idle write deadline.

@@ -10,18 +10,19 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/estimator"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // exchange is the per-request scratch space, pooled so the request path
 // does not allocate.
 type exchange struct {
-	t     ticket // the request's admission (pipeline.go)
+	t     pipeline.Ticket // the request's admission (package pipeline)
 	ctx   *fasthttp.RequestCtx
-	buf   []byte     // forwarding headers and the request ID
-	chain []byte     // a trusted proxy's X-Forwarded-For lines, merged
-	in    trustedFwd // what a trusted proxy sent
-	st    []byte     // stripped Server-Timing
-	wake  chanWaker  // the Waker of a parked admission (awaitPending)
+	buf   []byte              // forwarding headers and the request ID
+	chain []byte              // a trusted proxy's X-Forwarded-For lines, merged
+	in    pipeline.TrustedFwd // what a trusted proxy sent
+	st    []byte              // stripped Server-Timing
+	wake  chanWaker           // the Waker of a parked admission (awaitPending)
 }
 
 // exchange is the classifier's view of the request (classify.Request).
@@ -72,41 +73,14 @@ var (
 	strTextPlain    = []byte("text/plain; charset=utf-8")
 )
 
-// lookup returns the app for a Host header on this route.
-func (rt *route) lookup(host []byte) *app {
-	if len(rt.hosts) == 0 {
-		return rt.def
-	}
-	h := hostOnly(host)
-	if a, ok := rt.hosts[string(h)]; ok {
-		return a
-	}
-	if !lowerASCII(h) {
-		var tmp [256]byte
-		if len(h) <= len(tmp) {
-			l := tmp[:len(h)]
-			for i, c := range h {
-				if 'A' <= c && c <= 'Z' {
-					c += 'a' - 'A'
-				}
-				l[i] = c
-			}
-			if a, ok := rt.hosts[string(l)]; ok {
-				return a
-			}
-		}
-	}
-	return rt.def
-}
-
 // closeIfBodyUnread closes the connection after a response sentry made
 // itself when the request's body streams: fasthttp has read at most a
 // prefix of it, and the rest would otherwise be parsed as the next request
 // on this connection (a request-smuggling desync). A body buffered whole
 // (no longer a stream) was read to its end: the connection stays, as on
 // the event loops.
-func closeIfBodyUnread(ctx *fasthttp.RequestCtx, o outcome) {
-	if o == outRelayed || !ctx.Request.IsBodyStream() {
+func closeIfBodyUnread(ctx *fasthttp.RequestCtx, o pipeline.Outcome) {
+	if o == pipeline.OutRelayed || !ctx.Request.IsBodyStream() {
 		return
 	}
 	if cl := ctx.Request.Header.ContentLength(); cl != 0 && cl != -2 {
@@ -137,41 +111,41 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	rt := fe.route.Load()
 	h := &ctx.Request.Header
 	clientClose := h.ConnectionClose() // before the Connection header goes
-	var a *app
+	var a *pipeline.App
 	o, ok := checkTarget(&ctx.Request, ctx.IsTLS())
-	var f headFacts
+	var f pipeline.HeadFacts
 	if ok {
-		a = rt.lookup(h.Host())
+		a = rt.Lookup(h.Host())
 		reqID := ""
 		if a != nil {
-			reqID = a.reqID
+			reqID = a.ReqID
 		}
-		f = scanHead(h.RawHeaders(), reqID)
+		f = pipeline.ScanHead(h.RawHeaders(), reqID)
 		o, ok = checkHead(h, &f)
 		if ok && a == nil {
-			o, ok = outNoApp, false
+			o, ok = pipeline.OutNoApp, false
 		}
 	}
 	if !ok {
 		p.writeError(ctx, a, o)
-		if o == outNoApp {
+		if o == pipeline.OutNoApp {
 			closeIfBodyUnread(ctx, o)
 			return
 		}
 		// A head refused by the checks counts as one fasthttp could not
 		// parse (sentry_client_errors_total), and, as there, the
 		// connection is closed.
-		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+		p.metrics.clientErrors.WithLabelValues(fe.addr, pipeline.OutcomeReason[o]).Inc()
 		ctx.SetConnectionClose()
 		return
 	}
 	// Connection-listed headers go first, from the client's request only;
 	// then the other hop-by-hop ones.
-	if f.connOther || f.aliases {
-		dropListed(h, h.RawHeaders(), a.reqID)
+	if f.ConnOther || f.Aliases {
+		dropListed(h, h.RawHeaders(), a.ReqID)
 	}
-	upgrade := f.upgrade && len(h.PeekBytes(hdrUpgrade)) > 0
-	if f.hop { // fasthttp's Del scans every header per name: only when there is one
+	upgrade := f.Upgrade && len(h.PeekBytes(pipeline.HdrUpgrade)) > 0
+	if f.Hop { // fasthttp's Del scans every header per name: only when there is one
 		stripHopByHop(h, upgrade)
 	}
 	// A body that has not arrived whole is read into sentry first
@@ -184,8 +158,8 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	var body *bodyBuf
 	cl := h.ContentLength()
 	if cl != 0 && cl != -2 {
-		if o := p.checkFraming(a, ctx); o != outRelayed {
-			p.recordCtx(a, rt.access, ctx, o, nil, start)
+		if o := p.checkFraming(a, ctx); o != pipeline.OutRelayed {
+			p.recordCtx(a, rt.Access, ctx, o, nil, start)
 			return
 		}
 	}
@@ -194,22 +168,22 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		body = &bb
 		o, used := fe.readBody(ctx, a, body)
 		defer body.done(p, &ctx.Request)
-		if o != outRelayed {
-			if o == outClientGone {
-				ctx.Response.SetStatusCode(statusOf(o))
+		if o != pipeline.OutRelayed {
+			if o == pipeline.OutClientGone {
+				ctx.Response.SetStatusCode(pipeline.StatusOf(o))
 				ctx.HijackSetNoResponse(true)
 				ctx.Hijack(func(net.Conn) {})
 			} else {
 				p.writeError(ctx, a, o)
 				ctx.SetConnectionClose()
-				if o == outBadRequest {
+				if o == pipeline.OutBadRequest {
 					// A malformed chunked body: counted as a request
 					// fasthttp could not parse, like a refused head.
-					p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+					p.metrics.clientErrors.WithLabelValues(fe.addr, pipeline.OutcomeReason[o]).Inc()
 					return
 				}
 			}
-			p.recordCtx(a, rt.access, ctx, o, nil, start)
+			p.recordCtx(a, rt.Access, ctx, o, nil, start)
 			return
 		}
 		body.streamed = !used || body.client != nil
@@ -218,13 +192,13 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		}
 		ready = time.Now()
 	}
-	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), ready, nil, upgrade, clientClose || f.close, body)
+	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), ready, nil, upgrade, clientClose || f.Close, body)
 	closeIfBodyUnread(ctx, o)
-	if o == outBadRequest {
+	if o == pipeline.OutBadRequest {
 		// A chunk malformed past the buffer, found while it streamed.
-		p.metrics.clientErrors.WithLabelValues(fe.addr, outcomeReason[o]).Inc()
+		p.metrics.clientErrors.WithLabelValues(fe.addr, pipeline.OutcomeReason[o]).Inc()
 	}
-	p.recordCtx(a, rt.access, ctx, o, b, start)
+	p.recordCtx(a, rt.Access, ctx, o, b, start)
 }
 
 // serve runs one request through admission and relay. The response (relayed
@@ -240,7 +214,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 // start is when the request became ready to admit: after its head, or
 // after its body when the body was buffered. body (nil: no streamed body)
 // says how the body was read.
-func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, cut *abortable, upgrade, clientClose bool, body *bodyBuf) (outcome, *upstream) {
+func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, cut *abortable, upgrade, clientClose bool, body *bodyBuf) (pipeline.Outcome, *pipeline.Upstream) {
 	// The body cap (max_body_bytes) was applied by the caller before any
 	// body was read: checkFraming on HTTP/1.1, the same bodyCap on h2.
 	req := &ctx.Request
@@ -254,26 +228,26 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	x := exchangePool.Get().(*exchange)
 	x.ctx = ctx
 	defer func() {
-		x.ctx, x.in, x.t.Ticket, x.t.req = nil, trustedFwd{}, admission.Ticket{}, admission.Request{}
+		x.ctx, x.in, x.t.Ticket, x.t.Req = nil, pipeline.TrustedFwd{}, admission.Ticket{}, admission.Request{}
 		exchangePool.Put(x)
 	}()
 
 	// From a trusted proxy, its X-Forwarded-For lines are one list (RFC
 	// 9110 §5.3).
-	isTrusted := a.trustedPeer(peer)
+	isTrusted := a.TrustedPeer(peer)
 	client := peer
-	x.in, x.chain = trustedFwd{}, x.chain[:0]
+	x.in, x.chain = pipeline.TrustedFwd{}, x.chain[:0]
 	if isTrusted {
 		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedFor) {
-			x.chain = x.in.add(hXFF, v, x.chain)
+			x.chain = x.in.Add(pipeline.KindXFF, v, x.chain)
 		}
-		client = a.clientAddr(peer, x.in.xff)
+		client = a.ClientAddr(peer, x.in.XFF)
 	}
 
-	// The decide step (pipeline.go): classify, estimate, admit. This
+	// The decide step (package pipeline): classify, estimate, admit. This
 	// engine may block, so a parked request waits here; it leaves its
 	// batch queue when its client hangs up.
-	d, pend, decided := a.decide(&x.t, x, client, start, gone, false, x.wake)
+	d, pend, decided := a.Decide(&x.t, x, client, start, gone, false, x.wake)
 	if !decided {
 		g := gone
 		var unwatch func()
@@ -287,64 +261,64 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 			unwatch()
 		}
 	}
-	o := a.admitted(&x.t, d)
+	o := a.Admitted(&x.t, d)
 	// A client that left while waiting gets no answer, and no backend is
 	// spent on it.
-	if o == outRelayed && a.ctl != nil && !a.off && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
-		o = outClientGone
+	if o == pipeline.OutRelayed && a.Controller != nil && !a.Off && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
+		o = pipeline.OutClientGone
 	}
 	switch o {
-	case outClientGone:
+	case pipeline.OutClientGone:
 		// Close without writing a response; 499 is for the metrics and
 		// the access log only.
-		ctx.Response.SetStatusCode(statusOf(outClientGone))
+		ctx.Response.SetStatusCode(pipeline.StatusOf(pipeline.OutClientGone))
 		ctx.HijackSetNoResponse(true)
 		ctx.Hijack(func(net.Conn) {})
-		return outClientGone, nil
-	case outRejected:
-		a.writeReject(ctx, d)
-		return outRejected, nil
+		return pipeline.OutClientGone, nil
+	case pipeline.OutRejected:
+		writeReject(a, ctx, d)
+		return pipeline.OutRejected, nil
 	}
 
 	// No healthy backend: answer before spending anything on the request.
-	if a.pool.Healthy() == 0 {
-		p.writeError(ctx, a, outNoBackend)
-		return outNoBackend, nil
+	if a.Pool.Healthy() == 0 {
+		p.writeError(ctx, a, pipeline.OutNoBackend)
+		return pipeline.OutNoBackend, nil
 	}
 
-	// Forwarding headers (planForwarding): every incoming copy goes, then
+	// Forwarding headers (pipeline.PlanForwarding): every incoming copy goes, then
 	// one of each is set.
 	if isTrusted {
 		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedProto) {
-			x.in.add(hXFProto, v, nil)
+			x.in.Add(pipeline.KindXFProto, v, nil)
 		}
 		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedHost) {
-			x.in.add(hXFHost, v, nil)
+			x.in.Add(pipeline.KindXFHost, v, nil)
 		}
-		for _, v := range h.PeekAll(a.reqID) {
-			x.in.add(hOther, v, nil)
+		for _, v := range h.PeekAll(a.ReqID) {
+			x.in.Add(pipeline.KindOther, v, nil)
 		}
 	}
-	var fw forwarding
-	x.buf, fw = planForwarding(x.buf, &x.in, peer, isTLS, h.Host(), p.ids)
-	id := fw.id
-	h.DelBytes(hdrXFF)
-	h.DelBytes(hdrXFProto)
-	h.DelBytes(hdrXFHost)
-	h.Del(a.reqID)
-	h.SetBytesKV(hdrXFF, fw.xff)
-	h.SetBytesKV(hdrXFProto, fw.proto)
-	h.SetBytesKV(hdrXFHost, fw.host)
-	h.SetBytesV(a.reqID, id)
+	var fw pipeline.Forwarding
+	x.buf, fw = pipeline.PlanForwarding(x.buf, &x.in, peer, isTLS, h.Host(), p.ids)
+	id := fw.ID
+	h.DelBytes(pipeline.HdrXFF)
+	h.DelBytes(pipeline.HdrXFProto)
+	h.DelBytes(pipeline.HdrXFHost)
+	h.Del(a.ReqID)
+	h.SetBytesKV(pipeline.HdrXFF, fw.XFF)
+	h.SetBytesKV(pipeline.HdrXFProto, fw.Proto)
+	h.SetBytesKV(pipeline.HdrXFHost, fw.Host)
+	h.SetBytesV(a.ReqID, id)
 
 	if upgrade {
 		o, u := p.upgrade(a, ctx)
 		if ctx.Response.StatusCode() != fasthttp.StatusSwitchingProtocols {
 			// Not a tunnel: the answer is cleaned as any other.
-			if o == outRelayed {
+			if o == pipeline.OutRelayed {
 				stripHopByHopResponse(&ctx.Response.Header)
 			}
-			ctx.Response.Header.SetBytesV(a.reqID, id)
+			ctx.Response.Header.SetBytesV(a.ReqID, id)
 		}
 		return o, u
 	}
@@ -359,7 +333,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	if gone != nil {
 		select {
 		case <-gone:
-			return outClientGone, nil
+			return pipeline.OutClientGone, nil
 		default:
 		}
 	}
@@ -387,8 +361,8 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 	}
 	dispatch := time.Now()
 	o, u, inService := p.relay(a, out, &ctx.Response, cb, ab)
-	if o == outRelayed {
-		// The complete step (pipeline.go): the ticket is told the
+	if o == pipeline.OutRelayed {
+		// The complete step (package pipeline): the ticket is told the
 		// outcome.
 		now := time.Now()
 		rh := &ctx.Response.Header
@@ -403,7 +377,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		if body != nil && body.streamed {
 			measured, busy = 0, 0
 		}
-		if a.observe(&x.t, admission.Result{ServerTiming: st, Measured: measured, InService: busy, End: now}) && len(st) > 0 {
+		if a.Observe(&x.t, admission.Result{ServerTiming: st, Measured: measured, InService: busy, End: now}) && len(st) > 0 {
 			x.st = estimator.StripServerTiming(x.st[:0], st)
 			if len(x.st) == 0 {
 				rh.DelBytes(hdrServerTiming)
@@ -412,7 +386,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 			}
 		}
 	}
-	if o != outRelayed {
+	if o != pipeline.OutRelayed {
 		p.writeError(ctx, a, o)
 	} else {
 		// A body of known size up to the stream threshold was read whole
@@ -429,7 +403,7 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 		}
 		stripHopByHopResponse(&ctx.Response.Header)
 	}
-	ctx.Response.Header.SetBytesV(a.reqID, id)
+	ctx.Response.Header.SetBytesV(a.ReqID, id)
 	if clientClose {
 		ctx.SetConnectionClose()
 	}
@@ -450,50 +424,50 @@ func (p *Proxy) serve(a *app, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS b
 // attempt, it binds the attempt's connection to the stream, and the
 // binding ends here unless the response streams (the caller ends it then).
 // An attempt cut by the stream's reset ends as outClientGone.
-func (p *Proxy) relay(a *app, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody, ab *abortBody) (outcome, *upstream, int) {
-	var last *upstream
-	replay := cb == nil && idempotent(req) // tryAgain: a body held whole
+func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody, ab *abortBody) (pipeline.Outcome, *pipeline.Upstream, int) {
+	var last *pipeline.Upstream
+	replay := cb == nil && idempotent(req) // pipeline.TryAgain: a body held whole
 	for attempt := 1; ; attempt++ {
-		b := a.pool.Pick()
+		b := a.Pool.Pick()
 		if b == nil {
 			if last != nil {
-				return outBackendFailed, last, 0 // every backend we tried refused
+				return pipeline.OutBackendFailed, last, 0 // every backend we tried refused
 			}
-			return outNoBackend, nil, 0
+			return pipeline.OutNoBackend, nil, 0
 		}
-		u := b.Attachment.(*upstream)
+		u := b.Attachment.(*pipeline.Upstream)
 		inService := int(b.Inflight())
 		if ab != nil {
 			ab.attach(req)
 		}
-		err := u.hc.Do(req, resp)
+		err := hostClient(u).Do(req, resp)
 		if ab != nil {
 			if err != nil || !resp.IsBodyStream() {
 				ab.ab.unbind()
 			}
 			if err != nil && ab.ab.wasCut() {
-				a.pool.Release(b, true)
-				return outClientGone, u, 0
+				a.Pool.Release(b, true)
+				return pipeline.OutClientGone, u, 0
 			}
 		}
 		if err == nil {
-			a.pool.Release(b, true)
-			return outRelayed, u, inService
+			a.Pool.Release(b, true)
+			return pipeline.OutRelayed, u, inService
 		}
 		if cb != nil && cb.err != nil {
-			a.pool.Release(b, true)
+			a.Pool.Release(b, true)
 			return cb.outcome(), u, 0
 		}
 		o := relayError(err)
 		if isDialError(err) {
-			a.pool.Eject(b) // connect refused/timed out is unambiguous
+			a.Pool.Eject(b) // connect refused/timed out is unambiguous
 		} else {
-			a.pool.Release(b, !countsAsFailure(o))
+			a.Pool.Release(b, !pipeline.CountsAsFailure(o))
 		}
 		if p.log.IsDebug() {
-			p.log.Debug("relay failed", "app", a.name, "backend", u.addr, "error", err)
+			p.log.Debug("relay failed", "app", a.Name, "backend", u.Addr, "error", err)
 		}
-		if !tryAgain(failureOf(err), replay, attempt, false) {
+		if !pipeline.TryAgain(failureOf(err), replay, attempt, false) {
 			return o, u, 0
 		}
 		last = u

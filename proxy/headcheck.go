@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
 )
 
@@ -16,39 +17,39 @@ import (
 // origin-form. An https:// target on a plain listener, another scheme, or
 // userinfo in the authority is a 400. It returns ok (the outcome is then
 // meaningless), or the outcome to answer with.
-func checkTarget(req *fasthttp.Request, isTLS bool) (outcome, bool) {
+func checkTarget(req *fasthttp.Request, isTLS bool) (pipeline.Outcome, bool) {
 	h := &req.Header
 	switch string(h.Method()) {
 	case fasthttp.MethodConnect:
-		return outMethodNotAllowed, false
+		return pipeline.OutMethodNotAllowed, false
 	case "PRI":
-		return outBadRequest, false
+		return pipeline.OutBadRequest, false
 	}
 	u := h.RequestURI()
 	if len(u) == 0 || u[0] == '/' {
-		return outRelayed, true
+		return pipeline.OutRelayed, true
 	}
 	if string(u) == "*" {
 		if string(h.Method()) == fasthttp.MethodOptions {
-			return outRelayed, true
+			return pipeline.OutRelayed, true
 		}
-		return outBadRequest, false
+		return pipeline.OutBadRequest, false
 	}
 	var rest []byte
 	switch {
-	case len(u) > 7 && eqFold(u[:7], "http://"):
+	case len(u) > 7 && pipeline.EqFold(u[:7], "http://"):
 		rest = u[7:]
-	case len(u) > 8 && eqFold(u[:8], "https://") && isTLS:
+	case len(u) > 8 && pipeline.EqFold(u[:8], "https://") && isTLS:
 		rest = u[8:]
 	default:
-		return outBadRequest, false
+		return pipeline.OutBadRequest, false
 	}
 	end := bytes.IndexAny(rest, "/?#")
 	if end < 0 {
 		end = len(rest)
 	}
-	if !validHost(rest[:end]) {
-		return outBadRequest, false
+	if !pipeline.ValidHost(rest[:end]) {
+		return pipeline.OutBadRequest, false
 	}
 	// The rare path: copies are fine here.
 	host := append([]byte(nil), rest[:end]...)
@@ -59,7 +60,7 @@ func checkTarget(req *fasthttp.Request, isTLS bool) (outcome, bool) {
 	path = append(path, rest[end:]...)
 	h.SetHostBytes(host)
 	req.SetRequestURIBytes(path)
-	return outRelayed, true
+	return pipeline.OutRelayed, true
 }
 
 // checkHead refuses heads that parsers could read in different ways:
@@ -69,50 +70,33 @@ func checkTarget(req *fasthttp.Request, isTLS bool) (outcome, bool) {
 // Connection list naming a protected header, and an Upgrade request with a
 // body (the body would never reach the backend and could be read as the
 // next request). Like checkTarget, it returns ok, or the outcome to answer.
-func checkHead(h *fasthttp.RequestHeader, f *headFacts) (outcome, bool) {
-	if f.hosts > 1 || f.fold || f.connBad {
-		return outBadRequest, false
+func checkHead(h *fasthttp.RequestHeader, f *pipeline.HeadFacts) (pipeline.Outcome, bool) {
+	if f.Hosts > 1 || f.Fold || f.ConnBad {
+		return pipeline.OutBadRequest, false
 	}
 	// Request smuggling: Transfer-Encoding with Content-Length. fasthttp
 	// already refuses duplicate Content-Length and unknown encodings.
-	if h.ContentLength() == -1 && f.length {
-		return outBadRequest, false
+	if h.ContentLength() == -1 && f.Length {
+		return pipeline.OutBadRequest, false
 	}
 	if !h.IsHTTP11() && h.ContentLength() == -1 {
-		return outBadRequest, false
+		return pipeline.OutBadRequest, false
 	}
-	if !validHost(h.Host()) {
-		return outBadRequest, false
+	if !pipeline.ValidHost(h.Host()) {
+		return pipeline.OutBadRequest, false
 	}
-	if cl := h.ContentLength(); f.upgrade && len(h.PeekBytes(hdrUpgrade)) > 0 && (cl > 0 || cl == -1) {
-		return outBadRequest, false
+	if cl := h.ContentLength(); f.Upgrade && len(h.PeekBytes(pipeline.HdrUpgrade)) > 0 && (cl > 0 || cl == -1) {
+		return pipeline.OutBadRequest, false
 	}
-	return outRelayed, true
-}
-
-// bodyCap is the app's body cap (max_body_bytes), the one rule for every
-// engine: a declared length over it is 413; a body of unknown length
-// (chunked, or h2 without content-length: cl == -1) is 411, since it
-// cannot be capped while it streams. outRelayed means no objection.
-func (a *app) bodyCap(cl int64) outcome {
-	lim := a.cfg.MaxBodyBytes
-	switch {
-	case lim <= 0:
-		return outRelayed
-	case cl > lim:
-		return outBodyTooLarge
-	case cl == -1:
-		return outLengthRequired
-	}
-	return outRelayed
+	return pipeline.OutRelayed, true
 }
 
 // checkFraming applies bodyCap to an HTTP/1.1 request with a body, before
 // anything of the body is read. (Smuggling-shaped framing was refused by
 // checkHead.) A refusal is written and the connection set to close.
-func (p *Proxy) checkFraming(a *app, ctx *fasthttp.RequestCtx) outcome {
-	o := a.bodyCap(int64(ctx.Request.Header.ContentLength()))
-	if o != outRelayed {
+func (p *Proxy) checkFraming(a *pipeline.App, ctx *fasthttp.RequestCtx) pipeline.Outcome {
+	o := a.BodyCap(int64(ctx.Request.Header.ContentLength()))
+	if o != pipeline.OutRelayed {
 		ctx.SetConnectionClose()
 		p.writeError(ctx, a, o)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // metrics are the proxy's Prometheus series. Label values come from the
@@ -18,31 +19,6 @@ type metrics struct {
 	decisions    *prometheus.CounterVec
 	errors       *prometheus.CounterVec
 	clientErrors *prometheus.CounterVec
-}
-
-// appMetrics holds the per-app series resolved once, so the request path
-// only does atomic adds.
-type appMetrics struct {
-	none    [6]prometheus.Counter  // requests not relayed, by code class
-	latency [3]prometheus.Observer // by result: relayed, rejected, error
-	errs    [numOutcomes]prometheus.Counter
-}
-
-var outcomeReason = [...]string{
-	outRelayed:          "",
-	outRejected:         "",
-	outNoBackend:        "no_backend",
-	outBackendFailed:    "backend_failed",
-	outBackendTimeout:   "backend_timeout",
-	outBackendBusy:      "backend_busy",
-	outBadRequest:       "bad_request",
-	outNoApp:            "no_app",
-	outClientGone:       "client_gone",
-	outBodyTooLarge:     "body_too_large",
-	outLengthRequired:   "length_required",
-	outBodyTimeout:      "body_timeout",
-	outBufferFull:       "buffer_full",
-	outMethodNotAllowed: "method_not_allowed",
 }
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
@@ -77,17 +53,17 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) forApp(name string) *appMetrics {
-	am := &appMetrics{}
-	for i, r := range resultNames {
-		am.latency[i] = m.duration.WithLabelValues(name, r)
+func (m *metrics) forApp(name string) *pipeline.AppMetrics {
+	am := &pipeline.AppMetrics{}
+	for i, r := range pipeline.ResultNames {
+		am.Latency[i] = m.duration.WithLabelValues(name, r)
 	}
-	for c := range am.none {
-		am.none[c] = m.requests.WithLabelValues(name, "none", codeClassNames[c])
+	for c := range am.None {
+		am.None[c] = m.requests.WithLabelValues(name, "none", pipeline.CodeClassNames[c])
 	}
-	for o, r := range outcomeReason {
+	for o, r := range pipeline.OutcomeReason {
 		if r != "" {
-			am.errs[o] = m.errors.WithLabelValues(name, r)
+			am.Errs[o] = m.errors.WithLabelValues(name, r)
 		}
 	}
 	return am
@@ -101,42 +77,6 @@ func (m *metrics) classDecisions(app string, classes []string) [][]prometheus.Co
 		}
 	}
 	return out
-}
-
-// observe records one finished request.
-func (am *appMetrics) observe(o outcome, status int, u *upstream, start time.Time) {
-	cc := codeClass(status)
-	if u != nil && o == outRelayed {
-		u.reqs[cc].Inc()
-	} else {
-		am.none[cc].Inc()
-	}
-	if c := am.errs[o]; c != nil {
-		c.Inc()
-	}
-	r := resultError
-	switch o {
-	case outRelayed:
-		r = resultRelayed
-	case outRejected, outNoBackend:
-		r = resultRejected
-	}
-	am.latency[r].Observe(time.Since(start).Seconds())
-}
-
-const (
-	resultRelayed = iota
-	resultRejected
-	resultError
-)
-
-var resultNames = [...]string{resultRelayed: "relayed", resultRejected: "rejected", resultError: "error"}
-
-// decision counts an admission decision.
-func (a *app) decision(class int, v admission.Verdict) {
-	if class >= 0 && class < len(a.decisions) {
-		a.decisions[class][v].Inc()
-	}
 }
 
 // backendCollector exports per-backend state at scrape time from the pools.
@@ -164,10 +104,10 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	c.p.mu.Lock()
 	for addr, fe := range c.p.mu.fronts {
 		if fe.fast != nil {
-			served, handed := fe.fast.counts()
+			served, handed := fe.fast.Counts()
 			ch <- prometheus.MustNewConstMetric(descLoopReqs, prometheus.CounterValue, float64(served), addr)
 			ch <- prometheus.MustNewConstMetric(descLoopHand, prometheus.CounterValue, float64(handed), addr)
-			ch <- prometheus.MustNewConstMetric(descLoopBad, prometheus.CounterValue, float64(fe.fast.illegalTransitions()), addr)
+			ch <- prometheus.MustNewConstMetric(descLoopBad, prometheus.CounterValue, float64(fe.fast.IllegalTransitions()), addr)
 		}
 	}
 	c.p.mu.Unlock()
@@ -176,14 +116,14 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, a := range st.apps {
-		ch <- prometheus.MustNewConstMetric(descPoolUp, prometheus.GaugeValue, float64(a.pool.Healthy()), a.name)
-		for _, b := range a.pool.Backends() {
+		ch <- prometheus.MustNewConstMetric(descPoolUp, prometheus.GaugeValue, float64(a.Pool.Healthy()), a.Name)
+		for _, b := range a.Pool.Backends() {
 			h := 0.0
 			if b.Healthy() {
 				h = 1
 			}
-			ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(b.Inflight()), a.name, b.Addr())
-			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, h, a.name, b.Addr())
+			ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(b.Inflight()), a.Name, b.Addr())
+			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, h, a.Name, b.Addr())
 		}
 	}
 }
@@ -191,21 +131,32 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 // recordCtx is record (pipeline.go, the complete step) for a request
 // fasthttp or h2 served: the status is ctx's response's, and the request
 // line and ID are read only when access is logged (policy log.access).
-func (p *Proxy) recordCtx(a *app, access bool, ctx *fasthttp.RequestCtx, o outcome, u *upstream, start time.Time) {
+func (p *Proxy) recordCtx(a *pipeline.App, access bool, ctx *fasthttp.RequestCtx, o pipeline.Outcome, u *pipeline.Upstream, start time.Time) {
 	var method, uri, id []byte
 	if access {
-		method, uri, id = ctx.Method(), ctx.RequestURI(), ctx.Response.Header.Peek(a.reqID)
+		method, uri, id = ctx.Method(), ctx.RequestURI(), ctx.Response.Header.Peek(a.ReqID)
 	}
 	p.record(a, access, o, ctx.Response.StatusCode(), u, start, method, uri, id)
 }
 
 // accessLine writes one access-log line; both front ends call it.
-func (p *Proxy) accessLine(a *app, method, uri []byte, status int, u *upstream, start time.Time, id []byte, o outcome) {
+func (p *Proxy) accessLine(a *pipeline.App, method, uri []byte, status int, u *pipeline.Upstream, start time.Time, id []byte, o pipeline.Outcome) {
 	backend := "none"
 	if u != nil {
-		backend = u.addr
+		backend = u.Addr
 	}
-	p.log.Info("access", "app", a.name, "method", string(method), "uri", string(uri),
+	p.log.Info("access", "app", a.Name, "method", string(method), "uri", string(uri),
 		"status", status, "backend", backend, "duration", time.Since(start),
-		"request_id", string(id), "outcome", outcomeReason[o])
+		"request_id", string(id), "outcome", pipeline.OutcomeReason[o])
+}
+
+// record is the last part of the complete step, for every request that
+// reached an app, relayed or answered by sentry: the metrics, then (access
+// true: the route logs access) the access-log line. method, uri and id
+// are read only for the log.
+func (p *Proxy) record(a *pipeline.App, access bool, o pipeline.Outcome, status int, u *pipeline.Upstream, start time.Time, method, uri, id []byte) {
+	a.Metrics.Observe(o, status, u, start)
+	if access {
+		p.accessLine(a, method, uri, status, u, start, id, o)
+	}
 }

@@ -18,13 +18,14 @@ import (
 	"github.com/sentry-proxy/sentry/control"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // controlBuilder adapts control.Manager to ControlBuilder, as cmd/sentry
 // does, so that these tests run the real admission stack.
 type controlBuilder struct{ *control.Manager }
 
-func (b controlBuilder) Build(ac *policy.App, pool *lb.Pool) (Controller, error) {
+func (b controlBuilder) Build(ac *policy.App, pool *lb.Pool) (pipeline.Controller, error) {
 	a, err := b.Manager.Build(ac, pool)
 	if err != nil {
 		return nil, err
@@ -136,7 +137,7 @@ func TestParkedBothEngines(t *testing.T) {
 			var served, handed float64
 			if e == EngineLoops {
 				ff := fastOf(t, h)
-				s, hd := ff.counts()
+				s, hd := ff.Counts()
 				served, handed = float64(s), float64(hd)
 			}
 			decided := func(class, verdict string) float64 {

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,10 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
-	"github.com/sentry-proxy/sentry/admission"
-	"github.com/sentry-proxy/sentry/classify"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // Options are the proxy's collaborators. Only Logger is optional.
@@ -66,33 +64,9 @@ func (e Engine) String() string {
 	return "auto"
 }
 
-// Controller is an app's admission stack as the request path sees it
-// (implemented by package control).
-type Controller interface {
-	// Classes returns the class names, most important first.
-	Classes() []string
-	// Classify returns the class index and the history key (which may alias
-	// the request's path).
-	Classify(r classify.Request, client netip.Addr) (class int, key []byte)
-	// Estimate counts the arrival and returns S and its bucket.
-	Estimate(class int, key []byte, now time.Time) (s time.Duration, bucket int)
-	// Done tells a relayed request's ticket its outcome: the ticket
-	// (class, key, estimate, arrival) is the front end's, filled when the
-	// request was decided; the result carries the backend's Server-Timing
-	// (may be empty), the time from dispatch to response head, the
-	// backend's in-flight count at dispatch and the end time. Done must
-	// not retain either.
-	Done(t *admission.Ticket, r admission.Result)
-	// StripServerTiming tells whether to remove the timing entries.
-	StripServerTiming() bool
-	// Park asks for admission without blocking: decided is true when d
-	// is the decision (every mode but batch, and in batch mode a class
-	// without a period, a full queue, no backend). Otherwise p is the
-	// request's ticket: wk is woken once its decision is made, and the
-	// front end then takes it with p.Result, or calls p.Cancel when the
-	// client has gone. r.Key must stay valid until then.
-	Park(r *admission.Request, wk admission.Waker) (d admission.Decision, p admission.Pending, decided bool)
-}
+// Controller is an app's admission controller as the request path calls it
+// (package pipeline, where the pipeline that calls it lives).
+type Controller = pipeline.Controller
 
 // ControlBuilder makes Controllers from the policy and drops those of apps
 // that are gone.
@@ -108,7 +82,7 @@ type Proxy struct {
 	log     hclog.Logger
 	pools   lb.Registry
 	metrics *metrics
-	ids     *idSource
+	ids     *pipeline.IDSource
 
 	cur atomic.Pointer[state]
 
@@ -121,7 +95,7 @@ type Proxy struct {
 	mu struct {
 		sync.Mutex
 		fronts  map[string]*frontend
-		shared  map[string]*appShared
+		shared  map[string]*pipeline.AppShared
 		poolCtx context.Context
 		cancel  context.CancelFunc
 		running map[*lb.Pool]context.CancelFunc
@@ -132,62 +106,8 @@ type Proxy struct {
 // state is everything built from one snapshot; immutable once stored.
 type state struct {
 	snap   *policy.Snapshot
-	apps   []*app
-	routes map[string]*route // by listener address
-}
-
-// route maps a Host to an app on one listener.
-type route struct {
-	hosts  map[string]*app
-	def    *app
-	tls    *policy.TLS
-	access bool // access log on
-}
-
-// app is the runtime of one policy app.
-type app struct {
-	cfg     *policy.App
-	name    string
-	pool    *lb.Pool
-	ctl     Controller // nil: no classification, admit all
-	off     bool       // admission mode off: never call Admit
-	loopOK  bool       // every backend address is an IP:port (the event loops never resolve names)
-	reject  rejectResponse
-	trusted bool // has trusted proxies
-	reqID   string
-	m       *appMetrics
-	shared  *appShared
-	// decisions[class][verdict], resolved for this snapshot's classes.
-	decisions [][]prometheus.Counter
-}
-
-// appShared is the part of an app's runtime that outlives snapshots: its
-// metrics and the timeout cells every upstream connection reads, so a reload
-// changes timeouts on live connections.
-type appShared struct {
-	m       *appMetrics
-	idle    atomic.Int64 // Timeouts.Response, ns
-	connect atomic.Int64 // Timeouts.Connect, ns
-}
-
-// rejectResponse is the prebuilt rejection.
-type rejectResponse struct {
-	status     int
-	body       []byte
-	retryAfter int // seconds, default
-}
-
-// upstream is what the proxy attaches to each lb.Backend.
-type upstream struct {
-	addr string
-	hc   *fasthttp.HostClient
-	reqs [6]prometheus.Counter // by code class
-	// Event-loop front ends (evloop_linux.go): their connections to this
-	// backend (counted against max_conns_per_backend with hc's), its
-	// resolved address, and whether it has left the pool.
-	loopConns atomic.Int32
-	sa        atomic.Pointer[fastAddr]
-	closed    atomic.Bool
+	apps   []*pipeline.App
+	routes map[string]*pipeline.Route // by listener address
 }
 
 // New builds a proxy for snap. Call Serve for each of snap.Listeners.
@@ -198,9 +118,9 @@ func New(opts Options, snap *policy.Snapshot) (*Proxy, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
-	p := &Proxy{opts: opts, log: opts.Logger.Named("proxy"), ids: newIDSource(), stopTunnels: make(chan struct{})}
+	p := &Proxy{opts: opts, log: opts.Logger.Named("proxy"), ids: pipeline.NewIDSource(), stopTunnels: make(chan struct{})}
 	p.mu.fronts = map[string]*frontend{}
-	p.mu.shared = map[string]*appShared{}
+	p.mu.shared = map[string]*pipeline.AppShared{}
 	p.mu.running = map[*lb.Pool]context.CancelFunc{}
 	p.mu.poolCtx, p.mu.cancel = context.WithCancel(context.Background())
 	m, err := newMetrics(opts.Registerer, p)
@@ -225,9 +145,9 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := p.cur.Load()
-	st := &state{snap: snap, routes: map[string]*route{}}
+	st := &state{snap: snap, routes: map[string]*pipeline.Route{}}
 	p.bufs.cap.Store(snap.Server.RequestBufferTotal)
-	byName := map[string]*app{}
+	byName := map[string]*pipeline.App{}
 	names := make([]string, 0, len(snap.Apps))
 	for _, ac := range snap.Apps {
 		a, err := p.buildApp(ac)
@@ -239,14 +159,14 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 		names = append(names, ac.Name)
 	}
 	for _, l := range snap.Listeners {
-		rt := &route{hosts: map[string]*app{}, tls: l.TLS, access: snap.Log.Access}
+		rt := &pipeline.Route{Hosts: map[string]*pipeline.App{}, TLS: l.TLS, Access: snap.Log.Access}
 		for _, ac := range l.Apps {
 			for _, h := range ac.Hosts {
-				rt.hosts[h] = byName[ac.Name]
+				rt.Hosts[h] = byName[ac.Name]
 			}
 		}
 		if l.Default != nil {
-			rt.def = byName[l.Default.Name]
+			rt.Default = byName[l.Default.Name]
 		}
 		st.routes[l.Addr] = rt
 	}
@@ -257,12 +177,12 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	// Start health/DNS loops for new pools; stop loops of dropped pools.
 	live := map[*lb.Pool]bool{}
 	for _, a := range st.apps {
-		live[a.pool] = true
-		if _, ok := p.mu.running[a.pool]; !ok {
+		live[a.Pool] = true
+		if _, ok := p.mu.running[a.Pool]; !ok {
 			ctx, cancel := context.WithCancel(p.mu.poolCtx)
-			p.mu.running[a.pool] = cancel
+			p.mu.running[a.Pool] = cancel
 			p.wg.Add(1)
-			go func(pl *lb.Pool) { defer p.wg.Done(); pl.Run(ctx) }(a.pool)
+			go func(pl *lb.Pool) { defer p.wg.Done(); pl.Run(ctx) }(a.Pool)
 		}
 	}
 	for pl, cancel := range p.mu.running {
@@ -288,44 +208,44 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	return nil
 }
 
-func (p *Proxy) buildApp(ac *policy.App) (*app, error) {
-	a := &app{cfg: ac, name: ac.Name, reqID: ac.RequestIDHeader, trusted: len(ac.TrustedProxies) > 0, loopOK: true}
+func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
+	a := &pipeline.App{Policy: ac, Name: ac.Name, ReqID: ac.RequestIDHeader, Trusted: len(ac.TrustedProxies) > 0, LoopOK: true}
 	for _, addr := range ac.Backends.Static {
 		if _, err := netip.ParseAddrPort(addr); err != nil {
-			a.loopOK = false // a host name: fasthttp's dialer resolves it on each dial
+			a.LoopOK = false // a host name: fasthttp's dialer resolves it on each dial
 		}
 	}
 	sh := p.mu.shared[ac.Name]
 	if sh == nil {
-		sh = &appShared{m: p.metrics.forApp(ac.Name)}
+		sh = &pipeline.AppShared{Metrics: p.metrics.forApp(ac.Name)}
 		p.mu.shared[ac.Name] = sh
 	}
-	sh.idle.Store(ac.Timeouts.Response.Nanoseconds())
-	sh.connect.Store(ac.Timeouts.Connect.Nanoseconds())
-	a.shared, a.m = sh, sh.m
-	a.reject = rejectResponse{status: ac.Reject.Status, body: []byte(ac.Reject.Body), retryAfter: int((ac.Reject.RetryAfter + time.Second - 1) / time.Second)}
+	sh.Idle.Store(ac.Timeouts.Response.Nanoseconds())
+	sh.Connect.Store(ac.Timeouts.Connect.Nanoseconds())
+	a.Shared, a.Metrics = sh, sh.Metrics
+	a.Reject = pipeline.RejectResponse{Status: ac.Reject.Status, Body: []byte(ac.Reject.Body), RetryAfter: int((ac.Reject.RetryAfter + time.Second - 1) / time.Second)}
 	opts := p.poolOptions(sh, ac)
 	var addrs []string
 	if ac.Backends.DNS == nil {
 		addrs = ac.Backends.Static
 	}
-	a.pool = p.pools.Pool(ac.Name, opts, addrs)
+	a.Pool = p.pools.Pool(ac.Name, opts, addrs)
 	classes := []string{"default"}
-	a.off = true
+	a.Off = true
 	if p.opts.Control != nil {
-		ctl, err := p.opts.Control.Build(ac, a.pool)
+		ctl, err := p.opts.Control.Build(ac, a.Pool)
 		if err != nil {
 			return nil, err
 		}
-		a.ctl, a.off = ctl, ac.Admission.Mode == "off"
+		a.Controller, a.Off = ctl, ac.Admission.Mode == "off"
 		classes = ctl.Classes()
 	}
-	a.decisions = p.metrics.classDecisions(ac.Name, classes)
+	a.Decisions = p.metrics.classDecisions(ac.Name, classes)
 	return a, nil
 }
 
-func (p *Proxy) poolOptions(sh *appShared, ac *policy.App) lb.Options {
-	idle, connect := &sh.idle, &sh.connect
+func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
+	idle, connect := &sh.Idle, &sh.Connect
 	maxConns := ac.MaxConnsPerBackend
 	appName := ac.Name
 	o := lb.Options{
@@ -335,16 +255,16 @@ func (p *Proxy) poolOptions(sh *appShared, ac *policy.App) lb.Options {
 		Cooldown:  ac.Health.Passive.Cooldown,
 		Logger:    p.opts.Logger.Named("lb").With("app", ac.Name),
 		Attach: func(addr string) any {
-			u := &upstream{addr: addr, hc: newHostClient(addr, maxConns, connect, idle)}
-			for c := range u.reqs {
-				u.reqs[c] = p.metrics.requests.WithLabelValues(appName, addr, codeClassNames[c])
+			u := &pipeline.Upstream{Addr: addr, Client: newHostClient(addr, maxConns, connect, idle)}
+			for c := range u.Reqs {
+				u.Reqs[c] = p.metrics.requests.WithLabelValues(appName, addr, pipeline.CodeClassNames[c])
 			}
 			return u
 		},
 		Detach: func(addr string, v any) {
-			if u, ok := v.(*upstream); ok {
-				u.closed.Store(true)
-				u.hc.CloseIdleConnections()
+			if u, ok := v.(*pipeline.Upstream); ok {
+				u.Closed.Store(true)
+				hostClient(u).CloseIdleConnections()
 			}
 		},
 	}
@@ -441,32 +361,4 @@ func (p *Proxy) Close() {
 	if p.opts.Control != nil {
 		p.opts.Control.Retain(nil)
 	}
-}
-
-func lowerASCII(b []byte) bool {
-	for _, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			return false
-		}
-	}
-	return true
-}
-
-// hostOnly strips a port from a Host value.
-func hostOnly(h []byte) []byte {
-	if len(h) > 0 && h[0] == '[' { // [v6]:port
-		if i := strings.IndexByte(string(h), ']'); i > 0 {
-			return h[:i+1]
-		}
-		return h
-	}
-	for i := len(h) - 1; i >= 0; i-- {
-		if h[i] == ':' {
-			return h[:i]
-		}
-		if h[i] < '0' || h[i] > '9' {
-			break
-		}
-	}
-	return h
 }

@@ -382,7 +382,7 @@ func TestWebSocketUpgrade(t *testing.T) {
 	}
 	// An open tunnel is not a request in service: it must not inflate the
 	// in-flight count that balancing and admission (η) read.
-	if n := h.p.cur.Load().apps[0].pool.Inflight(); n != 0 {
+	if n := h.p.cur.Load().apps[0].Pool.Inflight(); n != 0 {
 		t.Errorf("in flight with one open tunnel = %d, want 0", n)
 	}
 	if n := h.p.tunnelCount.Load(); n != 1 {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
 )
 
@@ -25,20 +26,20 @@ var errUpgradeHead = errors.New("bad or oversized response head")
 // relayed as a normal response. Once upgraded, the tunnel no longer counts
 // as in flight for balancing and admission (a WebSocket is not a request in
 // service); it does count toward draining on shutdown.
-func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (outcome, *upstream) {
-	b := a.pool.Pick()
+func (p *Proxy) upgrade(a *pipeline.App, ctx *fasthttp.RequestCtx) (pipeline.Outcome, *pipeline.Upstream) {
+	b := a.Pool.Pick()
 	if b == nil {
-		p.writeError(ctx, a, outNoBackend)
-		return outNoBackend, nil
+		p.writeError(ctx, a, pipeline.OutNoBackend)
+		return pipeline.OutNoBackend, nil
 	}
-	u := b.Attachment.(*upstream)
-	conn, err := net.DialTimeout("tcp", u.addr, time.Duration(a.shared.connect.Load()))
+	u := b.Attachment.(*pipeline.Upstream)
+	conn, err := net.DialTimeout("tcp", u.Addr, time.Duration(a.Shared.Connect.Load()))
 	if err != nil {
-		a.pool.Eject(b)
-		p.writeError(ctx, a, outBackendFailed)
-		return outBackendFailed, u
+		a.Pool.Eject(b)
+		p.writeError(ctx, a, pipeline.OutBackendFailed)
+		return pipeline.OutBackendFailed, u
 	}
-	timeout := time.Duration(a.shared.idle.Load())
+	timeout := time.Duration(a.Shared.Idle.Load())
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	req := &ctx.Request
 	// The front end removed the client's Connection header with the other
@@ -56,9 +57,9 @@ func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (outcome, *upstream) {
 		conn.Close()
 		o := relayError(err)
 		if errors.Is(err, errUpgradeHead) {
-			o = outBackendFailed
+			o = pipeline.OutBackendFailed
 		}
-		a.pool.Release(b, !countsAsFailure(o))
+		a.Pool.Release(b, !pipeline.CountsAsFailure(o))
 		p.writeError(ctx, a, o)
 		return o, u
 	}
@@ -69,20 +70,20 @@ func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (outcome, *upstream) {
 		resp := &ctx.Response
 		resp.Reset()
 		err := resp.ReadLimitBody(bufio.NewReader(io.MultiReader(bytes.NewReader(head), br)), maxUpgradeRefusal)
-		a.pool.Release(b, err == nil)
+		a.Pool.Release(b, err == nil)
 		if err != nil {
-			p.writeError(ctx, a, outBackendFailed)
-			return outBackendFailed, u
+			p.writeError(ctx, a, pipeline.OutBackendFailed)
+			return pipeline.OutBackendFailed, u
 		}
 		resp.Header.ResetConnectionClose()
-		return outRelayed, u
+		return pipeline.OutRelayed, u
 	}
 	_ = conn.SetDeadline(time.Time{})
 	ctx.Response.SetStatusCode(status) // for metrics and the access log
 	// Upgraded: from here on it is a tunnel, not a request in service.
 	// It leaves the balancer's in-flight count, which admission reads as
 	// η, so long-lived WebSockets cannot make the farm look full.
-	a.pool.Release(b, true)
+	a.Pool.Release(b, true)
 	ctx.HijackSetNoResponse(true)
 	// fasthttp runs the hijack handler only if the client connection is
 	// still usable after the handler returns; if it never runs, the
@@ -111,7 +112,7 @@ func (p *Proxy) upgrade(a *app, ctx *fasthttp.RequestCtx) (outcome, *upstream) {
 		}
 		pipe(c, conn, p.stopTunnels)
 	})
-	return outRelayed, u
+	return pipeline.OutRelayed, u
 }
 
 const (

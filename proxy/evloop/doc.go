@@ -1,8 +1,35 @@
-// Package evloop holds what sentry's event loops are made of, apart from
-// HTTP: the state machine of an exchange (State, its transitions and
-// String) and the loop's interface to the kernel (Sys, with RawSys the
-// real one) and to time (Clock). It imports nothing of sentry, so it
-// cannot depend on the request path; package proxy imports it.
+// Package evloop is sentry's event-loop front end for plain HTTP/1.1 on
+// Linux: a few loops, each one goroutine around its own epoll set, that
+// serve the common request themselves -- accept, read, parse, admission
+// (parking an exchange that waits for its batch run), relay to a backend
+// with retries, timers, drain -- and hand every other connection, with the
+// bytes read so far, to package proxy's fasthttp front end. What the
+// loops share with that front end (the per-app runtime, routing, the
+// pipeline's steps, the header table, the status map, the retry policy,
+// the raw head parsers) is package proxy/pipeline; the state machine of an
+// exchange (State), the loop's interface to the kernel (Sys, RawSys) and
+// to time (Clock) are here.
+//
+// # Place in the import graph
+//
+// Package proxy imports evloop and starts it (Start) with a Config: the
+// listening socket, the server limits, the route table (an
+// atomic.Pointer[pipeline.Route] swapped by a reload), the request-ID
+// source, the logger, and four calls back into proxy, none on the common
+// path: BackendConns (fasthttp's connections to a backend, asked when the
+// loop dials: max_conns_per_backend counts both), OtherConns (fasthttp's
+// client connections, asked on accept when max_conns is set),
+// TooManyConns (a refused connection's metric) and Access (an access-log
+// line, only when the route logs access). Decision: func fields, not an
+// interface, because there are four and each is filled by one closure;
+// the request path itself (parse, decide, relay, complete) calls only
+// concrete types -- pipeline.App's methods, AppMetrics.Observe on
+// pre-resolved series -- so the move added no interface call and no
+// allocation per request. evloop never imports proxy (an import cycle,
+// and the loop would reach past Config into the fasthttp front end):
+// TestImportGraph pins it. It imports fasthttp for one thing,
+// fasthttp.StatusMessage, so that a reply the loop writes (appendReply)
+// has fasthttp's status line byte for byte.
 //
 // # Design
 //
@@ -35,20 +62,28 @@
 //
 // # Locks
 //
-// None here. A loop's state is its goroutine's alone; the one thing other
-// goroutines touch is its eventfd (a batch run's wake-up), guarded in
-// package proxy by the loop's efdMu, which is never held while the loop
-// takes another lock.
+// A loop's state is its goroutine's alone; the one thing other goroutines
+// touch is its eventfd (a batch run's wake-up), guarded by the loop's
+// efdMu, which is never held while the loop takes another lock. Front's
+// counters and flags (served, handed, draining, closing) are atomics.
 //
 // # Usage
 //
-// Package proxy's loop (proxy/evloop_*_linux.go) holds a Sys and a Clock
-// (RawSys{} and time.Now in production) and an evloop.State per client
-// connection. Its tests replace Sys and Clock with scripted ones and drive
-// the exchange logic through the scripts in proxy/testdata/evloop
-// (TestEvloopScripts), printing each syscall and each State transition.
+// Package proxy (proxy/evloop_start_linux.go) builds a Config per plain
+// listener and calls Start, which starts Config.Loops loops, each with
+// RawSys{} and time.Now; the returned Front's Handed listener is what
+// fasthttp serves, and Front.Shutdown drains the loops. The tests replace
+// Sys and Clock with scripted ones and drive the exchange logic through
+// the scripts in testdata/evloop (TestEvloopScripts, on a hand-built
+// pipeline.App), printing each syscall, each State transition and each
+// access-log record; package proxy's tests run the loops through
+// proxy.Options.Engine, one table for both engines (engines_test.go).
 //
-// What is not here yet: the exchange logic itself (accept, read, the
-// pipeline's calls, relay, timers) is still in package proxy; moving it
-// needs the small interface through which the loop calls the pipeline.
+// The files: front_linux.go starts and stops the loops and hands
+// connections off; conn_linux.go is the loop, its connection and exchange
+// types and its timers; client_linux.go the client side and the pipeline
+// as the loop runs it; backend_linux.go the backend side and retries;
+// response_linux.go the response relay and the end of an exchange;
+// reply_linux.go the answers sentry writes itself; state.go the State
+// machine; sys_linux.go the kernel.
 package evloop

@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package evloop
 
 import (
 	"net"
@@ -12,12 +12,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/admission"
-	"github.com/sentry-proxy/sentry/proxy/evloop"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
-// evloop_client_linux.go: the client side of a loop -- accepting,
+// client_linux.go: the client side of a loop -- accepting,
 // reading, the hand-off to fasthttp, and the request pipeline
-// (pipeline.go) as the loop runs it, parking included.
+// (package pipeline, pipeline.go) as the loop runs it, parking included.
 
 // ---------------------------------------------------------------- clients
 
@@ -39,7 +39,7 @@ func (l *eventLoop) accept() {
 				// Out of descriptors or memory: stop accepting for a
 				// moment instead of spinning on the ready listener
 				// (nginx does the same).
-				l.ff.fe.p.log.Warn("accept failed; pausing accepts for 100ms", "addr", l.ff.fe.addr, "error", err)
+				l.ff.cfg.Log.Warn("accept failed; pausing accepts for 100ms", "addr", l.ff.cfg.Addr, "error", err)
 				_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, l.ff.lfd, 0, 0)
 				l.acceptPaused = l.nowNs + int64(100*time.Millisecond)
 			case unix.EINVAL:
@@ -47,13 +47,13 @@ func (l *eventLoop) accept() {
 				// out before draining (cmd/sentry stopListening).
 				l.unlisten()
 			default:
-				l.ff.fe.p.log.Error("accept failed; this loop stops accepting", "addr", l.ff.fe.addr, "error", err)
+				l.ff.cfg.Log.Error("accept failed; this loop stops accepting", "addr", l.ff.cfg.Addr, "error", err)
 				l.unlisten()
 			}
 			return
 		}
-		if max := l.ff.maxConns; max > 0 && l.ff.conns.Load()+int64(l.ff.fe.srv.GetOpenConnectionsCount()) >= int64(max) {
-			l.ff.fe.p.metrics.clientErrors.WithLabelValues(l.ff.fe.addr, "too_many_conns").Inc()
+		if max := l.ff.maxConns; max > 0 && l.ff.conns.Load()+int64(l.ff.cfg.OtherConns()) >= int64(max) {
+			l.ff.cfg.TooManyConns()
 			_, _ = l.sys.Write(fd, tooManyConns)
 			l.sys.Close(fd)
 			continue
@@ -99,9 +99,9 @@ func (l *eventLoop) setClientEvents(c *cconn, ev uint32) {
 var strictStates = false
 
 // setState moves c's exchange to state to, checking the transition
-// (package proxy/evloop): an illegal one panics under strictStates (the tests) and
+// (state.go): an illegal one panics under strictStates (the tests) and
 // is counted otherwise.
-func (l *eventLoop) setState(c *cconn, to evloop.State) {
+func (l *eventLoop) setState(c *cconn, to State) {
 	ex := &c.ex
 	if !ex.state.Legal(to) {
 		l.ff.illegal.Add(1)
@@ -132,7 +132,7 @@ func (l *eventLoop) closeClient(c *cconn) {
 		return
 	}
 	if c.busy() {
-		l.abort(c, outClientGone)
+		l.abort(c, pipeline.OutClientGone)
 	}
 	l.forget(c)
 	l.sys.Close(c.fd)
@@ -151,7 +151,7 @@ func (l *eventLoop) lingerClose(c *cconn) {
 		l.closeClient(c)
 		return
 	}
-	c.linger = l.nowNs + int64(lingerTimeout)
+	c.linger = l.nowNs + int64(l.ff.cfg.Linger)
 	l.setClientEvents(c, unix.EPOLLIN|unix.EPOLLRDHUP)
 }
 
@@ -167,15 +167,15 @@ func (l *eventLoop) handoff(c *cconn) {
 	if err != nil {
 		_, _ = l.sys.Write(int(f.Fd()), tooManyConns)
 		_ = f.Close()
-		l.ff.fe.p.metrics.clientErrors.WithLabelValues(l.ff.fe.addr, "too_many_conns").Inc()
-		l.ff.fe.p.log.Warn("hand-off to fasthttp failed; connection refused", "addr", l.ff.fe.addr, "error", err)
+		l.ff.cfg.TooManyConns()
+		l.ff.cfg.Log.Warn("hand-off to fasthttp failed; connection refused", "addr", l.ff.cfg.Addr, "error", err)
 		return
 	}
 	_ = f.Close()
 	// Counted before fasthttp can have served it (the counter must not
 	// lag the response); give closes it if fasthttp is not accepting.
 	l.ff.handed.Add(1)
-	l.ff.hand.give(&prefixConn{Conn: nc, pre: pre})
+	l.ff.Handed.give(&prefixConn{Conn: nc, pre: pre})
 }
 
 func (l *eventLoop) clientEvent(c *cconn, ev uint32) {
@@ -239,7 +239,7 @@ func (l *eventLoop) process(c *cconn) {
 	defer func() { c.inProc = false }()
 	for c.fd >= 0 && !c.busy() && c.linger == 0 && len(c.out) == 0 && c.n > 0 {
 		b := c.in[:c.n]
-		if parseRequestHead(b, &l.h) != headOK || !l.serve(c, b, &l.h) {
+		if pipeline.ParseRequestHead(b, &l.h) != pipeline.HeadOK || !l.serve(c, b, &l.h) {
 			if l.ff.draining.Load() {
 				// fasthttp is draining too: nothing to hand off to. The
 				// client sees the connection close, as for any
@@ -261,12 +261,12 @@ func (l *eventLoop) process(c *cconn) {
 // rawView is the classifier's view of a request head (classify.Request).
 type rawView struct {
 	b []byte
-	h *rawHead
+	h *pipeline.RawHead
 }
 
-func (v *rawView) Method() []byte { return v.h.method.of(v.b) }
+func (v *rawView) Method() []byte { return v.h.Method.Of(v.b) }
 func (v *rawView) Path() []byte {
-	t := v.h.target.of(v.b)
+	t := v.h.Target.Of(v.b)
 	for i, c := range t {
 		if c == '?' {
 			return t[:i]
@@ -274,15 +274,15 @@ func (v *rawView) Path() []byte {
 	}
 	return t
 }
-func (v *rawView) Host() []byte            { return v.h.host.of(v.b) }
-func (v *rawView) Peek(name string) []byte { return v.h.peek(v.b, name) }
+func (v *rawView) Host() []byte            { return v.h.Host.Of(v.b) }
+func (v *rawView) Peek(name string) []byte { return v.h.Peek(v.b, name) }
 func (v *rawView) Cookie(name string) []byte {
-	for i := 0; i < v.h.nfields; i++ {
-		f := &v.h.fields[i]
-		if !eqFold(f.name.of(v.b), "cookie") {
+	for i := 0; i < v.h.NFields; i++ {
+		f := &v.h.Fields[i]
+		if !pipeline.EqFold(f.Name.Of(v.b), "cookie") {
 			continue
 		}
-		if val := cookieValue(f.value.of(v.b), name); val != nil {
+		if val := pipeline.CookieValue(f.Value.Of(v.b), name); val != nil {
 			return val
 		}
 	}
@@ -291,44 +291,44 @@ func (v *rawView) Cookie(name string) []byte {
 
 // serve runs one parsed request; false (before anything was done or
 // counted) means the fast path does not take it.
-func (l *eventLoop) serve(c *cconn, b []byte, h *rawHead) bool {
+func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	// Connection lists other than close/keep-alive, Upgrade, and a Host
 	// that is not plainly uri-host[:port] go to fasthttp, where the header
-	// policy's checks answer them (headers.go; doc.go "The header policy").
-	if h.hostCount != 1 || h.chunked || h.teOther || h.expect || h.upgrade || h.connOther || h.n > l.ff.maxHeader ||
-		!validHost(h.host.of(b)) {
+	// policy's checks answer them (pipeline/headers.go; proxy/doc.go "The header policy").
+	if h.HostCount != 1 || h.Chunked || h.TeOther || h.Expect || h.Upgrade || h.ConnOther || h.N > l.ff.maxHeader ||
+		!pipeline.ValidHost(h.Host.Of(b)) {
 		return false
 	}
-	cl := h.contentLength
+	cl := h.ContentLength
 	if cl < 0 {
 		cl = 0
 	}
-	if int64(h.n)+cl > int64(c.n) {
+	if int64(h.N)+cl > int64(c.n) {
 		return false // the body is not all here: fasthttp streams it
 	}
-	rt := l.ff.fe.route.Load()
-	a := rt.lookup(h.host.of(b))
-	if a == nil || !a.loopOK {
+	rt := l.ff.cfg.Routes.Load()
+	a := rt.Lookup(h.Host.Of(b))
+	if a == nil || !a.LoopOK {
 		return false
 	}
-	if a.bodyCap(cl) != outRelayed {
+	if a.BodyCap(cl) != pipeline.OutRelayed {
 		return false // fasthttp answers it (413)
 	}
 	ex := &c.ex
-	ex.a, ex.total, ex.start = a, h.n+int(cl), l.now
+	ex.a, ex.total, ex.start = a, h.N+int(cl), l.now
 	ex.status, ex.released, ex.lbb, ex.u, ex.b = 0, true, nil, nil, nil
 	ex.id = ex.id[:0]
-	if l.ff.draining.Load() || h.connClose {
+	if l.ff.draining.Load() || h.ConnClose {
 		c.closing = true
 	}
-	ex.head = string(h.method.of(b)) == fasthttp.MethodHead // methods are case-sensitive
-	ex.idem = idempotentMethod(h.method.of(b))
+	ex.head = string(h.Method.Of(b)) == fasthttp.MethodHead // methods are case-sensitive
+	ex.idem = pipeline.IdempotentMethod(h.Method.Of(b))
 	client := l.forwarded(c, a, b, h)
-	// The decide step (pipeline.go). This engine must not block: a
+	// The decide step (package pipeline, pipeline.go). This engine must not block: a
 	// request whose decision is not made at once parks as an exchange.
 	l.view = rawView{b: b, h: h}
-	d, pend, decided := a.decide(&ex.t, &l.view, client, l.now, nil, true, l)
-	l.setState(c, evloop.Admitting)
+	d, pend, decided := a.Decide(&ex.t, &l.view, client, l.now, nil, true, l)
+	l.setState(c, Admitting)
 	l.ff.served.Add(1)
 	if !decided {
 		l.park(c, pend)
@@ -338,39 +338,39 @@ func (l *eventLoop) serve(c *cconn, b []byte, h *rawHead) bool {
 	return true
 }
 
-// forwarded reads what a trusted proxy sent (planForwarding) into l.in and
+// forwarded reads what a trusted proxy sent (pipeline.PlanForwarding) into l.in and
 // returns the client's address; its X-Forwarded-For lines are one list
 // (RFC 9110 §5.3).
-func (l *eventLoop) forwarded(c *cconn, a *app, b []byte, h *rawHead) netip.Addr {
+func (l *eventLoop) forwarded(c *cconn, a *pipeline.App, b []byte, h *pipeline.RawHead) netip.Addr {
 	in := &l.in
-	*in = trustedFwd{}
-	if !a.trustedPeer(c.peer) {
+	*in = pipeline.TrustedFwd{}
+	if !a.TrustedPeer(c.peer) {
 		return c.peer
 	}
 	chain := l.xff[:0]
-	for i := 0; i < h.nfields; i++ {
-		f := &h.fields[i]
-		switch k := h.kinds[i]; k {
-		case hXFF, hXFProto, hXFHost:
-			chain = in.add(k, f.value.of(b), chain)
-		case hOther:
-			if exact, _ := nameMatch(f.name.of(b), a.reqID); exact {
-				in.add(hOther, f.value.of(b), nil)
+	for i := 0; i < h.NFields; i++ {
+		f := &h.Fields[i]
+		switch k := h.Kinds[i]; k {
+		case pipeline.KindXFF, pipeline.KindXFProto, pipeline.KindXFHost:
+			chain = in.Add(k, f.Value.Of(b), chain)
+		case pipeline.KindOther:
+			if exact, _ := pipeline.NameMatch(f.Name.Of(b), a.ReqID); exact {
+				in.Add(pipeline.KindOther, f.Value.Of(b), nil)
 			}
 		}
 	}
 	l.xff = chain
-	return a.clientAddr(c.peer, in.xff)
+	return a.ClientAddr(c.peer, in.XFF)
 }
 
 // admitted acts on the admission decision d of c's exchange (busy, parsed
 // as h from b, l.in filled by forwarded): relay or reject.
-func (l *eventLoop) admitted(c *cconn, d admission.Decision, b []byte, h *rawHead) {
+func (l *eventLoop) admitted(c *cconn, d admission.Decision, b []byte, h *pipeline.RawHead) {
 	a := c.ex.a
-	if a.admitted(&c.ex.t, d) != outRelayed {
+	if a.Admitted(&c.ex.t, d) != pipeline.OutRelayed {
 		// Rejected (a parked exchange whose client went was aborted,
 		// never resumed).
-		l.respond(c, a, outRejected, d)
+		l.respond(c, a, pipeline.OutRejected, d)
 		return
 	}
 	l.relay(c, b, h)
@@ -378,10 +378,10 @@ func (l *eventLoop) admitted(c *cconn, d admission.Decision, b []byte, h *rawHea
 
 // relay sends c's admitted exchange (parsed as h from b, l.in filled by
 // forwarded) to a backend.
-func (l *eventLoop) relay(c *cconn, b []byte, h *rawHead) {
-	ex, a, in, p := &c.ex, c.ex.a, &l.in, l.ff.fe.p
-	if a.pool.Healthy() == 0 {
-		l.respond(c, a, outNoBackend, admission.Decision{})
+func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
+	ex, a, in := &c.ex, c.ex.a, &l.in
+	if a.Pool.Healthy() == 0 {
+		l.respond(c, a, pipeline.OutNoBackend, admission.Decision{})
 		return
 	}
 
@@ -392,29 +392,29 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *rawHead) {
 		le++
 	}
 	r = append(r, b[:le+1]...)
-	// The header policy (headers.go): hop-by-hop lines and every copy of
+	// The header policy (pipeline/headers.go): hop-by-hop lines and every copy of
 	// the forwarding headers (any spelling) go; one of each is added.
-	for i := 0; i < h.nfields; i++ {
-		f := &h.fields[i]
-		switch h.kinds[i] {
-		case hConnection, hHopByHop, hXFF, hXFProto, hXFHost, hFwdAlias:
+	for i := 0; i < h.NFields; i++ {
+		f := &h.Fields[i]
+		switch h.Kinds[i] {
+		case pipeline.KindConnection, pipeline.KindHopByHop, pipeline.KindXFF, pipeline.KindXFProto, pipeline.KindXFHost, pipeline.KindFwdAlias:
 			continue
-		case hOther:
-			if exact, alias := nameMatch(f.name.of(b), a.reqID); exact || alias {
+		case pipeline.KindOther:
+			if exact, alias := pipeline.NameMatch(f.Name.Of(b), a.ReqID); exact || alias {
 				continue
 			}
 		}
-		r = append(r, f.line.of(b)...)
+		r = append(r, f.Line.Of(b)...)
 	}
-	var fw forwarding
-	l.fwd, fw = planForwarding(l.fwd, in, c.peer, false, h.host.of(b), p.ids)
-	ex.id = append(ex.id[:0], fw.id...)
-	r = append(append(append(r, "X-Forwarded-For: "...), fw.xff...), "\r\n"...)
-	r = append(append(append(r, "X-Forwarded-Proto: "...), fw.proto...), "\r\n"...)
-	r = append(append(append(r, "X-Forwarded-Host: "...), fw.host...), "\r\n"...)
-	r = append(append(append(append(r, a.reqID...), ": "...), fw.id...), "\r\n"...)
+	var fw pipeline.Forwarding
+	l.fwd, fw = pipeline.PlanForwarding(l.fwd, in, c.peer, false, h.Host.Of(b), l.ff.cfg.IDs)
+	ex.id = append(ex.id[:0], fw.ID...)
+	r = append(append(append(r, "X-Forwarded-For: "...), fw.XFF...), "\r\n"...)
+	r = append(append(append(r, "X-Forwarded-Proto: "...), fw.Proto...), "\r\n"...)
+	r = append(append(append(r, "X-Forwarded-Host: "...), fw.Host...), "\r\n"...)
+	r = append(append(append(append(r, a.ReqID...), ": "...), fw.ID...), "\r\n"...)
 	r = append(r, "\r\n"...)
-	r = append(r, b[h.n:ex.total]...)
+	r = append(r, b[h.N:ex.total]...)
 	ex.req = r
 	ex.attempts = 0
 	l.dispatch(c, nil)
@@ -427,7 +427,7 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *rawHead) {
 // counted once, by Estimate.
 func (l *eventLoop) park(c *cconn, pend admission.Pending) {
 	c.ex.pend = pend
-	l.setState(c, evloop.Parked)
+	l.setState(c, Parked)
 	c.ex.parkIdx = len(l.parked)
 	l.parked = append(l.parked, c)
 }
@@ -470,11 +470,11 @@ func (l *eventLoop) pollParked() {
 // the start of c.in, is parsed again and the request relayed or rejected
 // as if decided at once.
 func (l *eventLoop) resume(c *cconn, d admission.Decision) {
-	l.setState(c, evloop.Admitting)
+	l.setState(c, Admitting)
 	b := c.in[:c.n]
-	if parseRequestHead(b, &l.h) != headOK {
+	if pipeline.ParseRequestHead(b, &l.h) != pipeline.HeadOK {
 		// Cannot happen: the same bytes parsed when the request came.
-		l.abort(c, outBadRequest)
+		l.abort(c, pipeline.OutBadRequest)
 		return
 	}
 	l.forwarded(c, c.ex.a, b, &l.h)

@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package evloop
 
 import (
 	"net/netip"
@@ -12,17 +12,17 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/lb"
-	"github.com/sentry-proxy/sentry/proxy/evloop"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
-// evloop_conn_linux.go: the loop itself -- its connections and exchanges
+// conn_linux.go: the loop itself -- its connections and exchanges
 // (cconn, exch, bconn), its run loop, its timers (sweep) and the raw
 // syscalls it makes.
 
 // cconn is a client connection held by a loop.
 type cconn struct {
 	fd      int
-	idx     int // in evloop.clients
+	idx     int // in clients
 	peer    netip.Addr
 	in      []byte // nil while idle with nothing buffered
 	n       int
@@ -38,15 +38,15 @@ type cconn struct {
 	ex      exch
 }
 
-// busy tells whether an exchange is in progress on c (evloop.State).
-func (c *cconn) busy() bool { return c.ex.state != evloop.Idle }
+// busy tells whether an exchange is in progress on c (State).
+func (c *cconn) busy() bool { return c.ex.state != Idle }
 
 // exch is the exchange in progress on a client connection.
 type exch struct {
-	state     evloop.State // where the exchange is (package proxy/evloop); changed only by setState
-	a         *app
+	state     State // where the exchange is (state.go); changed only by setState
+	a         *pipeline.App
 	lbb       *lb.Backend
-	u         *upstream
+	u         *pipeline.Upstream
 	b         *bconn
 	req       []byte // the request as sent to the backend (kept for a retry)
 	sent      int
@@ -56,20 +56,20 @@ type exch struct {
 	start     time.Time
 	dispatch  time.Time
 	inService int
-	t         ticket // the request's admission (pipeline.go)
+	t         pipeline.Ticket // the request's admission (package pipeline, pipeline.go)
 	id        []byte
-	attempts  int // attempts to relay so far, the current one included (tryAgain)
+	attempts  int // attempts to relay so far, the current one included (pipeline.TryAgain)
 	deadline  int64
 	activeIdx int
 	// pend is the admission ticket of an exchange parked for its batch
-	// decision (nil otherwise); parkIdx is its place in evloop.parked.
+	// decision (nil otherwise); parkIdx is its place in parked.
 	pend    admission.Pending
 	parkIdx int
 	// response
 	status   int
 	mode     uint8
 	remain   int64
-	ct       chunkTracker
+	ct       pipeline.ChunkTracker
 	bkClose  bool
 	gotBytes bool
 	released bool
@@ -85,7 +85,7 @@ const (
 // bconn is a backend connection held by a loop.
 type bconn struct {
 	fd         int
-	u          *upstream
+	u          *pipeline.Upstream
 	in         []byte
 	n          int
 	c          *cconn // client being served; nil while idle
@@ -97,12 +97,12 @@ type bconn struct {
 
 // eventLoop is one event loop.
 type eventLoop struct {
-	ff      *fastFront
+	ff      *Front
 	ep, efd int
-	sys     evloop.Sys   // the kernel (evloop.RawSys) or a script
-	clock   evloop.Clock // time.Now or a manual clock
+	sys     Sys   // the kernel (RawSys) or a script
+	clock   Clock // time.Now or a manual clock
 	// trace, if set (tests), sees every exchange-state transition.
-	trace  func(c *cconn, from, to evloop.State)
+	trace  func(c *cconn, from, to State)
 	efdBuf [8]byte    // the eventfd's counter, read on a wake-up
 	drop   [4096]byte // what a lingering close reads and drops
 
@@ -111,23 +111,23 @@ type eventLoop struct {
 	clients   []*cconn
 	active    []*cconn // with an exchange in progress
 	parked    []*cconn // with an exchange parked for its batch decision
-	idleBk    map[*upstream][]*bconn
+	idleBk    map[*pipeline.Upstream][]*bconn
 	bufs      [][]byte
 	now       time.Time
 	nowNs     int64
 	nextSweep int64
 	nextIdle  int64
 	drainSeen bool
-	h         rawHead
-	rh        rawHead
+	h         pipeline.RawHead
+	rh        pipeline.RawHead
 	view      rawView
 	date      []byte
 	dateSec   int64
-	st        []byte     // stripped Server-Timing
-	xff       []byte     // a trusted proxy's X-Forwarded-For lines, merged
-	in        trustedFwd // what a trusted proxy sent (planForwarding)
-	fwd       []byte     // the forwarding header values (planForwarding)
-	yieldAt   int64      // next runtime.Gosched
+	st        []byte              // stripped Server-Timing
+	xff       []byte              // a trusted proxy's X-Forwarded-For lines, merged
+	in        pipeline.TrustedFwd // what a trusted proxy sent (pipeline.PlanForwarding)
+	fwd       []byte              // the forwarding header values (pipeline.PlanForwarding)
+	yieldAt   int64               // next runtime.Gosched
 
 	unlistened   bool  // the listening socket is out of this loop's epoll set
 	acceptPaused int64 // accepts paused until (EMFILE and the like)
@@ -151,7 +151,7 @@ func (l *eventLoop) unlisten() {
 	l.ff.unlisten.Done()
 }
 
-func newEvloop(ff *fastFront) (*eventLoop, error) {
+func newEvloop(ff *Front) (*eventLoop, error) {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
@@ -161,7 +161,7 @@ func newEvloop(ff *fastFront) (*eventLoop, error) {
 		unix.Close(ep)
 		return nil, err
 	}
-	l := &eventLoop{ff: ff, ep: ep, efd: efd, sys: evloop.RawSys{}, clock: time.Now, idleBk: map[*upstream][]*bconn{}}
+	l := &eventLoop{ff: ff, ep: ep, efd: efd, sys: RawSys{}, clock: time.Now, idleBk: map[*pipeline.Upstream][]*bconn{}}
 	if err := l.sys.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, unix.EPOLLIN, tagWake); err != nil {
 		l.closeFDs()
 		return nil, err
@@ -239,7 +239,7 @@ func (l *eventLoop) run() {
 		n, err := l.sys.EpollWait(l.ep, evs, timeout)
 		l.tick()
 		if err != nil && err != unix.EINTR {
-			l.ff.fe.p.log.Error("epoll_wait failed; event loop stops", "error", err)
+			l.ff.cfg.Log.Error("epoll_wait failed; event loop stops", "error", err)
 			l.closeAll()
 			return
 		}
@@ -290,20 +290,20 @@ func (l *eventLoop) sweep() {
 		// While the client has not taken what was relayed, the backend
 		// is not read, so its idle deadline waits (the write timeout
 		// covers the client); flush restarts it.
-		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == evloop.Relaying && len(c.out) > 0) {
-			if ex.state == evloop.Connecting {
+		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == Relaying && len(c.out) > 0) {
+			if ex.state == Connecting {
 				l.dialFailed(ex.b)
-			} else if ex.state != evloop.Relaying {
+			} else if ex.state != Relaying {
 				l.release(ex, false)
-				l.respond(c, ex.a, outBackendTimeout, admission.Decision{})
+				l.respond(c, ex.a, pipeline.OutBackendTimeout, admission.Decision{})
 			} else {
-				l.abort(c, outBackendTimeout)
+				l.abort(c, pipeline.OutBackendTimeout)
 			}
 			i--
 			continue
 		}
 		if c.outAt != 0 && l.nowNs-c.outAt > int64(l.ff.write) {
-			l.abort(c, outClientGone)
+			l.abort(c, pipeline.OutClientGone)
 			l.closeClient(c)
 			i--
 		}
@@ -340,7 +340,7 @@ func (l *eventLoop) sweep() {
 	for u, list := range l.idleBk {
 		keep := list[:0]
 		for _, bc := range list {
-			if bc.fd >= 0 && l.nowNs-bc.lastNs < int64(backendIdle) && !u.closed.Load() {
+			if bc.fd >= 0 && l.nowNs-bc.lastNs < int64(backendIdle) && !u.Closed.Load() {
 				keep = append(keep, bc)
 			} else {
 				l.closeBackend(bc)
@@ -363,7 +363,7 @@ func (l *eventLoop) startDrain() {
 		if c.busy() || len(c.out) > 0 {
 			c.closing = true
 		} else if c.linger == 0 {
-			c.grace = l.nowNs + int64(idleGrace)
+			c.grace = l.nowNs + int64(l.ff.cfg.IdleGrace)
 			c.closing = true
 		}
 	}
@@ -381,20 +381,9 @@ func (l *eventLoop) closeAll() {
 			l.closeBackend(bc)
 		}
 	}
-	l.idleBk = map[*upstream][]*bconn{}
+	l.idleBk = map[*pipeline.Upstream][]*bconn{}
 	// ep and efd stay open until shutdown has stopped every loop: a
 	// wake() after a close could write into a reused descriptor.
 }
 
 // ---------------------------------------------------------------- helpers
-
-// peek returns the value of the first field named name, any case.
-func (h *rawHead) peek(b []byte, name string) []byte {
-	for i := 0; i < h.nfields; i++ {
-		f := &h.fields[i]
-		if eqFoldString(f.name.of(b), name) {
-			return f.value.of(b)
-		}
-	}
-	return nil
-}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package evloop
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +21,7 @@ import (
 	"github.com/sentry-proxy/sentry/internal/scripttest"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
-	"github.com/sentry-proxy/sentry/proxy/evloop"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // The tests run the loops with strictStates: an illegal exchange
@@ -70,32 +71,36 @@ func newLoopScript(t *testing.T) *loopScript {
 	h := &loopScript{t: t, now: time.Date(2026, 11, 24, 6, 0, 0, 0, time.UTC)}
 	h.sys = &scriptSys{h: h, fds: map[int]*scriptFD{}, next: 10, clientCap: -1}
 	h.ctl = &scriptControl{h: h}
-	addr := "127.0.0.1:1"
-	snap := testSnap(addr, []string{"192.0.2.10:80"}, func(_ *policy.Snapshot, a *policy.App) {
-		a.Admission.Mode = "batch"
-		a.Timeouts = policy.Timeouts{Connect: 50 * time.Millisecond, Response: 100 * time.Millisecond}
-	})
-	snap.Server.WriteTimeout = time.Second
-	// The access log is how a script sees what the complete step
-	// recorded (outcome and status: the metrics get the same).
-	snap.Log.Access = true
-	p, err := New(Options{Control: h.ctl, Registerer: prometheus.NewRegistry(),
-		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: accessWriter{h}})}, snap)
-	if err != nil {
-		t.Fatal(err)
+	a := scriptApp(t, h.ctl)
+	var routes atomic.Pointer[pipeline.Route]
+	routes.Store(&pipeline.Route{Default: a, Access: true})
+	ids := pipeline.NewIDSource()
+	copy(ids.Prefix[:], "0123456789abcdef")
+	ids.N.Store(0)
+	cfg := Config{Addr: "127.0.0.1:1", LFD: 3, Loops: 1, Routes: &routes, IDs: ids, Log: hclog.NewNullLogger(),
+		MaxHeader: 16384, Idle: 5 * time.Second, Write: time.Second, Header: 2 * time.Second,
+		Linger: 5 * time.Second, IdleGrace: time.Second, Handoff: 4,
+		OtherConns:   func() int { return 0 },
+		BackendConns: func(*pipeline.Upstream) int { return 0 },
+		TooManyConns: func() { h.printf("too many connections") },
+		// The access log is how a script sees what the complete step
+		// recorded (outcome and status: the metrics get the same): a
+		// line "record METHOD URI status=N outcome=O" (the duration
+		// depends on the real clock, so it is left out).
+		Access: func(_ *pipeline.App, method, uri []byte, status int, _ *pipeline.Upstream, _ time.Time, _ []byte, o pipeline.Outcome) {
+			r := pipeline.OutcomeReason[o]
+			if r == "" {
+				r = "-" // relayed, or rejected by admission: no error reason
+			}
+			h.printf("record %s %s status=%d outcome=%s", method, uri, status, r)
+		},
 	}
-	t.Cleanup(p.Close)
-	copy(p.ids.prefix[:], "0123456789abcdef")
-	p.ids.n.Store(0)
-	fe := &frontend{p: p, addr: addr, done: make(chan struct{})}
-	fe.route.Store(p.cur.Load().routes[addr])
-	sv := snap.Server
-	ff := &fastFront{fe: fe, lfd: 3, maxHeader: sv.MaxHeaderBytes, idle: sv.IdleTimeout, write: sv.WriteTimeout, hdr: sv.ReadHeaderTimeout}
+	ff := &Front{cfg: cfg, lfd: 3, maxHeader: cfg.MaxHeader, idle: cfg.Idle, write: cfg.Write, hdr: cfg.Header}
 	h.sys.fds[3] = &scriptFD{name: "listen"}
 	h.sys.fds[4] = &scriptFD{name: "epoll"}
 	h.sys.fds[5] = &scriptFD{name: "eventfd"}
-	l := &eventLoop{ff: ff, ep: 4, efd: 5, sys: h.sys, clock: func() time.Time { return h.now }, idleBk: map[*upstream][]*bconn{}}
-	l.trace = func(c *cconn, from, to evloop.State) {
+	l := &eventLoop{ff: ff, ep: 4, efd: 5, sys: h.sys, clock: func() time.Time { return h.now }, idleBk: map[*pipeline.Upstream][]*bconn{}}
+	l.trace = func(c *cconn, from, to State) {
 		h.printf("%s: %v -> %v", h.sys.nameOf(c.fd), from, to)
 	}
 	l.tick()
@@ -104,28 +109,59 @@ func newLoopScript(t *testing.T) *loopScript {
 	return h
 }
 
-// accessWriter prints the access-log lines of a script's proxy as
-// "record METHOD URI status=N outcome=O" (the duration depends on the
-// real clock, so it is left out).
-type accessWriter struct{ h *loopScript }
-
-func (w accessWriter) Write(b []byte) (int, error) {
-	line := string(b)
-	if !strings.Contains(line, "access:") {
-		return len(b), nil
+// scriptApp is the app a script's loop serves, as package proxy would
+// build it from a policy (one backend, 192.0.2.10:80; batch admission by
+// ctl; connect and response timeouts 50 ms and 100 ms), with metrics that
+// nothing registers.
+func scriptApp(t *testing.T, ctl *scriptControl) *pipeline.App {
+	ac := &policy.App{
+		Name:               "web",
+		Backends:           policy.Backends{Static: []string{"192.0.2.10:80"}},
+		Balance:            policy.LeastLoaded,
+		Health:             policy.Health{Passive: policy.PassiveHealth{Failures: 3, Cooldown: 10 * time.Second}},
+		Timeouts:           policy.Timeouts{Connect: 50 * time.Millisecond, Response: 100 * time.Millisecond},
+		MaxConnsPerBackend: 1024,
+		RequestIDHeader:    "X-Request-Id",
+		Reject:             policy.Reject{Status: 503, Body: "sentry: overloaded, retry later\n", RetryAfter: time.Second},
+		Admission:          policy.Admission{Mode: "batch"},
 	}
-	kv := map[string]string{}
-	for _, f := range strings.Fields(line) {
-		if k, v, ok := strings.Cut(f, "="); ok {
-			kv[k] = v
+	counter := func() prometheus.Counter { return prometheus.NewCounter(prometheus.CounterOpts{Name: "x"}) }
+	m := &pipeline.AppMetrics{}
+	for i := range m.None {
+		m.None[i] = counter()
+	}
+	for i := range m.Latency {
+		m.Latency[i] = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"})
+	}
+	for o, r := range pipeline.OutcomeReason {
+		if r != "" {
+			m.Errs[o] = counter()
 		}
 	}
-	o := kv["outcome"]
-	if o == `""` {
-		o = "-" // relayed, or rejected by admission: no error reason
+	sh := &pipeline.AppShared{Metrics: m}
+	sh.Idle.Store(ac.Timeouts.Response.Nanoseconds())
+	sh.Connect.Store(ac.Timeouts.Connect.Nanoseconds())
+	a := &pipeline.App{Policy: ac, Name: ac.Name, ReqID: ac.RequestIDHeader, LoopOK: true,
+		Shared: sh, Metrics: m, Controller: ctl,
+		Reject: pipeline.RejectResponse{Status: ac.Reject.Status, Body: []byte(ac.Reject.Body), RetryAfter: 1}}
+	var verdicts []prometheus.Counter
+	for range admission.Verdicts() {
+		verdicts = append(verdicts, counter())
 	}
-	w.h.printf("record %s %s status=%s outcome=%s", kv["method"], kv["uri"], kv["status"], o)
-	return len(b), nil
+	a.Decisions = [][]prometheus.Counter{verdicts}
+	a.Pool = lb.NewPool(lb.Options{App: ac.Name, Algorithm: lb.Algorithm(ac.Balance),
+		Failures: ac.Health.Passive.Failures, Cooldown: ac.Health.Passive.Cooldown, Logger: hclog.NewNullLogger(),
+		Attach: func(addr string) any {
+			u := &pipeline.Upstream{Addr: addr}
+			for c := range u.Reqs {
+				u.Reqs[c] = counter()
+			}
+			return u
+		},
+		Detach: func(_ string, v any) { v.(*pipeline.Upstream).Closed.Store(true) },
+	}, ac.Backends.Static)
+	t.Cleanup(a.Pool.Close)
+	return a
 }
 
 func (h *loopScript) printf(format string, args ...any) {
@@ -235,7 +271,7 @@ func (h *loopScript) exec(line int, cmd string) []string {
 		_, _ = h.l.sys.Read(h.l.efd, h.l.efdBuf[:])
 		h.l.pollParked()
 	case "failures":
-		for _, b := range h.l.ff.fe.route.Load().def.pool.Backends() {
+		for _, b := range h.l.ff.cfg.Routes.Load().Default.Pool.Backends() {
 			h.printf("%s: failures=%d healthy=%v", b.Addr(), b.Failures(), b.Healthy())
 		}
 	case "state":
@@ -247,7 +283,7 @@ func (h *loopScript) exec(line int, cmd string) []string {
 	return h.out
 }
 
-// scriptSys is a evloop.Sys whose descriptors are scripted: what a peer sent
+// scriptSys is a Sys whose descriptors are scripted: what a peer sent
 // is read, what the loop writes is printed.
 type scriptSys struct {
 	h         *loopScript
@@ -447,9 +483,9 @@ func (p *scriptPending) Cancel() {
 	p.c.h.printf("admission: cancel (client gone)")
 }
 
-func (f *scriptControl) Build(*policy.App, *lb.Pool) (Controller, error) { return f, nil }
-func (f *scriptControl) Retain([]string)                                 {}
-func (f *scriptControl) Classes() []string                               { return []string{"gold"} }
+func (f *scriptControl) Build(*policy.App, *lb.Pool) (pipeline.Controller, error) { return f, nil }
+func (f *scriptControl) Retain([]string)                                          {}
+func (f *scriptControl) Classes() []string                                        { return []string{"gold"} }
 func (f *scriptControl) Classify(r classify.Request, _ netip.Addr) (int, []byte) {
 	return 0, r.Path()
 }

@@ -1,20 +1,21 @@
 //go:build linux
 
-package proxy
+package evloop
 
 import (
 	"context"
 	"net"
-	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
-// evloop_linux.go is the event-loop front end for plain HTTP/1.1 listeners
-// (see "Engine decision" in doc.go). A few loops (one per GOMAXPROCS), each
+// front_linux.go is the event-loop front end for plain HTTP/1.1 listeners
+// (see "Engine decision" in proxy/doc.go). A few loops (one per GOMAXPROCS), each
 // one goroutine around its own epoll set, share the listening socket and
 // serve the common request themselves, client and backend sockets alike,
 // with no goroutine per connection: a whole, plain HTTP/1.1 head (and any
@@ -25,12 +26,13 @@ import (
 // far to the fasthttp front end, which serves that connection from then on.
 //
 // The loop is split by responsibility: this file starts and stops the
-// loops and hands connections to fasthttp; evloop_conn_linux.go has the
+// loops and hands connections to fasthttp; conn_linux.go has the
 // loop, its connection and exchange types, timers and syscalls;
-// evloop_client_linux.go the client side and the pipeline as the loop
-// runs it; evloop_backend_linux.go the backend side and retries;
-// evloop_response_linux.go the response relay and the end of an exchange.
-// Where an exchange is, is its evloop.State (package proxy/evloop).
+// client_linux.go the client side and the pipeline as the loop
+// runs it; backend_linux.go the backend side and retries;
+// response_linux.go the response relay and the end of an exchange;
+// reply_linux.go the answers sentry writes itself.
+// Where an exchange is, is its State (state.go).
 
 // The listening socket and the wake-up eventfd are registered under tags
 // that no descriptor number can take: once the listener is closed, its
@@ -48,13 +50,55 @@ const (
 	backendIdle   = 30 * time.Second // as the HostClient's MaxIdleConnDuration
 )
 
-// fastFront is the event-loop half of a plain front end.
-type fastFront struct {
-	fe        *frontend
+// Config is what a front end of loops is given by package proxy,
+// which starts it (startFast) and serves what it hands off: the
+// listening socket, the server limits, the routes, and the few calls back
+// into proxy. None of the calls is on the common path: BackendConns is
+// asked when the loop dials, OtherConns on accept with max_conns set,
+// TooManyConns on a refusal, and Access only when the route logs access
+// (a path that formats and writes a line anyway).
+type Config struct {
+	Addr     string       // the listener's policy address (logs, metric labels)
+	Listener net.Listener // its socket, closed by shutdown
+	LFD      int          // its descriptor
+	Loops    int          // how many loops (one per GOMAXPROCS)
+	// Routes is the listener's route table (Host → app), swapped by a
+	// reload; the loop reads it once per request.
+	Routes *atomic.Pointer[pipeline.Route]
+	IDs    *pipeline.IDSource // request IDs
+	Log    hclog.Logger
+
+	MaxHeader int           // server.max_header_bytes
+	MaxConns  int           // server.max_conns, shared with fasthttp's connections (OtherConns)
+	Idle      time.Duration // server.idle_timeout
+	Write     time.Duration // server.write_timeout (0: Idle)
+	Header    time.Duration // server.read_header_timeout
+	Linger    time.Duration // a lingering close's limit (as the fasthttp front end's)
+	IdleGrace time.Duration // draining: an idle connection's time for one more request
+	Handoff   int           // the hand-off queue's length (handoffListener)
+
+	// OtherConns is the client connections fasthttp holds on this
+	// listener (max_conns counts both).
+	OtherConns func() int
+	// BackendConns is the fasthttp front end's connections to u
+	// (max_conns_per_backend counts both); asked when the loop dials.
+	BackendConns func(u *pipeline.Upstream) int
+	// TooManyConns counts a connection refused for max_conns
+	// (sentry_client_errors_total).
+	TooManyConns func()
+	// Access writes an access-log line; called only when the route logs
+	// access.
+	Access func(a *pipeline.App, method, uri []byte, status int, u *pipeline.Upstream, start time.Time, id []byte, o pipeline.Outcome)
+}
+
+// Front is the event-loop half of a plain front end: its loops and the
+// listener (Handed) through which they hand connections to fasthttp.
+type Front struct {
+	cfg       Config
 	ln        net.Listener
 	lfd       int
 	loops     []*eventLoop
-	hand      *handoffListener
+	Handed    *handoffListener
 	conns     atomic.Int64 // client connections the loops hold
 	draining  atomic.Bool
 	closing   atomic.Bool
@@ -67,53 +111,23 @@ type fastFront struct {
 	hdr       time.Duration // server.read_header_timeout
 
 	served, handed atomic.Uint64 // requests answered by the loops; connections handed off
-	illegal        atomic.Uint64 // illegal exchange-state transitions (package proxy/evloop)
+	illegal        atomic.Uint64 // illegal exchange-state transitions (state.go)
 }
 
-// fastDisabled turns the event loop off (SENTRY_EVLOOP=0) for EngineAuto:
-// every connection is served by fasthttp. For comparison and as an escape
-// hatch.
-var fastDisabled = os.Getenv("SENTRY_EVLOOP") == "0"
-
-// startFast starts the loops on ln and returns the listener fasthttp
-// serves (connections handed off by the loops). ok is false when the event
-// loop cannot be used; fasthttp then serves ln itself.
-func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
-	switch fe.p.opts.Engine {
-	case EngineFastHTTP:
-		return ln, false
-	case EngineAuto:
-		if fastDisabled {
-			return ln, false
-		}
-	}
-	sc, ok := ln.(syscall.Conn)
-	if !ok {
-		return ln, false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return ln, false
-	}
-	lfd := -1
-	if rc.Control(func(fd uintptr) { lfd = int(fd) }) != nil || lfd < 0 {
-		return ln, false
-	}
-	sv := fe.p.cur.Load().snap.Server
-	ff := &fastFront{fe: fe, ln: ln, lfd: lfd, hand: newHandoffListener(ln.Addr(), handoffQueue),
-		maxHeader: sv.MaxHeaderBytes, maxConns: sv.MaxConns, idle: sv.IdleTimeout, write: sv.WriteTimeout, hdr: sv.ReadHeaderTimeout}
+// Start starts cfg.Loops loops on cfg's listening socket.
+func Start(cfg Config) (*Front, error) {
+	ff := &Front{cfg: cfg, ln: cfg.Listener, lfd: cfg.LFD, Handed: newHandoffListener(cfg.Listener.Addr(), cfg.Handoff),
+		maxHeader: cfg.MaxHeader, maxConns: cfg.MaxConns, idle: cfg.Idle, write: cfg.Write, hdr: cfg.Header}
 	if ff.write <= 0 {
 		ff.write = ff.idle
 	}
-	n := runtime.GOMAXPROCS(0)
-	for i := 0; i < n; i++ {
+	for i := 0; i < cfg.Loops; i++ {
 		l, err := newEvloop(ff)
 		if err != nil {
 			for _, l := range ff.loops {
 				l.closeFDs()
 			}
-			fe.p.log.Warn("event loop unavailable; serving with fasthttp only", "addr", fe.addr, "error", err)
-			return ln, false
+			return nil, err
 		}
 		ff.loops = append(ff.loops, l)
 	}
@@ -122,14 +136,13 @@ func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
 		ff.unlisten.Add(1)
 		go l.run()
 	}
-	fe.fast = ff
-	return ff.hand, true
+	return ff, nil
 }
 
-// shutdown stops accepting, lets the loops' connections finish (idle ones
+// Shutdown stops accepting, lets the loops' connections finish (idle ones
 // get idleGrace for one more request, all responses say Connection: close)
 // until ctx is done, then closes what is left and stops the loops.
-func (ff *fastFront) shutdown(ctx context.Context) {
+func (ff *Front) Shutdown(ctx context.Context) {
 	ff.draining.Store(true)
 	for _, l := range ff.loops {
 		l.wake()
@@ -161,13 +174,13 @@ func (ff *fastFront) shutdown(ctx context.Context) {
 	}
 }
 
-// counts returns the requests the loops answered and the connections they
+// Counts returns the requests the loops answered and the connections they
 // handed off.
-func (ff *fastFront) counts() (served, handed uint64) { return ff.served.Load(), ff.handed.Load() }
+func (ff *Front) Counts() (served, handed uint64) { return ff.served.Load(), ff.handed.Load() }
 
-// illegalTransitions is the number of illegal exchange-state transitions
-// the loops made (package proxy/evloop): a bug counted, not a crash.
-func (ff *fastFront) illegalTransitions() uint64 { return ff.illegal.Load() }
+// IllegalTransitions is the number of illegal exchange-state transitions
+// the loops made (state.go): a bug counted, not a crash.
+func (ff *Front) IllegalTransitions() uint64 { return ff.illegal.Load() }
 
 // handoffListener hands connections from the loops to fasthttp.
 //
@@ -182,10 +195,6 @@ type handoffListener struct {
 	done      chan struct{}
 	closeOnce sync.Once
 }
-
-// handoffQueue is the queue's length: enough to absorb a burst without
-// stalling a loop while fasthttp's accept loop catches up.
-var handoffQueue = 256 // a variable for tests
 
 func newHandoffListener(addr net.Addr, size int) *handoffListener {
 	return &handoffListener{addr: addr, ch: make(chan net.Conn, size), done: make(chan struct{})}

@@ -1,4 +1,4 @@
-package proxy
+package pipeline
 
 import (
 	"bytes"
@@ -16,8 +16,8 @@ func bytesView(b []byte) string {
 	return unsafe.String(&b[0], len(b))
 }
 
-// trusted reports whether addr is inside one of the prefixes.
-func trusted(prefixes []netip.Prefix, addr netip.Addr) bool {
+// Trusted reports whether addr is inside one of the prefixes.
+func Trusted(prefixes []netip.Prefix, addr netip.Addr) bool {
 	for _, p := range prefixes {
 		if p.Contains(addr) {
 			return true
@@ -26,12 +26,12 @@ func trusted(prefixes []netip.Prefix, addr netip.Addr) bool {
 	return false
 }
 
-// clientFromXFF returns the real client address when the direct peer is a
+// ClientFromXFF returns the real client address when the direct peer is a
 // trusted proxy: walking X-Forwarded-For from the right, the first address
 // that is not itself trusted. If every entry is trusted the leftmost one is
 // the client. Unparseable entries stop the walk and the peer is used, so a
 // forged header cannot smuggle an arbitrary address.
-func clientFromXFF(prefixes []netip.Prefix, peer netip.Addr, xff []byte) netip.Addr {
+func ClientFromXFF(prefixes []netip.Prefix, peer netip.Addr, xff []byte) netip.Addr {
 	client := peer
 	for len(xff) > 0 {
 		i := bytes.LastIndexByte(xff, ',')
@@ -46,7 +46,7 @@ func clientFromXFF(prefixes []netip.Prefix, peer netip.Addr, xff []byte) netip.A
 			return peer
 		}
 		client = a.Unmap()
-		if !trusted(prefixes, client) {
+		if !Trusted(prefixes, client) {
 			return client
 		}
 	}

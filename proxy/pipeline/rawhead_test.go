@@ -1,4 +1,4 @@
-package proxy
+package pipeline
 
 import (
 	"bufio"
@@ -51,7 +51,7 @@ func TestNormalPath(t *testing.T) {
 		{"/a/b/..", false},
 	}
 	for _, c := range cases {
-		if got := normalPath([]byte(c.path)); got != c.want {
+		if got := NormalPath([]byte(c.path)); got != c.want {
 			t.Errorf("normalPath(%q) = %v, want %v", c.path, got, c.want)
 		}
 		if ref := normalPathRef(c.path); ref != c.want {
@@ -60,7 +60,7 @@ func TestNormalPath(t *testing.T) {
 	}
 }
 
-// normalPathRef is normalPath written the obvious way: no empty, "." or
+// normalPathRef is NormalPath written the obvious way: no empty, "." or
 // ".." segment (a trailing slash is allowed).
 func normalPathRef(p string) bool {
 	if p == "" || p == "/" {
@@ -101,7 +101,7 @@ func TestParseLength(t *testing.T) {
 		{"1.0", 0, false},
 	}
 	for _, c := range cases {
-		n, ok := parseLength([]byte(c.in))
+		n, ok := ParseLength([]byte(c.in))
 		if ok != c.want || ok && n != c.n {
 			t.Errorf("parseLength(%q) = %d, %v; want %d, %v", c.in, n, ok, c.n, c.want)
 		}
@@ -133,7 +133,7 @@ func TestCookieValue(t *testing.T) {
 		{";;;", "a", "", false},
 	}
 	for _, c := range cases {
-		got := cookieValue([]byte(c.header), c.name)
+		got := CookieValue([]byte(c.header), c.name)
 		if (got != nil) != c.found || string(got) != c.want {
 			t.Errorf("cookieValue(%q, %q) = %q (found %v), want %q (found %v)", c.header, c.name, got, got != nil, c.want, c.found)
 		}
@@ -156,32 +156,32 @@ func fasthttpCookie(t *testing.T, header, name string) string {
 
 func TestFieldKind(t *testing.T) {
 	cases := map[string]uint8{
-		"Host": hHost, "HOST": hHost, "host": hHost,
-		"Content-Length": hContentLength, "content-LENGTH": hContentLength,
-		"Transfer-Encoding": hTransferEncoding,
-		"Connection":        hConnection,
-		"Upgrade":           hUpgrade,
-		"Expect":            hExpect,
-		"X-Forwarded-For":   hXFF, "x-forwarded-for": hXFF,
-		"X-Forwarded-Proto": hXFProto,
-		"X-Forwarded-Host":  hXFHost,
-		"Server-Timing":     hServerTiming,
-		"Keep-Alive":        hHopByHop, "TE": hHopByHop, "te": hHopByHop, "Trailer": hHopByHop,
-		"Proxy-Connection": hHopByHop, "Proxy-Authorization": hHopByHop, "Proxy-Authenticate": hHopByHop,
+		"Host": KindHost, "HOST": KindHost, "host": KindHost,
+		"Content-Length": KindContentLength, "content-LENGTH": KindContentLength,
+		"Transfer-Encoding": KindTransferEncoding,
+		"Connection":        KindConnection,
+		"Upgrade":           KindUpgrade,
+		"Expect":            KindExpect,
+		"X-Forwarded-For":   KindXFF, "x-forwarded-for": KindXFF,
+		"X-Forwarded-Proto": KindXFProto,
+		"X-Forwarded-Host":  KindXFHost,
+		"Server-Timing":     KindServerTiming,
+		"Keep-Alive":        KindHopByHop, "TE": KindHopByHop, "te": KindHopByHop, "Trailer": KindHopByHop,
+		"Proxy-Connection": KindHopByHop, "Proxy-Authorization": KindHopByHop, "Proxy-Authenticate": KindHopByHop,
 		// Near misses.
-		"": hOther, "Hosts": hOther, "Hos": hOther, "X-Host": hOther, "Content-Type": hOther,
-		"Content_Length": hOther, "Keep_Alive": hOther, "Connections": hOther, "X-Forwarded-Fo": hOther,
-		"X-Forwarded-Port": hOther, "Tf": hOther, "Expects": hOther, "Upgrade-Insecure-Requests": hOther,
-		"Trailers": hOther, "Server-Timings": hOther, "Authorization": hOther, "Cookie": hOther,
+		"": KindOther, "Hosts": KindOther, "Hos": KindOther, "X-Host": KindOther, "Content-Type": KindOther,
+		"Content_Length": KindOther, "Keep_Alive": KindOther, "Connections": KindOther, "X-Forwarded-Fo": KindOther,
+		"X-Forwarded-Port": KindOther, "Tf": KindOther, "Expects": KindOther, "Upgrade-Insecure-Requests": KindOther,
+		"Trailers": KindOther, "Server-Timings": KindOther, "Authorization": KindOther, "Cookie": KindOther,
 	}
 	for name, want := range cases {
-		if got := fieldKind([]byte(name)); got != want {
+		if got := FieldKind([]byte(name)); got != want {
 			t.Errorf("fieldKind(%q) = %d, want %d", name, got, want)
 		}
 	}
 	// Every hop-by-hop name the fasthttp path removes is one here too.
-	for _, name := range hopByHopNames {
-		if got := fieldKind([]byte(name)); got != hHopByHop {
+	for _, name := range HopByHopNames {
+		if got := FieldKind([]byte(name)); got != KindHopByHop {
 			t.Errorf("fieldKind(%q) = %d, want hop-by-hop", name, got)
 		}
 	}
@@ -189,7 +189,7 @@ func TestFieldKind(t *testing.T) {
 
 func TestParseRequestHead(t *testing.T) {
 	type want struct {
-		res       parseResult
+		res       ParseResult
 		method    string
 		target    string
 		host      string
@@ -202,91 +202,91 @@ func TestParseRequestHead(t *testing.T) {
 		want      want
 	}{
 		{"plain", "GET /a?b=c HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\n\r\n",
-			want{res: headOK, method: "GET", target: "/a?b=c", host: "example.com", cl: -1, hostCount: 1}},
+			want{res: HeadOK, method: "GET", target: "/a?b=c", host: "example.com", cl: -1, hostCount: 1}},
 		{"body follows", "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello",
-			want{res: headOK, method: "POST", target: "/p", host: "h", cl: 5, hostCount: 1}},
-		{"no fields", "GET / HTTP/1.1\r\n\r\n", want{res: headOK, method: "GET", target: "/", cl: -1}},
+			want{res: HeadOK, method: "POST", target: "/p", host: "h", cl: 5, hostCount: 1}},
+		{"no fields", "GET / HTTP/1.1\r\n\r\n", want{res: HeadOK, method: "GET", target: "/", cl: -1}},
 		{"value whitespace trimmed", "GET / HTTP/1.1\r\nHost: \t h \t\r\n\r\n",
-			want{res: headOK, method: "GET", target: "/", host: "h", cl: -1, hostCount: 1}},
+			want{res: HeadOK, method: "GET", target: "/", host: "h", cl: -1, hostCount: 1}},
 		{"two hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
-			want{res: headOK, method: "GET", target: "/", host: "b", cl: -1, hostCount: 2}},
+			want{res: HeadOK, method: "GET", target: "/", host: "b", cl: -1, hostCount: 2}},
 		{"connection tokens", "GET / HTTP/1.1\r\nHost: h\r\nConnection: Keep-Alive, close , X-Foo\r\n\r\n",
-			want{res: headOK, method: "GET", target: "/", host: "h", cl: -1, hostCount: 1, flags: "xko"}},
+			want{res: HeadOK, method: "GET", target: "/", host: "h", cl: -1, hostCount: 1, flags: "xko"}},
 		{"chunked", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n",
-			want{res: headOK, method: "POST", target: "/", host: "h", cl: -1, hostCount: 1, flags: "c"}},
+			want{res: HeadOK, method: "POST", target: "/", host: "h", cl: -1, hostCount: 1, flags: "c"}},
 		{"gzip coding", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
-			want{res: headOK, method: "POST", target: "/", host: "h", cl: -1, hostCount: 1, flags: "ct"}},
+			want{res: HeadOK, method: "POST", target: "/", host: "h", cl: -1, hostCount: 1, flags: "ct"}},
 		{"expect and upgrade", "GET / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nUpgrade: websocket\r\n\r\n",
-			want{res: headOK, method: "GET", target: "/", host: "h", cl: -1, hostCount: 1, flags: "eu"}},
+			want{res: HeadOK, method: "GET", target: "/", host: "h", cl: -1, hostCount: 1, flags: "eu"}},
 
-		{"incomplete", "GET / HTTP/1.1\r\nHost: h\r\n", want{res: headIncomplete}},
-		{"empty", "", want{res: headIncomplete}},
-		{"bare LF", "GET / HTTP/1.1\nHost: h\n\n", want{res: headUnsure}},
-		{"bare LF in a field", "GET / HTTP/1.1\r\nHost: h\nX: y\r\n\r\n", want{res: headUnsure}},
-		{"HTTP/1.0", "GET / HTTP/1.0\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", want{res: headUnsure}},
-		{"absolute form", "GET http://h/ HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"authority form", "CONNECT h:443 HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"asterisk", "OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"escape", "GET /%2e%2e/x HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"dot segment", "GET /a/../b HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"dot segment before query", "GET /a/..?x HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
+		{"incomplete", "GET / HTTP/1.1\r\nHost: h\r\n", want{res: HeadIncomplete}},
+		{"empty", "", want{res: HeadIncomplete}},
+		{"bare LF", "GET / HTTP/1.1\nHost: h\n\n", want{res: HeadUnsure}},
+		{"bare LF in a field", "GET / HTTP/1.1\r\nHost: h\nX: y\r\n\r\n", want{res: HeadUnsure}},
+		{"HTTP/1.0", "GET / HTTP/1.0\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", want{res: HeadUnsure}},
+		{"absolute form", "GET http://h/ HTTP/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"authority form", "CONNECT h:443 HTTP/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"asterisk", "OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"escape", "GET /%2e%2e/x HTTP/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"dot segment", "GET /a/../b HTTP/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"dot segment before query", "GET /a/..?x HTTP/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
 		{"dots in query are fine", "GET /a?x=/../ HTTP/1.1\r\nHost: h\r\n\r\n",
-			want{res: headOK, method: "GET", target: "/a?x=/../", host: "h", cl: -1, hostCount: 1}},
-		{"empty segment", "GET //a HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"backslash", "GET /a\\b HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"fragment", "GET /a#b HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"non-ASCII target", "GET /\xc3\xa9 HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"two spaces", "GET  / HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"space in target", "GET /a b HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"lower-case version", "GET / http/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"bad method", "G(T / HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"leading CRLF", "\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n", want{res: headUnsure}},
-		{"obs-fold", "GET / HTTP/1.1\r\nHost: h\r\nX: a\r\n b\r\n\r\n", want{res: headUnsure}},
-		{"space before colon", "GET / HTTP/1.1\r\nHost : h\r\n\r\n", want{res: headUnsure}},
-		{"empty name", "GET / HTTP/1.1\r\n: h\r\n\r\n", want{res: headUnsure}},
-		{"no colon", "GET / HTTP/1.1\r\nHost h\r\n\r\n", want{res: headUnsure}},
-		{"control in value", "GET / HTTP/1.1\r\nHost: h\x00\r\n\r\n", want{res: headUnsure}},
-		{"DEL in value", "GET / HTTP/1.1\r\nX: \x7f\r\n\r\n", want{res: headUnsure}},
-		{"CR in value", "GET / HTTP/1.1\r\nX: a\rb\r\n\r\n", want{res: headUnsure}},
-		{"bad length", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1x\r\n\r\n", want{res: headUnsure}},
-		{"negative length", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n", want{res: headUnsure}},
-		{"conflicting lengths", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", want{res: headUnsure}},
+			want{res: HeadOK, method: "GET", target: "/a?x=/../", host: "h", cl: -1, hostCount: 1}},
+		{"empty segment", "GET //a HTTP/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"backslash", "GET /a\\b HTTP/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"fragment", "GET /a#b HTTP/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"non-ASCII target", "GET /\xc3\xa9 HTTP/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"two spaces", "GET  / HTTP/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"space in target", "GET /a b HTTP/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"lower-case version", "GET / http/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"bad method", "G(T / HTTP/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"leading CRLF", "\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n", want{res: HeadUnsure}},
+		{"obs-fold", "GET / HTTP/1.1\r\nHost: h\r\nX: a\r\n b\r\n\r\n", want{res: HeadUnsure}},
+		{"space before colon", "GET / HTTP/1.1\r\nHost : h\r\n\r\n", want{res: HeadUnsure}},
+		{"empty name", "GET / HTTP/1.1\r\n: h\r\n\r\n", want{res: HeadUnsure}},
+		{"no colon", "GET / HTTP/1.1\r\nHost h\r\n\r\n", want{res: HeadUnsure}},
+		{"control in value", "GET / HTTP/1.1\r\nHost: h\x00\r\n\r\n", want{res: HeadUnsure}},
+		{"DEL in value", "GET / HTTP/1.1\r\nX: \x7f\r\n\r\n", want{res: HeadUnsure}},
+		{"CR in value", "GET / HTTP/1.1\r\nX: a\rb\r\n\r\n", want{res: HeadUnsure}},
+		{"bad length", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1x\r\n\r\n", want{res: HeadUnsure}},
+		{"negative length", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n", want{res: HeadUnsure}},
+		{"conflicting lengths", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", want{res: HeadUnsure}},
 		// fasthttp refuses any repeated Content-Length, equal or not.
-		{"repeated length", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", want{res: headUnsure}},
-		{"too many fields", "GET / HTTP/1.1\r\n" + strings.Repeat("X: y\r\n", maxRawFields+1) + "\r\n", want{res: headUnsure}},
+		{"repeated length", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", want{res: HeadUnsure}},
+		{"too many fields", "GET / HTTP/1.1\r\n" + strings.Repeat("X: y\r\n", MaxRawFields+1) + "\r\n", want{res: HeadUnsure}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var h rawHead
+			var h RawHead
 			b := []byte(c.raw)
-			res := parseRequestHead(b, &h)
+			res := ParseRequestHead(b, &h)
 			if res != c.want.res {
 				t.Fatalf("result %d, want %d", res, c.want.res)
 			}
-			if res != headOK {
+			if res != HeadOK {
 				return
 			}
-			if end := strings.Index(c.raw, "\r\n\r\n") + 4; h.n != end {
-				t.Errorf("n = %d, want %d", h.n, end)
+			if end := strings.Index(c.raw, "\r\n\r\n") + 4; h.N != end {
+				t.Errorf("n = %d, want %d", h.N, end)
 			}
-			if got := string(h.method.of(b)); got != c.want.method {
+			if got := string(h.Method.Of(b)); got != c.want.method {
 				t.Errorf("method %q, want %q", got, c.want.method)
 			}
-			if got := string(h.target.of(b)); got != c.want.target {
+			if got := string(h.Target.Of(b)); got != c.want.target {
 				t.Errorf("target %q, want %q", got, c.want.target)
 			}
-			if got := string(h.host.of(b)); got != c.want.host || h.hostCount != c.want.hostCount {
-				t.Errorf("host %q x%d, want %q x%d", got, h.hostCount, c.want.host, c.want.hostCount)
+			if got := string(h.Host.Of(b)); got != c.want.host || h.HostCount != c.want.hostCount {
+				t.Errorf("host %q x%d, want %q x%d", got, h.HostCount, c.want.host, c.want.hostCount)
 			}
-			if h.contentLength != c.want.cl {
-				t.Errorf("content length %d, want %d", h.contentLength, c.want.cl)
+			if h.ContentLength != c.want.cl {
+				t.Errorf("content length %d, want %d", h.ContentLength, c.want.cl)
 			}
 			var flags string
 			for _, f := range []struct {
 				on bool
 				l  string
-			}{{h.chunked, "c"}, {h.connClose, "x"}, {h.connKeepAlive, "k"}, {h.connOther, "o"}, {h.expect, "e"}, {h.upgrade, "u"}, {h.teOther, "t"}} {
+			}{{h.Chunked, "c"}, {h.ConnClose, "x"}, {h.ConnKeepAlive, "k"}, {h.ConnOther, "o"}, {h.Expect, "e"}, {h.Upgrade, "u"}, {h.TeOther, "t"}} {
 				if f.on {
 					flags += f.l
 				}
@@ -313,38 +313,38 @@ func sortString(s string) string {
 func TestParseResponseHead(t *testing.T) {
 	cases := []struct {
 		name, raw string
-		res       parseResult
+		res       ParseResult
 		status    int
 		minor     int
 		cl        int64
 	}{
-		{"ok", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc", headOK, 200, 1, 3},
-		{"no reason", "HTTP/1.1 204\r\n\r\n", headOK, 204, 1, -1},
-		{"empty reason", "HTTP/1.1 404 \r\n\r\n", headOK, 404, 1, -1},
-		{"HTTP/1.0", "HTTP/1.0 200 OK\r\n\r\n", headOK, 200, 0, -1},
-		{"interim", "HTTP/1.1 100 Continue\r\n\r\n", headOK, 100, 1, -1},
-		{"incomplete", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n", headIncomplete, 0, 0, 0},
-		{"HTTP/2", "HTTP/2 200 OK\r\n\r\n", headUnsure, 0, 0, 0},
-		{"HTTP/1.2", "HTTP/1.2 200 OK\r\n\r\n", headUnsure, 0, 0, 0},
-		{"letters in status", "HTTP/1.1 2x0 OK\r\n\r\n", headUnsure, 0, 0, 0},
-		{"four digits", "HTTP/1.1 2000 OK\r\n\r\n", headUnsure, 0, 0, 0},
-		{"status below 100", "HTTP/1.1 099 Low\r\n\r\n", headUnsure, 0, 0, 0},
-		{"control in reason", "HTTP/1.1 200 O\x01K\r\n\r\n", headUnsure, 0, 0, 0},
-		{"short", "HTTP/1.1 20\r\n\r\n", headUnsure, 0, 0, 0},
-		{"garbage", "SPDY/3 nonsense here\r\n\r\n", headUnsure, 0, 0, 0},
-		{"bad field", "HTTP/1.1 200 OK\r\nBad Field: x\r\n\r\n", headUnsure, 0, 0, 0},
-		{"conflicting lengths", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", headUnsure, 0, 0, 0},
-		{"repeated length", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n", headUnsure, 0, 0, 0},
+		{"ok", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc", HeadOK, 200, 1, 3},
+		{"no reason", "HTTP/1.1 204\r\n\r\n", HeadOK, 204, 1, -1},
+		{"empty reason", "HTTP/1.1 404 \r\n\r\n", HeadOK, 404, 1, -1},
+		{"HTTP/1.0", "HTTP/1.0 200 OK\r\n\r\n", HeadOK, 200, 0, -1},
+		{"interim", "HTTP/1.1 100 Continue\r\n\r\n", HeadOK, 100, 1, -1},
+		{"incomplete", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n", HeadIncomplete, 0, 0, 0},
+		{"HTTP/2", "HTTP/2 200 OK\r\n\r\n", HeadUnsure, 0, 0, 0},
+		{"HTTP/1.2", "HTTP/1.2 200 OK\r\n\r\n", HeadUnsure, 0, 0, 0},
+		{"letters in status", "HTTP/1.1 2x0 OK\r\n\r\n", HeadUnsure, 0, 0, 0},
+		{"four digits", "HTTP/1.1 2000 OK\r\n\r\n", HeadUnsure, 0, 0, 0},
+		{"status below 100", "HTTP/1.1 099 Low\r\n\r\n", HeadUnsure, 0, 0, 0},
+		{"control in reason", "HTTP/1.1 200 O\x01K\r\n\r\n", HeadUnsure, 0, 0, 0},
+		{"short", "HTTP/1.1 20\r\n\r\n", HeadUnsure, 0, 0, 0},
+		{"garbage", "SPDY/3 nonsense here\r\n\r\n", HeadUnsure, 0, 0, 0},
+		{"bad field", "HTTP/1.1 200 OK\r\nBad Field: x\r\n\r\n", HeadUnsure, 0, 0, 0},
+		{"conflicting lengths", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", HeadUnsure, 0, 0, 0},
+		{"repeated length", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n", HeadUnsure, 0, 0, 0},
 	}
 	for _, c := range cases {
-		var h rawHead
-		res := parseResponseHead([]byte(c.raw), &h)
+		var h RawHead
+		res := ParseResponseHead([]byte(c.raw), &h)
 		if res != c.res {
 			t.Errorf("%s: result %d, want %d", c.name, res, c.res)
 			continue
 		}
-		if res == headOK && (h.status != c.status || h.minor != c.minor || h.contentLength != c.cl) {
-			t.Errorf("%s: status %d minor %d length %d; want %d %d %d", c.name, h.status, h.minor, h.contentLength, c.status, c.minor, c.cl)
+		if res == HeadOK && (h.Status != c.status || h.Minor != c.minor || h.ContentLength != c.cl) {
+			t.Errorf("%s: status %d minor %d length %d; want %d %d %d", c.name, h.Status, h.Minor, h.ContentLength, c.status, c.minor, c.cl)
 		}
 	}
 }
@@ -377,11 +377,11 @@ func TestChunkTracker(t *testing.T) {
 	for _, c := range cases {
 		b := []byte(c.body + c.after)
 		for _, mode := range []string{"whole", "bytewise"} {
-			var tr chunkTracker
+			var tr ChunkTracker
 			var n int
 			var done, ok bool
 			if mode == "whole" {
-				n, done, ok = tr.feed(b)
+				n, done, ok = tr.Feed(b)
 			} else {
 				n, done, ok = feedCuts(&tr, b, everyByte(len(b)))
 			}
@@ -413,13 +413,13 @@ func everyByte(n int) []int {
 
 // feedCuts feeds b in pieces ending at the given (increasing) cuts and
 // returns the totals as one feed would: bytes consumed, ended, well formed.
-func feedCuts(tr *chunkTracker, b []byte, cuts []int) (n int, done, ok bool) {
+func feedCuts(tr *ChunkTracker, b []byte, cuts []int) (n int, done, ok bool) {
 	at := 0
 	for _, c := range append(cuts, len(b)) {
 		if c < at || c > len(b) {
 			continue
 		}
-		m, d, o := tr.feed(b[at:c])
+		m, d, o := tr.Feed(b[at:c])
 		if m < 0 || m > c-at {
 			panic(fmt.Sprintf("feed consumed %d of %d bytes", m, c-at))
 		}
@@ -501,13 +501,13 @@ func FuzzChunkTracker(f *testing.F) {
 
 		// Arbitrary bytes: no panic, no more consumed than given, and the
 		// same answer however the bytes are split.
-		var whole chunkTracker
-		n, done, ok := whole.feed(in)
+		var whole ChunkTracker
+		n, done, ok := whole.Feed(in)
 		if n < 0 || n > len(in) || done && !ok {
 			t.Fatalf("feed(%q) = %d, %v, %v", in, n, done, ok)
 		}
 		for _, cs := range [][]int{everyByte(len(in)), cuts(len(in))} {
-			var tr chunkTracker
+			var tr ChunkTracker
 			n2, done2, ok2 := feedCuts(&tr, in, cs)
 			if n2 != n || done2 != done || ok2 != ok {
 				t.Fatalf("%q: whole %d,%v,%v; split at %v %d,%v,%v", in, n, done, ok, cs, n2, done2, ok2)
@@ -519,7 +519,7 @@ func FuzzChunkTracker(f *testing.F) {
 		enc := encodeChunked(in, rng)
 		stream := append(append([]byte(nil), enc...), "0\r\n\r\nGET / HTTP/1.1\r\n"...)
 		for _, cs := range [][]int{nil, everyByte(len(stream)), cuts(len(stream))} {
-			var tr chunkTracker
+			var tr ChunkTracker
 			n, done, ok := feedCuts(&tr, stream, cs)
 			if !ok || !done || n != len(enc) {
 				t.Fatalf("encoding %q split at %v: n=%d done=%v ok=%v, want end at %d", enc, cs, n, done, ok, len(enc))
@@ -563,74 +563,74 @@ func FuzzParseRequestHead(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var h rawHead
-		res := parseRequestHead(in, &h)
-		if res == headOK {
+		var h RawHead
+		res := ParseRequestHead(in, &h)
+		if res == HeadOK {
 			checkSpans(t, in, &h)
 			checkAgainstFasthttp(t, in, &h)
 		}
 		// The response parser shares the field parser; it must be as
 		// careful with the same bytes.
-		var rh rawHead
-		if parseResponseHead(in, &rh) == headOK {
+		var rh RawHead
+		if ParseResponseHead(in, &rh) == HeadOK {
 			checkSpans(t, in, &rh)
-			if rh.status < 100 || rh.status > 999 || rh.minor > 1 {
-				t.Fatalf("response head %q: status %d minor %d", in, rh.status, rh.minor)
+			if rh.Status < 100 || rh.Status > 999 || rh.Minor > 1 {
+				t.Fatalf("response head %q: status %d minor %d", in, rh.Status, rh.Minor)
 			}
 		}
 	})
 }
 
 // checkSpans checks that a parsed head describes the bytes it came from.
-func checkSpans(t *testing.T, in []byte, h *rawHead) {
+func checkSpans(t *testing.T, in []byte, h *RawHead) {
 	t.Helper()
-	if h.n < 4 || h.n > len(in) || string(in[h.n-4:h.n]) != "\r\n\r\n" {
-		t.Fatalf("%q: head length %d", in, h.n)
+	if h.N < 4 || h.N > len(in) || string(in[h.N-4:h.N]) != "\r\n\r\n" {
+		t.Fatalf("%q: head length %d", in, h.N)
 	}
-	in32 := func(s span) bool { return 0 <= s.s && s.s <= s.e && int(s.e) <= h.n }
-	if !in32(h.method) || !in32(h.target) || !in32(h.host) {
-		t.Fatalf("%q: method %v target %v host %v out of range (n=%d)", in, h.method, h.target, h.host, h.n)
+	in32 := func(s Span) bool { return 0 <= s.S && s.S <= s.E && int(s.E) <= h.N }
+	if !in32(h.Method) || !in32(h.Target) || !in32(h.Host) {
+		t.Fatalf("%q: method %v target %v host %v out of range (n=%d)", in, h.Method, h.Target, h.Host, h.N)
 	}
-	if h.nfields < 0 || h.nfields > maxRawFields {
-		t.Fatalf("%q: %d fields", in, h.nfields)
+	if h.NFields < 0 || h.NFields > MaxRawFields {
+		t.Fatalf("%q: %d fields", in, h.NFields)
 	}
 	hosts := 0
 	prev := int32(-1)
-	for i := 0; i < h.nfields; i++ {
-		f := h.fields[i]
-		if !in32(f.name) || !in32(f.value) || !in32(f.line) {
+	for i := 0; i < h.NFields; i++ {
+		f := h.Fields[i]
+		if !in32(f.Name) || !in32(f.Value) || !in32(f.Line) {
 			t.Fatalf("%q: field %d spans %+v out of range", in, i, f)
 		}
-		if f.line.s != f.name.s || f.name.e <= f.name.s || f.value.s < f.name.e+1 || f.line.e < f.value.e+2 {
+		if f.Line.S != f.Name.S || f.Name.E <= f.Name.S || f.Value.S < f.Name.E+1 || f.Line.E < f.Value.E+2 {
 			t.Fatalf("%q: field %d spans %+v inconsistent", in, i, f)
 		}
-		if in[f.name.e] != ':' || string(in[f.line.e-2:f.line.e]) != "\r\n" {
-			t.Fatalf("%q: field %d line %q", in, i, f.line.of(in))
+		if in[f.Name.E] != ':' || string(in[f.Line.E-2:f.Line.E]) != "\r\n" {
+			t.Fatalf("%q: field %d line %q", in, i, f.Line.Of(in))
 		}
-		if prev >= 0 && f.line.s != prev {
+		if prev >= 0 && f.Line.S != prev {
 			t.Fatalf("%q: field %d does not follow the previous line", in, i)
 		}
-		prev = f.line.e
-		if k := fieldKind(f.name.of(in)); k != h.kinds[i] {
-			t.Fatalf("%q: field %d kind %d, want %d", in, i, h.kinds[i], k)
+		prev = f.Line.E
+		if k := FieldKind(f.Name.Of(in)); k != h.Kinds[i] {
+			t.Fatalf("%q: field %d kind %d, want %d", in, i, h.Kinds[i], k)
 		}
-		if h.kinds[i] == hHost {
+		if h.Kinds[i] == KindHost {
 			hosts++
 		}
 	}
-	if prev >= 0 && int(prev) != h.n-2 {
-		t.Fatalf("%q: last field line ends at %d, head at %d", in, prev, h.n)
+	if prev >= 0 && int(prev) != h.N-2 {
+		t.Fatalf("%q: last field line ends at %d, head at %d", in, prev, h.N)
 	}
-	if hosts != h.hostCount {
-		t.Fatalf("%q: %d Host fields, hostCount %d", in, hosts, h.hostCount)
+	if hosts != h.HostCount {
+		t.Fatalf("%q: %d Host fields, hostCount %d", in, hosts, h.HostCount)
 	}
 }
 
 // checkAgainstFasthttp: a head the event loop accepts is read the same way
 // by fasthttp, which serves everything the loop hands off.
-func checkAgainstFasthttp(t *testing.T, in []byte, h *rawHead) {
+func checkAgainstFasthttp(t *testing.T, in []byte, h *RawHead) {
 	t.Helper()
-	path := h.target.of(in)
+	path := h.Target.Of(in)
 	if i := bytes.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
 	}
@@ -638,14 +638,14 @@ func checkAgainstFasthttp(t *testing.T, in []byte, h *rawHead) {
 		t.Fatalf("%q: accepted a path that is not normal: %q", in, path)
 	}
 	var req fasthttp.Request
-	err := req.Header.Read(bufio.NewReaderSize(bytes.NewReader(in[:h.n]), h.n+16))
+	err := req.Header.Read(bufio.NewReaderSize(bytes.NewReader(in[:h.N]), h.N+16))
 	if err != nil {
 		hasTrailer := false
-		for i := 0; i < h.nfields; i++ {
-			hasTrailer = hasTrailer || eqFold(h.fields[i].name.of(in), "trailer")
+		for i := 0; i < h.NFields; i++ {
+			hasTrailer = hasTrailer || EqFold(h.Fields[i].Name.Of(in), "trailer")
 		}
 		switch {
-		case h.teOther:
+		case h.TeOther:
 			// fasthttp refuses codings other than chunked; the loop
 			// never serves such a request (serve hands it off).
 			return
@@ -656,30 +656,30 @@ func checkAgainstFasthttp(t *testing.T, in []byte, h *rawHead) {
 		}
 		t.Fatalf("event loop accepts %q, fasthttp refuses it: %v", in, err)
 	}
-	if got, want := string(req.Header.Method()), string(h.method.of(in)); got != want {
+	if got, want := string(req.Header.Method()), string(h.Method.Of(in)); got != want {
 		t.Fatalf("%q: method %q, fasthttp %q", in, want, got)
 	}
-	if got, want := string(req.Header.RequestURI()), string(h.target.of(in)); got != want {
+	if got, want := string(req.Header.RequestURI()), string(h.Target.Of(in)); got != want {
 		t.Fatalf("%q: request URI %q, fasthttp %q", in, want, got)
 	}
-	if got, want := string(req.Header.Host()), string(h.host.of(in)); got != want {
+	if got, want := string(req.Header.Host()), string(h.Host.Of(in)); got != want {
 		t.Fatalf("%q: Host %q, fasthttp %q", in, want, got)
 	}
-	if !h.chunked {
-		want := h.contentLength
+	if !h.Chunked {
+		want := h.ContentLength
 		if want < 0 {
 			want = -2 // fasthttp: identity body, no length
 		}
 		if got := int64(req.Header.ContentLength()); got != want && !(want == -2 && got == 0) {
-			t.Fatalf("%q: Content-Length %d, fasthttp %d", in, h.contentLength, got)
+			t.Fatalf("%q: Content-Length %d, fasthttp %d", in, h.ContentLength, got)
 		}
 	}
 	// The classifier sees the raw path; it must be fasthttp's normalised
 	// one. (With a Host fasthttp cannot parse, its URI is empty and its
 	// path "/" whatever the target; the target alone is checked then.)
 	var u fasthttp.URI
-	if err := u.Parse(req.Header.Host(), h.target.of(in)); err != nil {
-		if err := u.Parse(nil, h.target.of(in)); err != nil {
+	if err := u.Parse(req.Header.Host(), h.Target.Of(in)); err != nil {
+		if err := u.Parse(nil, h.Target.Of(in)); err != nil {
 			t.Fatalf("%q: fasthttp refuses the target: %v", in, err)
 		}
 	}

@@ -1,46 +1,44 @@
 //go:build linux
 
-package proxy
+package evloop
 
 import (
-	"net"
-	"net/netip"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/admission"
-	"github.com/sentry-proxy/sentry/proxy/evloop"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
-// evloop_backend_linux.go: the backend side of a loop -- picking a
+// backend_linux.go: the backend side of a loop -- picking a
 // backend, connecting, sending the request, failures and retries
-// (tryAgain), and reading the response head.
+// (pipeline.TryAgain), and reading the response head.
 
 // ---------------------------------------------------------------- backends
 
 // dispatch picks a backend and sends the request.
-func (l *eventLoop) dispatch(c *cconn, last *upstream) {
+func (l *eventLoop) dispatch(c *cconn, last *pipeline.Upstream) {
 	ex := &c.ex
 	for {
-		bk := ex.a.pool.Pick()
+		bk := ex.a.Pool.Pick()
 		if bk == nil {
 			if last != nil {
 				ex.u = last
-				l.respond(c, ex.a, outBackendFailed, admission.Decision{})
+				l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})
 			} else {
-				l.respond(c, ex.a, outNoBackend, admission.Decision{})
+				l.respond(c, ex.a, pipeline.OutNoBackend, admission.Decision{})
 			}
 			return
 		}
-		u := bk.Attachment.(*upstream)
+		u := bk.Attachment.(*pipeline.Upstream)
 		ex.attempts++
 		ex.lbb, ex.u, ex.released = bk, u, false
 		ex.inService = int(bk.Inflight())
 		bc, err := l.backendConn(u, ex.a)
 		if err == errBusy {
 			l.release(ex, true)
-			l.respond(c, ex.a, outBackendBusy, admission.Decision{})
+			l.respond(c, ex.a, pipeline.OutBackendBusy, admission.Decision{})
 			return
 		}
 		if err != nil {
@@ -58,7 +56,7 @@ func (l *eventLoop) dispatch(c *cconn, last *upstream) {
 var errBusy = syscall.EBUSY
 
 // backendConn returns an idle connection to u or starts a new one.
-func (l *eventLoop) backendConn(u *upstream, a *app) (*bconn, error) {
+func (l *eventLoop) backendConn(u *pipeline.Upstream, a *pipeline.App) (*bconn, error) {
 	for {
 		list := l.idleBk[u]
 		k := len(list)
@@ -72,10 +70,10 @@ func (l *eventLoop) backendConn(u *upstream, a *app) (*bconn, error) {
 			return bc, nil
 		}
 	}
-	if max := a.cfg.MaxConnsPerBackend; max > 0 && int(u.loopConns.Load())+u.hc.ConnsCount() >= max {
+	if max := a.Policy.MaxConnsPerBackend; max > 0 && int(u.LoopConns.Load())+l.ff.cfg.BackendConns(u) >= max {
 		return nil, errBusy
 	}
-	addr, err := u.sockaddr()
+	addr, err := u.LoopSockaddr()
 	if err != nil {
 		return nil, err
 	}
@@ -91,39 +89,12 @@ func (l *eventLoop) backendConn(u *upstream, a *app) (*bconn, error) {
 		l.sys.Close(fd)
 		return nil, err
 	}
-	u.loopConns.Add(1)
+	u.LoopConns.Add(1)
 	for fd >= len(l.bk) {
 		l.bk = append(l.bk, make([]*bconn, len(l.bk)+64)...)
 	}
 	l.bk[fd] = bc
 	return bc, nil
-}
-
-// fastAddr is a backend's address for the event loops.
-type fastAddr struct{ sa unix.Sockaddr }
-
-// sockaddr returns the backend's address for connect(2); it is resolved
-// once (backends are IP:port; DNS names are resolved by the pool).
-func (u *upstream) sockaddr() (unix.Sockaddr, error) {
-	if sa := u.sa.Load(); sa != nil {
-		return sa.sa, nil
-	}
-	ap, err := netip.ParseAddrPort(u.addr)
-	if err != nil {
-		ta, rerr := net.ResolveTCPAddr("tcp", u.addr)
-		if rerr != nil {
-			return nil, rerr
-		}
-		ap = ta.AddrPort()
-	}
-	var sa unix.Sockaddr
-	if a := ap.Addr().Unmap(); a.Is4() {
-		sa = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}
-	} else {
-		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: a.As16()}
-	}
-	u.sa.Store(&fastAddr{sa: sa})
-	return sa, nil
 }
 
 func (l *eventLoop) setBackendEvents(bc *bconn, ev uint32) {
@@ -141,7 +112,7 @@ func (l *eventLoop) closeBackend(bc *bconn) {
 	l.bk[bc.fd] = nil
 	l.sys.Close(bc.fd)
 	bc.fd = -1
-	bc.u.loopConns.Add(-1)
+	bc.u.LoopConns.Add(-1)
 	l.putBuf(bc.in)
 	bc.in = nil
 }
@@ -162,12 +133,12 @@ func (l *eventLoop) bind(c *cconn, bc *bconn) {
 	}
 	if bc.connecting {
 		bc.connecting = false // the exchange's state says it from here
-		l.setState(c, evloop.Connecting)
-		ex.deadline = l.nowNs + ex.a.shared.connect.Load()
+		l.setState(c, Connecting)
+		ex.deadline = l.nowNs + ex.a.Shared.Connect.Load()
 		return
 	}
-	l.setState(c, evloop.Sending)
-	ex.deadline = l.nowNs + ex.a.shared.idle.Load()
+	l.setState(c, Sending)
+	ex.deadline = l.nowNs + ex.a.Shared.Idle.Load()
 	l.send(bc)
 }
 
@@ -184,7 +155,7 @@ func (l *eventLoop) send(bc *bconn) {
 			continue
 		}
 		if m <= 0 {
-			l.backendBroke(bc, failBroken)
+			l.backendBroke(bc, pipeline.FailBroken)
 			return
 		}
 		ex.sent += m
@@ -199,7 +170,7 @@ func (l *eventLoop) backendEvent(bc *bconn, ev uint32) {
 		l.closeBackend(bc)
 		return
 	}
-	if c.ex.state == evloop.Connecting {
+	if c.ex.state == Connecting {
 		if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) == 0 {
 			return
 		}
@@ -207,8 +178,8 @@ func (l *eventLoop) backendEvent(bc *bconn, ev uint32) {
 			l.dialFailed(bc)
 			return
 		}
-		l.setState(c, evloop.Sending)
-		c.ex.deadline = l.nowNs + c.ex.a.shared.idle.Load()
+		l.setState(c, Sending)
+		c.ex.deadline = l.nowNs + c.ex.a.Shared.Idle.Load()
 		l.send(bc)
 		return
 	}
@@ -237,38 +208,38 @@ func (l *eventLoop) dialFailed(bc *bconn) {
 }
 
 // connectFailed ejects the backend a connect to failed (unambiguous, as on
-// the fasthttp path) and answers 502 when the retry policy (tryAgain) says
+// the fasthttp path) and answers 502 when the retry policy (pipeline.TryAgain) says
 // so; true means try another backend.
 func (l *eventLoop) connectFailed(c *cconn) bool {
 	ex := &c.ex
-	ex.a.pool.Eject(ex.lbb)
+	ex.a.Pool.Eject(ex.lbb)
 	ex.released = true
-	if p := l.ff.fe.p; p.log.IsDebug() {
-		p.log.Debug("relay failed", "app", ex.a.name, "backend", ex.u.addr, "error", "connect failed")
+	if log := l.ff.cfg.Log; log.IsDebug() {
+		log.Debug("relay failed", "app", ex.a.Name, "backend", ex.u.Addr, "error", "connect failed")
 	}
-	if !tryAgain(failConnect, ex.idem, ex.attempts, false) {
-		l.respond(c, ex.a, outBackendFailed, admission.Decision{})
+	if !pipeline.TryAgain(pipeline.FailConnect, ex.idem, ex.attempts, false) {
+		l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})
 		return false
 	}
 	return true
 }
 
 // backendBroke: the connection failed while sending or before the head,
-// in the way f says (failBroken, or failNoRetry for a response that cannot
+// in the way f says (pipeline.FailBroken, or pipeline.FailNoRetry for a response that cannot
 // be relayed).
-func (l *eventLoop) backendBroke(bc *bconn, f failure) {
+func (l *eventLoop) backendBroke(bc *bconn, f pipeline.Failure) {
 	c := bc.c
 	ex := &c.ex
-	if ex.state == evloop.Relaying {
+	if ex.state == Relaying {
 		// Part of the response is out: the client connection cannot
 		// carry an error response now.
-		l.abort(c, outBackendFailed)
+		l.abort(c, pipeline.OutBackendFailed)
 		return
 	}
 	reused := bc.reused
 	l.closeBackend(bc)
 	ex.b = nil
-	if tryAgain(f, ex.idem, ex.attempts, ex.gotBytes) {
+	if pipeline.TryAgain(f, ex.idem, ex.attempts, ex.gotBytes) {
 		// The loop holds the body whole, so an idempotent request is
 		// replayable. A stale keep-alive connection (reused) is not the
 		// backend's fault.
@@ -281,12 +252,12 @@ func (l *eventLoop) backendBroke(bc *bconn, f failure) {
 		return
 	}
 	l.release(ex, false)
-	l.respond(c, ex.a, outBackendFailed, admission.Decision{})
+	l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})
 }
 
 func (l *eventLoop) release(ex *exch, ok bool) {
 	if !ex.released && ex.lbb != nil {
-		ex.a.pool.Release(ex.lbb, ok)
+		ex.a.Pool.Release(ex.lbb, ok)
 	}
 	ex.released = true
 }
@@ -295,7 +266,7 @@ func (l *eventLoop) readBackend(bc *bconn) {
 	c := bc.c
 	ex := &c.ex
 	if bc.n == len(bc.in) {
-		l.backendBroke(bc, failNoRetry) // a head larger than the buffer
+		l.backendBroke(bc, pipeline.FailNoRetry) // a head larger than the buffer
 		return
 	}
 	m, err := l.sys.Read(bc.fd, bc.in[bc.n:])
@@ -304,36 +275,36 @@ func (l *eventLoop) readBackend(bc *bconn) {
 	}
 	if m <= 0 {
 		switch {
-		case ex.state != evloop.Relaying:
-			l.backendBroke(bc, failBroken)
+		case ex.state != Relaying:
+			l.backendBroke(bc, pipeline.FailBroken)
 		case ex.mode == bodyClose:
 			ex.bkClose = true
 			l.finish(c)
 		default:
-			l.abort(c, outBackendFailed) // truncated body
+			l.abort(c, pipeline.OutBackendFailed) // truncated body
 		}
 		return
 	}
 	bc.n += m
 	ex.gotBytes = true
-	ex.deadline = l.nowNs + ex.a.shared.idle.Load()
+	ex.deadline = l.nowNs + ex.a.Shared.Idle.Load()
 	data := bc.in[:bc.n]
-	if ex.state != evloop.Relaying {
+	if ex.state != Relaying {
 		for {
-			switch parseResponseHead(data, &l.rh) {
-			case headIncomplete:
+			switch pipeline.ParseResponseHead(data, &l.rh) {
+			case pipeline.HeadIncomplete:
 				return
-			case headUnsure:
-				l.backendBroke(bc, failNoRetry) // a broken response is not retried
+			case pipeline.HeadUnsure:
+				l.backendBroke(bc, pipeline.FailNoRetry) // a broken response is not retried
 				return
 			}
-			if st := l.rh.status; st >= 100 && st < 200 {
+			if st := l.rh.Status; st >= 100 && st < 200 {
 				if st == 101 {
-					l.backendBroke(bc, failNoRetry)
+					l.backendBroke(bc, pipeline.FailNoRetry)
 					return
 				}
 				// 100 Continue, 103 Early Hints: dropped, as fasthttp does.
-				data = data[l.rh.n:]
+				data = data[l.rh.N:]
 				continue
 			}
 			break

@@ -1,59 +1,59 @@
-package proxy
+package pipeline
 
 import "bytes"
 
 // rawhead.go is the strict HTTP/1.1 head parser of the event-loop front end
-// (evloop_linux.go). It only ever says "this is a plain, unambiguous
+// (package proxy/evloop). It only ever says "this is a plain, unambiguous
 // request (or response) head" or "not sure": everything it is not sure
 // about goes to fasthttp (requests) or is a bad gateway (responses), so it
 // never has to be as forgiving as a general parser, and a head it accepts
 // is one every HTTP/1.1 parser reads the same way.
 
-// maxRawFields bounds the header fields of a head the fast path handles.
-const maxRawFields = 128
+// MaxRawFields bounds the header fields of a head the fast path handles.
+const MaxRawFields = 128
 
-// span is a byte range [s, e) of the buffer a head was parsed from.
-type span struct{ s, e int32 }
+// Span is a byte range [s, e) of the buffer a head was parsed from.
+type Span struct{ S, E int32 }
 
-func (sp span) of(b []byte) []byte { return b[sp.s:sp.e] }
+func (sp Span) Of(b []byte) []byte { return b[sp.S:sp.E] }
 
 // rawField is one header field: its name and its value without leading or
 // trailing whitespace; line is the whole line including CRLF.
 type rawField struct {
-	name, value span
-	line        span
+	Name, Value Span
+	Line        Span
 }
 
-// rawHead is a parsed head. Spans refer to the parsed buffer.
-type rawHead struct {
-	n       int // length of the head, through the empty line
-	method  span
-	target  span
-	status  int // responses
-	minor   int // HTTP/1.x minor version (responses)
-	fields  [maxRawFields]rawField
-	kinds   [maxRawFields]uint8
-	nfields int
+// RawHead is a parsed head. Spans refer to the parsed buffer.
+type RawHead struct {
+	N       int // length of the head, through the empty line
+	Method  Span
+	Target  Span
+	Status  int // responses
+	Minor   int // HTTP/1.x minor version (responses)
+	Fields  [MaxRawFields]rawField
+	Kinds   [MaxRawFields]uint8
+	NFields int
 
-	contentLength int64 // -1: none
-	chunked       bool
-	connClose     bool // Connection: close
-	connKeepAlive bool // Connection: keep-alive
-	connOther     bool // Connection lists other tokens
-	host          span
-	hostCount     int
-	expect        bool
-	upgrade       bool
-	teOther       bool // Transfer-Encoding other than exactly "chunked"
+	ContentLength int64 // -1: none
+	Chunked       bool
+	ConnClose     bool // Connection: close
+	ConnKeepAlive bool // Connection: keep-alive
+	ConnOther     bool // Connection lists other tokens
+	Host          Span
+	HostCount     int
+	Expect        bool
+	Upgrade       bool
+	TeOther       bool // Transfer-Encoding other than exactly "chunked"
 }
 
-// parseResult is what the parser says about a head.
-type parseResult uint8
+// ParseResult is what the parser says about a head.
+type ParseResult uint8
 
 const (
-	headOK         parseResult = iota
-	headIncomplete             // no empty line yet; may become OK with more bytes
-	headUnsure                 // not a head the fast path handles
+	HeadOK         ParseResult = iota
+	HeadIncomplete             // no empty line yet; may become OK with more bytes
+	HeadUnsure                 // not a head the fast path handles
 )
 
 var tcharTable = func() (t [256]bool) {
@@ -83,92 +83,92 @@ var targetTable = func() (t [256]bool) {
 	return t
 }()
 
-// parseRequestHead parses a request head at the start of b. The fast path
+// ParseRequestHead parses a request head at the start of b. The fast path
 // takes only HTTP/1.1 origin-form requests whose path is already normal
 // (no escapes, no dot segments, no empty segments), so the classifier sees
 // exactly what fasthttp's normalised path would be.
-func parseRequestHead(b []byte, h *rawHead) parseResult {
+func ParseRequestHead(b []byte, h *RawHead) ParseResult {
 	end := bytes.Index(b, crlfcrlf)
 	if end < 0 {
 		if len(b) > 0 && bytes.IndexByte(b, '\n') >= 0 && bytes.Contains(b, lflf) {
-			return headUnsure // bare LF line ends
+			return HeadUnsure // bare LF line ends
 		}
-		return headIncomplete
+		return HeadIncomplete
 	}
-	h.n = end + 4
+	h.N = end + 4
 	// Request line.
 	i := 0
 	for i < end && tcharTable[b[i]] {
 		i++
 	}
 	if i == 0 || i >= end || b[i] != ' ' {
-		return headUnsure
+		return HeadUnsure
 	}
-	h.method = span{0, int32(i)}
+	h.Method = Span{0, int32(i)}
 	i++
 	ts := i
 	if i >= end || b[i] != '/' {
-		return headUnsure // absolute-form, authority-form, "*"
+		return HeadUnsure // absolute-form, authority-form, "*"
 	}
 	q := -1
 	for i < end && b[i] != ' ' {
 		c := b[i]
 		if !targetTable[c] {
-			return headUnsure
+			return HeadUnsure
 		}
 		if c == '?' && q < 0 {
 			q = i
 		}
 		i++
 	}
-	h.target = span{int32(ts), int32(i)}
+	h.Target = Span{int32(ts), int32(i)}
 	path := b[ts:i]
 	if q >= 0 {
 		path = b[ts:q]
 	}
-	if !normalPath(path) {
-		return headUnsure
+	if !NormalPath(path) {
+		return HeadUnsure
 	}
 	if end-i < 9 || string(b[i:i+11]) != " HTTP/1.1\r\n" {
-		return headUnsure
+		return HeadUnsure
 	}
 	i += 11 // past " HTTP/1.1\r\n"
 	return parseFields(b, i, end, h)
 }
 
-// parseResponseHead parses a backend's response head at the start of b.
-func parseResponseHead(b []byte, h *rawHead) parseResult {
+// ParseResponseHead parses a backend's response head at the start of b.
+func ParseResponseHead(b []byte, h *RawHead) ParseResult {
 	end := bytes.Index(b, crlfcrlf)
 	if end < 0 {
-		return headIncomplete
+		return HeadIncomplete
 	}
-	h.n = end + 4
+	h.N = end + 4
 	if end < 12 || string(b[:7]) != "HTTP/1." || (b[7] != '0' && b[7] != '1') || b[8] != ' ' {
-		return headUnsure
+		return HeadUnsure
 	}
-	h.minor = int(b[7] - '0')
+	h.Minor = int(b[7] - '0')
 	st := 0
 	for _, c := range b[9:12] {
 		if c < '0' || c > '9' {
-			return headUnsure
+			return HeadUnsure
 		}
 		st = st*10 + int(c-'0')
 	}
 	if st < 100 {
-		return headUnsure
+		return HeadUnsure
 	}
-	h.status = st
+	h.Status = st
 	i := 12
 	if b[i] == ' ' {
 		for i < end && b[i] != '\r' {
 			if c := b[i]; c < 0x20 && c != '\t' || c == 0x7f {
-				return headUnsure
+				return HeadUnsure
 			}
 			i++
 		}
 	}
 	if b[i] != '\r' || b[i+1] != '\n' {
-		return headUnsure
+		return HeadUnsure
 	}
 	return parseFields(b, i+2, end, h)
 }
@@ -178,9 +178,9 @@ var (
 	lflf     = []byte("\n\n")
 )
 
-// normalPath reports whether p (starting with '/') has no empty, "." or
+// NormalPath reports whether p (starting with '/') has no empty, "." or
 // ".." segments, so path normalisation would leave it unchanged.
-func normalPath(p []byte) bool {
+func NormalPath(p []byte) bool {
 	for i := 0; i < len(p); i++ {
 		if p[i] != '/' || i+1 >= len(p) {
 			continue
@@ -200,19 +200,19 @@ func normalPath(p []byte) bool {
 
 // parseFields parses the header lines from i to end (the CRLF before the
 // empty line begins at end).
-func parseFields(b []byte, i, end int, h *rawHead) parseResult {
-	h.nfields = 0
-	h.contentLength = -1
-	h.chunked, h.connClose, h.connKeepAlive, h.connOther = false, false, false, false
-	h.hostCount, h.expect, h.upgrade, h.teOther = 0, false, false, false
-	h.host = span{}
+func parseFields(b []byte, i, end int, h *RawHead) ParseResult {
+	h.NFields = 0
+	h.ContentLength = -1
+	h.Chunked, h.ConnClose, h.ConnKeepAlive, h.ConnOther = false, false, false, false
+	h.HostCount, h.Expect, h.Upgrade, h.TeOther = 0, false, false, false
+	h.Host = Span{}
 	for i < end+2 {
 		ls := i
 		for i < end && tcharTable[b[i]] {
 			i++
 		}
 		if i == ls || i >= end || b[i] != ':' {
-			return headUnsure // empty name, obs-fold, space before colon, bare LF
+			return HeadUnsure // empty name, obs-fold, space before colon, bare LF
 		}
 		ne := i
 		i++
@@ -222,7 +222,7 @@ func parseFields(b []byte, i, end int, h *rawHead) parseResult {
 		vs := i
 		for i < end && b[i] != '\r' {
 			if c := b[i]; c < 0x20 && c != '\t' || c == 0x7f {
-				return headUnsure
+				return HeadUnsure
 			}
 			i++
 		}
@@ -231,50 +231,50 @@ func parseFields(b []byte, i, end int, h *rawHead) parseResult {
 			ve--
 		}
 		if i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
-			return headUnsure
+			return HeadUnsure
 		}
 		i += 2
-		if h.nfields == maxRawFields {
-			return headUnsure
+		if h.NFields == MaxRawFields {
+			return HeadUnsure
 		}
-		f := &h.fields[h.nfields]
-		f.name, f.value, f.line = span{int32(ls), int32(ne)}, span{int32(vs), int32(ve)}, span{int32(ls), int32(i)}
-		k := fieldKind(b[ls:ne])
-		h.kinds[h.nfields] = k
-		h.nfields++
+		f := &h.Fields[h.NFields]
+		f.Name, f.Value, f.Line = Span{int32(ls), int32(ne)}, Span{int32(vs), int32(ve)}, Span{int32(ls), int32(i)}
+		k := FieldKind(b[ls:ne])
+		h.Kinds[h.NFields] = k
+		h.NFields++
 		v := b[vs:ve]
 		switch k {
-		case hHost:
-			h.hostCount++
-			h.host = f.value
-		case hContentLength:
+		case KindHost:
+			h.HostCount++
+			h.Host = f.Value
+		case KindContentLength:
 			// A repeated Content-Length is not sure even when equal:
 			// fasthttp refuses it in a request (RFC 9110 §8.6 allows it).
-			n, ok := parseLength(v)
-			if !ok || h.contentLength >= 0 {
-				return headUnsure
+			n, ok := ParseLength(v)
+			if !ok || h.ContentLength >= 0 {
+				return HeadUnsure
 			}
-			h.contentLength = n
-		case hTransferEncoding:
-			if h.chunked || !bytes.EqualFold(v, []byte("chunked")) {
-				h.teOther = true
+			h.ContentLength = n
+		case KindTransferEncoding:
+			if h.Chunked || !bytes.EqualFold(v, []byte("chunked")) {
+				h.TeOther = true
 			}
-			h.chunked = true
-		case hConnection:
+			h.Chunked = true
+		case KindConnection:
 			if !connTokens(v, h) {
-				return headUnsure
+				return HeadUnsure
 			}
-		case hUpgrade:
-			h.upgrade = true
-		case hExpect:
-			h.expect = true
+		case KindUpgrade:
+			h.Upgrade = true
+		case KindExpect:
+			h.Expect = true
 		}
 	}
-	return headOK
+	return HeadOK
 }
 
 // connTokens reads a Connection value; false if it is malformed.
-func connTokens(v []byte, h *rawHead) bool {
+func connTokens(v []byte, h *RawHead) bool {
 	for len(v) > 0 {
 		var tok []byte
 		if i := bytes.IndexByte(v, ','); i >= 0 {
@@ -285,18 +285,18 @@ func connTokens(v []byte, h *rawHead) bool {
 		switch {
 		case len(tok) == 0:
 		case bytes.EqualFold(tok, []byte("close")):
-			h.connClose = true
+			h.ConnClose = true
 		case bytes.EqualFold(tok, []byte("keep-alive")):
-			h.connKeepAlive = true
+			h.ConnKeepAlive = true
 		default:
-			h.connOther = true
+			h.ConnOther = true
 		}
 	}
 	return true
 }
 
-// parseLength parses a Content-Length value: digits only, at most 18.
-func parseLength(v []byte) (int64, bool) {
+// ParseLength parses a Content-Length value: digits only, at most 18.
+func ParseLength(v []byte) (int64, bool) {
 	if len(v) == 0 || len(v) > 18 {
 		return 0, false
 	}
@@ -310,19 +310,19 @@ func parseLength(v []byte) (int64, bool) {
 	return n, true
 }
 
-// findKind returns the value of the first field of kind k, or nil.
-func (h *rawHead) findKind(b []byte, k uint8) []byte {
-	for i := 0; i < h.nfields; i++ {
-		if h.kinds[i] == k {
-			return h.fields[i].value.of(b)
+// FindKind returns the value of the first field of kind k, or nil.
+func (h *RawHead) FindKind(b []byte, k uint8) []byte {
+	for i := 0; i < h.NFields; i++ {
+		if h.Kinds[i] == k {
+			return h.Fields[i].Value.Of(b)
 		}
 	}
 	return nil
 }
 
-// chunkTracker follows a chunked body byte by byte to find where it ends;
+// ChunkTracker follows a chunked body byte by byte to find where it ends;
 // the bytes themselves are relayed unchanged.
-type chunkTracker struct {
+type ChunkTracker struct {
 	state  uint8
 	size   int64 // remaining data bytes in csData; the size being read in csSize
 	digits int
@@ -341,9 +341,9 @@ const (
 	csDone
 )
 
-// feed consumes b and returns how many bytes belong to the body and
+// Feed consumes b and returns how many bytes belong to the body and
 // whether the body ended there; ok is false on a malformed body.
-func (t *chunkTracker) feed(b []byte) (n int, done, ok bool) {
+func (t *ChunkTracker) Feed(b []byte) (n int, done, ok bool) {
 	for n < len(b) {
 		c := b[n]
 		switch t.state {
@@ -433,8 +433,8 @@ func hexVal(c byte) byte {
 	return c - 'A' + 10
 }
 
-// eqFoldString compares b with s ignoring ASCII case (both sides).
-func eqFoldString(b []byte, s string) bool {
+// EqFoldString compares b with s ignoring ASCII case (both sides).
+func EqFoldString(b []byte, s string) bool {
 	if len(b) != len(s) {
 		return false
 	}
@@ -453,10 +453,10 @@ func eqFoldString(b []byte, s string) bool {
 	return true
 }
 
-// cookieValue returns the value of cookie name in a Cookie header value
+// CookieValue returns the value of cookie name in a Cookie header value
 // ("a=1; b=2"), without surrounding double quotes, or nil. Name and value
 // are read as fasthttp reads them (spaces around each trimmed).
-func cookieValue(v []byte, name string) []byte {
+func CookieValue(v []byte, name string) []byte {
 	for len(v) > 0 {
 		var pair []byte
 		if i := bytes.IndexByte(v, ';'); i >= 0 {
@@ -486,4 +486,15 @@ func trimSpaces(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
+}
+
+// Peek returns the value of the first field named name, any case.
+func (h *RawHead) Peek(b []byte, name string) []byte {
+	for i := 0; i < h.NFields; i++ {
+		f := &h.Fields[i]
+		if EqFoldString(f.Name.Of(b), name) {
+			return f.Value.Of(b)
+		}
+	}
+	return nil
 }

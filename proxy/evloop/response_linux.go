@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package evloop
 
 import (
 	"bytes"
@@ -10,10 +10,10 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/estimator"
-	"github.com/sentry-proxy/sentry/proxy/evloop"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
-// evloop_response_linux.go: the response side of a loop -- the head
+// response_linux.go: the response side of a loop -- the head
 // rewritten and the body relayed to the client (backpressure included),
 // and the end of an exchange (finish, abort, respond, done).
 
@@ -23,28 +23,28 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	ex := &c.ex
 	a := ex.a
 	rh := &l.rh
-	ex.status = rh.status
+	ex.status = rh.Status
 	switch {
-	case ex.head || rh.status == 204 || rh.status == 304:
+	case ex.head || rh.Status == 204 || rh.Status == 304:
 		ex.mode = bodyNone
-	case rh.chunked:
-		if rh.teOther {
-			l.backendBroke(bc, failNoRetry)
+	case rh.Chunked:
+		if rh.TeOther {
+			l.backendBroke(bc, pipeline.FailNoRetry)
 			return
 		}
-		ex.mode, ex.ct = bodyChunked, chunkTracker{}
-	case rh.contentLength >= 0:
-		ex.mode, ex.remain = bodyLength, rh.contentLength
+		ex.mode, ex.ct = bodyChunked, pipeline.ChunkTracker{}
+	case rh.ContentLength >= 0:
+		ex.mode, ex.remain = bodyLength, rh.ContentLength
 	default:
 		ex.mode = bodyClose
 		c.closing = true
 	}
-	ex.bkClose = rh.connClose || rh.minor == 0 && !rh.connKeepAlive
+	ex.bkClose = rh.ConnClose || rh.Minor == 0 && !rh.ConnKeepAlive
 	now := l.clock()
 	l.release(ex, true)
-	// The complete step (pipeline.go): the ticket is told the outcome.
-	st := rh.findKind(data, hServerTiming)
-	strip := a.observe(&ex.t, admission.Result{ServerTiming: st, Measured: now.Sub(ex.dispatch), InService: ex.inService, End: now})
+	// The complete step (package pipeline, pipeline.go): the ticket is told the outcome.
+	st := rh.FindKind(data, pipeline.KindServerTiming)
+	strip := a.Observe(&ex.t, admission.Result{ServerTiming: st, Measured: now.Sub(ex.dispatch), InService: ex.inService, End: now})
 
 	out := c.out[:0]
 	out = append(out, "HTTP/1.1"...)
@@ -53,38 +53,38 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 		le++
 	}
 	out = append(out, data[8:le+1]...)
-	for i := 0; i < rh.nfields; i++ {
-		f := &rh.fields[i]
-		switch rh.kinds[i] {
-		case hConnection, hHopByHop, hUpgrade:
+	for i := 0; i < rh.NFields; i++ {
+		f := &rh.Fields[i]
+		switch rh.Kinds[i] {
+		case pipeline.KindConnection, pipeline.KindHopByHop, pipeline.KindUpgrade:
 			continue
-		case hContentLength:
-			if rh.chunked {
+		case pipeline.KindContentLength:
+			if rh.Chunked {
 				continue // Transfer-Encoding overrides it; not passed on (RFC 9112 §6.3)
 			}
-		case hServerTiming:
+		case pipeline.KindServerTiming:
 			if strip {
-				l.st = estimator.StripServerTiming(l.st[:0], f.value.of(data))
+				l.st = estimator.StripServerTiming(l.st[:0], f.Value.Of(data))
 				if v := l.st; len(v) > 0 {
 					out = append(append(append(out, "Server-Timing: "...), v...), "\r\n"...)
 				}
 				continue
 			}
-		case hOther:
-			if eqFoldString(f.name.of(data), a.reqID) {
+		case pipeline.KindOther:
+			if pipeline.EqFoldString(f.Name.Of(data), a.ReqID) {
 				continue
 			}
 		}
-		out = append(out, f.line.of(data)...)
+		out = append(out, f.Line.Of(data)...)
 	}
-	out = append(append(append(append(out, a.reqID...), ": "...), ex.id...), "\r\n"...)
+	out = append(append(append(append(out, a.ReqID...), ": "...), ex.id...), "\r\n"...)
 	if c.closing {
 		out = append(out, "Connection: close\r\n"...)
 	}
 	out = append(out, "\r\n"...)
 	c.out = out
-	l.setState(c, evloop.Relaying)
-	l.forward(c, bc, data[rh.n:])
+	l.setState(c, Relaying)
+	l.forward(c, bc, data[rh.N:])
 }
 
 // forward relays body bytes (already in bc.in) to the client, and ends the
@@ -107,9 +107,9 @@ func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte) {
 		}
 		ex.remain -= int64(len(data))
 	case bodyChunked:
-		n, end, ok := ex.ct.feed(data)
+		n, end, ok := ex.ct.Feed(data)
 		if !ok {
-			l.abort(c, outBackendFailed)
+			l.abort(c, pipeline.OutBackendFailed)
 			return
 		}
 		if end && n < len(data) {
@@ -171,9 +171,9 @@ func (l *eventLoop) flush(c *cconn) {
 		l.setClientEvents(c, c.events&^unix.EPOLLOUT)
 	}
 	if c.busy() {
-		if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.state == evloop.Relaying && bc.events&unix.EPOLLIN == 0 {
+		if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.state == Relaying && bc.events&unix.EPOLLIN == 0 {
 			l.setBackendEvents(bc, bc.events|unix.EPOLLIN|unix.EPOLLRDHUP)
-			c.ex.deadline = l.nowNs + c.ex.a.shared.idle.Load()
+			c.ex.deadline = l.nowNs + c.ex.a.Shared.Idle.Load()
 		}
 		return
 	}
@@ -218,37 +218,37 @@ func (l *eventLoop) finish(c *cconn) {
 			l.idleBk[bc.u] = append(l.idleBk[bc.u], bc)
 		}
 	}
-	l.done(c, outRelayed, ex.status)
+	l.done(c, pipeline.OutRelayed, ex.status)
 	l.after(c)
 }
 
 // abort ends an exchange that cannot complete; the client connection is
 // closed unless it is the client that went away.
-func (l *eventLoop) abort(c *cconn, o outcome) {
+func (l *eventLoop) abort(c *cconn, o pipeline.Outcome) {
 	ex := &c.ex
-	if ex.state == evloop.Parked {
+	if ex.state == Parked {
 		// Parked: the request leaves its batch queue, counted as gone
-		// (o is outClientGone: only a client close or the loop's close
+		// (o is pipeline.OutClientGone: only a client close or the loop's close
 		// ends a parked exchange).
 		pend := ex.pend
 		l.unpark(c)
 		pend.Cancel()
-		ex.a.admitted(&ex.t, admission.Decision{Verdict: admission.RejectGone})
+		ex.a.Admitted(&ex.t, admission.Decision{Verdict: admission.RejectGone})
 	}
 	if bc := ex.b; bc != nil {
 		ex.b, bc.c = nil, nil
 		l.closeBackend(bc)
 	}
-	l.release(ex, o != outBackendFailed && o != outBackendTimeout)
+	l.release(ex, o != pipeline.OutBackendFailed && o != pipeline.OutBackendTimeout)
 	st := ex.status
-	if ex.state != evloop.Relaying {
-		st = statusOf(o)
+	if ex.state != Relaying {
+		st = pipeline.StatusOf(o)
 	}
-	if o == outClientGone {
-		st = statusOf(outClientGone)
+	if o == pipeline.OutClientGone {
+		st = pipeline.StatusOf(pipeline.OutClientGone)
 	}
 	l.done(c, o, st)
-	if c.fd >= 0 && o != outClientGone {
+	if c.fd >= 0 && o != pipeline.OutClientGone {
 		c.out = c.out[:0]
 		l.closeClient(c)
 	}
@@ -256,7 +256,7 @@ func (l *eventLoop) abort(c *cconn, o outcome) {
 
 // done records the exchange and makes the connection ready for the next
 // request.
-func (l *eventLoop) done(c *cconn, o outcome, status int) {
+func (l *eventLoop) done(c *cconn, o pipeline.Outcome, status int) {
 	ex := &c.ex
 	if i := ex.activeIdx; i >= 0 && i < len(l.active) && l.active[i] == c {
 		last := l.active[len(l.active)-1]
@@ -265,15 +265,18 @@ func (l *eventLoop) done(c *cconn, o outcome, status int) {
 		l.active = l.active[:len(l.active)-1]
 	}
 	ex.activeIdx = -1
-	// The complete step's last part (pipeline.go): metrics, access log.
-	a, access := ex.a, l.ff.fe.route.Load().access
+	// The complete step's last part (package pipeline, pipeline.go): metrics, access log.
+	a, access := ex.a, l.ff.cfg.Routes.Load().Access
 	var method, uri []byte
 	if access {
 		method, uri = l.requestLine(c)
 	}
-	l.ff.fe.p.record(a, access, o, status, ex.u, ex.start, method, uri, ex.id)
+	a.Metrics.Observe(o, status, ex.u, ex.start)
+	if access {
+		l.ff.cfg.Access(a, method, uri, status, ex.u, ex.start, ex.id, o)
+	}
 	ex.lbb, ex.u, ex.a = nil, nil, nil
-	l.setState(c, evloop.Idle)
+	l.setState(c, Idle)
 	c.lastNs = l.nowNs
 	if c.in != nil && ex.total <= c.n {
 		c.n = copy(c.in, c.in[ex.total:c.n])
@@ -304,23 +307,23 @@ func (l *eventLoop) requestLine(c *cconn) (method, uri []byte) {
 // respond writes a response sentry makes itself (rejection or error) and
 // ends the exchange. The request was read whole, so the connection stays
 // usable.
-func (l *eventLoop) respond(c *cconn, a *app, o outcome, d admission.Decision) {
+func (l *eventLoop) respond(c *cconn, a *pipeline.App, o pipeline.Outcome, d admission.Decision) {
 	ex := &c.ex
 	if bc := ex.b; bc != nil {
 		ex.b, bc.c = nil, nil
 		l.closeBackend(bc)
 	}
-	l.release(ex, !countsAsFailure(o))
-	r := replyFor(a, o, d)
-	status := r.status
+	l.release(ex, !pipeline.CountsAsFailure(o))
+	r := pipeline.ReplyFor(a, o, d)
+	status := r.Status
 	var id []byte
-	if o != outRejected && o != outNoBackend {
+	if o != pipeline.OutRejected && o != pipeline.OutNoBackend {
 		id = ex.id
 	}
 	if l.ff.draining.Load() {
 		c.closing = true
 	}
-	out := appendReply(c.out, r, l.httpDate(), a.reqID, id, c.closing, ex.head)
+	out := appendReply(c.out, r, l.httpDate(), a.ReqID, id, c.closing, ex.head)
 	c.out = out
 	l.done(c, o, status)
 	l.flush(c)

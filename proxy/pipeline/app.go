@@ -1,0 +1,157 @@
+package pipeline
+
+import (
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/classify"
+	"github.com/sentry-proxy/sentry/lb"
+	"github.com/sentry-proxy/sentry/policy"
+)
+
+// app.go: the per-app runtime both engines run requests against: the
+// admission controller's interface, the app itself, the backends it
+// relays to (Upstream), its prebuilt rejection and its per-request
+// metrics.
+
+// Controller is an app's admission stack as the request path sees it
+// (implemented by package control).
+type Controller interface {
+	// Classes returns the class names, most important first.
+	Classes() []string
+	// Classify returns the class index and the history key (which may alias
+	// the request's path).
+	Classify(r classify.Request, client netip.Addr) (class int, key []byte)
+	// Estimate counts the arrival and returns S and its bucket.
+	Estimate(class int, key []byte, now time.Time) (s time.Duration, bucket int)
+	// Done tells a relayed request's ticket its outcome: the ticket
+	// (class, key, estimate, arrival) is the front end's, filled when the
+	// request was decided; the result carries the backend's Server-Timing
+	// (may be empty), the time from dispatch to response head, the
+	// backend's in-flight count at dispatch and the end time. Done must
+	// not retain either.
+	Done(t *admission.Ticket, r admission.Result)
+	// StripServerTiming tells whether to remove the timing entries.
+	StripServerTiming() bool
+	// Park asks for admission without blocking: decided is true when d
+	// is the decision (every mode but batch, and in batch mode a class
+	// without a period, a full queue, no backend). Otherwise p is the
+	// request's ticket: wk is woken once its decision is made, and the
+	// front end then takes it with p.Result, or calls p.Cancel when the
+	// client has gone. r.Key must stay valid until then.
+	Park(r *admission.Request, wk admission.Waker) (d admission.Decision, p admission.Pending, decided bool)
+}
+
+// App is the runtime of one policy app.
+type App struct {
+	Policy     *policy.App
+	Name       string
+	Pool       *lb.Pool
+	Controller Controller // nil: no classification, admit all
+	Off        bool       // admission mode off: never call Admit
+	LoopOK     bool       // every backend address is an IP:port (the event loops never resolve names)
+	Reject     RejectResponse
+	Trusted    bool // has trusted proxies
+	ReqID      string
+	Metrics    *AppMetrics
+	Shared     *AppShared
+	// decisions[class][verdict], resolved for this snapshot's classes.
+	Decisions [][]prometheus.Counter
+}
+
+// AppShared is the part of an app's runtime that outlives snapshots: its
+// metrics and the timeout cells every upstream connection reads, so a reload
+// changes timeouts on live connections.
+type AppShared struct {
+	Metrics *AppMetrics
+	Idle    atomic.Int64 // Timeouts.Response, ns
+	Connect atomic.Int64 // Timeouts.Connect, ns
+}
+
+// RejectResponse is the prebuilt rejection.
+type RejectResponse struct {
+	Status     int
+	Body       []byte
+	RetryAfter int // seconds, default
+}
+
+// Upstream is what the proxy attaches to each lb.Backend (its Attachment).
+type Upstream struct {
+	Addr string
+	// Client is the fasthttp front end's *fasthttp.HostClient for this
+	// backend (package proxy's hostClient reads it): held as any so that
+	// this package does not import fasthttp; reading it is a type
+	// assertion to a concrete type, not an interface call.
+	Client any
+	Reqs   [6]prometheus.Counter // by code class
+	// Event-loop front ends (package proxy/evloop): their connections to this
+	// backend (counted against max_conns_per_backend with Client's), its
+	// resolved address, and whether it has left the pool.
+	LoopConns atomic.Int32
+	sa        atomic.Pointer[loopAddr]
+	Closed    atomic.Bool
+}
+
+// BodyCap is the app's body cap (max_body_bytes), the one rule for every
+// engine: a declared length over it is 413; a body of unknown length
+// (chunked, or h2 without content-length: cl == -1) is 411, since it
+// cannot be capped while it streams. OutRelayed means no objection.
+func (a *App) BodyCap(cl int64) Outcome {
+	lim := a.Policy.MaxBodyBytes
+	switch {
+	case lim <= 0:
+		return OutRelayed
+	case cl > lim:
+		return OutBodyTooLarge
+	case cl == -1:
+		return OutLengthRequired
+	}
+	return OutRelayed
+}
+
+// AppMetrics holds the per-app series resolved once, so the request path
+// only does atomic adds.
+type AppMetrics struct {
+	None    [6]prometheus.Counter  // requests not relayed, by code class
+	Latency [3]prometheus.Observer // by result: relayed, rejected, error
+	Errs    [NumOutcomes]prometheus.Counter
+}
+
+// Observe records one finished request.
+func (am *AppMetrics) Observe(o Outcome, status int, u *Upstream, start time.Time) {
+	cc := CodeClass(status)
+	if u != nil && o == OutRelayed {
+		u.Reqs[cc].Inc()
+	} else {
+		am.None[cc].Inc()
+	}
+	if c := am.Errs[o]; c != nil {
+		c.Inc()
+	}
+	r := resultError
+	switch o {
+	case OutRelayed:
+		r = resultRelayed
+	case OutRejected, OutNoBackend:
+		r = resultRejected
+	}
+	am.Latency[r].Observe(time.Since(start).Seconds())
+}
+
+const (
+	resultRelayed = iota
+	resultRejected
+	resultError
+)
+
+var ResultNames = [...]string{resultRelayed: "relayed", resultRejected: "rejected", resultError: "error"}
+
+// decision counts an admission decision.
+func (a *App) decision(class int, v admission.Verdict) {
+	if class >= 0 && class < len(a.Decisions) {
+		a.Decisions[class][v].Inc()
+	}
+}

@@ -1,0 +1,63 @@
+// Package pipeline is the part of sentry's request path that does not
+// depend on how a request was read: both HTTP/1.1 engines (the fasthttp
+// front end in package proxy and the event loops) and the HTTP/2 front end
+// use it, so a rule written here is written once.
+//
+// It holds, each in its own file:
+//
+//   - pipeline.go: the steps every engine runs after routing, in this
+//     order -- App.Decide (classify, estimate, Park), App.Admitted (count
+//     the verdict), App.Observe (tell the admission Ticket its outcome);
+//     the engine supplies a view of the request, the client address, its
+//     own way to wait, and its header writing;
+//   - app.go: the per-app runtime (App: policy, pool, Controller, trust,
+//     request-ID header, prebuilt rejection, body cap), the backends it
+//     relays to (Upstream, lb.Backend's Attachment) and the per-app series
+//     both engines count (AppMetrics); an Upstream also carries what the
+//     event loops keep per backend (their connection count, its resolved
+//     address: LoopSockaddr in loopaddr_linux.go), since it is the one
+//     record both engines find through the pool;
+//   - route.go: a listener's route table, Host to App (Route.Lookup),
+//     which a front end holds in an atomic pointer swapped by a reload;
+//   - reply.go: the one decision of what sentry answers itself (ReplyFor:
+//     the rejection or the failure table's error); each engine serialises
+//     the Reply its own way;
+//   - headers.go: the header policy's one table of names (FieldKind: hop-by-hop,
+//     forwarding headers and their underscore aliases, the request ID),
+//     ScanHead over a raw head, ValidHost, and the forwarding plan
+//     (PlanForwarding, TrustedFwd, Forwarding);
+//   - forwarded.go: trusted_proxies and the client address from a trusted
+//     X-Forwarded-For (Trusted, ClientFromXFF);
+//   - requestid.go: request IDs (IDSource);
+//   - status.go: the outcome of an exchange (Outcome), the one map from
+//     outcome to status (StatusOf) and its reason as metrics and access
+//     log name it (OutcomeReason);
+//   - retry.go: the one retry policy (TryAgain, Failure, MaxAttempts);
+//   - rawhead.go: the strict raw head parsers the event loops use
+//     (ParseRequestHead, ParseResponseHead, ChunkTracker).
+//
+// # Decisions
+//
+// Only what both engines need is here. What reads fasthttp's own types --
+// fasthttp's request and response headers (dropping listed and hop-by-hop
+// headers), its HostClient's errors (the failure kind of an error, the
+// outcome of a relay error), writing a Reply into a fasthttp.Response --
+// stays in package proxy (proxy/fasthttp_adapt.go), so that this package
+// does not import fasthttp at all; the status codes and method names it
+// needs are net/http's constants (the same values). Two consequences:
+//
+//   - Upstream.Client holds the fasthttp front end's *fasthttp.HostClient
+//     as an any; package proxy reads it with a type assertion to that
+//     concrete type (no interface call, no allocation).
+//   - The event loops' raw serialisation of a Reply (appendReply, in
+//     package proxy/evloop) stays with the loops: its status line must
+//     read byte for byte as fasthttp's (fasthttp.StatusMessage), and
+//     net/http's StatusText differs for some codes.
+//
+// Metrics registration (the Prometheus vectors, the access log) stays in
+// package proxy, which resolves an AppMetrics per app once; the request
+// path here only does atomic adds on it.
+//
+// The package imports nothing of package proxy or package proxy/evloop
+// (pinned by proxy's TestImportGraph).
+package pipeline
