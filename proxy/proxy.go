@@ -253,6 +253,7 @@ func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
 		Algorithm: lb.Algorithm(ac.Balance),
 		Failures:  ac.Health.Passive.Failures,
 		Cooldown:  ac.Health.Passive.Cooldown,
+		Partition: lb.Partition{Index: ac.Partition.Index, Count: ac.Partition.Count},
 		Logger:    p.opts.Logger.Named("lb").With("app", ac.Name),
 		Attach: func(addr string) any {
 			u := &pipeline.Upstream{Addr: addr, Client: newHostClient(addr, maxConns, connect, idle)}
