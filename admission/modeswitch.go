@@ -169,7 +169,7 @@ type SwitchStatus struct {
 //     overload then switches 2 times per 30s, 60s, 120s, …, and at most 2
 //     times per MaxRevertAfter + Hold once the cap is reached.
 //
-// Forced modes (batch, threshold, off) never switch; the sampler still runs
+// Forced modes (batch, threshold, adaptive, off) never switch; the sampler still runs
 // so that the utilisation gauge stays live.
 //
 // Requests already waiting in a batch queue when the mode flips are still
@@ -272,7 +272,7 @@ func NewSwitch(cfg SwitchConfig) (*Switch, error) {
 	return s, nil
 }
 
-// Mode returns the current mode (batch, threshold or off) with one atomic load.
+// Mode returns the current mode (batch, threshold, adaptive or off) with one atomic load.
 func (s *Switch) Mode() Mode { return Mode(s.mode.Load()) }
 
 // Configured returns the configured mode.
