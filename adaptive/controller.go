@@ -88,8 +88,8 @@ func (c *Controller) class(i int) *class {
 }
 
 // Admit takes a token from the request's class bucket, or rejects with
-// RejectAdaptive and a Retry-After of the time until the next token
-// (rounded up to whole seconds, at least 1 s). One short lock per request;
+// RejectAdaptive and a Retry-After of the time until the next token, at
+// most Timeout (rounded up to whole seconds, at least 1 s). One short lock per request;
 // no allocation.
 func (c *Controller) Admit(r *admission.Request) admission.Decision {
 	cl := c.class(r.Class)
@@ -110,15 +110,18 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 	wait := (1 - b.tokens) / rate // seconds until a token
 	b.Unlock()
 	cl.rejected.Add(1)
-	return admission.Decision{Verdict: admission.RejectAdaptive, RetryAfter: retryAfter(wait)}
+	return admission.Decision{Verdict: admission.RejectAdaptive, RetryAfter: c.retryAfter(wait)}
 }
 
-func retryAfter(secs float64) time.Duration {
+func (c *Controller) retryAfter(secs float64) time.Duration {
+	// Decision: at most the controller's timeout. The rate may change at
+	// the class's next run, which comes within Timeout; a client told to
+	// stay away for the whole time to the next token at a low rate (20 s
+	// at 0.05/s) does not come back when the rate rises, so the offered
+	// load collapses and the controller sees no samples to raise it on.
+	secs = min(secs, c.cfg.Timeout.Seconds())
 	if !(secs > 1) {
 		return time.Second
-	}
-	if secs >= 60 {
-		return 60 * time.Second
 	}
 	return time.Duration(math.Ceil(secs)) * time.Second
 }

@@ -12,8 +12,11 @@
 // # Per request
 //
 // Each class has a token bucket. Admit takes a token, or rejects with
-// RejectAdaptive and a Retry-After of the time to the next token (whole
-// seconds, 1–60 s). The bucket refills at the class's rate and holds at
+// RejectAdaptive and a Retry-After of the time to the next token, at most
+// Timeout (whole seconds, at least 1 s). Decision: capped by Timeout
+// because the rate may change at the next run; a flash-crowd run with the
+// uncapped wait (20 s at the minimum rate) sent the rejected clients away
+// for so long that the farm idled at 12% while the rate stayed low. The bucket refills at the class's rate and holds at
 // most Burst seconds of it (at least one token). Decision: Burst defaults
 // to 100 ms; the paper does not give a depth.
 //

@@ -14,7 +14,7 @@ import (
 // TestScripts runs testdata/*.txt: the controller on a manual clock, with
 // the expected numbers worked out by hand in each script's comments.
 //
-//	init targets=D,D,... [rate=R] [nreq=N] [lc_thresh=N] [burst=D] [rate_min=R] [rate_max=R] [cut_all_lower]
+//	init targets=D,D,... [rate=R] [nreq=N] [lc_thresh=N] [burst=D] [rate_min=R] [rate_max=R] [timeout=D] [cut_all_lower]
 //	observe class=I n=N rt=D          n samples of rt each (a run may follow)
 //	observe class=I n=N step=D        n samples 1·step, 2·step, ..., n·step
 //	advance D                         move the clock; then Tick
@@ -60,6 +60,9 @@ func TestScripts(t *testing.T) {
 				}
 				if has("lc_thresh") {
 					cfg.LCThresh = int(num("lc_thresh"))
+				}
+				if has("timeout") {
+					cfg.Timeout = dur("timeout")
 				}
 				if has("burst") {
 					cfg.Burst = dur("burst")
