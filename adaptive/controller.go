@@ -30,7 +30,7 @@ type class struct {
 	err      float64
 	hasCur   bool
 	over     bool // over target at its last run
-	noRaise  bool // a more important class was over target: no increase at the next run
+	noRaise  int64 // unix ns when a more important class over target flagged it (0: never)
 	lc       int  // runs over target with every less important class at RateMin
 	runs     uint64
 	lastSamp float64
@@ -189,8 +189,16 @@ func (c *Controller) run(i int, now int64) {
 		cl.cur, cl.hasCur = samp, true
 	}
 	cl.err = (cl.cur - cl.target) / cl.target
-	noRaise := cl.noRaise
-	cl.noRaise = false
+	// §3.3: no increase while a more important class is over target (its
+	// last run was), nor at the first run after one flagged this class.
+	// Decision: a flag older than Timeout has expired -- the "next run" it
+	// meant has passed, and a class starved near RateMin may not run
+	// again for many seconds.
+	noRaise := cl.noRaise != 0 && now-cl.noRaise <= int64(cfg.Timeout)
+	cl.noRaise = 0
+	for _, hi := range c.classes[:i] {
+		noRaise = noRaise || hi.over
+	}
 	rate := math.Float64frombits(cl.rate.Load())
 	switch {
 	case cl.err > cfg.ErrD:
@@ -205,7 +213,7 @@ func (c *Controller) run(i int, now int64) {
 		cut := false
 		for j := len(lower) - 1; j >= 0; j-- {
 			lo := lower[j]
-			lo.noRaise = true
+			lo.noRaise = now
 			if cut && !cfg.CutAllLower {
 				continue
 			}

@@ -52,8 +52,11 @@
 //
 // # Several classes (§3.3)
 //
-// When class c is over target (err > err_d), every less important class
-// may not increase at its next run, and less important classes are cut
+// While class c is over target (err > err_d at its last run), no less
+// important class may increase, nor at its first run after c flagged it
+// (decision: a flag older than Timeout has expired, since a class starved
+// near RateMin may not run again for many seconds, and its "next run"
+// would otherwise come long after the overload). Less important classes are cut
 // by adj_lo (10), their buckets emptied (decision: the paper empties the
 // bucket on a decrease; we treat this cut the same). Decision: by default
 // one class per run is cut, the least important still above RateMin, so
