@@ -29,9 +29,9 @@ type class struct {
 	cur      float64   // smoothed percentile, ns; 0 before the first run
 	err      float64
 	hasCur   bool
-	over     bool // over target at its last run
+	over     bool  // over target at its last run
 	noRaise  int64 // unix ns when a more important class over target flagged it (0: never)
-	lc       int  // runs over target with every less important class at RateMin
+	lc       int   // runs over target with every less important class at RateMin
 	runs     uint64
 	lastSamp float64
 
