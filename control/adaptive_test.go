@@ -345,3 +345,29 @@ func prometheusCounter(t *testing.T, reg *prometheus.Registry, name, to string) 
 	t.Fatalf("%s{to=%q} not gathered", name, to)
 	return nil
 }
+
+// TestAdaptiveNoAlloc: in adaptive mode the decision and the outcome
+// (Admit, Park, Done feeding the controller, its runs included) allocate
+// nothing.
+func TestAdaptiveNoAlloc(t *testing.T) {
+	m, _, ck, _ := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a, err := m.Build(adaptiveApp("adaptive"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &admission.Request{Class: 1}
+	tk := &admission.Ticket{Class: 1, Key: []byte("/x"), Arrival: ck.now()}
+	res := admission.Result{ServerTiming: []byte("cpu;dur=5"), Measured: 5 * time.Millisecond, InService: 1, End: ck.now().Add(20 * time.Millisecond)}
+	if n := testing.AllocsPerRun(500, func() {
+		a.Admit(req)
+		a.Park(req, nil)
+		a.Done(tk, res)
+	}); n != 0 {
+		t.Fatalf("%v allocations per request", n)
+	}
+	if a.adp.Load().State(1).Runs == 0 {
+		t.Fatal("the controller never ran: the measurement missed its runs")
+	}
+}
