@@ -30,8 +30,8 @@ type Config struct {
 	Alpha float64
 	// ErrD: err above it cuts the rate (multiplicative decrease). Default 0.
 	ErrD float64
-	// ErrI: err below it raises the rate (additive increase). Default −0.5.
-	// Must be below ErrD.
+	// ErrI: err at or below it raises the rate (additive increase).
+	// Default −0.5. Must be below ErrD.
 	ErrI float64
 	// AdjD is the multiplicative decrease factor, > 1. Default 1.2.
 	AdjD float64
@@ -46,6 +46,12 @@ type Config struct {
 	// AdjLo divides the rate of every less important class when a class is
 	// over its target. Default 10.
 	AdjLo float64
+	// CutAllLower is the paper's rule: a class over target divides the
+	// rate of every less important class by AdjLo. Default false: only the
+	// least important class still above RateMin is cut at each run, so a
+	// class is cut only once every class below it is at the minimum (the
+	// priority guarantee; see doc.go).
+	CutAllLower bool
 	// LCThresh is how many runs over target, with every less important
 	// class already at RateMin, before the class's own rate is cut. Default
 	// 20.

@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -28,9 +29,9 @@ type class struct {
 	cur      float64   // smoothed percentile, ns; 0 before the first run
 	err      float64
 	hasCur   bool
-	over     bool // over target at its last run
-	noRaise  bool // a more important class was over target: no increase at the next run
-	lc       int  // runs over target with every less important class at RateMin
+	over     bool  // over target at its last run
+	noRaise  int64 // unix ns when a more important class over target flagged it (0: never)
+	lc       int   // runs over target with every less important class at RateMin
 	runs     uint64
 	lastSamp float64
 
@@ -87,8 +88,8 @@ func (c *Controller) class(i int) *class {
 }
 
 // Admit takes a token from the request's class bucket, or rejects with
-// RejectAdaptive and a Retry-After of the time until the next token
-// (rounded up to whole seconds, at least 1 s). One short lock per request;
+// RejectAdaptive and a Retry-After of the time until the next token, at
+// most Timeout (rounded up to whole seconds, at least 1 s). One short lock per request;
 // no allocation.
 func (c *Controller) Admit(r *admission.Request) admission.Decision {
 	cl := c.class(r.Class)
@@ -109,15 +110,18 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 	wait := (1 - b.tokens) / rate // seconds until a token
 	b.Unlock()
 	cl.rejected.Add(1)
-	return admission.Decision{Verdict: admission.RejectAdaptive, RetryAfter: retryAfter(wait)}
+	return admission.Decision{Verdict: admission.RejectAdaptive, RetryAfter: c.retryAfter(wait)}
 }
 
-func retryAfter(secs float64) time.Duration {
+func (c *Controller) retryAfter(secs float64) time.Duration {
+	// Decision: at most the controller's timeout. The rate may change at
+	// the class's next run, which comes within Timeout; a client told to
+	// stay away for the whole time to the next token at a low rate (20 s
+	// at 0.05/s) does not come back when the rate rises, so the offered
+	// load collapses and the controller sees no samples to raise it on.
+	secs = min(secs, c.cfg.Timeout.Seconds())
 	if !(secs > 1) {
 		return time.Second
-	}
-	if secs >= 60 {
-		return 60 * time.Second
 	}
 	return time.Duration(math.Ceil(secs)) * time.Second
 }
@@ -154,11 +158,20 @@ func (c *Controller) Tick(now time.Time) {
 	}
 }
 
+// staleRuns is how many timeouts without a run make a class's smoothed
+// percentile stale (see run).
+const staleRuns = 5
+
 // run is one controller iteration for class i (§3.2, with §3.3's rules).
 // Called with c.mu held.
 func (c *Controller) run(i int, now int64) {
 	cfg := &c.cfg
 	cl := c.classes[i]
+	// Decision (beyond the paper): a class whose previous run is more than
+	// staleRuns timeouts old was starved (a rate near the minimum admits a
+	// request every few seconds); its cur describes an overload long gone,
+	// so this run restarts the average from samp, as the first run does.
+	stale := now-cl.lastRun > staleRuns*int64(cfg.Timeout)
 	cl.lastRun = now
 	cl.runs++
 	// samp: the Percentile-th of the samples, by sorting (the paper takes
@@ -170,38 +183,53 @@ func (c *Controller) run(i int, now int64) {
 	samp := s[max(0, min(k, len(s)-1))]
 	c.scratch = s[:0]
 	cl.lastSamp = samp
-	if cl.hasCur {
+	if cl.hasCur && !stale {
 		cl.cur = cfg.Alpha*cl.cur + (1-cfg.Alpha)*samp
 	} else {
 		cl.cur, cl.hasCur = samp, true
 	}
 	cl.err = (cl.cur - cl.target) / cl.target
-	noRaise := cl.noRaise
-	cl.noRaise = false
+	// §3.3: no increase while a more important class is over target (its
+	// last run was), nor at the first run after one flagged this class.
+	// Decision: a flag older than Timeout has expired -- the "next run" it
+	// meant has passed, and a class starved near RateMin may not run
+	// again for many seconds.
+	noRaise := cl.noRaise != 0 && now-cl.noRaise <= int64(cfg.Timeout)
+	cl.noRaise = 0
+	for _, hi := range c.classes[:i] {
+		noRaise = noRaise || hi.over
+	}
 	rate := math.Float64frombits(cl.rate.Load())
 	switch {
 	case cl.err > cfg.ErrD:
 		cl.over = true
-		// §3.3: cut every less important class first; only when they are
+		// §3.3: cut the less important classes first; only when they are
 		// all at the minimum for LCThresh runs is this class itself cut.
+		// Decision (see doc.go): by default one class per run, the least
+		// important still above the minimum, so that a class is cut only
+		// once every class below it is at the minimum; CutAllLower is the
+		// paper's rule, every less important class at once.
 		lower := c.classes[i+1:]
-		allMin := true
-		for _, lo := range lower {
-			lr := math.Float64frombits(lo.rate.Load())
-			if lr > cfg.RateMin {
-				allMin = false
-				c.setRate(lo, lr/cfg.AdjLo, true)
+		cut := false
+		for j := len(lower) - 1; j >= 0; j-- {
+			lo := lower[j]
+			lo.noRaise = now
+			if cut && !cfg.CutAllLower {
+				continue
 			}
-			lo.noRaise = true
+			if lr := math.Float64frombits(lo.rate.Load()); lr > cfg.RateMin {
+				c.setRate(lo, lr/cfg.AdjLo, true)
+				cut = true
+			}
 		}
-		if allMin {
+		if !cut {
 			cl.lc++
 		}
 		if len(lower) == 0 || cl.lc > cfg.LCThresh {
 			c.setRate(cl, rate/cfg.AdjD, true)
 			cl.lc = 0
 		}
-	case cl.err < cfg.ErrI:
+	case cl.err <= cfg.ErrI: // decision: the boundary raises (see doc.go)
 		cl.over = false
 		cl.lc = 0
 		if !noRaise {
@@ -218,11 +246,13 @@ func (c *Controller) run(i int, now int64) {
 func (c *Controller) setRate(cl *class, rate float64, empty bool) {
 	rate = min(max(rate, c.cfg.RateMin), c.cfg.RateMax)
 	cl.rate.Store(math.Float64bits(rate))
+	cl.bucket.Lock()
 	if empty {
-		cl.bucket.Lock()
 		cl.bucket.tokens = 0
-		cl.bucket.Unlock()
+	} else {
+		cl.bucket.tokens = min(cl.bucket.tokens, c.depth(rate))
 	}
+	cl.bucket.Unlock()
 }
 
 // ClassState is one class's controller state, for metrics and tests.
@@ -257,3 +287,67 @@ func (c *Controller) State(i int) ClassState {
 
 // Classes is the number of classes.
 func (c *Controller) Classes() int { return len(c.classes) }
+
+// SetTargets replaces the classes' targets, most important first (one per
+// class, each > 0; the owner's target may follow load, as sentry's R_sla
+// follows the QoS table). A class's next run compares with the new target.
+func (c *Controller) SetTargets(ts []time.Duration) error {
+	if len(ts) != len(c.classes) {
+		return fmt.Errorf("adaptive: %d targets for %d classes", len(ts), len(c.classes))
+	}
+	for i, t := range ts {
+		if t <= 0 {
+			return fmt.Errorf("adaptive: class %d: target %v must be positive", i, t)
+		}
+	}
+	c.mu.Lock()
+	for i, t := range ts {
+		c.classes[i].target = float64(t)
+	}
+	c.cfg.Targets = append(c.cfg.Targets[:0], ts...)
+	c.mu.Unlock()
+	return nil
+}
+
+// SetRate sets class i's rate, clamped to [RateMin, RateMax], leaving its
+// bucket as it is (at most its new depth). The owner seeds a controller
+// with it: the rate another mode was admitting at, when it takes over.
+func (c *Controller) SetRate(i int, rate float64) {
+	if i < 0 || i >= len(c.classes) || math.IsNaN(rate) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.setRate(c.classes[i], rate, false)
+}
+
+// Carry copies what class j of from has learned -- its rate, smoothed
+// percentile and last error -- into class i of c, so that a controller
+// rebuilt on reload (new settings, classes added or moved) starts where
+// the old one was; the caller matches classes by name. The rate is
+// clamped to c's bounds. Samples waiting in from are not carried.
+func (c *Controller) Carry(i int, from *Controller, j int) {
+	if i < 0 || i >= len(c.classes) || from == nil || j < 0 || j >= len(from.classes) || from == c {
+		return
+	}
+	from.mu.Lock()
+	src := from.classes[j]
+	rate := math.Float64frombits(src.rate.Load())
+	cur, hasCur, e := src.cur, src.hasCur, src.err
+	from.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	dst := c.classes[i]
+	dst.cur, dst.hasCur, dst.err = cur, hasCur, e
+	c.setRate(dst, rate, false)
+}
+
+// Config returns the controller's configuration with defaults filled in
+// and the targets in force.
+func (c *Controller) Config() Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cfg := c.cfg
+	cfg.Targets = append([]time.Duration(nil), cfg.Targets...)
+	return cfg
+}

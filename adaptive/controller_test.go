@@ -126,7 +126,7 @@ func TestTimeout(t *testing.T) {
 }
 
 // TestMulticlass (§3.3): gold over target divides bronze's rate by adj_lo
-// (not gold's own) and bronze may not rise at its next run; once bronze is
+// (not gold's own) and bronze may not rise while gold is over; once bronze is
 // at the minimum, gold's own rate is cut after lc_thresh more runs.
 func TestMulticlass(t *testing.T) {
 	c, _ := newCtl(t, Config{Targets: []time.Duration{50 * time.Millisecond, time.Second}, InitialRate: 100, LCThresh: 3})
@@ -138,9 +138,23 @@ func TestMulticlass(t *testing.T) {
 	if b := c.State(1).Rate; !near(b, 10) {
 		t.Fatalf("bronze rose to %v while gold was over target", b)
 	}
-	feed(c, 1, 100, time.Millisecond) // the flag is spent: bronze rises
-	if b := c.State(1).Rate; !(b > 10) {
-		t.Fatalf("bronze %v did not rise once gold's flag was spent", b)
+	feed(c, 1, 100, time.Millisecond) // gold's last run is still over target
+	if b := c.State(1).Rate; !near(b, 10) {
+		t.Fatalf("bronze rose to %v while gold's last run was over target", b)
+	}
+	for i := 0; i < 5 && c.State(0).Err > 0; i++ { // gold's runs come under target...
+		for j := 0; j < 100; j++ {
+			c.Observe(0, 10*time.Millisecond)
+		}
+	}
+	b0 := c.State(1).Rate
+	feed(c, 1, 100, time.Millisecond) // the flag of gold's last over-target run
+	if b := c.State(1).Rate; b != b0 {
+		t.Fatalf("bronze rose to %v at its first run after gold's flag", b)
+	}
+	feed(c, 1, 100, time.Millisecond) // ...and then bronze rises
+	if b := c.State(1).Rate; c.State(0).Err > 0 || !(b > b0) {
+		t.Fatalf("bronze %v did not rise from %v once gold was under target (err %v)", b, b0, c.State(0).Err)
 	}
 	// Drive bronze to the minimum: 10·... /10 each gold run.
 	for i := 0; i < 8 && c.State(1).Rate > DefaultRateMin; i++ {

@@ -18,7 +18,12 @@
 // Switch and Switched (modeswitch.go) choose batch or threshold at run time
 // from sentry's own CPU (Cataclysm §3.3, last paragraph; docs/algorithms.md §4);
 // CPUMeter and ProcessCPUTime measure it. See Switch for hysteresis,
-// episodes and the anti-flap guards.
+// episodes and the anti-flap guards. ModeAdaptive is SEDA's controller
+// (package adaptive, RejectAdaptive); in auto mode Switch.Fallback moves
+// between batch and adaptive on the health of the batch model, which the
+// caller judges (package control's doc.go gives the rule: the admitted
+// percentile missing R_sla while batch admits, or most responses without
+// a service time, for k windows; back after N calm windows).
 //
 // Usage:
 //

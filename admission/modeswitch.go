@@ -16,7 +16,7 @@ import (
 )
 
 // Mode is an admission mode. ModeAuto is only a configured mode: the
-// current mode of a Switch is always batch, threshold or off.
+// current mode of a Switch is always batch, threshold, adaptive or off.
 type Mode uint32
 
 const (
@@ -28,6 +28,11 @@ const (
 	ModeThreshold
 	// ModeOff admits every request.
 	ModeOff
+	// ModeAdaptive is SEDA's response-time controller (package adaptive):
+	// a token bucket per class whose rate follows the measured percentile.
+	// Auto mode falls back to it when the batch model is known to be wrong
+	// (Switch.Fallback; see control's doc.go for the rule).
+	ModeAdaptive
 	numModes
 )
 
@@ -36,6 +41,7 @@ var modeNames = [numModes]string{
 	ModeBatch:     "batch",
 	ModeThreshold: "threshold",
 	ModeOff:       "off",
+	ModeAdaptive:  "adaptive",
 }
 
 // String returns the mode's configuration and metric label value.
@@ -46,14 +52,14 @@ func (m Mode) String() string {
 	return "unknown"
 }
 
-// ParseMode parses "auto", "batch", "threshold" or "off".
+// ParseMode parses "auto", "batch", "threshold", "adaptive" or "off".
 func ParseMode(s string) (Mode, error) {
 	for m, name := range modeNames {
 		if s == name {
 			return Mode(m), nil
 		}
 	}
-	return 0, fmt.Errorf("admission: unknown mode %q (want auto, batch, threshold or off)", s)
+	return 0, fmt.Errorf("admission: unknown mode %q (want auto, batch, threshold, adaptive or off)", s)
 }
 
 // Defaults for SwitchConfig (docs/algorithms.md §4).
@@ -110,8 +116,10 @@ type SwitchStatus struct {
 	Since time.Time
 	// Utilization is the last observed utilisation (NaN before the first).
 	Utilization float64
-	// ToThreshold and ToBatch count switches in each direction.
-	ToThreshold, ToBatch uint64
+	// ToThreshold and ToBatch count CPU switches in each direction
+	// (ToBatch includes returns from adaptive); ToAdaptive counts
+	// fall-backs to adaptive mode (Fallback).
+	ToThreshold, ToBatch, ToAdaptive uint64
 	// RevertAfter is the current revert wait, after relapse backoff.
 	RevertAfter time.Duration
 }
@@ -162,7 +170,7 @@ type SwitchStatus struct {
 //     overload then switches 2 times per 30s, 60s, 120s, …, and at most 2
 //     times per MaxRevertAfter + Hold once the cap is reached.
 //
-// Forced modes (batch, threshold, off) never switch; the sampler still runs
+// Forced modes (batch, threshold, adaptive, off) never switch; the sampler still runs
 // so that the utilisation gauge stays live.
 //
 // Requests already waiting in a batch queue when the mode flips are still
@@ -191,6 +199,7 @@ type Switch struct {
 	util       atomic.Uint64 // math.Float64bits of the last utilisation
 	toThr      atomic.Uint64
 	toBatch    atomic.Uint64
+	toAdaptive atomic.Uint64
 	revertWait atomic.Int64 // current RevertAfter, ns
 
 	cfg SwitchConfig
@@ -264,7 +273,7 @@ func NewSwitch(cfg SwitchConfig) (*Switch, error) {
 	return s, nil
 }
 
-// Mode returns the current mode (batch, threshold or off) with one atomic load.
+// Mode returns the current mode (batch, threshold, adaptive or off) with one atomic load.
 func (s *Switch) Mode() Mode { return Mode(s.mode.Load()) }
 
 // Configured returns the configured mode.
@@ -282,6 +291,7 @@ func (s *Switch) Status() SwitchStatus {
 		Utilization: math.Float64frombits(s.util.Load()),
 		ToThreshold: s.toThr.Load(),
 		ToBatch:     s.toBatch.Load(),
+		ToAdaptive:  s.toAdaptive.Load(),
 		RevertAfter: time.Duration(s.revertWait.Load()),
 	}
 }
@@ -392,6 +402,48 @@ func (s *Switch) observe(now time.Time, u, rate float64) {
 	}
 }
 
+// Fallback moves an auto switch between batch and adaptive mode on the
+// health of the batch model, which the caller judges (package control
+// does, once per window; its doc.go gives the rule): to = ModeAdaptive
+// leaves batch mode, to = ModeBatch leaves adaptive mode. It does nothing
+// and returns false in a forced mode, or when the current mode is not the
+// one to leave: threshold mode belongs to the CPU rule, and the CPU rule
+// does not act in adaptive mode (a token bucket costs less than threshold
+// mode's draw). A switch is logged at info level with reason and the
+// caller's key/value pairs, counted (to_adaptive, or to_batch), and
+// OnSwitch is called, all after the lock is released.
+func (s *Switch) Fallback(now time.Time, to Mode, reason string, kv ...any) bool {
+	if s.cfg.Mode != ModeAuto {
+		return false
+	}
+	var from Mode
+	switch to {
+	case ModeAdaptive:
+		from = ModeBatch
+	case ModeBatch:
+		from = ModeAdaptive
+	default:
+		return false
+	}
+	s.mu.Lock()
+	if s.Mode() != from {
+		s.mu.Unlock()
+		return false
+	}
+	s.enter(to, now)
+	s.mu.Unlock()
+	if to == ModeAdaptive {
+		s.toAdaptive.Add(1)
+	} else {
+		s.toBatch.Add(1)
+	}
+	s.log.Info("admission mode switched", append([]any{"from", from.String(), "to", to.String(), "reason", reason}, kv...)...)
+	if s.cfg.OnSwitch != nil {
+		s.cfg.OnSwitch(from, to, now)
+	}
+	return true
+}
+
 // enter moves to mode m at now; s.mu must be held.
 func (s *Switch) enter(m Mode, now time.Time) {
 	s.mode.Store(uint32(m))
@@ -447,12 +499,12 @@ func (s *Switch) Run(ctx context.Context, interval time.Duration) {
 }
 
 // Switched is an Admitter that dispatches on a Switch's current mode with
-// one atomic load: batch → Batch, threshold → Threshold, off → admit.
-// Batch and Threshold must be non-nil for every mode the Switch can be in
-// (auto: both).
+// one atomic load: batch → Batch, threshold → Threshold, adaptive →
+// Adaptive, off → admit. Each must be non-nil for every mode the Switch
+// can be in (auto: Batch and Threshold, and Adaptive if Fallback is used).
 type Switched struct {
-	Batch, Threshold Admitter
-	Switch           *Switch
+	Batch, Threshold, Adaptive Admitter
+	Switch                     *Switch
 }
 
 var _ Admitter = (*Switched)(nil)
@@ -462,6 +514,8 @@ func (s *Switched) Admit(r *Request) Decision {
 	switch s.Switch.Mode() {
 	case ModeThreshold:
 		return s.Threshold.Admit(r)
+	case ModeAdaptive:
+		return s.Adaptive.Admit(r)
 	case ModeOff:
 		return Decision{Verdict: Admit}
 	default:
@@ -494,7 +548,7 @@ func (c *switchCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *switchCollector) Collect(ch chan<- prometheus.Metric) {
 	cur := c.s.Mode()
-	for _, m := range [...]Mode{ModeBatch, ModeThreshold, ModeOff} {
+	for _, m := range [...]Mode{ModeBatch, ModeThreshold, ModeAdaptive, ModeOff} {
 		v := 0.0
 		if m == cur {
 			v = 1
@@ -503,6 +557,7 @@ func (c *switchCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.switches, prometheus.CounterValue, float64(c.s.toThr.Load()), "to_threshold")
 	ch <- prometheus.MustNewConstMetric(c.switches, prometheus.CounterValue, float64(c.s.toBatch.Load()), "to_batch")
+	ch <- prometheus.MustNewConstMetric(c.switches, prometheus.CounterValue, float64(c.s.toAdaptive.Load()), "to_adaptive")
 	if u := math.Float64frombits(c.s.util.Load()); !math.IsNaN(u) {
 		ch <- prometheus.MustNewConstMetric(c.util, prometheus.GaugeValue, u)
 	}

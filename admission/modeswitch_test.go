@@ -49,13 +49,13 @@ func step(m *manual, s *Switch, u float64, interval, total time.Duration) {
 }
 
 func TestParseMode(t *testing.T) {
-	for _, m := range []Mode{ModeAuto, ModeBatch, ModeThreshold, ModeOff} {
+	for _, m := range []Mode{ModeAuto, ModeBatch, ModeThreshold, ModeOff, ModeAdaptive} {
 		got, err := ParseMode(m.String())
 		if err != nil || got != m {
 			t.Errorf("ParseMode(%q) = %v, %v", m.String(), got, err)
 		}
 	}
-	for _, bad := range []string{"", "Auto", "adaptive", "thresh"} {
+	for _, bad := range []string{"", "Auto", "Adaptive", "thresh"} {
 		if _, err := ParseMode(bad); err == nil {
 			t.Errorf("ParseMode(%q) accepted", bad)
 		}
@@ -392,6 +392,8 @@ func TestSwitchLogsAndMetrics(t *testing.T) {
 	for name, want := range map[string]float64{
 		`sentry_admission_mode{mode="batch"}`:                            0,
 		`sentry_admission_mode{mode="off"}`:                              0,
+		`sentry_admission_mode{mode="adaptive"}`:                         0,
+		`sentry_admission_mode_switches_total{direction="to_adaptive"}`:  0,
 		`sentry_admission_mode{mode="threshold"}`:                        1,
 		`sentry_admission_mode_switches_total{direction="to_batch"}`:     0,
 		`sentry_admission_mode_switches_total{direction="to_threshold"}`: 1,
@@ -402,8 +404,8 @@ func TestSwitchLogsAndMetrics(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
 		}
 	}
-	if len(got) != 7 {
-		t.Errorf("gathered %d series, want 7: %v", len(got), got)
+	if len(got) != 9 {
+		t.Errorf("gathered %d series, want 9: %v", len(got), got)
 	}
 	// Registering a second switch on the same registry is an error, not a panic.
 	if _, err := NewSwitch(SwitchConfig{Registerer: reg}); err == nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/sentry-proxy/sentry/adaptive"
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/batchac"
 	"github.com/sentry-proxy/sentry/classify"
@@ -40,6 +41,7 @@ type App struct {
 	learner *thresholdac.Learner
 	sw      atomic.Pointer[admission.Switch]
 	term    termination // selective early termination (termination.go)
+	adp     atomic.Pointer[adaptive.Controller] // adaptive mode; rebuilt on reload, rates carried by class name
 
 	rsla atomic.Int64 // current R_sla, ns
 	// thrCapacity is the configured per-server capacity (float64 bits;
@@ -53,6 +55,14 @@ type App struct {
 	work    atomic.Int64                  // Σ S of admitted requests, ns
 	rejects atomic.Int64
 	probes  atomic.Uint64 // rejections overridden by a probe (estimator.Probe)
+
+	// The fall-back rule's per-window counts (fallback.go), drained by the
+	// monitor: completions, those over R_sla, those without a usable
+	// service time, admissions, and admissions a probe made.
+	win struct {
+		n, over, noTiming, admits, probes atomic.Int64
+	}
+	fb fallbackState // the fall-back rule: the monitor's (lock order: fb, then the Switch's)
 
 	lastQuantile atomic.Int64 // ns, last interval's admitted percentile
 
@@ -70,6 +80,9 @@ type App struct {
 		swCfg     policy.ModeSwitch
 		thrCfg    policy.ThresholdAdmission
 		nClasses  int
+		adpCancel context.CancelFunc
+		adpCfg    policy.AdaptiveAdmission
+		adpNames  []string
 	}
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -84,7 +97,9 @@ type classStats struct {
 	name     string
 	met      atomic.Uint64 // completions within the target (revenue, eq. 2)
 	lat      window
-	quantile atomic.Int64 // ns
+	quantile atomic.Int64  // ns
+	admits   atomic.Int64  // admissions this interval, drained by the monitor
+	admRate  atomic.Uint64 // float64 bits: admissions per second over the last interval
 }
 
 // appConfig is the part of the policy read per request; immutable.
@@ -96,6 +111,7 @@ type appConfig struct {
 	strip      bool
 	percentile float64
 	revenue    float64
+	fallback   policy.Fallback
 }
 
 // Classes returns the class names, most important first.
@@ -124,6 +140,8 @@ func (a *App) Admit(r *admission.Request) admission.Decision {
 		return admission.Decision{Verdict: admission.Admit}
 	case admission.ModeThreshold:
 		d = a.threshold(r)
+	case admission.ModeAdaptive:
+		d = a.adp.Load().Admit(r)
 	default:
 		d = a.batch.Admit(r)
 	}
@@ -131,7 +149,7 @@ func (a *App) Admit(r *admission.Request) admission.Decision {
 }
 
 // Park is Admit for a caller that must not block (the event loop). Mode
-// off and threshold mode, and in batch mode a class without a period, a
+// off, threshold and adaptive mode, and in batch mode a class without a period, a
 // full queue or no backend, are decided at once (decided true, p nil).
 // Otherwise the request waits in its batch queue and p is its ticket: the
 // class's next run decides it and then wakes wk (batchac.Controller.Park),
@@ -145,6 +163,8 @@ func (a *App) Park(r *admission.Request, wk admission.Waker) (d admission.Decisi
 		return admission.Decision{Verdict: admission.Admit}, nil, true
 	case admission.ModeThreshold:
 		d = a.threshold(r)
+	case admission.ModeAdaptive:
+		d = a.adp.Load().Admit(r)
 	default:
 		var bp *batchac.Parked
 		if d, bp, decided = a.batch.Park(r, wk); !decided {
@@ -236,9 +256,14 @@ func (a *App) account(class int, key []byte, s time.Duration, d admission.Decisi
 	if probeable(d.Verdict) && a.est.Probe(class, key, a.now()) {
 		d = admission.Decision{Verdict: admission.Admit}
 		a.probes.Add(1)
+		a.win.probes.Add(1)
 	}
 	if d.Verdict == admission.Admit {
 		a.work.Add(int64(s))
+		a.win.admits.Add(1)
+		if cs := *a.classes.Load(); uint(class) < uint(len(cs)) {
+			cs[class].admits.Add(1)
+		}
 	} else {
 		a.rejects.Add(1)
 		a.termReject(class)
@@ -270,6 +295,19 @@ func (a *App) Done(tk *admission.Ticket, r admission.Result) {
 	if len(r.ServerTiming) > 0 {
 		t, _ = estimator.ParseServerTiming(r.ServerTiming)
 	}
+	latency := r.Latency(tk)
+	// Adaptive mode's feedback: the response time from arrival at sentry
+	// (Ticket.Arrival), waiting in sentry included.
+	if a.sw.Load().Mode() == admission.ModeAdaptive {
+		a.adp.Load().Observe(class, latency)
+	}
+	a.win.n.Add(1)
+	if !t.HasS() && r.Measured <= 0 {
+		a.win.noTiming.Add(1)
+	}
+	if latency > time.Duration(a.rsla.Load()) {
+		a.win.over.Add(1)
+	}
 	a.est.ObserveTiming(class, tk.Key, t, r.Measured, now)
 	a.lastObs.Store(now.UnixNano())
 	// The parallelism model predicts the whole response time at the
@@ -279,7 +317,6 @@ func (a *App) Done(tk *admission.Ticket, r admission.Result) {
 	if tk.S > 0 && r.InService > 0 {
 		a.batch.ObserveService(r.InService, tk.S, r.Measured)
 	}
-	latency := r.Latency(tk)
 	a.lat.add(latency)
 	if cs := *a.classes.Load(); uint(class) < uint(len(cs)) {
 		cs[class].lat.add(latency)
@@ -411,7 +448,17 @@ func (a *App) tick(now time.Time, interval time.Duration) {
 	// that missed cuts the estimate (thresholdac.Learner). Threshold mode
 	// needs this to back off; it admits what K says, so without feedback
 	// a K too high would never come down.
-	if m := a.sw.Load().Mode(); interval <= 0 || n < minSamples || m == admission.ModeOff {
+	secs := interval.Seconds()
+	for _, cs := range *a.classes.Load() {
+		r := 0.0
+		if k := cs.admits.Swap(0); secs > 0 {
+			r = float64(k) / secs
+		}
+		cs.admRate.Store(math.Float64bits(r))
+	}
+	a.adaptiveTargets()
+	a.fallbackWindow(now, cfg, n, q)
+	if m := a.sw.Load().Mode(); interval <= 0 || n < minSamples || m == admission.ModeOff || m == admission.ModeAdaptive {
 		return
 	}
 	a.learner.Observe(thresholdac.Observation{

@@ -89,7 +89,7 @@ func TestBuildClassifyEstimateAdmit(t *testing.T) {
 		t.Errorf("n=0 admitted")
 	}
 	n, err := testutil.GatherAndCount(reg, "sentry_admission_mode", "sentry_estimator_service_time_seconds", "sentry_sla_target_seconds")
-	if err != nil || n != 3+2+1 {
+	if err != nil || n != 4+2+1 {
 		t.Errorf("gathered %d (%v)", n, err)
 	}
 }

@@ -12,8 +12,8 @@
 //
 //	Classify(req, client) → class, key        classify, first match wins
 //	Estimate(class, key)  → S, bucket         estimator; counts the arrival
-//	Park(&admission.Request, waker)            switch.Mode(): batch | threshold | off
-//	  decided at once → decision              off, threshold, and in batch mode a period-0
+//	Park(&admission.Request, waker)            switch.Mode(): batch | threshold | adaptive | off
+//	  decided at once → decision              off, threshold, adaptive, and in batch mode a period-0
 //	                                          class, a full queue, no backend
 //	  else → admission.Pending                batchac.Controller.Park queued it; its run
 //	                                          wakes the waker; Result takes the decision,
@@ -78,6 +78,45 @@
 //     the collector and the /provisioning handler (Manager.ProvisioningHandler,
 //     mounted on the admin listener), never by a request.
 //
+// # Adaptive mode and auto's fall-back (fallback.go)
+//
+// Each app has an adaptive.Controller (SEDA's, docs/algorithms.md §7)
+// whatever its mode, so that auto can fall back to it. In adaptive mode
+// Admit and Park take a token from the class's bucket (decided at once),
+// and Done feeds the controller the latency from Ticket.Arrival -- when
+// the request became ready to admit, so its wait in sentry counts -- to
+// the response head. Done feeds it only while adaptive mode is in force:
+// its samples are then those of requests it admitted. Every class's target
+// is the R_sla in force, set once per window; the percentile is the SLA's.
+// The controller's goroutine (Run: Tick every timeout/4) is the App's.
+// Metrics: sentry_adaptive_* by app and class (adaptiveMetrics, at scrape
+// time), and the mode gauge and switch counter gain "adaptive".
+//
+// "The batch model is known to be wrong", the decision: a one-second
+// window in batch mode counts against it when it had at least 20
+// completions and either (a) more than 100 − p percent of them (p =
+// sla.percentile) were over R_sla -- the admitted percentile missed it,
+// counted exactly, not from the histogram -- while batch mode admitted
+// requests by its test in that window (probe overrides excluded), or (b)
+// more than fallback.no_timing_share of the responses carried no usable
+// service time: no cpu/io in Server-Timing and no measured time. After
+// fallback.miss_windows (3) such windows in a row, auto switches to
+// adaptive (Switch.Fallback, logged at info with reason
+// percentile_missed or no_service_time) and seeds each class's rate with
+// what batch mode admitted per second in the last window, so the
+// controller cuts from there rather than from rate_max. A window whose
+// mode changed, or with too few completions, breaks the run. Auto returns
+// to batch after fallback.return_windows (10) calm windows in a row: fewer
+// than 20 completions, or the window's admitted percentile (histogram,
+// which errs high) within return_ratio (0.8) × R_sla with usable service
+// times (reason model_usable). Under a sustained overload the controller
+// holds the percentile near R_sla, not under 0.8 × R_sla, so auto stays in
+// adaptive mode until the load falls; a model still wrong costs
+// miss_windows seconds of misses at the next overload. Threshold mode is
+// the CPU rule's alone: the fall-back starts only from batch mode, and the
+// CPU rule does not act in adaptive mode (a token bucket is cheaper than
+// threshold mode's draw).
+//
 // # Decisions
 //
 //   - One mode switch per app. CPU is process-wide, so every app's switch
@@ -87,8 +126,11 @@
 //     episode state and switch counters restart); any other reload keeps it.
 //   - Learned state survives reloads keyed by app name: the estimator's
 //     history (estimator.Registry, keyed further by class name and key),
-//     batchac's queues and learned parallelism (Reconfigure), and the
-//     capacity learner. The threshold controller is rebuilt when the class
+//     batchac's queues and learned parallelism (Reconfigure), the
+//     capacity learner, and the adaptive controller: a reload that leaves
+//     admission.adaptive, the classes and sla.percentile alone keeps it;
+//     one that changes them builds a new one into which each class's rate
+//     and smoothed percentile are carried by class name (adaptive.Carry). The threshold controller is rebuilt when the class
 //     count or its settings change; its state is recomputed every period.
 //   - Probes. A rejection that rests on the estimate (rejected_test,
 //     rejected_cascade, rejected_threshold) is turned into an admission
@@ -116,7 +158,10 @@
 // # Lock order
 //
 // Manager.mu, then App.mu, then provState.mu (a leaf). None is taken on
-// the request path. One
+// the request path. The fall-back state's lock (App.fb) is taken by the
+// monitor alone, then the Switch's inside Switch.Fallback. In adaptive
+// mode, Done takes the adaptive controller's lock (one short section per
+// completion). One
 // callback runs under Manager.mu: a reload's batchac.Reconfigure decides the
 // requests of queues that went away and tells their Wakers
 // (admission.Waker) on return, still inside Build. The Wakers sentry uses

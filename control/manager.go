@@ -39,6 +39,10 @@ type Manager struct {
 
 	mu   sync.Mutex
 	apps map[string]*App
+
+	// noMonitor leaves out each app's once-per-second monitor, for tests
+	// that drive App.tick on a manual clock themselves.
+	noMonitor bool
 }
 
 // NewManager returns a manager; its metrics go to opts.Registerer.
@@ -57,6 +61,9 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, err
 	}
 	if err := opts.Registerer.Register(provCollector{m: m}); err != nil { // provision.go
+		return nil, err
+	}
+	if err := opts.Registerer.Register(adaptiveMetrics{m}); err != nil {
 		return nil, err
 	}
 	// Per-class λ and S, Q, η and the key table, at scrape time.
@@ -90,7 +97,7 @@ func (m *Manager) Build(ac *policy.App, pool Pool) (*App, error) {
 		return nil, err
 	}
 	cfg := &appConfig{cls: cls, names: cls.Names(), sla: ac.SLA, mode: mode, strip: ac.ServerTiming.Strip,
-		percentile: ac.SLA.Percentile, revenue: ac.SLA.Revenue}
+		percentile: ac.SLA.Percentile, revenue: ac.SLA.Revenue, fallback: ac.Admission.Fallback}
 	if cfg.percentile <= 0 || cfg.percentile >= 100 {
 		cfg.percentile = 95
 	}
@@ -119,6 +126,9 @@ func (m *Manager) Build(ac *policy.App, pool Pool) (*App, error) {
 		if err := a.startThreshold(ac, len(cfg.names)); err != nil {
 			return nil, err
 		}
+	}
+	if err := a.startAdaptive(ac, cfg.names, cfg.percentile); err != nil {
+		return nil, err
 	}
 	if a.mu.swCfg != ac.Admission.Switch || a.sw.Load().Configured() != mode {
 		if err := a.startSwitch(ac, mode, m.opts); err != nil {
@@ -173,7 +183,9 @@ func (m *Manager) create(ac *policy.App, pool Pool, cfg *appConfig, est *estimat
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.mu.Lock()
 	if err := a.startThreshold(ac, len(cfg.names)); err == nil {
-		err = a.startSwitch(ac, cfg.mode, m.opts)
+		if err = a.startAdaptive(ac, cfg.names, cfg.percentile); err == nil {
+			err = a.startSwitch(ac, cfg.mode, m.opts)
+		}
 	}
 	a.mu.Unlock()
 	if err != nil {
@@ -190,9 +202,12 @@ func (m *Manager) create(ac *policy.App, pool Pool, cfg *appConfig, est *estimat
 		return nil, err
 	}
 	a.setProvisioning(ac.Provisioning)
-	a.wg.Add(2)
+	a.wg.Add(1)
 	go func() { defer a.wg.Done(); b.Run(a.ctx) }()
-	go a.monitor()
+	if !m.noMonitor {
+		a.wg.Add(1)
+		go a.monitor()
+	}
 	m.apps[ac.Name] = a
 	return a, nil
 }
@@ -332,7 +347,7 @@ func (m *Manager) Close() { m.Retain(nil) }
 type collector struct{ m *Manager }
 
 var (
-	descMode     = prometheus.NewDesc("sentry_admission_mode", "1 for the admission mode in force (batch, threshold, off).", []string{"app", "mode"}, nil)
+	descMode     = prometheus.NewDesc("sentry_admission_mode", "1 for the admission mode in force (batch, threshold, adaptive, off).", []string{"app", "mode"}, nil)
 	descSwitches = prometheus.NewDesc("sentry_admission_mode_switches_total", "Mode switches, by the mode switched to.", []string{"app", "to"}, nil)
 	descCPU      = prometheus.NewDesc("sentry_cpu_utilization", "sentry's own CPU utilisation (fraction of GOMAXPROCS) as the mode switch last saw it.", []string{"app"}, nil)
 	descRSLA     = prometheus.NewDesc("sentry_sla_target_seconds", "Current response-time target R_sla (follows the arrival rate through the QoS table).", []string{"app"}, nil)
@@ -370,7 +385,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, a := range apps {
 		cfg := a.cfg.Load()
 		st := a.sw.Load().Status()
-		for _, md := range []admission.Mode{admission.ModeBatch, admission.ModeThreshold, admission.ModeOff} {
+		for _, md := range []admission.Mode{admission.ModeBatch, admission.ModeThreshold, admission.ModeAdaptive, admission.ModeOff} {
 			v := 0.0
 			if st.Mode == md {
 				v = 1
@@ -379,6 +394,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(descSwitches, float64(st.ToThreshold), a.name, "threshold")
 		counter(descSwitches, float64(st.ToBatch), a.name, "batch")
+		counter(descSwitches, float64(st.ToAdaptive), a.name, "adaptive")
 		if !math.IsNaN(st.Utilization) {
 			gauge(descCPU, st.Utilization, a.name)
 		}

@@ -1,12 +1,15 @@
 package policy
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/sentry-proxy/sentry/adaptive"
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/batchac"
 	"github.com/sentry-proxy/sentry/classify"
@@ -42,6 +45,9 @@ func FuzzParse(f *testing.F) {
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: s, rules: [{path: /s}], terminate: {lower: 100ms, upper: 2s, methods: [get]}}, {name: d}], termination: {alpha: 2, low_water: 0.01, high_water: 0.3, interval: 2s, min_arrivals: 20}}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, admission: {mode: threshold, batch: {parallelism: 2}, threshold: {capacity: 1.5}, switch: {cpu_high: 0.9, cpu_low: 0.95}}, server_timing: {strip: false}}]",
 	} {
+		f.Add([]byte(s))
+	}
+	for _, s := range adaptiveSeeds {
 		f.Add([]byte(s))
 	}
 	// Parse as if the input were in deploy/examples, so the TLS examples
@@ -163,4 +169,79 @@ func checkTuning(t *testing.T, a *App) {
 	if _, err := sert.New(a.SertConfig()); err != nil {
 		t.Fatalf("app %s: valid snapshot, but sert.New: %v", a.Name, err)
 	}
+	checkAdaptive(t, a, c.Len())
+}
+
+// adaptiveSeeds exercise admission.adaptive and admission.fallback.
+var adaptiveSeeds = []string{
+	"apps: [{name: a, backends: {static: [\"h:1\"]}, admission: {mode: adaptive, adaptive: {nreq: 10, timeout: 250ms, alpha: 0.5, err_d: 0.1, err_i: -0.4, adj_d: 1.5, adj_i: 3, c_i: -0.2, rate_min: 1, rate_max: 900, adj_lo: 4, lc_thresh: 7, cut_all_lower: true, burst: 1s, initial_rate: 40}}}]",
+	"apps: [{name: a, backends: {static: [\"h:1\"]}, admission: {adaptive: {err_d: -0.6, rate_min: 10, rate_max: 5, initial_rate: 3}, fallback: {enabled: false, miss_windows: 0, return_ratio: 1}}}]",
+	"apps: [{name: a, backends: {static: [\"h:1\"]}, admission: {mode: auto, fallback: {miss_windows: 2, no_timing_share: 0.9, return_windows: 5, return_ratio: 0.5}}}]",
+}
+
+// checkAdaptive: the adaptive settings of a valid snapshot are accepted by
+// the controller as they are, one target per class and the SLA's
+// percentile, and the fall-back settings are in range.
+func checkAdaptive(t *testing.T, a *App, classes int) {
+	t.Helper()
+	ad := a.Admission.Adaptive
+	targets := make([]time.Duration, classes)
+	for i := range targets {
+		targets[i] = a.SLA.Targets[0].Target
+	}
+	c, err := adaptive.New(ad.Config(targets, a.SLA.Percentile))
+	if err != nil {
+		t.Fatalf("app %s: valid snapshot, but adaptive.New: %v", a.Name, err)
+	}
+	// What runs is what the policy says: no zero was read as a default.
+	got := c.Config()
+	if got.Alpha != ad.Alpha || got.ErrI != ad.ErrI || got.CI != ad.CI || got.Burst != ad.Burst || got.ErrD != ad.ErrD ||
+		got.NReq != ad.NReq || got.RateMin != ad.RateMin || got.RateMax != ad.RateMax || got.Percentile != a.SLA.Percentile {
+		t.Fatalf("app %s: adaptive %+v runs as %+v", a.Name, ad, got)
+	}
+	if ad.InitialRate != 0 && got.InitialRate != ad.InitialRate || ad.InitialRate == 0 && got.InitialRate != ad.RateMax {
+		t.Fatalf("app %s: initial rate %v runs as %v", a.Name, ad.InitialRate, got.InitialRate)
+	}
+	f := a.Admission.Fallback
+	if f.MissWindows < 1 || f.ReturnWindows < 1 || !(f.NoTimingShare > 0 && f.NoTimingShare <= 1) || !(f.ReturnRatio > 0 && f.ReturnRatio <= 1) {
+		t.Fatalf("app %s: fallback %+v", a.Name, f)
+	}
+}
+
+// FuzzAdaptive fuzzes the admission.adaptive and admission.fallback
+// sections alone: the body of an app's admission mapping, so that the
+// fuzzer spends its effort on these keys. Parse never panics, and a valid
+// result runs as written (checkAdaptive).
+func FuzzAdaptive(f *testing.F) {
+	for _, s := range []string{
+		"{mode: adaptive}",
+		"{adaptive: {nreq: 1, timeout: 1ms, alpha: 0.01, err_i: -1, err_d: 1e6, c_i: -1e6, rate_min: 1e9, rate_max: 1e9}}",
+		"{adaptive: {err_d: -0.6}}",
+		"{adaptive: {initial_rate: 0, rate_min: 0.5, rate_max: 0.5, burst: 1ms}, fallback: {return_ratio: 1, no_timing_share: 1}}",
+		"{adaptive: {alpha: 0}}",
+		"{adaptive: {cut_all_lower: yes}}",
+		"{fallback: {enabled: true, miss_windows: 3600}}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if bytes.ContainsAny(body, "\n\r&*!%") {
+			return // keep the body on its line: no anchors, tags or directives
+		}
+		src := "apps:\n  - name: a\n    backends: {static: [\"h:1\"]}\n    classes: [{name: g, rules: [{path: /g}]}, {name: s, rules: [{path: /s}]}, {name: b}]\n    admission: " + string(body) + "\n"
+		s, err := Parse("fuzz.yaml", []byte(src))
+		if err != nil {
+			var es Errors
+			if s != nil || !errors.As(err, &es) || len(es) == 0 {
+				t.Fatalf("bad result %v, %T %v", s, err, err)
+			}
+			for _, e := range es {
+				if e.Line < 1 || e.Line > 6 || e.Msg == "" { // a YAML error may point past the end
+					t.Fatalf("error %#v outside the policy", e)
+				}
+			}
+			return
+		}
+		checkInvariants(t, s)
+	})
 }

@@ -285,7 +285,9 @@ type Reject struct {
 // Admission selects and tunes admission control.
 type Admission struct {
 	// Mode: auto (default: batch, switching to threshold when sentry's own
-	// CPU saturates), batch, threshold or off (admit everything).
+	// CPU saturates, and to adaptive when the batch model is known to be
+	// wrong; see Fallback), batch, threshold, adaptive or off (admit
+	// everything).
 	Mode string
 	// Reserve holds room for the predicted demand of more important
 	// classes: class j is tested against what their demand over the next
@@ -300,6 +302,54 @@ type Admission struct {
 	Batch        BatchAdmission
 	Threshold    ThresholdAdmission
 	Switch       ModeSwitch
+	Adaptive     AdaptiveAdmission
+	Fallback     Fallback
+}
+
+// AdaptiveAdmission tunes adaptive mode: SEDA's response-time controller
+// (Welsh & Culler §3.2–3.3, package adaptive). The percentile and the
+// target come from the app's SLA (sla.percentile and R_sla). Defaults are
+// the paper's (Fig. 4), except RateMax (5000, not 2000) and the two
+// decisions marked.
+type AdaptiveAdmission struct {
+	NReq        int           // completions of a class that run its controller; default 100
+	Timeout     time.Duration // run anyway after this, given one sample; default 1s
+	Alpha       float64       // EWMA constant of the percentile, in (0, 1); default 0.7
+	ErrD        float64       // err above it cuts the rate; default 0
+	ErrI        float64       // err at or below it raises the rate; < 0 and < ErrD; default -0.5
+	AdjD        float64       // multiplicative decrease, > 1; default 1.2
+	AdjI        float64       // additive increase weight, > 0; default 2
+	CI          float64       // increase is AdjI·(−(err − CI)); < 0; default -0.1
+	RateMin     float64       // requests per second, > 0; default 0.05
+	RateMax     float64       // requests per second, ≥ RateMin; default 5000
+	AdjLo       float64       // divides a less important class's rate, > 1; default 10
+	LCThresh    int           // runs with all lower classes at RateMin before a class cuts itself; default 20
+	CutAllLower bool          // the paper's rule: cut every lower class at once; default false (decision)
+	Burst       time.Duration // token bucket depth in time at the rate, > 0; default 100ms (decision)
+	InitialRate float64       // rate before the first run; 0 means RateMax; default 0
+}
+
+// Fallback says when auto mode leaves batch mode for adaptive mode and
+// when it returns (package control's doc.go gives the rule). Windows are
+// control's one-second measurement intervals.
+type Fallback struct {
+	// Enabled lets auto fall back to adaptive. Default true.
+	Enabled bool
+	// MissWindows: consecutive windows in which batch mode admitted
+	// requests (by its test) and the admitted percentile missed R_sla, or
+	// most responses carried no usable service time. Default 3.
+	MissWindows int
+	// NoTimingShare is the share of responses without a usable service
+	// time (no Server-Timing cpu/io and no measured time) above which a
+	// window counts against the model, in (0, 1]. Default 0.5.
+	NoTimingShare float64
+	// ReturnWindows: consecutive calm windows in adaptive mode (the
+	// percentile within ReturnRatio·R_sla and service times usable)
+	// before auto returns to batch. Default 10.
+	ReturnWindows int
+	// ReturnRatio: a window is calm when the admitted percentile is at
+	// most ReturnRatio·R_sla, in (0, 1]. Default 0.8.
+	ReturnRatio float64
 }
 
 // BatchAdmission tunes batch mode (Cataclysm §3.1–3.2, package batchac).

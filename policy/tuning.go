@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sentry-proxy/sentry/adaptive"
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/batchac"
 	"github.com/sentry-proxy/sentry/estimator"
@@ -55,8 +56,38 @@ func defaultAdmission() Admission {
 			Hold:        admission.DefaultHold,
 			RevertAfter: admission.DefaultRevertAfter,
 		},
+		Adaptive: AdaptiveAdmission{
+			NReq:     adaptive.DefaultNReq,
+			Timeout:  adaptive.DefaultTimeout,
+			Alpha:    adaptive.DefaultAlpha,
+			ErrD:     adaptive.DefaultErrD,
+			ErrI:     adaptive.DefaultErrI,
+			AdjD:     adaptive.DefaultAdjD,
+			AdjI:     adaptive.DefaultAdjI,
+			CI:       adaptive.DefaultCI,
+			RateMin:  adaptive.DefaultRateMin,
+			RateMax:  adaptive.DefaultRateMax,
+			AdjLo:    adaptive.DefaultAdjLo,
+			LCThresh: adaptive.DefaultLCThresh,
+			Burst:    adaptive.DefaultBurst,
+		},
+		Fallback: Fallback{
+			Enabled:       true,
+			MissWindows:   DefaultFallbackMissWindows,
+			NoTimingShare: DefaultFallbackNoTimingShare,
+			ReturnWindows: DefaultFallbackReturnWindows,
+			ReturnRatio:   DefaultFallbackReturnRatio,
+		},
 	}
 }
+
+// Defaults of admission.fallback.
+const (
+	DefaultFallbackMissWindows   = 3
+	DefaultFallbackNoTimingShare = 0.5
+	DefaultFallbackReturnWindows = 10
+	DefaultFallbackReturnRatio   = 0.8
+)
 
 // Limits beyond which a value is a mistake, not a wish.
 const (
@@ -64,6 +95,8 @@ const (
 	maxBucketEdges   = 255 // estimator.NewBuckets
 	maxQueueCap      = 1 << 20
 	maxParallelism   = 4096 // batchac refuses more
+	maxAdaptiveRuns  = 1_000_000
+	maxWindows       = 3600
 )
 
 func (d *decoder) serverTiming(n *yaml.Node, path string, st *ServerTiming) {
@@ -214,7 +247,7 @@ func (d *decoder) bucketEdges(n *yaml.Node, path string) (out []time.Duration, o
 func (d *decoder) admission(n *yaml.Node, path string, a *Admission) {
 	modes := []string{
 		admission.ModeAuto.String(), admission.ModeBatch.String(),
-		admission.ModeThreshold.String(), admission.ModeOff.String(),
+		admission.ModeThreshold.String(), admission.ModeAdaptive.String(), admission.ModeOff.String(),
 	}
 	d.mapping(n, path, []field{
 		{"mode", d.enumField(&a.Mode, modes...)},
@@ -223,6 +256,108 @@ func (d *decoder) admission(n *yaml.Node, path string, a *Admission) {
 		{"batch", func(v *yaml.Node, p string) { d.batchAdmission(v, p, &a.Batch) }},
 		{"threshold", func(v *yaml.Node, p string) { d.thresholdAdmission(v, p, &a.Threshold) }},
 		{"switch", func(v *yaml.Node, p string) { d.modeSwitch(v, p, &a.Switch) }},
+		{"adaptive", func(v *yaml.Node, p string) { d.adaptiveAdmission(v, p, &a.Adaptive) }},
+		{"fallback", func(v *yaml.Node, p string) { d.fallback(v, p, &a.Fallback) }},
+	})
+}
+
+// adaptiveAdmission decodes admission.adaptive. Zero is refused where the
+// controller would read it as "default" (alpha, err_i, c_i, burst), so
+// that what the policy says is what runs.
+func (d *decoder) adaptiveAdmission(n *yaml.Node, path string, a *AdaptiveAdmission) {
+	mark := d.reports
+	var errINode, errDNode, minNode, maxNode, initNode *yaml.Node
+	if !d.mapping(n, path, []field{
+		{"nreq", d.intField(&a.NReq, 1, maxAdaptiveRuns)},
+		{"timeout", d.durationField(&a.Timeout, time.Millisecond)},
+		{"alpha", d.numField(&a.Alpha, numRange{lo: 0, hi: 1, loOpen: true, hiOpen: true})},
+		{"err_d", func(v *yaml.Node, p string) {
+			errDNode = v
+			d.numField(&a.ErrD, numRange{lo: -1, hi: 1e6})(v, p)
+		}},
+		{"err_i", func(v *yaml.Node, p string) {
+			errINode = v
+			d.numField(&a.ErrI, numRange{lo: -1, hi: 0, hiOpen: true})(v, p)
+		}},
+		{"adj_d", d.numField(&a.AdjD, numRange{lo: 1, hi: 1e6, loOpen: true})},
+		{"adj_i", d.numField(&a.AdjI, numRange{lo: 0, hi: 1e6, loOpen: true})},
+		{"c_i", d.numField(&a.CI, numRange{lo: -1e6, hi: 0, hiOpen: true})},
+		{"rate_min", func(v *yaml.Node, p string) {
+			minNode = v
+			d.numField(&a.RateMin, numRange{lo: 0, hi: 1e9, loOpen: true})(v, p)
+		}},
+		{"rate_max", func(v *yaml.Node, p string) {
+			maxNode = v
+			d.numField(&a.RateMax, numRange{lo: 0, hi: 1e9, loOpen: true})(v, p)
+		}},
+		{"adj_lo", d.numField(&a.AdjLo, numRange{lo: 1, hi: 1e6, loOpen: true})},
+		{"lc_thresh", d.intField(&a.LCThresh, 1, maxAdaptiveRuns)},
+		{"cut_all_lower", d.boolField(&a.CutAllLower)},
+		{"burst", d.durationField(&a.Burst, time.Millisecond)},
+		{"initial_rate", func(v *yaml.Node, p string) {
+			initNode = v
+			d.numField(&a.InitialRate, numRange{lo: 0, hi: 1e9})(v, p)
+		}},
+	}) || d.reported(mark) {
+		return
+	}
+	at := func(n *yaml.Node, key string, alt *yaml.Node, altKey string) (*yaml.Node, string) {
+		if n != nil {
+			return n, joinPath(path, key)
+		}
+		if alt != nil {
+			return alt, joinPath(path, altKey)
+		}
+		return nil, path
+	}
+	if a.ErrI >= a.ErrD {
+		nd, p := at(errINode, "err_i", errDNode, "err_d")
+		if nd == nil {
+			nd = n
+		}
+		d.errorf(nd, p, "err_i %s must be below err_d %s (the rate rises only well under the target, and is cut above it)", fmtNum(a.ErrI), fmtNum(a.ErrD))
+	}
+	if a.RateMax < a.RateMin {
+		nd, p := at(maxNode, "rate_max", minNode, "rate_min")
+		if nd == nil {
+			nd = n
+		}
+		d.errorf(nd, p, "rate_max %s is below rate_min %s", fmtNum(a.RateMax), fmtNum(a.RateMin))
+	}
+	if a.InitialRate != 0 && (a.InitialRate < a.RateMin || a.InitialRate > a.RateMax) {
+		d.errorf(initNode, joinPath(path, "initial_rate"), "%s is outside [rate_min %s, rate_max %s]; 0 means rate_max",
+			fmtNum(a.InitialRate), fmtNum(a.RateMin), fmtNum(a.RateMax))
+	}
+	if d.reported(mark) {
+		return
+	}
+	// Backstop: the library's own validation, with one placeholder class.
+	if _, err := adaptive.New(a.Config([]time.Duration{time.Second}, adaptive.DefaultPercentile)); err != nil {
+		d.errorf(n, path, "%s", strings.TrimPrefix(err.Error(), "adaptive: "))
+	}
+}
+
+// Config is the adaptive controller's configuration for the app's
+// classes: targets (one per class, most important first) and the SLA's
+// percentile. Every field is explicit; the clock is left to the caller.
+func (a AdaptiveAdmission) Config(targets []time.Duration, percentile float64) adaptive.Config {
+	return adaptive.Config{
+		Targets: targets, Percentile: percentile,
+		NReq: a.NReq, Timeout: a.Timeout, Alpha: a.Alpha, ErrD: a.ErrD, ErrI: a.ErrI,
+		AdjD: a.AdjD, AdjI: a.AdjI, CI: a.CI, RateMin: a.RateMin, RateMax: a.RateMax,
+		AdjLo: a.AdjLo, LCThresh: a.LCThresh, CutAllLower: a.CutAllLower, Burst: a.Burst,
+		InitialRate: a.InitialRate,
+	}
+}
+
+// fallback decodes admission.fallback.
+func (d *decoder) fallback(n *yaml.Node, path string, f *Fallback) {
+	d.mapping(n, path, []field{
+		{"enabled", d.boolField(&f.Enabled)},
+		{"miss_windows", d.intField(&f.MissWindows, 1, maxWindows)},
+		{"no_timing_share", d.numField(&f.NoTimingShare, numRange{lo: 0, hi: 1, loOpen: true})},
+		{"return_windows", d.intField(&f.ReturnWindows, 1, maxWindows)},
+		{"return_ratio", d.numField(&f.ReturnRatio, numRange{lo: 0, hi: 1, loOpen: true})},
 	})
 }
 

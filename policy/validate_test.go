@@ -477,7 +477,7 @@ apps:
       batch: {parallelism: 5000}
       threshold: {capacity: .inf}
 `, []string{
-			`5: apps[0].admission.mode: invalid value "fast"; valid: auto, batch, threshold, off`,
+			`5: apps[0].admission.mode: invalid value "fast"; valid: auto, batch, threshold, adaptive, off`,
 			`6: apps[0].admission.batch.queue_cap: 0 is out of range; must be from 1 to 1048576`,
 			`6: apps[0].admission.batch.parallelism: 0.5 is out of range; use 0 to learn it, or a value from 1 to 4096`,
 			`6: apps[0].admission.batch.all_or_nothing: expected true or false, got the string "no"`,
@@ -516,6 +516,62 @@ apps:
 			`9: apps[0].admission.switch.revert_after: duration "30" has no unit`,
 			`15: apps[1].admission.switch.cpu_high: cpu_low 0.6 must be below cpu_high 0.5`,
 			`20: apps[2].admission.switch.cpu_low: cpu_low 0.7 must be below cpu_high 0.7`,
+		}},
+
+		{"adaptive", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    admission:
+      mode: adaptive
+      adaptive:
+        nreq: 0
+        timeout: 0s
+        alpha: 1
+        err_i: 0
+        adj_d: 1
+        adj_i: 0
+        c_i: 0.1
+        rate_min: 0
+        adj_lo: 0.5
+        lc_thresh: 0
+        burst: 10
+        nerq: 5
+  - name: b
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+    admission:
+      adaptive:
+        err_d: -0.6
+        rate_min: 10
+        rate_max: 5
+  - name: c
+    listen: 127.0.0.1:8082
+    backends: {static: ["h:1"]}
+    admission:
+      adaptive: {initial_rate: 6000}
+      fallback: {miss_windows: 0, no_timing_share: 1.5, return_ratio: 0, return_windows: 99999, enable: true}
+`, []string{
+			`7: apps[0].admission.adaptive.nreq: 0 is out of range`,
+			`8: apps[0].admission.adaptive.timeout: 0s`,
+			`9: apps[0].admission.adaptive.alpha: 1 is out of range; must be greater than 0 and less than 1`,
+			`10: apps[0].admission.adaptive.err_i: 0 is out of range`,
+			`11: apps[0].admission.adaptive.adj_d: 1 is out of range`,
+			`12: apps[0].admission.adaptive.adj_i: 0 is out of range`,
+			`13: apps[0].admission.adaptive.c_i: 0.1 is out of range`,
+			`14: apps[0].admission.adaptive.rate_min: 0 is out of range`,
+			`15: apps[0].admission.adaptive.adj_lo: 0.5 is out of range`,
+			`16: apps[0].admission.adaptive.lc_thresh: 0 is out of range`,
+			`17: apps[0].admission.adaptive.burst: duration "10" has no unit`,
+			`18: apps[0].admission.adaptive: unknown key "nerq"`,
+			`24: apps[1].admission.adaptive.err_d: err_i -0.5 must be below err_d -0.6`,
+			`26: apps[1].admission.adaptive.rate_max: rate_max 5 is below rate_min 10`,
+			`31: apps[2].admission.adaptive.initial_rate: 6000 is outside [rate_min 0.05, rate_max 5000]; 0 means rate_max`,
+			`32: apps[2].admission.fallback: unknown key "enable" (did you mean "enabled"?)`,
+			`32: apps[2].admission.fallback.miss_windows: 0 is out of range`,
+			`32: apps[2].admission.fallback.no_timing_share: 1.5 is out of range`,
+			`32: apps[2].admission.fallback.return_windows: 99999 is out of range`,
+			`32: apps[2].admission.fallback.return_ratio: 0 is out of range`,
 		}},
 
 		{"reserve", `

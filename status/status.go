@@ -52,7 +52,7 @@ type Snapshot struct {
 // App is one app's state.
 type App struct {
 	Name string `json:"name"`
-	// Mode is the admission mode in force (batch, threshold, off); empty
+	// Mode is the admission mode in force (batch, threshold, adaptive, off); empty
 	// when the app exports no admission metrics.
 	Mode string `json:"mode"`
 	// Percentile is the SLA percentile the targets apply to (e.g. 95).

@@ -1,0 +1,373 @@
+package control
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/classify"
+	"github.com/sentry-proxy/sentry/policy"
+)
+
+// adaptiveApp is testApp with the policy's adaptive and fall-back
+// defaults, as Parse fills them.
+func adaptiveApp(mode string) *policy.App {
+	ac := testApp(mode)
+	ac.Admission.Adaptive = policy.AdaptiveAdmission{NReq: 100, Timeout: time.Second, Alpha: 0.7, ErrI: -0.5, AdjD: 1.2, AdjI: 2,
+		CI: -0.1, RateMin: 0.05, RateMax: 5000, AdjLo: 10, LCThresh: 20, Burst: 100 * time.Millisecond}
+	ac.Admission.Fallback = policy.Fallback{Enabled: true, MissWindows: 3, NoTimingShare: 0.5, ReturnWindows: 10, ReturnRatio: 0.8}
+	return ac
+}
+
+type manualClock struct{ ns atomic.Int64 }
+
+func (c *manualClock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
+func (c *manualClock) add(d time.Duration) { c.ns.Add(int64(d)) }
+func newClock() *manualClock {
+	c := &manualClock{}
+	c.ns.Store(time.Unix(1000, 0).UnixNano())
+	return c
+}
+func (b *syncBuf) Write(p []byte) (int, error) { b.mu.Lock(); defer b.mu.Unlock(); return b.b.Write(p) }
+func (b *syncBuf) String() string              { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// manualManager is a manager on a manual clock, without the monitor
+// goroutine (the test calls tick), logging to the returned buffer.
+func manualManager(t *testing.T) (*Manager, *prometheus.Registry, *manualClock, *syncBuf) {
+	t.Helper()
+	ck := newClock()
+	buf := &syncBuf{}
+	reg := prometheus.NewRegistry()
+	m, err := NewManager(Options{Registerer: reg, Now: ck.now,
+		Logger: hclog.New(&hclog.LoggerOptions{Output: buf, Level: hclog.Info})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.noMonitor = true
+	t.Cleanup(m.Close)
+	return m, reg, ck, buf
+}
+
+// complete reports n completions of class with the given latency from
+// arrival; timing says whether the backend sent a usable Server-Timing
+// and a measured time.
+func complete(a *App, ck *manualClock, class, n int, latency time.Duration, timing bool) {
+	now := ck.now()
+	for i := 0; i < n; i++ {
+		r := admission.Result{End: now}
+		if timing {
+			r.ServerTiming, r.Measured, r.InService = []byte("cpu;dur=5"), 5*time.Millisecond, 1
+		}
+		a.Done(&admission.Ticket{Class: class, Key: []byte("/x"), Arrival: now.Add(-latency)}, r)
+	}
+}
+
+// TestAdaptiveModeAdmitsByBucket: in mode adaptive, Admit and Park take a
+// token from the class's bucket; Done's latency from arrival drives the
+// controller; the controller's variables are exported per app and class.
+func TestAdaptiveModeAdmitsByBucket(t *testing.T) {
+	m, reg, ck, _ := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	ac := adaptiveApp("adaptive")
+	ac.Admission.Adaptive.InitialRate = 10 // 100ms of it: one token
+	a, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Mode() != admission.ModeAdaptive {
+		t.Fatalf("mode %v", a.Mode())
+	}
+	if d := a.Admit(&admission.Request{Class: 1}); d.Verdict != admission.Admit {
+		t.Fatalf("first request: %v", d.Verdict)
+	}
+	d, p, decided := a.Park(&admission.Request{Class: 1}, nil)
+	if !decided || p != nil || d.Verdict != admission.RejectAdaptive || d.RetryAfter != time.Second {
+		t.Fatalf("second request: %+v %v %v, want rejected_adaptive at once", d, p, decided)
+	}
+	ck.add(100 * time.Millisecond) // one token at 10/s
+	if d := a.Admit(&admission.Request{Class: 1}); d.Verdict != admission.Admit {
+		t.Fatalf("after 100ms: %v", d.Verdict)
+	}
+	// 100 gold completions at 2s from arrival, over R_sla = 1s: the
+	// controller runs; gold over target cuts bronze (10 → 1), not gold.
+	complete(a, ck, 0, 100, 2*time.Second, true)
+	c := a.adp.Load()
+	if g, b := c.State(0), c.State(1); g.Runs != 1 || g.Rate != 10 || b.Rate != 1 {
+		t.Fatalf("gold %+v bronze %+v, want one run, gold 10, bronze 1", g, b)
+	}
+	// R_sla follows the QoS table into the controller's targets.
+	a.tick(ck.now(), time.Second)
+	if got := c.Config().Targets; got[0] != time.Second || got[1] != time.Second {
+		t.Fatalf("targets %v", got)
+	}
+	want := `
+# HELP sentry_adaptive_rate Token bucket rate, requests per second.
+# TYPE sentry_adaptive_rate gauge
+sentry_adaptive_rate{app="shop",class="bronze"} 1
+sentry_adaptive_rate{app="shop",class="gold"} 10
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sentry_adaptive_rate"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"sentry_adaptive_tokens", "sentry_adaptive_percentile_seconds", "sentry_adaptive_error", "sentry_adaptive_samples"} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 2 {
+			t.Errorf("%s: %d series (%v), want 2", name, n, err)
+		}
+	}
+	mode := `
+# HELP sentry_admission_mode 1 for the admission mode in force (batch, threshold, adaptive, off).
+# TYPE sentry_admission_mode gauge
+sentry_admission_mode{app="shop",mode="adaptive"} 1
+sentry_admission_mode{app="shop",mode="batch"} 0
+sentry_admission_mode{app="shop",mode="off"} 0
+sentry_admission_mode{app="shop",mode="threshold"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(mode), "sentry_admission_mode"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runWindow runs one monitor window in batch mode: admits requests of gold
+// admitted by the batch test (an idle farm), then n completions at
+// latency, then the tick.
+func runWindow(t *testing.T, a *App, ck *manualClock, admits, n int, latency time.Duration, timing bool) {
+	t.Helper()
+	for i := 0; i < admits; i++ {
+		if m := a.Mode(); m == admission.ModeBatch {
+			if d := a.Admit(&admission.Request{Class: 0, S: time.Millisecond}); d.Verdict != admission.Admit {
+				t.Fatalf("batch rejected on an idle farm: %v", d.Verdict)
+			}
+		}
+	}
+	complete(a, ck, 0, n, latency, timing)
+	ck.add(time.Second)
+	a.tick(ck.now(), time.Second)
+}
+
+// TestAutoFallsBackAndReturns: auto leaves batch for adaptive after
+// miss_windows (3) consecutive windows in which batch admitted and the
+// admitted p95 missed R_sla, seeds the controller with what batch was
+// admitting, logs and exports the switch; it returns to batch after
+// return_windows (10) calm windows, and not before.
+func TestAutoFallsBackAndReturns(t *testing.T) {
+	m, reg, ck, logs := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a, err := m.Build(adaptiveApp("auto"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two bad windows, then a good one: the count restarts.
+	runWindow(t, a, ck, 30, 30, 2*time.Second, true)
+	runWindow(t, a, ck, 30, 30, 2*time.Second, true)
+	runWindow(t, a, ck, 30, 30, 100*time.Millisecond, true)
+	// Too few completions to judge: no count either way.
+	runWindow(t, a, ck, 30, minSamples-1, 2*time.Second, true)
+	runWindow(t, a, ck, 30, 30, 2*time.Second, true)
+	runWindow(t, a, ck, 30, 30, 2*time.Second, true)
+	if a.Mode() != admission.ModeBatch {
+		t.Fatalf("fell back after 2 bad windows: %v", a.Mode())
+	}
+	// Exactly 5% over R_sla is not a miss of the p95; 2 of 30 is.
+	runWindow(t, a, ck, 30, 30, 100*time.Millisecond, true)
+	complete(a, ck, 0, 38, 100*time.Millisecond, true)
+	runWindow(t, a, ck, 30, 2, 2*time.Second, true) // 2 of 40 = 5%
+	if a.fb.bad != 0 {
+		t.Fatalf("5%% over counted as a miss of p95")
+	}
+	complete(a, ck, 0, 37, 100*time.Millisecond, true)
+	runWindow(t, a, ck, 30, 3, 2*time.Second, true) // 3 of 40
+	if a.fb.bad != 1 {
+		t.Fatalf("7.5%% over not counted as a miss of p95")
+	}
+	runWindow(t, a, ck, 30, 30, 100*time.Millisecond, true)
+	for i := 0; i < 3; i++ {
+		runWindow(t, a, ck, 25, 30, 2*time.Second, true)
+	}
+	if a.Mode() != admission.ModeAdaptive {
+		t.Fatalf("mode %v after 3 missed windows, want adaptive", a.Mode())
+	}
+	if r := a.adp.Load().State(0).Rate; r != 25 {
+		t.Errorf("gold seeded at %v/s, want 25 (what batch admitted)", r)
+	}
+	if out := logs.String(); !strings.Contains(out, "admission mode switched") || !strings.Contains(out, "from=batch to=adaptive reason=percentile_missed windows=3") {
+		t.Errorf("log %q", out)
+	}
+	if n := testutil.ToFloat64(prometheusCounter(t, reg, "sentry_admission_mode_switches_total", "adaptive")); n != 1 {
+		t.Errorf("switches to adaptive %v", n)
+	}
+	// In adaptive mode: 9 calm windows, then one that is not, then 10.
+	for i := 0; i < 9; i++ {
+		runWindow(t, a, ck, 0, 30, 100*time.Millisecond, true)
+	}
+	runWindow(t, a, ck, 0, 30, 900*time.Millisecond, true) // > 0.8 × 1s
+	for i := 0; i < 9; i++ {
+		runWindow(t, a, ck, 0, 30, 100*time.Millisecond, true)
+	}
+	if a.Mode() != admission.ModeAdaptive {
+		t.Fatalf("returned before 10 calm windows in a row")
+	}
+	runWindow(t, a, ck, 0, 30, 100*time.Millisecond, true)
+	if a.Mode() != admission.ModeBatch {
+		t.Fatalf("mode %v after 10 calm windows, want batch", a.Mode())
+	}
+	if out := logs.String(); !strings.Contains(out, "from=adaptive to=batch reason=model_usable windows=10") {
+		t.Errorf("log %q", out)
+	}
+	// Most responses without a usable service time: falls back though
+	// the percentile is met.
+	for i := 0; i < 3; i++ {
+		runWindow(t, a, ck, 30, 30, 100*time.Millisecond, false)
+	}
+	if a.Mode() != admission.ModeAdaptive || !strings.Contains(logs.String(), "reason=no_service_time") {
+		t.Fatalf("mode %v without service times; log %q", a.Mode(), logs.String())
+	}
+}
+
+// TestFallbackNeedsBatchAdmitting: misses while batch admitted nothing
+// (only probes, or nothing) say nothing against the model; a forced mode
+// and enabled: false never fall back.
+func TestFallbackNeedsBatchAdmitting(t *testing.T) {
+	m, _, ck, _ := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a, err := m.Build(adaptiveApp("auto"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		runWindow(t, a, ck, 0, 30, 2*time.Second, true)
+	}
+	if a.Mode() != admission.ModeBatch {
+		t.Fatalf("fell back without batch admitting: %v", a.Mode())
+	}
+	for _, ac := range []*policy.App{adaptiveApp("batch"), func() *policy.App {
+		ac := adaptiveApp("auto")
+		ac.Admission.Fallback.Enabled = false
+		return ac
+	}()} {
+		ac.Name = "other-" + ac.Admission.Mode
+		b, err := m.Build(ac, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 5; i++ {
+			runWindow(t, b, ck, 30, 30, 2*time.Second, true)
+		}
+		if b.Mode() != admission.ModeBatch {
+			t.Fatalf("%s fell back: %v", ac.Name, b.Mode())
+		}
+	}
+}
+
+// TestReloadKeepsAdaptiveRates: a reload that changes nothing keeps the
+// controller; one that changes its settings or the classes rebuilds it,
+// and each class keeps its learned rate by name.
+func TestReloadKeepsAdaptiveRates(t *testing.T) {
+	m, _, ck, _ := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	ac := adaptiveApp("adaptive")
+	ac.Admission.Adaptive.InitialRate = 100
+	a, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete(a, ck, 0, 100, 2*time.Second, true) // bronze 100 → 10
+	complete(a, ck, 1, 100, 2*time.Second, true) // bronze 10 → 8.333 (least important: itself)
+	c1 := a.adp.Load()
+	gold, bronze := c1.State(0).Rate, c1.State(1).Rate
+	if gold != 100 || bronze >= 10 {
+		t.Fatalf("rates before reload %v %v", gold, bronze)
+	}
+	if _, err := m.Build(ac, pool); err != nil || a.adp.Load() != c1 {
+		t.Fatalf("unchanged reload rebuilt the controller (%v)", err)
+	}
+	// New settings, classes reordered and one added.
+	ac2 := adaptiveApp("adaptive")
+	ac2.Admission.Adaptive.AdjD = 1.5
+	ac2.Classes = []classify.ClassConfig{
+		{Name: "platinum", Rules: []classify.Rule{{Path: "/vip"}}},
+		{Name: "bronze", Rules: []classify.Rule{{Path: "/b"}}},
+		{Name: "gold", Default: true},
+	}
+	if _, err := m.Build(ac2, pool); err != nil {
+		t.Fatal(err)
+	}
+	c2 := a.adp.Load()
+	if c2 == c1 || c2.Config().AdjD != 1.5 {
+		t.Fatal("settings change did not rebuild the controller")
+	}
+	if p, b, g := c2.State(0).Rate, c2.State(1).Rate, c2.State(2).Rate; p != 5000 || b != bronze || g != gold {
+		t.Fatalf("after reload platinum %v bronze %v gold %v, want 5000 (new), %v, %v", p, b, g, bronze, gold)
+	}
+	if st := c2.State(2); st.Cur != 2*time.Second {
+		t.Fatalf("gold's smoothed percentile %v not carried", st.Cur)
+	}
+}
+
+// prometheusCounter gathers the control collector's mode switch counter
+// for app shop and the given mode.
+func prometheusCounter(t *testing.T, reg *prometheus.Registry, name, to string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "to" && l.GetValue() == to {
+					c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+					c.Add(m.GetCounter().GetValue())
+					return c
+				}
+			}
+		}
+	}
+	t.Fatalf("%s{to=%q} not gathered", name, to)
+	return nil
+}
+
+// TestAdaptiveNoAlloc: in adaptive mode the decision and the outcome
+// (Admit, Park, Done feeding the controller, its runs included) allocate
+// nothing.
+func TestAdaptiveNoAlloc(t *testing.T) {
+	m, _, ck, _ := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a, err := m.Build(adaptiveApp("adaptive"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &admission.Request{Class: 1}
+	tk := &admission.Ticket{Class: 1, Key: []byte("/x"), Arrival: ck.now()}
+	res := admission.Result{ServerTiming: []byte("cpu;dur=5"), Measured: 5 * time.Millisecond, InService: 1, End: ck.now().Add(20 * time.Millisecond)}
+	if n := testing.AllocsPerRun(500, func() {
+		a.Admit(req)
+		a.Park(req, nil)
+		a.Done(tk, res)
+	}); n != 0 {
+		t.Fatalf("%v allocations per request", n)
+	}
+	if a.adp.Load().State(1).Runs == 0 {
+		t.Fatal("the controller never ran: the measurement missed its runs")
+	}
+}

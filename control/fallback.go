@@ -1,0 +1,192 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sentry-proxy/sentry/adaptive"
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/policy"
+)
+
+// Adaptive mode and auto's fall-back to it (see doc.go, "Adaptive mode").
+
+// fallbackState is the fall-back rule's memory across windows; the
+// monitor (tick) uses it, once per second.
+type fallbackState struct {
+	sync.Mutex
+	bad, calm int            // consecutive windows against / for the batch model
+	last      admission.Mode // the mode at the previous window's end
+}
+
+// fallbackWindow drains the window's counts and applies auto's rule for
+// one window (n completions, admitted percentile q from the histogram).
+func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Duration) {
+	a.fb.Lock()
+	defer a.fb.Unlock()
+	cn, over, noTiming := a.win.n.Swap(0), a.win.over.Swap(0), a.win.noTiming.Swap(0)
+	admits, probes := a.win.admits.Swap(0), a.win.probes.Swap(0)
+	sw := a.sw.Load()
+	mode := sw.Mode()
+	last := a.fb.last
+	a.fb.last = mode
+	f := cfg.fallback
+	if sw.Configured() != admission.ModeAuto || !f.Enabled || mode != last {
+		// Not auto, or the mode changed within the window: the window
+		// belongs to no one mode.
+		a.fb.bad, a.fb.calm = 0, 0
+		return
+	}
+	rsla := time.Duration(a.rsla.Load())
+	noTimingShare := 0.0
+	if cn > 0 {
+		noTimingShare = float64(noTiming) / float64(cn)
+	}
+	switch mode {
+	case admission.ModeBatch:
+		if cn < minSamples {
+			a.fb.bad = 0
+			return
+		}
+		// The admitted percentile missed R_sla exactly when more than
+		// (1 − p) of the admitted completions were over it.
+		missed := 100*float64(over) > (100-cfg.percentile)*float64(cn) && admits-probes > 0
+		blind := noTimingShare > f.NoTimingShare
+		if !missed && !blind {
+			a.fb.bad = 0
+			return
+		}
+		if a.fb.bad++; a.fb.bad < f.MissWindows {
+			return
+		}
+		reason := "percentile_missed"
+		if !missed {
+			reason = "no_service_time"
+		}
+		a.seedAdaptive()
+		if sw.Fallback(now, admission.ModeAdaptive, reason, "windows", a.fb.bad, "over_share", float64(over)/float64(cn),
+			"no_timing_share", noTimingShare, "rsla", rsla.String(), "percentile", cfg.percentile) {
+			a.fb.last = admission.ModeAdaptive
+		}
+		a.fb.bad = 0
+	case admission.ModeAdaptive:
+		calm := cn < minSamples || n > 0 && float64(q) <= f.ReturnRatio*float64(rsla) && noTimingShare <= f.NoTimingShare
+		if !calm {
+			a.fb.calm = 0
+			return
+		}
+		if a.fb.calm++; a.fb.calm < f.ReturnWindows {
+			return
+		}
+		if sw.Fallback(now, admission.ModeBatch, "model_usable", "windows", a.fb.calm, "percentile_seconds", q.Seconds(),
+			"rsla", rsla.String(), "no_timing_share", noTimingShare) {
+			a.fb.last = admission.ModeBatch
+		}
+		a.fb.calm = 0
+	default:
+		a.fb.bad, a.fb.calm = 0, 0
+	}
+}
+
+// seedAdaptive starts the adaptive controller, as auto falls back to it,
+// at the rate batch mode was admitting each class at over the last window
+// (at least rate_min): the controller then cuts from there, as the
+// percentile it misses says, instead of from rate_max.
+func (a *App) seedAdaptive() {
+	c := a.adp.Load()
+	for i, cs := range *a.classes.Load() {
+		c.SetRate(i, math.Float64frombits(cs.admRate.Load()))
+	}
+}
+
+// adaptiveTargets gives every class the R_sla in force: the app's SLA
+// has one target, which follows the arrival rate (QoS table).
+func (a *App) adaptiveTargets() {
+	c := a.adp.Load()
+	ts := make([]time.Duration, c.Classes())
+	for i := range ts {
+		ts[i] = time.Duration(a.rsla.Load())
+	}
+	_ = c.SetTargets(ts) // one per class, > 0: cannot fail
+}
+
+// startAdaptive (re)builds the adaptive controller when its settings or
+// the classes changed, carrying each class's learned rate and percentile
+// by name; a.mu held.
+func (a *App) startAdaptive(ac *policy.App, names []string, percentile float64) error {
+	old := a.adp.Load()
+	if old != nil && a.mu.adpCfg == ac.Admission.Adaptive && equalNames(a.mu.adpNames, names) &&
+		old.Config().Percentile == percentile {
+		return nil
+	}
+	ts := make([]time.Duration, len(names))
+	for i := range ts {
+		ts[i] = time.Duration(a.rsla.Load())
+	}
+	cfg := ac.Admission.Adaptive.Config(ts, percentile)
+	cfg.Now = a.now
+	c, err := adaptive.New(cfg)
+	if err != nil {
+		return fmt.Errorf("adaptive: %w", err)
+	}
+	if old != nil {
+		byName := map[string]int{}
+		for j, n := range a.mu.adpNames {
+			byName[n] = j
+		}
+		for i, n := range names {
+			if j, ok := byName[n]; ok {
+				c.Carry(i, old, j)
+			}
+		}
+	}
+	if a.mu.adpCancel != nil {
+		a.mu.adpCancel()
+	}
+	ctx, cancel := context.WithCancel(a.ctx)
+	a.mu.adpCancel, a.mu.adpCfg, a.mu.adpNames = cancel, ac.Admission.Adaptive, append([]string(nil), names...)
+	a.adp.Store(c)
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); _ = c.Run(ctx) }()
+	return nil
+}
+
+func equalNames(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// adaptiveMetrics exports every app's adaptive controller (rate, tokens,
+// cur, err, samples, runs, lc, decisions; adaptive.Collector) with the
+// labels app and class, both from the policy. It describes nothing (an
+// unchecked collector), since the set of apps follows reloads.
+type adaptiveMetrics struct{ m *Manager }
+
+func (c adaptiveMetrics) Describe(chan<- *prometheus.Desc) {}
+
+func (c adaptiveMetrics) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	apps := make([]*App, 0, len(c.m.apps))
+	for _, a := range c.m.apps {
+		apps = append(apps, a)
+	}
+	c.m.mu.Unlock()
+	for _, a := range apps {
+		a.mu.Lock()
+		names := a.mu.adpNames
+		a.mu.Unlock()
+		adaptive.NewCollector(a.adp.Load(), names, prometheus.Labels{"app": a.name}).Collect(ch)
+	}
+}
