@@ -167,9 +167,10 @@
 //   - latency-to-last-byte: the latency histogram and the access log's duration of a relayed
 //     response run to its last byte (fasthttp's: to the head, for bodies
 //     over 64 KiB), and a download the client abandons is counted as 499.
-//     The latency part is pinned by TestLatencyToLastByte; the loop's 499
-//     by testdata/evloop/gone.txt (TestEvloopScripts), fasthttp's side of
-//     it not yet.
+//     The latency part is pinned by TestLatencyToLastByte; the abandoned
+//     download, both sides (a loop's 499, fasthttp's 200), by
+//     TestAbandonedDownload, and the loop's 499 also by
+//     evloop/testdata/gone.txt (TestEvloopScripts).
 //   - drain-parked: a drain that runs out of time closes a loop's connection whose
 //     request is parked for its batch run, which cancels it (client_gone);
 //     fasthttp's Shutdown does not close active connections, so its

@@ -1,0 +1,100 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// resultCounts returns the latency histogram's sample count per result
+// label (relayed, error, …) and the request counter per code class
+// ("code=2xx", …).
+func resultCounts(t *testing.T, h *harness) map[string]uint64 {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "sentry_request_duration_seconds":
+			for _, m := range mf.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == "result" {
+						out[lp.GetValue()] += m.GetHistogram().GetSampleCount()
+					}
+				}
+			}
+		case "sentry_requests_total": // code classes, as "code=4xx"
+			for _, m := range mf.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == "code" && m.GetCounter().GetValue() > 0 {
+						out["code="+lp.GetValue()] += uint64(m.GetCounter().GetValue())
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestAbandonedDownload pins the second half of
+// knownDifferences["latency-to-last-byte"]: a client that reads the head
+// and the first bytes of a large download and leaves is counted by a loop
+// as gone (499, result "error" in the latency histogram: it relays to the
+// last byte and sees the client go), while fasthttp, which hands the body
+// to its own writer after the head, has counted the request as relayed by
+// then.
+func TestAbandonedDownload(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.String(), func(t *testing.T) {
+			release := make(chan struct{})
+			const size, first = 4 << 20, 20000
+			rb := startRawBackend(t, func(_ *rawBackend, _, _ int, _ *beReq, c net.Conn, _ *bufio.Reader) bool {
+				if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("a", first)); err != nil {
+					return false
+				}
+				select {
+				case <-release:
+				case <-time.After(5 * time.Second):
+				}
+				_, err := io.WriteString(c, strings.Repeat("b", size-first))
+				return err == nil
+			})
+			h := startProxyOpts(t, []string{rb.addr}, Options{Engine: e}, nil)
+			c := dialProxy(t, h.addr)
+			c.write("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+			resp, err := http.ReadResponse(c.br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(resp.Body, make([]byte, 1000)); err != nil {
+				t.Fatal(err)
+			}
+			c.c.Close() // the client leaves with the body in flight
+			close(release)
+			want, code := "error", "code=4xx" // 499
+			if e == EngineFastHTTP {
+				want, code = "relayed", "code=2xx"
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			var got map[string]uint64
+			for {
+				got = resultCounts(t, h)
+				if got[want] == 1 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if got[want] != 1 || got["relayed"]+got["error"] != 1 || got[code] != 1 {
+				t.Errorf("%s: results %v, want one %s (%s)", e, got, want, knownDifferences["latency-to-last-byte"])
+			}
+		})
+	}
+}
