@@ -170,7 +170,7 @@
 //     The latency part is pinned by TestLatencyToLastByte; the abandoned
 //     download, both sides (a loop's 499, fasthttp's 200), by
 //     TestAbandonedDownload, and the loop's 499 also by
-//     evloop/testdata/gone.txt (TestEvloopScripts).
+//     evloop/testdata/evloop/gone.txt (TestEvloopScripts).
 //   - drain-parked: a drain that runs out of time closes a loop's connection whose
 //     request is parked for its batch run, which cancels it (client_gone);
 //     fasthttp's Shutdown does not close active connections, so its
