@@ -19,6 +19,10 @@ type metrics struct {
 	decisions    *prometheus.CounterVec
 	errors       *prometheus.CounterVec
 	clientErrors *prometheus.CounterVec
+	// The access log's own lines, written and dropped by its sampling, by
+	// kind (rejected: admission rejections and no-backend answers; other).
+	accessLines   *prometheus.CounterVec
+	accessDropped *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
@@ -44,8 +48,16 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 			Name: "sentry_client_errors_total",
 			Help: "Requests refused before routing (malformed, header too large, body too large, timeout), by listener.",
 		}, []string{"listener", "reason"}),
+		accessLines: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sentry_access_log_lines_total",
+			Help: "Access-log lines written, by kind (rejected: admission rejections and no-backend answers; other).",
+		}, []string{"kind"}),
+		accessDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sentry_access_log_dropped_total",
+			Help: "Access-log lines dropped by sampling (log.access rate, reject_rate), by kind.",
+		}, []string{"kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.decisions, m.errors, m.clientErrors, &backendCollector{p: p}} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.decisions, m.errors, m.clientErrors, m.accessLines, m.accessDropped, &backendCollector{p: p}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -128,35 +140,62 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// recordCtx is record (pipeline.go, the complete step) for a request
-// fasthttp or h2 served: the status is ctx's response's, and the request
-// line and ID are read only when access is logged (policy log.access).
-func (p *Proxy) recordCtx(a *pipeline.App, access bool, ctx *fasthttp.RequestCtx, o pipeline.Outcome, u *pipeline.Upstream, start time.Time) {
-	var method, uri, id []byte
-	if access {
-		method, uri, id = ctx.Method(), ctx.RequestURI(), ctx.Response.Header.Peek(a.ReqID)
-	}
-	p.record(a, access, o, ctx.Response.StatusCode(), u, start, method, uri, id)
-}
-
-// accessLine writes one access-log line; both front ends call it.
-func (p *Proxy) accessLine(a *pipeline.App, method, uri []byte, status int, u *pipeline.Upstream, start time.Time, id []byte, o pipeline.Outcome) {
-	backend := "none"
-	if u != nil {
-		backend = u.Addr
-	}
-	p.log.Info("access", "app", a.Name, "method", string(method), "uri", string(uri),
-		"status", status, "backend", backend, "duration", time.Since(start),
-		"request_id", string(id), "outcome", pipeline.OutcomeReason[o])
-}
-
-// record is the last part of the complete step, for every request that
-// reached an app, relayed or answered by sentry: the metrics, then (access
-// true: the route logs access) the access-log line. method, uri and id
-// are read only for the log.
-func (p *Proxy) record(a *pipeline.App, access bool, o pipeline.Outcome, status int, u *pipeline.Upstream, start time.Time, method, uri, id []byte) {
+// recordCtx is the last part of the complete step (pipeline.go) for a
+// request fasthttp or h2 served, relayed or answered by sentry: the
+// metrics (the status is ctx's response's), then, when the route logs
+// access (policy log.access), the access line. e holds what serve learnt
+// (client address, class, verdict, the backend's time); the rest is read
+// from ctx only for the log.
+func (p *Proxy) recordCtx(a *pipeline.App, access bool, ctx *fasthttp.RequestCtx, o pipeline.Outcome, u *pipeline.Upstream, start time.Time, e *pipeline.AccessEntry) {
+	status := ctx.Response.StatusCode()
 	a.Metrics.Observe(o, status, u, start)
-	if access {
-		p.accessLine(a, method, uri, status, u, start, id, o)
+	if !access {
+		return
+	}
+	l := p.access.Load()
+	if l == nil {
+		return
+	}
+	req, resp := &ctx.Request, &ctx.Response
+	e.Start, e.Duration, e.Status, e.App, e.Outcome, e.Backend = start, time.Since(start), status, a, o, u
+	if !e.Client.IsValid() {
+		e.Client = peerAddr(ctx)
+	}
+	if e.Proto == "" {
+		e.Proto = "HTTP/1.1"
+		if !req.Header.IsHTTP11() {
+			e.Proto = "HTTP/1.0"
+		}
+	}
+	e.Method, e.URI, e.Host = req.Header.Method(), req.Header.RequestURI(), req.Header.Host()
+	e.Agent, e.Referer = req.Header.UserAgent(), req.Header.Referer()
+	e.ID = resp.Header.Peek(a.ReqID)
+	// The head as the client sent it (approximately: the request line is
+	// rebuilt from its parts) and the body's declared length; -1 for a
+	// chunked body, whose size fasthttp does not keep.
+	switch cl := req.Header.ContentLength(); {
+	case cl == -2: // no body
+		cl = 0
+		fallthrough
+	case cl >= 0:
+		e.BytesIn = int64(len(req.Header.RawHeaders())+len(e.Method)+len(e.URI)+len(e.Proto)+4) + int64(cl)
+	default:
+		e.BytesIn = -1
+	}
+	if resp.IsBodyStream() {
+		e.BytesOut = int64(resp.Header.ContentLength()) // -1: chunked, not known here
+	} else {
+		e.BytesOut = int64(len(resp.Body()))
+	}
+	if o == pipeline.OutClientGone || req.Header.IsHead() {
+		e.BytesOut = 0
+	}
+	l.write(e)
+}
+
+// accessEntry is the event loops' access-log call (evloop.Config.Access).
+func (p *Proxy) accessEntry(e *pipeline.AccessEntry) {
+	if l := p.access.Load(); l != nil {
+		l.write(e)
 	}
 }
