@@ -42,20 +42,6 @@ func readLines(t *testing.T, path string) []string {
 	return strings.Split(s, "\n")
 }
 
-func getWith(t *testing.T, c *http.Client, url, class string) *http.Response {
-	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
-	req.Header.Set("User-Agent", "probe/1.0")
-	req.Header.Set("Referer", "http://ref.example/x")
-	req.Header.Set("X-Class", class)
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp
-}
-
 // TestAccessLogLines: on both engines, an admitted and a rejected request
 // each get one line with the same fields, in text (nginx's combined format
 // and key=value fields) and in JSON; the rejection's line and reply carry

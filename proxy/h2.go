@@ -126,7 +126,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		if o == pipeline.OutClientGone {
 			// The stream was reset: nothing to write.
 			_ = ctx.Response.CloseBodyStream()
-			a.Metrics.Observe(o, pipeline.StatusOf(o), u, start) // metrics only: no access line for a reset stream
+			a.Complete(o, pipeline.StatusOf(o), u, start, ae.Class) // metrics only: no access line for a reset stream
 			return
 		}
 	}

@@ -220,6 +220,7 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	for name := range p.mu.shared {
 		if byName[name] == nil {
 			delete(p.mu.shared, name)
+			p.metrics.deleteApp(name)
 		}
 	}
 	switch {
@@ -278,6 +279,7 @@ func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 		classes = ctl.Classes()
 	}
 	a.Decisions = p.metrics.classDecisions(ac.Name, classes)
+	a.ClassLatency = p.metrics.classLatency(ac.Name, classes)
 	return a, nil
 }
 
@@ -304,6 +306,7 @@ func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
 				u.Closed.Store(true)
 				hostClient(u).CloseIdleConnections()
 			}
+			p.metrics.deleteBackend(appName, addr)
 		},
 	}
 	if h := ac.Health.Active; h != nil {

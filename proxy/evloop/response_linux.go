@@ -268,7 +268,7 @@ func (l *eventLoop) done(c *cconn, o pipeline.Outcome, status int) {
 	ex.activeIdx = -1
 	// The complete step's last part (package pipeline, pipeline.go): metrics, access log.
 	a, access := ex.a, l.ff.cfg.Routes.Load().Access
-	a.Metrics.Observe(o, status, ex.u, ex.start)
+	a.Complete(o, status, ex.u, ex.start, ex.t.Class)
 	if access {
 		l.access(c, o, status)
 	}
