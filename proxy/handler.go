@@ -459,6 +459,9 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 		}
 		if err == nil {
 			a.Pool.Release(b, true)
+			if u.Answered() {
+				p.log.Info("backend reachable again", "app", a.Name, "backend", u.Addr)
+			}
 			return pipeline.OutRelayed, u, inService
 		}
 		if cb != nil && cb.err != nil {
@@ -466,12 +469,18 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 			return cb.outcome(), u, 0
 		}
 		o := relayError(err)
-		if isDialError(err) {
+		dial := isDialError(err)
+		if dial {
 			a.Pool.Eject(b) // connect refused/timed out is unambiguous
 		} else {
 			a.Pool.Release(b, !pipeline.CountsAsFailure(o))
 		}
-		if p.log.IsDebug() {
+		if dial && u.Unreachable() {
+			// Named once with its cause (a name that does not resolve
+			// fails here too: fasthttp resolves on each dial), and again
+			// only after it answered and failed anew.
+			p.log.Warn("backend unreachable; ejected until it answers again", "app", a.Name, "backend", u.Addr, "error", err)
+		} else if p.log.IsDebug() {
 			p.log.Debug("relay failed", "app", a.Name, "backend", u.Addr, "error", err)
 		}
 		if !pipeline.TryAgain(failureOf(err), replay, attempt, false) {

@@ -297,7 +297,7 @@ func (l *eventLoop) sweep() {
 		// covers the client); flush restarts it.
 		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == Relaying && len(c.out) > 0) {
 			if ex.state == Connecting {
-				l.dialFailed(ex.b)
+				l.dialFailed(ex.b, errConnectTimeout)
 			} else if ex.state != Relaying {
 				l.release(ex, false)
 				l.respond(c, ex.a, pipeline.OutBackendTimeout, admission.Decision{})

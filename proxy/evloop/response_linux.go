@@ -41,6 +41,9 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	ex.bkClose = rh.ConnClose || rh.Minor == 0 && !rh.ConnKeepAlive
 	now := l.clock()
 	ex.upstrm = now.Sub(ex.dispatch)
+	if ex.u.Answered() {
+		l.ff.cfg.Log.Info("backend reachable again", "app", a.Name, "backend", ex.u.Addr)
+	}
 	l.release(ex, true)
 	// The complete step (package pipeline, pipeline.go): the ticket is told the outcome.
 	st := rh.FindKind(data, pipeline.KindServerTiming)

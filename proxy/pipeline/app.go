@@ -98,6 +98,22 @@ type Upstream struct {
 	LoopConns atomic.Int32
 	sa        atomic.Pointer[loopAddr]
 	Closed    atomic.Bool
+	// unreachable: a connect (or the name's resolution) failed since the
+	// backend last answered (Unreachable, Answered).
+	unreachable atomic.Bool
+}
+
+// Unreachable records a failed connect or resolution to u. It returns true
+// only for the first since u last answered: the caller then logs the
+// cause at WARN, so a dead backend is named once, not once per request,
+// and named again only after it recovered and failed anew.
+func (u *Upstream) Unreachable() bool { return u.unreachable.CompareAndSwap(false, true) }
+
+// Answered records a response head from u. It returns true when u had
+// been reported unreachable (the caller logs the recovery). The common
+// case is one atomic load.
+func (u *Upstream) Answered() bool {
+	return u.unreachable.Load() && u.unreachable.CompareAndSwap(true, false)
 }
 
 // BodyCap is the app's body cap (max_body_bytes), the one rule for every
