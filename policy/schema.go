@@ -120,6 +120,7 @@ func (d *decoder) admin(n *yaml.Node, path string, a *Admin, m *meta) {
 		}},
 		{"allowed_hosts", func(v *yaml.Node, p string) { a.AllowedHosts = d.adminHosts(v, p) }},
 		{"pprof", d.boolField(&a.Pprof)},
+		{"ready_requires_backend", d.boolField(&a.ReadyRequiresBackend)},
 	})
 }
 

@@ -41,6 +41,12 @@ type Admin struct {
 	// Pprof serves Go's profiler (net/http/pprof) under /debug/pprof/ on
 	// the admin listener. Default false; a reload applies it at once.
 	Pprof bool
+	// ReadyRequiresBackend makes /readyz answer 503 while any app has no
+	// healthy backend. Default false: a farm outage would otherwise make
+	// the orchestrator take every sentry out of service (or restart it),
+	// and the clients would get connection errors instead of sentry's
+	// named 503 "no healthy backend".
+	ReadyRequiresBackend bool
 }
 
 // AnyHost in Admin.AllowedHosts accepts every Host.

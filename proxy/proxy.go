@@ -147,6 +147,19 @@ func (p *Proxy) ReopenAccessLog() error {
 	return nil
 }
 
+// AppsWithoutBackend returns the names of the apps that have no healthy
+// backend now (nil when every app has one), for /readyz with
+// admin.ready_requires_backend.
+func (p *Proxy) AppsWithoutBackend() []string {
+	var out []string
+	for _, a := range p.cur.Load().apps {
+		if a.Pool.Healthy() == 0 {
+			out = append(out, a.Name)
+		}
+	}
+	return out
+}
+
 // Snapshot returns the policy in force.
 func (p *Proxy) Snapshot() *policy.Snapshot { return p.cur.Load().snap }
 

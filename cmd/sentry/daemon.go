@@ -169,6 +169,13 @@ func (d *daemon) serveAdmin(addr string, ln net.Listener) {
 			fmt.Fprintln(w, "not ready")
 			return
 		}
+		if d.proxy.Snapshot().Admin.ReadyRequiresBackend {
+			if apps := d.proxy.AppsWithoutBackend(); len(apps) > 0 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintln(w, "not ready: no healthy backend for", strings.Join(apps, ", "))
+				return
+			}
+		}
 		fmt.Fprintln(w, "ready")
 	})
 	// Go's profiler, only while the policy says admin.pprof: true.
