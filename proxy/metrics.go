@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,6 +114,18 @@ func (m *metrics) deleteApp(app string) {
 	m.admitted.DeletePartialMatch(l)
 	m.decisions.DeletePartialMatch(l)
 	m.errors.DeletePartialMatch(l)
+}
+
+// deleteClasses removes the per-class series of classes in was but not in
+// now (a reload renamed or dropped them).
+func (m *metrics) deleteClasses(app string, was, now []string) {
+	for _, c := range was {
+		if !slices.Contains(now, c) {
+			l := prometheus.Labels{"app": app, "class": c}
+			m.admitted.DeletePartialMatch(l)
+			m.decisions.DeletePartialMatch(l)
+		}
+	}
 }
 
 // deleteBackend removes a backend's series when it leaves its app's pool

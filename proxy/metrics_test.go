@@ -10,7 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // seriesWith counts the series of metric name whose labels include every
@@ -134,4 +136,40 @@ func sampleCount(t *testing.T, o prometheus.Observer) uint64 {
 		t.Fatal(err)
 	}
 	return m.GetHistogram().GetSampleCount()
+}
+
+// renamedControl is fakeControl with class names a test can change
+// between reloads.
+type renamedControl struct {
+	*fakeControl
+	names []string
+}
+
+func (r *renamedControl) Build(*policy.App, *lb.Pool) (pipeline.Controller, error) { return r, nil }
+func (r *renamedControl) Classes() []string                                        { return r.names }
+
+// TestRemovedClassSeriesGone: a reload whose app no longer has a class
+// removes that class's admitted-latency and decision series; the others
+// stay.
+func TestRemovedClassSeriesGone(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
+	ctl := &renamedControl{fakeControl: &fakeControl{}, names: []string{"gold", "bronze"}}
+	mod := func(_ *policy.Snapshot, a *policy.App) { a.Admission.Mode = "batch" }
+	h := startProxyOpts(t, []string{strings.TrimPrefix(be, "http://")}, Options{Control: ctl}, mod)
+	getWith(t, &http.Client{}, h.url("/"), "gold")
+	if n := seriesWith(t, h, "sentry_admission_decisions_total", `class="bronze"`); n == 0 {
+		t.Fatal("no bronze series before the reload")
+	}
+	ctl.names = []string{"gold", "silver"}
+	if err := h.p.Apply(testSnap(h.addr, []string{strings.TrimPrefix(be, "http://")}, mod)); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"sentry_admission_decisions_total", "sentry_admitted_duration_seconds"} {
+		if n := seriesWith(t, h, name, `class="bronze"`); n != 0 {
+			t.Errorf("%d %s series of the removed class", n, name)
+		}
+		if n := seriesWith(t, h, name, `class="gold"`); n == 0 {
+			t.Errorf("the kept class's %s series went too", name)
+		}
+	}
 }

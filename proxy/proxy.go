@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -236,6 +237,14 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 			p.metrics.deleteApp(name)
 		}
 	}
+	if old != nil {
+		// A class an app no longer has leaves no series behind.
+		for _, oa := range old.apps {
+			if na := byName[oa.Name]; na != nil {
+				p.metrics.deleteClasses(oa.Name, oa.ClassNames, na.ClassNames)
+			}
+		}
+	}
 	switch {
 	case newAcc != nil:
 		p.access.Store(newAcc)
@@ -293,6 +302,7 @@ func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 	}
 	a.Decisions = p.metrics.classDecisions(ac.Name, classes)
 	a.ClassLatency = p.metrics.classLatency(ac.Name, classes)
+	a.ClassNames = slices.Clone(classes)
 	return a, nil
 }
 

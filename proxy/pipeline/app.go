@@ -65,6 +65,9 @@ type App struct {
 	// resolved for this snapshot's classes; an app without a controller
 	// has one class, "default".
 	ClassLatency []prometheus.Observer
+	// ClassNames are the class names this snapshot's series are labelled
+	// with (a copy taken when the app was built).
+	ClassNames []string
 }
 
 // AppShared is the part of an app's runtime that outlives snapshots: its
