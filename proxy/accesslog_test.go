@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/net/http2"
 
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
@@ -251,5 +253,44 @@ func TestAccessLogOffWritesNothing(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(h.p.metrics.accessLines.WithLabelValues("other")); n != 0 {
 		t.Errorf("%v lines written with the log off", n)
+	}
+}
+
+// TestAccessLogH2: an h2 stream's line has the same fields as HTTP/1.1's,
+// with protocol HTTP/2.0; its rejection carries class, reason and the
+// reply's ID.
+func TestAccessLogH2(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
+	certFile, keyFile := writeTestCert(t)
+	path := filepath.Join(t.TempDir(), "access.log")
+	on := accessSnap(path, "text", 0, 0)
+	h := startProxyOpts(t, []string{be}, Options{Control: &fakeControl{}}, func(s *policy.Snapshot, a *policy.App) {
+		on(s, a)
+		a.TLS = &policy.TLS{CertFile: certFile, KeyFile: keyFile}
+	})
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}}
+	if err := http2.ConfigureTransport(tr); err != nil {
+		t.Fatal(err)
+	}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	ok := getWith(t, c, "https://"+h.addr+"/a", "gold")
+	rej := getWith(t, c, "https://"+h.addr+"/b", "bronze")
+	if ok.ProtoMajor != 2 || ok.StatusCode != 200 || rej.StatusCode != 503 {
+		t.Fatalf("proto %d, statuses %d %d", ok.ProtoMajor, ok.StatusCode, rej.StatusCode)
+	}
+	lines := readLines(t, path)
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	for i, want := range [][]string{
+		{`"GET /a HTTP/2.0" 200 5 "http://ref.example/x" "probe/1.0"`, " id=" + ok.Header.Get("X-Request-Id"), " class=gold verdict=admitted reason=admitted"},
+		{`"GET /b HTTP/2.0" 503 `, " id=" + rej.Header.Get("X-Request-Id"), " class=bronze verdict=rejected_test reason=rejected_test backend=-"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(lines[i], w) || strings.Contains(lines[i], " id=-") {
+				t.Errorf("line %d %q lacks %q", i, lines[i], w)
+			}
+		}
 	}
 }
