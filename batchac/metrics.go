@@ -64,7 +64,7 @@ func newDescs(constLabels prometheus.Labels) descs {
 		rsla:        d("rsla_seconds", "Current response-time target R_sla."),
 		parallelism: d("parallelism", "P used by the test: parallel request slots per backend."),
 		pending:     d("admitted_pending", "Requests admitted by a policer run whose Admit call has not returned yet."),
-		reserve:     d("reserve_share", "Share of the farm held for the predicted demand of more important classes, by class (ρ: 0 for the most important class; above 1 leaves the class nothing but free slots).", "class"),
+		reserve:     d("reserve_ratio", "Share of the farm held for the predicted demand of more important classes, by class (ρ: 0 for the most important class; above 1 leaves the class nothing but free slots).", "class"),
 	}
 }
 

@@ -347,6 +347,7 @@ func TestSystemdUnit(t *testing.T) {
 		"SIGUSR2", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
 		"CapabilityBoundingSet=CAP_NET_BIND_SERVICE", "AmbientCapabilities=CAP_NET_BIND_SERVICE",
 		"DynamicUser=yes", "RuntimeDirectory=sentry", "RestrictAddressFamilies=",
+		"LogsDirectory=sentry",
 	} {
 		if !strings.Contains(unit, want) {
 			t.Errorf("unit lacks %q", want)
@@ -369,6 +370,27 @@ func TestSystemdUnit(t *testing.T) {
 	out, err := exec.Command(tool, "verify", path).CombinedOutput()
 	if err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// TestLogrotate: the logrotate file rotates the path the unit makes
+// writable and signals SIGUSR1 (which reopens the access log), never
+// copytruncate.
+func TestLogrotate(t *testing.T) {
+	data, err := os.ReadFile("systemd/sentry.logrotate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for _, want := range []string{"/var/log/sentry/access.log {", "--signal=SIGUSR1", "--kill-whom=main", "postrotate"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("logrotate file lacks %q", want)
+		}
+	}
+	for _, line := range strings.Split(s, "\n") {
+		if strings.TrimSpace(line) == "copytruncate" {
+			t.Error("copytruncate loses lines; sentry reopens on SIGUSR1")
+		}
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 )
 
 func TestCheckReportsEveryErrorWithLines(t *testing.T) {
@@ -68,6 +70,32 @@ func TestVersionAndHelp(t *testing.T) {
 	for _, w := range []string{"run -config", "check -config", "demo", "version", "-backend"} {
 		if !strings.Contains(string(out), w) {
 			t.Errorf("help lacks %q", w)
+		}
+	}
+}
+
+// TestCheckDump: `sentry check -dump` prints every example as YAML with
+// the defaults the file left out.
+func TestCheckDump(t *testing.T) {
+	files, _ := filepath.Glob("../deploy/examples/*.yaml")
+	for _, f := range files {
+		out, err := exec.Command(sentryBin, "check", "-config", f, "-dump").Output()
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		var back map[string]any
+		if err := yaml.Unmarshal(out, &back); err != nil {
+			t.Errorf("%s: the dump is not YAML: %v", f, err)
+			continue
+		}
+		for _, k := range []string{"admin", "log", "server", "apps", "listeners"} {
+			if _, ok := back[k]; !ok {
+				t.Errorf("%s: the dump lacks %s", f, k)
+			}
+		}
+		if !strings.Contains(string(out), "read_header_timeout:") {
+			t.Errorf("%s: the dump lacks the server defaults", f)
 		}
 	}
 }

@@ -32,7 +32,7 @@ func TestDefaults(t *testing.T) {
 	if want := (Admin{Listen: "127.0.0.1:9901"}); !reflect.DeepEqual(s.Admin, want) {
 		t.Errorf("Admin = %+v, want %+v", s.Admin, want)
 	}
-	if want := (Log{Level: "info", Format: "text", Access: false}); s.Log != want {
+	if want := (Log{Level: "info", Format: "text", Access: false, AccessLog: AccessLog{Output: "stdout", Format: "text", Rate: 1000, RejectRate: 100}}); s.Log != want {
 		t.Errorf("Log = %+v, want %+v", s.Log, want)
 	}
 	wantServer := Server{
@@ -252,7 +252,7 @@ apps:
 	if s.Admin.Listen != "" {
 		t.Errorf("admin listen %q, want disabled", s.Admin.Listen)
 	}
-	if want := (Log{Level: "debug", Format: "json", Access: true}); s.Log != want {
+	if want := (Log{Level: "debug", Format: "json", Access: true, AccessLog: AccessLog{Output: "stdout", Format: "text", Rate: 1000, RejectRate: 100}}); s.Log != want {
 		t.Errorf("Log = %+v", s.Log)
 	}
 	wantServer := Server{ReadHeaderTimeout: 3 * time.Second, BodyTimeout: time.Minute, IdleTimeout: 90 * time.Second,
@@ -794,5 +794,23 @@ func TestAdminAllowedHosts(t *testing.T) {
 		if !reflect.DeepEqual(s.Admin.AllowedHosts, tc.want) {
 			t.Errorf("%q: allowed hosts %#v, want %#v", tc.yaml, s.Admin.AllowedHosts, tc.want)
 		}
+	}
+}
+
+// TestAccessLogMapping: log.access as a mapping sets every field; the
+// bool form keeps the defaults.
+func TestAccessLogMapping(t *testing.T) {
+	src := `
+log:
+  access: {enabled: true, output: /var/log/sentry/access.log, format: json, rate: 0, reject_rate: 5}
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`
+	s, err := Parse("p.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Log{Level: "info", Format: "text", Access: true, AccessLog: AccessLog{Output: "/var/log/sentry/access.log", Format: "json", Rate: 0, RejectRate: 5}}
+	if s.Log != want {
+		t.Errorf("Log = %+v, want %+v", s.Log, want)
 	}
 }

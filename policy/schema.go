@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +23,7 @@ const (
 func defaultSnapshot() *Snapshot {
 	return &Snapshot{
 		Admin: Admin{Listen: DefaultAdminListen},
-		Log:   Log{Level: "info", Format: "text"},
+		Log:   Log{Level: "info", Format: "text", AccessLog: AccessLog{Output: "stdout", Format: "text", Rate: 1000, RejectRate: 100}},
 		Server: Server{
 			ReadHeaderTimeout:  10 * time.Second,
 			BodyTimeout:        5 * time.Minute,
@@ -119,6 +120,7 @@ func (d *decoder) admin(n *yaml.Node, path string, a *Admin, m *meta) {
 		}},
 		{"allowed_hosts", func(v *yaml.Node, p string) { a.AllowedHosts = d.adminHosts(v, p) }},
 		{"pprof", d.boolField(&a.Pprof)},
+		{"ready_requires_backend", d.boolField(&a.ReadyRequiresBackend)},
 	})
 }
 
@@ -161,7 +163,36 @@ func (d *decoder) log(n *yaml.Node, path string, l *Log) {
 	d.mapping(n, path, []field{
 		{"level", d.enumField(&l.Level, "trace", "debug", "info", "warn", "error")},
 		{"format", d.enumField(&l.Format, "text", "json")},
-		{"access", d.boolField(&l.Access)},
+		{"access", func(v *yaml.Node, p string) { d.accessLog(v, p, l) }},
+	})
+}
+
+// accessLog decodes log.access: a bool (the shorthand for enabled, with
+// the defaults), or a mapping.
+func (d *decoder) accessLog(n *yaml.Node, path string, l *Log) {
+	if r := resolve(n); r != nil && r.Kind == yaml.ScalarNode && !isNull(r) {
+		if x, ok := d.boolean(n, path); ok {
+			l.Access = x
+		}
+		return
+	}
+	a := &l.AccessLog
+	d.mapping(n, path, []field{
+		{"enabled", d.boolField(&l.Access)},
+		{"output", func(v *yaml.Node, p string) {
+			s, ok := d.str(v, p)
+			if !ok {
+				return
+			}
+			if s != "stdout" && s != "stderr" && !filepath.IsAbs(s) {
+				d.errorf(v, p, "%q: write stdout, stderr or an absolute file path", s)
+				return
+			}
+			a.Output = s
+		}},
+		{"format", d.enumField(&a.Format, "text", "json")},
+		{"rate", d.intField(&a.Rate, 0, 1<<30)},
+		{"reject_rate", d.intField(&a.RejectRate, 0, 1<<30)},
 	})
 }
 

@@ -41,6 +41,12 @@ type Admin struct {
 	// Pprof serves Go's profiler (net/http/pprof) under /debug/pprof/ on
 	// the admin listener. Default false; a reload applies it at once.
 	Pprof bool
+	// ReadyRequiresBackend makes /readyz answer 503 while any app has no
+	// healthy backend. Default false: a farm outage would otherwise make
+	// the orchestrator take every sentry out of service (or restart it),
+	// and the clients would get connection errors instead of sentry's
+	// named 503 "no healthy backend".
+	ReadyRequiresBackend bool
 }
 
 // AnyHost in Admin.AllowedHosts accepts every Host.
@@ -52,8 +58,33 @@ type Log struct {
 	Level string
 	// Format: text (default) or json.
 	Format string
-	// Access enables one log line per request at info level. Default false.
+	// Access enables the access log: one line per request, whatever
+	// Level says. Default false. Written as log.access: true (the
+	// shorthand) or as log.access.enabled.
 	Access bool
+	// AccessLog is where and how access lines go (log.access's mapping).
+	AccessLog AccessLog
+}
+
+// AccessLog is the access log's destination, format and sampling.
+type AccessLog struct {
+	// Output: "stdout" (default), "stderr", or an absolute file path,
+	// opened for append and reopened on SIGUSR1 (logrotate's
+	// copytruncate is not needed).
+	Output string
+	// Format: "text" (default; nginx's combined format followed by
+	// key=value fields) or "json" (one object per line).
+	Format string
+	// Rate is how many lines per second of requests that were not
+	// rejected by admission are written at most (a token bucket with a
+	// burst of one second's worth); the rest are dropped and counted
+	// (sentry_access_log_dropped_total). Default 1000; 0 means every line.
+	Rate int
+	// RejectRate is the same for admission rejections (and no-backend
+	// answers), counted apart so that a flood of rejections cannot crowd
+	// out the admitted lines, nor grow the log with the flood. Default
+	// 100; 0 means every line.
+	RejectRate int
 }
 
 // Server holds front-end settings shared by every listener.

@@ -42,6 +42,26 @@ log:
 apps: [{name: a, backends: {static: ["h:1"]}}]
 `, []string{`2: log: unknown key "colour" (known keys: access, format, level)`}},
 
+		{"access log output relative", `
+log:
+  access: {enabled: true, output: logs/access.log}
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`2: log.access.output: "logs/access.log": write stdout, stderr or an absolute file path`}},
+
+		{"access log bad format and negative rate", `
+log:
+  access:
+    format: combined
+    rate: -1
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`3: log.access.format`, `4: log.access.rate`}},
+
+		{"access log misspelt key", `
+log:
+  access: {enabled: true, sample: 10}
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`2: log.access: unknown key "sample"`}},
+
 		{"bare number duration", `
 apps:
   - name: a

@@ -66,7 +66,7 @@ func (fe *frontend) loopSettings(ln net.Listener, lfd int) evloop.Config {
 		OtherConns:   func() int { return int(fe.srv.GetOpenConnectionsCount()) },
 		BackendConns: func(u *pipeline.Upstream) int { return hostClient(u).ConnsCount() },
 		TooManyConns: func() { p.metrics.clientErrors.WithLabelValues(fe.addr, "too_many_conns").Inc() },
-		Access:       p.accessLine,
+		Access:       p.accessEntry,
 	}
 }
 

@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -1192,49 +1190,6 @@ func (s *syncBuf) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// The access log (log.access) has the same line from the loop as from
-// fasthttp: method, URI, status, backend, request ID, outcome.
-func TestEvloopAccessLog(t *testing.T) {
-	rb := startRawBackend(t, echo)
-	addr := freeAddr(t)
-	snap := testSnap(addr, []string{rb.addr}, func(s *policy.Snapshot, _ *policy.App) { s.Log.Access = true })
-	var out syncBuf
-	p, err := New(Options{Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &out}), Registerer: prometheus.NewRegistry()}, snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Serve(addr, ln); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := contextWithTimeout(3 * time.Second)
-		defer cancel()
-		_ = p.ShutdownAll(ctx)
-		p.Close()
-	})
-	c := dialProxy(t, addr)
-	resp, _ := c.do("GET /logged?q=1 HTTP/1.1\r\nHost: x\r\n\r\n")
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d", resp.StatusCode)
-	}
-	id := resp.Header.Get("X-Request-Id")
-	var line string
-	for _, l := range strings.Split(out.String(), "\n") {
-		if strings.Contains(l, "access:") {
-			line = l
-		}
-	}
-	for _, want := range []string{"method=GET", "uri=/logged?q=1", "status=200", "backend=" + rb.addr, "request_id=" + id, "outcome="} {
-		if !strings.Contains(line, want) {
-			t.Errorf("access line %q lacks %s", line, want)
-		}
-	}
 }
 
 // TestHandoffBurstNeverDropped: a burst of connections whose heads come in

@@ -128,14 +128,26 @@ func writeReply(resp *fasthttp.Response, r pipeline.Reply) {
 }
 
 // writeReject writes the prebuilt rejection: nothing reaches a backend.
-func writeReject(a *pipeline.App, ctx *fasthttp.RequestCtx, d admission.Decision) {
+func (p *Proxy) writeReject(a *pipeline.App, ctx *fasthttp.RequestCtx, d admission.Decision) {
 	writeReply(&ctx.Response, pipeline.ReplyFor(a, pipeline.OutRejected, d))
+	p.setID(a, ctx)
 }
 
 // writeError writes a proxy-generated error. a may be nil.
 func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, a *pipeline.App, o pipeline.Outcome) {
 	ctx.Response.Reset()
 	writeReply(&ctx.Response, pipeline.ReplyFor(a, o, admission.Decision{}))
+	if a != nil {
+		p.setID(a, ctx)
+	}
+}
+
+// setID gives an answer sentry made itself a fresh request ID (every
+// request gets one, a rejection's too; a relayed request's comes from its
+// forwarding plan and overwrites it).
+func (p *Proxy) setID(a *pipeline.App, ctx *fasthttp.RequestCtx) {
+	var b [32]byte
+	ctx.Response.Header.SetBytesV(a.ReqID, p.ids.AppendID(b[:0]))
 }
 
 // hostClient is the fasthttp front end's client for backend u

@@ -76,6 +76,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 
 	var o pipeline.Outcome
+	ae := pipeline.AccessEntry{Class: -1, Proto: "HTTP/2.0"} // what the access log is told
 	var u *pipeline.Upstream
 	var cut *abortable // the stream's hold on its backend exchange (abort.go)
 	refused := false
@@ -118,14 +119,14 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 			cut = &abortable{done: r.Context().Done()}
 			stop := context.AfterFunc(r.Context(), cut.abort)
 			defer stop()
-			o, u = p.serve(a, &ctx, peer, true, ready, cut, false, false, body)
+			o, u = p.serve(a, &ctx, peer, true, ready, cut, false, false, body, &ae)
 		} else {
 			p.writeError(&ctx, a, o)
 		}
 		if o == pipeline.OutClientGone {
 			// The stream was reset: nothing to write.
 			_ = ctx.Response.CloseBodyStream()
-			p.record(a, false, o, pipeline.StatusOf(o), u, start, nil, nil, nil) // metrics only: no access line for a reset stream
+			a.Complete(o, pipeline.StatusOf(o), u, start, ae.Class) // metrics only: no access line for a reset stream
 			return
 		}
 	}
@@ -168,7 +169,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = resp.CloseBodyStream()
 	if a != nil {
-		p.recordCtx(a, rt.Access, &ctx, o, u, start)
+		p.recordCtx(a, rt.Access, &ctx, o, u, start, &ae)
 	}
 }
 

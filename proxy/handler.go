@@ -156,10 +156,12 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	// this.
 	ready := start
 	var body *bodyBuf
+	var ae pipeline.AccessEntry // what the access log is told (filled only when it is on)
+	ae.Class = -1
 	cl := h.ContentLength()
 	if cl != 0 && cl != -2 {
 		if o := p.checkFraming(a, ctx); o != pipeline.OutRelayed {
-			p.recordCtx(a, rt.Access, ctx, o, nil, start)
+			p.recordCtx(a, rt.Access, ctx, o, nil, start, &ae)
 			return
 		}
 	}
@@ -183,7 +185,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 					return
 				}
 			}
-			p.recordCtx(a, rt.Access, ctx, o, nil, start)
+			p.recordCtx(a, rt.Access, ctx, o, nil, start, &ae)
 			return
 		}
 		body.streamed = !used || body.client != nil
@@ -192,13 +194,13 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		}
 		ready = time.Now()
 	}
-	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), ready, nil, upgrade, clientClose || f.Close, body)
+	o, b := p.serve(a, ctx, peerAddr(ctx), ctx.IsTLS(), ready, nil, upgrade, clientClose || f.Close, body, &ae)
 	closeIfBodyUnread(ctx, o)
 	if o == pipeline.OutBadRequest {
 		// A chunk malformed past the buffer, found while it streamed.
 		p.metrics.clientErrors.WithLabelValues(fe.addr, pipeline.OutcomeReason[o]).Inc()
 	}
-	p.recordCtx(a, rt.Access, ctx, o, b, start)
+	p.recordCtx(a, rt.Access, ctx, o, b, start, &ae)
 }
 
 // serve runs one request through admission and relay. The response (relayed
@@ -213,8 +215,10 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 // Upgrade header for a tunnel, clientClose that the client asked to close.
 // start is when the request became ready to admit: after its head, or
 // after its body when the body was buffered. body (nil: no streamed body)
-// says how the body was read.
-func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, cut *abortable, upgrade, clientClose bool, body *bodyBuf) (pipeline.Outcome, *pipeline.Upstream) {
+// says how the body was read. ae receives what the access log needs that
+// only serve knows: the client's address, the class and verdict, the
+// backend's time.
+func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr, isTLS bool, start time.Time, cut *abortable, upgrade, clientClose bool, body *bodyBuf, ae *pipeline.AccessEntry) (pipeline.Outcome, *pipeline.Upstream) {
 	// The body cap (max_body_bytes) was applied by the caller before any
 	// body was read: checkFraming on HTTP/1.1, the same bodyCap on h2.
 	req := &ctx.Request
@@ -243,6 +247,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		}
 		client = a.ClientAddr(peer, x.in.XFF)
 	}
+	ae.Client = client
 
 	// The decide step (package pipeline): classify, estimate, admit. This
 	// engine may block, so a parked request waits here; it leaves its
@@ -262,6 +267,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		}
 	}
 	o := a.Admitted(&x.t, d)
+	ae.Decided(&x.t)
 	// A client that left while waiting gets no answer, and no backend is
 	// spent on it.
 	if o == pipeline.OutRelayed && a.Controller != nil && !a.Off && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
@@ -276,7 +282,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		ctx.Hijack(func(net.Conn) {})
 		return pipeline.OutClientGone, nil
 	case pipeline.OutRejected:
-		writeReject(a, ctx, d)
+		p.writeReject(a, ctx, d)
 		return pipeline.OutRejected, nil
 	}
 
@@ -374,6 +380,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		// backend's Server-Timing counts (the estimator cannot be
 		// poisoned by a slow upload).
 		measured, busy := now.Sub(dispatch), inService
+		ae.Upstrm = measured
 		if body != nil && body.streamed {
 			measured, busy = 0, 0
 		}
@@ -452,6 +459,9 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 		}
 		if err == nil {
 			a.Pool.Release(b, true)
+			if u.Answered() {
+				p.log.Info("backend reachable again", "app", a.Name, "backend", u.Addr)
+			}
 			return pipeline.OutRelayed, u, inService
 		}
 		if cb != nil && cb.err != nil {
@@ -459,12 +469,18 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 			return cb.outcome(), u, 0
 		}
 		o := relayError(err)
-		if isDialError(err) {
+		dial := isDialError(err)
+		if dial {
 			a.Pool.Eject(b) // connect refused/timed out is unambiguous
 		} else {
 			a.Pool.Release(b, !pipeline.CountsAsFailure(o))
 		}
-		if p.log.IsDebug() {
+		if dial && u.Unreachable() {
+			// Named once with its cause (a name that does not resolve
+			// fails here too: fasthttp resolves on each dial), and again
+			// only after it answered and failed anew.
+			p.log.Warn("backend unreachable; ejected until it answers again", "app", a.Name, "backend", u.Addr, "error", err)
+		} else if p.log.IsDebug() {
 			p.log.Debug("relay failed", "app", a.Name, "backend", u.Addr, "error", err)
 		}
 		if !pipeline.TryAgain(failureOf(err), replay, attempt, false) {

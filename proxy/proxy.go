@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -85,6 +86,8 @@ type Proxy struct {
 	ids     *pipeline.IDSource
 
 	cur atomic.Pointer[state]
+	// access is the access log (policy log.access); nil when off.
+	access atomic.Pointer[accessLog]
 
 	bufs bodyBuffers // buffered request bodies (server.request_buffer_total)
 
@@ -135,6 +138,29 @@ func New(opts Options, snap *policy.Snapshot) (*Proxy, error) {
 	return p, nil
 }
 
+// ReopenAccessLog opens the access log's file again (SIGUSR1, after
+// logrotate moved it away). Nothing to do when the log is off or writes to
+// stdout or stderr.
+func (p *Proxy) ReopenAccessLog() error {
+	if l := p.access.Load(); l != nil {
+		return l.reopen()
+	}
+	return nil
+}
+
+// AppsWithoutBackend returns the names of the apps that have no healthy
+// backend now (nil when every app has one), for /readyz with
+// admin.ready_requires_backend.
+func (p *Proxy) AppsWithoutBackend() []string {
+	var out []string
+	for _, a := range p.cur.Load().apps {
+		if a.Pool.Healthy() == 0 {
+			out = append(out, a.Name)
+		}
+	}
+	return out
+}
+
 // Snapshot returns the policy in force.
 func (p *Proxy) Snapshot() *policy.Snapshot { return p.cur.Load().snap }
 
@@ -145,6 +171,17 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := p.cur.Load()
+	// The access log first: a file that cannot be opened refuses the
+	// policy before anything changed.
+	var newAcc *accessLog
+	oldAcc := p.access.Load()
+	if snap.Log.Access && (oldAcc == nil || oldAcc.cfg != snap.Log.AccessLog) {
+		l, err := openAccessLog(snap.Log.AccessLog, p.metrics, time.Now)
+		if err != nil {
+			return fmt.Errorf("log.access: %w", err)
+		}
+		newAcc = l
+	}
 	st := &state{snap: snap, routes: map[string]*pipeline.Route{}}
 	p.bufs.cap.Store(snap.Server.RequestBufferTotal)
 	byName := map[string]*pipeline.App{}
@@ -152,6 +189,9 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	for _, ac := range snap.Apps {
 		a, err := p.buildApp(ac)
 		if err != nil {
+			if newAcc != nil {
+				newAcc.close()
+			}
 			return fmt.Errorf("app %s: %w", ac.Name, err)
 		}
 		st.apps = append(st.apps, a)
@@ -194,7 +234,27 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	for name := range p.mu.shared {
 		if byName[name] == nil {
 			delete(p.mu.shared, name)
+			p.metrics.deleteApp(name)
 		}
+	}
+	if old != nil {
+		// A class an app no longer has leaves no series behind.
+		for _, oa := range old.apps {
+			if na := byName[oa.Name]; na != nil {
+				p.metrics.deleteClasses(oa.Name, oa.ClassNames, na.ClassNames)
+			}
+		}
+	}
+	switch {
+	case newAcc != nil:
+		p.access.Store(newAcc)
+	case !snap.Log.Access:
+		p.access.Store(nil)
+	}
+	if oldAcc != nil && oldAcc != p.access.Load() {
+		// A request that loaded it a moment ago may still write: its
+		// line goes to io.Discard.
+		oldAcc.close()
 	}
 	p.cur.Store(st)
 	for addr, fe := range p.mu.fronts {
@@ -241,6 +301,8 @@ func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 		classes = ctl.Classes()
 	}
 	a.Decisions = p.metrics.classDecisions(ac.Name, classes)
+	a.ClassLatency = p.metrics.classLatency(ac.Name, classes)
+	a.ClassNames = slices.Clone(classes)
 	return a, nil
 }
 
@@ -267,6 +329,7 @@ func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
 				u.Closed.Store(true)
 				hostClient(u).CloseIdleConnections()
 			}
+			p.metrics.deleteBackend(appName, addr)
 		},
 	}
 	if h := ac.Health.Active; h != nil {
@@ -359,6 +422,9 @@ func (p *Proxy) Close() {
 	p.mu.cancel()
 	p.mu.Unlock()
 	p.wg.Wait()
+	if l := p.access.Swap(nil); l != nil {
+		l.close()
+	}
 	if p.opts.Control != nil {
 		p.opts.Control.Retain(nil)
 	}

@@ -198,7 +198,7 @@ func (b *builder) add(family string, m *dto.Metric) {
 		if v == 1 {
 			b.app(app).Mode = l["mode"]
 		}
-	case "sentry_cpu_utilization":
+	case "sentry_cpu_utilization_ratio":
 		b.app(app).CPU = &v
 	case "sentry_requests_total":
 		b.app(app).Requests += v

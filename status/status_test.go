@@ -35,7 +35,7 @@ func newTestRegistry(t *testing.T) *testRegistry {
 	pct := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_class_admitted_percentile_seconds", Help: "h"}, []string{"app", "class"})
 	target := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_sla_target_seconds", Help: "h"}, []string{"app"})
 	mode := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_admission_mode", Help: "h"}, []string{"app", "mode"})
-	cpu := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_cpu_utilization", Help: "h"}, []string{"app"})
+	cpu := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_cpu_utilization_ratio", Help: "h"}, []string{"app"})
 	other := prometheus.NewCounter(prometheus.CounterOpts{Name: "go_unrelated_total", Help: "h"})
 	r.reg.MustRegister(r.decisions, r.requests, r.inflight, healthy, rate, pct, target, mode, cpu, other)
 

@@ -13,17 +13,28 @@ import (
 func cmdCheck(args []string) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	config := fs.String("config", "", "policy `FILE` to validate (required)")
+	dump := fs.Bool("dump", false, "print the effective policy (defaults filled in) as YAML after validating it")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
 	if *config == "" || fs.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: sentry check -config FILE")
+		fmt.Fprintln(os.Stderr, "usage: sentry check -config FILE [-dump]")
 		return 2
 	}
 	snap, err := policy.Load(*config)
 	if err != nil {
 		printPolicyErrors(os.Stderr, err)
 		return 1
+	}
+	if *dump {
+		out, err := policy.Dump(snap)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sentry check: dump:", err)
+			return 1
+		}
+		fmt.Printf("# %s: ok (%d apps, %d listeners); the policy as sentry would run it\n", *config, len(snap.Apps), len(snap.Listeners))
+		os.Stdout.Write(out)
+		return 0
 	}
 	fmt.Printf("%s: ok (%d apps, %d listeners)\n", *config, len(snap.Apps), len(snap.Listeners))
 	return 0

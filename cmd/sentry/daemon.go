@@ -169,7 +169,25 @@ func (d *daemon) serveAdmin(addr string, ln net.Listener) {
 			fmt.Fprintln(w, "not ready")
 			return
 		}
+		if d.proxy.Snapshot().Admin.ReadyRequiresBackend {
+			if apps := d.proxy.AppsWithoutBackend(); len(apps) > 0 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintln(w, "not ready: no healthy backend for", strings.Join(apps, ", "))
+				return
+			}
+		}
 		fmt.Fprintln(w, "ready")
+	})
+	// The policy in force, defaults filled in (policy.Dump), as
+	// `sentry check -dump` prints a file's.
+	mux.HandleFunc("/config", func(w http.ResponseWriter, r *http.Request) {
+		out, err := policy.Dump(d.proxy.Snapshot())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
+		_, _ = w.Write(out)
 	})
 	// Go's profiler, only while the policy says admin.pprof: true.
 	pprofOn := func(h http.HandlerFunc) http.Handler {

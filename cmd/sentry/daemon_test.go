@@ -324,3 +324,68 @@ func TestAdminPprofOptIn(t *testing.T) {
 		t.Errorf("pprof off again: %d, want 404", c)
 	}
 }
+
+// TestReadyRequiresBackend: with admin.ready_requires_backend, /readyz is
+// 503 (naming the app) once the app's only backend is ejected; without it
+// (the default) a farm outage leaves sentry ready.
+func TestReadyRequiresBackend(t *testing.T) {
+	dead := freeAddr(t) // nothing listens there
+	l1, a1 := freeAddr(t), freeAddr(t)
+	pol := "admin: {listen: %s, ready_requires_backend: %v}\napps:\n  - name: web\n    listen: %s\n    backends: {static: [%s]}\n"
+	d := testDaemon(t, parse(t, fmt.Sprintf(pol, a1, true, l1, dead)))
+	ready := func() (int, string) {
+		resp, err := http.Get("http://" + a1 + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := ready(); code != 200 {
+		t.Fatalf("readyz %d before any failure", code)
+	}
+	// A request finds the connect refused: the backend is ejected.
+	if resp, err := http.Get("http://" + l1 + "/"); err == nil {
+		resp.Body.Close()
+	}
+	if code, body := ready(); code != 503 || !strings.Contains(body, "web") {
+		t.Errorf("readyz %d %q with no healthy backend, want 503 naming web", code, body)
+	}
+	if err := d.reload(parse(t, fmt.Sprintf(pol, a1, false, l1, dead))); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := ready(); code != 200 {
+		t.Errorf("readyz %d with ready_requires_backend off, want 200", code)
+	}
+}
+
+// TestAdminConfig: /config on the admin listener shows the policy in
+// force, defaults filled in, and follows a reload.
+func TestAdminConfig(t *testing.T) {
+	be := backendServer(t, "one")
+	l1, a1 := freeAddr(t), freeAddr(t)
+	pol := "admin: {listen: %s}\nserver: {max_conns: %d}\napps:\n  - name: web\n    listen: %s\n    backends: {static: [%s]}\n"
+	d := testDaemon(t, parse(t, fmt.Sprintf(pol, a1, 77, l1, be)))
+	get := func() string {
+		resp, err := http.Get("http://" + a1 + "/config")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("/config: %d %s", resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	if c := get(); !strings.Contains(c, "max_conns: 77") || !strings.Contains(c, "read_header_timeout: 10s") || !strings.Contains(c, "name: web") {
+		t.Errorf("/config:\n%s", c)
+	}
+	if err := d.reload(parse(t, fmt.Sprintf(pol, a1, 88, l1, be))); err != nil {
+		t.Fatal(err)
+	}
+	if c := get(); !strings.Contains(c, "max_conns: 88") {
+		t.Errorf("/config after the reload:\n%s", c)
+	}
+}

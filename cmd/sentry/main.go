@@ -14,13 +14,16 @@ Usage:
         file) reloads it: a bad policy is refused and the old one kept.
         SIGUSR2 upgrades: the binary now on disk is started, takes over the
         listening sockets, and this process drains and exits; if the new
-        one fails, this one keeps serving. SIGTERM/SIGINT drain and stop.
+        one fails, this one keeps serving. SIGUSR1 reopens the access
+        log's file (logrotate). SIGTERM/SIGINT drain and stop.
   sentry run -listen ADDR -backend ADDR [-backend ADDR ...] [-admin ADDR]
         Run a quick policy without a file: one app on ADDR (default
         127.0.0.1:8080) relaying to the backends; admin on 127.0.0.1:9901.
-  sentry check -config FILE
+  sentry check -config FILE [-dump]
         Validate a policy. Prints every error as FILE:LINE: message; exit 1
-        if there is any.
+        if there is any. -dump prints the policy as sentry would run it,
+        defaults filled in (the admin listener's /config shows the one in
+        force).
   sentry reload -config FILE (-pidfile FILE | -pid PID) [-timeout D]
         Validate the policy, send SIGHUP to the running sentry and wait for
         it to apply the policy; exit 1 if the file is invalid or the

@@ -66,7 +66,7 @@ func cmdRun(args []string) int {
 	// Signals first: until Notify, SIGHUP's default action would kill us.
 	// Signals that arrive before we are ready wait in the channel.
 	sig := make(chan os.Signal, 8)
-	signal.Notify(sig, syscall.SIGHUP, syscall.SIGUSR2, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sig, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sig)
 
 	// The upgrader: in a process started by an upgrade it holds the
@@ -173,6 +173,13 @@ func cmdRun(args []string) int {
 				sdNotify("RELOADING=1")
 				reloadPolicy(d, *config, &seen, false)
 				sdNotify("READY=1")
+			case syscall.SIGUSR1:
+				// logrotate's postrotate: the access log's file again.
+				if err := d.proxy.ReopenAccessLog(); err != nil {
+					log.Error("SIGUSR1: reopening the access log failed; lines keep going to the old file", "error", err)
+				} else {
+					log.Info("SIGUSR1: access log reopened")
+				}
 			case syscall.SIGUSR2:
 				switch {
 				case upg == nil:

@@ -79,7 +79,7 @@ YAML
   for _ in $(seq 50); do curl -fs "127.0.0.1:$admin/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
   total() { curl -fs "127.0.0.1:$admin/metrics" | awk '/^sentry_requests_total/ {s += $2} END {printf "%d", s}'; }
   cur_mode() { curl -fs "127.0.0.1:$admin/metrics" | awk '/^sentry_admission_mode\{/ && $2 == 1 {match($0, /mode="[a-z]+"/); print substr($0, RSTART+6, RLENGTH-7)}'; }
-  cpu() { curl -fs "127.0.0.1:$admin/metrics" | awk '/^sentry_cpu_utilization\{/ {printf "%.2f", $2; f=1} END {if (!f) printf "-"}'; }
+  cpu() { curl -fs "127.0.0.1:$admin/metrics" | awk '/^sentry_cpu_utilization_ratio\{/ {printf "%.2f", $2; f=1} END {if (!f) printf "-"}'; }
   taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s "$tmp/req.lua" "http://127.0.0.1:$port" >"$tmp/$mode.wrk" 2>&1 &
   local wpid=$!
   local prev; prev=$(total)

@@ -3,6 +3,7 @@
 package evloop
 
 import (
+	"errors"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -42,7 +43,7 @@ func (l *eventLoop) dispatch(c *cconn, last *pipeline.Upstream) {
 			return
 		}
 		if err != nil {
-			if !l.connectFailed(c) {
+			if !l.connectFailed(c, err) {
 				return
 			}
 			last = u
@@ -175,7 +176,10 @@ func (l *eventLoop) backendEvent(bc *bconn, ev uint32) {
 			return
 		}
 		if e, err := l.sys.ConnectError(bc.fd); err != nil || e != 0 {
-			l.dialFailed(bc)
+			if err == nil {
+				err = syscall.Errno(e)
+			}
+			l.dialFailed(bc, err)
 			return
 		}
 		l.setState(c, Sending)
@@ -197,25 +201,29 @@ func (l *eventLoop) backendEvent(bc *bconn, ev uint32) {
 }
 
 // dialFailed: the connect failed; eject the backend and try another.
-func (l *eventLoop) dialFailed(bc *bconn) {
+func (l *eventLoop) dialFailed(bc *bconn, cause error) {
 	c := bc.c
 	ex := &c.ex
 	l.closeBackend(bc)
 	ex.b = nil
-	if l.connectFailed(c) {
+	if l.connectFailed(c, cause) {
 		l.dispatch(c, ex.u)
 	}
 }
 
 // connectFailed ejects the backend a connect to failed (unambiguous, as on
 // the fasthttp path) and answers 502 when the retry policy (pipeline.TryAgain) says
-// so; true means try another backend.
-func (l *eventLoop) connectFailed(c *cconn) bool {
+// so; true means try another backend. The first failure since the
+// backend last answered is logged at WARN with its cause
+// (pipeline.Upstream.Unreachable).
+func (l *eventLoop) connectFailed(c *cconn, cause error) bool {
 	ex := &c.ex
 	ex.a.Pool.Eject(ex.lbb)
 	ex.released = true
-	if log := l.ff.cfg.Log; log.IsDebug() {
-		log.Debug("relay failed", "app", ex.a.Name, "backend", ex.u.Addr, "error", "connect failed")
+	if ex.u.Unreachable() {
+		l.ff.cfg.Log.Warn("backend unreachable; ejected until it answers again", "app", ex.a.Name, "backend", ex.u.Addr, "error", cause)
+	} else if log := l.ff.cfg.Log; log.IsDebug() {
+		log.Debug("relay failed", "app", ex.a.Name, "backend", ex.u.Addr, "error", cause)
 	}
 	if !pipeline.TryAgain(pipeline.FailConnect, ex.idem, ex.attempts, false) {
 		l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})
@@ -314,3 +322,7 @@ func (l *eventLoop) readBackend(bc *bconn) {
 	}
 	l.forward(c, bc, data)
 }
+
+// errConnectTimeout is the cause logged for a connect that did not finish
+// within the app's connect timeout.
+var errConnectTimeout = errors.New("connect timed out")

@@ -58,7 +58,10 @@ type exch struct {
 	inService int
 	t         pipeline.Ticket // the request's admission (package pipeline, pipeline.go)
 	id        []byte
-	attempts  int // attempts to relay so far, the current one included (pipeline.TryAgain)
+	client    netip.Addr    // the client's address after trusted_proxies (access log)
+	upstrm    time.Duration // dispatch to response head (access log)
+	outBytes  int64         // response body bytes passed to the client (access log)
+	attempts  int           // attempts to relay so far, the current one included (pipeline.TryAgain)
 	deadline  int64
 	activeIdx int
 	// pend is the admission ticket of an exchange parked for its batch
@@ -120,6 +123,8 @@ type eventLoop struct {
 	drainSeen bool
 	h         pipeline.RawHead
 	rh        pipeline.RawHead
+	ah        pipeline.RawHead     // the access log's parse of a finished request's head
+	acc       pipeline.AccessEntry // the access log's entry, reused
 	view      rawView
 	date      []byte
 	dateSec   int64
@@ -292,7 +297,7 @@ func (l *eventLoop) sweep() {
 		// covers the client); flush restarts it.
 		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == Relaying && len(c.out) > 0) {
 			if ex.state == Connecting {
-				l.dialFailed(ex.b)
+				l.dialFailed(ex.b, errConnectTimeout)
 			} else if ex.state != Relaying {
 				l.release(ex, false)
 				l.respond(c, ex.a, pipeline.OutBackendTimeout, admission.Decision{})

@@ -88,7 +88,8 @@ type Config struct {
 	TooManyConns func()
 	// Access writes an access-log line; called only when the route logs
 	// access.
-	Access func(a *pipeline.App, method, uri []byte, status int, u *pipeline.Upstream, start time.Time, id []byte, o pipeline.Outcome)
+	// The entry and its byte slices are valid only during the call.
+	Access func(e *pipeline.AccessEntry)
 }
 
 // Front is the event-loop half of a plain front end: its loops and the

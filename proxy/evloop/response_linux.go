@@ -3,7 +3,6 @@
 package evloop
 
 import (
-	"bytes"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -41,6 +40,10 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	}
 	ex.bkClose = rh.ConnClose || rh.Minor == 0 && !rh.ConnKeepAlive
 	now := l.clock()
+	ex.upstrm = now.Sub(ex.dispatch)
+	if ex.u.Answered() {
+		l.ff.cfg.Log.Info("backend reachable again", "app", a.Name, "backend", ex.u.Addr)
+	}
 	l.release(ex, true)
 	// The complete step (package pipeline, pipeline.go): the ticket is told the outcome.
 	st := rh.FindKind(data, pipeline.KindServerTiming)
@@ -117,6 +120,7 @@ func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte) {
 		}
 		data, done = data[:n], end
 	}
+	ex.outBytes += int64(len(data))
 	c.out = append(c.out, data...)
 	bc.n = 0
 	if done {
@@ -267,13 +271,9 @@ func (l *eventLoop) done(c *cconn, o pipeline.Outcome, status int) {
 	ex.activeIdx = -1
 	// The complete step's last part (package pipeline, pipeline.go): metrics, access log.
 	a, access := ex.a, l.ff.cfg.Routes.Load().Access
-	var method, uri []byte
+	a.Complete(o, status, ex.u, ex.start, ex.t.Class)
 	if access {
-		method, uri = l.requestLine(c)
-	}
-	a.Metrics.Observe(o, status, ex.u, ex.start)
-	if access {
-		l.ff.cfg.Access(a, method, uri, status, ex.u, ex.start, ex.id, o)
+		l.access(c, o, status)
 	}
 	ex.lbb, ex.u, ex.a = nil, nil, nil
 	l.setState(c, Idle)
@@ -287,21 +287,28 @@ func (l *eventLoop) done(c *cconn, o pipeline.Outcome, status int) {
 	}
 }
 
-// requestLine returns the method and target of c's exchange, for the
-// access log.
-func (l *eventLoop) requestLine(c *cconn) (method, uri []byte) {
+// access fills the loop's access-log entry for c's finished exchange
+// (the request's head is still at the start of c.in) and hands it to the
+// access log. Only when the route logs access.
+func (l *eventLoop) access(c *cconn, o pipeline.Outcome, status int) {
 	ex := &c.ex
+	e := &l.acc
+	*e = pipeline.AccessEntry{
+		Start: ex.start, Duration: l.clock().Sub(ex.start), Client: ex.client, Proto: "HTTP/1.1",
+		Status: status, BytesIn: int64(ex.total), BytesOut: ex.outBytes, ID: ex.id,
+		App: ex.a, Outcome: o, Backend: ex.u, Upstrm: ex.upstrm,
+	}
+	e.Decided(&ex.t)
 	if c.in != nil && ex.total <= c.n {
-		line := c.in[:ex.total]
-		if i := bytes.IndexByte(line, ' '); i > 0 {
-			method = line[:i]
-			rest := line[i+1:]
-			if j := bytes.IndexByte(rest, ' '); j > 0 {
-				uri = rest[:j]
-			}
+		b := c.in[:ex.total]
+		if pipeline.ParseRequestHead(b, &l.ah) == pipeline.HeadOK {
+			h := &l.ah
+			e.Method, e.URI, e.Host = h.Method.Of(b), h.Target.Of(b), h.Host.Of(b)
+			e.Agent, e.Referer = h.Peek(b, "User-Agent"), h.Peek(b, "Referer")
 		}
 	}
-	return method, uri
+	l.ff.cfg.Access(e)
+	*e = pipeline.AccessEntry{} // drop the references to the connection's buffers
 }
 
 // respond writes a response sentry makes itself (rejection or error) and
@@ -316,9 +323,15 @@ func (l *eventLoop) respond(c *cconn, a *pipeline.App, o pipeline.Outcome, d adm
 	l.release(ex, !pipeline.CountsAsFailure(o))
 	r := pipeline.ReplyFor(a, o, d)
 	status := r.Status
-	var id []byte
-	if o != pipeline.OutRejected && o != pipeline.OutNoBackend {
-		id = ex.id
+	// Every answer carries a request ID, a rejection's too (it got no
+	// forwarding plan, so the ID is made here).
+	if len(ex.id) == 0 {
+		ex.id = l.ff.cfg.IDs.AppendID(ex.id[:0])
+	}
+	id := ex.id
+	ex.outBytes = int64(len(r.Body))
+	if ex.head {
+		ex.outBytes = 0
 	}
 	if l.ff.draining.Load() {
 		c.closing = true

@@ -87,12 +87,12 @@ func newLoopScript(t *testing.T) *loopScript {
 		// recorded (outcome and status: the metrics get the same): a
 		// line "record METHOD URI status=N outcome=O" (the duration
 		// depends on the real clock, so it is left out).
-		Access: func(_ *pipeline.App, method, uri []byte, status int, _ *pipeline.Upstream, _ time.Time, _ []byte, o pipeline.Outcome) {
-			r := pipeline.OutcomeReason[o]
+		Access: func(e *pipeline.AccessEntry) {
+			r := pipeline.OutcomeReason[e.Outcome]
 			if r == "" {
 				r = "-" // relayed, or rejected by admission: no error reason
 			}
-			h.printf("record %s %s status=%d outcome=%s", method, uri, status, r)
+			h.printf("record %s %s status=%d outcome=%s", e.Method, e.URI, e.Status, r)
 		},
 	}
 	ff := &Front{cfg: cfg, lfd: 3, maxHeader: cfg.MaxHeader, idle: cfg.Idle, write: cfg.Write, hdr: cfg.Header}

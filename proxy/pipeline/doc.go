@@ -29,6 +29,9 @@
 //   - forwarded.go: trusted_proxies and the client address from a trusted
 //     X-Forwarded-For (Trusted, ClientFromXFF);
 //   - requestid.go: request IDs (IDSource);
+//   - access.go: what an access-log line says about an exchange
+//     (AccessEntry: its Reason, verdict and class names), filled the same
+//     way by every engine and written by package proxy's one writer;
 //   - status.go: the outcome of an exchange (Outcome), the one map from
 //     outcome to status (StatusOf) and its reason as metrics and access
 //     log name it (OutcomeReason);

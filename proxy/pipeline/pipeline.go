@@ -34,6 +34,9 @@ type Ticket struct {
 	admission.Ticket
 	Req admission.Request
 	key []byte
+	// The verdict Admitted counted (decided: it did), for the access log.
+	verdict admission.Verdict
+	decided bool
 }
 
 // TrustedPeer tells whether the app trusts peer as a proxy (step 4 of the
@@ -64,7 +67,8 @@ func (a *App) ClientAddr(peer netip.Addr, xff []byte) netip.Addr {
 func (a *App) Decide(t *Ticket, v classify.Request, client netip.Addr, now time.Time, gone <-chan struct{}, copyKey bool, wk admission.Waker) (d admission.Decision, pend admission.Pending, decided bool) {
 	ctl := a.Controller
 	t.Req = admission.Request{Gone: gone}
-	t.Ticket = admission.Ticket{Arrival: now}
+	t.Ticket = admission.Ticket{Arrival: now, Class: -1}
+	t.decided = false
 	if ctl == nil {
 		return admission.Decision{Verdict: admission.Admit}, nil, true
 	}
@@ -94,6 +98,7 @@ func (a *App) Admitted(t *Ticket, d admission.Decision) Outcome {
 		return OutRelayed
 	}
 	a.decision(t.Class, d.Verdict)
+	t.verdict, t.decided = d.Verdict, true
 	switch d.Verdict {
 	case admission.Admit:
 		return OutRelayed

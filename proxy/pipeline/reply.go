@@ -20,13 +20,23 @@ type Reply struct {
 
 // ReplyFor returns the response for outcome o (never OutRelayed). d is the
 // admission decision of a rejection; a may be nil (no app for the Host).
+// No healthy backend (OutNoBackend, or admission's own no_backend verdict)
+// is a 503 with Retry-After like a rejection, but with its own body
+// ("sentry: no healthy backend") and X-Sentry-Reject: no_backend, never
+// the app's overload body.
 func ReplyFor(a *App, o Outcome, d admission.Decision) Reply {
 	if a != nil && (o == OutRejected || o == OutNoBackend) {
 		if o == OutNoBackend {
 			d = admission.Decision{Verdict: admission.RejectNoBackend}
 		}
 		status, secs := a.rejectStatus(d)
-		return Reply{Status: status, Retry: secs, Verdict: verdictBytes[d.Verdict], Body: a.Reject.Body}
+		body := a.Reject.Body
+		if d.Verdict == admission.RejectNoBackend {
+			// Named apart from overload: the client (and whoever reads
+			// the reply) learns the farm is down, not busy.
+			body = errorBodies[OutNoBackend]
+		}
+		return Reply{Status: status, Retry: secs, Verdict: verdictBytes[d.Verdict], Body: body}
 	}
 	r := Reply{Status: StatusOf(o), Retry: -1, Body: errorBodies[o]}
 	if o == OutBackendBusy || o == OutBufferFull {
