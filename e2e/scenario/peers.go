@@ -359,7 +359,7 @@ func HAProxyConfig(sc *Scenario, listen string, backends []string, pidFile strin
 		"Scenario": sc.Name, "Listen": listen, "Backends": backends, "PerServer": per,
 		"QueueTimeout": qt.Milliseconds(), "QueueWhy": why, "PidFile": pidFile,
 		"ServerTimeout": serverTimeout(sc).Milliseconds(),
-		"Classes": classes, "Ordered": ordered, "Default": def,
+		"Classes":       classes, "Ordered": ordered, "Default": def,
 	})
 	return b.Bytes(), err
 }
