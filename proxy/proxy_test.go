@@ -601,7 +601,15 @@ func TestTLSConnCap(t *testing.T) {
 		c.Close()
 		t.Fatal("a third TLS connection was accepted with max_conns 2")
 	}
-	if v := testutil.ToFloat64(h.p.metrics.clientErrors.WithLabelValues(h.addr, "too_many_conns")); v < 1 {
+	// The refusal may reach the client before the counter is written:
+	// wait for it (bounded).
+	v := 0.0
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if v = testutil.ToFloat64(h.p.metrics.clientErrors.WithLabelValues(h.addr, "too_many_conns")); v >= 1 {
+			break
+		}
+	}
+	if v < 1 {
 		t.Errorf("too_many_conns counter = %v", v)
 	}
 }
