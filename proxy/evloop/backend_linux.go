@@ -123,6 +123,9 @@ func (l *eventLoop) bind(c *cconn, bc *bconn) {
 	ex.b, bc.c = bc, c
 	ex.sent, ex.gotBytes, ex.bkClose = 0, false, false
 	ex.dispatch = l.now
+	if ex.termCl != nil {
+		ex.termAt = l.nowNs + int64(ex.term.Arm(ex.termCl, l.now))
+	}
 	if bc.in == nil {
 		bc.in = l.getBuf()
 	}
