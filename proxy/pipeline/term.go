@@ -45,22 +45,36 @@ func (a *App) TermClass(t *Ticket, method []byte) *sert.Class {
 
 // Arm starts the termination clock at dispatch for class cl (nil: off)
 // and returns how long until the timer should first look (the class's
-// threshold now). A retry's new dispatch arms again.
+// threshold now, at most its lower bound: see recheck). A retry's new dispatch arms again.
 func (x *Term) Arm(cl *sert.Class, dispatch time.Time) time.Duration {
 	x.cl, x.dispatch, x.cutAt, x.thr = cl, dispatch, 0, 0
 	x.latch.Reset()
 	if cl == nil {
 		return 0
 	}
-	return cl.Threshold()
+	return recheck(cl, cl.Threshold())
+}
+
+// recheck bounds a timer's wait by the class's lower bound LB: a threshold
+// that rose is seen when the timer fires (it re-arms for the rest), but
+// one that fell would not be until the old one ran out, so the timer
+// looks again at least every LB. The threshold is never below LB, so a
+// cut comes at most LB late, and a request looks at most UB/LB times
+// (30 with the default range) -- only requests that run that long.
+func recheck(cl *sert.Class, wait time.Duration) time.Duration {
+	if lb, _ := cl.Bounds(); lb > 0 && wait > lb {
+		return lb
+	}
+	return wait
 }
 
 // On tells whether the exchange is terminable and not yet decided.
 func (x *Term) On() bool { return x.cl != nil }
 
 // Due is the timer's look at now: wait > 0 is how long to re-arm for
-// (the threshold rose since the timer was armed: a new threshold applies
-// to requests in flight); cut true means the latch was won and the
+// (the request is not yet overdue under the current threshold, which may
+// have moved since the timer was armed: a new threshold applies to
+// requests in flight); cut true means the latch was won and the
 // caller must cut the backend exchange and answer OutTerminated. Both
 // zero: the response won (or termination is off); nothing to do.
 func (x *Term) Due(now time.Time) (wait time.Duration, cut bool) {
@@ -70,7 +84,7 @@ func (x *Term) Due(now time.Time) (wait time.Duration, cut bool) {
 	}
 	el := now.Sub(x.dispatch)
 	if r := cl.Remaining(el); r > 0 {
-		return r, false
+		return recheck(cl, r), false
 	}
 	if !x.latch.Terminate() {
 		return 0, false
