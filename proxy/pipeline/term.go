@@ -45,7 +45,10 @@ func (a *App) TermClass(t *Ticket, method []byte) *sert.Class {
 
 // Arm starts the termination clock at dispatch for class cl (nil: off)
 // and returns how long until the timer should first look (the class's
-// threshold now, at most its lower bound: see recheck). A retry's new dispatch arms again.
+// threshold now, at most its lower bound: see recheck). Every engine arms
+// it at the first dispatch only: a retry (after a failed connect or a
+// connection that broke before any response byte) does not restart the
+// clock.
 func (x *Term) Arm(cl *sert.Class, dispatch time.Time) time.Duration {
 	x.cl, x.dispatch, x.cutAt, x.thr = cl, dispatch, 0, 0
 	x.latch.Reset()
