@@ -412,9 +412,9 @@
 // a timer that looks again at least every lower bound so a threshold that
 // moves applies to requests in flight (raised: it re-arms for the rest;
 // lowered: the cut comes at most LB late), and the completion
-// (App.Terminated: sert.Class.Terminate, Reclaim of UB − elapsed -- the
-// most backend time the cut can have freed, since nothing runs past UB --
-// and the ticket told the cut with sert.Sample's measured time, at least
+// (App.Terminated: sert.Class.Terminate, Reclaim of min(elapsed, UB −
+// elapsed) -- the remaining time expected of a heavy-tailed request of
+// that age, capped at what UB leaves -- and the ticket told the cut with sert.Sample's measured time, at least
 // the threshold, so the estimator's S and the batch test see the cost).
 // The outcome is OutTerminated: 503, reason "terminated" in
 // sentry_proxy_errors_total and the access log; not a passive-health

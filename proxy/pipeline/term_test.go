@@ -68,6 +68,31 @@ func TestTermLatch(t *testing.T) {
 		t.Fatalf("raised to 350ms, at 300ms: wait %v cut %v, want 50ms, false", w, cut)
 	}
 
+	// Under heavy loss (p ≥ HW) the threshold falls to LB = 100ms; a
+	// request cut at 120ms counts one termination, reclaims min(120ms,
+	// UB − 120ms) = 120ms, and (an app without a controller) tells no
+	// ticket.
+	for i := 0; i < 200; i++ {
+		cl.Arrive()
+		if i%2 == 0 {
+			cl.Reject()
+		}
+	}
+	c.Tick(t0)
+	if cl.Threshold() != 100*time.Millisecond {
+		t.Fatalf("threshold after a tick at p = 50%%: %v, want LB", cl.Threshold())
+	}
+	x.Arm(cl, t0)
+	if _, cut := x.Due(t0.Add(120 * time.Millisecond)); !cut {
+		t.Fatal("not cut at 120ms with T = 100ms")
+	}
+	before := cl.Counts()
+	(&App{}).Terminated(&Ticket{}, &x, t0.Add(125*time.Millisecond), 1)
+	after := cl.Counts()
+	if after.Terminated != before.Terminated+1 || after.Reclaimed-before.Reclaimed != 120*time.Millisecond {
+		t.Fatalf("terminated %d→%d, reclaimed +%v; want +1 and +120ms", before.Terminated, after.Terminated, after.Reclaimed-before.Reclaimed)
+	}
+
 	var off Term
 	if off.Arm(nil, t0) != 0 || off.On() || !off.Disarm() || off.Cut() {
 		t.Fatal("a Term without a class is not off")
