@@ -242,6 +242,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	x.ctx = ctx
 	defer func() {
 		x.ctx, x.in, x.t.Ticket, x.t.Req = nil, pipeline.TrustedFwd{}, admission.Ticket{}, admission.Request{}
+		x.abody = abortBody{} // holds nothing of this request in the pool
 		exchangePool.Put(x)
 	}()
 
