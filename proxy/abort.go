@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // Cutting a backend exchange whose HTTP/2 stream was reset.
@@ -53,8 +55,9 @@ type abortable struct {
 
 	mu struct {
 		sync.Mutex
-		conn net.Conn // the backend connection of the exchange in progress
-		cut  bool     // the stream was reset
+		conn net.Conn       // the backend connection of the exchange in progress
+		cut  bool           // the stream was reset
+		term *pipeline.Term // termination armed (term.go): the bound connection's first byte disarms it
 	}
 }
 
@@ -67,8 +70,27 @@ func (ab *abortable) bind(c net.Conn) bool {
 		_ = c.Close()
 		return false
 	}
+	if ab.mu.term != nil {
+		if ic, ok := ab.mu.conn.(*idleConn); ok {
+			ic.term.Store(nil) // an earlier attempt's connection
+		}
+		if ic, ok := c.(*idleConn); ok {
+			ic.term.Store(ab.mu.term)
+		}
+	}
 	ab.mu.conn = c
 	return true
+}
+
+// track sets (t) or ends (nil) the watch of the bound connection's first
+// response byte for termination (term.go).
+func (ab *abortable) track(t *pipeline.Term) {
+	ab.mu.Lock()
+	ab.mu.term = t
+	if ic, ok := ab.mu.conn.(*idleConn); ok {
+		ic.term.Store(t)
+	}
+	ab.mu.Unlock()
 }
 
 // unbind ends the hold: the connection is no longer this exchange's.

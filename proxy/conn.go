@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // idleConn is a backend connection whose read and write deadlines are
@@ -24,6 +26,11 @@ type idleConn struct {
 	readDead  bool // a timeout expired on this conn
 	writeDead bool
 	addr      connAddr // RemoteAddr: the address and this conn (abort.go)
+	// term is the termination state of the exchange in progress on this
+	// connection, while its timer is armed (term.go): the first response
+	// byte read disarms it. Nil for any other exchange: one atomic load
+	// per Read.
+	term atomic.Pointer[pipeline.Term]
 }
 
 // RemoteAddr names the backend and this connection (abortBody.bind).
@@ -47,7 +54,14 @@ func (c *idleConn) Read(b []byte) (int, error) {
 	if err := c.refresh(&c.readSet, c.Conn.SetReadDeadline); err != nil {
 		return 0, err
 	}
-	return c.Conn.Read(b)
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		if t := c.term.Load(); t != nil {
+			c.term.Store(nil)
+			t.Disarm()
+		}
+	}
+	return n, err
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {

@@ -415,6 +415,57 @@
 // from that design: an h2 request without a body reaches the backend with
 // Content-Length: 0 (HTTP/1.1 requests are forwarded as they came).
 //
+// # Selective early termination (pipeline/term.go, term.go, the loops' sweep)
+//
+// A request of a class that declares terminate (docs/termination.md;
+// package sert is the threshold controller) is cut once it has run longer
+// than the class's current threshold since dispatch, before any response
+// byte: the backend connection is closed (h2: the exchange bound to the
+// stream is cut the same way), the client gets 503 with X-Sentry-Reject:
+// terminated and the app's Retry-After (reject.retry_after, as a
+// rejection without a computed wait: the loss is the server's, so never
+// 429), and the request is never retried. The rules, once for every
+// engine, are pipeline.Term's: which requests (App.TermClass: the class's
+// terminator and its methods, GET and HEAD by default; the engines
+// exclude upgrades and request bodies that stream), the latch between the
+// timer and the first response byte (sert.Latch, one compare-and-swap),
+// a timer that looks again at least every lower bound so a threshold that
+// moves applies to requests in flight (raised: it re-arms for the rest;
+// lowered: the cut comes at most LB late), and the completion
+// (App.Terminated: sert.Class.Terminate, Reclaim of min(elapsed, UB −
+// elapsed) -- the remaining time expected of a heavy-tailed request of
+// that age, capped at what UB leaves -- and the ticket told the cut with sert.Sample's measured time, at least
+// the threshold, so the estimator's S and the batch test see the cost).
+// The outcome is OutTerminated: 503, reason "terminated" in
+// sentry_proxy_errors_total and the access log; not a passive-health
+// failure (the backend did nothing wrong).
+//
+// How each engine cuts:
+//
+//   - The loops: the exchange holds its Term and the time its timer looks
+//     next; the sweep that already enforces the response timeout over the
+//     active exchanges (every 10 ms) checks it, so there is no timer
+//     object, no goroutine and no allocation, and the cut has the sweep's
+//     resolution. The response head disarms it; a cut closes the backend
+//     socket and answers like any reply the loop makes itself.
+//   - fasthttp and h2: abort.go's mechanism. The request's body is an
+//     abortBody that binds the backend connection fasthttp picked to an
+//     abortable (an h2 stream's own; for HTTP/1.1 one in the pooled
+//     exchange), and the timer (one time.Timer per pooled exchange,
+//     re-armed per request) closes it. The first byte read from that
+//     connection (idleConn.Read) disarms the latch, so a response whose
+//     head came in time is never cut while fasthttp reads its body.
+//     Cost, for terminable requests only: the body goes as a stream, so a
+//     body-less GET reaches the backend with Content-Length: 0, and
+//     fasthttp's own retry of a stale keep-alive connection is off for
+//     them (as for every h2 request).
+//
+// An app without terminate pays one nil check (App.Term); a terminating
+// class allocates nothing per request on either engine
+// (BenchmarkRelayTerminable). TestTermination pins the behaviour on the
+// loops, fasthttp and h2; testdata/evloop/terminate.txt the loop's, on a
+// manual clock.
+//
 // # Failures to statuses (status.go, the only place)
 //
 // Connect failure 502 (retried on another backend first, since nothing was

@@ -11,6 +11,7 @@ import (
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/estimator"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/sentry-proxy/sentry/sert"
 )
 
 // exchange is the per-request scratch space, pooled so the request path
@@ -23,6 +24,18 @@ type exchange struct {
 	in    pipeline.TrustedFwd // what a trusted proxy sent
 	st    []byte              // stripped Server-Timing
 	wake  chanWaker           // the Waker of a parked admission (awaitPending)
+
+	// Selective early termination (term.go): the exchange's termination
+	// state, its timer (made once per pooled exchange) and, for an
+	// HTTP/1.1 request, the hold on the backend connection the timer cuts
+	// (an h2 request uses its stream's).
+	term  pipeline.Term
+	tm    *time.Timer
+	tmu   sync.Mutex // guards tOn and tCut against the timer's goroutine
+	tOn   bool
+	tCut  *abortable
+	ab    abortable
+	abody abortBody
 }
 
 // exchange is the classifier's view of the request (classify.Request).
@@ -233,6 +246,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	x.ctx = ctx
 	defer func() {
 		x.ctx, x.in, x.t.Ticket, x.t.Req = nil, pipeline.TrustedFwd{}, admission.Ticket{}, admission.Request{}
+		x.abody = abortBody{} // holds nothing of this request in the pool
 		exchangePool.Put(x)
 	}()
 
@@ -365,8 +379,40 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 			ab.b, ab.src, ab.cl = nil, cb, body.cl
 		}
 	}
+	// Selective early termination (term.go): never a body that streams
+	// from the client (cb), never an upgrade (returned above).
+	var tcl *sert.Class
+	if cb == nil {
+		tcl = a.TermClass(&x.t, h.Method())
+	}
+	if tcl != nil && ab == nil {
+		// HTTP/1.1: the exchange's own hold on the backend connection,
+		// bound the way an h2 stream's is (abort.go).
+		x.ab.reset()
+		x.abody = abortBody{ab: &x.ab, resp: &ctx.Response, b: req.Body(), cl: len(req.Body())}
+		ab = &x.abody
+	}
 	dispatch := time.Now()
+	if tcl != nil {
+		x.armTerm(tcl, dispatch, ab.ab)
+	}
 	o, u, inService := p.relay(a, out, &ctx.Response, cb, ab)
+	if tcl != nil {
+		x.stopTerm()
+		if cut == nil {
+			x.ab.unbind() // the timer is stopped: nothing cuts this hold any more
+		}
+		if x.term.Cut() {
+			// The timer won the latch (term.go): the backend connection
+			// was closed; whatever came back is dropped, and the request
+			// is not retried (relay saw the cut).
+			a.Terminated(&x.t, &x.term, time.Now(), inService)
+			o = pipeline.OutTerminated
+		} else {
+			x.term.Disarm()
+			x.term.Off()
+		}
+	}
 	if o == pipeline.OutRelayed {
 		// The complete step (package pipeline): the ticket is told the
 		// outcome.
@@ -453,8 +499,10 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 				ab.ab.unbind()
 			}
 			if err != nil && ab.ab.wasCut() {
+				// The stream was reset, or termination cut it (the
+				// caller tells which): never retried.
 				a.Pool.Release(b, true)
-				return pipeline.OutClientGone, u, 0
+				return pipeline.OutClientGone, u, inService
 			}
 		}
 		if err == nil {

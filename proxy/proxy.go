@@ -19,6 +19,7 @@ import (
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/sentry-proxy/sentry/sert"
 )
 
 // Options are the proxy's collaborators. Only Logger is optional.
@@ -268,6 +269,10 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	return nil
 }
 
+// terminator is what package control's App offers for termination
+// (control.App.Termination).
+type terminator interface{ Termination() *sert.Controller }
+
 func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 	a := &pipeline.App{Policy: ac, Name: ac.Name, ReqID: ac.RequestIDHeader, Trusted: len(ac.TrustedProxies) > 0, LoopOK: true}
 	for _, addr := range ac.Backends.Static {
@@ -299,6 +304,12 @@ func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 		}
 		a.Controller, a.Off = ctl, ac.Admission.Mode == "off"
 		classes = ctl.Classes()
+		// Selective early termination: only for an app one of whose
+		// classes declares terminate (policy.App.Terminate is nil
+		// otherwise), so any other app's requests pay one nil check.
+		if tc, ok := ctl.(terminator); ok && len(ac.Terminate) > 0 {
+			a.Term = tc.Termination()
+		}
 	}
 	a.Decisions = p.metrics.classDecisions(ac.Name, classes)
 	a.ClassLatency = p.metrics.classLatency(ac.Name, classes)

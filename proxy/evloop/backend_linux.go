@@ -124,6 +124,12 @@ func (l *eventLoop) bind(c *cconn, bc *bconn) {
 	ex.b, bc.c = bc, c
 	ex.sent, ex.gotBytes, ex.bkClose = 0, false, false
 	ex.dispatch = l.now
+	if ex.termCl != nil && ex.attempts == 1 {
+		// The termination clock starts at the first dispatch; a retry
+		// does not restart it (as on the fasthttp path, whose timer spans
+		// relay's attempts).
+		ex.termAt = l.nowNs + int64(ex.term.Arm(ex.termCl, l.now))
+	}
 	if bc.in == nil {
 		bc.in = l.getBuf()
 	}

@@ -418,6 +418,10 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
 	r = append(r, b[h.N:ex.total]...)
 	ex.req = r
 	ex.attempts = 0
+	// Selective early termination (pipeline/term.go): the loop holds the
+	// body whole and hands upgrades to fasthttp, so only the class and
+	// the method decide. Armed at each dispatch (bind).
+	ex.termCl = a.TermClass(&ex.t, h.Method.Of(b))
 	l.dispatch(c, nil)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/sentry-proxy/sentry/sert"
 )
 
 // conn_linux.go: the loop itself -- its connections and exchanges
@@ -64,6 +65,13 @@ type exch struct {
 	attempts  int           // attempts to relay so far, the current one included (pipeline.TryAgain)
 	deadline  int64
 	activeIdx int
+	// Selective early termination (pipeline/term.go): termCl is the
+	// class when the request is terminable (nil: never cut); term its
+	// state from dispatch; termAt when the sweep looks next (0: not
+	// armed).
+	termCl *sert.Class
+	term   pipeline.Term
+	termAt int64
 	// pend is the admission ticket of an exchange parked for its batch
 	// decision (nil otherwise); parkIdx is its place in parked.
 	pend    admission.Pending
@@ -307,6 +315,10 @@ func (l *eventLoop) sweep() {
 			i--
 			continue
 		}
+		if ex.termAt != 0 && l.nowNs >= ex.termAt && l.terminate(c) {
+			i--
+			continue
+		}
 		if c.outAt != 0 && l.nowNs-c.outAt > int64(l.ff.write) {
 			l.abort(c, pipeline.OutClientGone)
 			l.closeClient(c)
@@ -357,6 +369,39 @@ func (l *eventLoop) sweep() {
 			l.idleBk[u] = keep
 		}
 	}
+}
+
+// terminate is the termination timer of c's exchange, looked at by the
+// sweep once its time has come (ex.termAt): before the response head
+// (Connecting, Sending) and once the class's current threshold has passed
+// since dispatch, the backend connection is closed (never reused), the
+// ticket is told the cut (pipeline.App.Terminated), and the client gets
+// 503 terminated; the request is not retried. A threshold that rose
+// since the timer was armed re-arms it for the rest. It reports whether
+// the exchange ended.
+func (l *eventLoop) terminate(c *cconn) bool {
+	ex := &c.ex
+	if ex.state != Connecting && ex.state != Sending {
+		ex.termAt = 0
+		return false
+	}
+	wait, cut := ex.term.Due(l.now)
+	if !cut {
+		ex.termAt = 0
+		if wait > 0 {
+			ex.termAt = l.nowNs + int64(wait)
+		}
+		return false
+	}
+	ex.termAt = 0
+	if bc := ex.b; bc != nil {
+		ex.b, bc.c = nil, nil
+		l.closeBackend(bc)
+	}
+	l.release(ex, true) // the backend did nothing wrong: no passive-health failure
+	ex.a.Terminated(&ex.t, &ex.term, l.now, ex.inService)
+	l.respond(c, ex.a, pipeline.OutTerminated, admission.Decision{})
+	return true
 }
 
 // startDrain: idle connections get idleGrace for one more request, busy

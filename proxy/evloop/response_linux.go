@@ -39,6 +39,11 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 		c.closing = true
 	}
 	ex.bkClose = rh.ConnClose || rh.Minor == 0 && !rh.ConnKeepAlive
+	// The first response byte disarms termination (one goroutine: the
+	// loop's own sweep is the only other party, so Disarm always wins
+	// here).
+	ex.termAt = 0
+	ex.term.Disarm()
 	now := l.clock()
 	ex.upstrm = now.Sub(ex.dispatch)
 	if ex.u.Answered() {
@@ -276,6 +281,8 @@ func (l *eventLoop) done(c *cconn, o pipeline.Outcome, status int) {
 		l.access(c, o, status)
 	}
 	ex.lbb, ex.u, ex.a = nil, nil, nil
+	ex.termCl, ex.termAt = nil, 0
+	ex.term.Off()
 	l.setState(c, Idle)
 	c.lastNs = l.nowNs
 	if c.in != nil && ex.total <= c.n {

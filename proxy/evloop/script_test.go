@@ -22,6 +22,7 @@ import (
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/sentry-proxy/sentry/sert"
 )
 
 // The tests run the loops with strictStates: an illegal exchange
@@ -46,7 +47,8 @@ func init() { strictStates = true }
 //	backend-hangup b1 [reset]   the backend closes (or resets)
 //	advance 10ms                the clock moves; the loop sweeps its timers
 //	decide admit|reject         the parked requests' batch run decides (wakes the loop)
-//	set park=true|false client-cap=N dial=refuse|progress|now
+//	set park=true|false client-cap=N dial=refuse|progress|now terminate=[LB,]UB|off
+//	term                        the class's threshold, terminations and reclaimed time
 //	state c1                    the exchange state of c1
 //	failures                    each backend's passive-health failures
 func TestEvloopScripts(t *testing.T) {
@@ -164,6 +166,45 @@ func scriptApp(t *testing.T, ctl *scriptControl) *pipeline.App {
 	return a
 }
 
+// terminate gives the script's class a termination range with upper
+// bound v ("lower,upper" or "upper": lower 10ms, methods GET and HEAD;
+// "off": none). The threshold starts at, and a change moves it to, the
+// upper bound (F = 1 until a tick), which is how a script moves it while
+// a request is in flight.
+func (h *loopScript) terminate(line int, v string) {
+	a := h.l.ff.cfg.Routes.Load().Default
+	if v == "off" {
+		a.Term = nil
+		return
+	}
+	lower, upper := 10*time.Millisecond, time.Duration(0)
+	lo, up, ok := strings.Cut(v, ",")
+	if !ok {
+		up, lo = lo, ""
+	}
+	var err error
+	if lo != "" {
+		if lower, err = time.ParseDuration(lo); err != nil {
+			h.t.Fatalf("line %d: terminate=%s: %v", line, v, err)
+		}
+	}
+	if upper, err = time.ParseDuration(up); err != nil {
+		h.t.Fatalf("line %d: terminate=%s: %v", line, v, err)
+	}
+	cfg := sert.Config{Params: sert.DefaultParams(), Classes: []*sert.ClassConfig{{Name: "gold", Lower: lower, Upper: upper}}}
+	if a.Term == nil {
+		c, err := sert.New(cfg)
+		if err != nil {
+			h.t.Fatalf("line %d: %v", line, err)
+		}
+		a.Term = c
+		return
+	}
+	if err := a.Term.Reconfigure(cfg); err != nil {
+		h.t.Fatalf("line %d: %v", line, err)
+	}
+}
+
 func (h *loopScript) printf(format string, args ...any) {
 	h.out = append(h.out, fmt.Sprintf(format, args...))
 }
@@ -208,6 +249,8 @@ func (h *loopScript) exec(line int, cmd string) []string {
 				h.sys.clientCap = n
 			case "dial":
 				h.sys.dial = v
+			case "terminate":
+				h.terminate(line, v)
 			default:
 				h.t.Fatalf("line %d: set %s: unknown", line, k)
 			}
@@ -274,6 +317,10 @@ func (h *loopScript) exec(line int, cmd string) []string {
 		for _, b := range h.l.ff.cfg.Routes.Load().Default.Pool.Backends() {
 			h.printf("%s: failures=%d healthy=%v", b.Addr(), b.Failures(), b.Healthy())
 		}
+	case "term":
+		cl := h.l.ff.cfg.Routes.Load().Default.Term.Class(0)
+		n := cl.Counts()
+		h.printf("term: threshold=%v terminated=%d reclaimed=%v", cl.Threshold(), n.Terminated, n.Reclaimed)
 	case "state":
 		c, _ := client()
 		h.printf("%s: %v", fields[1], c.ex.state)

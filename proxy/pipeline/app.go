@@ -10,6 +10,7 @@ import (
 	"github.com/sentry-proxy/sentry/classify"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/sert"
 )
 
 // app.go: the per-app runtime both engines run requests against: the
@@ -51,13 +52,17 @@ type App struct {
 	Name       string
 	Pool       *lb.Pool
 	Controller Controller // nil: no classification, admit all
-	Off        bool       // admission mode off: never call Admit
-	LoopOK     bool       // every backend address is an IP:port (the event loops never resolve names)
-	Reject     RejectResponse
-	Trusted    bool // has trusted proxies
-	ReqID      string
-	Metrics    *AppMetrics
-	Shared     *AppShared
+	// Term is the app's selective early termination (package sert), set
+	// only when a class of the policy declares terminate: nil is the one
+	// check a request of an app without it pays (term.go).
+	Term    *sert.Controller
+	Off     bool // admission mode off: never call Admit
+	LoopOK  bool // every backend address is an IP:port (the event loops never resolve names)
+	Reject  RejectResponse
+	Trusted bool // has trusted proxies
+	ReqID   string
+	Metrics *AppMetrics
+	Shared  *AppShared
 	// decisions[class][verdict], resolved for this snapshot's classes.
 	Decisions [][]prometheus.Counter
 	// ClassLatency[class] is the latency histogram of the class's

@@ -38,6 +38,9 @@ func ReplyFor(a *App, o Outcome, d admission.Decision) Reply {
 		}
 		return Reply{Status: status, Retry: secs, Verdict: verdictBytes[d.Verdict], Body: body}
 	}
+	if o == OutTerminated {
+		return a.terminatedReply()
+	}
 	r := Reply{Status: StatusOf(o), Retry: -1, Body: errorBodies[o]}
 	if o == OutBackendBusy || o == OutBufferFull {
 		r.Retry = 1
@@ -46,7 +49,7 @@ func ReplyFor(a *App, o Outcome, d admission.Decision) Reply {
 }
 
 // errorBodies holds ErrorBody's texts as bytes, so no reply converts one.
-var errorBodies = func() (t [OutMethodNotAllowed + 1][]byte) {
+var errorBodies = func() (t [NumOutcomes][]byte) {
 	for o := range t {
 		t[o] = []byte(ErrorBody(Outcome(o)))
 	}

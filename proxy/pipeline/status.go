@@ -26,13 +26,14 @@ const (
 	OutBodyTimeout                     // request body too slow (body_timeout, body_min_rate): 408
 	OutBufferFull                      // request_buffer_total reached: 503 + Retry-After
 	OutMethodNotAllowed                // CONNECT: sentry is not a forward proxy: 405
+	OutTerminated                      // cut by selective early termination before any response byte: 503 + Retry-After (term.go)
 	NumOutcomes
 )
 
 // StatusOf maps an outcome to its HTTP status.
 func StatusOf(o Outcome) int {
 	switch o {
-	case OutNoBackend, OutBackendBusy, OutBufferFull:
+	case OutNoBackend, OutBackendBusy, OutBufferFull, OutTerminated:
 		return http.StatusServiceUnavailable
 	case OutBodyTimeout:
 		return http.StatusRequestTimeout
@@ -87,6 +88,8 @@ func ErrorBody(o Outcome) string {
 		return "sentry: request body too slow\n"
 	case OutBufferFull:
 		return "sentry: too many request bodies in progress, retry later\n"
+	case OutTerminated:
+		return "sentry: request ran past this class's termination threshold, retry later\n"
 	}
 	return ""
 }
@@ -127,4 +130,5 @@ var OutcomeReason = [...]string{
 	OutBodyTimeout:      "body_timeout",
 	OutBufferFull:       "buffer_full",
 	OutMethodNotAllowed: "method_not_allowed",
+	OutTerminated:       "terminated",
 }
