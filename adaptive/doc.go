@@ -50,6 +50,54 @@
 //     fall-back starts from what batch mode admitted), and Carry copies a
 //     class's learned rate and cur into a rebuilt controller (reload).
 //
+// # The scaled rule (Config.Scaled; sentry's default)
+//
+// The paper's constants are absolute: an increase of at most about 1.6
+// requests/s per run, a lower class divided by 10, and an initial rate of
+// RateMax. On a farm of 320 requests/s a flash crowd run with them
+// (e2e/scenarios/flash-adaptive.yaml) reached 0.06× capacity as goodput:
+// the crowd arrived to a class still at RateMax (p95 near 3 s), was then
+// cut to the minimum, and climbed back for minutes. Scaled keeps the
+// paper's structure (the percentile, α, err, err_d, err_i, the bucket
+// emptied on a cut, the multiclass order) and changes what each step is
+// measured against, so that one setting serves a farm of 300 requests/s
+// and one of 30,000:
+//
+//   - Increase (err ≤ err_i): the paper's adj_i·x, x = −(err − c_i), plus
+//     ScaledGain·y·rate per Timeout elapsed since the class's last run
+//     (not per run, which comes more often at higher rates), where y =
+//     (err_i − e)/(1 + err_i) is the room left under the raise
+//     threshold, e the larger of the smoothed and the last sample's
+//     error: the rate at most doubles a second while the farm is empty,
+//     and stops rising as the percentile nears half the target. The
+//     proportional part is skipped while the class admits more than
+//     QueueGrowth (1.1) times what it completes: the farm's queue is
+//     growing and the percentile will show it a response time later.
+//   - Ceiling: an increase never takes the rate above Headroom (4) × the
+//     class's offered rate since its last run + HeadroomMin (10/s), and
+//     a rate above that comes down to it. This replaces the initial rate
+//     of RateMax: a quiet class holds a rate near what it is offered, not
+//     5000/s, so a crowd that arrives is admitted from there (the first
+//     run brings a fresh controller's RateMax down the same way).
+//   - Cut (err > err_d): from what the class completes, not from its
+//     token rate: rate = min(rate, completions/s)/adj_d, and the bucket
+//     emptied; then no further cut of that class for one response time
+//     (the last sample), until the requests admitted after the cut can
+//     show its effect. Without this hold the lagging percentile cut the
+//     class four or five times for one overload.
+//   - Between the thresholds the rate is held, but never above what the
+//     class completes, once every less important class is at the
+//     minimum: admitting more than the farm finishes only grows its queue.
+//   - A less important class cut for a more important one is cut the
+//     same way, by adj_d from its completions (not by adj_lo = 10), once
+//     per response time; the order (least important first, one class per
+//     run) and the no-increase rule are the paper's.
+//
+// Config.Scaled false is the paper's rule exactly; the script tests in
+// testdata pin it with hand-computed numbers, and scaled.txt pins the
+// scaled rule's. sentry's policy picks with admission.adaptive.rule
+// (scaled by default, paper for comparison).
+//
 // # Several classes (§3.3)
 //
 // While class c is over target (err > err_d at its last run), no less
