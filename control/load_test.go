@@ -1,0 +1,79 @@
+package control
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sentry-proxy/sentry/admission"
+)
+
+// TestLoadIsBatchModelOverRSLA: Load is (Q + max(1, (η+1)/P)·S̄)/R_sla,
+// recomputed at most every loadEvery: a change in flight shows only once
+// 5 ms have passed.
+func TestLoadIsBatchModelOverRSLA(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	m, _ := newManager(t, clock)
+	pool := &fakePool{}
+	pool.healthy.Store(2)
+	a, err := m.Build(testApp("batch"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Load(now); got != 0 {
+		t.Fatalf("load with nothing learned = %v, want 0", got)
+	}
+	key := []byte("/x")
+	for i := 0; i < 200; i++ {
+		a.Estimate(1, key, now)
+		a.Done(&admission.Ticket{Class: 1, Key: key, Arrival: now.Add(-100 * time.Millisecond)},
+			admission.Result{ServerTiming: []byte("cpu;dur=100, queue;dur=0"), Measured: 100 * time.Millisecond, InService: 1, End: now})
+		now = now.Add(5 * time.Millisecond)
+	}
+	s := a.est.ClassMean(1).Seconds()
+	if math.Abs(s-0.1) > 0.005 {
+		t.Fatalf("class mean S %v, want about 100ms", s)
+	}
+	rsla := a.RSLA().Seconds()
+	if rsla != 1 {
+		t.Fatalf("R_sla %v, want 1s", rsla)
+	}
+	want := func(inflight float64) float64 {
+		q := a.Q().Seconds()
+		return (q + max(1, (inflight/2+1)/max(a.batch.Parallelism(), 1))*s) / rsla
+	}
+	now = now.Add(loadEvery)
+	if got, w := a.Load(now), want(0); math.Abs(got-w) > 1e-9 || got < 0.09 || got > 0.11 {
+		t.Fatalf("idle load = %v, want %v (S/R_sla)", got, w)
+	}
+	pool.inflight.Store(200)
+	if got := a.Load(now.Add(loadEvery - time.Millisecond)); got > 0.11 {
+		t.Errorf("load recomputed within %v: %v", loadEvery, got)
+	}
+	now = now.Add(loadEvery)
+	got, w := a.Load(now), want(200)
+	if math.Abs(got-w) > 1e-9 || got <= 1 {
+		t.Errorf("load with 100 in flight per backend = %v, want %v (> 1)", got, w)
+	}
+	pool.healthy.Store(0)
+	if got := a.Load(now.Add(loadEvery)); got != 0 {
+		t.Errorf("load without a healthy backend = %v, want 0", got)
+	}
+}
+
+// BenchmarkLoad: the per-request read allocates nothing.
+func BenchmarkLoad(b *testing.B) {
+	m, _ := newManager(b, nil)
+	pool := &fakePool{}
+	pool.healthy.Store(2)
+	a, err := m.Build(testApp("batch"), pool)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		_ = a.Load(now.Add(time.Duration(i) * time.Microsecond))
+	}
+}
