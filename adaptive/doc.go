@@ -101,6 +101,11 @@
 //     important class that ran within Timeout (they share the farm). The
 //     most important class borrows nothing.
 //
+// A limit of the farm-wide queue test: it counts admissions against
+// completions (Observe), so admitted requests that never complete (a
+// backend error, a client gone) look like queue; up to a tenth of them
+// are tolerated.
+//
 // Config.Scaled false is the paper's rule exactly; the scripts in
 // testdata pin it with hand-computed numbers, and testdata/scaled.txt
 // pins the scaled rule's. sentry's policy picks with
