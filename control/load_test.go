@@ -12,25 +12,26 @@ import (
 // recomputed at most every loadEvery: a change in flight shows only once
 // 5 ms have passed.
 func TestLoadIsBatchModelOverRSLA(t *testing.T) {
-	now := time.Unix(1000, 0)
-	clock := func() time.Time { return now }
-	m, _ := newManager(t, clock)
+	ck := newClock() // atomic: the app's goroutines read it too
+	m, _ := newManager(t, ck.now)
 	pool := &fakePool{}
 	pool.healthy.Store(2)
 	a, err := m.Build(testApp("batch"), pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := a.Load(now); got != 0 {
+	if got := a.Load(ck.now()); got != 0 {
 		t.Fatalf("load with nothing learned = %v, want 0", got)
 	}
 	key := []byte("/x")
 	for i := 0; i < 200; i++ {
+		now := ck.now()
 		a.Estimate(1, key, now)
 		a.Done(&admission.Ticket{Class: 1, Key: key, Arrival: now.Add(-100 * time.Millisecond)},
 			admission.Result{ServerTiming: []byte("cpu;dur=100, queue;dur=0"), Measured: 100 * time.Millisecond, InService: 1, End: now})
-		now = now.Add(5 * time.Millisecond)
+		ck.add(5 * time.Millisecond)
 	}
+	now := ck.now()
 	s := a.est.ClassMean(1).Seconds()
 	if math.Abs(s-0.1) > 0.005 {
 		t.Fatalf("class mean S %v, want about 100ms", s)
@@ -43,7 +44,8 @@ func TestLoadIsBatchModelOverRSLA(t *testing.T) {
 		q := a.Q().Seconds()
 		return (q + max(1, (inflight/2+1)/max(a.batch.Parallelism(), 1))*s) / rsla
 	}
-	now = now.Add(loadEvery)
+	ck.add(loadEvery)
+	now = ck.now()
 	if got, w := a.Load(now), want(0); math.Abs(got-w) > 1e-9 || got < 0.09 || got > 0.11 {
 		t.Fatalf("idle load = %v, want %v (S/R_sla)", got, w)
 	}
@@ -51,7 +53,8 @@ func TestLoadIsBatchModelOverRSLA(t *testing.T) {
 	if got := a.Load(now.Add(loadEvery - time.Millisecond)); got > 0.11 {
 		t.Errorf("load recomputed within %v: %v", loadEvery, got)
 	}
-	now = now.Add(loadEvery)
+	ck.add(loadEvery)
+	now = ck.now()
 	got, w := a.Load(now), want(200)
 	if math.Abs(got-w) > 1e-9 || got <= 1 {
 		t.Errorf("load with 100 in flight per backend = %v, want %v (> 1)", got, w)
