@@ -148,6 +148,9 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	if f.Hop { // fasthttp's Del scans every header per name: only when there is one
 		stripHopByHop(h, upgrade)
 	}
+	if f.Load { // a client's copy of the load header (pipeline/load.go)
+		h.Del(a.LoadHeader)
+	}
 	// A body that has not arrived whole is read into sentry first
 	// (server.request_buffer), under body_timeout and body_min_rate, so
 	// the request is classified, admitted and counted in flight only once
@@ -310,14 +313,12 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	h.SetBytesKV(pipeline.HdrXFProto, fw.Proto)
 	h.SetBytesKV(pipeline.HdrXFHost, fw.Host)
 	h.SetBytesV(a.ReqID, id)
-	// The degradation signal (pipeline/load.go): a client's copy goes; an
-	// admitted request carries sentry's.
-	if a.LoadHeader != "" {
-		h.Del(a.LoadHeader)
-		if a.Load != nil {
-			var lb [64]byte
-			h.SetBytesV(a.LoadHeader, a.AppendLoad(lb[:0], x.t.Class, time.Now()))
-		}
+	// The degradation signal (pipeline/load.go): an admitted request
+	// carries sentry's (a client's copy went with the header policy:
+	// handle on HTTP/1.1, H2Skip on h2).
+	if a.Load != nil {
+		var lb [64]byte
+		h.SetBytesV(a.LoadHeader, a.AppendLoad(lb[:0], x.t.Class, time.Now()))
 	}
 
 	if upgrade {

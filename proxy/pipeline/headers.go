@@ -243,6 +243,7 @@ type HeadFacts struct {
 	Close     bool // Connection lists "close" (fasthttp sees it only alone)
 	Length    bool // a Content-Length line
 	Hop       bool // a hop-by-hop line (Connection, Upgrade, Expect, HopByHopNames)
+	Load      bool // the app's load header, exactly (its '_' spelling counts in Aliases)
 }
 
 // ScanHead reads the raw header lines fasthttp keeps (RawHeaders; empty
@@ -292,9 +293,10 @@ func ScanHead(raw []byte, reqID, load string) (f HeadFacts) {
 				return true
 			})
 		case KindOther:
+			exactL, aliasL := NameMatch(name, load)
+			f.Load = f.Load || exactL
 			if bytes.IndexByte(name, '_') >= 0 {
 				_, alias := NameMatch(name, reqID)
-				_, aliasL := NameMatch(name, load)
 				if alias || aliasL {
 					f.Aliases = true
 				}

@@ -84,6 +84,8 @@ func TestScanHead(t *testing.T) {
 		{"Host: x\r\nX_Forwarded_For: 1\r\n\r\n", HeadFacts{Hosts: 1, Aliases: true}},
 		{"Host: x\r\nX_Request_Id: 1\r\n\r\n", HeadFacts{Hosts: 1, Aliases: true}},
 		{"Host: x\r\nX_Other: 1\r\n\r\n", HeadFacts{Hosts: 1}},
+		{"Host: x\r\nsentry-load: 0.5\r\n\r\n", HeadFacts{Hosts: 1, Load: true}},
+		{"Host: x\r\nSentry_Load: 0.5\r\n\r\n", HeadFacts{Hosts: 1, Aliases: true}},
 		{"Host: x\r\nKeep-Alive: 5\r\n\r\n", HeadFacts{Hosts: 1, Hop: true}},
 		{"Host: x\r\nExpect: 100-continue\r\n\r\n", HeadFacts{Hosts: 1, Hop: true}},
 		{"Host: x\r\nUpgrade: h2c\r\n\r\n", HeadFacts{Hosts: 1, Hop: true}},
