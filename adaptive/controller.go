@@ -34,8 +34,8 @@ type class struct {
 	lc       int   // runs over target with every less important class at RateMin
 	runs     uint64
 	lastSamp float64
-	// offered at the last run: admitted+rejected (the scaled rule's
-	// offered rate since that run).
+	// admitted+rejected and admitted at the last run (the scaled rule's
+	// offered and admission rates since that run).
 	seenAt, admAt uint64
 	// The farm's admissions and completions (every class) at the last run.
 	farmAdmAt, farmDoneAt uint64
@@ -341,15 +341,14 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 	default:
 		cl.over = false
 		cl.lc = 0
-		// The scaled rule: between the thresholds the rate is held, but
-		// never above what the class completes: admitting more than the
-		// farm finishes only grows its queue until the percentile catches
-		// up (doc.go, "The scaled rule").
-		// As with a cut (§3.3), a class is held to it only once every
-		// less important class is at the minimum: the queue is theirs to
-		// give up first.
-		// While the farm's queue grows, this class gives up the whole
-		// excess at once.
+		// The scaled rule (doc.go): between the thresholds the rate is
+		// held, but never above what the class completes, since admitting
+		// more than the farm finishes only grows its queue until the
+		// percentile catches up; while the farm's queue grows, the class
+		// gives up the whole excess at once. As with a cut (§3.3), a class
+		// is held so only once every less important class is at the
+		// minimum: the queue is theirs to give up first. (A class run on
+		// a borrowed sample completed nothing: it stays at the minimum.)
 		if cfg.Scaled && c.lowerAtMin(i) {
 			target := done
 			if growing {
