@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sentry-proxy/sentry/admission"
 )
 
@@ -13,7 +15,7 @@ import (
 // 5 ms have passed.
 func TestLoadIsBatchModelOverRSLA(t *testing.T) {
 	ck := newClock() // atomic: the app's goroutines read it too
-	m, _ := newManager(t, ck.now)
+	m, reg := newManager(t, ck.now)
 	pool := &fakePool{}
 	pool.healthy.Store(2)
 	a, err := m.Build(testApp("batch"), pool)
@@ -59,10 +61,30 @@ func TestLoadIsBatchModelOverRSLA(t *testing.T) {
 	if math.Abs(got-w) > 1e-9 || got <= 1 {
 		t.Errorf("load with 100 in flight per backend = %v, want %v (> 1)", got, w)
 	}
+	// Exported at scrape time (the value is the one requests read: the
+	// clock has not moved, so it is not recomputed).
+	if v := gaugeValue(t, reg, "sentry_farm_load"); math.Abs(v-got) > 1e-9 {
+		t.Errorf("sentry_farm_load = %v, want %v", v, got)
+	}
 	pool.healthy.Store(0)
 	if got := a.Load(now.Add(loadEvery)); got != 0 {
 		t.Errorf("load without a healthy backend = %v, want 0", got)
 	}
+}
+
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no single %s series", name)
+	return 0
 }
 
 // BenchmarkLoad: the per-request read allocates nothing.
