@@ -113,9 +113,10 @@
 //
 // What it gives (one run each on the 2-core test machine, with
 // `-peers sentry`): flash-adaptive.yaml's goodput went from 0.06× to
-// about 0.4× capacity, with the members admitted whole and the admitted
-// p95 within the 1 s target in nearly every second (docs/algorithms.md
-// §7 has the figures). What it costs: TestPriorityGuaranteeScaled's hard
+// 0.35–0.39× capacity, with the members admitted whole and the admitted
+// p95 within the 1 s target in every second with 20 samples or more
+// (docs/algorithms.md §7 has the figures); the crowd's rate takes 17–20 s
+// to climb to the farm's capacity. What it costs: TestPriorityGuaranteeScaled's hard
 // case (gold and silver alone offer exactly the farm's capacity) keeps
 // the farm at about 92% instead of 70%, but gold's p90 hovers at its
 // target instead of well under it (met in about three quarters of the
