@@ -61,8 +61,18 @@ type Config struct {
 	// paper does not say; default 100ms.
 	Burst time.Duration
 	// InitialRate is every class's rate before its first run. Default
-	// RateMax: admit everything until the response times say otherwise.
+	// RateMax: admit everything until the response times say otherwise
+	// (with Scaled, the first run brings the rate down to the ceiling the
+	// class's offered rate sets).
 	InitialRate float64
+	// Scaled replaces the paper's absolute additive increase and flat cuts
+	// by rules scaled to what the class is measured doing (doc.go, "The
+	// scaled rule"): an increase proportional to the rate, a rate never
+	// raised above Headroom times the offered rate (plus HeadroomMin), and
+	// cuts that start from the measured completion rate. Default false
+	// (the paper's rule, which the script tests pin); sentry's policy
+	// defaults to true (admission.adaptive.rule: scaled).
+	Scaled bool
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -83,6 +93,27 @@ const (
 	DefaultAdjLo      = 10
 	DefaultLCThresh   = 20
 	DefaultBurst      = 100 * time.Millisecond
+)
+
+// The scaled rule's constants (doc.go, "The scaled rule").
+const (
+	// ScaledGain: besides the paper's AdjI·(−(err − c_i)), an increase
+	// adds ScaledGain·y·rate per Timeout elapsed, where y in [0, 1] is the
+	// room left under the raise threshold, (err_i − err)/(1 + err_i), of
+	// the smoothed and the last percentile, whichever is less: at most
+	// ×1.5 a second, whatever the farm's size.
+	ScaledGain = 0.5
+	// QueueGrowth: the proportional increase is skipped while the farm
+	// (every class together) admitted more than QueueGrowth times what
+	// completed since the class's last run: its queue is growing, and the
+	// percentile will show it only about one response time later.
+	QueueGrowth = 1.1
+	// Headroom and HeadroomMin: an increase never takes the rate above
+	// Headroom × the class's offered rate since its last run +
+	// HeadroomMin per second; a bucket at that rate rarely empties under
+	// Poisson arrivals.
+	Headroom    = 4
+	HeadroomMin = 10
 )
 
 // MaxClasses bounds the number of classes.

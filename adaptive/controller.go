@@ -34,6 +34,15 @@ type class struct {
 	lc       int   // runs over target with every less important class at RateMin
 	runs     uint64
 	lastSamp float64
+	// admitted+rejected and admitted at the last run (the scaled rule's
+	// offered and admission rates since that run).
+	seenAt, admAt uint64
+	// The farm's admissions and completions (every class) at the last run.
+	farmAdmAt, farmDoneAt uint64
+	// holdUntil: the scaled rule makes no further cut of this class before
+	// it (unix ns): the requests admitted after a cut need about one
+	// response time to complete and show its effect.
+	holdUntil int64
 
 	admitted, rejected atomic.Uint64
 }
@@ -51,6 +60,7 @@ type Controller struct {
 	// takes it. Lock order: mu, then one class's bucket lock.
 	mu      sync.Mutex
 	scratch []float64
+	done    uint64 // completions observed, every class (guarded by mu)
 }
 
 var _ admission.Admitter = (*Controller)(nil)
@@ -138,9 +148,10 @@ func (c *Controller) Observe(class int, rt time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cl := c.classes[idx]
+	c.done++
 	cl.samples = append(cl.samples, float64(max(rt, 0)))
 	if len(cl.samples) >= c.cfg.NReq {
-		c.run(idx, now)
+		c.run(idx, now, 0)
 	}
 }
 
@@ -152,19 +163,48 @@ func (c *Controller) Tick(now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, cl := range c.classes {
-		if len(cl.samples) > 0 && ns-cl.lastRun >= int64(c.cfg.Timeout) {
-			c.run(i, ns)
+		if ns-cl.lastRun < int64(c.cfg.Timeout) {
+			continue
+		}
+		if len(cl.samples) > 0 {
+			c.run(i, ns, 0)
+		} else if b := c.borrow(i, ns); b > 0 {
+			c.run(i, ns, b)
 		}
 	}
+}
+
+// borrow is the scaled rule's sample for a starved class i (doc.go, "The
+// scaled rule"): a class with no completion since its last run, Timeout
+// or more ago, that rejected requests meanwhile, takes the last sample of
+// the nearest more important class that ran within Timeout (they share
+// the farm). 0: none (the paper's rule, the most important class, a
+// class that rejected nothing, or no such sample).
+func (c *Controller) borrow(i int, now int64) float64 {
+	cl := c.classes[i]
+	if !c.cfg.Scaled || i == 0 {
+		return 0
+	}
+	adm := cl.admitted.Load()
+	if adm+cl.rejected.Load()-cl.seenAt <= adm-cl.admAt { // rejected none since
+		return 0
+	}
+	for j := i - 1; j >= 0; j-- {
+		if hi := c.classes[j]; hi.runs > 0 && now-hi.lastRun <= int64(c.cfg.Timeout) {
+			return hi.lastSamp
+		}
+	}
+	return 0
 }
 
 // staleRuns is how many timeouts without a run make a class's smoothed
 // percentile stale (see run).
 const staleRuns = 5
 
-// run is one controller iteration for class i (§3.2, with §3.3's rules).
-// Called with c.mu held.
-func (c *Controller) run(i int, now int64) {
+// run is one controller iteration for class i (§3.2, with §3.3's rules),
+// on its samples, or on borrowed when it has none (Tick, the scaled
+// rule). Called with c.mu held.
+func (c *Controller) run(i int, now int64, borrowed float64) {
 	cfg := &c.cfg
 	cl := c.classes[i]
 	// Decision (beyond the paper): a class whose previous run is more than
@@ -172,11 +212,33 @@ func (c *Controller) run(i int, now int64) {
 	// request every few seconds); its cur describes an overload long gone,
 	// so this run restarts the average from samp, as the first run does.
 	stale := now-cl.lastRun > staleRuns*int64(cfg.Timeout)
+	offered, _, done := c.measured(cl, now)
+	cl.admAt = cl.admitted.Load()
+	cl.seenAt = cl.admAt + cl.rejected.Load()
+	var farmAdm uint64
+	for _, x := range c.classes {
+		farmAdm += x.admitted.Load()
+	}
+	// The farm's queue grows when, since this class's last run, every
+	// class together admitted more than QueueGrowth times what completed.
+	farmIn, farmOut := float64(farmAdm-cl.farmAdmAt), float64(c.done-cl.farmDoneAt)
+	growing := farmIn > QueueGrowth*farmOut
+	// excess: how much faster than it completes the farm was fed, per
+	// second, since this class's last run.
+	excess := 0.0
+	if secs := float64(now-cl.lastRun) / 1e9; secs > 0 {
+		excess = max(0, farmIn-farmOut) / secs
+	}
+	cl.farmAdmAt, cl.farmDoneAt = farmAdm, c.done
+	elapsed := float64(now-cl.lastRun) / float64(cfg.Timeout)
 	cl.lastRun = now
 	cl.runs++
 	// samp: the Percentile-th of the samples, by sorting (the paper takes
 	// the (0.9·nreq)-th).
 	s := append(c.scratch[:0], cl.samples...)
+	if len(s) == 0 {
+		s = append(s, borrowed) // Tick's borrowed sample (scaled rule)
+	}
 	cl.samples = cl.samples[:0]
 	slices.Sort(s)
 	k := int(math.Ceil(cfg.Percentile/100*float64(len(s)))) - 1
@@ -200,6 +262,13 @@ func (c *Controller) run(i int, now int64) {
 		noRaise = noRaise || hi.over
 	}
 	rate := math.Float64frombits(cl.rate.Load())
+	ceil := max(cfg.RateMin, Headroom*offered+HeadroomMin)
+	if cfg.Scaled && rate > ceil {
+		// The scaled rule's ceiling holds at every run (a fresh
+		// controller's RateMax comes down at its first run).
+		c.setRate(cl, ceil, false)
+		rate = ceil
+	}
 	switch {
 	case cl.err > cfg.ErrD:
 		cl.over = true
@@ -218,7 +287,18 @@ func (c *Controller) run(i int, now int64) {
 				continue
 			}
 			if lr := math.Float64frombits(lo.rate.Load()); lr > cfg.RateMin {
-				c.setRate(lo, lr/cfg.AdjLo, true)
+				if cfg.Scaled {
+					// The scaled rule: by adj_lo from what the class
+					// completes, at most once per its response time or
+					// Timeout: doc.go, "The scaled rule".
+					if now >= lo.holdUntil {
+						_, _, loDone := c.measured(lo, now)
+						c.setRate(lo, min(lr, max(loDone, cfg.RateMin))/cfg.AdjLo, true)
+						lo.holdUntil = now + min(int64(lo.lastSamp), int64(cfg.Timeout))
+					}
+				} else {
+					c.setRate(lo, lr/cfg.AdjLo, true)
+				}
 				cut = true
 			}
 		}
@@ -226,19 +306,83 @@ func (c *Controller) run(i int, now int64) {
 			cl.lc++
 		}
 		if len(lower) == 0 || cl.lc > cfg.LCThresh {
-			c.setRate(cl, rate/cfg.AdjD, true)
+			switch {
+			case !cfg.Scaled:
+				c.setRate(cl, rate/cfg.AdjD, true)
+			case now >= cl.holdUntil:
+				c.setRate(cl, min(rate, max(done, cfg.RateMin))/cfg.AdjD, true)
+				cl.holdUntil = now + int64(samp)
+			}
 			cl.lc = 0
 		}
 	case cl.err <= cfg.ErrI: // decision: the boundary raises (see doc.go)
 		cl.over = false
 		cl.lc = 0
-		if !noRaise {
-			c.setRate(cl, rate+cfg.AdjI*(-(cl.err-cfg.CI)), false)
+		x := -(cl.err - cfg.CI)
+		switch {
+		case noRaise:
+		case !cfg.Scaled:
+			c.setRate(cl, rate+cfg.AdjI*x, false)
+		default:
+			// The paper's increase plus one proportional to the rate and
+			// to the room left under the raise threshold, per Timeout of
+			// time (not per run), and only while the last sample, not
+			// only its average, is under the threshold; never above what
+			// the class offers with headroom, and a rate above that
+			// ceiling comes down to it (doc.go, "The scaled rule").
+			sErr := (samp - cl.target) / cl.target
+			y := min(cfg.ErrI-cl.err, cfg.ErrI-sErr) / (1 + cfg.ErrI)
+			inc := cfg.AdjI * x
+			if y > 0 && !growing {
+				inc += ScaledGain * y * rate * min(elapsed, 1)
+			}
+			c.setRate(cl, min(rate+inc, ceil), false)
 		}
 	default:
 		cl.over = false
 		cl.lc = 0
+		// The scaled rule (doc.go): between the thresholds the rate is
+		// held, but never above what the class completes, since admitting
+		// more than the farm finishes only grows its queue until the
+		// percentile catches up; while the farm's queue grows, the class
+		// gives up the whole excess at once. As with a cut (§3.3), a class
+		// is held so only once every less important class is at the
+		// minimum: the queue is theirs to give up first. (A class run on
+		// a borrowed sample completed nothing: it stays at the minimum.)
+		if cfg.Scaled && c.lowerAtMin(i) {
+			target := done
+			if growing {
+				target = done - excess
+			}
+			if target < rate {
+				c.setRate(cl, max(target, cfg.RateMin), false)
+			}
+		}
 	}
+}
+
+// lowerAtMin reports whether every class less important than i is at
+// RateMin (true for the least important). Called with c.mu held.
+func (c *Controller) lowerAtMin(i int) bool {
+	for _, lo := range c.classes[i+1:] {
+		if math.Float64frombits(lo.rate.Load()) > c.cfg.RateMin {
+			return false
+		}
+	}
+	return true
+}
+
+// measured returns class cl's offered rate (admitted and rejected),
+// admission rate and completion rate (samples) per second since its last
+// run. Called with c.mu held.
+func (c *Controller) measured(cl *class, now int64) (offered, admitted, done float64) {
+	secs := float64(now-cl.lastRun) / 1e9
+	if secs <= 0 {
+		return math.Inf(1), 0, math.Inf(1)
+	}
+	adm := cl.admitted.Load()
+	seen := adm + cl.rejected.Load()
+	return float64(seen-cl.seenAt) / secs, float64(adm-cl.admAt) / secs, float64(len(cl.samples)) / secs
 }
 
 // setRate clamps and stores a class's rate; a decrease empties its bucket

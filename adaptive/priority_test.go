@@ -51,7 +51,7 @@ type simResult struct {
 // against the farm: gold and silver offered half the farm's capacity
 // each, bronze twice it (3× capacity in all), for simLen; it measures
 // after settle.
-func simulate(t *testing.T, cutAll bool) simResult {
+func simulate(t *testing.T, cutAll, scaled bool) simResult {
 	const (
 		workers = 10
 		service = 100 * time.Millisecond // capacity 100/s
@@ -59,7 +59,7 @@ func simulate(t *testing.T, cutAll bool) simResult {
 		simLen  = 180 * time.Second
 		settle  = 60 * time.Second
 	)
-	c, ck := newCtl(t, Config{Targets: []time.Duration{target, target, target}, CutAllLower: cutAll})
+	c, ck := newCtl(t, Config{Targets: []time.Duration{target, target, target}, CutAllLower: cutAll, Scaled: scaled})
 	f := &farm{service: service, free: make([]time.Time, workers)}
 	for i := range f.free {
 		f.free[i] = ck.now()
@@ -126,8 +126,8 @@ func simulate(t *testing.T, cutAll bool) simResult {
 	}
 	r.metSeconds = float64(met) / float64(len(perSec))
 	r.admitted = float64(admitted[0]+admitted[1]+admitted[2]) / (simLen - settle).Seconds()
-	t.Logf("cut_all_lower=%v: admitted gold %.3f silver %.3f bronze %.3f (%.0f/s of 100/s); gold p90 %v, met in %.0f%% of seconds",
-		cutAll, r.share[0], r.share[1], r.share[2], r.admitted, r.goldP90, 100*r.metSeconds)
+	t.Logf("scaled=%v cut_all_lower=%v: admitted gold %.3f silver %.3f bronze %.3f (%.0f/s of 100/s); gold p90 %v, met in %.0f%% of seconds",
+		scaled, cutAll, r.share[0], r.share[1], r.share[2], r.admitted, r.goldP90, 100*r.metSeconds)
 	return r
 }
 
@@ -147,7 +147,7 @@ func simulate(t *testing.T, cutAll bool) simResult {
 // class first (the default) leaves silver more than the paper's rule
 // (CutAllLower) does.
 func TestPriorityGuarantee(t *testing.T) {
-	r := simulate(t, false)
+	r := simulate(t, false, false)
 	if r.share[0] < 0.95 {
 		t.Errorf("gold admitted %.3f of its requests, want ≥ 0.95", r.share[0])
 	}
@@ -161,11 +161,40 @@ func TestPriorityGuarantee(t *testing.T) {
 		t.Errorf("admitted shares gold %.3f silver %.3f bronze %.3f: want priority order, bronze ≤ 0.1",
 			r.share[0], r.share[1], r.share[2])
 	}
-	paper := simulate(t, true)
+	paper := simulate(t, true, false)
 	if paper.share[0] < 0.95 {
 		t.Errorf("paper's rule: gold admitted %.3f, want ≥ 0.95", paper.share[0])
 	}
 	if r.share[1] <= paper.share[1] {
 		t.Errorf("silver admitted %.3f cutting the lowest class first, %.3f with the paper's rule: want more", r.share[1], paper.share[1])
+	}
+}
+
+// TestPriorityGuaranteeScaled: the same comparison with the scaled rule
+// (doc.go), sentry's default. Gold is admitted almost whole and the
+// rejections fall in priority order, and the farm is kept fuller than
+// with the paper's constants (about 92/s of 100/s against 70/s). The
+// price, pinned here: this farm is a hard case (gold and silver alone
+// offer exactly its capacity, so any bronze admitted builds a queue only
+// a cut of silver drains), and gold's p90 sits near its target rather
+// than well under it: met in about three quarters of the seconds (the
+// paper's rule about 88%), p90 over the run within 1.25× the target.
+func TestPriorityGuaranteeScaled(t *testing.T) {
+	r := simulate(t, false, true)
+	if r.share[0] < 0.95 {
+		t.Errorf("gold admitted %.3f of its requests, want ≥ 0.95", r.share[0])
+	}
+	if r.goldP90 > 625*time.Millisecond {
+		t.Errorf("gold p90 %v over 1.25× the target 500ms", r.goldP90)
+	}
+	if r.metSeconds < 0.7 {
+		t.Errorf("gold met its target in %.0f%% of seconds, want ≥ 70%%", 100*r.metSeconds)
+	}
+	if !(r.share[2] < r.share[1] && r.share[1] <= r.share[0]) {
+		t.Errorf("admitted shares gold %.3f silver %.3f bronze %.3f: want priority order", r.share[0], r.share[1], r.share[2])
+	}
+	paper := simulate(t, false, false)
+	if r.admitted <= paper.admitted {
+		t.Errorf("scaled rule admitted %.0f/s, the paper's %.0f/s: want more", r.admitted, paper.admitted)
 	}
 }

@@ -14,7 +14,7 @@ import (
 // TestScripts runs testdata/*.txt: the controller on a manual clock, with
 // the expected numbers worked out by hand in each script's comments.
 //
-//	init targets=D,D,... [rate=R] [nreq=N] [lc_thresh=N] [burst=D] [rate_min=R] [rate_max=R] [timeout=D] [cut_all_lower]
+//	init targets=D,D,... [rate=R] [nreq=N] [lc_thresh=N] [burst=D] [rate_min=R] [rate_max=R] [timeout=D] [cut_all_lower] [scaled]
 //	observe class=I n=N rt=D          n samples of rt each (a run may follow)
 //	observe class=I n=N step=D        n samples 1·step, 2·step, ..., n·step
 //	advance D                         move the clock; then Tick
@@ -71,6 +71,7 @@ func TestScripts(t *testing.T) {
 					cfg.RateMin = num("rate_min")
 				}
 				cfg.CutAllLower = has("cut_all_lower")
+				cfg.Scaled = has("scaled")
 				if has("rate_max") {
 					cfg.RateMax = num("rate_max")
 				}

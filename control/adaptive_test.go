@@ -22,7 +22,9 @@ import (
 func adaptiveApp(mode string) *policy.App {
 	ac := testApp(mode)
 	ac.Admission.Adaptive = policy.AdaptiveAdmission{NReq: 100, Timeout: time.Second, Alpha: 0.7, ErrI: -0.5, AdjD: 1.2, AdjI: 2,
-		CI: -0.1, RateMin: 0.05, RateMax: 5000, AdjLo: 10, LCThresh: 20, Burst: 100 * time.Millisecond}
+		CI: -0.1, RateMin: 0.05, RateMax: 5000, AdjLo: 10, LCThresh: 20, Burst: 100 * time.Millisecond,
+		// The paper's rule: these tests work its numbers by hand.
+		Rule: policy.AdaptiveRulePaper}
 	ac.Admission.Fallback = policy.Fallback{Enabled: true, MissWindows: 3, NoTimingShare: 0.5, ReturnWindows: 10, ReturnRatio: 0.8}
 	return ac
 }

@@ -40,7 +40,7 @@ type App struct {
 	thr     atomic.Pointer[thresholdac.Controller]
 	learner *thresholdac.Learner
 	sw      atomic.Pointer[admission.Switch]
-	term    termination // selective early termination (termination.go)
+	term    termination                         // selective early termination (termination.go)
 	adp     atomic.Pointer[adaptive.Controller] // adaptive mode; rebuilt on reload, rates carried by class name
 
 	rsla atomic.Int64 // current R_sla, ns
@@ -48,6 +48,10 @@ type App struct {
 	// admission.threshold.capacity, 0: learn it), for Sustained.
 	thrCapacity atomic.Uint64
 	lastObs     atomic.Int64 // unix ns of the last observed completion
+
+	// The degradation signal (load.go): the last Load and when (unix ns).
+	load   atomic.Uint64 // float64 bits
+	loadAt atomic.Int64
 
 	// Per-interval accounting, drained by the monitor.
 	lat     window                        // latency of admitted, relayed requests

@@ -155,6 +155,16 @@
 // counts the class's arrivals (in Estimate) and rejections (in account
 // and Cancel) for the loss fraction; the proxy counts terminations.
 //
+// # The degradation signal (load.go)
+//
+// App.Load(now) is the farm's load for the degradation header
+// (docs/policy.md "degradation"): batch mode's predicted response time of
+// one more request of the classes' mean S (weighted by arrival rates)
+// over R_sla, (Q + max(1, (η+1)/P)·S̄)/R_sla, capped at 99.99, 0 without a
+// healthy backend or anything learned. Decision: recomputed at most every
+// 5 ms by the request that finds it stale (compare-and-swap on its time);
+// every other request does two atomic loads. No lock.
+//
 // # Lock order
 //
 // Manager.mu, then App.mu, then provState.mu (a leaf). None is taken on

@@ -360,11 +360,12 @@ var (
 	descThrP     = prometheus.NewDesc("sentry_threshold_admit_probability", "Threshold mode's admit probability p for class i.", []string{"app"}, nil)
 	descProbes   = prometheus.NewDesc("sentry_admission_probes_total", "Rejections resting on the service-time estimate that a probe overrode, so the estimate keeps learning while its class is rejected.", []string{"app"}, nil)
 	descThrK     = prometheus.NewDesc("sentry_threshold_capacity_server_seconds", "Threshold mode's capacity K = n × per-server capacity (0 while unknown).", []string{"app"}, nil)
+	descLoad     = prometheus.NewDesc("sentry_farm_load", "The farm's load as the batch model predicts it, the degradation signal's value: (Q + max(1, (η+1)/P)·S̄)/R_sla (load.go).", []string{"app"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMode, descSwitches, descCPU, descRSLA, descQuant, descCQuant, descRevenue, descMet,
-		descCap, descThr, descThrP, descThrK, descProbes} {
+		descCap, descThr, descThrP, descThrK, descProbes, descLoad} {
 		ch <- d
 	}
 }
@@ -414,5 +415,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descThrP, th.P, a.name)
 		gauge(descThrK, th.K, a.name)
 		counter(descProbes, float64(a.Probes()), a.name)
+		gauge(descLoad, a.Load(a.now()), a.name)
 	}
 }

@@ -34,6 +34,7 @@ func defaultApp() *App {
 		Admission:    defaultAdmission(),
 		Termination:  defaultTermination(),
 		Provisioning: defaultProvisioning(),
+		Degradation:  Degradation{Header: DefaultLoadHeader},
 	}
 }
 
@@ -60,6 +61,7 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 	var classLines []int
 	var classesBad, estimatorBad bool
 	var revenueGiven bool // provisioning.revenue written (else sla.revenue)
+	var degradationNode *yaml.Node
 	ok := d.mapping(n, path, []field{
 		{"name", func(v *yaml.Node, p string) {
 			sawName = true
@@ -132,6 +134,11 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 		// provisioning.go
 		{"provisioning", func(v *yaml.Node, p string) { revenueGiven = d.provisioning(v, p, &a.Provisioning) }},
 		{"partition", func(v *yaml.Node, p string) { d.partition(v, p, &a.Partition) }},
+		// degradation.go
+		{"degradation", func(v *yaml.Node, p string) {
+			degradationNode = v
+			d.degradation(v, p, &a.Degradation)
+		}},
 	})
 	if !ok {
 		return false
@@ -144,6 +151,9 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 	}
 	if !sawBackends {
 		d.errorf(n, path, "backends is required (static: [host:port, ...] or dns: {name, port})")
+	}
+	if degradationNode != nil {
+		d.checkDegradation(a, degradationNode, joinPath(path, "degradation"))
 	}
 	// Rules that tie two sections of one app together go here. The classes
 	// and the estimator settings are also handed to the libraries that will

@@ -43,6 +43,8 @@ func FuzzParse(f *testing.F) {
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: g}, {name: g, default: true}, {name: h, rules: [{}]}]}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, sla: {percentile: 99, targets: [{below: 10, target: 1s}, {below: 5, target: 1ms}, {target: 2s}]}, estimator: {buckets: [1ms, 2ms], alpha: 0.5}}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: s, rules: [{path: /s}], terminate: {lower: 100ms, upper: 2s, methods: [get]}}, {name: d}], termination: {alpha: 2, low_water: 0.01, high_water: 0.3, interval: 2s, min_arrivals: 20}}]",
+		"apps: [{name: a, backends: {static: [\"h:1\"]}, degradation: {enabled: true, header: X-Load}, request_id_header: x_load}]",
+		"apps: [{name: a, backends: {static: [\"h:1\"]}, degradation: {header: te}}, {name: b, listen: \":9\", backends: {static: [\"h:1\"]}, degradation: {enabled: false}}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, admission: {mode: threshold, batch: {parallelism: 2}, threshold: {capacity: 1.5}, switch: {cpu_high: 0.9, cpu_low: 0.95}}, server_timing: {strip: false}}]",
 	} {
 		f.Add([]byte(s))
@@ -117,6 +119,9 @@ func checkInvariants(t *testing.T, s *Snapshot) {
 		if a.Reject.Status != 503 && a.Reject.Status != 429 {
 			t.Fatalf("app %s: reject status %d", a.Name, a.Reject.Status)
 		}
+		if h := a.Degradation.Header; h == "" || reservedName(h) || sameHeader(h, a.RequestIDHeader) {
+			t.Fatalf("app %s: load header %q (request ID %q)", a.Name, h, a.RequestIDHeader)
+		}
 		if a.Timeouts.Connect <= 0 || a.Timeouts.Response <= 0 || a.MaxConnsPerBackend < 1 {
 			t.Fatalf("app %s: bad timeouts or limits", a.Name)
 		}
@@ -174,7 +179,7 @@ func checkTuning(t *testing.T, a *App) {
 
 // adaptiveSeeds exercise admission.adaptive and admission.fallback.
 var adaptiveSeeds = []string{
-	"apps: [{name: a, backends: {static: [\"h:1\"]}, admission: {mode: adaptive, adaptive: {nreq: 10, timeout: 250ms, alpha: 0.5, err_d: 0.1, err_i: -0.4, adj_d: 1.5, adj_i: 3, c_i: -0.2, rate_min: 1, rate_max: 900, adj_lo: 4, lc_thresh: 7, cut_all_lower: true, burst: 1s, initial_rate: 40}}}]",
+	"apps: [{name: a, backends: {static: [\"h:1\"]}, admission: {mode: adaptive, adaptive: {nreq: 10, timeout: 250ms, alpha: 0.5, err_d: 0.1, err_i: -0.4, adj_d: 1.5, adj_i: 3, c_i: -0.2, rate_min: 1, rate_max: 900, adj_lo: 4, lc_thresh: 7, cut_all_lower: true, burst: 1s, initial_rate: 40, rule: paper}}}]",
 	"apps: [{name: a, backends: {static: [\"h:1\"]}, admission: {adaptive: {err_d: -0.6, rate_min: 10, rate_max: 5, initial_rate: 3}, fallback: {enabled: false, miss_windows: 0, return_ratio: 1}}}]",
 	"apps: [{name: a, backends: {static: [\"h:1\"]}, admission: {mode: auto, fallback: {miss_windows: 2, no_timing_share: 0.9, return_windows: 5, return_ratio: 0.5}}}]",
 }
@@ -220,6 +225,7 @@ func FuzzAdaptive(f *testing.F) {
 		"{adaptive: {initial_rate: 0, rate_min: 0.5, rate_max: 0.5, burst: 1ms}, fallback: {return_ratio: 1, no_timing_share: 1}}",
 		"{adaptive: {alpha: 0}}",
 		"{adaptive: {cut_all_lower: yes}}",
+		"{adaptive: {rule: fast}}",
 		"{fallback: {enabled: true, miss_windows: 3600}}",
 	} {
 		f.Add([]byte(s))

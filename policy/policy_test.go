@@ -104,10 +104,11 @@ func TestDefaults(t *testing.T) {
 			Threshold:    ThresholdAdmission{Recompute: time.Second, Capacity: 0},
 			Switch:       ModeSwitch{CPUHigh: 0.85, CPULow: 0.6, Hold: 2 * time.Second, RevertAfter: 30 * time.Second},
 			Adaptive: AdaptiveAdmission{NReq: 100, Timeout: time.Second, Alpha: 0.7, ErrD: 0, ErrI: -0.5, AdjD: 1.2, AdjI: 2,
-				CI: -0.1, RateMin: 0.05, RateMax: 5000, AdjLo: 10, LCThresh: 20, Burst: 100 * time.Millisecond},
+				CI: -0.1, RateMin: 0.05, RateMax: 5000, AdjLo: 10, LCThresh: 20, Burst: 100 * time.Millisecond, Rule: AdaptiveRuleScaled},
 			Fallback: Fallback{Enabled: true, MissWindows: 3, NoTimingShare: 0.5, ReturnWindows: 10, ReturnRatio: 0.8},
 		},
 		Termination: Termination{Alpha: 4, LowWater: 0.05, HighWater: 0.15, Interval: 10 * time.Second, MinArrivals: 100},
+		Degradation: Degradation{Header: "Sentry-Load"},
 	}
 	if !reflect.DeepEqual(s.Apps[0], want) {
 		t.Errorf("app =\n%+v\nwant\n%+v", *s.Apps[0], *want)
@@ -240,10 +241,12 @@ apps:
         adj_lo: 4
         lc_thresh: 7
         cut_all_lower: true
+        rule: paper
         burst: 250ms
         initial_rate: 40
       fallback: {enabled: false, miss_windows: 5, no_timing_share: 0.75, return_windows: 20, return_ratio: 0.6}
     termination: {alpha: 2, low_water: 0, high_water: 0.5, interval: 3s, min_arrivals: 7}
+    degradation: {enabled: true, header: x-farm-load}
 `
 	s, err := Parse(filepath.Join(dir, "p.yaml"), []byte(strings.TrimPrefix(src, "\n")))
 	if err != nil {
@@ -339,11 +342,12 @@ apps:
 			Threshold:    ThresholdAdmission{Recompute: 250 * time.Millisecond, Capacity: 3.5},
 			Switch:       ModeSwitch{CPUHigh: 1, CPULow: 0.25, Hold: 5 * time.Second, RevertAfter: time.Minute},
 			Adaptive: AdaptiveAdmission{NReq: 50, Timeout: 500 * time.Millisecond, Alpha: 0.5, ErrD: 0.1, ErrI: -0.4, AdjD: 1.5, AdjI: 3,
-				CI: -0.2, RateMin: 1, RateMax: 900, AdjLo: 4, LCThresh: 7, CutAllLower: true, Burst: 250 * time.Millisecond, InitialRate: 40},
+				CI: -0.2, RateMin: 1, RateMax: 900, AdjLo: 4, LCThresh: 7, CutAllLower: true, Burst: 250 * time.Millisecond, InitialRate: 40, Rule: AdaptiveRulePaper},
 			Fallback: Fallback{MissWindows: 5, NoTimingShare: 0.75, ReturnWindows: 20, ReturnRatio: 0.6},
 		},
 		Terminate:   []*Terminate{nil, nil, {Lower: 250 * time.Millisecond, Upper: 4 * time.Second, Methods: []string{"GET", "POST"}}},
 		Termination: Termination{Alpha: 2, LowWater: 0, HighWater: 0.5, Interval: 3 * time.Second, MinArrivals: 7},
+		Degradation: Degradation{Enabled: true, Header: "X-Farm-Load"},
 	}
 	if !reflect.DeepEqual(s.Apps[0], want) {
 		t.Errorf("app =\n%+v\nwant\n%+v", *s.Apps[0], *want)

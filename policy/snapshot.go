@@ -211,6 +211,9 @@ type App struct {
 	// Partition is this sentry's share of the backends (provisioning.go).
 	// Default: none (every backend).
 	Partition Partition
+	// Degradation is the load signal sent to the backends (degradation.go).
+	// Default: off, header Sentry-Load.
+	Degradation Degradation
 }
 
 // ServerTiming: what happens to the backend's Server-Timing header.
@@ -358,7 +361,19 @@ type AdaptiveAdmission struct {
 	CutAllLower bool          // the paper's rule: cut every lower class at once; default false (decision)
 	Burst       time.Duration // token bucket depth in time at the rate, > 0; default 100ms (decision)
 	InitialRate float64       // rate before the first run; 0 means RateMax; default 0
+	// Rule: "scaled" (default; decision: increases proportional to the
+	// rate and capped by the offered rate, cuts from the measured
+	// completion rate, lower classes cut by AdjD rather than AdjLo) or
+	// "paper" (Welsh & Culler's absolute additive increase and flat cuts).
+	// docs/algorithms.md §7 and package adaptive's doc.go give both.
+	Rule string
 }
+
+// The admission.adaptive.rule values.
+const (
+	AdaptiveRuleScaled = "scaled"
+	AdaptiveRulePaper  = "paper"
+)
 
 // Fallback says when auto mode leaves batch mode for adaptive mode and
 // when it returns (package control's doc.go gives the rule). Windows are

@@ -571,6 +571,10 @@ apps:
     admission:
       adaptive: {initial_rate: 6000}
       fallback: {miss_windows: 0, no_timing_share: 1.5, return_ratio: 0, return_windows: 99999, enable: true}
+  - name: d
+    listen: 127.0.0.1:8083
+    backends: {static: ["h:1"]}
+    admission: {adaptive: {rule: fast}}
 `, []string{
 			`7: apps[0].admission.adaptive.nreq: 0 is out of range`,
 			`8: apps[0].admission.adaptive.timeout: 0s`,
@@ -592,6 +596,30 @@ apps:
 			`32: apps[2].admission.fallback.no_timing_share: 1.5 is out of range`,
 			`32: apps[2].admission.fallback.return_windows: 99999 is out of range`,
 			`32: apps[2].admission.fallback.return_ratio: 0 is out of range`,
+			`36: apps[3].admission.adaptive.rule: invalid value "fast"; valid: scaled, paper`,
+		}},
+
+		{"degradation", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    degradation: {enabled: yes, header: "bad name", load: 1}
+  - name: b
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:1"]}
+    degradation:
+      header: x_forwarded_for
+  - name: c
+    listen: 127.0.0.1:8082
+    backends: {static: ["h:1"]}
+    request_id_header: X-Load
+    degradation: {enabled: true, header: x_load}
+`, []string{
+			`4: apps[0].degradation: unknown key "load"`,
+			`4: apps[0].degradation.enabled:`,
+			`4: apps[0].degradation.header: invalid header name "bad name"`,
+			`9: apps[1].degradation.header: X_forwarded_for is a header sentry manages itself`,
+			`14: apps[2].degradation.header: X_load is also the request_id_header`,
 		}},
 
 		{"reserve", `

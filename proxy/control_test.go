@@ -143,6 +143,10 @@ func (f *fakeControl) Done(t *admission.Ticket, r admission.Result) {
 }
 func (f *fakeControl) StripServerTiming() bool { return f.strip }
 
+// Load is the fake's farm load (pipeline.LoadSource), for the degradation
+// signal: a fixed 0.937.
+func (f *fakeControl) Load(time.Time) float64 { return 0.937 }
+
 func startControlled(t *testing.T, ctl *fakeControl, be string) *harness {
 	t.Helper()
 	return startControlledOn(t, EngineAuto, ctl, be)

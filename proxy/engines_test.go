@@ -86,6 +86,15 @@ var rigConfigs = map[string]func(ctl **fakeControl) (Options, func(*policy.Snaps
 		*ctl = &fakeControl{strip: true}
 		return Options{Control: *ctl}, func(_ *policy.Snapshot, a *policy.App) { a.Admission.Mode = "batch" }
 	},
+	// "controlled" with the degradation signal on (the fake's load is
+	// 0.937), under the header name X-Farm-Load.
+	"degrade": func(ctl **fakeControl) (Options, func(*policy.Snapshot, *policy.App)) {
+		*ctl = &fakeControl{strip: true}
+		return Options{Control: *ctl}, func(_ *policy.Snapshot, a *policy.App) {
+			a.Admission.Mode = "batch"
+			a.Degradation = policy.Degradation{Enabled: true, Header: "X-Farm-Load"}
+		}
+	},
 }
 
 // tableBackend answers HEAD with a Content-Length and no body, and any
@@ -199,6 +208,11 @@ func wantForwarding(t *testing.T, q *beReq, resp *http.Response, xff, proto, hos
 			if _, alias := pipeline.NameMatch([]byte(name), canon); alias {
 				t.Errorf("backend received %s", name)
 			}
+		}
+		// The load header (degradation signal, off in these rigs) is
+		// never a client's: dropped in every spelling.
+		if exact, alias := pipeline.NameMatch([]byte(name), policy.DefaultLoadHeader); exact || alias {
+			t.Errorf("backend received %s: %q", name, q.header[name])
 		}
 	}
 }
@@ -695,7 +709,7 @@ func FuzzHeaderPolicy(f *testing.F) {
 func atoiSmall(s string) int { n, _ := strconv.Atoi(s); return n }
 
 var (
-	fuzzNames  = []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Request-Id", "X_Forwarded_For", "x_forwarded_host", "X-Request_Id", "Connection", "Keep-Alive", "TE", "X-Other", "Content-Length", "Transfer-Encoding", "Upgrade", "Host", "Proxy-Connection"}
+	fuzzNames  = []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Request-Id", "X_Forwarded_For", "x_forwarded_host", "X-Request_Id", "Connection", "Keep-Alive", "TE", "X-Other", "Content-Length", "Transfer-Encoding", "Upgrade", "Host", "Proxy-Connection", "Sentry-Load", "sentry_load"}
 	fuzzValues = []string{"6.6.6.6", "evil", "https", "", "close", "keep-alive", "X-Forwarded-For", "x-forwarded-proto, X-Other", "Content-Length", "X-Request-Id", "upgrade", "chunked", "5", "websocket", "X-Other", "0", "Transfer-Encoding", "host", "X_Forwarded_Host", "upgrade, x-other"}
 )
 
@@ -730,6 +744,70 @@ func fuzzHead(in []byte) (head, body, framing string) {
 	return b.String(), "", ""
 }
 
+// TestLoadHeaderEveryEngine: with the degradation signal on, an admitted
+// request reaches the backend with exactly one load header, sentry's
+// ("0.94; class=gold", the fake's load 0.937), whatever copies the
+// client sent in any spelling; a rejected request reaches nothing; and
+// over HTTP/2 the same.
+func TestLoadHeaderEveryEngine(t *testing.T) {
+	check := func(t *testing.T, q *beReq) {
+		t.Helper()
+		if vs := q.header["X-Farm-Load"]; len(vs) != 1 || vs[0] != "0.94; class=gold" {
+			t.Errorf("backend X-Farm-Load = %q, want exactly [\"0.94; class=gold\"]", vs)
+		}
+		for name := range q.header {
+			if _, alias := pipeline.NameMatch([]byte(name), "x-farm-load"); alias {
+				t.Errorf("backend received %s", name)
+			}
+		}
+	}
+	for _, e := range engines {
+		t.Run(e.String(), func(t *testing.T) {
+			r := startRig(t, e, "degrade")
+			tag := fmt.Sprintf("/load-%d-%s", pathSeq.Add(1), e)
+			resp, _ := rawRequest(t, r.h.addr, "GET "+tag+" HTTP/1.1\r\nHost: x\r\nX-Class: gold\r\nX-Farm-Load: 0.00\r\nx_farm_load: 0\r\nx-farm-load: 9; class=gold\r\n\r\n")
+			if resp.StatusCode != 200 {
+				t.Fatalf("gold: status %d", resp.StatusCode)
+			}
+			got := r.received(tag)
+			if len(got) != 1 {
+				t.Fatalf("backend received %d requests", len(got))
+			}
+			check(t, got[0])
+			// Bronze is rejected: no answer from the backend, no header sent.
+			rtag := tag + "-bronze"
+			resp, _ = rawRequest(t, r.h.addr, "GET "+rtag+" HTTP/1.1\r\nHost: x\r\nX-Farm-Load: 0.00\r\n\r\n")
+			if resp.StatusCode != 503 {
+				t.Fatalf("bronze: status %d, want 503", resp.StatusCode)
+			}
+			if n := len(r.received(rtag)); n != 0 {
+				t.Errorf("rejected request reached the backend %d times", n)
+			}
+		})
+	}
+	t.Run("h2", func(t *testing.T) {
+		r := startRig(t, EngineFastHTTP, "degrade")
+		r.h.p.mu.Lock()
+		fe := r.h.p.mu.fronts[r.h.addr]
+		r.h.p.mu.Unlock()
+		tag := fmt.Sprintf("/load-h2-%d", pathSeq.Add(1))
+		req := httptest.NewRequest("GET", "https://"+r.h.addr+tag, nil)
+		req.Host = "a.test"
+		req.RemoteAddr = "192.0.2.7:4444"
+		req.Header = http.Header{"X-Class": {"gold"}, "X-Farm-Load": {"0.00", "1"}, "X_farm_load": {"2"}}
+		w := httptest.NewRecorder()
+		fe.serveH2(w, req)
+		if w.Code != 200 {
+			t.Fatalf("status %d", w.Code)
+		}
+		got := r.received(tag)
+		if len(got) != 1 {
+			t.Fatalf("backend received %d requests", len(got))
+		}
+		check(t, got[0])
+	})
+}
+
 // TestH2HeaderPolicy drives the h2 handler with requests as x/net/http2
 // hands them over (Host from ":authority", any "host" header still in
 // Header) and checks what the backend received: ":authority" wins over a
@@ -760,6 +838,8 @@ func TestH2HeaderPolicy(t *testing.T) {
 		"X-Request-Id":      {"forged"},
 		"Keep-Alive":        {"300"},
 		"X-Keep":            {"yes"},
+		"Sentry-Load":       {"0.00"},
+		"Sentry_load":       {"3"},
 	})
 	if w.Code != 200 {
 		t.Fatalf("status %d %q", w.Code, w.Body.String())

@@ -57,8 +57,8 @@ func idempotent(req *fasthttp.Request) bool { return pipeline.IdempotentMethod(r
 
 // dropListed removes the headers a request's Connection lines name (the
 // rare path: only when pipeline.ScanHead found some) and the underscore spellings
-// of sentry's headers.
-func dropListed(h *fasthttp.RequestHeader, raw []byte, reqID string) {
+// of sentry's headers (the app's request ID and load header included).
+func dropListed(h *fasthttp.RequestHeader, raw []byte, reqID, load string) {
 	for len(raw) > 0 {
 		line := raw
 		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
@@ -82,7 +82,9 @@ func dropListed(h *fasthttp.RequestHeader, raw []byte, reqID string) {
 				return true
 			})
 		case pipeline.KindOther:
-			if _, alias := pipeline.NameMatch(name, reqID); alias {
+			_, alias := pipeline.NameMatch(name, reqID)
+			_, aliasL := pipeline.NameMatch(name, load)
+			if alias || aliasL {
 				h.DelBytes(name)
 			}
 		}

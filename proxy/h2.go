@@ -61,12 +61,12 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	req.SetRequestURI(r.URL.RequestURI())
 	req.Header.SetHost(r.Host) // ":authority" (x/net/http2 falls back to a host header)
 	a := rt.Lookup(req.Header.Host())
-	reqID := ""
+	reqID, load := "", ""
 	if a != nil {
-		reqID = a.ReqID
+		reqID, load = a.ReqID, a.LoadHeader
 	}
 	for k, vs := range r.Header {
-		if pipeline.H2Skip([]byte(k), reqID) {
+		if pipeline.H2Skip([]byte(k), reqID, load) {
 			continue
 		}
 		for _, v := range vs {

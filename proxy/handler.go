@@ -129,11 +129,11 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	var f pipeline.HeadFacts
 	if ok {
 		a = rt.Lookup(h.Host())
-		reqID := ""
+		reqID, load := "", ""
 		if a != nil {
-			reqID = a.ReqID
+			reqID, load = a.ReqID, a.LoadHeader
 		}
-		f = pipeline.ScanHead(h.RawHeaders(), reqID)
+		f = pipeline.ScanHead(h.RawHeaders(), reqID, load)
 		o, ok = checkHead(h, &f)
 		if ok && a == nil {
 			o, ok = pipeline.OutNoApp, false
@@ -155,11 +155,14 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	// Connection-listed headers go first, from the client's request only;
 	// then the other hop-by-hop ones.
 	if f.ConnOther || f.Aliases {
-		dropListed(h, h.RawHeaders(), a.ReqID)
+		dropListed(h, h.RawHeaders(), a.ReqID, a.LoadHeader)
 	}
 	upgrade := f.Upgrade && len(h.PeekBytes(pipeline.HdrUpgrade)) > 0
 	if f.Hop { // fasthttp's Del scans every header per name: only when there is one
 		stripHopByHop(h, upgrade)
+	}
+	if f.Load { // a client's copy of the load header (pipeline/load.go)
+		h.Del(a.LoadHeader)
 	}
 	// A body that has not arrived whole is read into sentry first
 	// (server.request_buffer), under body_timeout and body_min_rate, so
@@ -330,6 +333,13 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	h.SetBytesKV(pipeline.HdrXFProto, fw.Proto)
 	h.SetBytesKV(pipeline.HdrXFHost, fw.Host)
 	h.SetBytesV(a.ReqID, id)
+	// The degradation signal (pipeline/load.go): an admitted request
+	// carries sentry's (a client's copy went with the header policy:
+	// handle on HTTP/1.1, H2Skip on h2).
+	if a.Load != nil {
+		var lb [64]byte
+		h.SetBytesV(a.LoadHeader, a.AppendLoad(lb[:0], x.t.Class, time.Now()))
+	}
 
 	if upgrade {
 		o, u := p.upgrade(a, ctx)

@@ -30,6 +30,7 @@ func testSnap(addr string, backends []string, mod func(*policy.Snapshot, *policy
 		RequestIDHeader:    "X-Request-Id",
 		Reject:             policy.Reject{Status: 503, Body: "sentry: overloaded, retry later\n", RetryAfter: time.Second},
 		Admission:          policy.Admission{Mode: "off"},
+		Degradation:        policy.Degradation{Header: policy.DefaultLoadHeader}, // the policy's default: off
 	}
 	s := &policy.Snapshot{
 		Source: "<test>",

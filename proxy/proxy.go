@@ -274,7 +274,7 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 type terminator interface{ Termination() *sert.Controller }
 
 func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
-	a := &pipeline.App{Policy: ac, Name: ac.Name, ReqID: ac.RequestIDHeader, Trusted: len(ac.TrustedProxies) > 0, LoopOK: true}
+	a := &pipeline.App{Policy: ac, Name: ac.Name, ReqID: ac.RequestIDHeader, LoadHeader: ac.Degradation.Header, Trusted: len(ac.TrustedProxies) > 0, LoopOK: true}
 	for _, addr := range ac.Backends.Static {
 		if _, err := netip.ParseAddrPort(addr); err != nil {
 			a.LoopOK = false // a host name: fasthttp's dialer resolves it on each dial
@@ -309,6 +309,11 @@ func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 		// otherwise), so any other app's requests pay one nil check.
 		if tc, ok := ctl.(terminator); ok && len(ac.Terminate) > 0 {
 			a.Term = tc.Termination()
+		}
+		// The degradation signal needs the admission stack's model of the
+		// farm; without a controller there is none to send.
+		if ls, ok := ctl.(pipeline.LoadSource); ok && ac.Degradation.Enabled {
+			a.Load = ls
 		}
 	}
 	a.Decisions = p.metrics.classDecisions(ac.Name, classes)

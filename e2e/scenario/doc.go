@@ -96,6 +96,10 @@
 //     baseline a Go user would reach for.
 //   - sentry-noterm: sentry with every class's terminate setting left out
 //     (the comparison of the termination scenarios).
+//   - sentry-nodegrade: sentry with the app's degradation section left
+//     out, so no load header reaches the farm (the comparison of
+//     degrade.yaml: routes with a degraded variant then always serve the
+//     full one).
 //   - haproxy-timeout: the haproxy peer with `timeout server` set to the
 //     scenario's peers.server_timeout, a static cut hand-tuned to the
 //     workload (the plain haproxy peer keeps 30 s).

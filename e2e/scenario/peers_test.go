@@ -50,6 +50,17 @@ func TestSentryPolicy(t *testing.T) {
 			t.Errorf("off=%v: policy\n%s", off, b)
 		}
 	}
+	// sentry-nodegrade leaves the degradation section out, and only it.
+	sc3, err := Parse("t.yaml", []byte(withSentry+"  degradation: {enabled: true, header: X-Load}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, _ := SentryPolicy(sc3, "127.0.0.1:1000", "127.0.0.1:1001", []string{"127.0.0.1:2000"}, false)
+	without, _ := SentryPolicyNoDegrade(sc3, "127.0.0.1:1000", "127.0.0.1:1001", []string{"127.0.0.1:2000"})
+	if !strings.Contains(string(with), "degradation:") || strings.Contains(string(without), "degradation") ||
+		!strings.Contains(string(without), "mode: batch") {
+		t.Errorf("policies with and without degradation:\n%s\n---\n%s", with, without)
+	}
 	// Without an admission section, off still writes mode off.
 	sc2, _ := Parse("t.yaml", []byte(minimal))
 	b, _ := SentryPolicy(sc2, "127.0.0.1:1000", "127.0.0.1:1001", []string{"127.0.0.1:2000"}, true)

@@ -401,7 +401,7 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
 		case pipeline.KindConnection, pipeline.KindHopByHop, pipeline.KindXFF, pipeline.KindXFProto, pipeline.KindXFHost, pipeline.KindFwdAlias:
 			continue
 		case pipeline.KindOther:
-			if exact, alias := pipeline.NameMatch(f.Name.Of(b), a.ReqID); exact || alias {
+			if exact, alias := pipeline.NameMatch(f.Name.Of(b), a.ReqID); exact || alias || a.DropIncoming(f.Name.Of(b)) {
 				continue
 			}
 		}
@@ -414,6 +414,10 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
 	r = append(append(append(r, "X-Forwarded-Proto: "...), fw.Proto...), "\r\n"...)
 	r = append(append(append(r, "X-Forwarded-Host: "...), fw.Host...), "\r\n"...)
 	r = append(append(append(append(r, a.ReqID...), ": "...), fw.ID...), "\r\n"...)
+	if a.Load != nil { // the degradation signal (pipeline/load.go)
+		r = append(append(r, a.LoadHeader...), ": "...)
+		r = append(a.AppendLoad(r, ex.t.Class, l.now), "\r\n"...)
+	}
 	r = append(r, "\r\n"...)
 	r = append(r, b[h.N:ex.total]...)
 	ex.req = r

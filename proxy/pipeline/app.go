@@ -61,8 +61,15 @@ type App struct {
 	Reject  RejectResponse
 	Trusted bool // has trusted proxies
 	ReqID   string
-	Metrics *AppMetrics
-	Shared  *AppShared
+	// LoadHeader is the degradation signal's header (degradation.header):
+	// removed from every client request, in any spelling (DropIncoming),
+	// whether the signal is on or not. Load, when not nil, is the signal's
+	// source (degradation.enabled): the engines set LoadHeader on every
+	// admitted request to AppendLoad's value (load.go).
+	LoadHeader string
+	Load       LoadSource
+	Metrics    *AppMetrics
+	Shared     *AppShared
 	// decisions[class][verdict], resolved for this snapshot's classes.
 	Decisions [][]prometheus.Counter
 	// ClassLatency[class] is the latency histogram of the class's

@@ -26,6 +26,12 @@
 //     forwarding headers and their underscore aliases, the request ID),
 //     ScanHead over a raw head, ValidHost, and the forwarding plan
 //     (PlanForwarding, TrustedFwd, Forwarding);
+//   - load.go: the degradation signal's header (docs/policy.md
+//     "degradation"): App.LoadHeader is dropped from client input in any
+//     spelling (DropIncoming, and ScanHead/H2Skip count its underscore
+//     spelling), and each engine writes AppendLoad's value on admitted
+//     requests only, from App.Load (package control's App.Load, an atomic
+//     read; nil when the signal is off);
 //   - forwarded.go: trusted_proxies and the client address from a trusted
 //     X-Forwarded-For (Trusted, ClientFromXFF);
 //   - requestid.go: request IDs (IDSource);

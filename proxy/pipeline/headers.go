@@ -6,7 +6,10 @@ import (
 )
 
 // headers.go is the one header table of the request path and the header
-// policy built on it. The event loops (rawhead.go, package proxy/evloop), the
+// policy built on it. Two names are the app's own, not fixed, so they are
+// matched with NameMatch rather than by FieldKind: the request ID header
+// (App.ReqID) and the degradation signal's load header (App.LoadHeader,
+// load.go), which is dropped from client input in every spelling. The event loops (rawhead.go, package proxy/evloop), the
 // fasthttp handler (handler.go) and HTTP/2 (h2.go) all classify names with
 // FieldKind and apply the policy below; doc.go ("The header policy") says
 // what it does and why.
@@ -240,11 +243,14 @@ type HeadFacts struct {
 	Close     bool // Connection lists "close" (fasthttp sees it only alone)
 	Length    bool // a Content-Length line
 	Hop       bool // a hop-by-hop line (Connection, Upgrade, Expect, HopByHopNames)
+	Load      bool // the app's load header, exactly (its '_' spelling counts in Aliases)
 }
 
 // ScanHead reads the raw header lines fasthttp keeps (RawHeaders; empty
-// for a request built in HTTP/2). One pass, no allocation.
-func ScanHead(raw []byte, reqID string) (f HeadFacts) {
+// for a request built in HTTP/2). reqID and load are the app's request-ID
+// and load headers (App.ReqID, App.LoadHeader; "" for none): an underscore
+// spelling of either counts in Aliases. One pass, no allocation.
+func ScanHead(raw []byte, reqID, load string) (f HeadFacts) {
 	for len(raw) > 0 {
 		line := raw
 		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
@@ -287,8 +293,11 @@ func ScanHead(raw []byte, reqID string) (f HeadFacts) {
 				return true
 			})
 		case KindOther:
+			exactL, aliasL := NameMatch(name, load)
+			f.Load = f.Load || exactL
 			if bytes.IndexByte(name, '_') >= 0 {
-				if _, alias := NameMatch(name, reqID); alias {
+				_, alias := NameMatch(name, reqID)
+				if alias || aliasL {
 					f.Aliases = true
 				}
 			}
@@ -300,14 +309,16 @@ func ScanHead(raw []byte, reqID string) (f HeadFacts) {
 // H2Skip reports whether a header of an HTTP/2 request is left out when the
 // request is copied for the HTTP/1.1 path: hop-by-hop names (x/net/http2
 // refuses most already), Host (":authority" wins, RFC 9113 §8.3.1), Expect
-// (answered by x/net/http2) and underscore spellings of sentry's headers.
-func H2Skip(name []byte, reqID string) bool {
+// (answered by x/net/http2), underscore spellings of sentry's headers,
+// and the app's load header (load, App.LoadHeader) in any spelling.
+func H2Skip(name []byte, reqID, load string) bool {
 	switch FieldKind(name) {
 	case KindHost, KindConnection, KindUpgrade, KindHopByHop, KindExpect, KindFwdAlias, KindTransferEncoding:
 		return true
 	}
 	_, alias := NameMatch(name, reqID)
-	return alias
+	exactL, aliasL := NameMatch(name, load)
+	return alias || exactL || aliasL
 }
 
 // ---------------------------------------------------------------- forwarding

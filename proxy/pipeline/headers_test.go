@@ -84,6 +84,8 @@ func TestScanHead(t *testing.T) {
 		{"Host: x\r\nX_Forwarded_For: 1\r\n\r\n", HeadFacts{Hosts: 1, Aliases: true}},
 		{"Host: x\r\nX_Request_Id: 1\r\n\r\n", HeadFacts{Hosts: 1, Aliases: true}},
 		{"Host: x\r\nX_Other: 1\r\n\r\n", HeadFacts{Hosts: 1}},
+		{"Host: x\r\nsentry-load: 0.5\r\n\r\n", HeadFacts{Hosts: 1, Load: true}},
+		{"Host: x\r\nSentry_Load: 0.5\r\n\r\n", HeadFacts{Hosts: 1, Aliases: true}},
 		{"Host: x\r\nKeep-Alive: 5\r\n\r\n", HeadFacts{Hosts: 1, Hop: true}},
 		{"Host: x\r\nExpect: 100-continue\r\n\r\n", HeadFacts{Hosts: 1, Hop: true}},
 		{"Host: x\r\nUpgrade: h2c\r\n\r\n", HeadFacts{Hosts: 1, Hop: true}},
@@ -93,7 +95,7 @@ func TestScanHead(t *testing.T) {
 		{"Host: x\r\nConnection: ,, x_request_id ,\r\n\r\n", HeadFacts{Hosts: 1, ConnBad: true, Hop: true}},
 	}
 	for _, c := range cases {
-		if got := ScanHead([]byte(c.raw), "X-Request-Id"); got != c.want {
+		if got := ScanHead([]byte(c.raw), "X-Request-Id", "Sentry-Load"); got != c.want {
 			t.Errorf("scanHead(%q) = %+v, want %+v", c.raw, got, c.want)
 		}
 	}
@@ -103,7 +105,7 @@ func BenchmarkScanHead(b *testing.B) {
 	raw := []byte("Host: example.com\r\nUser-Agent: bench\r\nAccept: */*\r\nConnection: keep-alive\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n")
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if f := ScanHead(raw, "X-Request-Id"); f.Hosts != 1 {
+		if f := ScanHead(raw, "X-Request-Id", "Sentry-Load"); f.Hosts != 1 {
 			b.Fatal(f)
 		}
 	}

@@ -2,6 +2,7 @@ package farm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -74,6 +75,11 @@ type Route struct {
 	// IO is the part spent waiting (a sleep) while holding the slot.
 	// Default none.
 	IO Dist `yaml:"io,omitempty"`
+	// Degraded is a cheaper variant of the route, served instead of its
+	// cost (heavy share included) when the request's load header (sentry's
+	// degradation signal, docs/policy.md "degradation") reads above
+	// Degraded.Above. Default none: the header is ignored.
+	Degraded *Degraded `yaml:"degraded,omitempty"`
 	// Heavy mixes a second cost under the same path: a request is heavy
 	// with probability Heavy.Share and then draws Heavy's CPU and IO
 	// instead of the route's, as a search whose cost the proxy cannot
@@ -86,6 +92,26 @@ type Route struct {
 	// ContentType of the response. Default "text/html; charset=utf-8"
 	// when the route has service time, else "application/octet-stream".
 	ContentType string `yaml:"content_type,omitempty"`
+}
+
+// DefaultLoadHeader is the header a Degraded route reads by default, the
+// name sentry sends by default.
+const DefaultLoadHeader = "Sentry-Load"
+
+// Degraded is a route's cheaper variant: a request whose load header
+// parses as a number above Above draws CPU and IO from here (then
+// divided by the server's speed, as any draw). A missing or unparsable
+// header serves the full variant.
+type Degraded struct {
+	// Above is the load above which the variant is served, ≥ 0 (0.9: when
+	// sentry says the farm is more than 90% loaded).
+	Above float64 `yaml:"above"`
+	// Header is the request header read. Default "Sentry-Load". Its value
+	// is a decimal number, optionally followed by ';' and parameters.
+	Header string `yaml:"header,omitempty"`
+	// CPU and IO are the variant's parts, as the route's; at least one.
+	CPU Dist `yaml:"cpu,omitempty"`
+	IO  Dist `yaml:"io,omitempty"`
 }
 
 // Heavy is the costly share of a route's requests.
@@ -189,6 +215,13 @@ func (c Config) Normalize() (Config, error) {
 		if err := r.Heavy.normalize(); err != nil {
 			return c, fmt.Errorf("%s: heavy: %w", where, err)
 		}
+		if r.Degraded != nil {
+			d := *r.Degraded
+			if err := d.normalize(); err != nil {
+				return c, fmt.Errorf("%s: degraded: %w", where, err)
+			}
+			r.Degraded = &d
+		}
 		if r.Bytes < 0 || r.Bytes > MaxBytes {
 			return c, fmt.Errorf("%s: bytes must be 0..%d, got %d", where, MaxBytes, r.Bytes)
 		}
@@ -219,6 +252,26 @@ func (h *Heavy) normalize() error {
 	}
 	if h.IO, err = h.IO.normalize(); err != nil {
 		return fmt.Errorf("io: %w", err)
+	}
+	return nil
+}
+
+func (d *Degraded) normalize() error {
+	if d.Header == "" {
+		d.Header = DefaultLoadHeader
+	}
+	if !(d.Above >= 0) || math.IsInf(d.Above, 0) {
+		return fmt.Errorf("above must be a load of 0 or more, got %v", d.Above)
+	}
+	var err error
+	if d.CPU, err = d.CPU.normalize(); err != nil {
+		return fmt.Errorf("cpu: %w", err)
+	}
+	if d.IO, err = d.IO.normalize(); err != nil {
+		return fmt.Errorf("io: %w", err)
+	}
+	if d.CPU.IsZero() && d.IO.IsZero() {
+		return errors.New("cpu or io required (the cheaper variant's cost)")
 	}
 	return nil
 }

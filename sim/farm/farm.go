@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -245,6 +246,8 @@ type Stats struct {
 	// while they waited for a slot, plus, with AbortOnDisconnect, those
 	// stopped during their service, and those a Kill ended.
 	Abandoned uint64
+	// Degraded counts requests served a route's degraded variant.
+	Degraded uint64
 	// InFlight is routed requests inside the server now: waiting + busy.
 	InFlight int64
 	// Busy is slots in use now.
@@ -292,6 +295,7 @@ type server struct {
 
 	completed atomic.Uint64
 	abandoned atomic.Uint64
+	degraded  atomic.Uint64
 	inFlight  atomic.Int64
 	queueTime atomic.Int64 // ns
 	overshoot atomic.Int64 // ns, slot-time compensation (see ServeHTTP)
@@ -414,6 +418,7 @@ func (s *server) stats() Stats {
 		Slots:        s.cfg.Slots,
 		Completed:    s.completed.Load(),
 		Abandoned:    s.abandoned.Load(),
+		Degraded:     s.degraded.Load(),
 		InFlight:     s.inFlight.Load(),
 		Busy:         busy,
 		Waiting:      waiting,
@@ -428,11 +433,14 @@ func (s *server) stats() Stats {
 	return st
 }
 
-// draw takes the CPU and I/O times for one request: the route's, or with
-// probability Heavy.Share the heavy part's; divided by the server's speed.
-func (s *server) draw(r *Route) (cpuD, ioD time.Duration) {
+// draw takes the CPU and I/O times for one request: the degraded
+// variant's when degraded, else the route's, or with probability
+// Heavy.Share the heavy part's; divided by the server's speed.
+func (s *server) draw(r *Route, degraded bool) (cpuD, ioD time.Duration) {
 	s.rngMu.Lock()
-	if h := &r.Heavy; h.Share > 0 && s.rng.Float64() < h.Share {
+	if d := r.Degraded; degraded && d != nil {
+		cpuD, ioD = d.CPU.Sample(s.rng), d.IO.Sample(s.rng)
+	} else if h := &r.Heavy; h.Share > 0 && s.rng.Float64() < h.Share {
 		cpuD, ioD = h.CPU.Sample(s.rng), h.IO.Sample(s.rng)
 	} else {
 		cpuD, ioD = r.CPU.Sample(s.rng), r.IO.Sample(s.rng)
@@ -443,6 +451,21 @@ func (s *server) draw(r *Route) (cpuD, ioD time.Duration) {
 		ioD = time.Duration(float64(ioD) / sp)
 	}
 	return cpuD, ioD
+}
+
+// wantsDegraded reports whether r has a degraded variant and h's load
+// header (its first value's number, before any ';') is above its Above.
+func wantsDegraded(r *Route, h http.Header) bool {
+	d := r.Degraded
+	if d == nil {
+		return false
+	}
+	v := h.Get(d.Header)
+	if i := strings.IndexByte(v, ';'); i >= 0 {
+		v = v[:i]
+	}
+	x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	return err == nil && x > d.Above
 }
 
 // ServeHTTP serves one request in this life.
@@ -486,7 +509,11 @@ func (lf *life) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	queue := max(grant.Sub(t0), 0)
-	cpuD, ioD := s.draw(rt)
+	deg := wantsDegraded(rt, req.Header)
+	if deg {
+		s.degraded.Add(1)
+	}
+	cpuD, ioD := s.draw(rt, deg)
 	// With AbortOnDisconnect a request stops work when its connection
 	// closes (Go's net/http cancels r.Context()), in its CPU part as in
 	// its I/O wait, and its slot is freed at once.
@@ -625,6 +652,7 @@ type statsJSON struct {
 	Slots               int     `json:"slots"`
 	Completed           uint64  `json:"completed"`
 	Abandoned           uint64  `json:"abandoned"`
+	Degraded            uint64  `json:"degraded"`
 	InFlight            int64   `json:"in_flight"`
 	Busy                int     `json:"busy"`
 	Waiting             int     `json:"waiting"`
@@ -638,7 +666,7 @@ type statsJSON struct {
 
 func jsonStats(s Stats) statsJSON {
 	return statsJSON{
-		Addr: s.Addr, Slots: s.Slots, Completed: s.Completed, Abandoned: s.Abandoned,
+		Addr: s.Addr, Slots: s.Slots, Completed: s.Completed, Abandoned: s.Abandoned, Degraded: s.Degraded,
 		InFlight: s.InFlight, Busy: s.Busy, Waiting: s.Waiting,
 		BusySeconds: s.BusyTime.Seconds(), QueueSeconds: s.QueueTime.Seconds(),
 		ElapsedSeconds: s.Elapsed.Seconds(), Utilisation: s.Utilisation,

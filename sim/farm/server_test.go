@@ -154,3 +154,46 @@ func TestServerDisconnect(t *testing.T) {
 		})
 	}
 }
+
+// A route with a degraded variant serves it only when the load header
+// reads above Above (the value before any ';'); otherwise, and for a
+// missing or unparsable header, the full cost. Fake time: exact.
+func TestServerDegradedVariant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := testServer(t, Config{Slots: 4, Routes: []Route{{Path: "/", Prefix: true,
+			IO:       Dist{Kind: Fixed, Mean: 80 * time.Millisecond},
+			Degraded: &Degraded{Above: 0.9, IO: Dist{Kind: Fixed, Mean: 40 * time.Millisecond}}}}})
+		for _, c := range []struct {
+			hdr  string
+			want float64 // io ms
+		}{
+			{"", 80}, {"0.90", 80}, {"0.91", 40}, {"1.50; class=crowd", 40}, {"high", 80}, {" 2 ", 40},
+		} {
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest("GET", "/p", nil)
+			if c.hdr != "" {
+				r.Header.Set(DefaultLoadHeader, c.hdr)
+			}
+			s.ServeHTTP(w, r)
+			if _, io, _ := parseTiming(t, w.Header().Get("Server-Timing")); io != c.want {
+				t.Errorf("Sentry-Load %q: io %v ms, want %v", c.hdr, io, c.want)
+			}
+		}
+		if got := s.stats().Degraded; got != 3 {
+			t.Errorf("Degraded = %d, want 3", got)
+		}
+	})
+}
+
+func TestDegradedConfig(t *testing.T) {
+	c, err := Config{Routes: []Route{{Path: "/", IO: Dist{Kind: Fixed, Mean: time.Millisecond},
+		Degraded: &Degraded{Above: 0.9, IO: Dist{Kind: Fixed, Mean: time.Millisecond}}}}}.Normalize()
+	if err != nil || c.Routes[0].Degraded.Header != DefaultLoadHeader {
+		t.Fatalf("normalized %+v, %v; want header %s", c.Routes[0].Degraded, err, DefaultLoadHeader)
+	}
+	for _, d := range []Degraded{{Above: 0.9}, {Above: -1, IO: Dist{Kind: Fixed, Mean: time.Millisecond}}} {
+		if _, err := (Config{Routes: []Route{{Path: "/", Degraded: &d}}}).Normalize(); err == nil {
+			t.Errorf("degraded %+v accepted", d)
+		}
+	}
+}
