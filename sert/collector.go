@@ -27,7 +27,7 @@ func NewCollector(c *Controller, constLabels prometheus.Labels) *Collector {
 		threshold:  d("sentry_termination_threshold_seconds", "Current termination threshold T = LB + F(p)·(UB − LB) of the class."),
 		lower:      d("sentry_termination_lower_seconds", "The class's lower bound LB."),
 		upper:      d("sentry_termination_upper_seconds", "The class's upper bound UB."),
-		loss:       d("sentry_termination_loss_fraction", "Loss fraction p = (rejected + terminated)/arrived over the last interval that updated the threshold."),
+		loss:       d("sentry_termination_loss_ratio", "Loss fraction p = (rejected + terminated)/arrived over the last interval that updated the threshold."),
 		f:          d("sentry_termination_load_factor", "F(p) of the last update: 1 at or below low water (T = UB), 0 at or above high water (T = LB)."),
 		arrived:    d("sentry_termination_arrivals_total", "Requests of the class that reached admission (the denominator of p)."),
 		rejected:   d("sentry_termination_rejected_total", "Requests of the class rejected by admission (counted in p)."),

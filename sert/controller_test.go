@@ -149,16 +149,16 @@ sentry_termination_threshold_seconds{app="shop",class="search"} 3.98145
 # HELP sentry_terminations_total Requests of the class terminated for passing the threshold before their first response byte.
 # TYPE sentry_terminations_total counter
 sentry_terminations_total{app="shop",class="search"} 8
-# HELP sentry_termination_loss_fraction Loss fraction p = (rejected + terminated)/arrived over the last interval that updated the threshold.
-# TYPE sentry_termination_loss_fraction gauge
-sentry_termination_loss_fraction{app="shop",class="search"} 0.08
+# HELP sentry_termination_loss_ratio Loss fraction p = (rejected + terminated)/arrived over the last interval that updated the threshold.
+# TYPE sentry_termination_loss_ratio gauge
+sentry_termination_loss_ratio{app="shop",class="search"} 0.08
 # HELP sentry_termination_reclaimed_server_seconds_total Backend time termination reclaimed, in server-seconds (the proxy's estimate of work the cut requests would still have done).
 # TYPE sentry_termination_reclaimed_server_seconds_total counter
 sentry_termination_reclaimed_server_seconds_total{app="shop",class="search"} 1.5
 `
 	if err := testutil.CollectAndCompare(k, strings.NewReader(want),
 		"sentry_termination_threshold_seconds", "sentry_terminations_total",
-		"sentry_termination_loss_fraction", "sentry_termination_reclaimed_server_seconds_total"); err != nil {
+		"sentry_termination_loss_ratio", "sentry_termination_reclaimed_server_seconds_total"); err != nil {
 		t.Fatal(err)
 	}
 	if err := prometheus.NewPedanticRegistry().Register(k); err != nil {
