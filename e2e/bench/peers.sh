@@ -13,6 +13,8 @@
 #   PEERS     peers to run, in this order  (default "nginx haproxy caddy sentry";
 #             "sentry-fasthttp" is sentry with its event loops off,
 #             SENTRY_EVLOOP=0, for the engine comparison; "sentry-period" is
+#             "sentry-log" is sentry with its access log on (text, to a
+#             file, sampled at the defaults: 1,000 lines/s, rejections 100/s);
 #             sentry in batch mode with a 20 ms class period, relay only
 #             (below overload its requests are admitted early, without
 #             waiting for their run; strict_periods would make each wait);
@@ -58,11 +60,11 @@ for v in DURATION CONNS THREADS; do
 done
 for p in $PEERS; do
 	case "$p" in
-	nginx | haproxy | caddy | sentry | sentry-fasthttp | sentry-period) ;;
+	nginx | haproxy | caddy | sentry | sentry-fasthttp | sentry-period | sentry-log) ;;
 	sentry-base)
 		[ -x "${SENTRY_BASE_BIN:-}" ] || { echo "peers.sh: sentry-base needs SENTRY_BASE_BIN, an executable sentry binary" >&2; exit 2; }
 		;;
-	*) echo "peers.sh: unknown peer '$p' (known: nginx haproxy caddy sentry sentry-fasthttp sentry-period sentry-base)" >&2; exit 2 ;;
+	*) echo "peers.sh: unknown peer '$p' (known: nginx haproxy caddy sentry sentry-fasthttp sentry-period sentry-log sentry-base)" >&2; exit 2 ;;
 	esac
 done
 
@@ -70,8 +72,8 @@ done
 # reject port (sentry's reject instance is a second process).
 HOST=127.0.0.1
 BACKEND_PORT=18080
-declare -A RELAY_PORT=([nginx]=18081 [haproxy]=18082 [caddy]=18083 [sentry]=18084 [sentry-fasthttp]=18084 [sentry-period]=18084 [sentry-base]=18084)
-declare -A REJECT_PORT=([nginx]=18091 [haproxy]=18092 [caddy]=18093 [sentry]=18094 [sentry-fasthttp]=18094 [sentry-period]=18094 [sentry-base]=18094)
+declare -A RELAY_PORT=([nginx]=18081 [haproxy]=18082 [caddy]=18083 [sentry]=18084 [sentry-fasthttp]=18084 [sentry-period]=18084 [sentry-log]=18084 [sentry-base]=18084)
+declare -A REJECT_PORT=([nginx]=18091 [haproxy]=18092 [caddy]=18093 [sentry]=18094 [sentry-fasthttp]=18094 [sentry-period]=18094 [sentry-log]=18094 [sentry-base]=18094)
 SENTRY_ADMIN_PORT=18085
 SENTRY_REJECT_ADMIN_PORT=18095
 
@@ -300,6 +302,21 @@ apps:
 EOF
 }
 
+# The relay as the quick policy has it, with the access log on (sampled).
+write_sentry_log_policy() {
+	cat >"$TMP/sentry-log.yaml" <<EOF
+admin:
+  listen: $HOST:$SENTRY_ADMIN_PORT
+log:
+  access: {enabled: true, output: $TMP/access.log}
+apps:
+  - name: default
+    listen: $HOST:${RELAY_PORT[sentry]}
+    backends:
+      static: [$HOST:$BACKEND_PORT]
+EOF
+}
+
 write_sentry_reject_policy() {
 	cat >"$TMP/sentry-reject.yaml" <<EOF
 # Every request gets sentry's prebuilt 503: the only backend is a closed
@@ -476,7 +493,7 @@ for peer in $PEERS; do
 		bench caddy reject "${REJECT_PORT[caddy]}" 503 "$pg"
 		stop caddy "$pg"
 		;;
-	sentry | sentry-fasthttp | sentry-period | sentry-base)
+	sentry | sentry-fasthttp | sentry-period | sentry-log | sentry-base)
 		evloop=1
 		[ "$peer" = sentry-fasthttp ] && evloop=0
 		bin="$OUT/sentry"
@@ -486,6 +503,11 @@ for peer in $PEERS; do
 			"$bin" check -config "$TMP/sentry-period.yaml" >&2 ||
 				die "sentry check rejected $TMP/sentry-period.yaml"
 			start "$peer" env SENTRY_EVLOOP=$evloop "$bin" run -config "$TMP/sentry-period.yaml"
+		elif [ "$peer" = sentry-log ]; then
+			write_sentry_log_policy
+			"$bin" check -config "$TMP/sentry-log.yaml" >&2 ||
+				die "sentry check rejected $TMP/sentry-log.yaml"
+			start "$peer" env SENTRY_EVLOOP=$evloop "$bin" run -config "$TMP/sentry-log.yaml"
 		else
 			start "$peer" env SENTRY_EVLOOP=$evloop "$bin" run -listen "$HOST:${RELAY_PORT[sentry]}" \
 				-backend "$HOST:$BACKEND_PORT" -admin "$HOST:$SENTRY_ADMIN_PORT"
@@ -501,6 +523,9 @@ for peer in $PEERS; do
 		[ "$peer" = sentry-period ] && continue
 
 		write_sentry_reject_policy
+		if [ "$peer" = sentry-log ]; then
+			printf 'log:\n  access: {enabled: true, output: %s}\n' "$TMP/access-reject.log" >>"$TMP/sentry-reject.yaml"
+		fi
 		"$bin" check -config "$TMP/sentry-reject.yaml" >&2 ||
 			die "sentry check rejected $TMP/sentry-reject.yaml"
 		start "$peer-reject" env SENTRY_EVLOOP=$evloop "$bin" run -config "$TMP/sentry-reject.yaml"
@@ -558,7 +583,7 @@ ratio() { # ratio A B: A/B with two decimals, or n/a
 		sj=$(get sentry reject 4); oj=$(get "$other" reject 4)
 		echo "| p99 sentry/$other (lower is better) | $(ratio "$(to_ms "$sp")" "$(to_ms "$op")") | $(ratio "$(to_ms "$sj")" "$(to_ms "$oj")") |"
 	done
-	for other in sentry-base sentry-period sentry-fasthttp; do
+	for other in sentry-base sentry-period sentry-log sentry-fasthttp; do
 		if [ -z "$(get "$other" relay 2)" ] || [ -z "$(get sentry relay 2)" ]; then continue; fi
 		echo "| req/s $other/sentry | $(ratio "$(get "$other" relay 2)" "$(get sentry relay 2)") | $(ratio "$(get "$other" reject 2)" "$(get sentry reject 2)") |"
 		if [ -n "$(get nginx relay 2)" ]; then
