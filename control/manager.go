@@ -349,7 +349,7 @@ type collector struct{ m *Manager }
 var (
 	descMode     = prometheus.NewDesc("sentry_admission_mode", "1 for the admission mode in force (batch, threshold, adaptive, off).", []string{"app", "mode"}, nil)
 	descSwitches = prometheus.NewDesc("sentry_admission_mode_switches_total", "Mode switches, by the mode switched to.", []string{"app", "to"}, nil)
-	descCPU      = prometheus.NewDesc("sentry_cpu_utilization_ratio", "sentry's own CPU utilisation (fraction of GOMAXPROCS) as the mode switch last saw it.", []string{"app"}, nil)
+	descCPU      = prometheus.NewDesc("sentry_cpu_utilization_ratio", "sentry's own CPU utilisation (fraction of the CPUs it may use: GOMAXPROCS, or a smaller cgroup quota) as the mode switch last saw it.", []string{"app"}, nil)
 	descRSLA     = prometheus.NewDesc("sentry_sla_target_seconds", "Current response-time target R_sla (follows the arrival rate through the QoS table).", []string{"app"}, nil)
 	descQuant    = prometheus.NewDesc("sentry_sla_admitted_percentile_seconds", "Admitted requests' response-time percentile (the SLA's) over the last interval.", []string{"app"}, nil)
 	descCQuant   = prometheus.NewDesc("sentry_class_admitted_percentile_seconds", "Per class: admitted requests' response-time percentile (the SLA's) over the last interval; 0 if none completed.", []string{"app", "class"}, nil)

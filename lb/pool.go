@@ -45,6 +45,9 @@ type Pool struct {
 	_        [cacheLine - 16]byte
 
 	running atomic.Bool // Run is active
+	// resolveFailing: the last resolution failed (or was empty); a failure
+	// is warned once per streak, and the recovery logged (resolveOnce).
+	resolveFailing atomic.Bool
 	checkMu sync.Mutex  // serialises probe rounds; never taken on the request path
 	availMu sync.Mutex  // serialises rebuilds of avail
 

@@ -156,14 +156,26 @@ func (p *Pool) resolveOnce(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	// A failure is warned once per streak (every interval would flood the
+	// log while a name stays unresolvable), then at debug level; the first
+	// success after it is logged at info.
+	warn := cfg.log.Warn
+	if p.resolveFailing.Load() {
+		warn = cfg.log.Debug
+	}
 	switch {
 	case err != nil:
-		cfg.log.Warn("backend resolution failed; keeping current backends",
+		p.resolveFailing.Store(true)
+		warn("backend resolution failed; keeping current backends",
 			"error", err, "backends", len(p.members.Load().list))
 	case len(addrs) == 0:
-		cfg.log.Warn("backend resolution returned no addresses; keeping current backends",
+		p.resolveFailing.Store(true)
+		warn("backend resolution returned no addresses; keeping current backends",
 			"backends", len(p.members.Load().list))
 	default:
+		if p.resolveFailing.Swap(false) {
+			cfg.log.Info("backend resolution recovered", "backends", len(addrs))
+		}
 		p.SetAddrs(addrs)
 	}
 }

@@ -194,9 +194,16 @@ func TestResolve(t *testing.T) {
 	push([]string{})
 	p.resolveOnce(ctx)
 	mustEqual(t, "members after empty answer", len(p.Backends()), 2)
+	push(errors.New("SERVFAIL"))
+	p.resolveOnce(ctx)
+	// One warning for the whole failing streak; the rest at debug.
+	mustEqual(t, "warnings while failing", strings.Count(logs.String(), "[WARN]"), 1)
 
 	push([]string{"10.0.0.3:80", "10.0.0.2:80"})
 	p.resolveOnce(ctx)
+	if !strings.Contains(logs.String(), "backend resolution recovered") {
+		t.Fatalf("recovery not logged:\n%s", logs.String())
+	}
 	mustEqual(t, "members", strings.Join(addrsOf(p.Backends()), ","), "10.0.0.3:80,10.0.0.2:80")
 	if byAddr(p, "10.0.0.2:80") != kept || kept.Inflight() != 1 {
 		t.Fatal("re-resolution lost the state of a retained backend")
