@@ -41,6 +41,10 @@ import (
 // follows; a reset that lands there closes an idle pooled connection, and
 // the next exchange on it fails as on any connection its backend closed
 // (net.ErrClosed is pipeline.FailBroken: retried when replayable).
+// Early termination cannot leave that window open: its timer must win a
+// latch that the response's first read disarms, and a read that loses
+// fails (errTermCut, idleConn.Read), so an exchange the timer cuts never
+// returns its connection to the pool (TestReadLosingToTheCutFails).
 //
 // Cost: an h2 request's body always goes as a stream (one small object),
 // so a body-less request carries Content-Length: 0 to the backend, and no

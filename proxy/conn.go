@@ -58,11 +58,23 @@ func (c *idleConn) Read(b []byte) (int, error) {
 	if n > 0 {
 		if t := c.term.Load(); t != nil {
 			c.term.Store(nil)
-			t.Disarm()
+			if !t.Disarm() {
+				// The termination timer won the latch first and is
+				// closing this connection: the bytes must not reach
+				// fasthttp, or a whole small response would end the
+				// exchange and put the connection back in the pool,
+				// where the timer would then close it under another
+				// request. Failing the read makes fasthttp drop it.
+				return 0, errTermCut
+			}
 		}
 	}
 	return n, err
 }
+
+// errTermCut fails the read that lost the race to the termination timer
+// (idleConn.Read); relay ends such an attempt as cut, never retried.
+var errTermCut = errors.New("proxy: exchange cut by early termination")
 
 func (c *idleConn) Write(b []byte) (int, error) {
 	if err := c.refresh(&c.writeSet, c.Conn.SetWriteDeadline); err != nil {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -508,7 +509,7 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 			if err != nil || !resp.IsBodyStream() {
 				ab.ab.unbind()
 			}
-			if err != nil && ab.ab.wasCut() {
+			if err != nil && (ab.ab.wasCut() || errors.Is(err, errTermCut)) {
 				// The stream was reset, or termination cut it (the
 				// caller tells which): never retried.
 				a.Pool.Release(b, true)

@@ -23,7 +23,10 @@ import (
 // or the running process refused it (a listener it cannot open, say), or
 // no outcome came within -timeout; 2: usage. A policy without an admin
 // listener cannot be confirmed: the command then exits 0 once the file is
-// valid and the signal is sent, and says so.
+// valid and the signal is sent, and says so. The admin address is read
+// from the new file: a reload that moves admin.listen cannot be confirmed
+// either (the running process still answers on the old address), and is
+// reported the same way.
 func cmdReload(args []string) int {
 	fs := flag.NewFlagSet("reload", flag.ContinueOnError)
 	config := fs.String("config", "", "policy `FILE` the running sentry was started with (required)")

@@ -300,6 +300,13 @@ func (l *eventLoop) readBackend(bc *bconn) {
 		return
 	}
 	bc.n += m
+	if !ex.gotBytes {
+		// The first response byte disarms termination, as on the
+		// fasthttp path (idleConn.Read): a backend slow to finish its
+		// head is not cut once it has started answering.
+		ex.termAt = 0
+		ex.term.Disarm()
+	}
 	ex.gotBytes = true
 	ex.deadline = l.nowNs + ex.a.Shared.Idle.Load()
 	data := bc.in[:bc.n]
