@@ -426,7 +426,8 @@ func (c *Controller) early(s *snapshot, idx, n int, sNs float64) bool {
 	if s.strict || cl.queueLen() != 0 {
 		return false
 	}
-	if cascadeMark(s.classes[:idx]) > c.now().UnixNano() {
+	// The clock is read only when a mark is set (most arrivals find none).
+	if until := cascadeMark(s.classes[:idx]); until != 0 && until > c.now().UnixNano() {
 		return false
 	}
 	m := c.model(s, n)

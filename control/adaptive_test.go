@@ -209,7 +209,7 @@ func TestAutoFallsBackAndReturns(t *testing.T) {
 	if out := logs.String(); !strings.Contains(out, "admission mode switched") || !strings.Contains(out, "from=batch to=adaptive reason=percentile_missed windows=3") {
 		t.Errorf("log %q", out)
 	}
-	if n := testutil.ToFloat64(prometheusCounter(t, reg, "sentry_admission_mode_switches_total", "adaptive")); n != 1 {
+	if n := gatherOne(t, reg, "sentry_admission_mode_switches_total", "to", "adaptive"); n != 1 {
 		t.Errorf("switches to adaptive %v", n)
 	}
 	// In adaptive mode: 9 calm windows, then one that is not, then 10.
@@ -323,30 +323,6 @@ func TestReloadKeepsAdaptiveRates(t *testing.T) {
 }
 
 // prometheusCounter gathers the control collector's mode switch counter
-// for app shop and the given mode.
-func prometheusCounter(t *testing.T, reg *prometheus.Registry, name, to string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "to" && l.GetValue() == to {
-					c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
-					c.Add(m.GetCounter().GetValue())
-					return c
-				}
-			}
-		}
-	}
-	t.Fatalf("%s{to=%q} not gathered", name, to)
-	return nil
-}
 
 // TestAdaptiveNoAlloc: in adaptive mode the decision and the outcome
 // (Admit, Park, Done feeding the controller, its runs included) allocate

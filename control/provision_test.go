@@ -98,11 +98,11 @@ func TestProvisioningModelAndTrigger(t *testing.T) {
 		"sentry_provision_servers_current": 1,
 		"sentry_provision_requests_total":  1,
 	} {
-		if v := gatherOne(t, reg, name, "shop"); v != want {
+		if v := gatherOne(t, reg, name, "app", "shop"); v != want {
 			t.Errorf("%s = %v, want %v", name, v, want)
 		}
 	}
-	if v := gatherOne(t, reg, "sentry_drop_ratio", "shop"); v < 0.74 || v > 0.76 {
+	if v := gatherOne(t, reg, "sentry_drop_ratio", "app", "shop"); v < 0.74 || v > 0.76 {
 		t.Errorf("sentry_drop_ratio = %v", v)
 	}
 	if n, err := testutil.GatherAndCount(reg, "sentry_provision_webhook_total"); err != nil || n != 3 {
@@ -122,8 +122,9 @@ func TestProvisioningModelAndTrigger(t *testing.T) {
 	}
 }
 
-// gatherOne returns the value of the series name{app=app}.
-func gatherOne(t *testing.T, reg *prometheus.Registry, name, app string) float64 {
+// gatherOne returns the value of the series name{label=value} (a gauge's
+// or a counter's): the one lookup the control tests share.
+func gatherOne(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -135,7 +136,7 @@ func gatherOne(t *testing.T, reg *prometheus.Registry, name, app string) float64
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "app" && l.GetValue() == app {
+				if l.GetName() == label && l.GetValue() == value {
 					if g := m.GetGauge(); g != nil {
 						return g.GetValue()
 					}
@@ -144,7 +145,7 @@ func gatherOne(t *testing.T, reg *prometheus.Registry, name, app string) float64
 			}
 		}
 	}
-	t.Fatalf("no series %s{app=%q}", name, app)
+	t.Fatalf("no series %s{%s=%q}", name, label, value)
 	return 0
 }
 

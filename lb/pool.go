@@ -48,8 +48,8 @@ type Pool struct {
 	// resolveFailing: the last resolution failed (or was empty); a failure
 	// is warned once per streak, and the recovery logged (resolveOnce).
 	resolveFailing atomic.Bool
-	checkMu sync.Mutex  // serialises probe rounds; never taken on the request path
-	availMu sync.Mutex  // serialises rebuilds of avail
+	checkMu        sync.Mutex // serialises probe rounds; never taken on the request path
+	availMu        sync.Mutex // serialises rebuilds of avail
 
 	// mu guards membership changes and the reconfiguration signal.
 	mu struct {

@@ -44,6 +44,25 @@ func resultCounts(t *testing.T, h *harness) map[string]uint64 {
 	return out
 }
 
+// slowDownload is a raw backend answering a body of size bytes: the head
+// and the first bytes at once, the rest when release is closed (or after
+// 5 s).
+func slowDownload(t *testing.T, size, first int) (*rawBackend, chan struct{}) {
+	release := make(chan struct{})
+	rb := startRawBackend(t, func(_ *rawBackend, _, _ int, _ *beReq, c net.Conn, _ *bufio.Reader) bool {
+		if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("a", first)); err != nil {
+			return false
+		}
+		select {
+		case <-release:
+		case <-time.After(5 * time.Second):
+		}
+		_, err := io.WriteString(c, strings.Repeat("b", size-first))
+		return err == nil
+	})
+	return rb, release
+}
+
 // TestAbandonedDownload pins the second half of
 // knownDifferences["latency-to-last-byte"]: a client that reads the head
 // and the first bytes of a large download and leaves is counted by a loop
@@ -54,19 +73,7 @@ func resultCounts(t *testing.T, h *harness) map[string]uint64 {
 func TestAbandonedDownload(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.String(), func(t *testing.T) {
-			release := make(chan struct{})
-			const size, first = 4 << 20, 20000
-			rb := startRawBackend(t, func(_ *rawBackend, _, _ int, _ *beReq, c net.Conn, _ *bufio.Reader) bool {
-				if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("a", first)); err != nil {
-					return false
-				}
-				select {
-				case <-release:
-				case <-time.After(5 * time.Second):
-				}
-				_, err := io.WriteString(c, strings.Repeat("b", size-first))
-				return err == nil
-			})
+			rb, release := slowDownload(t, 4<<20, 20000)
 			h := startProxyOpts(t, []string{rb.addr}, Options{Engine: e}, nil)
 			c := dialProxy(t, h.addr)
 			c.write("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -967,21 +967,10 @@ func relayedCount(t *testing.T, h *harness) uint64 {
 func TestLatencyToLastByte(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.String(), func(t *testing.T) {
-			release := make(chan struct{})
 			// first is more than fasthttp's 16 KiB write buffer, so its
 			// front end flushes the head before the body is complete.
 			const size, first = 100000, 20000
-			rb := startRawBackend(t, func(_ *rawBackend, _, _ int, _ *beReq, c net.Conn, _ *bufio.Reader) bool {
-				if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("a", first)); err != nil {
-					return false
-				}
-				select {
-				case <-release:
-				case <-time.After(5 * time.Second):
-				}
-				_, err := io.WriteString(c, strings.Repeat("b", size-first))
-				return err == nil
-			})
+			rb, release := slowDownload(t, size, first)
 			h := startProxyOpts(t, []string{rb.addr}, Options{Engine: e}, nil)
 			c := dialProxy(t, h.addr)
 			c.write("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
