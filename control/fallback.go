@@ -177,12 +177,7 @@ type adaptiveMetrics struct{ m *Manager }
 func (c adaptiveMetrics) Describe(chan<- *prometheus.Desc) {}
 
 func (c adaptiveMetrics) Collect(ch chan<- prometheus.Metric) {
-	c.m.mu.Lock()
-	apps := make([]*App, 0, len(c.m.apps))
-	for _, a := range c.m.apps {
-		apps = append(apps, a)
-	}
-	c.m.mu.Unlock()
+	apps := c.m.appList()
 	for _, a := range apps {
 		a.mu.Lock()
 		names := a.mu.adpNames

@@ -370,13 +370,20 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	c.m.mu.Lock()
-	apps := make([]*App, 0, len(c.m.apps))
-	for _, a := range c.m.apps {
+// appList is a snapshot of the apps, taken under m.mu (the collectors and
+// the provisioning advice walk it without holding the lock).
+func (m *Manager) appList() []*App {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	apps := make([]*App, 0, len(m.apps))
+	for _, a := range m.apps {
 		apps = append(apps, a)
 	}
-	c.m.mu.Unlock()
+	return apps
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	apps := c.m.appList()
 	gauge := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
 	}

@@ -248,12 +248,7 @@ type ProvisioningAdvice struct {
 // Advice returns every app's status, by name, and the greedy allocation of
 // spare servers (none when spare ≤ 0).
 func (m *Manager) Advice(spare int) ProvisioningAdvice {
-	m.mu.Lock()
-	apps := make([]*App, 0, len(m.apps))
-	for _, a := range m.apps {
-		apps = append(apps, a)
-	}
-	m.mu.Unlock()
+	apps := m.appList()
 	sort.Slice(apps, func(i, j int) bool { return apps[i].name < apps[j].name })
 	adv := ProvisioningAdvice{Apps: make([]ProvisionStatus, len(apps))}
 	us := make([]provision.AppUtility, len(apps))
@@ -320,12 +315,7 @@ func (c provCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c provCollector) Collect(ch chan<- prometheus.Metric) {
-	c.m.mu.Lock()
-	apps := make([]*App, 0, len(c.m.apps))
-	for _, a := range c.m.apps {
-		apps = append(apps, a)
-	}
-	c.m.mu.Unlock()
+	apps := c.m.appList()
 	for _, a := range apps {
 		st := a.Provisioning()
 		ch <- prometheus.MustNewConstMetric(descNeeded, prometheus.GaugeValue, float64(st.Needed), a.name)

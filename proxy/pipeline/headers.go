@@ -133,13 +133,7 @@ func NameMatch(name []byte, canon string) (exact, alias bool) {
 	}
 	under := false
 	for i := 0; i < len(name); i++ {
-		x, y := name[i], canon[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
+		x, y := foldByte(name[i]), foldByte(canon[i])
 		if x == y {
 			continue
 		}

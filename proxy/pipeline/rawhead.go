@@ -433,19 +433,21 @@ func hexVal(c byte) byte {
 	return c - 'A' + 10
 }
 
+// foldByte is c in lower case if it is an ASCII upper-case letter.
+func foldByte(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
 // EqFoldString compares b with s ignoring ASCII case (both sides).
 func EqFoldString(b []byte, s string) bool {
 	if len(b) != len(s) {
 		return false
 	}
 	for i := 0; i < len(b); i++ {
-		x, y := b[i], s[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
+		x, y := foldByte(b[i]), foldByte(s[i])
 		if x != y {
 			return false
 		}
