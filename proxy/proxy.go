@@ -401,7 +401,7 @@ func newHostClient(addr string, maxConns int, connect, idle *atomic.Int64) *fast
 			if attempts > 1 || req.IsBodyStream() || !idempotent(req) {
 				return false, false
 			}
-			return false, errors.Is(err, fasthttp.ErrConnectionClosed)
+			return false, errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, errConnAborted)
 		},
 	}
 }
