@@ -95,9 +95,11 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		tcfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
 			// Prefer h2: Go's TLS server takes the server's order.
 			NextProtos: []string{"h2", "http/1.1"}}
-		// WriteByteTimeout: a connection that accepts no bytes for
-		// write_timeout is closed (the same idle rule as HTTP/1.1).
-		fe.h2 = &http2.Server{IdleTimeout: sv.IdleTimeout, MaxConcurrentStreams: h2MaxStreams, WriteByteTimeout: sv.WriteTimeout}
+		// No WriteByteTimeout: x/net's writes land in h2Out's buffer,
+		// which applies write_timeout itself (a connection that accepts
+		// no bytes for write_timeout is closed, the same idle rule as
+		// HTTP/1.1).
+		fe.h2 = &http2.Server{IdleTimeout: sv.IdleTimeout, MaxConcurrentStreams: h2MaxStreams}
 		fe.h2cfg = &http.Server{ReadHeaderTimeout: sv.ReadHeaderTimeout, IdleTimeout: sv.IdleTimeout,
 			MaxHeaderBytes: sv.MaxHeaderBytes, ErrorLog: p.log.Named("h2").StandardLogger(nil)}
 		// ConfigureServer ties fe.h2's connections to fe.h2cfg, whose

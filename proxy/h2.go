@@ -20,8 +20,12 @@ import (
 // balancing, headers and metrics. Only the framing differs.
 func (fe *frontend) serveH2Conn(c net.Conn) error {
 	ctx := context.Background()
-	if tc, ok := c.(*tls.Conn); ok {
-		g := newH2Guard(tc, fe)
+	tc, _ := c.(*tls.Conn)
+	// x/net's writes are gathered into batches (h2out.go); the guard
+	// reads the client's frames and follows x/net's output above that.
+	c = newH2Out(c, fe.writeTimeout)
+	if tc != nil {
+		g := newH2Guard(c, tc, fe)
 		c = g
 		ctx = context.WithValue(ctx, h2GuardKey{}, g)
 	}
