@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"testing"
@@ -130,3 +131,40 @@ func (c *slowConn) waitWrites(n int) {
 
 func (c *slowConn) SetWriteDeadline(time.Time) error { return nil }
 func (c *slowConn) Close() error                     { return nil }
+
+// TestH2CopyHeader: the response header reaches x/net's map with its
+// repeated fields whole and without the fields h2 forbids; a pooled
+// h2Req leaves nothing of one stream in the next.
+func TestH2CopyHeader(t *testing.T) {
+	hr := h2ReqPool.Get().(*h2Req)
+	h := &hr.ctx.Response.Header
+	h.Set("Content-Type", "text/plain")
+	h.Add("Set-Cookie", "a=1")
+	h.Add("Set-Cookie", "b=2")
+	h.Set("Connection", "keep-alive")
+	h.Set("Keep-Alive", "timeout=5")
+	h.Set("Upgrade", "h2c")
+	h.Set("X-Custom-Thing", "v")
+	hdr := http.Header{}
+	hr.copyHeader(hdr, h)
+	if got := hdr.Values("Set-Cookie"); len(got) != 2 || got[0] != "a=1" || got[1] != "b=2" {
+		t.Errorf("Set-Cookie = %q", got)
+	}
+	if hdr.Get("Content-Type") != "text/plain" || hdr.Get("X-Custom-Thing") != "v" {
+		t.Errorf("header %v", hdr)
+	}
+	for _, k := range []string{"Connection", "Keep-Alive", "Upgrade"} {
+		if _, ok := hdr[k]; ok {
+			t.Errorf("%s copied to h2", k)
+		}
+	}
+	hr.release()
+	hr = h2ReqPool.Get().(*h2Req)
+	defer hr.release()
+	if n := hr.ctx.Response.Header.Len(); n > 1 { // a fresh Response may carry its default Content-Type
+		t.Errorf("a pooled h2Req kept %d response fields", n)
+	}
+	if hr.ctx.Request.Header.Len() != 0 || len(hr.ctx.Request.Body()) != 0 {
+		t.Error("a pooled h2Req kept its request")
+	}
+}
