@@ -26,7 +26,10 @@ import (
 
 // writeCertAs writes a self-signed P-256 certificate for 127.0.0.1 with
 // common name cn to cf and kf.
-func writeCertAs(t *testing.T, cf, kf, cn string) {
+func writeCertAs(t *testing.T, cf, kf, cn string) { t.Helper(); writeCertFor(t, cf, kf, cn, time.Hour) }
+
+// writeCertFor is writeCertAs with a certificate valid for valid.
+func writeCertFor(t *testing.T, cf, kf, cn string, valid time.Duration) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -36,7 +39,7 @@ func writeCertAs(t *testing.T, cf, kf, cn string) {
 		SerialNumber: big.NewInt(time.Now().UnixNano()),
 		Subject:      pkix.Name{CommonName: cn},
 		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
+		NotAfter:     time.Now().Add(valid),
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
@@ -231,4 +234,82 @@ func TestTLSCiphersAndALPN(t *testing.T) {
 		t.Errorf("ALPN http/1.1: got %q over %x, want http/1.1 over TLS 1.3", st.NegotiatedProtocol, st.Version)
 	}
 	c.Close()
+}
+
+// TestTLSTicketKeyRotation: tlsConfig leaves the ticket keys to Go, which
+// makes a key at random, rotates it every 24 hours and accepts tickets
+// under older keys for 7 days (a config that set its own keys would
+// disable that). Driven by the config's clock.
+func TestTLSTicketKeyRotation(t *testing.T) {
+	// Valid past the clock's last step: a client does not resume a
+	// session whose certificate has expired.
+	cf, kf := writeTestCert(t)
+	writeCertFor(t, cf, kf, "rotation", 30*24*time.Hour)
+	cert, err := tls.LoadX509KeyPair(cf, kf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe := &frontend{}
+	fe.cert.Store(&cert)
+	scfg := fe.tlsConfig()
+	now := time.Now()
+	scfg.Time = func() time.Time { return now }
+	cache := tls.NewLRUClientSessionCache(4)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	handshake := func() bool {
+		t.Helper()
+		// TCP, not net.Pipe: the two sides write at once in TLS 1.3
+		// (tickets and the client's Finished), which a pipe deadlocks.
+		b, err := net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		a, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		deadline := time.Now().Add(5 * time.Second)
+		a.SetDeadline(deadline)
+		b.SetDeadline(deadline)
+		srv := tls.Server(a, scfg)
+		done := make(chan error, 1)
+		go func() {
+			if err := srv.Handshake(); err != nil {
+				done <- err
+				return
+			}
+			_, err := srv.Write([]byte("x")) // after the tickets
+			done <- err
+		}()
+		cl := tls.Client(b, &tls.Config{InsecureSkipVerify: true, ClientSessionCache: cache,
+			Time: func() time.Time { return now }})
+		var one [1]byte
+		if _, err := io.ReadFull(cl, one[:]); err != nil { // takes the tickets
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		return cl.ConnectionState().DidResume
+	}
+	if handshake() {
+		t.Fatal("the first handshake resumed")
+	}
+	if !handshake() {
+		t.Fatal("no resumption a moment later")
+	}
+	now = now.Add(25 * time.Hour) // the key has rotated; the old one is still accepted
+	if !handshake() {
+		t.Error("a ticket from under the previous key was refused after one rotation")
+	}
+	now = now.Add(8 * 24 * time.Hour) // past every key's life
+	if handshake() {
+		t.Error("a ticket older than 7 days resumed")
+	}
 }
