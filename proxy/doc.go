@@ -439,6 +439,10 @@
 //     where most of the remaining gap to nginx is; the Go alternatives
 //     (net/http's bundled copy of x/net) share it. An h2 server of our own
 //     on the event loops, with x/net's hpack, is what would close it.
+//   - x/net's own options: its frame write buffer is fixed (4 KiB, no
+//     option: hence h2Out); MaxReadFrameSize and the upload buffers are
+//     about request bodies, which these GETs do not have; the default
+//     round-robin write scheduler costs 1.5%.
 //   - crypto/tls knobs: DynamicRecordSizingDisabled and record sizes do
 //     not matter for 128-byte responses (one record each, or one per
 //     batch with h2Out); Go already prefers AES-GCM on CPUs with AES-NI;
