@@ -40,7 +40,8 @@ func (fe *frontend) serveH2Conn(c net.Conn) error {
 }
 
 // serveH2 adapts one h2 stream to the fasthttp request path. It costs a
-// RequestCtx and a header copy per request; h2 is the secondary front end.
+// header copy each way per request, into and out of a pooled RequestCtx
+// (h2Req).
 func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	h2GrowStack(0)
 	// On a connection that resets many of its streams, wait a moment for
