@@ -26,6 +26,7 @@ func defaultApp() *App {
 			Status:     503,
 			Body:       "sentry: overloaded, retry later\n",
 			RetryAfter: time.Second,
+			GRPCStatus: GRPCUnavailable,
 		},
 		Classes:      defaultClasses(),
 		ServerTiming: ServerTiming{Strip: true},
@@ -473,6 +474,14 @@ func (d *decoder) reject(n *yaml.Node, path string, r *Reject) {
 				return
 			}
 			r.RetryAfter = ra
+		}},
+		{"grpc_status", func(v *yaml.Node, p string) {
+			if s, ok := d.enum(v, p, "unavailable", "resource_exhausted"); ok {
+				r.GRPCStatus = GRPCUnavailable
+				if s == "resource_exhausted" {
+					r.GRPCStatus = GRPCResourceExhausted
+				}
+			}
 		}},
 	})
 }

@@ -67,7 +67,7 @@ func TestDefaults(t *testing.T) {
 		MaxBodyBytes:       0,
 		MaxConnsPerBackend: 1024,
 		RequestIDHeader:    "X-Request-Id",
-		Reject:             Reject{Status: 503, Body: "sentry: overloaded, retry later\n", RetryAfter: time.Second},
+		Reject:             Reject{Status: 503, Body: "sentry: overloaded, retry later\n", RetryAfter: time.Second, GRPCStatus: GRPCUnavailable},
 		Classes:            []classify.ClassConfig{{Name: "default", Period: 0, Default: true}},
 		ServerTiming:       ServerTiming{Strip: true},
 		Provisioning: Provisioning{Window: 5 * time.Minute, FDrop: 0.5, Spacing: 5 * time.Minute, MaxStep: 1,
@@ -169,6 +169,7 @@ apps:
       status: 429
       body: ""
       retry_after: 3s
+      grpc_status: resource_exhausted
     classes:
       - name: gold
         period: 50ms
@@ -285,7 +286,7 @@ apps:
 		MaxBodyBytes:       10 << 20,
 		MaxConnsPerBackend: 64,
 		RequestIDHeader:    "X-Trace-Id",
-		Reject:             Reject{Status: 429, Body: "", RetryAfter: 3 * time.Second},
+		Reject:             Reject{Status: 429, Body: "", RetryAfter: 3 * time.Second, GRPCStatus: GRPCResourceExhausted},
 		Classes: []classify.ClassConfig{
 			{Name: "gold", Period: 50 * time.Millisecond, Rules: []classify.Rule{
 				{

@@ -314,7 +314,20 @@ type Reject struct {
 	Body string
 	// RetryAfter is used when the algorithm predicts no drain time. Default 1s.
 	RetryAfter time.Duration
+	// GRPCStatus is the grpc-status of an admission rejection of a gRPC
+	// request (content-type application/grpc...): GRPCUnavailable (14,
+	// default; reject.grpc_status: unavailable) or GRPCResourceExhausted
+	// (8; resource_exhausted). Never 0. Sentry's other overload answers to
+	// gRPC (no backend, terminated, buffer full, backend busy) are always
+	// 14, as they are always 503 (proxy/pipeline doc.go, "gRPC").
+	GRPCStatus int
 }
+
+// gRPC status codes a rejection may carry (google.golang.org/grpc/codes).
+const (
+	GRPCResourceExhausted = 8
+	GRPCUnavailable       = 14
+)
 
 // Admission selects and tunes admission control.
 type Admission struct {

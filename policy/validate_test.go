@@ -472,11 +472,13 @@ apps:
     reject:
       status: "503"
       retry_after: 500ms
+      grpc_status: 14
 `, []string{
 			`5: apps[0].reject.status: status 500 is not allowed; use 503 or 429`,
 			`6: apps[0].reject.retry_after: 1.5s is not whole seconds`,
 			`11: apps[1].reject.status: expected an integer, got the string "503"`,
 			`12: apps[1].reject.retry_after: 500ms is too short; must be at least 1s`,
+			`13: apps[1].reject.grpc_status: invalid value "14"; valid: unavailable, resource_exhausted`,
 		}},
 
 		{"admission", `

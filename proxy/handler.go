@@ -85,6 +85,10 @@ var (
 	strHTTP         = []byte("http")
 	strHTTPS        = []byte("https")
 	strTextPlain    = []byte("text/plain; charset=utf-8")
+	strGRPC         = []byte("application/grpc")
+	hdrGRPCStatus   = []byte("Grpc-Status")
+	hdrGRPCMessage  = []byte("Grpc-Message")
+	hdrGRPCPushback = []byte("Grpc-Retry-Pushback-Ms")
 )
 
 // closeIfBodyUnread closes the connection after a response sentry made

@@ -288,7 +288,7 @@ func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 	sh.Idle.Store(ac.Timeouts.Response.Nanoseconds())
 	sh.Connect.Store(ac.Timeouts.Connect.Nanoseconds())
 	a.Shared, a.Metrics = sh, sh.Metrics
-	a.Reject = pipeline.RejectResponse{Status: ac.Reject.Status, Body: []byte(ac.Reject.Body), RetryAfter: int((ac.Reject.RetryAfter + time.Second - 1) / time.Second)}
+	a.Reject = pipeline.RejectResponse{Status: ac.Reject.Status, Body: []byte(ac.Reject.Body), RetryAfter: int((ac.Reject.RetryAfter + time.Second - 1) / time.Second), GRPCStatus: ac.Reject.GRPCStatus}
 	opts := p.poolOptions(sh, ac)
 	var addrs []string
 	if ac.Backends.DNS == nil {

@@ -96,6 +96,9 @@ type RejectResponse struct {
 	Status     int
 	Body       []byte
 	RetryAfter int // seconds, default
+	// GRPCStatus is an admission rejection's grpc-status for a gRPC
+	// request (reject.grpc_status): 14 or 8; 0 is read as 14.
+	GRPCStatus int
 }
 
 // Upstream is what the proxy attaches to each lb.Backend (its Attachment).
