@@ -184,6 +184,7 @@ apps:
           - path_prefix: /api/
           - path_glob: /static/**/*.css
           - path_regexp: ^/item/[0-9]+$
+          - {grpc_service: shop.Cart, grpc_method: "Add*"}
       - name: rest
         period: 50ms
         default: true
@@ -304,6 +305,7 @@ apps:
 				{PathPrefix: "/api/"},
 				{PathGlob: "/static/**/*.css"},
 				{PathRegexp: "^/item/[0-9]+$"},
+				{GRPCService: "shop.Cart", GRPCMethod: "Add*"},
 			}},
 			{Name: "rest", Period: 50 * time.Millisecond, Default: true},
 			{Name: "last", Rules: []classify.Rule{{Path: "/last"}}},

@@ -882,6 +882,27 @@ apps:
 			`16: apps[0].classes[0].rules[7].path: empty path`,
 			`17: apps[0].classes[0].rules[8].path: expected a string, got a list`,
 		}},
+		{"grpc conditions", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    classes:
+      - name: gold
+        rules:
+          - {grpc_service: shop.Cart, grpc_method: "Add*"}
+          - grpc_service: /shop.Cart/Add
+          - grpc_method: "Get["
+          - grpc_service: ""
+          - {grpc_method: [Get]}
+          - grpc_service: "a b"
+      - name: rest
+`, []string{
+			`8: apps[0].classes[0].rules[1].grpc_service: "/shop.Cart/Add" has a '/'; give the service (pkg.Service) and the method apart, without slashes`,
+			`9: apps[0].classes[0].rules[2].grpc_method: "Get[": syntax error in pattern`,
+			`10: apps[0].classes[0].rules[3].grpc_service: empty name`,
+			`11: apps[0].classes[0].rules[4].grpc_method: expected a string, got a list`,
+			`12: apps[0].classes[0].rules[5].grpc_service: "a b" has a space or control character`,
+		}},
 
 		{"classes: methods, hosts, networks, key", `
 apps:
@@ -917,7 +938,7 @@ apps:
 			`11: apps[0].classes[0].rules[4].networks[2]: 10.0.0.0/8 is listed twice (first at line 11)`,
 			`11: apps[0].classes[0].rules[4].networks[3]: invalid IP or CIDR "host.local"`,
 			`12: apps[0].classes[0].rules[5].networks: empty list; give at least one entry, or leave networks out`,
-			`13: apps[0].classes[0].rules[6]: a rule needs at least one condition (path, path_prefix, path_glob, path_regexp, methods, hosts, headers, cookies or networks)`,
+			`13: apps[0].classes[0].rules[6]: a rule needs at least one condition (path, path_prefix, path_glob, path_regexp, methods, hosts, headers, cookies, networks, grpc_service or grpc_method)`,
 			`14: apps[0].classes[0].rules[7].key: empty key; leave key out to key requests by their path`,
 			`15: apps[0].classes[0].rules[8]: a rule needs at least one condition`,
 			`16: apps[0].classes[0].rules[9]: a rule needs at least one condition`,
