@@ -57,7 +57,7 @@ func TestDefaults(t *testing.T) {
 		Index:    0,
 		Name:     "web",
 		Listen:   []string{"127.0.0.1:8080"},
-		Backends: Backends{Static: []string{"127.0.0.1:9001"}},
+		Backends: Backends{Static: []string{"127.0.0.1:9001"}, Protocol: ProtoHTTP1},
 		Balance:  LeastLoaded,
 		Health: Health{
 			Active:  nil,
@@ -277,7 +277,7 @@ apps:
 			netip.MustParsePrefix("192.168.1.10/32"),
 			netip.MustParsePrefix("2001:db8::/32"),
 		},
-		Backends: Backends{DNS: &DNS{Name: "shop.svc.cluster.local", Port: 8080, Interval: 2 * time.Second}},
+		Backends: Backends{DNS: &DNS{Name: "shop.svc.cluster.local", Port: 8080, Interval: 2 * time.Second}, Protocol: ProtoHTTP1},
 		Balance:  P2C,
 		Health: Health{
 			Active:  &ActiveHealth{Path: "/healthz", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond, Rise: 1, Fall: 5},

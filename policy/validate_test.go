@@ -314,6 +314,42 @@ apps:
     backends: {static: ["h:1"]}
 `, []string{`3: apps[0].tls.cert: $DIR is not a regular file`}},
 
+		{"backends: tls and protocol", `
+apps:
+  - name: a
+    backends:
+      static: ["h:1"]
+      tls: {ca: $KEY_A, cert: $CERT_A, server_name: "bad name"}
+  - name: b
+    listen: 127.0.0.1:8081
+    backends:
+      static: ["h:1"]
+      protocol: h2
+  - name: c
+    listen: 127.0.0.1:8082
+    backends:
+      static: ["h:1"]
+      protocol: h2c
+      tls: {insecure_skip_verify: true, ca: $CERT_A, key: $KEY_A}
+  - name: d
+    listen: 127.0.0.1:8083
+    backends:
+      static: ["h:1"]
+      protocol: http2
+      tls: {cert: $CERT_A, key: $KEY_B, bogus: 1}
+`, []string{
+			`5: apps[0].backends.tls.ca: $KEY_A: no PEM certificate in it`,
+			`5: apps[0].backends.tls.server_name: invalid dns name "bad name"`,
+			`5: apps[0].backends.tls.cert: a client certificate needs its key too`,
+			`10: apps[1].backends.protocol: h2 is HTTP/2 over TLS: give backends.tls too`,
+			`15: apps[2].backends.protocol: h2c is HTTP/2 without TLS, but backends.tls is given (line 16)`,
+			`16: apps[2].backends.tls.ca: ca is not used with insecure_skip_verify: true (line 16)`,
+			`16: apps[2].backends.tls.key: a client key needs its cert too`,
+			`21: apps[3].backends.protocol: invalid value "http2"; valid: http1, h2c, h2`,
+			`22: apps[3].backends.tls: unknown key "bogus"`,
+			`22: apps[3].backends.tls.cert: cannot load the client certificate and key as a pair`,
+		}},
+
 		{"trusted proxies", `
 apps:
   - name: a

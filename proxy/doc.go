@@ -212,6 +212,30 @@
 // request sent in one write and with its request line split (which makes
 // the loops hand the connection to fasthttp).
 //
+// # Backends over TLS (backendtls.go, conn.go)
+//
+// backends.tls makes every connection to the app's backends a TLS client
+// connection. The handshake is done in dialer, right after the TCP
+// connect and inside the same timeouts.connect budget, so to fasthttp's
+// HostClient it is just a connection: keep-alive, reuse, MaxConns and the
+// idle deadlines (idleConn) work unchanged. (HostClient.IsTLS would do the
+// handshake itself, outside our connect timeout and without our dialError
+// marking, so it is not used.) The app's *tls.Config sits in
+// AppShared.TLS, read at each dial: a reload applies to new connections,
+// and one that changes tls or protocol closes the idle connections made
+// the old way (AppShared.Link). A failed handshake is a dialError:
+// retried elsewhere, the backend ejected until it answers, the cause
+// logged once. TLS 1.3 lets the backend refuse a client certificate only
+// after the client's handshake is done; fasthttp then reports a closed
+// connection, so idleConn records the alert (Upstream.Alert) for relay to
+// log as the cause. Active probes dial the same way (httpProbe).
+//
+// Decision: the event loops relay plain TCP only (their raw read/write
+// state machine has no TLS record layer; kTLS would be the way in, and it
+// is not worth it for the backend side first). An app with backends.tls
+// is marked !LoopOK and its requests go to the fasthttp engine, as an app
+// with host-name backends already does.
+//
 // # The header policy (headers.go; every engine and h2)
 //
 // One table (headers.go: pipeline.FieldKind, pipeline.HopByHopNames, pipeline.ForwardingNames) names

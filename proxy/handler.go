@@ -543,6 +543,13 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 			// fails here too: fasthttp resolves on each dial), and again
 			// only after it answered and failed anew.
 			p.log.Warn("backend unreachable; ejected until it answers again", "app", a.Name, "backend", u.Addr, "error", err)
+		} else if ae := u.Alert.Swap(nil); ae != nil && u.Unreachable() {
+			// The handshake passed on sentry's side, but the backend
+			// refused it after (TLS 1.3 sends a client-certificate
+			// refusal with the first response), which fasthttp reports
+			// as a closed connection: the alert is the cause, named once
+			// like an unreachable backend's.
+			p.log.Warn("backend refused the TLS connection", "app", a.Name, "backend", u.Addr, "error", *ae)
 		} else if p.log.IsDebug() {
 			p.log.Debug("relay failed", "app", a.Name, "backend", u.Addr, "error", err)
 		}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"crypto/tls"
 	"net/netip"
 	"sync/atomic"
 	"time"
@@ -89,6 +90,14 @@ type AppShared struct {
 	Metrics *AppMetrics
 	Idle    atomic.Int64 // Timeouts.Response, ns
 	Connect atomic.Int64 // Timeouts.Connect, ns
+	// TLS is the client TLS configuration of the app's backends
+	// (backends.tls), nil for plain TCP: read at each dial, so a reload
+	// applies to every new connection.
+	TLS atomic.Pointer[tls.Config]
+	// Link names how the backends were reached when the app was last
+	// built (backends.tls and protocol); written only by a reload, under
+	// the proxy's lock.
+	Link string
 }
 
 // RejectResponse is the prebuilt rejection.
@@ -116,6 +125,12 @@ type Upstream struct {
 	LoopConns atomic.Int32
 	sa        atomic.Pointer[loopAddr]
 	Closed    atomic.Bool
+	// Alert is a TLS alert the backend sent on a connection whose
+	// handshake had completed on sentry's side (TLS 1.3 refuses a client
+	// certificate that way, with the first response): the HTTP client
+	// reports only a closed connection, so the relay takes the cause
+	// from here to log it.
+	Alert atomic.Pointer[error]
 	// unreachable: a connect (or the name's resolution) failed since the
 	// backend last answered (Unreachable, Answered).
 	unreachable atomic.Bool
