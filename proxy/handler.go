@@ -397,7 +397,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	// Selective early termination (term.go): never a body that streams
 	// from the client (cb), never an upgrade (returned above).
 	var tcl *sert.Class
-	if cb == nil {
+	if cb == nil && a.H2 == nil { // not an HTTP/2 backend: see doc.go, "Backends over HTTP/2"
 		tcl = a.TermClass(&x.t, h.Method())
 	}
 	if tcl != nil && ab == nil {
@@ -493,6 +493,9 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 // binding ends here unless the response streams (the caller ends it then).
 // An attempt cut by the stream's reset ends as outClientGone.
 func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody, ab *abortBody) (pipeline.Outcome, *pipeline.Upstream, int) {
+	if c, ok := a.H2.(*h2Client); ok && c != nil {
+		return p.relayH2(a, c, req, resp, cb, ab)
+	}
 	var last *pipeline.Upstream
 	replay := cb == nil && idempotent(req) // pipeline.TryAgain: a body held whole
 	for attempt := 1; ; attempt++ {

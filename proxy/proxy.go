@@ -284,10 +284,12 @@ func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 		return nil, err
 	}
 	a := &pipeline.App{Policy: ac, Name: ac.Name, ReqID: ac.RequestIDHeader, LoadHeader: ac.Degradation.Header, Trusted: len(ac.TrustedProxies) > 0, LoopOK: true}
-	if tcfg != nil {
-		// The event loops relay plain TCP only; fasthttp's HostClient
-		// reads and writes the TLS connection dialer makes (doc.go,
-		// "Backends over TLS and HTTP/2").
+	h2 := ac.Backends.Protocol == policy.ProtoH2C || ac.Backends.Protocol == policy.ProtoH2 // "" is http1 too
+	if tcfg != nil || h2 {
+		// The event loops relay plain HTTP/1.1 over TCP only; fasthttp's
+		// HostClient reads and writes the TLS connection dialer makes,
+		// and relayH2 speaks HTTP/2 (doc.go, "Backends over TLS",
+		// "Backends over HTTP/2").
 		a.LoopOK = false
 	}
 	for _, addr := range ac.Backends.Static {
@@ -310,6 +312,20 @@ func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 	relink := sh.Link != "" && sh.Link != link
 	sh.Link = link
 	sh.TLS.Store(tcfg)
+	old2, _ := sh.H2.Load().(*h2Client)
+	h2c := old2
+	if !h2 {
+		h2c = nil
+	} else if h2c == nil || relink {
+		h2c = newH2Client(ac.Backends.Protocol, &sh.Connect, &sh.TLS)
+	}
+	if old2 != nil && old2 != h2c {
+		old2.tr.CloseIdleConnections() // busy ones end with their streams
+	}
+	sh.H2.Store(h2c)
+	if h2c != nil {
+		a.H2 = h2c
+	}
 	a.Shared, a.Metrics = sh, sh.Metrics
 	a.Reject = pipeline.RejectResponse{Status: ac.Reject.Status, Body: []byte(ac.Reject.Body), RetryAfter: int((ac.Reject.RetryAfter + time.Second - 1) / time.Second), GRPCStatus: ac.Reject.GRPCStatus}
 	opts := p.poolOptions(sh, ac)
@@ -385,6 +401,9 @@ func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
 		if probe == nil {
 			tlsCfg := &sh.TLS
 			probe = func(ctx context.Context, addr, path string) error {
+				if c, _ := sh.H2.Load().(*h2Client); c != nil {
+					return h2Probe(ctx, c, addr, path)
+				}
 				return httpProbe(ctx, addr, path, connect, tlsCfg)
 			}
 		}

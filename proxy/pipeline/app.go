@@ -56,9 +56,12 @@ type App struct {
 	// Term is the app's selective early termination (package sert), set
 	// only when a class of the policy declares terminate: nil is the one
 	// check a request of an app without it pays (term.go).
-	Term    *sert.Controller
-	Off     bool // admission mode off: never call Admit
-	LoopOK  bool // every backend address is an IP:port (the event loops never resolve names)
+	Term   *sert.Controller
+	Off    bool // admission mode off: never call Admit
+	LoopOK bool // every backend address is an IP:port (the event loops never resolve names), reached over plain HTTP/1.1
+	// H2 is package proxy's HTTP/2 client of this app's backends
+	// (*h2Client) when backends.protocol is h2c or h2; nil for HTTP/1.1.
+	H2      any
 	Reject  RejectResponse
 	Trusted bool // has trusted proxies
 	ReqID   string
@@ -94,6 +97,10 @@ type AppShared struct {
 	// (backends.tls), nil for plain TCP: read at each dial, so a reload
 	// applies to every new connection.
 	TLS atomic.Pointer[tls.Config]
+	// H2 holds the proxy's HTTP/2 client of the app's backends
+	// (backends.protocol h2c or h2; package proxy's *h2Client, possibly
+	// nil): it keeps its connections across snapshots.
+	H2 atomic.Value
 	// Link names how the backends were reached when the app was last
 	// built (backends.tls and protocol); written only by a reload, under
 	// the proxy's lock.
