@@ -251,3 +251,48 @@ func (s *logBuf) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestBackendTLSReload: a reload that changes backends.tls applies to the
+// next request at once: the idle connection made under the old settings
+// is not reused. Verification skipped, then on with a CA that does not
+// know the backend: the next request is refused (502), then a reload
+// with the right CA serves again.
+func TestBackendTLSReload(t *testing.T) {
+	ca, other := newTestCA(t, "reload-ca"), newTestCA(t, "other-ca")
+	var conns atomic.Int32
+	be := tlsBackend(t, ca, nil, &conns)
+	with := func(bt policy.BackendTLS) func(*policy.Snapshot, *policy.App) {
+		return func(_ *policy.Snapshot, a *policy.App) {
+			a.Backends.TLS = &bt
+			a.Health.Passive.Failures = 0 // keep the backend in the pool after the refusal
+		}
+	}
+	h := startProxy(t, []string{be}, with(policy.BackendTLS{InsecureSkipVerify: true}))
+	get := func() int {
+		resp, _ := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		return resp.StatusCode
+	}
+	if s := get(); s != 200 {
+		t.Fatalf("skip-verify: %d", s)
+	}
+	if err := h.p.Apply(testSnap(h.addr, []string{be}, with(policy.BackendTLS{CAFile: other.file}))); err != nil {
+		t.Fatal(err)
+	}
+	if s := get(); s != 502 {
+		t.Fatalf("after the reload to a CA that does not know the backend: %d, want 502 (the old connection was reused?)", s)
+	}
+	if err := h.p.Apply(testSnap(h.addr, []string{be}, with(policy.BackendTLS{CAFile: ca.file}))); err != nil {
+		t.Fatal(err)
+	}
+	// The failed connect ejected the backend until it answers again; the
+	// next pick after the ejection tries it (half-open) or, with the
+	// pool empty, answers 503: allow one such answer.
+	s := get()
+	if s == 503 {
+		time.Sleep(50 * time.Millisecond)
+		s = get()
+	}
+	if s != 200 {
+		t.Fatalf("after the reload to the right CA: %d, want 200", s)
+	}
+}

@@ -54,7 +54,11 @@ func (rawCodec) Name() string { return "raw" }
 // "deadline-ms"; "none" without one) and sets trailer metadata
 // "x-trailer: done"; Bidi answers each message in upper case, then sets
 // the same trailer.
-type echoServer struct{}
+type echoServer struct {
+	// ended, if set, receives the error that ended a Bidi stream other
+	// than the client's half-close (a cancellation).
+	ended chan error
+}
 
 var echoDesc = grpc.ServiceDesc{
 	ServiceName: "test.Echo",
@@ -77,13 +81,16 @@ var echoDesc = grpc.ServiceDesc{
 		StreamName:    "Bidi",
 		ServerStreams: true,
 		ClientStreams: true,
-		Handler: func(_ any, st grpc.ServerStream) error {
+		Handler: func(srv any, st grpc.ServerStream) error {
 			for {
 				var in []byte
 				if err := st.RecvMsg(&in); err != nil {
 					if errors.Is(err, io.EOF) {
 						st.SetTrailer(metadata.Pairs("x-trailer", "done"))
 						return nil
+					}
+					if es, ok := srv.(*echoServer); ok && es.ended != nil {
+						es.ended <- err
 					}
 					return err
 				}
@@ -146,6 +153,12 @@ func grpcClient(t *testing.T, addr, sc string) *grpc.ClientConn {
 // nil, TLS with cfg otherwise. It returns the address.
 func startGRPCBackend(t *testing.T, cfg *tls.Config) string {
 	t.Helper()
+	return startGRPCBackendWith(t, cfg, &echoServer{})
+}
+
+// startGRPCBackendWith is startGRPCBackend with the service's state.
+func startGRPCBackendWith(t *testing.T, cfg *tls.Config, es *echoServer) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +168,7 @@ func startGRPCBackend(t *testing.T, cfg *tls.Config) string {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
 	}
 	s := grpc.NewServer(opts...)
-	s.RegisterService(&echoDesc, echoServer{})
+	s.RegisterService(&echoDesc, es)
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Stop)
 	return ln.Addr().String()
@@ -395,7 +408,7 @@ func TestGRPCBalancedPerCall(t *testing.T) {
 				hits[i].Add(1)
 				return h(ctx, req)
 			}))
-		s.RegisterService(&echoDesc, echoServer{})
+		s.RegisterService(&echoDesc, &echoServer{})
 		go func() { _ = s.Serve(ln) }()
 		t.Cleanup(s.Stop)
 		backends[i] = ln.Addr().String()
@@ -434,5 +447,44 @@ func TestH2CBackendFromHTTP1(t *testing.T) {
 	resp, body = rawRequest(t, h.addr, "GET /y HTTP/1.1\r\nHost: x\r\n\r\n")
 	if resp.StatusCode != 200 || body != "proto=HTTP/2.0 body= xff=127.0.0.1" {
 		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+}
+
+// TestGRPCCancelReachesBackend: a client that cancels its stream midway
+// (an h2 RST_STREAM to sentry) ends the backend's stream too: the server
+// sees the cancellation, not a hang.
+func TestGRPCCancelReachesBackend(t *testing.T) {
+	es := &echoServer{ended: make(chan error, 1)}
+	be := startGRPCBackendWith(t, nil, es)
+	h := grpcThrough(t, policy.ProtoH2C, "", &fakeControl{}, []string{be}, nil)
+	cc := grpcClient(t, h.addr, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := cc.NewStream(gold(ctx), &grpc.StreamDesc{StreamName: "Bidi", ServerStreams: true, ClientStreams: true}, "/test.Echo/Bidi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, got := []byte("ping"), []byte(nil)
+	if err := st.SendMsg(&msg); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecvMsg(&got); err != nil || string(got) != "PING" {
+		t.Fatalf("reply %q %v", got, err)
+	}
+	cancel()
+	select {
+	case err := <-es.ended:
+		if s, _ := status.FromError(err); s.Code() != codes.Canceled {
+			t.Errorf("backend stream ended with %v, want Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the backend stream outlived the client's cancellation by 5 s")
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for h.p.cur.Load().apps[0].Pool.Inflight() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := h.p.cur.Load().apps[0].Pool.Inflight(); n != 0 {
+		t.Errorf("in flight %d after the cancellation, want 0", n)
 	}
 }
