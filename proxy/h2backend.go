@@ -222,6 +222,7 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 // abandoned) ends the backend stream and releases its context (cancel).
 func copyH2Response(resp *fasthttp.Response, hresp *http.Response, cancel context.CancelFunc) {
 	resp.SetStatusCode(hresp.StatusCode)
+	resp.Header.SetNoDefaultContentType(true) // none from the backend: none to the client
 	for k, vs := range hresp.Header {
 		if k == "Content-Length" {
 			continue
