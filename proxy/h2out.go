@@ -37,7 +37,8 @@ import (
 //   - The first write error is kept and returned by every later Write, so
 //     x/net sees a broken connection at its next write and closes it.
 //   - Close flushes what is buffered first (a GOAWAY, the end of the last
-//     response), waiting at most h2OutCloseWait.
+//     response), waiting at most h2OutCloseWait. On a connection whose
+//     writes failed it closes the socket without a TLS close_notify.
 type h2Out struct {
 	net.Conn               // the TLS connection
 	timeout  time.Duration // idle write timeout (0: none)
@@ -151,6 +152,13 @@ func (o *h2Out) Close() error {
 			o.cond.Wait()
 		}
 	}
+	broken := o.err != nil
 	o.mu.Unlock()
+	if nc, ok := o.Conn.(interface{ NetConn() net.Conn }); ok && broken {
+		// A write failed or timed out: no close_notify, which
+		// crypto/tls would try to write (for up to 5 s) to the same
+		// client that stopped reading.
+		return nc.NetConn().Close()
+	}
 	return o.Conn.Close()
 }
