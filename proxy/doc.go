@@ -520,13 +520,13 @@
 //     ECDSA P-256 certificates sign faster than RSA in handshakes, which
 //     long benchmark connections do not exercise.
 //
-// Where it stands (three runs of tls.sh, DURATION=5, nginx, HAProxy, the
-// build before these changes and after, on a machine at load 4-7 from
+// Where it stands (four runs of tls.sh, DURATION=5, nginx, HAProxy, the
+// build before these changes and after, on a machine at load 1.4-7 from
 // other work; requests per CPU second, which that load disturbs least):
-// h2 0.57-0.94x nginx (before: 0.50-0.62x), HTTP/1.1 over TLS 0.61-0.73x
-// (0.87x before vs 0.95x after in a fourth, HTTP/1.1-only run: unchanged
-// within the noise). p99 under h2 was 0.5-2x nginx's, under HTTP/1.1
-// 1.7-4.4x. In every one of those runs the build before failed all its
+// h2 0.51-0.94x nginx (before: 0.42-0.62x), HTTP/1.1 over TLS 0.56-0.73x
+// (in two HTTP/1.1-only runs 0.87x and 0.69x before against 0.95x and
+// 0.72x after: unchanged within the noise). p99 under h2 was 0.5-2x
+// nginx's, under HTTP/1.1 1.7-4.4x. In every one of those runs the build before failed all its
 // HTTP/1.1 requests, because its h2 run had ejected the backend (the
 // abort fix above). Still below the targets (h2 >= 1.0x,
 // HTTP/1.1 over TLS >= 0.95x, p99 no worse), pending solo measurements:
