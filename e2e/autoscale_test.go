@@ -1,0 +1,111 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sentry-proxy/sentry/e2e/scenario"
+)
+
+// checkAutoscale holds a closed-loop run to the behaviour every run must
+// show, whatever the machine's speed: the step overloaded the farm and the
+// autoscaler answered it (servers grew, the drop ratio came back under 5%
+// before the load fell); sentry followed the DNS name both ways (no
+// responses from a server after it left the name, beyond the grace); the
+// count came back to the floor after the fall, one step at a time, never
+// going back up.
+func checkAutoscale(t *testing.T, res *scenario.AutoscaleResult) {
+	t.Helper()
+	c := res.Config
+	t.Logf("\n%s", res.Summary())
+	if res.PeakDrop < 0.2 {
+		t.Errorf("peak drop ratio %.1f%%: the step did not overload the %d servers, so it tests nothing", 100*res.PeakDrop, c.Base)
+	}
+	if res.PeakServers <= c.Base {
+		t.Errorf("servers never grew past %d during the step", c.Base)
+	}
+	if res.DropSettle < 0 {
+		t.Errorf("the drop ratio never stayed below 5%% during the %v step", c.High)
+	}
+	if res.Stray != 0 {
+		t.Errorf("%d responses came from servers after they left DNS: sentry did not follow the name", res.Stray)
+	}
+	if res.BackToBase < 0 {
+		t.Errorf("servers did not come back to %d after the load fell", c.Base)
+	}
+	if res.Flaps != 0 {
+		t.Errorf("%d scale-ups after a scale-down: the count flapped", res.Flaps)
+	}
+	if len(res.ScaleDowns) > 1 && res.MinDownGap < c.DownPeriod-200*time.Millisecond {
+		t.Errorf("two scale-downs %v apart, want at least %v", res.MinDownGap, c.DownPeriod)
+	}
+	if res.Errors > res.Offered/100 {
+		t.Errorf("%d errors of %d requests", res.Errors, res.Offered)
+	}
+}
+
+// TestAutoscaleClosedLoop is the short closed loop (scenario.ShortAutoscale,
+// about 100 s): one server at 1×, a 3× step, a stand-in autoscaler on
+// sentry's /metrics that adds servers to the DNS name sentry follows after
+// 5 s and removes one per 5 s. The p95 bound is generous (a tenth of the
+// judged seconds may miss, for a machine shared with other work); the
+// long run (TestAutoscaleClosedLoopLong) holds the targets themselves.
+func TestAutoscaleClosedLoop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a closed loop for about 100 s")
+	}
+	c := scenario.ShortAutoscale()
+	c.Sentry, c.Dir, c.Seed = sentryBin, t.TempDir(), 15
+	if d := os.Getenv("SENTRY_AUTOSCALE_OUT"); d != "" {
+		c.Dir = d
+	}
+	c.Progress = func(s string) { t.Log(s) }
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	res, err := scenario.RunAutoscale(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAutoscale(t, res)
+	if res.P95Missed > max(3, res.P95Judged/10) {
+		t.Errorf("admitted p95 over %v in %d of %d seconds", c.SLA, res.P95Missed, res.P95Judged)
+	}
+	for _, f := range []string{scenario.AutoscalePNG, "series.csv", "scale.csv", "summary.txt"} {
+		if st, err := os.Stat(c.Dir + "/" + f); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// TestAutoscaleClosedLoopLong is issue 15's closed-loop target at full
+// length (about 6.5 min): 2 servers at 1× (130 req/s), up to 8, 120 s at
+// 3×, a 10 s provisioning delay, a 2 s poll, one scale-down per 30 s. It
+// runs only with SENTRY_E2E_LONG=1 (SENTRY_AUTOSCALE_OUT keeps its
+// outputs) and holds the targets: the drop ratio below 5% within 30 s of
+// the step, the admitted p95 within target in every judged second, back to
+// 2 servers with at most one scale-down per 30 s.
+func TestAutoscaleClosedLoopLong(t *testing.T) {
+	if os.Getenv("SENTRY_E2E_LONG") != "1" {
+		t.Skip("set SENTRY_E2E_LONG=1 to run the 6.5 min closed loop")
+	}
+	c := scenario.AutoscaleConfig{Sentry: sentryBin, Dir: t.TempDir(), Seed: 15}
+	if d := os.Getenv("SENTRY_AUTOSCALE_OUT"); d != "" {
+		c.Dir = d
+	}
+	c.Progress = func(s string) { t.Log(s) }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	res, err := scenario.RunAutoscale(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAutoscale(t, res)
+	if res.DropSettle > 30*time.Second {
+		t.Errorf("the drop ratio fell below 5%% for good %v after the step, want within 30s", res.DropSettle)
+	}
+	if res.P95Missed > 0 {
+		t.Errorf("admitted p95 over %v in %d of %d seconds (worst %v)", c.SLA, res.P95Missed, res.P95Judged, res.WorstP95)
+	}
+}
