@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -143,6 +144,20 @@ type ScaleEvent struct {
 	// Action: "poll", "up" (Replicas grew), "down" (one server removed),
 	// "ready" (a server entered DNS).
 	Action string
+	// The model behind Needed, from sentry's /provisioning (zero when
+	// not read): λ_pred and λ_in in req/s, c_a², E[S] in seconds.
+	LambdaPred, LambdaIn, CA2, MeanS float64
+}
+
+// provAdvice is the part of sentry's /provisioning the run records.
+type provAdvice struct {
+	Apps []struct {
+		App        string  `json:"app"`
+		LambdaIn   float64 `json:"lambda_in"`
+		LambdaPred float64 `json:"lambda_pred"`
+		CA2        float64 `json:"arrival_cv2"`
+		MeanS      float64 `json:"mean_service_seconds"`
+	} `json:"apps"`
 }
 
 // AutoscaleResult holds the run's series and the figures the targets are
@@ -271,7 +286,9 @@ type autoscaler struct {
 	farms  []*farm.Farm
 	start  time.Time
 	metric string // the admin /metrics URL
+	advice string // the admin /provisioning URL
 	client *http.Client
+	model  ScaleEvent // the last /provisioning read
 
 	ready   []int // server indexes in DNS, oldest first
 	pending map[int]time.Time
@@ -298,6 +315,9 @@ func (a *autoscaler) publish() {
 
 func (a *autoscaler) record(now time.Time, needed float64, action string) {
 	e := ScaleEvent{At: now.Sub(a.start), Needed: needed, Replicas: a.replicas(), Ready: len(a.ready), Action: action}
+	if !math.IsNaN(needed) {
+		e.LambdaPred, e.LambdaIn, e.CA2, e.MeanS = a.model.LambdaPred, a.model.LambdaIn, a.model.CA2, a.model.MeanS
+	}
 	a.events = append(a.events, e)
 	if action != "poll" && a.c.Progress != nil {
 		a.c.Progress(fmt.Sprintf("%6.1fs %-5s needed %4.1f replicas %d ready %d", e.At.Seconds(), action, needed, e.Replicas, e.Ready))
@@ -329,6 +349,29 @@ func (a *autoscaler) scrapeNeeded(ctx context.Context) (float64, error) {
 	return 0, errors.New("no sentry_provision_servers_needed for the app")
 }
 
+// readAdvice reads the model's inputs from /provisioning, for the record
+// (the autoscaler decides on the metric alone).
+func (a *autoscaler) readAdvice(ctx context.Context) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.advice, nil)
+	if err != nil {
+		return
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	var adv provAdvice
+	if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&adv) != nil {
+		return
+	}
+	for _, ap := range adv.Apps {
+		if ap.App == autoscaleApp {
+			a.model = ScaleEvent{LambdaPred: ap.LambdaPred, LambdaIn: ap.LambdaIn, CA2: ap.CA2, MeanS: ap.MeanS}
+		}
+	}
+}
+
 // poll is one HPA sync: desired = ⌈needed⌉ within [Base, Max] (a KEDA
 // AverageValue target of 1 on a metric that already counts servers).
 // Scale-up is immediate, at most UpPods per UpPeriod; scale-down goes to
@@ -341,6 +384,7 @@ func (a *autoscaler) poll(ctx context.Context, now time.Time) {
 		a.record(now, math.NaN(), "poll")
 		return
 	}
+	a.readAdvice(ctx)
 	desired := min(max(int(math.Ceil(needed-1e-9)), a.c.Base), a.c.Max)
 	a.recs = append(a.recs, ScaleEvent{At: now.Sub(a.start), Replicas: desired})
 	for len(a.recs) > 0 && now.Sub(a.start)-a.recs[0].At > a.c.Stabilization {
@@ -511,6 +555,7 @@ func RunAutoscale(ctx context.Context, c AutoscaleConfig) (*AutoscaleResult, err
 		return nil, err
 	}
 	a.metric = "http://" + admin + "/metrics"
+	a.advice = "http://" + admin + "/provisioning"
 	polPath := filepath.Join(c.Dir, "policy.yaml")
 	if err := os.WriteFile(polPath, AutoscalePolicy(c, listen, admin, srv.Addr(), port), 0o644); err != nil {
 		return nil, err
@@ -701,9 +746,10 @@ func (r *AutoscaleResult) write(dir string) error {
 	}
 	if err := writeFileWith(filepath.Join(dir, "scale.csv"), func(w io.Writer) error {
 		cw := csv.NewWriter(w)
-		cw.Write([]string{"t", "action", "needed", "replicas", "ready"})
+		cw.Write([]string{"t", "action", "needed", "replicas", "ready", "lambda_pred", "lambda_in", "ca2", "mean_s_ms"})
 		for _, e := range r.Events {
-			cw.Write([]string{strconv.FormatFloat(e.At.Seconds(), 'f', 1, 64), e.Action, fmtFloat(e.Needed), strconv.Itoa(e.Replicas), strconv.Itoa(e.Ready)})
+			cw.Write([]string{strconv.FormatFloat(e.At.Seconds(), 'f', 1, 64), e.Action, fmtFloat(e.Needed), strconv.Itoa(e.Replicas), strconv.Itoa(e.Ready),
+				fmtFloat(e.LambdaPred), fmtFloat(e.LambdaIn), fmtFloat(e.CA2), fmtFloat(1000 * e.MeanS)})
 		}
 		cw.Flush()
 		return cw.Error()
