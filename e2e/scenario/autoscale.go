@@ -280,10 +280,11 @@ func startFarms(c AutoscaleConfig) ([]*farm.Farm, []netip.Addr, int, error) {
 // autoscaler is the stand-in for the HPA and the Deployment: replicas
 // asked for, pods pending (ready at a time) and ready (in DNS).
 type autoscaler struct {
-	c      AutoscaleConfig
-	dns    *dns.Server
-	ips    []netip.Addr
-	farms  []*farm.Farm
+	c   AutoscaleConfig
+	dns *dns.Server
+	ips []netip.Addr
+	// served returns the responses server i has written so far.
+	served func(i int) uint64
 	start  time.Time
 	metric string // the admin /metrics URL
 	advice string // the admin /provisioning URL
@@ -300,7 +301,7 @@ type autoscaler struct {
 	// once the grace after that had passed.
 	removed  map[int]time.Time
 	baseline map[int]uint64
-	stray    uint64
+	stray    uint64 // served while out of DNS, by servers since added back
 }
 
 func (a *autoscaler) replicas() int { return len(a.ready) + len(a.pending) }
@@ -467,6 +468,9 @@ func (a *autoscaler) tick(now time.Time) {
 		if !now.Before(t) {
 			delete(a.pending, s)
 			a.ready = append(a.ready, s)
+			if b, ok := a.baseline[s]; ok {
+				a.stray += a.served(s) - b // what it served while out of DNS
+			}
 			delete(a.removed, s)
 			delete(a.baseline, s)
 			changed = true
@@ -479,7 +483,7 @@ func (a *autoscaler) tick(now time.Time) {
 	grace := a.c.DNSInterval + 2*time.Second
 	for s, t := range a.removed {
 		if _, ok := a.baseline[s]; !ok && now.Sub(t) >= grace {
-			a.baseline[s] = a.farms[s].Stats()[0].Completed
+			a.baseline[s] = a.served(s)
 		}
 	}
 }
@@ -489,7 +493,7 @@ func (a *autoscaler) tick(now time.Time) {
 func (a *autoscaler) strayCount() uint64 {
 	var n uint64
 	for s, b := range a.baseline {
-		n += a.farms[s].Stats()[0].Completed - b
+		n += a.served(s) - b
 	}
 	return a.stray + n
 }
@@ -539,7 +543,7 @@ func RunAutoscale(ctx context.Context, c AutoscaleConfig) (*AutoscaleResult, err
 		return nil, err
 	}
 	defer srv.Close()
-	a := &autoscaler{c: c, dns: srv, ips: ips, farms: farms, pending: map[int]time.Time{},
+	a := &autoscaler{c: c, dns: srv, ips: ips, served: func(i int) uint64 { return farms[i].Stats()[0].Completed }, pending: map[int]time.Time{},
 		removed: map[int]time.Time{}, baseline: map[int]uint64{}, client: &http.Client{Timeout: 2 * time.Second}}
 	for i := 0; i < c.Base; i++ {
 		a.ready = append(a.ready, i)
