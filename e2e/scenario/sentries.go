@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -60,7 +61,9 @@ type SentriesConfig struct {
 	// SLA is the p95 target (default 500 ms).
 	SLA time.Duration
 	// Wrk drives the sentries with wrk instead (decisions per second);
-	// WrkConns connections per sentry (default 64).
+	// WrkConns connections per sentry (default 1000: far more than the
+	// farm holds within the SLA, capacity × SLA = 150, so most requests
+	// are rejected at once and the sentries, not the farm, are the limit).
 	Wrk      bool
 	WrkConns int
 	// Pin pins sentry i to CPU i mod Cores (taskset -c); Cores defaults
@@ -101,7 +104,7 @@ func (c *SentriesConfig) defaults() error {
 		c.SLA = 500 * time.Millisecond
 	}
 	if c.WrkConns == 0 {
-		c.WrkConns = 64
+		c.WrkConns = 1000
 	}
 	if c.Cores == 0 {
 		c.Cores = cpusAllowed()
@@ -135,8 +138,13 @@ type SentriesRow struct {
 	Rejected                       float64
 	Errors                         int
 	// Decisions per second, all sentries together, and each one's.
-	Decisions   float64
-	PerSentry   []float64
+	Decisions float64
+	PerSentry []float64
+	// CPU is each sentry's CPU use over the window, in cores (from
+	// /proc/PID/stat; NaN where it cannot be read), and PerCore the
+	// decisions per CPU-second of all of them together.
+	CPU         []float64
+	PerCore     float64
 	Pinned      []string // the CPU list each sentry was pinned to ("" unpinned)
 	MeanRespond time.Duration
 }
@@ -172,10 +180,19 @@ func RunSentries(ctx context.Context, c SentriesConfig) ([]SentriesRow, error) {
 
 func (r SentriesRow) String(c SentriesConfig) string {
 	if c.Wrk {
-		return fmt.Sprintf("%d sentries (shares %v, pinned %v): %.0f decisions/s (each %v)", r.Sentries, r.Shares, r.Pinned, r.Decisions, fmtRates(r.PerSentry))
+		return fmt.Sprintf("%d sentries (shares %v, pinned %v): %.0f decisions/s (each %v), sentry CPU %v cores, %.0f decisions per CPU-second",
+			r.Sentries, r.Shares, r.Pinned, r.Decisions, fmtRates(r.PerSentry), fmtCores(r.CPU), r.PerCore)
 	}
 	return fmt.Sprintf("%d sentries (shares %v): offered %.0f req/s, goodput %.0f req/s = %.3f × capacity %.0f, admitted p95 %v (target %v), rejected %.1f%%, errors %d, %.0f decisions/s",
 		r.Sentries, r.Shares, r.Offered, r.Goodput, r.GoodputRatio, c.Capacity(), r.P95.Round(time.Millisecond), c.SLA, 100*r.Rejected, r.Errors, r.Decisions)
+}
+
+func fmtCores(v []float64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return "[" + strings.Join(s, " ") + "]"
 }
 
 func fmtRates(v []float64) string {
@@ -276,7 +293,24 @@ func runSentriesOnce(ctx context.Context, c SentriesConfig, k int) (SentriesRow,
 	}
 	window := (c.Duration - c.Warmup).Seconds()
 	var before []float64
+	var cpu0 []float64
+	cpuSnap := func() []float64 {
+		out := make([]float64, k)
+		for i, s := range ss {
+			out[i] = procCPUSeconds(s.proc.cmd.Process.Pid)
+		}
+		return out
+	}
 	snap := func() ([]float64, error) {
+		if cpu0 == nil {
+			cpu0 = cpuSnap()
+		} else {
+			cpu1 := cpuSnap()
+			for i := range cpu1 {
+				cpu1[i] -= cpu0[i]
+			}
+			cpu0 = cpu1 // now the deltas
+		}
 		out := make([]float64, k)
 		for i, s := range ss {
 			v, err := scrapeSum(ctx, "http://"+s.admin+"/metrics", "sentry_admission_decisions_total")
@@ -324,6 +358,7 @@ func runSentriesOnce(ctx context.Context, c SentriesConfig, k int) (SentriesRow,
 			return row, fmt.Errorf("wrk: %w", err)
 		}
 		row.fillDecisions(before, after, window)
+		row.fillCPU(cpu0, window)
 		return row, nil
 	}
 
@@ -361,6 +396,7 @@ func runSentriesOnce(ctx context.Context, c SentriesConfig, k int) (SentriesRow,
 		return row, err
 	}
 	row.fillDecisions(before, after, window)
+	row.fillCPU(cpu0, window)
 	var sent, good, rejected int
 	var lat []time.Duration
 	var sum time.Duration
@@ -404,6 +440,37 @@ func (r *SentriesRow) fillDecisions(before, after []float64, window float64) {
 		r.PerSentry[i] = (after[i] - before[i]) / window
 		r.Decisions += r.PerSentry[i]
 	}
+}
+
+func (r *SentriesRow) fillCPU(delta []float64, window float64) {
+	var sum float64
+	for _, d := range delta {
+		r.CPU = append(r.CPU, d/window)
+		sum += d
+	}
+	r.PerCore = r.Decisions * window / sum
+}
+
+// procCPUSeconds is the user + system CPU time of process pid, in
+// seconds; NaN when /proc cannot tell (not Linux).
+func procCPUSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return math.NaN()
+	}
+	// The command name (field 2) may hold spaces; the fields after it
+	// start past its closing parenthesis.
+	rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return math.NaN()
+	}
+	ut, err1 := strconv.ParseFloat(f[11], 64) // utime, field 14
+	st, err2 := strconv.ParseFloat(f[12], 64) // stime, field 15
+	if err1 != nil || err2 != nil {
+		return math.NaN()
+	}
+	return (ut + st) / 100 // USER_HZ, 100 on Linux
 }
 
 // scrapeSum sums every series of the metric name in a Prometheus text

@@ -31,10 +31,11 @@ func run() int {
 	level := flag.Float64("level", 3, "offered load in units of the farm's capacity (goodput runs)")
 	dur := flag.Duration("duration", 0, "length of each run (default 30s; the first 5s are not counted)")
 	wrk := flag.Bool("wrk", false, "drive every sentry with wrk as fast as it goes and report decisions/s")
+	conns := flag.Int("wrk-conns", 0, "wrk connections per sentry (default 1000)")
 	pin := flag.Bool("pin", false, "pin sentry i to CPU i mod NumCPU with taskset")
 	shared := flag.Bool("shared", false, "no partition: every sentry admits for the whole farm (for comparison)")
 	flag.Parse()
-	c := scenario.SentriesConfig{Level: *level, Duration: *dur, Wrk: *wrk, Pin: *pin, Shared: *shared, Seed: 9}
+	c := scenario.SentriesConfig{Level: *level, Duration: *dur, Wrk: *wrk, WrkConns: *conns, Pin: *pin, Shared: *shared, Seed: 9}
 	for _, s := range strings.Split(*counts, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {
