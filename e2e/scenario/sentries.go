@@ -75,7 +75,8 @@ type SentriesConfig struct {
 	Progress func(string)
 }
 
-func (c *SentriesConfig) defaults() error {
+// Normalize fills the defaults in and checks c; RunSentries calls it.
+func (c *SentriesConfig) Normalize() error {
 	if c.Sentry == "" || c.Dir == "" {
 		return errors.New("sentries: Sentry and Dir are required")
 	}
@@ -151,7 +152,7 @@ type SentriesRow struct {
 
 // RunSentries runs one measurement per count in c.Counts.
 func RunSentries(ctx context.Context, c SentriesConfig) ([]SentriesRow, error) {
-	if err := c.defaults(); err != nil {
+	if err := c.Normalize(); err != nil {
 		return nil, err
 	}
 	if c.Wrk {

@@ -109,3 +109,45 @@ func TestAutoscaleClosedLoopLong(t *testing.T) {
 		t.Errorf("admitted p95 over %v in %d of %d seconds (worst %v)", c.SLA, res.P95Missed, res.P95Judged, res.WorstP95)
 	}
 }
+
+// TestSeveralSentriesShareAFarm: two sentries, each owning its partition
+// of one 6-server farm, the load spread over both at 3× capacity for 12 s.
+// Together they keep the farm busy with goodput near capacity and the
+// admitted p95 near the target (generous bounds: the machine is shared);
+// each sentry decides for its own share. The full 1-2-3 comparison is
+// e2e/cmd/sentries.
+func TestSeveralSentriesShareAFarm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two sentries under load for about 15 s")
+	}
+	c := scenario.SentriesConfig{Sentry: sentryBin, Dir: t.TempDir(), Counts: []int{2},
+		Duration: 12 * time.Second, Warmup: 4 * time.Second, Seed: 9}
+	if err := c.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rows, err := scenario.RunSentries(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rows[0]
+	t.Log(r.String(c))
+	if r.Shares[0]+r.Shares[1] != 6 {
+		t.Errorf("shares %v do not cover the 6 servers once", r.Shares)
+	}
+	if r.GoodputRatio < 0.8 {
+		t.Errorf("goodput %.2f × capacity, want ≥ 0.8", r.GoodputRatio)
+	}
+	if r.P95 > c.SLA*3/2 {
+		t.Errorf("admitted p95 %v, target %v", r.P95, c.SLA)
+	}
+	if r.Errors > 0 {
+		t.Errorf("%d errors", r.Errors)
+	}
+	for i, d := range r.PerSentry {
+		if d <= 0 {
+			t.Errorf("sentry %d made no decisions", i)
+		}
+	}
+}
