@@ -50,26 +50,33 @@ type Server struct {
 }
 
 // Start listens on addr (an IP:port; port 0 picks one) over UDP, and over
-// TCP on the same port, and serves until Close.
+// TCP on the same port, and serves until Close. With port 0 a port free
+// for UDP but taken for TCP is given up and another tried (a few times).
 func Start(addr string) (*Server, error) {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, err
 	}
-	udp, err := net.ListenUDP("udp", ua)
-	if err != nil {
-		return nil, err
+	for try := 0; ; try++ {
+		udp, err := net.ListenUDP("udp", ua)
+		if err != nil {
+			return nil, err
+		}
+		la := udp.LocalAddr().(*net.UDPAddr)
+		tcp, err := net.ListenTCP("tcp", &net.TCPAddr{IP: la.IP, Port: la.Port})
+		if err != nil {
+			udp.Close()
+			if ua.Port == 0 && try < 10 {
+				continue
+			}
+			return nil, err
+		}
+		s := &Server{udp: udp, tcp: tcp, records: map[string][]netip.Addr{}}
+		s.wg.Add(2)
+		go s.serveUDP()
+		go s.serveTCP()
+		return s, nil
 	}
-	tcp, err := net.ListenTCP("tcp", &net.TCPAddr{IP: udp.LocalAddr().(*net.UDPAddr).IP, Port: udp.LocalAddr().(*net.UDPAddr).Port})
-	if err != nil {
-		udp.Close()
-		return nil, err
-	}
-	s := &Server{udp: udp, tcp: tcp, records: map[string][]netip.Addr{}}
-	s.wg.Add(2)
-	go s.serveUDP()
-	go s.serveTCP()
-	return s, nil
 }
 
 // Addr is the server's IP:port (the same for UDP and TCP).
