@@ -124,17 +124,19 @@ func TestAutoscaleClosedLoopLong(t *testing.T) {
 }
 
 // TestSeveralSentriesShareAFarm: two sentries, each owning its partition
-// of one 6-server farm, the load spread over both at 3× capacity for 12 s.
+// of one 6-server farm, the load spread over both at 3× capacity for 16 s.
 // Together they keep the farm busy with goodput near capacity and the
-// admitted p95 near the target (generous bounds: the machine is shared);
-// each sentry decides for its own share. The full 1-2-3 comparison is
-// e2e/cmd/sentries.
+// admitted p95 near the target, and each decides for its own share. The
+// bounds are generous (goodput ≥ 0.75 × capacity, p95 ≤ 1.5 × target):
+// under -race the load generator's own overhead counts in every latency,
+// and the machine is shared; a run measured 0.83–0.96 × capacity. The full
+// 1-2-3 comparison is e2e/cmd/sentries (e2e/README.md).
 func TestSeveralSentriesShareAFarm(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs two sentries under load for about 15 s")
+		t.Skip("runs two sentries under load for about 20 s")
 	}
 	c := scenario.SentriesConfig{Sentry: sentryBin, Dir: t.TempDir(), Counts: []int{2},
-		Duration: 12 * time.Second, Warmup: 4 * time.Second, Seed: 9}
+		Duration: 16 * time.Second, Warmup: 5 * time.Second, Seed: 9}
 	if err := c.Normalize(); err != nil {
 		t.Fatal(err)
 	}
@@ -149,8 +151,11 @@ func TestSeveralSentriesShareAFarm(t *testing.T) {
 	if r.Shares[0]+r.Shares[1] != 6 {
 		t.Errorf("shares %v do not cover the 6 servers once", r.Shares)
 	}
-	if r.GoodputRatio < 0.8 {
-		t.Errorf("goodput %.2f × capacity, want ≥ 0.8", r.GoodputRatio)
+	if r.GoodputRatio < 0.75 {
+		t.Errorf("goodput %.2f × capacity, want ≥ 0.75", r.GoodputRatio)
+	}
+	if r.Rejected < 0.5 {
+		t.Errorf("only %.0f%% rejected at 3× capacity: the sentries are not admitting for their shares", 100*r.Rejected)
 	}
 	if r.P95 > c.SLA*3/2 {
 		t.Errorf("admitted p95 %v, target %v", r.P95, c.SLA)
