@@ -144,10 +144,9 @@ type SentriesRow struct {
 	// CPU is each sentry's CPU use over the window, in cores (from
 	// /proc/PID/stat; NaN where it cannot be read), and PerCore the
 	// decisions per CPU-second of all of them together.
-	CPU         []float64
-	PerCore     float64
-	Pinned      []string // the CPU list each sentry was pinned to ("" unpinned)
-	MeanRespond time.Duration
+	CPU     []float64
+	PerCore float64
+	Pinned  []string // the CPU list each sentry was pinned to ("" unpinned)
 }
 
 // RunSentries runs one measurement per count in c.Counts.
@@ -400,7 +399,6 @@ func runSentriesOnce(ctx context.Context, c SentriesConfig, k int) (SentriesRow,
 	row.fillCPU(cpu0, window)
 	var sent, good, rejected int
 	var lat []time.Duration
-	var sum time.Duration
 	for i := range rep.Results {
 		r := &rep.Results[i]
 		if r.Start < c.Warmup || r.Start >= c.Duration || r.Err == load.ErrOverflow {
@@ -418,7 +416,6 @@ func runSentriesOnce(ctx context.Context, c SentriesConfig, k int) (SentriesRow,
 		}
 		if !r.Rejected && (r.Status > 0 || r.Err == load.ErrTimeout) {
 			lat = append(lat, r.Latency)
-			sum += r.Latency
 		}
 	}
 	span := (c.Duration - c.Warmup).Seconds()
@@ -430,7 +427,6 @@ func runSentriesOnce(ctx context.Context, c SentriesConfig, k int) (SentriesRow,
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		row.P95 = Percentile(lat, 0.95)
-		row.MeanRespond = sum / time.Duration(len(lat))
 	}
 	return row, nil
 }
