@@ -88,6 +88,14 @@ type Config struct {
 	// doc.go, Priority): each class is then tested only against the farm's
 	// present load, first come, first served. Default false (reserve on).
 	NoReserve bool
+	// NoImpliedQueue keeps the paper's test: the queueing delay charged is
+	// State.Q alone. The default (false) charges at least the backend
+	// queue the in-flight count implies now, max(0, η − P)/P · S, with P
+	// at least State.Sustained() (see doc.go, The queue at a load step):
+	// Q is measured from finished requests and lags a load step by a
+	// second or more, during which the test would admit a queue whose
+	// wait alone is the whole budget.
+	NoImpliedQueue bool
 	// ReserveFloor is the least share of the more important classes'
 	// budget that is always held for them, even while they are quiet, as a
 	// fraction in [0, 1). Zero holds nothing beyond their measured demand;

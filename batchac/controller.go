@@ -85,6 +85,7 @@ type snapshot struct {
 	reserve      bool
 	floor        float64
 	strict       bool // Config.StrictPeriods
+	impliedQ     bool // !Config.NoImpliedQueue
 }
 
 // classIndex maps a request's class to a configured one. Out-of-range
@@ -128,12 +129,15 @@ type Controller struct {
 	snap    atomic.Pointer[snapshot]
 	closed  atomic.Bool
 	pending atomic.Int64 // admitted by a run; Admit has not returned yet
-	par     parEstimate
-	waiters sync.Pool
-	parked  sync.Pool     // *Parked
-	wake    chan struct{} // Reconfigure → Run: recompute the next due time
-	done    chan struct{} // closed by Close
-	desc    descs
+	// sustained is State.Sustained() as of the last updateReserve, as
+	// float64 bits: a floor under P for the queue η implies (model.qAt).
+	sustained atomic.Uint64
+	par       parEstimate
+	waiters   sync.Pool
+	parked    sync.Pool     // *Parked
+	wake      chan struct{} // Reconfigure → Run: recompute the next due time
+	done      chan struct{} // closed by Close
+	desc      descs
 
 	// run is the policer's state. Its mutex serialises policer runs,
 	// Reconfigure and Close; it is taken before any queue mutex.
@@ -210,6 +214,7 @@ func build(cfg Config, old *snapshot, states map[string]*classState, now time.Ti
 		reserve:      !cfg.NoReserve,
 		floor:        cfg.ReserveFloor,
 		strict:       cfg.StrictPeriods,
+		impliedQ:     !cfg.NoImpliedQueue,
 	}
 	prevByName := make(map[string]*class)
 	if old != nil {
@@ -351,13 +356,17 @@ func (c *Controller) count(cl *class, d admission.Decision) admission.Decision {
 
 // model reads the State for one test; n > 0.
 func (c *Controller) model(s *snapshot, n int) model {
-	return model{
+	m := model{
 		n:    n,
 		load: max(c.st.Inflight(), 0) + c.pending.Load(),
 		q:    float64(c.st.Q()),
 		rsla: float64(c.st.RSLA()),
 		p:    c.parallelism(s),
 	}
+	if s.impliedQ {
+		m.qp = max(m.p, math.Float64frombits(c.sustained.Load()))
+	}
+	return m
 }
 
 func (c *Controller) parallelism(s *snapshot) float64 {
@@ -463,6 +472,11 @@ func (c *Controller) Room(class int, sz time.Duration) (room, free bool) {
 // ReservePeriod); serialised by c.run (or before the controller is shared).
 func (c *Controller) updateReserve(s *snapshot, now time.Time) {
 	c.run.nextReserve = now.Add(ReservePeriod)
+	if v := c.st.Sustained(); v > 0 && !math.IsInf(v, 0) { // NaN fails v > 0
+		c.sustained.Store(math.Float64bits(v))
+	} else {
+		c.sustained.Store(0)
+	}
 	if !s.reserve {
 		for _, cl := range s.classes {
 			cl.rho.Store(0)

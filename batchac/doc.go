@@ -16,7 +16,8 @@
 // Period 0 has no queue: Admit runs the test for that one request at once.
 //
 // The test for a batch of β requests (Cataclysm eq. 5, with P slots per
-// backend, see below) is
+// backend, see below; Q is at least the queue η implies, see The queue at
+// a load step) is
 //
 //	Q + max(1, (η + ⌈β/n⌉)/P) · S  ≤  R_sla − d_i
 //
@@ -82,6 +83,34 @@
 // information about P and is ignored; estimates are clamped to [1, 4096] and
 // smoothed (EWMA, weight 1/32). The estimator is simple and trusts S; it is
 // off by default.
+//
+// # The queue at a load step
+//
+// Decision (Config.NoImpliedQueue turns it off): the test charges
+//
+//	Q' = max(Q, max(0, η − P')/P'·S),   P' = max(P, State.Sustained())
+//
+// in place of Q (model.qAt; η includes this run's admissions, S is the
+// batch's mean). Why: State.Q is measured from finished requests, a
+// decayed mean of the queueing they met, so after a load step it still
+// reads the light load before it for a second or more (a queued request
+// reports only when it finishes, and the mean has a half-life of
+// seconds). η fills at once, and with the old Q the test admits up to
+// η = P·(R_sla − d)/S − 1 per backend: a queue whose wait alone is the
+// budget, so the admitted p95 overshoots R_sla in the step's first
+// seconds (issue 15's closed loop, 2 × 4 slots, 40 ms, 0.65× → 1.95×:
+// 515 and 759 ms for 500 ms). η − P' requests in flight are waiting and
+// drain at P' per S, so that queue exists now, whatever Q says yet. When
+// sentry is its backends' only client Q settles to the same value once
+// the load holds, so this changes the transient only; Q alone still
+// counts queueing that others cause. P' uses the work a backend has been
+// seen to sustain (cached every ReservePeriod) as a floor, so a learned P
+// that starts low does not overcharge. Room, early admission and
+// Retry-After use the same Q'. Tests: testdata/implied.txt (hand-computed)
+// and step_test.go, the simulated farm with Q from the real estimator:
+// TestStepOvershootWithoutImpliedQueue reproduces the overshoot with the
+// paper's Q, TestStepAdmittedP95 holds every second's p95 within R_sla at
+// goodput ≥ 0.9× capacity with the rule (issue 15's step and step10x's).
 //
 // # Priority: the reserve
 //

@@ -14,6 +14,10 @@ type model struct {
 	q    float64 // Q
 	rsla float64 // R_sla
 	p    float64 // P, parallel slots per backend (≥ 1)
+	// qp is the rate, in requests per S per backend, at which the queue η
+	// implies drains: max(P, State.Sustained()). 0 turns the implied
+	// queue off (Config.NoImpliedQueue): Q alone, the paper's test.
+	qp float64
 }
 
 // tolerance absorbs float64 rounding so that hand-computed boundary cases
@@ -36,15 +40,35 @@ func (m *model) slowdown(k int) float64 {
 	return f
 }
 
+// qAt is the queueing delay the test charges a request of inherent
+// service time s: the estimate Q, but never less than the backend queue the
+// in-flight count implies now, max(0, η − P)/P · s (η requests on P slots
+// leave η − P waiting, which drain at P per s; P here is qp, at least the
+// work a backend has been seen to sustain). Q is a decayed mean of the
+// queueing that finished requests met, so it lags a rising load by the
+// queueing time itself plus its half-life; the implied queue follows η at
+// once. In steady state the two agree for a sentry that is its backends'
+// only client, and Q alone counts what others queue there. See doc.go,
+// The queue at a load step.
+func (m *model) qAt(s float64) float64 {
+	if m.qp <= 0 {
+		return m.q
+	}
+	if w := (m.eta() - m.qp) / m.qp * s; w > m.q {
+		return w
+	}
+	return m.q
+}
+
 // fits is the batch test (Cataclysm eq. 5, generalised to P slots) for k ≥ 1
 // requests whose inherent service times sum to sum, against the limit lim
 // (R_sla − d for the class's own test; less when room is held for more
 // important classes, see limits):
 //
-//	Q + max(1, (η + ⌈k/n⌉)/P) · S ≤ lim,   S = sum/k
+//	Q' + max(1, (η + ⌈k/n⌉)/P) · S ≤ lim,   S = sum/k,   Q' = max(Q, max(0, η − P)/P · S)
 func (m *model) fits(k int, sum, lim float64) bool {
 	s := sum / float64(k)
-	return m.q+m.slowdown(k)*s <= lim+tolerance
+	return m.qAt(s)+m.slowdown(k)*s <= lim+tolerance
 }
 
 // bound is what a test of one class is checked against (model.bound).
@@ -88,7 +112,7 @@ func (m *model) admits(k int, sum float64, b bound) bool {
 	}
 	r := max(sum/float64(k), b.sref)
 	f := m.slowdown(k)
-	return m.q+f*r <= b.lim+tolerance || f*r <= r+b.slack+tolerance
+	return m.qAt(r)+f*r <= b.lim+tolerance || f*r <= r+b.slack+tolerance
 }
 
 // largestPrefix returns the largest k ≤ len(prefix) whose FIFO prefix passes
@@ -117,8 +141,11 @@ func (m *model) largestPrefix(prefix []float64, b bound) int {
 //
 //   - If one request of size s would pass on an idle farm (s ≤ B, where
 //     B = lim − Q), it passes once the per-backend load falls to
-//     η_max = P·B/s − 1. The excess η − η_max drains at P requests of size s
-//     per s seconds per backend, so the wait is max(0, η − η_max)·s/P.
+//     η_max = P·B/s − 1, and, with the queue η implies (qAt, draining at
+//     P' = qp), once (η − P')/P'·s + (η + 1)/P·s ≤ lim as well:
+//     η ≤ (lim/s + 1 − 1/P)/(1/P' + 1/P). The excess drains at P
+//     requests of size s per s seconds per backend, so the wait is
+//     max(0, η − η_max)·s/P.
 //   - Otherwise shrinking η alone cannot help: the best prediction is that
 //     the whole backlog drains, Q + η·s/P.
 //
@@ -130,6 +157,9 @@ func (m *model) drain(s, lim float64) float64 {
 		return m.q + eta*s/m.p
 	}
 	etaMax := m.p*b/s - 1
+	if m.qp > 0 {
+		etaMax = min(etaMax, (lim/s+1-1/m.p)/(1/m.qp+1/m.p))
+	}
 	if eta <= etaMax {
 		return 0
 	}

@@ -52,6 +52,10 @@ type simCase struct {
 	learnP    bool    // start from P = 1 and learn it from completions, as the policy's default does
 	kFactor   float64 // threshold mode's K as a share of the true n·P (0: 1)
 	seed      uint64
+	// realQ: Q is the real estimator's, fed each completion's queueing
+	// delay at its backend (as sim/farm reports queue;dur=), instead of 0.
+	realQ      bool
+	noImpliedQ bool // Config.NoImpliedQueue
 }
 
 type simSecond struct{ offered, admitted, good []int }
@@ -60,8 +64,9 @@ type simResult struct {
 	offered, admitted, good []int // per class
 	late                    []int // admitted but over R_sla
 	seconds                 []simSecond
-	capacity                float64   // requests per second, at the case's s
-	work                    []float64 // per class: seconds of service per request, over the case's s
+	lat                     [][]time.Duration // per second of arrival: admitted requests' response times
+	capacity                float64           // requests per second, at the case's s
+	work                    []float64         // per class: seconds of service per request, over the case's s
 	dur                     time.Duration
 }
 
@@ -124,7 +129,8 @@ type simJob struct {
 	class     int
 	arrive    int64
 	dispatch  int64
-	inService int // on its backend at dispatch, itself included
+	started   int64 // service began (after the backend's queue)
+	inService int   // on its backend at dispatch, itself included
 }
 
 type simBackend struct {
@@ -141,7 +147,12 @@ type simFarm struct {
 	est      *estimator.Estimator
 }
 
-func (f *simFarm) Q() time.Duration    { return 0 }
+func (f *simFarm) Q() time.Duration {
+	if !f.sc.realQ || f.inflight == 0 {
+		return 0
+	}
+	return f.est.Q()
+}
 func (f *simFarm) Inflight() int64     { return f.inflight }
 func (f *simFarm) Healthy() int        { return f.sc.n }
 func (f *simFarm) RSLA() time.Duration { return f.sc.rsla }
@@ -187,7 +198,7 @@ func runSim(t *testing.T, sc simCase) *simResult {
 		ccs = append(ccs, ClassConfig{Name: c.name, Period: c.period})
 	}
 	cfg := Config{Classes: ccs, Parallelism: float64(sc.p), NoReserve: sc.noReserve,
-		ReserveFloor: DefaultReserveFloor, Now: clock}
+		NoImpliedQueue: sc.noImpliedQ, ReserveFloor: DefaultReserveFloor, Now: clock}
 	if sc.learnP {
 		cfg.Parallelism, cfg.LearnParallelism = 1, true
 	}
@@ -217,6 +228,7 @@ func runSim(t *testing.T, sc simCase) *simResult {
 		offered: make([]int, len(sc.classes)), admitted: make([]int, len(sc.classes)),
 		good: make([]int, len(sc.classes)), late: make([]int, len(sc.classes)),
 		seconds: make([]simSecond, nsec), capacity: capacity, dur: total,
+		lat: make([][]time.Duration, nsec),
 	}
 	for c := range sc.classes {
 		res.work = append(res.work, float64(sc.sOf(c))/float64(sc.s))
@@ -270,6 +282,7 @@ func runSim(t *testing.T, sc simCase) *simResult {
 	start := func(bi int, j simJob) {
 		b := &backends[bi]
 		b.busy++
+		j.started = f.now
 		slot := -1
 		for i := range b.run {
 			if b.run[i].class == -1 {
@@ -386,6 +399,11 @@ func runSim(t *testing.T, sc simCase) *simResult {
 			b.busy--
 			f.inflight--
 			ctl.ObserveService(j.inService, sc.sOf(j.class), time.Duration(e.at-j.dispatch))
+			if sc.realQ {
+				est.ObserveTiming(j.class, simKey, estimator.Timing{IO: time.Duration(e.at - j.started), HasIO: true,
+					Queue: time.Duration(j.started - j.dispatch), HasQueue: true}, time.Duration(e.at-j.dispatch), clock())
+			}
+			res.lat[j.arrive/int64(time.Second)] = append(res.lat[j.arrive/int64(time.Second)], time.Duration(e.at-j.arrive))
 			if e.at-j.arrive <= int64(sc.rsla) {
 				res.good[j.class]++
 				res.seconds[j.arrive/int64(time.Second)].good[j.class]++
@@ -412,6 +430,9 @@ func runSim(t *testing.T, sc simCase) *simResult {
 	wg.Wait()
 	return res
 }
+
+// simKey is the one URL key of realQ's estimator samples.
+var simKey = []byte("/")
 
 func twoClass(gold, bronze []simPhase, bronzePeriod time.Duration) []simClass {
 	return []simClass{{name: "gold", load: gold}, {name: "bronze", period: bronzePeriod, load: bronze}}

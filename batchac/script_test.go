@@ -89,6 +89,7 @@ type fakeState struct {
 	n        atomic.Int64
 	demand   [MaxClasses]atomic.Uint64 // float64 bits, by class index
 	means    [MaxClasses]atomic.Int64  // ns, by class index
+	sust     atomic.Uint64             // float64 bits: Sustained
 }
 
 func (s *fakeState) Q() time.Duration    { return time.Duration(s.q.Load()) }
@@ -99,7 +100,7 @@ func (s *fakeState) Demand(class int) float64 {
 	return math.Float64frombits(s.demand[class].Load())
 }
 func (s *fakeState) MeanS(class int) time.Duration { return time.Duration(s.means[class].Load()) }
-func (s *fakeState) Sustained() float64            { return 0 }
+func (s *fakeState) Sustained() float64            { return math.Float64frombits(s.sust.Load()) }
 
 type scriptArrival struct {
 	id      string
@@ -283,6 +284,7 @@ func (h *harness) config(args map[string]string) Config {
 	_, early := args["early"]
 	cfg.StrictPeriods = !early
 	_, cfg.NoReserve = args["no_reserve"]
+	_, cfg.NoImpliedQueue = args["no_implied_queue"]
 	if v, ok := args["floor"]; ok {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
@@ -313,12 +315,18 @@ func (h *harness) setState(args map[string]string) {
 				}
 				h.st.demand[h.classIndex(name)].Store(math.Float64bits(f))
 			}
+		case "sustained": // server-seconds per second per backend (read every ReservePeriod)
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				h.fatalf("sustained: %v", err)
+			}
+			h.st.sust.Store(math.Float64bits(f))
 		case "means": // class:duration,... the classes' mean S
 			for _, spec := range strings.Split(v, ",") {
 				name, d, _ := strings.Cut(spec, ":")
 				h.st.means[h.classIndex(name)].Store(int64(h.dur(d)))
 			}
-		case "classes", "parallelism", "buckets", "cap", "all_or_nothing", "no_reserve", "floor", "early":
+		case "classes", "parallelism", "buckets", "cap", "all_or_nothing", "no_reserve", "no_implied_queue", "floor", "early":
 		default:
 			h.fatalf("unknown state key %q", k)
 		}

@@ -147,6 +147,7 @@ func batchConfig(ac *policy.App, cls *classify.Classifier, est *estimator.Estima
 		QueueCap:         ac.Admission.Batch.QueueCap,
 		AllOrNothing:     ac.Admission.Batch.AllOrNothing,
 		StrictPeriods:    ac.Admission.Batch.StrictPeriods,
+		NoImpliedQueue:   !ac.Admission.Batch.ImpliedQueue,
 		Parallelism:      ac.Admission.Batch.Parallelism,
 		LearnParallelism: ac.Admission.Batch.Parallelism == 0,
 		NoReserve:        !ac.Admission.Reserve,

@@ -100,7 +100,7 @@ func TestDefaults(t *testing.T) {
 			Mode:         "auto",
 			Reserve:      true,
 			ReserveFloor: 0.25,
-			Batch:        BatchAdmission{QueueCap: 1024, AllOrNothing: false, Parallelism: 0},
+			Batch:        BatchAdmission{QueueCap: 1024, AllOrNothing: false, ImpliedQueue: true, Parallelism: 0},
 			Threshold:    ThresholdAdmission{Recompute: time.Second, Capacity: 0},
 			Switch:       ModeSwitch{CPUHigh: 0.85, CPULow: 0.6, Hold: 2 * time.Second, RevertAfter: 30 * time.Second},
 			Adaptive: AdaptiveAdmission{NReq: 100, Timeout: time.Second, Alpha: 0.7, ErrD: 0, ErrI: -0.5, AdjD: 1.2, AdjI: 2,
@@ -226,7 +226,7 @@ apps:
       mode: threshold
       reserve: false
       reserve_floor: 0.1
-      batch: {queue_cap: 64, all_or_nothing: true, parallelism: 8}
+      batch: {queue_cap: 64, all_or_nothing: true, implied_queue: false, parallelism: 8}
       threshold: {recompute: 250ms, capacity: 3.5}
       switch: {cpu_high: 1, cpu_low: 0.25, hold: 5s, revert_after: 1m}
       adaptive:
@@ -341,7 +341,7 @@ apps:
 			Mode:         "threshold",
 			Reserve:      false,
 			ReserveFloor: 0.1,
-			Batch:        BatchAdmission{QueueCap: 64, AllOrNothing: true, Parallelism: 8},
+			Batch:        BatchAdmission{QueueCap: 64, AllOrNothing: true, ImpliedQueue: false, Parallelism: 8},
 			Threshold:    ThresholdAdmission{Recompute: 250 * time.Millisecond, Capacity: 3.5},
 			Switch:       ModeSwitch{CPUHigh: 1, CPULow: 0.25, Hold: 5 * time.Second, RevertAfter: time.Minute},
 			Adaptive: AdaptiveAdmission{NReq: 50, Timeout: 500 * time.Millisecond, Alpha: 0.5, ErrD: 0.1, ErrI: -0.4, AdjD: 1.5, AdjI: 3,

@@ -459,6 +459,11 @@ type BatchAdmission struct {
 	// is admitted at once when nothing of its class waits and a batch of
 	// one passes its run's test (package batchac, Early admission).
 	StrictPeriods bool
+	// ImpliedQueue makes the test charge at least the backend queue the
+	// in-flight count implies, not only the measured Q, which lags a load
+	// step (package batchac, The queue at a load step). Default true;
+	// false keeps the paper's test.
+	ImpliedQueue bool
 	// Parallelism is P, the requests one backend serves at full speed in
 	// parallel (worker slots); ≥ 1. 0 means learn it from observed response
 	// times, starting at 1. Default 0.

@@ -48,7 +48,7 @@ func defaultAdmission() Admission {
 		Mode:         admission.ModeAuto.String(),
 		Reserve:      true,
 		ReserveFloor: batchac.DefaultReserveFloor,
-		Batch:        BatchAdmission{QueueCap: batchac.DefaultQueueCap},
+		Batch:        BatchAdmission{QueueCap: batchac.DefaultQueueCap, ImpliedQueue: true},
 		Threshold:    ThresholdAdmission{Recompute: thresholdac.DefaultPeriod},
 		Switch: ModeSwitch{
 			CPUHigh:     admission.DefaultCPUHigh,
@@ -368,6 +368,7 @@ func (d *decoder) batchAdmission(n *yaml.Node, path string, b *BatchAdmission) {
 		{"queue_cap", d.intField(&b.QueueCap, 1, maxQueueCap)},
 		{"all_or_nothing", d.boolField(&b.AllOrNothing)},
 		{"strict_periods", d.boolField(&b.StrictPeriods)},
+		{"implied_queue", d.boolField(&b.ImpliedQueue)},
 		{"parallelism", func(v *yaml.Node, p string) {
 			x, ok := d.number(v, p)
 			switch {

@@ -542,7 +542,7 @@ apps:
     listen: 127.0.0.1:8081
     backends: {static: ["h:1"]}
     admission:
-      batch: {parallelism: 5000}
+      batch: {parallelism: 5000, implied_queue: 1}
       threshold: {capacity: .inf}
 `, []string{
 			`5: apps[0].admission.mode: invalid value "fast"; valid: auto, batch, threshold, adaptive, off`,
@@ -553,6 +553,7 @@ apps:
 			`9: apps[0].admission.threshold.capacity: -1 is out of range; must be at least 0`,
 			`10: apps[0].admission: unknown key "swich" (did you mean "switch"?)`,
 			`15: apps[1].admission.batch.parallelism: 5000 is out of range; use 0 to learn it, or a value from 1 to 4096`,
+			`15: apps[1].admission.batch.implied_queue: expected true or false, got the integer 1`,
 			`16: apps[1].admission.threshold.capacity: expected a finite number, got .inf`,
 		}},
 
