@@ -40,21 +40,26 @@ func (m *model) slowdown(k int) float64 {
 	return f
 }
 
-// qAt is the queueing delay the test charges a request of inherent
-// service time s: the estimate Q, but never less than the backend queue the
-// in-flight count implies now, max(0, η − P)/P · s (η requests on P slots
-// leave η − P waiting, which drain at P per s; P here is qp, at least the
-// work a backend has been seen to sustain). Q is a decayed mean of the
-// queueing that finished requests met, so it lags a rising load by the
-// queueing time itself plus its half-life; the implied queue follows η at
-// once. In steady state the two agree for a sentry that is its backends'
-// only client, and Q alone counts what others queue there. See doc.go,
-// The queue at a load step.
-func (m *model) qAt(s float64) float64 {
+// qAt is the queueing delay the test charges a batch of k requests of
+// inherent service time s: the estimate Q, but never less than the backend
+// queue the in-flight count implies once the batch is in,
+// max(0, η + ⌈k/n⌉ − P')/P' · s (that many requests on P' slots wait, and
+// drain at P' per s; P' is qp, P or the work a backend has been seen to
+// sustain). Q is a decayed mean of the queueing that finished requests
+// met, so it lags a rising load by the queueing time itself plus its
+// half-life; the implied queue follows η at once. In steady state the two
+// agree for a sentry that is its backends' only client, and Q alone counts
+// what others queue there. Charged at the load after admission, the test is
+// one increasing function of that load for every class (only the budget
+// differs), so a batch that fills the farm to a less important class's
+// budget leaves the more important classes their margin. See doc.go, The
+// queue at a load step.
+func (m *model) qAt(k int, s float64) float64 {
 	if m.qp <= 0 {
 		return m.q
 	}
-	if w := (m.eta() - m.qp) / m.qp * s; w > m.q {
+	after := m.eta() + float64((k+m.n-1)/m.n)
+	if w := (after - m.qp) / m.qp * s; w > m.q {
 		return w
 	}
 	return m.q
@@ -65,10 +70,11 @@ func (m *model) qAt(s float64) float64 {
 // (R_sla − d for the class's own test; less when room is held for more
 // important classes, see limits):
 //
-//	Q' + max(1, (η + ⌈k/n⌉)/P) · S ≤ lim,   S = sum/k,   Q' = max(Q, max(0, η − P)/P · S)
+//	Q' + max(1, (η + ⌈k/n⌉)/P) · S ≤ lim,   S = sum/k,
+//	Q' = max(Q, max(0, η + ⌈k/n⌉ − P')/P' · S)   (qAt)
 func (m *model) fits(k int, sum, lim float64) bool {
 	s := sum / float64(k)
-	return m.qAt(s)+m.slowdown(k)*s <= lim+tolerance
+	return m.qAt(k, s)+m.slowdown(k)*s <= lim+tolerance
 }
 
 // bound is what a test of one class is checked against (model.bound).
@@ -112,7 +118,7 @@ func (m *model) admits(k int, sum float64, b bound) bool {
 	}
 	r := max(sum/float64(k), b.sref)
 	f := m.slowdown(k)
-	return m.qAt(r)+f*r <= b.lim+tolerance || f*r <= r+b.slack+tolerance
+	return m.qAt(k, r)+f*r <= b.lim+tolerance || f*r <= r+b.slack+tolerance
 }
 
 // largestPrefix returns the largest k ≤ len(prefix) whose FIFO prefix passes
@@ -142,8 +148,8 @@ func (m *model) largestPrefix(prefix []float64, b bound) int {
 //   - If one request of size s would pass on an idle farm (s ≤ B, where
 //     B = lim − Q), it passes once the per-backend load falls to
 //     η_max = P·B/s − 1, and, with the queue η implies (qAt, draining at
-//     P' = qp), once (η − P')/P'·s + (η + 1)/P·s ≤ lim as well:
-//     η ≤ (lim/s + 1 − 1/P)/(1/P' + 1/P). The excess drains at P
+//     P' = qp), once (η + 1 − P')/P'·s + (η + 1)/P·s ≤ lim as well:
+//     η ≤ (lim/s + 1)/(1/P' + 1/P) − 1. The excess drains at P
 //     requests of size s per s seconds per backend, so the wait is
 //     max(0, η − η_max)·s/P.
 //   - Otherwise shrinking η alone cannot help: the best prediction is that
@@ -158,7 +164,7 @@ func (m *model) drain(s, lim float64) float64 {
 	}
 	etaMax := m.p*b/s - 1
 	if m.qp > 0 {
-		etaMax = min(etaMax, (lim/s+1-1/m.p)/(1/m.qp+1/m.p))
+		etaMax = min(etaMax, (lim/s+1)/(1/m.qp+1/m.p)-1)
 	}
 	if eta <= etaMax {
 		return 0

@@ -16,7 +16,9 @@ func newParkController(t *testing.T, inflight int64) (*Controller, *fakeState, *
 	t.Helper()
 	clock := &manualClock{t: time.Unix(1000, 0)}
 	st := newFakeState(1, inflight, 0, time.Second)
-	c, err := New(st, Config{Now: clock.Now, StrictPeriods: true, Classes: []ClassConfig{
+	// The paper's test (NoImpliedQueue): these tests are about parking, and
+	// their hand-computed batches fill an idle farm to the budget.
+	c, err := New(st, Config{Now: clock.Now, StrictPeriods: true, NoImpliedQueue: true, Classes: []ClassConfig{
 		{Name: "gold", Period: 0}, {Name: "bronze", Period: 100 * time.Millisecond}}})
 	if err != nil {
 		t.Fatal(err)

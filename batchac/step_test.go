@@ -106,3 +106,32 @@ func TestStepOvershootWithoutImpliedQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestStepKeepsGold is step10x.yaml whole: gold (no period) steady at 0.2×
+// capacity beside bronze (period 250 ms) stepping from 0.8× to 9.8×. A
+// batch of bronze must not leave a load that gold's own test, with its
+// larger budget, then fails: the queue η implies is charged at the load
+// with the batch in (model.qAt), the same function of the load after
+// admission for every test.
+func TestStepKeepsGold(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		sc := simCase{n: 2, p: 8, s: 80 * time.Millisecond, exp: true, rsla: time.Second, realQ: true, learnP: true, seed: seed,
+			classes: twoClass(steady(0.2, 40*time.Second),
+				[]simPhase{{20 * time.Second, 0.8}, {20 * time.Second, 9.8}}, 250*time.Millisecond)}
+		r := runSim(t, sc)
+		var worst time.Duration
+		for i := 20; i < len(r.lat); i++ {
+			worst = max(worst, p95(r.lat[i]))
+		}
+		t.Logf("seed %d: worst second p95 %v; %v", seed, worst.Round(time.Millisecond), r)
+		if f := r.admittedFrac(0); f < 0.99 {
+			t.Errorf("seed %d: gold admitted %.2f%%, want ≥ 99%%", seed, 100*f)
+		}
+		if worst > sc.rsla {
+			t.Errorf("seed %d: admitted p95 %v > R_sla %v in a second of the step", seed, worst, sc.rsla)
+		}
+		if g := r.goodput(0, 1); g < 0.9 {
+			t.Errorf("seed %d: goodput %.3f× capacity, want ≥ 0.9", seed, g)
+		}
+	}
+}
