@@ -25,6 +25,7 @@ type class struct {
 
 	// Guarded by Controller.mu.
 	samples  []float64 // ns, at most NReq
+	ended    int       // admitted requests ended without a sample since the last run (Ended)
 	lastRun  int64     // unix ns
 	cur      float64   // smoothed percentile, ns; 0 before the first run
 	err      float64
@@ -155,6 +156,27 @@ func (c *Controller) Observe(class int, rt time.Duration) {
 	}
 }
 
+// Ended records that an admitted request of class ended without a
+// response time a client saw: selective early termination cut it before
+// its response head (package sert). It counts as a completion -- its
+// slot is free again, so the farm's queue test and the class's completion
+// rate (the scaled rule's cuts and hold) see it -- but adds no sample to
+// the percentile: the cut is a loss the termination controller accounts
+// for, and the time it ran shows in the percentile of the requests that
+// waited behind it. Counting it as a sample at its cut time (at least the
+// termination threshold) made the controller cut every request's rate
+// for the heavy share it cannot change (doc.go, "Terminated requests").
+func (c *Controller) Ended(class int) {
+	idx := class
+	if idx < 0 || idx >= len(c.classes) {
+		idx = len(c.classes) - 1
+	}
+	c.mu.Lock()
+	c.done++
+	c.classes[idx].ended++
+	c.mu.Unlock()
+}
+
 // Tick runs the controller of every class that has at least one sample
 // and has not run for Timeout. The owner calls it periodically (Run does,
 // every Timeout/4); tests call it on a manual clock.
@@ -240,6 +262,7 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 		s = append(s, borrowed) // Tick's borrowed sample (scaled rule)
 	}
 	cl.samples = cl.samples[:0]
+	cl.ended = 0
 	slices.Sort(s)
 	k := int(math.Ceil(cfg.Percentile/100*float64(len(s)))) - 1
 	samp := s[max(0, min(k, len(s)-1))]
@@ -382,7 +405,7 @@ func (c *Controller) measured(cl *class, now int64) (offered, admitted, done flo
 	}
 	adm := cl.admitted.Load()
 	seen := adm + cl.rejected.Load()
-	return float64(seen-cl.seenAt) / secs, float64(adm-cl.admAt) / secs, float64(len(cl.samples)) / secs
+	return float64(seen-cl.seenAt) / secs, float64(adm-cl.admAt) / secs, float64(len(cl.samples)+cl.ended) / secs
 }
 
 // setRate clamps and stores a class's rate; a decrease empties its bucket

@@ -349,3 +349,64 @@ func TestAdaptiveNoAlloc(t *testing.T) {
 		t.Fatal("the controller never ran: the measurement missed its runs")
 	}
 }
+
+// TestTerminatedIsNoSLASample: a request cut by selective early
+// termination (Result.Terminated) feeds the estimator its cost but is no
+// response time a client saw: in adaptive mode it adds no sample to the
+// controller (Ended: a completion without one), and in auto it does not
+// count against the batch model in the fall-back window however long it
+// ran.
+func TestTerminatedIsNoSLASample(t *testing.T) {
+	m, _, ck, _ := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a, err := m.Build(adaptiveApp("adaptive"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := func(a *App, class, n int, ran time.Duration) {
+		now := ck.now()
+		for i := 0; i < n; i++ {
+			a.Done(&admission.Ticket{Class: class, Key: []byte("/x"), Arrival: now.Add(-ran)},
+				admission.Result{Measured: ran, InService: 1, End: now, Terminated: true})
+		}
+	}
+	// 99 gold requests cut after 2s (over R_sla = 1s), then one that
+	// completes in 100ms: nreq (100) is not reached, so the controller
+	// has not run; one sample waits, and it is the response's.
+	cut(a, 0, 99, 2*time.Second)
+	complete(a, ck, 0, 1, 100*time.Millisecond, true)
+	if st := a.adp.Load().State(0); st.Runs != 0 || st.Samples != 1 {
+		t.Fatalf("gold after 99 cut and 1 response: %+v, want no run and 1 sample", st)
+	}
+	if n := a.win.n.Load(); n != 1 {
+		t.Fatalf("window completions %d, want 1 (the response)", n)
+	}
+	// The estimator did see the cut requests' cost.
+	if s, _ := a.est.Estimate(0, []byte("/x")); s < time.Second {
+		t.Errorf("estimated S %v after 99 cuts at 2s, want their cost", s)
+	}
+
+	// Auto: windows of 30 responses within R_sla and 30 cuts at 2s
+	// never fall back; the same 30 at 2s as responses do.
+	ac := adaptiveApp("auto")
+	ac.Name = "auto"
+	b, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		cut(b, 0, 30, 2*time.Second)
+		runWindow(t, b, ck, 30, 30, 100*time.Millisecond, true)
+	}
+	if b.Mode() != admission.ModeBatch {
+		t.Fatalf("terminations counted against the batch model: %v", b.Mode())
+	}
+	for i := 0; i < 3; i++ {
+		complete(b, ck, 0, 30, 2*time.Second, true)
+		runWindow(t, b, ck, 30, 30, 100*time.Millisecond, true)
+	}
+	if b.Mode() != admission.ModeAdaptive {
+		t.Fatalf("responses over R_sla did not count: %v", b.Mode())
+	}
+}

@@ -300,6 +300,23 @@ func (a *App) Done(tk *admission.Ticket, r admission.Result) {
 		t, _ = estimator.ParseServerTiming(r.ServerTiming)
 	}
 	latency := r.Latency(tk)
+	if r.Terminated {
+		// A request cut by selective early termination: its cost (at least
+		// the threshold) feeds the estimator and the parallelism model, so
+		// S and the batch test see it, but its time is no response time a
+		// client saw (the client got a 503): it is not an SLA sample, for
+		// adaptive mode's percentile, auto's fall-back window or the
+		// admitted percentile (doc.go, "Termination").
+		if a.sw.Load().Mode() == admission.ModeAdaptive {
+			a.adp.Load().Ended(class)
+		}
+		a.est.ObserveTiming(class, tk.Key, estimator.Timing{}, r.Measured, now)
+		a.lastObs.Store(now.UnixNano())
+		if tk.S > 0 && r.InService > 0 {
+			a.batch.ObserveService(r.InService, tk.S, r.Measured)
+		}
+		return
+	}
 	// Adaptive mode's feedback: the response time from arrival at sentry
 	// (Ticket.Arrival), waiting in sentry included.
 	if a.sw.Load().Mode() == admission.ModeAdaptive {
