@@ -114,6 +114,17 @@ const (
 	// Poisson arrivals.
 	Headroom    = 4
 	HeadroomMin = 10
+	// BandGain: between the thresholds, while the farm's queue is not
+	// growing, the rate rises by BandGain·y·rate per Timeout, y =
+	// (err_d − e)/(err_d − err_i) in (0, 1] the room left under the
+	// target: at most +25% a second, nothing at the target.
+	BandGain = 0.25
+	// BacklogShare: the farm holds a backlog when the requests admitted
+	// and not completed (every class) exceed its completion rate times
+	// BacklogShare × the target -- by Little's law, a mean response time
+	// of half the target. A class is then held to what it completes and
+	// its bucket owes the excess (doc.go, "The scaled rule").
+	BacklogShare = 0.5
 )
 
 // MaxClasses bounds the number of classes.

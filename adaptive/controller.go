@@ -44,6 +44,11 @@ type class struct {
 	// it (unix ns): the requests admitted after a cut need about one
 	// response time to complete and show its effect.
 	holdUntil int64
+	// drainUntil: no cut of the class itself before it either (unix ns):
+	// one response time after the debt a drain or a cut put on its bucket
+	// is paid (owe), at most staleRuns Timeouts away. A cut of it by a
+	// more important class does not wait for it.
+	drainUntil int64
 
 	admitted, rejected atomic.Uint64
 }
@@ -245,11 +250,11 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 	// class together admitted more than QueueGrowth times what completed.
 	farmIn, farmOut := float64(farmAdm-cl.farmAdmAt), float64(c.done-cl.farmDoneAt)
 	growing := farmIn > QueueGrowth*farmOut
-	// excess: how much faster than it completes the farm was fed, per
-	// second, since this class's last run.
-	excess := 0.0
+	// farmDone: what the farm (every class) completed per second since
+	// this class's last run; the backlog is measured against it.
+	farmDone := 0.0
 	if secs := float64(now-cl.lastRun) / 1e9; secs > 0 {
-		excess = max(0, farmIn-farmOut) / secs
+		farmDone = farmOut / secs
 	}
 	cl.farmAdmAt, cl.farmDoneAt = farmAdm, c.done
 	elapsed := float64(now-cl.lastRun) / float64(cfg.Timeout)
@@ -292,8 +297,14 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 		c.setRate(cl, ceil, false)
 		rate = ceil
 	}
+	// sErr is the last sample's own error. Decision (scaled rule): the
+	// class counts as over target only when the sample is over too; the
+	// smoothed percentile lags a drained queue by several runs (from 4×
+	// the target, α = 0.7 takes eight), and each of those runs cut a
+	// rate that was already right (doc.go, "The scaled rule").
+	sErr := (samp - cl.target) / cl.target
 	switch {
-	case cl.err > cfg.ErrD:
+	case cl.err > cfg.ErrD && (!cfg.Scaled || sErr > cfg.ErrD):
 		cl.over = true
 		// §3.3: cut the less important classes first; only when they are
 		// all at the minimum for LCThresh runs is this class itself cut.
@@ -332,9 +343,26 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 			switch {
 			case !cfg.Scaled:
 				c.setRate(cl, rate/cfg.AdjD, true)
-			case now >= cl.holdUntil:
-				c.setRate(cl, min(rate, max(done, cfg.RateMin))/cfg.AdjD, true)
-				cl.holdUntil = now + int64(samp)
+			case now >= cl.holdUntil && now >= cl.drainUntil:
+				// From what it completes while the farm holds a backlog
+				// (its completions are then the farm's capacity), and
+				// the backlog owed; otherwise from the rate, as the
+				// paper cuts: a class its bucket limits completes what
+				// it admits, and cutting from that ratchets the rate
+				// down with every noisy second.
+				// The hold lasts one response time (and, after a debt,
+				// drainUntil: the requests admitted after the cut show
+				// it only once the debt is paid).
+				hold := samp
+				if bl := c.backlog(farmDone, cl.target); bl > 0 {
+					r := min(rate, max(done, cfg.RateMin)) / cfg.AdjD
+					c.setRate(cl, r, true)
+					c.owe(cl, bl)
+					cl.drainUntil = now + int64(samp) + min(int64(bl/r*1e9), staleRuns*int64(cfg.Timeout))
+				} else {
+					c.setRate(cl, rate/cfg.AdjD, true)
+				}
+				cl.holdUntil = now + int64(hold)
 			}
 			cl.lc = 0
 		}
@@ -343,6 +371,11 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 		cl.lc = 0
 		x := -(cl.err - cfg.CI)
 		switch {
+		case cfg.Scaled && c.lowerAtMin(i) && c.drain(cl, now, rate, done, farmDone, samp):
+			// The percentile is low, but the farm already holds a
+			// backlog the samples will show only a response time later
+			// (a step in the load): held and drained as between the
+			// thresholds.
 		case noRaise:
 		case !cfg.Scaled:
 			c.setRate(cl, rate+cfg.AdjI*x, false)
@@ -353,7 +386,6 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 			// only its average, is under the threshold; never above what
 			// the class offers with headroom, and a rate above that
 			// ceiling comes down to it (doc.go, "The scaled rule").
-			sErr := (samp - cl.target) / cl.target
 			y := min(cfg.ErrI-cl.err, cfg.ErrI-sErr) / (1 + cfg.ErrI)
 			inc := cfg.AdjI * x
 			if y > 0 && !growing {
@@ -372,16 +404,91 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 		// is held so only once every less important class is at the
 		// minimum: the queue is theirs to give up first. (A class run on
 		// a borrowed sample completed nothing: it stays at the minimum.)
-		if cfg.Scaled && c.lowerAtMin(i) {
-			target := done
-			if growing {
-				target = done - excess
-			}
-			if target < rate {
-				c.setRate(cl, max(target, cfg.RateMin), false)
+		if !cfg.Scaled {
+			break
+		}
+		switch {
+		case c.lowerAtMin(i) && c.drain(cl, now, rate, done, farmDone, samp):
+			// The farm holds more than it finishes within half the
+			// target: held to what it completes (the farm's capacity
+			// while it has a backlog), and the backlog owed, so it
+			// drains at once and admissions resume at that rate.
+			// Decision: this replaced giving up the farm's whole excess
+			// of admissions over completions as a rate, which took a
+			// class fed 4× the farm's rate to RateMin (where it admits
+			// too few requests to measure its way back), and holding
+			// to the completions whatever the backlog, which ratcheted
+			// the rate down with Poisson noise (issue 13's capacity
+			// shift: 55/s to 5/s in 20 s).
+		case !noRaise:
+			// The band increase (doc.go, "The scaled rule"): while the
+			// farm holds no backlog, the rate creeps up by
+			// BandGain·y·rate per Timeout, y the room the last sample
+			// leaves under the target, (err_d − sErr)/(err_d − err_i)
+			// (the sample's, not the smoothed error's: that one lags a
+			// drained queue by several runs, and the backlog test is
+			// the brake). Without it a farm
+			// whose service time alone puts the percentile above
+			// err_i (3× slower: p95 of the service 0.72× the target)
+			// could never be raised back to its capacity after a cut.
+			if y := (cfg.ErrD - sErr) / (cfg.ErrD - cfg.ErrI); y > 0 && done > 0 {
+				c.setRate(cl, min(rate+BandGain*y*rate*min(elapsed, 1), max(ceil, rate)), false)
 			}
 		}
 	}
+}
+
+// backlog is how many requests the farm holds beyond what it finishes
+// within BacklogShare (half) of the target at its completion rate done
+// (per second, every class): the requests admitted and not completed
+// (every class; Observe and Ended complete them) less
+// done·target·BacklogShare, by Little's law the in-flight count of a mean
+// response time of half the target. 0 when there is no excess.
+// Called with c.mu held.
+func (c *Controller) backlog(done, target float64) float64 {
+	var adm uint64
+	for _, x := range c.classes {
+		adm += x.admitted.Load()
+	}
+	out := float64(adm) - float64(c.done)
+	return max(0, out-done*target*BacklogShare/1e9)
+}
+
+// drain is the scaled rule's backlog hold for class cl at rate, which
+// completed done per second since its last run (the farm farmDone): when
+// the farm holds a
+// backlog (backlog > 0), the class is held to what it completes -- the
+// farm's capacity while it has a backlog -- owes the backlog (owe), and is
+// not cut again until one response time (samp) after the debt is paid.
+// It reports whether there was one. Called with c.mu held.
+func (c *Controller) drain(cl *class, now int64, rate, done, farmDone, samp float64) bool {
+	bl := c.backlog(farmDone, cl.target)
+	if bl <= 0 {
+		return false
+	}
+	if done < rate {
+		rate = max(done, c.cfg.RateMin)
+		c.setRate(cl, rate, false)
+	}
+	c.owe(cl, bl)
+	// No cut of the class until the requests admitted after the debt
+	// is paid can show in the percentile.
+	cl.drainUntil = max(cl.drainUntil, now+int64(samp)+min(int64(bl/rate*1e9), staleRuns*int64(c.cfg.Timeout)))
+	return true
+}
+
+// owe puts class cl's bucket in debt by n tokens (the scaled rule's drain,
+// doc.go): it admits nothing until the farm has finished the backlog its
+// admissions built, at its new rate, and then admits at that rate: one
+// cut drains the queue without leaving the rate below the farm's
+// completion rate. Called with c.mu held.
+func (c *Controller) owe(cl *class, n float64) {
+	if n <= 0 {
+		return
+	}
+	cl.bucket.Lock()
+	cl.bucket.tokens = min(cl.bucket.tokens, -n) // the backlog now, not added to a debt not yet paid
+	cl.bucket.Unlock()
 }
 
 // lowerAtMin reports whether every class less important than i is at

@@ -173,22 +173,25 @@ func TestPriorityGuarantee(t *testing.T) {
 // TestPriorityGuaranteeScaled: the same comparison with the scaled rule
 // (doc.go), sentry's default. Gold is admitted almost whole and the
 // rejections fall in priority order, and the farm is kept fuller than
-// with the paper's constants (about 92/s of 100/s against 70/s). The
-// price, pinned here: this farm is a hard case (gold and silver alone
-// offer exactly its capacity, so any bronze admitted builds a queue only
-// a cut of silver drains), and gold's p90 sits near its target rather
-// than well under it: met in about three quarters of the seconds (the
-// paper's rule about 88%), p90 over the run within 1.25× the target.
+// with the paper's constants (100/s of 100/s against 70/s). This farm is
+// a hard case (gold and silver alone offer exactly its capacity, so any
+// bronze admitted builds a queue only a cut of silver drains); with the
+// backlog drain gold's p90 is within its target in every second (before
+// it, about three quarters of them, at 92/s): pinned with margins, p90
+// over the run within the target, met in ≥ 90% of seconds, ≥ 95/s.
 func TestPriorityGuaranteeScaled(t *testing.T) {
 	r := simulate(t, false, true)
 	if r.share[0] < 0.95 {
 		t.Errorf("gold admitted %.3f of its requests, want ≥ 0.95", r.share[0])
 	}
-	if r.goldP90 > 625*time.Millisecond {
-		t.Errorf("gold p90 %v over 1.25× the target 500ms", r.goldP90)
+	if r.goldP90 > 500*time.Millisecond {
+		t.Errorf("gold p90 %v over the target 500ms", r.goldP90)
 	}
-	if r.metSeconds < 0.7 {
-		t.Errorf("gold met its target in %.0f%% of seconds, want ≥ 70%%", 100*r.metSeconds)
+	if r.metSeconds < 0.9 {
+		t.Errorf("gold met its target in %.0f%% of seconds, want ≥ 90%%", 100*r.metSeconds)
+	}
+	if r.admitted < 95 {
+		t.Errorf("admitted %.0f/s of the farm's 100/s, want ≥ 95", r.admitted)
 	}
 	if !(r.share[2] < r.share[1] && r.share[1] <= r.share[0]) {
 		t.Errorf("admitted shares gold %.3f silver %.3f bronze %.3f: want priority order", r.share[0], r.share[1], r.share[2])
