@@ -595,6 +595,37 @@ func (c *Controller) SetRate(i int, rate float64) {
 	c.setRate(c.classes[i], rate, false)
 }
 
+// Seed starts class i afresh at rate, as another admission mode hands
+// over to this controller (auto's fall-back): its measurement restarts
+// now (offered and completion rates, the farm's counts: the requests the
+// other mode admitted are not this controller's backlog), its waiting
+// samples and smoothed percentile are dropped (the first run takes its
+// sample as is), and it is not cut for hold: the responses that arrive
+// meanwhile are of requests the other mode admitted, and say nothing of
+// this rate. A NaN rate is ignored.
+func (c *Controller) Seed(i int, rate float64, hold time.Duration) {
+	if i < 0 || i >= len(c.classes) || math.IsNaN(rate) {
+		return
+	}
+	now := c.cfg.Now().UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var adm uint64
+	for _, x := range c.classes {
+		adm += x.admitted.Load()
+	}
+	c.done = max(c.done, adm)
+	cl := c.classes[i]
+	cl.samples, cl.ended = cl.samples[:0], 0
+	cl.hasCur, cl.cur, cl.err, cl.over, cl.lc = false, 0, 0, false, 0
+	cl.lastRun = now
+	cl.admAt = cl.admitted.Load()
+	cl.seenAt = cl.admAt + cl.rejected.Load()
+	cl.farmAdmAt, cl.farmDoneAt = adm, c.done
+	cl.holdUntil, cl.drainUntil = now+int64(max(hold, 0)), 0
+	c.setRate(cl, rate, false)
+}
+
 // Carry copies what class j of from has learned -- its rate, smoothed
 // percentile and last error -- into class i of c, so that a controller
 // rebuilt on reload (new settings, classes added or moved) starts where

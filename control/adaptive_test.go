@@ -203,8 +203,8 @@ func TestAutoFallsBackAndReturns(t *testing.T) {
 	if a.Mode() != admission.ModeAdaptive {
 		t.Fatalf("mode %v after 3 missed windows, want adaptive", a.Mode())
 	}
-	if r := a.adp.Load().State(0).Rate; r != 25 {
-		t.Errorf("gold seeded at %v/s, want 25 (what batch admitted)", r)
+	if r := a.adp.Load().State(0).Rate; r != 30 {
+		t.Errorf("gold seeded at %v/s, want 30 (what completed; batch admitted 25)", r)
 	}
 	if out := logs.String(); !strings.Contains(out, "admission mode switched") || !strings.Contains(out, "from=batch to=adaptive reason=percentile_missed windows=3") {
 		t.Errorf("log %q", out)

@@ -104,6 +104,7 @@ type classStats struct {
 	quantile atomic.Int64  // ns
 	admits   atomic.Int64  // admissions this interval, drained by the monitor
 	admRate  atomic.Uint64 // float64 bits: admissions per second over the last interval
+	doneRate atomic.Uint64 // float64 bits: completions per second over the last interval
 }
 
 // appConfig is the part of the policy read per request; immutable.
@@ -458,11 +459,13 @@ func (a *App) tick(now time.Time, interval time.Duration) {
 		a.lastQuantile.Store(int64(q))
 	}
 	for _, cs := range *a.classes.Load() {
-		if cn, cq := cs.lat.drain(cfg.percentile / 100); cn > 0 {
-			cs.quantile.Store(int64(cq))
-		} else {
-			cs.quantile.Store(0)
+		cn, cq := cs.lat.drain(cfg.percentile / 100)
+		cs.quantile.Store(int64(cq)) // 0 without completions
+		d := 0.0
+		if secs := interval.Seconds(); secs > 0 {
+			d = float64(cn) / secs
 		}
+		cs.doneRate.Store(math.Float64bits(d))
 	}
 	// The learner takes intervals of batch and threshold mode alike: an
 	// interval that met R_sla shows its admitted work is sustainable, one
