@@ -73,6 +73,13 @@ type Config struct {
 	// (the paper's rule, which the script tests pin); sentry's policy
 	// defaults to true (admission.adaptive.rule: scaled).
 	Scaled bool
+	// Shared runs one controller and one token bucket for every class,
+	// the baseline of the paper's comparison (§3.3, Fig. 9: a single
+	// controller against one per class): every class admits from the same
+	// bucket, their samples are pooled, and the target is the smallest of
+	// Targets. The multiclass rules do not apply; State(i) is the shared
+	// state for every i. Default false (a controller per class).
+	Shared bool
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }

@@ -80,7 +80,11 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c := &Controller{cfg: cfg, scratch: make([]float64, 0, cfg.NReq)}
 	now := cfg.Now().UnixNano()
-	for _, t := range cfg.Targets {
+	targets := cfg.Targets
+	if cfg.Shared {
+		targets = []time.Duration{slices.Min(cfg.Targets)}
+	}
+	for _, t := range targets {
 		cl := &class{target: float64(t), samples: make([]float64, 0, cfg.NReq), lastRun: now}
 		cl.rate.Store(math.Float64bits(cfg.InitialRate))
 		cl.bucket.tokens = c.depth(cfg.InitialRate)
@@ -96,11 +100,18 @@ func (c *Controller) depth(rate float64) float64 {
 	return max(1, rate*c.cfg.Burst.Seconds())
 }
 
-func (c *Controller) class(i int) *class {
-	if i < 0 || i >= len(c.classes) {
-		return c.classes[len(c.classes)-1] // out of range: least important
+func (c *Controller) class(i int) *class { return c.classes[c.at(i)] }
+
+// at maps class i to its controller: 0 for every class when Shared; the
+// least important for an i out of range.
+func (c *Controller) at(i int) int {
+	if c.cfg.Shared {
+		return 0
 	}
-	return c.classes[i]
+	if i < 0 || i >= len(c.classes) {
+		return len(c.classes) - 1
+	}
+	return i
 }
 
 // Admit takes a token from the request's class bucket, or rejects with
@@ -146,10 +157,7 @@ func (c *Controller) retryAfter(secs float64) time.Duration {
 // its arrival at sentry: time spent waiting in sentry counts). After NReq
 // samples the class's controller runs.
 func (c *Controller) Observe(class int, rt time.Duration) {
-	idx := class
-	if idx < 0 || idx >= len(c.classes) {
-		idx = len(c.classes) - 1
-	}
+	idx := c.at(class)
 	now := c.cfg.Now().UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -172,10 +180,7 @@ func (c *Controller) Observe(class int, rt time.Duration) {
 // termination threshold) made the controller cut every request's rate
 // for the heavy share it cannot change (doc.go, "Terminated requests").
 func (c *Controller) Ended(class int) {
-	idx := class
-	if idx < 0 || idx >= len(c.classes) {
-		idx = len(c.classes) - 1
-	}
+	idx := c.at(class)
 	c.mu.Lock()
 	c.done++
 	c.classes[idx].ended++
@@ -560,14 +565,14 @@ func (c *Controller) State(i int) ClassState {
 }
 
 // Classes is the number of classes.
-func (c *Controller) Classes() int { return len(c.classes) }
+func (c *Controller) Classes() int { return len(c.cfg.Targets) }
 
 // SetTargets replaces the classes' targets, most important first (one per
 // class, each > 0; the owner's target may follow load, as sentry's R_sla
 // follows the QoS table). A class's next run compares with the new target.
 func (c *Controller) SetTargets(ts []time.Duration) error {
-	if len(ts) != len(c.classes) {
-		return fmt.Errorf("adaptive: %d targets for %d classes", len(ts), len(c.classes))
+	if len(ts) != len(c.cfg.Targets) {
+		return fmt.Errorf("adaptive: %d targets for %d classes", len(ts), len(c.cfg.Targets))
 	}
 	for i, t := range ts {
 		if t <= 0 {
@@ -575,8 +580,12 @@ func (c *Controller) SetTargets(ts []time.Duration) error {
 		}
 	}
 	c.mu.Lock()
-	for i, t := range ts {
-		c.classes[i].target = float64(t)
+	if c.cfg.Shared {
+		c.classes[0].target = float64(slices.Min(ts))
+	} else {
+		for i, t := range ts {
+			c.classes[i].target = float64(t)
+		}
 	}
 	c.cfg.Targets = append(c.cfg.Targets[:0], ts...)
 	c.mu.Unlock()
@@ -587,12 +596,12 @@ func (c *Controller) SetTargets(ts []time.Duration) error {
 // bucket as it is (at most its new depth). The owner seeds a controller
 // with it: the rate another mode was admitting at, when it takes over.
 func (c *Controller) SetRate(i int, rate float64) {
-	if i < 0 || i >= len(c.classes) || math.IsNaN(rate) {
+	if i < 0 || i >= c.Classes() || math.IsNaN(rate) {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.setRate(c.classes[i], rate, false)
+	c.setRate(c.class(i), rate, false)
 }
 
 // Seed starts class i afresh at rate, as another admission mode hands
@@ -604,7 +613,7 @@ func (c *Controller) SetRate(i int, rate float64) {
 // meanwhile are of requests the other mode admitted, and say nothing of
 // this rate. A NaN rate is ignored.
 func (c *Controller) Seed(i int, rate float64, hold time.Duration) {
-	if i < 0 || i >= len(c.classes) || math.IsNaN(rate) {
+	if i < 0 || i >= c.Classes() || math.IsNaN(rate) {
 		return
 	}
 	now := c.cfg.Now().UnixNano()
@@ -615,7 +624,7 @@ func (c *Controller) Seed(i int, rate float64, hold time.Duration) {
 		adm += x.admitted.Load()
 	}
 	c.done = max(c.done, adm)
-	cl := c.classes[i]
+	cl := c.class(i)
 	cl.samples, cl.ended = cl.samples[:0], 0
 	cl.hasCur, cl.cur, cl.err, cl.over, cl.lc = false, 0, 0, false, 0
 	cl.lastRun = now
@@ -632,17 +641,17 @@ func (c *Controller) Seed(i int, rate float64, hold time.Duration) {
 // the old one was; the caller matches classes by name. The rate is
 // clamped to c's bounds. Samples waiting in from are not carried.
 func (c *Controller) Carry(i int, from *Controller, j int) {
-	if i < 0 || i >= len(c.classes) || from == nil || j < 0 || j >= len(from.classes) || from == c {
+	if i < 0 || i >= c.Classes() || from == nil || j < 0 || j >= from.Classes() || from == c {
 		return
 	}
 	from.mu.Lock()
-	src := from.classes[j]
+	src := from.class(j)
 	rate := math.Float64frombits(src.rate.Load())
 	cur, hasCur, e := src.cur, src.hasCur, src.err
 	from.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	dst := c.classes[i]
+	dst := c.class(i)
 	dst.cur, dst.hasCur, dst.err = cur, hasCur, e
 	c.setRate(dst, rate, false)
 }

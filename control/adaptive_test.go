@@ -2,6 +2,7 @@ package control
 
 import (
 	"bytes"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -408,5 +409,42 @@ func TestTerminatedIsNoSLASample(t *testing.T) {
 	}
 	if b.Mode() != admission.ModeAdaptive {
 		t.Fatalf("responses over R_sla did not count: %v", b.Mode())
+	}
+}
+
+// TestAdaptiveShared: admission.adaptive.shared runs one controller for
+// every class: one bucket (gold's admission takes bronze's token) and
+// the fall-back seeds it with the classes' sum.
+func TestAdaptiveShared(t *testing.T) {
+	m, _, ck, _ := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	ac := adaptiveApp("adaptive")
+	ac.Admission.Adaptive.Shared = true
+	ac.Admission.Adaptive.InitialRate = 10 // 100ms of it: one token
+	a, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := a.adp.Load()
+	if !c.Config().Shared || c.Classes() != 2 {
+		t.Fatalf("shared %v, classes %d", c.Config().Shared, c.Classes())
+	}
+	if d := a.Admit(&admission.Request{Class: 0}); d.Verdict != admission.Admit {
+		t.Fatalf("gold: %v", d.Verdict)
+	}
+	if d := a.Admit(&admission.Request{Class: 1}); d.Verdict != admission.RejectAdaptive {
+		t.Fatalf("bronze after gold took the one token: %v, want rejected (one bucket)", d.Verdict)
+	}
+	ck.add(100 * time.Millisecond)
+	if d := a.Admit(&admission.Request{Class: 1}); d.Verdict != admission.Admit {
+		t.Fatalf("bronze after a refill: %v", d.Verdict)
+	}
+	for i, cs := range *a.classes.Load() {
+		cs.admRate.Store(math.Float64bits(float64(10 * (i + 1))))
+	}
+	a.seedAdaptive(0)
+	if r0, r1 := c.State(0).Rate, c.State(1).Rate; r0 != 30 || r1 != 30 {
+		t.Errorf("seeded %v and %v, want the one controller at 10 + 20", r0, r1)
 	}
 }

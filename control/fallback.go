@@ -105,10 +105,22 @@ func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Dur
 // farm finishes by the window the fall-back comes in (15/s against 66/s
 // in e2e/scenarios/shift.yaml), and the controller, seeded there and cut
 // again by the late responses of batch's queue, took 10 s to climb back.
+//
+// With admission.adaptive.shared the one controller is seeded with the
+// sum over the classes.
 func (a *App) seedAdaptive(q time.Duration) {
 	c := a.adp.Load()
+	shared := c.Config().Shared
+	sum := 0.0
 	for i, cs := range *a.classes.Load() {
-		c.Seed(i, max(math.Float64frombits(cs.admRate.Load()), math.Float64frombits(cs.doneRate.Load())), q)
+		r := max(math.Float64frombits(cs.admRate.Load()), math.Float64frombits(cs.doneRate.Load()))
+		if !shared {
+			c.Seed(i, r, q)
+		}
+		sum += r
+	}
+	if shared {
+		c.Seed(0, sum, q)
 	}
 }
 

@@ -241,6 +241,7 @@ apps:
         adj_lo: 4
         lc_thresh: 7
         cut_all_lower: true
+        shared: true
         rule: paper
         burst: 250ms
         initial_rate: 40
@@ -342,7 +343,7 @@ apps:
 			Threshold:    ThresholdAdmission{Recompute: 250 * time.Millisecond, Capacity: 3.5},
 			Switch:       ModeSwitch{CPUHigh: 1, CPULow: 0.25, Hold: 5 * time.Second, RevertAfter: time.Minute},
 			Adaptive: AdaptiveAdmission{NReq: 50, Timeout: 500 * time.Millisecond, Alpha: 0.5, ErrD: 0.1, ErrI: -0.4, AdjD: 1.5, AdjI: 3,
-				CI: -0.2, RateMin: 1, RateMax: 900, AdjLo: 4, LCThresh: 7, CutAllLower: true, Burst: 250 * time.Millisecond, InitialRate: 40, Rule: AdaptiveRulePaper},
+				CI: -0.2, RateMin: 1, RateMax: 900, AdjLo: 4, LCThresh: 7, CutAllLower: true, Shared: true, Burst: 250 * time.Millisecond, InitialRate: 40, Rule: AdaptiveRulePaper},
 			Fallback: Fallback{MissWindows: 5, NoTimingShare: 0.75, ReturnWindows: 20, ReturnRatio: 0.6},
 		},
 		Terminate:   []*Terminate{nil, nil, {Lower: 250 * time.Millisecond, Upper: 4 * time.Second, Methods: []string{"GET", "POST"}}},

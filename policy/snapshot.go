@@ -361,6 +361,11 @@ type AdaptiveAdmission struct {
 	CutAllLower bool          // the paper's rule: cut every lower class at once; default false (decision)
 	Burst       time.Duration // token bucket depth in time at the rate, > 0; default 100ms (decision)
 	InitialRate float64       // rate before the first run; 0 means RateMax; default 0
+	// Shared: one controller and one token bucket for every class (the
+	// paper's baseline, a single controller against one per class):
+	// classes are admitted alike and the target is the smallest. Default
+	// false (a controller per class, the multiclass rules).
+	Shared bool
 	// Rule: "scaled" (default; decision: increases proportional to the
 	// rate and capped by the offered rate, cuts from the measured
 	// completion rate, lower classes cut by AdjD rather than AdjLo) or
