@@ -76,11 +76,25 @@ func TestRecovery(t *testing.T) {
 		{Name: "none", Start: 4 * time.Second, End: 7 * time.Second},
 	}
 	ps := SummarizePhases(rep, s, slas, 10, phases)
-	if r := ps[0].Recovery; r == nil || r.Seconds != 4 || r.Missed != 3 || r.Judged != 6 || math.Abs(r.WorstP95Ratio-3) > 1e-9 {
-		t.Errorf("phase all: %+v, want back after 4 s, 3 of 6 missed, worst 3×", r)
+	// Back for good after 4 s; 3 met in a row never (2 and 4–5 are runs
+	// of 1 and 2: second 6 is not judged).
+	if r := ps[0].Recovery; r == nil || r.Seconds != 4 || r.First != -1 || r.Missed != 3 || r.Judged != 6 || math.Abs(r.WorstP95Ratio-3) > 1e-9 {
+		t.Errorf("phase all: %+v, want back for good after 4 s, no 3 in a row, 3 of 6 missed, worst 3×", r)
 	}
 	if r := ps[1].Recovery; r == nil || r.Seconds != -1 || r.Missed != 1 || r.Judged != 2 {
 		t.Errorf("phase late (its last judged second missed): %+v, want never", r)
+	}
+	// Seconds 0–2 over, then 3 within: back after 3 s, for good too.
+	var rs2 []load.Result
+	for sec, l := range []time.Duration{300 * ms, 300 * ms, 300 * ms, 50 * ms, 50 * ms, 50 * ms, 50 * ms} {
+		for i := 0; i < MinSamples; i++ {
+			rs2 = append(rs2, ok(0, time.Duration(sec)*time.Second+time.Duration(i)*ms, l))
+		}
+	}
+	rep2 := report(rs2...)
+	s2 := Aggregate(rep2, slas, nil, 8, 7)
+	if r := SummarizePhases(rep2, s2, slas, 10, phases[:1])[0].Recovery; r.First != 3 || r.Seconds != 3 {
+		t.Errorf("recovery after 3 s: %+v", r)
 	}
 	if ps[2].Recovery != nil {
 		t.Errorf("phase none: recovery %+v without asking", ps[2].Recovery)

@@ -307,6 +307,10 @@ type Recovery struct {
 	// judged second of the phase met the SLA (all classes, as TotalClass
 	// judges); -1 when the phase's last judged second missed it.
 	Seconds int
+	// First: seconds from the phase's start to the first of RecoveryRun
+	// judged seconds in a row that all met the SLA (unjudged seconds
+	// between them do not break the run); -1 when there is none.
+	First int
 	// Missed counts the judged seconds of the phase that missed; Judged
 	// the judged seconds.
 	Missed, Judged int
@@ -315,12 +319,17 @@ type Recovery struct {
 	WorstP95Ratio float64
 }
 
+// RecoveryRun is how many judged seconds in a row must meet the SLA for
+// Recovery.First.
+const RecoveryRun = 3
+
 // recovery works out a phase's Recovery over the series' seconds
 // [t0, t1).
 func recovery(s *Series, t0, t1 int) *Recovery {
 	nc := len(s.Classes)
-	r := &Recovery{Seconds: -1}
+	r := &Recovery{Seconds: -1, First: -1}
 	lastMiss := t0 - 1
+	runStart, run := -1, 0
 	for t := max(t0, 0); t < min(t1, s.Seconds); t++ {
 		judged, met := false, true
 		for c := 0; c < nc; c++ {
@@ -344,6 +353,14 @@ func recovery(s *Series, t0, t1 int) *Recovery {
 		if !met {
 			r.Missed++
 			lastMiss = t
+			run = 0
+			continue
+		}
+		if run == 0 {
+			runStart = t
+		}
+		if run++; run == RecoveryRun && r.First < 0 {
+			r.First = runStart - t0
 		}
 	}
 	if r.Judged > 0 && lastMiss < min(t1, s.Seconds)-1 {
@@ -656,12 +673,12 @@ func writeRecovery(b *strings.Builder, sc *Scenario, peers []PeerSummary) {
 			continue
 		}
 		fmt.Fprintf(b, "\n## Recovery: phase %s (%v–%v in the file's time)\n\n", ph.Name, ph.Start, ph.End)
-		b.WriteString("\"Back within SLA\" is the seconds from the phase's start to the first second from which every judged second (all classes) met its SLA; \"never\" when the last one missed. ")
+		fmt.Fprintf(b, "\"Back within SLA\" is the seconds from the phase's start to the first of %d judged seconds in a row (all classes) that met their SLA; \"for good\" to the first second from which every judged second did; \"never\" when there is none. ", RecoveryRun)
 		b.WriteString("\"Worst p95\" is the largest per-second p95 over its SLA in the phase. Goodput is against the phase's capacity")
 		if ph.Capacity == PhaseCapacityEvents {
 			b.WriteString(" (the farm's after the events up to the phase's start)")
 		}
-		b.WriteString(".\n\n| peer | back within SLA | missed / judged s | worst p95 / SLA | goodput/s | capacity | goodput / capacity |\n|---|---|---|---|---|---|---|\n")
+		b.WriteString(".\n\n| peer | back within SLA | for good | missed / judged s | worst p95 / SLA | goodput/s | capacity | goodput / capacity |\n|---|---|---|---|---|---|---|---|\n")
 		for i := range peers {
 			var p *PhaseSummary
 			for j := range peers[i].Phases {
@@ -672,18 +689,21 @@ func writeRecovery(b *strings.Builder, sc *Scenario, peers []PeerSummary) {
 			if p == nil {
 				continue
 			}
-			back, missed, worst := "–", "–", "–"
+			back, good, missed, worst := "–", "–", "–", "–"
 			if r := p.Recovery; r != nil {
-				back = "never"
+				back, good = "never", "never"
+				if r.First >= 0 {
+					back = fmt.Sprintf("%d s", r.First)
+				}
 				if r.Seconds >= 0 {
-					back = fmt.Sprintf("%d s", r.Seconds)
+					good = fmt.Sprintf("%d s", r.Seconds)
 				}
 				missed = fmt.Sprintf("%d / %d", r.Missed, r.Judged)
 				if r.Judged > 0 {
 					worst = fmt.Sprintf("%.2f×", r.WorstP95Ratio)
 				}
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %.1f | %.0f | %.2f |\n", peers[i].Peer, back, missed, worst,
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %.1f | %.0f | %.2f |\n", peers[i].Peer, back, good, missed, worst,
 				p.Total().GoodputRate, p.Capacity, p.GoodputOverCapacity)
 		}
 	}
