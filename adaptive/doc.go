@@ -93,7 +93,11 @@
 //     backlog, from what the class completes -- the farm's capacity then
 //     -- rate = min(rate, completions/s)/adj_d, and its bucket owes the
 //     backlog (tokens set to minus it: it admits nothing until the farm
-//     has finished the excess, then admits at the new rate); without a
+//     has finished the excess, then admits at the new rate; a debt is
+//     never larger than the backlog now: Tick lowers it when the farm
+//     finishes the excess sooner, as when termination cuts its queue --
+//     on sert-shift.yaml a debt kept at its first size held the class at
+//     zero for 18 s after the queue was gone); without a
 //     backlog, from its rate, as the paper cuts (a class its bucket
 //     limits completes what it admits, and cutting from that ratchets
 //     the rate down with every noisy second). Then no further cut of it
