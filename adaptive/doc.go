@@ -135,7 +135,7 @@
 // few requests to measure its way back: 0.00× the new capacity as
 // goodput. With them the simulated shift is back within a 2 s target in
 // 3 s at 0.90× the new capacity; with a 1 s target (the new service's
-// p95 alone is 0.72 s) a rate reaches about 0.83×, and a concurrency
+// p95 alone is 0.72 s) a rate reaches about 0.85×, and a concurrency
 // limit does better (docs/algorithms.md §7).
 //
 // A limit of the backlog and queue tests: they count admissions against
