@@ -12,6 +12,7 @@ require (
 	github.com/valyala/fasthttp v1.58.0
 	golang.org/x/net v0.33.0
 	gonum.org/v1/plot v0.15.0
+	google.golang.org/grpc v1.68.1
 	gopkg.in/yaml.v3 v3.0.1
 	k8s.io/api v0.31.4
 )
@@ -37,6 +38,7 @@ require (
 require (
 	github.com/bits-and-blooms/bitset v1.24.4 // indirect
 	github.com/influxdata/tdigest v0.0.1 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20240903143218-8af14fe29dc1 // indirect
 )
 
 require (

@@ -94,6 +94,8 @@ const (
 	condHeaderEqual
 	condCookiePresent
 	condCookieEqual
+	condGRPCService
+	condGRPCMethod
 	condPathGlob
 	condHeaderRegexp
 	condPathRegexp
@@ -321,6 +323,20 @@ func compileRule(class int, rc Rule) (rule, error) {
 			r.conds = append(r.conds, cond{kind: condHeaderPresent, name: h.Name})
 		}
 	}
+	if rc.GRPCService != "" {
+		g, err := grpcPattern(rc.GRPCService)
+		if err != nil {
+			return r, fmt.Errorf("grpc_service: %v", err)
+		}
+		r.conds = append(r.conds, cond{kind: condGRPCService, ext: &condExt{glob: glob{segs: []globSeg{g}}}})
+	}
+	if rc.GRPCMethod != "" {
+		g, err := grpcPattern(rc.GRPCMethod)
+		if err != nil {
+			return r, fmt.Errorf("grpc_method: %v", err)
+		}
+		r.conds = append(r.conds, cond{kind: condGRPCMethod, ext: &condExt{glob: glob{segs: []globSeg{g}}}})
+	}
 	for k, ck := range rc.Cookies {
 		if !isToken(ck.Name) {
 			return r, fmt.Errorf("cookies[%d]: %q is not a cookie name", k, ck.Name)
@@ -440,6 +456,9 @@ type reqState struct {
 	hi, lo       uint64
 	ipOK         bool
 	haveM, haveH bool
+	// The path split as gRPC's "/Service/Method", on first use.
+	svc, meth     []byte
+	haveG, grpcOK bool
 }
 
 func (q *reqState) matchRule(ru *rule) bool {
@@ -480,6 +499,18 @@ func (q *reqState) match(cd *cond) bool {
 		return len(q.r.Cookie(cd.name)) > 0
 	case condCookieEqual:
 		return string(q.r.Cookie(cd.name)) == string(cd.val)
+	case condGRPCService, condGRPCMethod:
+		if !q.haveG {
+			q.svc, q.meth, q.grpcOK = SplitGRPCPath(q.path)
+			q.haveG = true
+		}
+		if !q.grpcOK {
+			return false
+		}
+		if cd.kind == condGRPCService {
+			return cd.ext.glob.segs[0].match(q.svc)
+		}
+		return cd.ext.glob.segs[0].match(q.meth)
 	case condPathGlob:
 		return cd.ext.glob.match(q.path)
 	case condPathRegexp:

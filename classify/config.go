@@ -61,6 +61,15 @@ type Rule struct {
 	// IPv6 addresses are compared as IPv4.
 	Networks []netip.Prefix
 
+	// GRPCService and GRPCMethod match a gRPC call's service and method,
+	// read from the path "/pkg.Service/Method" (SplitGRPCPath): the full
+	// service name "pkg.Service", and the bare method name. Each is an
+	// exact name, or a path.Match pattern when it has *, ?, [ or 	// ("pkg.*", "Get*"); it must not contain '/'. A path that is not of
+	// that form matches neither. Only the path is read, not the
+	// content-type (add a headers condition for that).
+	GRPCService string
+	GRPCMethod  string
+
 	// Key, when set, is the history key for requests this rule matches (for
 	// example "/search" for every "/search/…"). Empty means the default key:
 	// the path without its query.

@@ -9,7 +9,9 @@
 // period d_i (carried for batchac) and rules. A rule is a set of conditions
 // joined by AND: one path condition (exact, prefix, glob or regexp), method,
 // host, headers (present, equal, regexp), cookies (present, equal) and client
-// networks (CIDR). A class matches when any of its rules does; the first
+// networks (CIDR), and gRPC's service and method (grpc.go: the path
+// "/pkg.Service/Method" split by SplitGRPCPath; exact or path.Match
+// patterns, checked by CheckGRPCPattern). A class matches when any of its rules does; the first
 // class that matches wins; the class marked Default, or else the last class,
 // takes the rest. A class without rules must be that default class, and a
 // rule without conditions is an error, so nothing in a policy is dead.
@@ -23,7 +25,8 @@
 // immutable Classifier; errors name the class and rule
 // (`class "gold" rules[1]: path_regexp: …`). Within a rule the conditions are
 // sorted cheapest first: exact path and prefix, network, method, host, then
-// headers, cookies, globs and regexps.
+// headers, cookies, gRPC service and method (the path is split once, on
+// first use), globs and regexps.
 //
 // Classify first runs a prefilter: each rule's first condition, when it is a
 // path or network one, sits in a compact array (a path as its first 8 bytes,

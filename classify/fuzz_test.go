@@ -24,6 +24,7 @@ func FuzzClassify(f *testing.F) {
 		{Name: "b", Rules: []Rule{
 			{Networks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")}},
 			{Headers: []HeaderMatch{{Name: "X-T", Regexp: "^t[0-9]$"}}, Key: "/k"},
+			{GRPCService: "pkg.*", GRPCMethod: "Get?"},
 		}},
 		{Name: "d", Default: true},
 	}

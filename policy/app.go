@@ -2,6 +2,8 @@ package policy
 
 import (
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"math"
 	"net/netip"
 	"os"
@@ -15,7 +17,8 @@ import (
 // defaultApp holds every per-app default (see the field docs in snapshot.go).
 func defaultApp() *App {
 	return &App{
-		Balance: LeastLoaded,
+		Balance:  LeastLoaded,
+		Backends: Backends{Protocol: ProtoHTTP1},
 		Health: Health{
 			Passive: PassiveHealth{Failures: 3, Cooldown: 10 * time.Second},
 		},
@@ -26,6 +29,7 @@ func defaultApp() *App {
 			Status:     503,
 			Body:       "sentry: overloaded, retry later\n",
 			RetryAfter: time.Second,
+			GRPCStatus: GRPCUnavailable,
 		},
 		Classes:      defaultClasses(),
 		ServerTiming: ServerTiming{Strip: true},
@@ -254,6 +258,79 @@ func (d *decoder) tls(n *yaml.Node, path string) *TLS {
 	return &t
 }
 
+// backendTLS decodes backends.tls. It loads what it names (the CA bundle,
+// the client pair) so that a bad file is refused at load, at its line.
+func (d *decoder) backendTLS(n *yaml.Node, path string) *BackendTLS {
+	var t BackendTLS
+	var certNode, keyNode, caNode, nameNode, skipNode *yaml.Node
+	if !d.mapping(n, path, []field{
+		{"server_name", func(v *yaml.Node, p string) {
+			nameNode = v
+			if s, ok := d.str(v, p); ok {
+				if err := checkServerName(s); err != nil {
+					d.errorf(v, p, "%v", err)
+					return
+				}
+				t.ServerName = s
+			}
+		}},
+		{"ca", func(v *yaml.Node, p string) {
+			caNode = v
+			if f := d.file(v, p); f != "" {
+				b, err := os.ReadFile(f)
+				if err == nil && !x509.NewCertPool().AppendCertsFromPEM(b) {
+					err = errors.New("no PEM certificate in it")
+				}
+				if err != nil {
+					d.errorf(v, p, "%s: %v", f, err)
+					return
+				}
+				t.CAFile = f
+			}
+		}},
+		{"insecure_skip_verify", func(v *yaml.Node, p string) {
+			skipNode = v
+			d.boolField(&t.InsecureSkipVerify)(v, p)
+		}},
+		{"cert", func(v *yaml.Node, p string) { certNode = v; t.CertFile = d.file(v, p) }},
+		{"key", func(v *yaml.Node, p string) { keyNode = v; t.KeyFile = d.file(v, p) }},
+	}) {
+		return nil
+	}
+	if t.InsecureSkipVerify {
+		for _, x := range []struct {
+			n   *yaml.Node
+			key string
+		}{{caNode, "ca"}, {nameNode, "server_name"}} {
+			if x.n != nil {
+				d.errorf(x.n, path+"."+x.key, "%s is not used with insecure_skip_verify: true (line %d), which verifies nothing", x.key, line(skipNode))
+			}
+		}
+	}
+	switch {
+	case certNode != nil && keyNode == nil:
+		d.errorf(certNode, path+".cert", "a client certificate needs its key too")
+	case keyNode != nil && certNode == nil:
+		d.errorf(keyNode, path+".key", "a client key needs its cert too")
+	case t.CertFile != "" && t.KeyFile != "":
+		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+			d.errorf(certNode, path+".cert", "cannot load the client certificate and key as a pair: %v", err)
+		}
+	}
+	return &t
+}
+
+// checkServerName checks backends.tls.server_name: a DNS name or an IP.
+func checkServerName(s string) error {
+	if s == "" {
+		return errors.New("empty server_name; leave it out to use the backend's address")
+	}
+	if _, err := netip.ParseAddr(s); err == nil {
+		return nil
+	}
+	return checkDNSName(s)
+}
+
 // file decodes a file name, resolves it against the policy's directory and
 // checks that it exists. It returns "" after reporting a problem.
 func (d *decoder) file(n *yaml.Node, path string) string {
@@ -309,11 +386,25 @@ func (d *decoder) trustedProxies(n *yaml.Node, path string) []netip.Prefix {
 // backends decodes exactly one of static and dns.
 func (d *decoder) backends(n *yaml.Node, path string, b *Backends) {
 	var sawStatic, sawDNS bool
+	var tlsNode, protoNode *yaml.Node
 	if !d.mapping(n, path, []field{
 		{"static", func(v *yaml.Node, p string) { sawStatic = true; b.Static = d.static(v, p) }},
 		{"dns", func(v *yaml.Node, p string) { sawDNS = true; b.DNS = d.dns(v, p) }},
+		{"tls", func(v *yaml.Node, p string) { tlsNode = v; b.TLS = d.backendTLS(v, p) }},
+		{"protocol", func(v *yaml.Node, p string) {
+			protoNode = v
+			if s, ok := d.enum(v, p, ProtoHTTP1, ProtoH2C, ProtoH2); ok {
+				b.Protocol = s
+			}
+		}},
 	}) {
 		return
+	}
+	switch {
+	case b.Protocol == ProtoH2 && tlsNode == nil:
+		d.errorf(protoNode, path+".protocol", "h2 is HTTP/2 over TLS: give backends.tls too (h2c is HTTP/2 without TLS)")
+	case b.Protocol == ProtoH2C && tlsNode != nil:
+		d.errorf(protoNode, path+".protocol", "h2c is HTTP/2 without TLS, but backends.tls is given (line %d); use h2 for HTTP/2 over TLS", line(tlsNode))
 	}
 	switch {
 	case sawStatic && sawDNS:
@@ -473,6 +564,14 @@ func (d *decoder) reject(n *yaml.Node, path string, r *Reject) {
 				return
 			}
 			r.RetryAfter = ra
+		}},
+		{"grpc_status", func(v *yaml.Node, p string) {
+			if s, ok := d.enum(v, p, "unavailable", "resource_exhausted"); ok {
+				r.GRPCStatus = GRPCUnavailable
+				if s == "resource_exhausted" {
+					r.GRPCStatus = GRPCResourceExhausted
+				}
+			}
 		}},
 	})
 }

@@ -179,7 +179,7 @@ func (d *decoder) rules(n *yaml.Node, path string) (out []classify.Rule, ok bool
 }
 
 // ruleConditions lists the condition keys of a rule, for messages.
-const ruleConditions = "path, path_prefix, path_glob, path_regexp, methods, hosts, headers, cookies or networks"
+const ruleConditions = "path, path_prefix, path_glob, path_regexp, methods, hosts, headers, cookies, networks, grpc_service or grpc_method"
 
 // rule decodes one rule. Each check here mirrors one of classify.Compile's,
 // so that a problem is reported at the line of the value at fault.
@@ -233,6 +233,8 @@ func (d *decoder) rule(n *yaml.Node, path string) (ru classify.Rule, ok bool) {
 				ru.Networks = d.trustedProxies(v, p)
 			}
 		}},
+		{"grpc_service", d.grpcName(&ru.GRPCService, &conds)},
+		{"grpc_method", d.grpcName(&ru.GRPCMethod, &conds)},
 		{"key", func(v *yaml.Node, p string) {
 			if s, ok := d.str(v, p); ok {
 				if s == "" {
@@ -250,6 +252,23 @@ func (d *decoder) rule(n *yaml.Node, path string) (ru classify.Rule, ok bool) {
 		return ru, false
 	}
 	return ru, true
+}
+
+// grpcName decodes a rule's grpc_service or grpc_method (checked as
+// classify.Compile does: classify.CheckGRPCPattern).
+func (d *decoder) grpcName(dst *string, conds *int) func(*yaml.Node, string) {
+	return func(v *yaml.Node, p string) {
+		*conds++
+		s, ok := d.str(v, p)
+		if !ok {
+			return
+		}
+		if err := classify.CheckGRPCPattern(s); err != nil {
+			d.errorf(v, p, "%v", err)
+			return
+		}
+		*dst = s
+	}
 }
 
 // nonEmpty reports an absent or empty list, which as a condition would be

@@ -40,6 +40,7 @@ func FuzzParse(f *testing.F) {
 		"apps: *x",
 		"apps:\n  - name: a\n    backends: {static: [\"h:1\"]}\n    classes:\n      - name: gold\n        period: 10ms\n        rules:\n          - {path_prefix: /api/, methods: [GET], key: /api}\n          - {headers: [{name: X-Tier, value: gold}], cookies: [{name: s}]}\n      - name: rest\n        default: true\n",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: g, rules: [{path_glob: /s/**/*.css, hosts: [\"*.a.com\", \"[::1]\"], networks: [10.0.0.0/8]}, {path_regexp: \"^/i/[0-9]+$\"}]}, {name: d}]}]",
+		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: g, rules: [{grpc_service: \"pkg.*\", grpc_method: Get}, {grpc_method: \"[\"}]}, {name: d}]}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: g}, {name: g, default: true}, {name: h, rules: [{}]}]}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, sla: {percentile: 99, targets: [{below: 10, target: 1s}, {below: 5, target: 1ms}, {target: 2s}]}, estimator: {buckets: [1ms, 2ms], alpha: 0.5}}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: s, rules: [{path: /s}], terminate: {lower: 100ms, upper: 2s, methods: [get]}}, {name: d}], termination: {alpha: 2, low_water: 0.01, high_water: 0.3, interval: 2s, min_arrivals: 20}}]",

@@ -57,7 +57,7 @@ func TestDefaults(t *testing.T) {
 		Index:    0,
 		Name:     "web",
 		Listen:   []string{"127.0.0.1:8080"},
-		Backends: Backends{Static: []string{"127.0.0.1:9001"}},
+		Backends: Backends{Static: []string{"127.0.0.1:9001"}, Protocol: ProtoHTTP1},
 		Balance:  LeastLoaded,
 		Health: Health{
 			Active:  nil,
@@ -67,7 +67,7 @@ func TestDefaults(t *testing.T) {
 		MaxBodyBytes:       0,
 		MaxConnsPerBackend: 1024,
 		RequestIDHeader:    "X-Request-Id",
-		Reject:             Reject{Status: 503, Body: "sentry: overloaded, retry later\n", RetryAfter: time.Second},
+		Reject:             Reject{Status: 503, Body: "sentry: overloaded, retry later\n", RetryAfter: time.Second, GRPCStatus: GRPCUnavailable},
 		Classes:            []classify.ClassConfig{{Name: "default", Period: 0, Default: true}},
 		ServerTiming:       ServerTiming{Strip: true},
 		Provisioning: Provisioning{Window: 5 * time.Minute, FDrop: 0.5, Spacing: 5 * time.Minute, MaxStep: 1,
@@ -169,6 +169,7 @@ apps:
       status: 429
       body: ""
       retry_after: 3s
+      grpc_status: resource_exhausted
     classes:
       - name: gold
         period: 50ms
@@ -183,6 +184,7 @@ apps:
           - path_prefix: /api/
           - path_glob: /static/**/*.css
           - path_regexp: ^/item/[0-9]+$
+          - {grpc_service: shop.Cart, grpc_method: "Add*"}
       - name: rest
         period: 50ms
         default: true
@@ -276,7 +278,7 @@ apps:
 			netip.MustParsePrefix("192.168.1.10/32"),
 			netip.MustParsePrefix("2001:db8::/32"),
 		},
-		Backends: Backends{DNS: &DNS{Name: "shop.svc.cluster.local", Port: 8080, Interval: 2 * time.Second}},
+		Backends: Backends{DNS: &DNS{Name: "shop.svc.cluster.local", Port: 8080, Interval: 2 * time.Second}, Protocol: ProtoHTTP1},
 		Balance:  P2C,
 		Health: Health{
 			Active:  &ActiveHealth{Path: "/healthz", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond, Rise: 1, Fall: 5},
@@ -286,7 +288,7 @@ apps:
 		MaxBodyBytes:       10 << 20,
 		MaxConnsPerBackend: 64,
 		RequestIDHeader:    "X-Trace-Id",
-		Reject:             Reject{Status: 429, Body: "", RetryAfter: 3 * time.Second},
+		Reject:             Reject{Status: 429, Body: "", RetryAfter: 3 * time.Second, GRPCStatus: GRPCResourceExhausted},
 		Classes: []classify.ClassConfig{
 			{Name: "gold", Period: 50 * time.Millisecond, Rules: []classify.Rule{
 				{
@@ -304,6 +306,7 @@ apps:
 				{PathPrefix: "/api/"},
 				{PathGlob: "/static/**/*.css"},
 				{PathRegexp: "^/item/[0-9]+$"},
+				{GRPCService: "shop.Cart", GRPCMethod: "Add*"},
 			}},
 			{Name: "rest", Period: 50 * time.Millisecond, Default: true},
 			{Name: "last", Rules: []classify.Rule{{Path: "/last"}}},

@@ -265,6 +265,38 @@ type Backends struct {
 	Static []string
 	// DNS, when set, replaces Static.
 	DNS *DNS
+	// TLS, when set, makes sentry speak TLS to every backend
+	// (backends.tls). Default nil: plain TCP.
+	TLS *BackendTLS
+	// Protocol is what sentry speaks to the backends: ProtoHTTP1
+	// (default), ProtoH2C (HTTP/2 over cleartext, prior knowledge) or
+	// ProtoH2 (HTTP/2 over TLS; needs TLS).
+	Protocol string
+}
+
+// Backend protocols (backends.protocol).
+const (
+	ProtoHTTP1 = "http1"
+	ProtoH2C   = "h2c"
+	ProtoH2    = "h2"
+)
+
+// BackendTLS is how sentry connects to backends over TLS. The
+// certificate files are read (and checked) when the policy loads.
+type BackendTLS struct {
+	// ServerName is the name sent in SNI and verified in the backend's
+	// certificate. Default "": the backend address's host (an IP address
+	// is then verified against the certificate's IP SANs, and sent no SNI).
+	ServerName string
+	// CAFile is a PEM file of the CAs that verify backends; "" (default)
+	// means the system's roots.
+	CAFile string
+	// InsecureSkipVerify turns verification off (testing only). Default
+	// false; cannot be combined with CAFile or ServerName.
+	InsecureSkipVerify bool
+	// CertFile and KeyFile are a client certificate for mutual TLS; both
+	// or neither. Default none.
+	CertFile, KeyFile string
 }
 
 // DNS backends: every A/AAAA record of Name, at Port.
@@ -314,7 +346,20 @@ type Reject struct {
 	Body string
 	// RetryAfter is used when the algorithm predicts no drain time. Default 1s.
 	RetryAfter time.Duration
+	// GRPCStatus is the grpc-status of an admission rejection of a gRPC
+	// request (content-type application/grpc...): GRPCUnavailable (14,
+	// default; reject.grpc_status: unavailable) or GRPCResourceExhausted
+	// (8; resource_exhausted). Never 0. Sentry's other overload answers to
+	// gRPC (no backend, terminated, buffer full, backend busy) are always
+	// 14, as they are always 503 (proxy/pipeline doc.go, "gRPC").
+	GRPCStatus int
 }
+
+// gRPC status codes a rejection may carry (google.golang.org/grpc/codes).
+const (
+	GRPCResourceExhausted = 8
+	GRPCUnavailable       = 14
+)
 
 // Admission selects and tunes admission control.
 type Admission struct {

@@ -314,6 +314,42 @@ apps:
     backends: {static: ["h:1"]}
 `, []string{`3: apps[0].tls.cert: $DIR is not a regular file`}},
 
+		{"backends: tls and protocol", `
+apps:
+  - name: a
+    backends:
+      static: ["h:1"]
+      tls: {ca: $KEY_A, cert: $CERT_A, server_name: "bad name"}
+  - name: b
+    listen: 127.0.0.1:8081
+    backends:
+      static: ["h:1"]
+      protocol: h2
+  - name: c
+    listen: 127.0.0.1:8082
+    backends:
+      static: ["h:1"]
+      protocol: h2c
+      tls: {insecure_skip_verify: true, ca: $CERT_A, key: $KEY_A}
+  - name: d
+    listen: 127.0.0.1:8083
+    backends:
+      static: ["h:1"]
+      protocol: http2
+      tls: {cert: $CERT_A, key: $KEY_B, bogus: 1}
+`, []string{
+			`5: apps[0].backends.tls.ca: $KEY_A: no PEM certificate in it`,
+			`5: apps[0].backends.tls.server_name: invalid dns name "bad name"`,
+			`5: apps[0].backends.tls.cert: a client certificate needs its key too`,
+			`10: apps[1].backends.protocol: h2 is HTTP/2 over TLS: give backends.tls too`,
+			`15: apps[2].backends.protocol: h2c is HTTP/2 without TLS, but backends.tls is given (line 16)`,
+			`16: apps[2].backends.tls.ca: ca is not used with insecure_skip_verify: true (line 16)`,
+			`16: apps[2].backends.tls.key: a client key needs its cert too`,
+			`21: apps[3].backends.protocol: invalid value "http2"; valid: http1, h2c, h2`,
+			`22: apps[3].backends.tls: unknown key "bogus"`,
+			`22: apps[3].backends.tls.cert: cannot load the client certificate and key as a pair`,
+		}},
+
 		{"trusted proxies", `
 apps:
   - name: a
@@ -472,11 +508,13 @@ apps:
     reject:
       status: "503"
       retry_after: 500ms
+      grpc_status: 14
 `, []string{
 			`5: apps[0].reject.status: status 500 is not allowed; use 503 or 429`,
 			`6: apps[0].reject.retry_after: 1.5s is not whole seconds`,
 			`11: apps[1].reject.status: expected an integer, got the string "503"`,
 			`12: apps[1].reject.retry_after: 500ms is too short; must be at least 1s`,
+			`13: apps[1].reject.grpc_status: invalid value "14"; valid: unavailable, resource_exhausted`,
 		}},
 
 		{"admission", `
@@ -880,6 +918,27 @@ apps:
 			`16: apps[0].classes[0].rules[7].path: empty path`,
 			`17: apps[0].classes[0].rules[8].path: expected a string, got a list`,
 		}},
+		{"grpc conditions", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    classes:
+      - name: gold
+        rules:
+          - {grpc_service: shop.Cart, grpc_method: "Add*"}
+          - grpc_service: /shop.Cart/Add
+          - grpc_method: "Get["
+          - grpc_service: ""
+          - {grpc_method: [Get]}
+          - grpc_service: "a b"
+      - name: rest
+`, []string{
+			`8: apps[0].classes[0].rules[1].grpc_service: "/shop.Cart/Add" has a '/'; give the service (pkg.Service) and the method apart, without slashes`,
+			`9: apps[0].classes[0].rules[2].grpc_method: "Get[": syntax error in pattern`,
+			`10: apps[0].classes[0].rules[3].grpc_service: empty name`,
+			`11: apps[0].classes[0].rules[4].grpc_method: expected a string, got a list`,
+			`12: apps[0].classes[0].rules[5].grpc_service: "a b" has a space or control character`,
+		}},
 
 		{"classes: methods, hosts, networks, key", `
 apps:
@@ -915,7 +974,7 @@ apps:
 			`11: apps[0].classes[0].rules[4].networks[2]: 10.0.0.0/8 is listed twice (first at line 11)`,
 			`11: apps[0].classes[0].rules[4].networks[3]: invalid IP or CIDR "host.local"`,
 			`12: apps[0].classes[0].rules[5].networks: empty list; give at least one entry, or leave networks out`,
-			`13: apps[0].classes[0].rules[6]: a rule needs at least one condition (path, path_prefix, path_glob, path_regexp, methods, hosts, headers, cookies or networks)`,
+			`13: apps[0].classes[0].rules[6]: a rule needs at least one condition (path, path_prefix, path_glob, path_regexp, methods, hosts, headers, cookies, networks, grpc_service or grpc_method)`,
 			`14: apps[0].classes[0].rules[7].key: empty key; leave key out to key requests by their path`,
 			`15: apps[0].classes[0].rules[8]: a rule needs at least one condition`,
 			`16: apps[0].classes[0].rules[9]: a rule needs at least one condition`,

@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 
 	"github.com/valyala/fasthttp"
@@ -56,6 +58,11 @@ import (
 // exchange runs on.
 type abortable struct {
 	done <-chan struct{} // the stream's context: closed on reset
+	// ctx is the stream's context itself, for an HTTP/2 backend stream
+	// (relayH2) to end with it; h2resp is that backend's response, whose
+	// trailers serveH2 copies after the body.
+	ctx    context.Context
+	h2resp *http.Response
 
 	mu struct {
 		sync.Mutex

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync/atomic"
@@ -31,6 +32,8 @@ type idleConn struct {
 	// byte read disarms it. Nil for any other exchange: one atomic load
 	// per Read.
 	term atomic.Pointer[pipeline.Term]
+	// alert: where a TLS alert read here is recorded (nil: plain TCP).
+	alert *atomic.Pointer[error]
 }
 
 // RemoteAddr names the backend and this connection (abortBody.bind).
@@ -55,6 +58,9 @@ func (c *idleConn) Read(b []byte) (int, error) {
 		return 0, err
 	}
 	n, err := c.Conn.Read(b)
+	if err != nil && c.alert != nil && tlsRefused(err) {
+		c.alert.Store(&err)
+	}
 	if n > 0 {
 		if t := c.term.Load(); t != nil {
 			c.term.Store(nil)
@@ -101,18 +107,38 @@ func isDialError(err error) bool {
 	return errors.As(err, &d)
 }
 
-// dialer dials a backend with a connect timeout and wraps the conn.
-func dialer(connect *atomic.Int64, idle *atomic.Int64) func(addr string) (net.Conn, error) {
+// dialer dials a backend with a connect timeout and wraps the conn. When
+// the app speaks TLS to its backends (tlsCfg holds a config: backends.tls,
+// read at each dial so a reload applies to new connections), the
+// handshake runs inside the same connect timeout; its failure is a
+// dialError too (nothing was sent), with the cause.
+//
+// alert, when not nil, receives a TLS alert read on the connection after
+// its handshake (pipeline.Upstream.Alert).
+func dialer(connect *atomic.Int64, idle *atomic.Int64, tlsCfg *atomic.Pointer[tls.Config], alert *atomic.Pointer[error]) func(addr string) (net.Conn, error) {
 	return func(addr string) (net.Conn, error) {
-		d := net.Dialer{Timeout: time.Duration(connect.Load()), KeepAlive: 30 * time.Second}
-		c, err := d.DialContext(context.Background(), "tcp", addr)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(connect.Load()))
+		defer cancel()
+		d := net.Dialer{KeepAlive: 30 * time.Second}
+		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return nil, &dialError{err: err}
 		}
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
+		if cfg := tlsCfg.Load(); cfg != nil {
+			tc, err := tlsClient(ctx, c, addr, cfg)
+			if err != nil {
+				c.Close()
+				return nil, &dialError{err: err}
+			}
+			c = tc
+		}
 		ic := &idleConn{Conn: c, timeout: idle}
+		if _, ok := c.(*tls.Conn); ok {
+			ic.alert = alert
+		}
 		ic.addr = connAddr{Addr: c.RemoteAddr(), c: ic}
 		return ic, nil
 	}

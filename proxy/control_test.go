@@ -40,6 +40,10 @@ type fakeControl struct {
 	calls    []string
 	arrivals []time.Time
 	tickets  []time.Time
+	// retryAfter is a rejection's predicted wait (0: 3 s); rejected
+	// counts the rejections.
+	retryAfter time.Duration
+	rejected   atomic.Int32
 }
 
 func (f *fakeControl) call(name string) {
@@ -85,7 +89,12 @@ func (f *fakeControl) Estimate(class int, key []byte, now time.Time) (time.Durat
 // decide is the fake's decision: bronze is rejected.
 func (f *fakeControl) decide(class int) admission.Decision {
 	if class == 1 {
-		return admission.Decision{Verdict: admission.RejectTest, RetryAfter: 3 * time.Second}
+		f.rejected.Add(1)
+		ra := f.retryAfter
+		if ra == 0 {
+			ra = 3 * time.Second
+		}
+		return admission.Decision{Verdict: admission.RejectTest, RetryAfter: ra}
 	}
 	return admission.Decision{Verdict: admission.Admit}
 }

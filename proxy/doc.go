@@ -212,6 +212,77 @@
 // request sent in one write and with its request line split (which makes
 // the loops hand the connection to fasthttp).
 //
+// # Backends over TLS (backendtls.go, conn.go)
+//
+// backends.tls makes every connection to the app's backends a TLS client
+// connection. The handshake is done in dialer, right after the TCP
+// connect and inside the same timeouts.connect budget, so to fasthttp's
+// HostClient it is just a connection: keep-alive, reuse, MaxConns and the
+// idle deadlines (idleConn) work unchanged. (HostClient.IsTLS would do the
+// handshake itself, outside our connect timeout and without our dialError
+// marking, so it is not used.) The app's *tls.Config sits in
+// AppShared.TLS, read at each dial: a reload applies to new connections,
+// and one that changes tls or protocol closes the idle connections made
+// the old way (AppShared.Link). A failed handshake is a dialError:
+// retried elsewhere, the backend ejected until it answers, the cause
+// logged once. TLS 1.3 lets the backend refuse a client certificate only
+// after the client's handshake is done; fasthttp then reports a closed
+// connection, so idleConn records the alert (Upstream.Alert) for relay to
+// log as the cause. Active probes dial the same way (httpProbe).
+//
+// Decision: the event loops relay plain TCP only (their raw read/write
+// state machine has no TLS record layer; kTLS would be the way in, and it
+// is not worth it for the backend side first). An app with backends.tls
+// is marked !LoopOK and its requests go to the fasthttp engine, as an app
+// with host-name backends already does.
+//
+// # Backends over HTTP/2 (h2backend.go)
+//
+// backends.protocol h2c or h2 sends each request to the backends as one
+// HTTP/2 stream through the app's golang.org/x/net/http2 Transport (one
+// per app, kept in AppShared.H2 across reloads; its pool multiplexes the
+// app's streams over a connection per backend, opening more past the
+// backend's stream limit). h2c dials plain TCP with prior knowledge; h2
+// dials TLS with backends.tls and insists on ALPN h2. Both dial within
+// timeouts.connect (dialH2), and a connection is not an idleConn: HTTP/2
+// connections idle between streams by design, and the transport pings
+// them instead.
+//
+// Decision: the engine. The relay is relayH2, called from relay, so the
+// whole pipeline before it -- routing, trust, classify, admission, the
+// no-backend answer, forwarding headers, request ID, load header -- and
+// after it -- observe, Server-Timing, metrics, access log -- is serve's,
+// unchanged: admission and balancing are per stream, as they are per
+// request on HTTP/1.1, and the least-loaded count holds a stream from
+// dispatch to its response head, as it holds an HTTP/1.1 request. The
+// event loops do not serve such an app (!LoopOK); the fasthttp engine
+// relays a plain HTTP/1.1 client's request over HTTP/2 (the response's
+// trailers, which HTTP/1.1 through fasthttp cannot carry, are dropped).
+// gRPC comes in over the h2 front end (serveH2), which for such an app
+// (a) streams the request body from the start, with no request_buffer
+// and no body_timeout -- a gRPC stream sends while it receives, so
+// waiting for the end of the body would deadlock it; (b) flushes the
+// response head at once and every piece of the body as it arrives; and
+// (c) copies the backend's trailers after the body (gRPC's grpc-status
+// lives there). Flow control is the two transports': the backend stream's
+// window opens as serveH2 writes to the client, and the client's as
+// http2.Transport reads the request body. A client reset cancels the
+// backend stream (the stream's context is the backend request's).
+//
+// What differs from HTTP/1.1 backends, and why: timeouts.response bounds
+// the wait for the response head only, not the gaps in a body (a gRPC
+// stream may be quiet for as long as its call lives; its deadline travels
+// in grpc-timeout, which is forwarded); only a failed connect is retried
+// (a stream's request may have been seen); selective early termination
+// does not apply (cutting one stream of a shared connection needs a
+// stream reset, not built); max_conns_per_backend is not applied
+// (streams, not connections, are the unit). The request's "te: trailers",
+// which the header policy drops as hop-by-hop, is sent again for gRPC
+// requests, which require it. Active health probes are an HTTP/2 GET of
+// health.active.path over the same transport (h2Probe); a gRPC server
+// answers a GET with an error, so for gRPC backends leave active health
+// off (passive health applies) or point it at an HTTP path they serve.
+//
 // # The header policy (headers.go; every engine and h2)
 //
 // One table (headers.go: pipeline.FieldKind, pipeline.HopByHopNames, pipeline.ForwardingNames) names

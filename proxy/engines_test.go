@@ -434,6 +434,25 @@ func requestTable() []tableCase {
 					t.Errorf("rejection: %v %q", resp.Header, body)
 				}
 			}},
+		// A gRPC request's rejection is gRPC's (pipeline.ReplyFor): 200,
+		// grpc-status 14 (the default reject.grpc_status), the message,
+		// and the pushback of the same predicted wait (3 s) in ms.
+		{name: "gRPC admission rejection", cfg: "controlled", status: 200,
+			raw: "POST {p} HTTP/1.1\r\nHost: x\r\nContent-Type: application/grpc+proto\r\nContent-Length: 5\r\n\r\nhello",
+			check: func(t *testing.T, _ *beReq, resp *http.Response, body string) {
+				h := resp.Header
+				if h.Get("Content-Type") != "application/grpc" || h.Get("Grpc-Status") != "14" || h.Get("Grpc-Message") != "sentry: overloaded, retry later" ||
+					h.Get("Grpc-Retry-Pushback-Ms") != "3000" || h.Get("Retry-After") != "" || h.Get("X-Sentry-Reject") != "rejected_test" || body != "" || resp.ContentLength != 0 {
+					t.Errorf("gRPC rejection: %v %q", h, body)
+				}
+			}},
+		{name: "grpc-web rejection stays HTTP", cfg: "controlled", status: 503,
+			raw: "POST {p} HTTP/1.1\r\nHost: x\r\nContent-Type: application/grpc-web\r\nContent-Length: 5\r\n\r\nhello",
+			check: func(t *testing.T, _ *beReq, resp *http.Response, body string) {
+				if resp.Header.Get("Grpc-Status") != "" || resp.Header.Get("Retry-After") != "3" {
+					t.Errorf("grpc-web rejection: %v %q", resp.Header, body)
+				}
+			}},
 		// A rejected request whose body was read whole keeps its
 		// connection, on both engines.
 		{name: "rejected POST with a buffered body keeps the connection", cfg: "controlled", status: 503,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"syscall"
 
 	"github.com/sentry-proxy/sentry/admission"
@@ -119,6 +120,21 @@ func stripHopByHopResponse(rh *fasthttp.ResponseHeader) {
 // holds; writeError resets it first).
 func writeReply(resp *fasthttp.Response, r pipeline.Reply) {
 	resp.SetStatusCode(r.Status)
+	if r.GRPC != 0 {
+		// gRPC's form (pipeline.Reply.GRPC): all in the head. On h2,
+		// serveH2 copies it into the one HEADERS frame of a
+		// Trailers-Only answer.
+		resp.Header.SetContentTypeBytes(strGRPC)
+		resp.Header.SetBytesKV(hdrGRPCStatus, pipeline.GRPCStatusBytes(r.GRPC))
+		resp.Header.SetBytesKV(hdrGRPCMessage, r.GRPCMessage)
+		var b [20]byte
+		resp.Header.SetBytesKV(hdrGRPCPushback, strconv.AppendInt(b[:0], r.Pushback, 10))
+		if r.Verdict != nil {
+			resp.Header.SetBytesKV(hdrReject, r.Verdict)
+		}
+		resp.SetBodyRaw(nil)
+		return
+	}
 	resp.Header.SetContentTypeBytes(strTextPlain)
 	if r.Retry >= 0 {
 		resp.Header.SetBytesKV(hdrRetryAfter, pipeline.RetryAfterBytes(r.Retry))
@@ -131,17 +147,22 @@ func writeReply(resp *fasthttp.Response, r pipeline.Reply) {
 
 // writeReject writes the prebuilt rejection: nothing reaches a backend.
 func (p *Proxy) writeReject(a *pipeline.App, ctx *fasthttp.RequestCtx, d admission.Decision) {
-	writeReply(&ctx.Response, pipeline.ReplyFor(a, pipeline.OutRejected, d))
+	writeReply(&ctx.Response, pipeline.ReplyFor(a, pipeline.OutRejected, d, isGRPC(ctx)))
 	p.setID(a, ctx)
 }
 
 // writeError writes a proxy-generated error. a may be nil.
 func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, a *pipeline.App, o pipeline.Outcome) {
 	ctx.Response.Reset()
-	writeReply(&ctx.Response, pipeline.ReplyFor(a, o, admission.Decision{}))
+	writeReply(&ctx.Response, pipeline.ReplyFor(a, o, admission.Decision{}, isGRPC(ctx)))
 	if a != nil {
 		p.setID(a, ctx)
 	}
+}
+
+// isGRPC tells whether ctx's request is gRPC (pipeline.IsGRPC).
+func isGRPC(ctx *fasthttp.RequestCtx) bool {
+	return pipeline.IsGRPC(ctx.Request.Header.ContentType())
 }
 
 // setID gives an answer sentry made itself a fresh request ID (every

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
@@ -106,17 +107,26 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		if hasBody {
-			if fe.bodyTimeout > 0 {
-				_ = rc.SetReadDeadline(time.Now().Add(fe.bodyTimeout))
-			}
 			var bb bodyBuf
 			body = &bb
 			defer bb.done(p, req)
-			o = fe.h2Body(a, r, req, body)
+			if a.H2 != nil {
+				// An HTTP/2 backend: the body streams from the start,
+				// without server.body_timeout, for as long as the stream
+				// lives (a gRPC stream sends while it receives; waiting
+				// for its end would deadlock it). Flow control is the
+				// transports'.
+				bb.client, bb.cl, bb.streamed = &clientBody{r: r.Body}, int(r.ContentLength), true
+			} else {
+				if fe.bodyTimeout > 0 {
+					_ = rc.SetReadDeadline(time.Now().Add(fe.bodyTimeout))
+				}
+				o = fe.h2Body(a, r, req, body)
+			}
 			ready = time.Now()
 		}
 		if o == pipeline.OutRelayed {
-			cut = &abortable{done: r.Context().Done()}
+			cut = &abortable{done: r.Context().Done(), ctx: r.Context()}
 			stop := context.AfterFunc(r.Context(), cut.abort)
 			defer stop()
 			o, u = p.serve(a, &ctx, peer, true, ready, cut, false, false, body, &ae)
@@ -149,7 +159,23 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	// progress within it (h2Writer), so long downloads are not cut.
 	ww := h2Writer{w: w, rc: rc, t: fe.writeTimeout}
 	ww.push()
+	var h2resp *http.Response
+	if cut != nil {
+		h2resp = cut.h2resp
+	}
+	if h2resp != nil {
+		// From an HTTP/2 backend: each piece goes out as it comes (a
+		// gRPC stream's messages must not wait in a buffer), the head
+		// first, and the trailers the backend declared follow the body.
+		ww.flush = true
+		for k := range h2resp.Trailer {
+			hdr.Add("Trailer", k)
+		}
+	}
 	w.WriteHeader(resp.StatusCode())
+	if ww.flush {
+		_ = rc.Flush()
+	}
 	if r.Method != http.MethodHead {
 		if resp.IsBodyStream() {
 			if _, err := io.Copy(&ww, resp.BodyStream()); err != nil {
@@ -165,6 +191,19 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		cut.unbind()
 		if cut.wasCut() {
 			resp.SetConnectionClose()
+		}
+	}
+	if h2resp != nil {
+		// Known now that the body was read to its end (gRPC's status is
+		// here). A trailer the backend sent without declaring it goes
+		// out too (net/http's TrailerPrefix).
+		for k, vs := range h2resp.Trailer {
+			if _, declared := hdr["Trailer"]; !declared || !containsFold(hdr.Values("Trailer"), k) {
+				k = http.TrailerPrefix + k
+			}
+			for _, v := range vs {
+				hdr.Add(k, v)
+			}
 		}
 	}
 	_ = resp.CloseBodyStream()
@@ -212,12 +251,24 @@ func (fe *frontend) h2Body(a *pipeline.App, r *http.Request, req *fasthttp.Reque
 	return pipeline.OutRelayed
 }
 
-// h2Writer writes a response body with an idle write deadline.
+// h2Writer writes a response body with an idle write deadline; with
+// flush set, every write is flushed to the client at once.
 type h2Writer struct {
-	w    http.ResponseWriter
-	rc   *http.ResponseController
-	t    time.Duration
-	last time.Time
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	t     time.Duration
+	last  time.Time
+	flush bool
+}
+
+// containsFold reports whether vs holds k, any case.
+func containsFold(vs []string, k string) bool {
+	for _, v := range vs {
+		if strings.EqualFold(v, k) {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *h2Writer) push() {
@@ -231,5 +282,9 @@ func (w *h2Writer) Write(b []byte) (int, error) {
 	if w.t > 0 && time.Since(w.last) >= w.t/16 {
 		w.push()
 	}
-	return w.w.Write(b)
+	n, err := w.w.Write(b)
+	if w.flush && err == nil {
+		err = w.rc.Flush()
+	}
+	return n, err
 }

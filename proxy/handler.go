@@ -85,6 +85,10 @@ var (
 	strHTTP         = []byte("http")
 	strHTTPS        = []byte("https")
 	strTextPlain    = []byte("text/plain; charset=utf-8")
+	strGRPC         = []byte("application/grpc")
+	hdrGRPCStatus   = []byte("Grpc-Status")
+	hdrGRPCMessage  = []byte("Grpc-Message")
+	hdrGRPCPushback = []byte("Grpc-Retry-Pushback-Ms")
 )
 
 // closeIfBodyUnread closes the connection after a response sentry made
@@ -393,7 +397,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	// Selective early termination (term.go): never a body that streams
 	// from the client (cb), never an upgrade (returned above).
 	var tcl *sert.Class
-	if cb == nil {
+	if cb == nil && a.H2 == nil { // not an HTTP/2 backend: see doc.go, "Backends over HTTP/2"
 		tcl = a.TermClass(&x.t, h.Method())
 	}
 	if tcl != nil && ab == nil {
@@ -489,6 +493,9 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 // binding ends here unless the response streams (the caller ends it then).
 // An attempt cut by the stream's reset ends as outClientGone.
 func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody, ab *abortBody) (pipeline.Outcome, *pipeline.Upstream, int) {
+	if c, ok := a.H2.(*h2Client); ok && c != nil {
+		return p.relayH2(a, c, req, resp, cb, ab)
+	}
 	var last *pipeline.Upstream
 	replay := cb == nil && idempotent(req) // pipeline.TryAgain: a body held whole
 	for attempt := 1; ; attempt++ {
@@ -539,6 +546,13 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 			// fails here too: fasthttp resolves on each dial), and again
 			// only after it answered and failed anew.
 			p.log.Warn("backend unreachable; ejected until it answers again", "app", a.Name, "backend", u.Addr, "error", err)
+		} else if ae := u.Alert.Swap(nil); ae != nil && u.Unreachable() {
+			// The handshake passed on sentry's side, but the backend
+			// refused it after (TLS 1.3 sends a client-certificate
+			// refusal with the first response), which fasthttp reports
+			// as a closed connection: the alert is the cause, named once
+			// like an unreachable backend's.
+			p.log.Warn("backend refused the TLS connection", "app", a.Name, "backend", u.Addr, "error", *ae)
 		} else if p.log.IsDebug() {
 			p.log.Debug("relay failed", "app", a.Name, "backend", u.Addr, "error", err)
 		}

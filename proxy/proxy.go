@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -274,7 +275,23 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 type terminator interface{ Termination() *sert.Controller }
 
 func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
+	alpn := "http/1.1"
+	if ac.Backends.Protocol == policy.ProtoH2 {
+		alpn = "h2"
+	}
+	tcfg, err := backendTLSConfig(ac.Backends.TLS, alpn)
+	if err != nil {
+		return nil, err
+	}
 	a := &pipeline.App{Policy: ac, Name: ac.Name, ReqID: ac.RequestIDHeader, LoadHeader: ac.Degradation.Header, Trusted: len(ac.TrustedProxies) > 0, LoopOK: true}
+	h2 := ac.Backends.Protocol == policy.ProtoH2C || ac.Backends.Protocol == policy.ProtoH2 // "" is http1 too
+	if tcfg != nil || h2 {
+		// The event loops relay plain HTTP/1.1 over TCP only; fasthttp's
+		// HostClient reads and writes the TLS connection dialer makes,
+		// and relayH2 speaks HTTP/2 (doc.go, "Backends over TLS",
+		// "Backends over HTTP/2").
+		a.LoopOK = false
+	}
 	for _, addr := range ac.Backends.Static {
 		if _, err := netip.ParseAddrPort(addr); err != nil {
 			a.LoopOK = false // a host name: fasthttp's dialer resolves it on each dial
@@ -287,14 +304,43 @@ func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 	}
 	sh.Idle.Store(ac.Timeouts.Response.Nanoseconds())
 	sh.Connect.Store(ac.Timeouts.Connect.Nanoseconds())
+	// A changed way of reaching the backends (TLS settings) must not
+	// reuse the connections made the old way: idle ones are closed once
+	// the new configuration is in place (busy ones finish their exchange
+	// and are reused; a reload is not a reason to cut requests).
+	link := backendLink(ac.Backends)
+	relink := sh.Link != "" && sh.Link != link
+	sh.Link = link
+	sh.TLS.Store(tcfg)
+	old2, _ := sh.H2.Load().(*h2Client)
+	h2c := old2
+	if !h2 {
+		h2c = nil
+	} else if h2c == nil || relink {
+		h2c = newH2Client(ac.Backends.Protocol, &sh.Connect, &sh.TLS)
+	}
+	if old2 != nil && old2 != h2c {
+		old2.tr.CloseIdleConnections() // busy ones end with their streams
+	}
+	sh.H2.Store(h2c)
+	if h2c != nil {
+		a.H2 = h2c
+	}
 	a.Shared, a.Metrics = sh, sh.Metrics
-	a.Reject = pipeline.RejectResponse{Status: ac.Reject.Status, Body: []byte(ac.Reject.Body), RetryAfter: int((ac.Reject.RetryAfter + time.Second - 1) / time.Second)}
+	a.Reject = pipeline.RejectResponse{Status: ac.Reject.Status, Body: []byte(ac.Reject.Body), RetryAfter: int((ac.Reject.RetryAfter + time.Second - 1) / time.Second), GRPCStatus: ac.Reject.GRPCStatus}
 	opts := p.poolOptions(sh, ac)
 	var addrs []string
 	if ac.Backends.DNS == nil {
 		addrs = ac.Backends.Static
 	}
 	a.Pool = p.pools.Pool(ac.Name, opts, addrs)
+	if relink {
+		for _, b := range a.Pool.Backends() {
+			if u, ok := b.Attachment.(*pipeline.Upstream); ok {
+				hostClient(u).CloseIdleConnections()
+			}
+		}
+	}
 	classes := []string{"default"}
 	a.Off = true
 	if p.opts.Control != nil {
@@ -334,7 +380,8 @@ func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
 		Partition: lb.Partition{Index: ac.Partition.Index, Count: ac.Partition.Count},
 		Logger:    p.opts.Logger.Named("lb").With("app", ac.Name),
 		Attach: func(addr string) any {
-			u := &pipeline.Upstream{Addr: addr, Client: newHostClient(addr, maxConns, connect, idle)}
+			u := &pipeline.Upstream{Addr: addr}
+			u.Client = newHostClient(addr, maxConns, connect, idle, &sh.TLS, &u.Alert)
 			for c := range u.Reqs {
 				u.Reqs[c] = p.metrics.requests.WithLabelValues(appName, addr, pipeline.CodeClassNames[c])
 			}
@@ -352,7 +399,13 @@ func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
 		path := h.Path
 		probe := p.opts.Probe
 		if probe == nil {
-			probe = httpProbe
+			tlsCfg := &sh.TLS
+			probe = func(ctx context.Context, addr, path string) error {
+				if c, _ := sh.H2.Load().(*h2Client); c != nil {
+					return h2Probe(ctx, c, addr, path)
+				}
+				return httpProbe(ctx, addr, path, connect, tlsCfg)
+			}
 		}
 		o.Active = &lb.Active{Interval: h.Interval, Timeout: h.Timeout, Rise: h.Rise, Fall: h.Fall,
 			Probe: func(ctx context.Context, addr string) error { return probe(ctx, addr, path) }}
@@ -380,10 +433,10 @@ func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
 }
 
 // newHostClient builds the keep-alive client for one backend.
-func newHostClient(addr string, maxConns int, connect, idle *atomic.Int64) *fasthttp.HostClient {
+func newHostClient(addr string, maxConns int, connect, idle *atomic.Int64, tlsCfg *atomic.Pointer[tls.Config], alert *atomic.Pointer[error]) *fasthttp.HostClient {
 	return &fasthttp.HostClient{
 		Addr:                          addr,
-		Dial:                          dialer(connect, idle),
+		Dial:                          dialer(connect, idle, tlsCfg, alert),
 		MaxConns:                      maxConns,
 		MaxConnWaitTimeout:            time.Duration(connect.Load()),
 		MaxIdleConnDuration:           30 * time.Second,
@@ -411,18 +464,27 @@ func newHostClient(addr string, maxConns int, connect, idle *atomic.Int64) *fast
 const streamThreshold = 64 << 10
 
 // httpProbe is the default active health check: GET path, 2xx/3xx is up.
-func httpProbe(ctx context.Context, addr, path string) error {
+// It dials as relaying does (dialer: TLS to a TLS backend, within the
+// connect timeout), on a connection of its own that it closes.
+func httpProbe(ctx context.Context, addr, path string, connect *atomic.Int64, tlsCfg *atomic.Pointer[tls.Config]) error {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI("http://" + addr + path)
 	req.Header.Set("User-Agent", "sentry-health/1")
+	req.SetConnectionClose()
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(time.Second)
 	}
-	if err := fasthttp.DoDeadline(req, resp, deadline); err != nil {
+	// dialer's connections keep idle deadlines of their own and ignore
+	// fasthttp's: the probe's is what is left of its timeout.
+	var idle atomic.Int64
+	idle.Store(int64(max(time.Until(deadline), time.Millisecond)))
+	hc := &fasthttp.HostClient{Addr: addr, Dial: dialer(connect, &idle, tlsCfg, nil), MaxConns: 1}
+	defer hc.CloseIdleConnections()
+	if err := hc.DoDeadline(req, resp, deadline); err != nil {
 		return err
 	}
 	if s := resp.StatusCode(); s < 200 || s >= 400 {

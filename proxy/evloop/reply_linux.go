@@ -20,8 +20,17 @@ func appendReply(out []byte, r pipeline.Reply, date []byte, reqID string, id []b
 	out = append(out, fasthttp.StatusMessage(r.Status)...)
 	out = append(out, "\r\nDate: "...)
 	out = append(out, date...)
-	out = append(out, "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
-	out = strconv.AppendInt(out, int64(len(r.Body)), 10)
+	if r.GRPC != 0 {
+		// gRPC's form (pipeline.Reply.GRPC), in the head: the same
+		// fields as writeReply's.
+		out = append(out, "\r\nContent-Type: application/grpc\r\nContent-Length: 0\r\nGrpc-Status: "...)
+		out = append(out, pipeline.GRPCStatusBytes(r.GRPC)...)
+		out = append(append(out, "\r\nGrpc-Message: "...), r.GRPCMessage...)
+		out = strconv.AppendInt(append(out, "\r\nGrpc-Retry-Pushback-Ms: "...), r.Pushback, 10)
+	} else {
+		out = append(out, "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
+		out = strconv.AppendInt(out, int64(len(r.Body)), 10)
+	}
 	if r.Retry >= 0 {
 		out = append(append(out, "\r\nRetry-After: "...), pipeline.RetryAfterBytes(r.Retry)...)
 	}

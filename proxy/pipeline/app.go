@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"crypto/tls"
 	"net/netip"
 	"sync/atomic"
 	"time"
@@ -55,9 +56,12 @@ type App struct {
 	// Term is the app's selective early termination (package sert), set
 	// only when a class of the policy declares terminate: nil is the one
 	// check a request of an app without it pays (term.go).
-	Term    *sert.Controller
-	Off     bool // admission mode off: never call Admit
-	LoopOK  bool // every backend address is an IP:port (the event loops never resolve names)
+	Term   *sert.Controller
+	Off    bool // admission mode off: never call Admit
+	LoopOK bool // every backend address is an IP:port (the event loops never resolve names), reached over plain HTTP/1.1
+	// H2 is package proxy's HTTP/2 client of this app's backends
+	// (*h2Client) when backends.protocol is h2c or h2; nil for HTTP/1.1.
+	H2      any
 	Reject  RejectResponse
 	Trusted bool // has trusted proxies
 	ReqID   string
@@ -89,6 +93,18 @@ type AppShared struct {
 	Metrics *AppMetrics
 	Idle    atomic.Int64 // Timeouts.Response, ns
 	Connect atomic.Int64 // Timeouts.Connect, ns
+	// TLS is the client TLS configuration of the app's backends
+	// (backends.tls), nil for plain TCP: read at each dial, so a reload
+	// applies to every new connection.
+	TLS atomic.Pointer[tls.Config]
+	// H2 holds the proxy's HTTP/2 client of the app's backends
+	// (backends.protocol h2c or h2; package proxy's *h2Client, possibly
+	// nil): it keeps its connections across snapshots.
+	H2 atomic.Value
+	// Link names how the backends were reached when the app was last
+	// built (backends.tls and protocol); written only by a reload, under
+	// the proxy's lock.
+	Link string
 }
 
 // RejectResponse is the prebuilt rejection.
@@ -96,6 +112,9 @@ type RejectResponse struct {
 	Status     int
 	Body       []byte
 	RetryAfter int // seconds, default
+	// GRPCStatus is an admission rejection's grpc-status for a gRPC
+	// request (reject.grpc_status): 14 or 8; 0 is read as 14.
+	GRPCStatus int
 }
 
 // Upstream is what the proxy attaches to each lb.Backend (its Attachment).
@@ -113,6 +132,12 @@ type Upstream struct {
 	LoopConns atomic.Int32
 	sa        atomic.Pointer[loopAddr]
 	Closed    atomic.Bool
+	// Alert is a TLS alert the backend sent on a connection whose
+	// handshake had completed on sentry's side (TLS 1.3 refuses a client
+	// certificate that way, with the first response): the HTTP client
+	// reports only a closed connection, so the relay takes the cause
+	// from here to log it.
+	Alert atomic.Pointer[error]
 	// unreachable: a connect (or the name's resolution) failed since the
 	// backend last answered (Unreachable, Answered).
 	unreachable atomic.Bool

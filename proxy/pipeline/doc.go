@@ -22,6 +22,7 @@
 //   - reply.go: the one decision of what sentry answers itself (ReplyFor:
 //     the rejection or the failure table's error); each engine serialises
 //     the Reply its own way;
+//   - grpc.go: gRPC's form of those answers (IsGRPC, see "gRPC" below);
 //   - headers.go: the header policy's one table of names (FieldKind: hop-by-hop,
 //     forwarding headers and their underscore aliases, the request ID),
 //     ScanHead over a raw head, ValidHost, and the forwarding plan
@@ -66,6 +67,52 @@
 // Metrics registration (the Prometheus vectors, the access log) stays in
 // package proxy, which resolves an AppMetrics per app once; the request
 // path here only does atomic adds on it.
+//
+// # gRPC
+//
+// A request is gRPC when its Content-Type is application/grpc, alone or
+// followed by '+' or ';' (IsGRPC: the media type without regard to ASCII
+// case, surrounding spaces ignored; grpc-web is not gRPC). Every engine
+// passes that to ReplyFor, which alone decides the form of the answer, so
+// the event loops, fasthttp and h2 cannot disagree.
+//
+// Decision: which answers take gRPC's form. The 503-class ones -- those
+// that say "sentry or its farm is overloaded, come back": an admission
+// rejection, no healthy backend, the backend connection cap (busy),
+// request_buffer_total full, and selective early termination. A gRPC
+// client reads an HTTP 503 as UNAVAILABLE anyway, but with no message and,
+// above all, no pushback, so its retry policy would retry at once, into
+// the overload. Answers that are not overload keep their HTTP status
+// (502, 504, 400, 404, 405, 408, 411, 413): a gRPC client maps them by
+// gRPC's HTTP-to-status table, and they carry no wait to give.
+//
+// The form: HTTP 200, content-type application/grpc, no body, grpc-status,
+// grpc-message (percent-encoded; a fixed text per outcome -- a rejection
+// says "sentry: overloaded, retry later" -- never the app's reject.body,
+// which is for browsers), grpc-retry-pushback-ms, and X-Sentry-Reject as
+// on the plain answer. Retry-After is left out (it means nothing on a
+// 200). On h2 the fields go out as a Trailers-Only answer: one HEADERS
+// frame with END_STREAM, which grpc-go and the gRPC spec accept; on
+// HTTP/1.1 they are in the head.
+//
+// Decision: the codes. An admission rejection carries the app's
+// reject.grpc_status: unavailable (14, the default) or resource_exhausted
+// (8). UNAVAILABLE is the default because the rejection is the server's
+// transient overload, not the client's quota, and it is the code gRPC
+// clients are told to retry (and gRPC's own HTTP table maps both 503 and
+// 429 to it); RESOURCE_EXHAUSTED is for an operator whose clients treat
+// sentry as a rate limit (as 429 does for HTTP). Every other overload
+// answer, and a rejection whose verdict is no_backend, is always 14: it
+// is not the client's rate, as it is never 429.
+//
+// Decision: the pushback is the same wait as Retry-After -- the
+// admission algorithm's predicted drain, else reject.retry_after; 1 s for
+// busy and buffer full; reject.retry_after for termination -- in
+// milliseconds rounded up (PushbackMs), where Retry-After rounds it up to
+// whole seconds. So a 250 ms drain is "Retry-After: 1" to HTTP and
+// "grpc-retry-pushback-ms: 250" to gRPC. grpc-go waits exactly that long
+// before its next attempt when its retry policy lists the code
+// (proxy's TestGRPCRetryHonoursPushback).
 //
 // The package imports nothing of package proxy or package proxy/evloop
 // (pinned by proxy's TestImportGraph).

@@ -16,34 +16,69 @@ type Reply struct {
 	Retry   int    // Retry-After seconds; -1: none
 	Verdict []byte // X-Sentry-Reject; nil: none
 	Body    []byte // shared and never written to
+	// Wait is the wait Retry-After says, before its rounding to seconds
+	// (0 when Retry is -1); grpc-retry-pushback-ms is made from it.
+	Wait time.Duration
+	// GRPC is the reply's grpc-status, 0 when the reply is plain HTTP. A
+	// gRPC-form reply (ReplyFor with grpc set, for the outcomes grpcCode
+	// names) has Status 200, no body, no Retry-After, and the engines
+	// write content-type application/grpc, grpc-status, grpc-message
+	// (GRPCMessage, percent-encoded) and grpc-retry-pushback-ms
+	// (Pushback) instead: in the headers on HTTP/1.1, as a Trailers-Only
+	// answer (one HEADERS frame that ends the stream) on h2.
+	GRPC        int
+	GRPCMessage []byte // shared and never written to
+	Pushback    int64  // grpc-retry-pushback-ms
 }
 
 // ReplyFor returns the response for outcome o (never OutRelayed). d is the
 // admission decision of a rejection; a may be nil (no app for the Host).
+// grpc says the request is gRPC (IsGRPC of its content-type): the
+// 503-class outcomes are then answered in gRPC's form (Reply.GRPC,
+// grpc.go), with the same wait as Retry-After.
+func ReplyFor(a *App, o Outcome, d admission.Decision, grpc bool) Reply {
+	r := replyFor(a, o, d)
+	if !grpc {
+		return r
+	}
+	code := grpcCode(a, o, o == OutNoBackend || d.Verdict == admission.RejectNoBackend)
+	if code == 0 {
+		return r
+	}
+	msg := grpcMessages[o]
+	if o == OutRejected && d.Verdict == admission.RejectNoBackend {
+		msg = grpcMessages[OutNoBackend]
+	}
+	r.Status, r.GRPC, r.GRPCMessage, r.Pushback = http.StatusOK, code, msg, PushbackMs(r.Wait)
+	r.Retry, r.Body = -1, nil
+	return r
+}
+
+// replyFor is ReplyFor's HTTP answer.
 // No healthy backend (OutNoBackend, or admission's own no_backend verdict)
 // is a 503 with Retry-After like a rejection, but with its own body
 // ("sentry: no healthy backend") and X-Sentry-Reject: no_backend, never
 // the app's overload body.
-func ReplyFor(a *App, o Outcome, d admission.Decision) Reply {
+func replyFor(a *App, o Outcome, d admission.Decision) Reply {
 	if a != nil && (o == OutRejected || o == OutNoBackend) {
 		if o == OutNoBackend {
 			d = admission.Decision{Verdict: admission.RejectNoBackend}
 		}
-		status, secs := a.rejectStatus(d)
+		status, wait := a.rejectStatus(d)
 		body := a.Reject.Body
 		if d.Verdict == admission.RejectNoBackend {
 			// Named apart from overload: the client (and whoever reads
 			// the reply) learns the farm is down, not busy.
 			body = errorBodies[OutNoBackend]
 		}
-		return Reply{Status: status, Retry: secs, Verdict: verdictBytes[d.Verdict], Body: body}
+		return Reply{Status: status, Retry: retrySecs(wait), Wait: wait, Verdict: verdictBytes[d.Verdict], Body: body}
 	}
 	if o == OutTerminated {
 		return a.terminatedReply()
 	}
 	r := Reply{Status: StatusOf(o), Retry: -1, Body: errorBodies[o]}
 	if o == OutBackendBusy || o == OutBufferFull {
-		r.Retry = 1
+		r.Retry, r.Wait = 1, time.Second
 	}
 	return r
 }
@@ -75,16 +110,24 @@ var (
 	bodyRequestTimeout = []byte("sentry: request timeout\n")
 )
 
-// rejectStatus returns the status and Retry-After seconds of a rejection.
-func (a *App) rejectStatus(d admission.Decision) (status, secs int) {
-	secs = a.Reject.RetryAfter
+// rejectStatus returns the status and the wait of a rejection: the
+// predicted drain (d.RetryAfter) when admission made one, else the app's
+// reject.retry_after. Retry-After is it in seconds rounded up
+// (retrySecs), grpc-retry-pushback-ms in milliseconds rounded up.
+func (a *App) rejectStatus(d admission.Decision) (status int, wait time.Duration) {
+	wait = time.Duration(a.Reject.RetryAfter) * time.Second
 	if d.RetryAfter > 0 {
-		secs = int((d.RetryAfter + time.Second - 1) / time.Second)
+		wait = d.RetryAfter
 	}
 	if d.Verdict == admission.RejectNoBackend {
-		return http.StatusServiceUnavailable, secs // not the client's rate: never 429
+		return http.StatusServiceUnavailable, wait // not the client's rate: never 429
 	}
-	return a.Reject.Status, secs
+	return a.Reject.Status, wait
+}
+
+// retrySecs is a wait in Retry-After's whole seconds, rounded up.
+func retrySecs(wait time.Duration) int {
+	return int((wait + time.Second - 1) / time.Second)
 }
 
 // RetryAfterBytes returns the decimal bytes for small second counts without

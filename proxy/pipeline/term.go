@@ -158,7 +158,7 @@ func (a *App) terminatedReply() Reply {
 	if a != nil {
 		secs = max(a.Reject.RetryAfter, 1)
 	}
-	return Reply{Status: http.StatusServiceUnavailable, Retry: secs, Verdict: verdictTerminated, Body: body}
+	return Reply{Status: http.StatusServiceUnavailable, Retry: secs, Wait: time.Duration(secs) * time.Second, Verdict: verdictTerminated, Body: body}
 }
 
 var verdictTerminated = []byte("terminated")

@@ -13,7 +13,7 @@ import (
 // "terminated"; it is not a passive-health failure.
 func TestTerminatedReply(t *testing.T) {
 	a := &App{Reject: RejectResponse{Status: 429, RetryAfter: 7}}
-	r := ReplyFor(a, OutTerminated, admission.Decision{})
+	r := ReplyFor(a, OutTerminated, admission.Decision{}, false)
 	if r.Status != 503 || r.Retry != 7 || string(r.Verdict) != "terminated" || len(r.Body) == 0 {
 		t.Fatalf("reply %+v, want 503, Retry-After 7, terminated, a body", r)
 	}

@@ -1,0 +1,273 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http2"
+)
+
+// h2backend.go: HTTP/2 to backends, cleartext (h2c, prior knowledge) or
+// over TLS (h2): backends.protocol (doc.go, "Backends over HTTP/2").
+
+// h2Client is an app's HTTP/2 client to its backends: one
+// golang.org/x/net/http2 Transport, whose connection pool keeps a
+// connection (or a few, past the backend's stream limit) per backend
+// address and multiplexes the app's requests over them as streams. It
+// outlives snapshots (pipeline.AppShared.H2) so a reload keeps the
+// connections, unless the way to reach the backends changed.
+type h2Client struct {
+	tr     *http2.Transport
+	scheme string // "http" (h2c) or "https" (h2): the transport's choice of dial
+}
+
+// newH2Client builds the client for protocol (policy.ProtoH2C or
+// ProtoH2). Connections are dialled by dialH2: the TCP connect and, for
+// h2, the TLS handshake (which must agree on ALPN "h2") within
+// timeouts.connect. Compression is left to the two ends (no
+// Accept-Encoding is added, no body is decoded), and idle connections are
+// pinged so that a dead one is noticed between requests.
+func newH2Client(protocol string, connect *atomic.Int64, tlsCfg *atomic.Pointer[tls.Config]) *h2Client {
+	c := &h2Client{scheme: "http"}
+	if protocol == policy.ProtoH2 {
+		c.scheme = "https"
+	}
+	c.tr = &http2.Transport{
+		AllowHTTP:          true,
+		DisableCompression: true,
+		ReadIdleTimeout:    30 * time.Second,
+		PingTimeout:        15 * time.Second,
+		DialTLSContext: func(ctx context.Context, _, addr string, _ *tls.Config) (net.Conn, error) {
+			return dialH2(ctx, addr, time.Duration(connect.Load()), tlsCfg.Load())
+		},
+	}
+	return c
+}
+
+// dialH2 connects to a backend for HTTP/2: TCP, then TLS when cfg is set
+// (h2), all within the connect timeout. The connection is not an
+// idleConn: an HTTP/2 connection idles between streams by design, and
+// its liveness is the transport's pings.
+func dialH2(ctx context.Context, addr string, connect time.Duration, cfg *tls.Config) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, connect)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, &dialError{err: err}
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+		_ = tc.SetKeepAlive(true)
+	}
+	if cfg == nil {
+		return c, nil
+	}
+	tc, err := tlsClient(ctx, c, addr, cfg)
+	if err != nil {
+		c.Close()
+		return nil, &dialError{err: err}
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
+		tc.Close()
+		return nil, &dialError{err: fmt.Errorf("backend did not agree to h2 in ALPN (got %q)", p)}
+	}
+	return tc, nil
+}
+
+// errH2Timeout marks an exchange whose response head did not come within
+// timeouts.response.
+var errH2Timeout = errors.New("proxy: backend response timeout")
+
+// relayH2 is relay for an app whose backends speak HTTP/2: it picks a
+// backend as relay does (least loaded, one stream counted in flight until
+// the response head), sends req as one stream and reads the response
+// head into resp; the body streams (resp's body stream, read by the
+// engine that writes it). The request body streams too when cb is set,
+// concurrently with the response, so bidirectional gRPC works; flow
+// control is the two transports'. A failed connect is retried on another
+// backend; nothing else is (a stream's request may have been seen).
+//
+// timeouts.response bounds the wait for the response head only: a stream
+// may then stay quiet as long as its two ends like (gRPC streams do; a
+// gRPC call's own deadline travels in grpc-timeout).
+//
+// ab, when set, is an h2 client stream's hold: its context cancels the
+// backend stream when the client resets, and the response is left in
+// ab.h2resp for the h2 front end to copy its trailers.
+func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody, ab *abortBody) (pipeline.Outcome, *pipeline.Upstream, int) {
+	parent := context.Background()
+	if ab != nil && ab.ab.ctx != nil {
+		parent = ab.ab.ctx
+	}
+	target, err := url.ParseRequestURI(string(req.Header.RequestURI()))
+	if err != nil {
+		return pipeline.OutBadRequest, nil, 0
+	}
+	target.Scheme = c.scheme
+	hdr := make(http.Header, 16)
+	req.Header.VisitAll(func(k, v []byte) {
+		switch pipeline.FieldKind(k) {
+		case pipeline.KindHost, pipeline.KindContentLength, pipeline.KindTransferEncoding,
+			pipeline.KindConnection, pipeline.KindUpgrade, pipeline.KindHopByHop, pipeline.KindExpect:
+			return
+		}
+		hdr.Add(string(k), string(v))
+	})
+	if pipeline.IsGRPC(req.Header.ContentType()) {
+		// gRPC requires "te: trailers" (the one TE value HTTP/2 allows);
+		// the header policy dropped the client's as hop-by-hop.
+		hdr.Set("Te", "trailers")
+	}
+	host := string(req.Header.Host())
+	method := string(req.Header.Method())
+	cl := int64(req.Header.ContentLength())
+	var body []byte
+	if cb == nil {
+		body = req.Body() // (with cb, req's body is cb's stream: Body would read it all)
+	}
+	replay := cb == nil && idempotent(req)
+
+	var last *pipeline.Upstream
+	for attempt := 1; ; attempt++ {
+		b := a.Pool.Pick()
+		if b == nil {
+			if last != nil {
+				return pipeline.OutBackendFailed, last, 0
+			}
+			return pipeline.OutNoBackend, nil, 0
+		}
+		u := b.Attachment.(*pipeline.Upstream)
+		inService := int(b.Inflight())
+		t := *target
+		t.Host = u.Addr
+		ctx, cancel := context.WithCancel(parent)
+		hreq := (&http.Request{
+			Method: method, URL: &t, Host: host, Header: hdr,
+			Proto: "HTTP/2.0", ProtoMajor: 2,
+		}).WithContext(ctx)
+		switch {
+		case cb != nil:
+			hreq.Body, hreq.ContentLength = io.NopCloser(cb), -1
+			if cl >= 0 {
+				hreq.ContentLength = cl
+			}
+		case len(body) > 0:
+			hreq.Body, hreq.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		default:
+			hreq.Body, hreq.ContentLength = http.NoBody, 0
+		}
+		var timedOut atomic.Bool
+		timer := time.AfterFunc(time.Duration(a.Shared.Idle.Load()), func() { timedOut.Store(true); cancel() })
+		hresp, err := c.tr.RoundTrip(hreq)
+		timer.Stop()
+		if err == nil {
+			a.Pool.Release(b, true)
+			if u.Answered() {
+				p.log.Info("backend reachable again", "app", a.Name, "backend", u.Addr)
+			}
+			copyH2Response(resp, hresp, cancel)
+			if ab != nil {
+				ab.ab.h2resp = hresp
+			}
+			return pipeline.OutRelayed, u, inService
+		}
+		cancel()
+		dial := isDialError(err)
+		var o pipeline.Outcome
+		switch {
+		case parent.Err() != nil:
+			a.Pool.Release(b, true)
+			return pipeline.OutClientGone, u, inService
+		case timedOut.Load():
+			err, o = errH2Timeout, pipeline.OutBackendTimeout
+		default:
+			o = pipeline.OutBackendFailed
+		}
+		if dial {
+			a.Pool.Eject(b)
+		} else {
+			a.Pool.Release(b, !pipeline.CountsAsFailure(o))
+		}
+		if dial && u.Unreachable() {
+			p.log.Warn("backend unreachable; ejected until it answers again", "app", a.Name, "backend", u.Addr, "error", err)
+		} else if p.log.IsDebug() {
+			p.log.Debug("relay failed", "app", a.Name, "backend", u.Addr, "error", err)
+		}
+		f := pipeline.FailNoRetry
+		if dial {
+			f = pipeline.FailConnect
+		}
+		if !pipeline.TryAgain(f, replay, attempt, false) {
+			return o, u, 0
+		}
+		last = u
+	}
+}
+
+// copyH2Response sets the backend's response head on resp and its body as
+// resp's stream; closing the stream (the engine does, when written or
+// abandoned) ends the backend stream and releases its context (cancel).
+func copyH2Response(resp *fasthttp.Response, hresp *http.Response, cancel context.CancelFunc) {
+	resp.SetStatusCode(hresp.StatusCode)
+	resp.Header.SetNoDefaultContentType(true) // none from the backend: none to the client
+	for k, vs := range hresp.Header {
+		if k == "Content-Length" {
+			continue
+		}
+		for _, v := range vs {
+			resp.Header.Add(k, v)
+		}
+	}
+	cl := int(hresp.ContentLength)
+	if cl < 0 {
+		cl = -1
+	}
+	resp.SetBodyStream(&h2RespBody{rc: hresp.Body, cancel: cancel}, cl)
+}
+
+// h2RespBody is a backend stream's response body as the engines read it.
+type h2RespBody struct {
+	rc     io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *h2RespBody) Read(p []byte) (int, error) { return b.rc.Read(p) }
+
+func (b *h2RespBody) Close() error {
+	err := b.rc.Close()
+	b.cancel()
+	return err
+}
+
+// h2Probe is the active health check of an HTTP/2 backend: GET path as
+// one stream over the app's transport, 2xx/3xx is up.
+func h2Probe(ctx context.Context, c *h2Client, addr, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.scheme+"://"+addr+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("User-Agent", "sentry-health/1")
+	resp, err := c.tr.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if s := resp.StatusCode; s < 200 || s >= 400 {
+		return fmt.Errorf("health check status %d", s)
+	}
+	return nil
+}
