@@ -108,10 +108,15 @@
 //     above the minimum first, one per run): by adj_lo from its
 //     completions, min(rate, completions/s)/adj_lo, at most once per its
 //     last sample or Timeout, whichever is shorter.
-//   - Between the thresholds, and under err_i too: a class with every
-//     less important class at the minimum and a backlog in the farm is
-//     held to what it completes, and its bucket owes the backlog (as
-//     above). Otherwise, between the thresholds, the band increase: the
+//   - Between the thresholds, and under err_i when the last sample is
+//     above err_i (the smoothed percentile lags a step in the load): a
+//     class with every less important class at the minimum and a backlog
+//     in the farm is held to what it completes, and its bucket owes the
+//     backlog (as above). Decision: not while the last sample too is
+//     under err_i: a ramp's admissions outrun its completions and look
+//     like a backlog by Little's law, and held to its completions there a
+//     flash crowd's class was pinned at a few requests a second
+//     (flash-adaptive.yaml: 0.29× capacity; 0.40× without the drain). Otherwise, between the thresholds, the band increase: the
 //     rate rises by BandGain (0.25)·y·rate per Timeout, y = (err_d −
 //     sErr)/(err_d − err_i) the room the last sample leaves under the
 //     target, within the ceiling, unless a more important class is over
