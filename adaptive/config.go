@@ -132,6 +132,11 @@ const (
 	// of half the target. A class is then held to what it completes and
 	// its bucket owes the excess (doc.go, "The scaled rule").
 	BacklogShare = 0.5
+	// Surge: under err_i a backlog is drained only when the last sample
+	// is above err_i too, or the farm (every class) was admitted more
+	// than Surge times what it completed since the class's last run: a
+	// step in the load, not a ramp (doc.go, "The scaled rule").
+	Surge = 2
 )
 
 // MaxClasses bounds the number of classes.

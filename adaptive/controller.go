@@ -379,7 +379,7 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 		cl.lc = 0
 		x := -(cl.err - cfg.CI)
 		switch {
-		case cfg.Scaled && sErr > cfg.ErrI && c.lowerAtMin(i) && c.drain(cl, now, rate, done, farmDone, samp):
+		case cfg.Scaled && (sErr > cfg.ErrI || farmIn > Surge*farmOut) && c.lowerAtMin(i) && c.drain(cl, now, rate, done, farmDone, samp):
 			// The percentile is low, but the farm already holds a
 			// backlog the samples will show only a response time later
 			// (a step in the load): held and drained as between the

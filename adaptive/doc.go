@@ -109,11 +109,13 @@
 //     completions, min(rate, completions/s)/adj_lo, at most once per its
 //     last sample or Timeout, whichever is shorter.
 //   - Between the thresholds, and under err_i when the last sample is
-//     above err_i (the smoothed percentile lags a step in the load): a
+//     above err_i or the farm was admitted more than Surge (2) times what
+//     it completed since the class's last run (a step in the load, which
+//     the percentile shows only a response time later): a
 //     class with every less important class at the minimum and a backlog
 //     in the farm is held to what it completes, and its bucket owes the
-//     backlog (as above). Decision: not while the last sample too is
-//     under err_i: a ramp's admissions outrun its completions and look
+//     backlog (as above). Decision: not on a backlog alone: a ramp's
+//     admissions outrun its completions and look
 //     like a backlog by Little's law, and held to its completions there a
 //     flash crowd's class was pinned at a few requests a second
 //     (flash-adaptive.yaml: 0.29× capacity; 0.40× without the drain). Otherwise, between the thresholds, the band increase: the
