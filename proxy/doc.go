@@ -262,7 +262,11 @@
 // (a) streams the request body from the start, with no request_buffer
 // and no body_timeout -- a gRPC stream sends while it receives, so
 // waiting for the end of the body would deadlock it; (b) flushes the
-// response head at once and every piece of the body as it arrives; and
+// response head at once and every piece of the body as it arrives, except
+// the head of a response whose stream ended with it (gRPC's
+// Trailers-Only error form), which goes out whole as one HEADERS frame
+// ending the stream, since a head flushed apart would end without
+// trailers and gRPC clients read that as INTERNAL; and
 // (c) copies the backend's trailers after the body (gRPC's grpc-status
 // lives there). Flow control is the two transports': the backend stream's
 // window opens as serveH2 writes to the client, and the client's as

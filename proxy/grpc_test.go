@@ -105,6 +105,11 @@ var echoDesc = grpc.ServiceDesc{
 
 // echoUnary is test.Echo/Unary.
 func echoUnary(ctx context.Context, in *[]byte) (any, error) {
+	if string(*in) == "bare-fail" {
+		// No metadata set: grpc-go answers Trailers-Only (one HEADERS
+		// frame, grpc-status in it, that ends the stream).
+		return nil, status.Error(codes.PermissionDenied, "no metadata, 100% refused")
+	}
 	dl := "none"
 	if d, ok := ctx.Deadline(); ok {
 		dl = fmt.Sprint(time.Until(d).Milliseconds())
@@ -486,5 +491,45 @@ func TestGRPCCancelReachesBackend(t *testing.T) {
 	}
 	if n := h.p.cur.Load().apps[0].Pool.Inflight(); n != 0 {
 		t.Errorf("in flight %d after the cancellation, want 0", n)
+	}
+}
+
+// TestGRPCTrailersOnlyFromBackend: a backend's Trailers-Only answer (the
+// form every gRPC error takes when the server sent nothing before it: an
+// unknown method, a handler that fails without metadata) reaches the
+// client with its own status and message, over h2c and h2, not as
+// INTERNAL "server closed the stream without sending trailers". The call
+// after it on the same connection still works.
+func TestGRPCTrailersOnlyFromBackend(t *testing.T) {
+	ca := newTestCA(t, "grpc-ca")
+	pair, _, _ := ca.issue(t, false)
+	for _, c := range []struct {
+		protocol string
+		tls      *tls.Config
+		ca       string
+	}{
+		{policy.ProtoH2C, nil, ""},
+		{policy.ProtoH2, &tls.Config{Certificates: []tls.Certificate{pair}}, ca.file},
+	} {
+		t.Run(c.protocol, func(t *testing.T) {
+			be := startGRPCBackend(t, c.tls)
+			h := grpcThrough(t, c.protocol, c.ca, &fakeControl{}, []string{be}, nil)
+			cc := grpcClient(t, h.addr, "")
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			in, out := []byte("x"), []byte(nil)
+			err := cc.Invoke(gold(ctx), "/test.Echo/Nope", &in, &out)
+			if st, _ := status.FromError(err); st.Code() != codes.Unimplemented {
+				t.Errorf("unknown method: %v, want UNIMPLEMENTED from the backend", err)
+			}
+			bare := []byte("bare-fail")
+			err = cc.Invoke(gold(ctx), "/test.Echo/Unary", &bare, &out)
+			if st, _ := status.FromError(err); st.Code() != codes.PermissionDenied || st.Message() != "no metadata, 100% refused" {
+				t.Errorf("handler error: %v, want PERMISSION_DENIED and the server's message", err)
+			}
+			if err := cc.Invoke(gold(ctx), "/test.Echo/Unary", &in, &out); err != nil || string(out) != "echo:x" {
+				t.Errorf("call after: %q %v", out, err)
+			}
+		})
 	}
 }

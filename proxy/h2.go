@@ -167,7 +167,15 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		// From an HTTP/2 backend: each piece goes out as it comes (a
 		// gRPC stream's messages must not wait in a buffer), the head
 		// first, and the trailers the backend declared follow the body.
-		ww.flush = true
+		// A response whose stream ended with its head (ContentLength 0:
+		// gRPC's Trailers-Only form, every error a server returns before
+		// its first message) is not flushed early: the handler's return
+		// sends it as one HEADERS frame that ends the stream, grpc-status
+		// in it. Flushed, it would be a head, then an empty DATA frame
+		// ending the stream without trailers, which a gRPC client reads
+		// as INTERNAL, "server closed the stream without sending
+		// trailers".
+		ww.flush = h2resp.ContentLength != 0
 		for k := range h2resp.Trailer {
 			hdr.Add("Trailer", k)
 		}
