@@ -258,6 +258,13 @@
 // event loops do not serve such an app (!LoopOK); the fasthttp engine
 // relays a plain HTTP/1.1 client's request over HTTP/2 (the response's
 // trailers, which HTTP/1.1 through fasthttp cannot carry, are dropped).
+// Such a client's streamed body is sent to its end before the response is
+// relayed, as to an HTTP/1.1 backend; a backend that answers without
+// taking all of it has its answer relayed with Connection: close, since
+// the rest of the body is still in the connection and must not be read as
+// a request. The transport reads a body on a goroutine of its own that
+// may outlive RoundTrip; h2ReqBody makes sure no read of the client's
+// connection or of the pooled body buffer happens after the exchange.
 // gRPC comes in over the h2 front end (serveH2), which for such an app
 // (a) streams the request body from the start, with no request_buffer
 // and no body_timeout -- a gRPC stream sends while it receives, so

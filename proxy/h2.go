@@ -116,7 +116,8 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 				// lives (a gRPC stream sends while it receives; waiting
 				// for its end would deadlock it). Flow control is the
 				// transports'.
-				bb.client, bb.cl, bb.streamed = &clientBody{r: r.Body}, int(r.ContentLength), true
+				rbody := r.Body
+				bb.client, bb.cl, bb.streamed = &clientBody{r: rbody, stop: func() { _ = rbody.Close() }}, int(r.ContentLength), true
 			} else {
 				if fe.bodyTimeout > 0 {
 					_ = rc.SetReadDeadline(time.Now().Add(fe.bodyTimeout))

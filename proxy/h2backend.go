@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -91,14 +92,117 @@ func dialH2(ctx context.Context, addr string, connect time.Duration, cfg *tls.Co
 // timeouts.response.
 var errH2Timeout = errors.New("proxy: backend response timeout")
 
+// errH2BodyAbandoned marks an HTTP/1.1 client's exchange whose response
+// came but whose body could not be sent to its end (relayH2).
+var errH2BodyAbandoned = errors.New("proxy: request body not sent to its end")
+
+// errBodyStopped is what the transport reads from an h2ReqBody it (or
+// relayH2) closed.
+var errBodyStopped = errors.New("proxy: request body closed")
+
+// h2ReqBody is a streamed client body as http2.Transport reads it. The
+// transport reads on a goroutine of its own that can outlive RoundTrip,
+// and it Closes the body when done with it, possibly while a Read is
+// still under way (and returns from RoundTrip after that Close). Here
+// Close waits for a Read in progress, and every Read after it fails
+// without touching the client's body: once Close has returned, nothing
+// reads the client's connection or the request's pooled buffer any more,
+// and the handler may let them go. Close first makes a Read blocked on a
+// client that sends nothing return (clientBody.stop: the h2 stream's body
+// closed; a past read deadline on an HTTP/1.1 connection, which then
+// closes after the response).
+//
+// A read error that is not the body's end and did not follow a Close is
+// the client's (clientFailed): too slow, gone, or a malformed chunk.
+type h2ReqBody struct {
+	src      *clientBody
+	stopping atomic.Bool // Close has begun
+	ended    atomic.Bool // src is read no more (mu.end is set)
+	stopped  atomic.Bool // Close called src.stop: a Read was (or might have been) cut
+	fin      chan struct{}
+	mu       struct {
+		sync.Mutex       // held through each Read of src
+		end        error // io.EOF, the read error, or errBodyStopped: src is read no more
+		client     error // the client's failure, when end is one
+	}
+}
+
+func newH2ReqBody(cb *clientBody) *h2ReqBody {
+	return &h2ReqBody{src: cb, fin: make(chan struct{})}
+}
+
+func (b *h2ReqBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.mu.end != nil {
+		return 0, b.mu.end
+	}
+	n, err := b.src.Read(p)
+	if err != nil {
+		if err != io.EOF && !b.stopping.Load() {
+			b.mu.client = err
+		}
+		b.mu.end = err
+		b.ended.Store(true)
+		close(b.fin)
+	}
+	return n, err
+}
+
+// Close ends the reading of the body; it returns once no Read is under
+// way. Idempotent.
+func (b *h2ReqBody) Close() error {
+	if !b.stopping.Swap(true) && !b.ended.Load() && b.src.stop != nil {
+		b.stopped.Store(true)
+		b.src.stop()
+	}
+	b.mu.Lock()
+	if b.mu.end == nil {
+		b.mu.end = errBodyStopped
+		b.ended.Store(true)
+		close(b.fin)
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+// complete tells whether the body was read to its end, and the client's
+// connection left as it was (not stopped: a stop that raced the end of
+// the body may have left a read deadline in the past).
+func (b *h2ReqBody) complete() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mu.end == io.EOF && !b.stopped.Load()
+}
+
+// clientFailed tells whether the client's side of the body failed.
+func (b *h2ReqBody) clientFailed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mu.client != nil
+}
+
+// outcome is how an exchange whose client failed ends (readOutcome).
+func (b *h2ReqBody) outcome() pipeline.Outcome {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return readOutcome(b.mu.client, b.src.h1)
+}
+
 // relayH2 is relay for an app whose backends speak HTTP/2: it picks a
 // backend as relay does (least loaded, one stream counted in flight until
 // the response head), sends req as one stream and reads the response
 // head into resp; the body streams (resp's body stream, read by the
-// engine that writes it). The request body streams too when cb is set,
-// concurrently with the response, so bidirectional gRPC works; flow
-// control is the two transports'. A failed connect is retried on another
-// backend; nothing else is (a stream's request may have been seen).
+// engine that writes it). The request body streams too when cb is set:
+// an h2 client's concurrently with the response, so bidirectional gRPC
+// works (flow control is the two transports'); an HTTP/1.1 client's is
+// sent to its end before the response is relayed, as fasthttp does for an
+// HTTP/1.1 backend, and if the backend answered without taking all of it
+// the client's connection closes after the answer (clientBody.unread).
+// Either way no read of the body outlives the exchange (h2ReqBody), and a
+// failure of the client's side is the client's outcome, not the
+// backend's. A failed connect is retried on another backend; nothing
+// else is (a stream's request may have been seen).
 //
 // timeouts.response bounds the wait for the response head only: a stream
 // may then stay quiet as long as its two ends like (gRPC streams do; a
@@ -139,6 +243,16 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 		body = req.Body() // (with cb, req's body is cb's stream: Body would read it all)
 	}
 	replay := cb == nil && idempotent(req)
+	// A streamed body goes to the transport as an h2ReqBody, so that its
+	// reading ends by the time this exchange does. An h2 client's
+	// (stream) is read while the response streams; an HTTP/1.1 client's
+	// is sent whole before the response is relayed, as to an HTTP/1.1
+	// backend.
+	stream := ab != nil && ab.ab.ctx != nil
+	var rb *h2ReqBody
+	if cb != nil {
+		rb = newH2ReqBody(cb)
+	}
 
 	var last *pipeline.Upstream
 	for attempt := 1; ; attempt++ {
@@ -159,8 +273,8 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 			Proto: "HTTP/2.0", ProtoMajor: 2,
 		}).WithContext(ctx)
 		switch {
-		case cb != nil:
-			hreq.Body, hreq.ContentLength = io.NopCloser(cb), -1
+		case rb != nil:
+			hreq.Body, hreq.ContentLength = rb, -1
 			if cl >= 0 {
 				hreq.ContentLength = cl
 			}
@@ -172,7 +286,37 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 		var timedOut atomic.Bool
 		timer := time.AfterFunc(time.Duration(a.Shared.Idle.Load()), func() { timedOut.Store(true); cancel() })
 		hresp, err := c.tr.RoundTrip(hreq)
+		if err == nil && rb != nil && !stream {
+			// An HTTP/1.1 client's body is sent to its end (or until the
+			// transport stops reading it: the backend answered >299 or
+			// reset the stream) before the response is relayed, within
+			// the same timeouts.response. Its client connection's reader
+			// is then free again, and nothing of the body is read after
+			// the handler lets the request and its buffer go.
+			select {
+			case <-rb.fin:
+			case <-ctx.Done():
+			}
+			if ctx.Err() != nil || rb.clientFailed() {
+				hresp.Body.Close() // the stream is abandoned, its reading stopped
+				cancel()
+				err = errH2BodyAbandoned
+			}
+		}
 		timer.Stop()
+		if rb != nil && !isDialError(err) && (err != nil || !stream) {
+			// No read of the client's body is under way or to come: the
+			// transport is done with it or never will be (Close waits
+			// for a Read in progress). A failed dial never reached the
+			// body, which the next backend then gets whole.
+			rb.Close()
+			if err == nil && !rb.complete() {
+				// Left unread in the client's connection, the rest of the
+				// body would be read as the next request: the connection
+				// closes after this response.
+				cb.unread = true
+			}
+		}
 		if err == nil {
 			a.Pool.Release(b, true)
 			if u.Answered() {
@@ -191,6 +335,11 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 		case parent.Err() != nil:
 			a.Pool.Release(b, true)
 			return pipeline.OutClientGone, u, inService
+		case rb != nil && rb.clientFailed():
+			// The client's side of the body failed (too slow, gone,
+			// malformed): its outcome, and no fault of the backend's.
+			a.Pool.Release(b, true)
+			return rb.outcome(), u, 0
 		case timedOut.Load():
 			err, o = errH2Timeout, pipeline.OutBackendTimeout
 		default:

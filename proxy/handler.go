@@ -381,6 +381,9 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		// errors from the backend's: for a chunked body larger than the
 		// buffer, the part read first and then the rest of the stream.
 		cb = body.client
+		if cut == nil && a.H2 != nil {
+			cb.stop = readUnblocker(ctx.Conn()) // relayH2 may abandon it halfway
+		}
 		out = fasthttp.AcquireRequest()
 		req.CopyTo(out)
 		out.SetBodyStream(cb, body.cl)
@@ -412,6 +415,9 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		x.armTerm(tcl, dispatch, ab.ab)
 	}
 	o, u, inService := p.relay(a, out, &ctx.Response, cb, ab)
+	if cb != nil && cb.unread {
+		clientClose = true // the rest of the body must not be read as a request
+	}
 	if tcl != nil {
 		x.stopTerm()
 		if cut == nil {

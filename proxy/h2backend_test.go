@@ -1,0 +1,150 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/h2c"
+
+	"github.com/sentry-proxy/sentry/policy"
+)
+
+// h2cBackend serves fn over h2c on a loopback port and returns its
+// address.
+func h2cBackend(t *testing.T, fn http.HandlerFunc) string {
+	t.Helper()
+	s := httptest.NewServer(h2c.NewHandler(fn, &http2.Server{}))
+	t.Cleanup(s.Close)
+	return s.Listener.Addr().String()
+}
+
+// TestH2BackendEarlyAnswerClosesHTTP1Conn: an HTTP/1.1 client's body
+// that streams (past request_buffer) to an h2c backend which answers
+// before reading it -- 200 or 413 -- gets that answer, and then its
+// connection closes: the rest of the body, still in the connection, is
+// never read as the next request (here it holds one, which the backend
+// must never see). The backend is not blamed.
+func TestH2BackendEarlyAnswerClosesHTTP1Conn(t *testing.T) {
+	for _, status := range []int{200, 413} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			var smuggled atomic.Int32
+			be := h2cBackend(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/smuggled" {
+					smuggled.Add(1)
+				}
+				w.WriteHeader(status)
+				fmt.Fprintf(w, "early %s", r.URL.Path)
+			})
+			h := startProxy(t, []string{be}, func(s *policy.Snapshot, a *policy.App) {
+				a.Backends.Protocol = policy.ProtoH2C
+				s.Server.RequestBuffer = 16
+			})
+			c, err := net.Dial("tcp", h.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			smug := "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+			const sent = 100000 // past fasthttp's pre-read: the body streams
+			fmt.Fprintf(c, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", sent+len(smug), strings.Repeat("a", sent))
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer while the body is unfinished: %v", err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != status || string(b) != "early /a" || !resp.Close {
+				t.Fatalf("%d %q close=%v, want %d %q and Connection: close", resp.StatusCode, b, resp.Close, status, "early /a")
+			}
+			_, _ = io.WriteString(c, smug)
+			if resp, err := http.ReadResponse(br, nil); err == nil {
+				t.Errorf("the rest of the body was read as a request: %d", resp.StatusCode)
+			}
+			if n := smuggled.Load(); n != 0 {
+				t.Errorf("the backend saw %d smuggled requests", n)
+			}
+			if f := h.p.cur.Load().apps[0].Pool.Backends()[0].Failures(); f != 0 {
+				t.Errorf("%d failures counted against the backend", f)
+			}
+			// A body sent whole keeps its connection.
+			c2, err := net.Dial("tcp", h.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c2.Close()
+			_ = c2.SetDeadline(time.Now().Add(5 * time.Second))
+			br2 := bufio.NewReader(c2)
+			for i := 0; i < 2; i++ {
+				_, _ = io.WriteString(c2, "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+				resp, err := http.ReadResponse(br2, nil)
+				if err != nil {
+					t.Fatalf("whole body %d: %v", i, err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode != status || string(body) != "early /b" || resp.Close {
+					t.Fatalf("whole body %d: %d %q close=%v", i, resp.StatusCode, body, resp.Close)
+				}
+			}
+		})
+	}
+}
+
+// TestH2BackendClientBodyFailureNotBackends: an HTTP/1.1 client whose
+// streamed chunked body turns out malformed halfway, relayed to an h2c
+// backend that reads it, is answered 400 -- the client's fault -- and the
+// backend is not blamed: after more such requests than
+// health.passive.failures it still serves.
+func TestH2BackendClientBodyFailureNotBackends(t *testing.T) {
+	be := h2cBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(w, "got %d", len(b))
+	})
+	h := startProxy(t, []string{be}, func(s *policy.Snapshot, a *policy.App) {
+		a.Backends.Protocol = policy.ProtoH2C
+		a.Health.Passive.Failures = 2
+		s.Server.RequestBuffer = 16
+	})
+	chunk := strings.Repeat("c", 20000) // past fasthttp's pre-read
+	for i := 0; i < 3; i++ {
+		resp, body := rawRequest(t, h.addr, "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"+
+			fmt.Sprintf("%x\r\n%s\r\nzz\r\n", len(chunk), chunk))
+		if resp.StatusCode != 400 {
+			t.Errorf("malformed body %d: %d %q, want 400", i, resp.StatusCode, body)
+		}
+	}
+	if f := h.p.cur.Load().apps[0].Pool.Backends()[0].Failures(); f != 0 {
+		t.Errorf("%d failures counted against the backend for the client's bodies", f)
+	}
+	// Streamed bodies sent whole, read whole: the connection stays.
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	for i := 0; i < 2; i++ {
+		fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(chunk), chunk)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("after %d: %v", i, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(body) != fmt.Sprintf("got %d", len(chunk)) || resp.Close {
+			t.Errorf("after %d: %d %q close=%v", i, resp.StatusCode, body, resp.Close)
+		}
+	}
+}
