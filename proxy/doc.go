@@ -246,7 +246,10 @@
 // dials TLS with backends.tls and insists on ALPN h2. Both dial within
 // timeouts.connect (dialH2), and a connection is not an idleConn: HTTP/2
 // connections idle between streams by design, and the transport pings
-// them instead.
+// them instead. One that carries no stream for 30 s closes (as
+// HostClient's idle connections do), so connections to backends that left
+// the pool do not live on; a reload that drops the app, and Close, close
+// its idle ones at once.
 //
 // Decision: the engine. The relay is relayH2, called from relay, so the
 // whole pipeline before it -- routing, trust, classify, admission, the

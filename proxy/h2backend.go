@@ -39,7 +39,10 @@ type h2Client struct {
 // h2, the TLS handshake (which must agree on ALPN "h2") within
 // timeouts.connect. Compression is left to the two ends (no
 // Accept-Encoding is added, no body is decoded), and idle connections are
-// pinged so that a dead one is noticed between requests.
+// pinged so that a dead one is noticed between requests, and closed after
+// h2IdleConnTimeout without a stream (as HostClient's idle connections
+// are), so that connections to backends gone from the pool (a DNS change,
+// a reload) or to a dropped app do not stay open, pinged, for ever.
 func newH2Client(protocol string, connect *atomic.Int64, tlsCfg *atomic.Pointer[tls.Config]) *h2Client {
 	c := &h2Client{scheme: "http"}
 	if protocol == policy.ProtoH2 {
@@ -48,6 +51,7 @@ func newH2Client(protocol string, connect *atomic.Int64, tlsCfg *atomic.Pointer[
 	c.tr = &http2.Transport{
 		AllowHTTP:          true,
 		DisableCompression: true,
+		IdleConnTimeout:    h2IdleConnTimeout,
 		ReadIdleTimeout:    30 * time.Second,
 		PingTimeout:        15 * time.Second,
 		DialTLSContext: func(ctx context.Context, _, addr string, _ *tls.Config) (net.Conn, error) {
@@ -56,6 +60,10 @@ func newH2Client(protocol string, connect *atomic.Int64, tlsCfg *atomic.Pointer[
 	}
 	return c
 }
+
+// h2IdleConnTimeout closes an HTTP/2 backend connection that carried no
+// stream for that long; HostClient's MaxIdleConnDuration is the same.
+const h2IdleConnTimeout = 30 * time.Second
 
 // dialH2 connects to a backend for HTTP/2: TCP, then TLS when cfg is set
 // (h2), all within the connect timeout. The connection is not an

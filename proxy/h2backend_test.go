@@ -148,3 +148,80 @@ func TestH2BackendClientBodyFailureNotBackends(t *testing.T) {
 		}
 	}
 }
+
+// countingListener counts the connections it accepted that are still
+// open (closed by the server, which closes when the peer does).
+type countingListener struct {
+	net.Listener
+	open atomic.Int32
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.open.Add(1)
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	l    *countingListener
+	once atomic.Bool
+}
+
+func (c *countedConn) Close() error {
+	if !c.once.Swap(true) {
+		c.l.open.Add(-1)
+	}
+	return c.Conn.Close()
+}
+
+// waitOpen polls (bounded) until l has want open connections.
+func waitOpen(t *testing.T, l *countingListener, want int32, what string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for l.open.Load() != want && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := l.open.Load(); n != want {
+		t.Errorf("%s: %d backend connections open, want %d", what, n, want)
+	}
+}
+
+// TestH2BackendConnsEndWithApp: an app's HTTP/2 connection to its backend
+// is closed when a reload drops the app, and when the proxy closes; it
+// does not stay open, pinged, for the life of the process.
+func TestH2BackendConnsEndWithApp(t *testing.T) {
+	s := httptest.NewUnstartedServer(h2c.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "ok")
+	}), &http2.Server{}))
+	cl := &countingListener{Listener: s.Listener}
+	s.Listener = cl
+	s.Start()
+	t.Cleanup(s.Close)
+	be := cl.Addr().String()
+	h2app := func(_ *policy.Snapshot, a *policy.App) { a.Backends.Protocol = policy.ProtoH2C }
+	h := startProxy(t, []string{be}, h2app)
+	get := func() {
+		t.Helper()
+		if resp, body := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); resp.StatusCode != 200 || body != "ok" {
+			t.Fatalf("%d %q", resp.StatusCode, body)
+		}
+	}
+	get()
+	waitOpen(t, cl, 1, "after a request")
+	// The same listener now serves another app: "web" is dropped.
+	if err := h.p.Apply(testSnap(h.addr, []string{be}, func(s *policy.Snapshot, a *policy.App) {
+		h2app(s, a)
+		a.Name = "other"
+	})); err != nil {
+		t.Fatal(err)
+	}
+	waitOpen(t, cl, 0, "after the reload that dropped the app")
+	get() // "other" dials its own
+	waitOpen(t, cl, 1, "after a request to the new app")
+	h.close()
+	waitOpen(t, cl, 0, "after the proxy closed")
+}
