@@ -97,6 +97,12 @@ type clientBody struct {
 	// backend answered without taking it all); the rest is still in the
 	// client's connection, which must close after the response.
 	unread bool
+	// sentAt is when an HTTP/2 backend's transport read the body's end
+	// (Unix ns; 0: not yet), and headAt when the response head came
+	// (relayH2): a body all sent before the head gives a measured
+	// service time from then (serve).
+	sentAt atomic.Int64
+	headAt int64
 	// stop, when set, makes a Read blocked on the client return at once,
 	// from another goroutine (h2ReqBody.Close): the h2 stream's body
 	// closed, or the HTTP/1.1 connection's read deadline put in the past

@@ -461,7 +461,12 @@
 //     backend gives the estimator no measured sample at all (measured and
 //     in-service passed as 0): only the backend's Server-Timing counts,
 //     so a slow upload cannot stretch the estimate. Its latency is counted
-//     from when the request became ready to admit (after buffering).
+//     from when the request became ready to admit (after buffering). The
+//     exception is a body relayed to an HTTP/2 backend that was all sent
+//     before the response head came (clientBody.sentAt, headAt): a unary
+//     gRPC call, whose body always streams, or an HTTP/1.1 client's body
+//     sent whole; its measured time runs from the body's end to the head.
+//     A call still streaming its body at the head gives no sample.
 //   - A request that Controller.Park does not decide at once waits for
 //     its batch run (awaitPending: the exchange's one-slot channel is the
 //     admission.Waker) and leaves the queue (Pending.Cancel) when its

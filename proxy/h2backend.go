@@ -146,6 +146,9 @@ func (b *h2ReqBody) Read(p []byte) (int, error) {
 		return 0, b.mu.end
 	}
 	n, err := b.src.Read(p)
+	if err == io.EOF {
+		b.src.sentAt.Store(time.Now().UnixNano())
+	}
 	if err != nil {
 		if err != io.EOF && !b.stopping.Load() {
 			b.mu.client = err
@@ -294,6 +297,9 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 		var timedOut atomic.Bool
 		timer := time.AfterFunc(time.Duration(a.Shared.Idle.Load()), func() { timedOut.Store(true); cancel() })
 		hresp, err := c.tr.RoundTrip(hreq)
+		if err == nil && cb != nil {
+			cb.headAt = time.Now().UnixNano()
+		}
 		if err == nil && rb != nil && !stream {
 			// An HTTP/1.1 client's body is sent to its end (or until the
 			// transport stops reading it: the backend answered >299 or

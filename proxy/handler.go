@@ -450,6 +450,15 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		ae.Upstrm = measured
 		if body != nil && body.streamed {
 			measured, busy = 0, 0
+			if cb != nil {
+				// An HTTP/2 backend's: a body all sent before the response
+				// head (a unary gRPC call; an HTTP/1.1 client's, sent whole)
+				// gives the time from its end to the head. One still
+				// streaming at the head (a bidirectional call) gives none.
+				if at := cb.sentAt.Load(); at != 0 && at <= cb.headAt {
+					measured, busy = time.Duration(cb.headAt-at), inService
+				}
+			}
 		}
 		if a.Observe(&x.t, admission.Result{ServerTiming: st, Measured: measured, InService: busy, End: now}) && len(st) > 0 {
 			x.st = estimator.StripServerTiming(x.st[:0], st)
