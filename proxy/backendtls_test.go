@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -294,5 +295,80 @@ func TestBackendTLSReload(t *testing.T) {
 	}
 	if s != 200 {
 		t.Fatalf("after the reload to the right CA: %d, want 200", s)
+	}
+}
+
+// TestBackendTLSUpgrade: an upgrade (a WebSocket) to an app whose
+// backends speak TLS goes over TLS too, verified with backends.tls.ca --
+// not as plaintext to the backend's TLS port -- and the tunnel works; a
+// backend the CA does not know gets no request (502).
+func TestBackendTLSUpgrade(t *testing.T) {
+	ca, other := newTestCA(t, "upgrade-ca"), newTestCA(t, "other-ca")
+	pair, _, _ := ca.issue(t, false)
+	var sawTLS atomic.Int32
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" || r.TLS == nil {
+			http.Error(w, "no", http.StatusBadRequest)
+			return
+		}
+		sawTLS.Add(1)
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		buf := make([]byte, 1024)
+		for {
+			n, err := brw.Read(buf)
+			if err != nil {
+				return
+			}
+			c.Write([]byte(strings.ToUpper(string(buf[:n]))))
+		}
+	}))
+	s.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	s.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	be := s.Listener.Addr().String()
+	for _, c := range []struct {
+		name string
+		ca   *testCA
+		ok   bool
+	}{{"verified", ca, true}, {"unknown CA", other, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			before := sawTLS.Load()
+			h := startProxy(t, []string{be}, func(_ *policy.Snapshot, a *policy.App) {
+				a.Backends.TLS = &policy.BackendTLS{CAFile: c.ca.file}
+			})
+			conn, err := net.Dial("tcp", h.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.ok {
+				if resp.StatusCode != 502 || sawTLS.Load() != before {
+					t.Fatalf("unknown CA: %d, backend reached %d times, want 502 and none", resp.StatusCode, sawTLS.Load()-before)
+				}
+				return
+			}
+			if resp.StatusCode != 101 {
+				t.Fatalf("upgrade: %d, want 101", resp.StatusCode)
+			}
+			io.WriteString(conn, "hello")
+			buf := make([]byte, 5)
+			if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "HELLO" {
+				t.Fatalf("echo: %q %v", buf, err)
+			}
+		})
 	}
 }

@@ -228,7 +228,9 @@
 // logged once. TLS 1.3 lets the backend refuse a client certificate only
 // after the client's handshake is done; fasthttp then reports a closed
 // connection, so idleConn records the alert (Upstream.Alert) for relay to
-// log as the cause. Active probes dial the same way (httpProbe).
+// log as the cause. Active probes dial the same way (httpProbe), and so do
+// upgrades (dialBackend): a tunnel's request never goes in plaintext to a
+// backend the policy reaches over TLS.
 //
 // Decision: the event loops relay plain TCP only (their raw read/write
 // state machine has no TLS record layer; kTLS would be the way in, and it
@@ -290,7 +292,10 @@
 // (a stream's request may have been seen); selective early termination
 // does not apply (cutting one stream of a shared connection needs a
 // stream reset, not built); max_conns_per_backend is not applied
-// (streams, not connections, are the unit). The request's "te: trailers",
+// (streams, not connections, are the unit); an HTTP/1.1 upgrade is relayed
+// as an ordinary request without its Upgrade (handle), since the backend
+// speaks HTTP/2 only and sentry has no extended CONNECT (RFC 8441). The
+// request's "te: trailers",
 // which the header policy drops as hop-by-hop, is sent again for gRPC
 // requests, which require it. Active health probes are an HTTP/2 GET of
 // health.active.path over the same transport (h2Probe); a gRPC server

@@ -225,3 +225,21 @@ func TestH2BackendConnsEndWithApp(t *testing.T) {
 	h.close()
 	waitOpen(t, cl, 0, "after the proxy closed")
 }
+
+// TestH2BackendUpgradeIgnored: an HTTP/1.1 upgrade request to an app
+// whose backends speak HTTP/2 is relayed as an ordinary request over
+// HTTP/2, without its Upgrade, and the backend's answer comes back; it is
+// never sent as HTTP/1.1 bytes to a backend that speaks HTTP/2 only.
+func TestH2BackendUpgradeIgnored(t *testing.T) {
+	be := h2cBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "proto=%s upgrade=%q", r.Proto, r.Header.Get("Upgrade"))
+	})
+	h := startProxy(t, []string{be}, func(_ *policy.Snapshot, a *policy.App) { a.Backends.Protocol = policy.ProtoH2C })
+	resp, body := rawRequest(t, h.addr, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	if resp.StatusCode != 200 || body != `proto=HTTP/2.0 upgrade=""` {
+		t.Fatalf("%d %q, want the backend's ordinary answer over HTTP/2", resp.StatusCode, body)
+	}
+	if n := h.p.tunnelCount.Load(); n != 0 {
+		t.Errorf("%d tunnels open", n)
+	}
+}

@@ -163,6 +163,13 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		dropListed(h, h.RawHeaders(), a.ReqID, a.LoadHeader)
 	}
 	upgrade := f.Upgrade && len(h.PeekBytes(pipeline.HdrUpgrade)) > 0
+	if upgrade && a.H2 != nil {
+		// An HTTP/2 backend takes no HTTP/1.1 upgrade: the request goes
+		// as an ordinary one, its Upgrade dropped (a server may ignore
+		// Upgrade, RFC 9110 §7.8), rather than as HTTP/1.1 bytes to a
+		// backend that speaks HTTP/2 only.
+		upgrade = false
+	}
 	if f.Hop { // fasthttp's Del scans every header per name: only when there is one
 		stripHopByHop(h, upgrade)
 	}
