@@ -241,6 +241,11 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 		}
 		hdr.Add(string(k), string(v))
 	})
+	if _, ok := hdr["User-Agent"]; !ok {
+		// None from the client: none to the backend (http2.Transport
+		// would add its own, as HostClient does not: NoDefaultUserAgentHeader).
+		hdr["User-Agent"] = []string{""}
+	}
 	if pipeline.IsGRPC(req.Header.ContentType()) {
 		// gRPC requires "te: trailers" (the one TE value HTTP/2 allows);
 		// the header policy dropped the client's as hop-by-hop.

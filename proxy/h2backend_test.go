@@ -243,3 +243,19 @@ func TestH2BackendUpgradeIgnored(t *testing.T) {
 		t.Errorf("%d tunnels open", n)
 	}
 }
+
+// TestH2BackendUserAgent: the backend gets the client's User-Agent, and
+// none when the client sent none -- not http2.Transport's default -- as
+// over HTTP/1.1.
+func TestH2BackendUserAgent(t *testing.T) {
+	be := h2cBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%q", r.Header["User-Agent"])
+	})
+	h := startProxy(t, []string{be}, func(_ *policy.Snapshot, a *policy.App) { a.Backends.Protocol = policy.ProtoH2C })
+	for _, c := range []struct{ line, want string }{{"", `[]`}, {"User-Agent: ua/1\r\n", `["ua/1"]`}} {
+		resp, body := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n"+c.line+"\r\n")
+		if resp.StatusCode != 200 || body != c.want {
+			t.Errorf("%q: %d %s, want %s", c.line, resp.StatusCode, body, c.want)
+		}
+	}
+}
