@@ -372,3 +372,44 @@ func TestBackendTLSUpgrade(t *testing.T) {
 		})
 	}
 }
+
+// TestBackendTLSSNI: server_name is sent as the SNI, with verification
+// and without it (insecure_skip_verify); without server_name a backend
+// given by IP gets none.
+func TestBackendTLSSNI(t *testing.T) {
+	ca := newTestCA(t, "sni-ca")
+	pair, _, _ := ca.issue(t, false)
+	sni := make(chan string, 4)
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
+	s.TLS = &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		sni <- h.ServerName
+		return nil, nil
+	}, Certificates: []tls.Certificate{pair}}
+	s.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	be := s.Listener.Addr().String()
+	for _, c := range []struct {
+		name string
+		bt   policy.BackendTLS
+		want string
+	}{
+		{"skip verify", policy.BackendTLS{InsecureSkipVerify: true, ServerName: "backend.internal"}, "backend.internal"},
+		{"by IP", policy.BackendTLS{CAFile: ca.file}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := startProxy(t, []string{be}, func(_ *policy.Snapshot, a *policy.App) { bt := c.bt; a.Backends.TLS = &bt })
+			if resp, body := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); resp.StatusCode != 200 {
+				t.Fatalf("%d %q", resp.StatusCode, body)
+			}
+			select {
+			case got := <-sni:
+				if got != c.want {
+					t.Errorf("SNI %q, want %q", got, c.want)
+				}
+			case <-time.After(2 * time.Second):
+				t.Fatal("no handshake seen")
+			}
+		})
+	}
+}
