@@ -413,3 +413,56 @@ func TestBackendTLSSNI(t *testing.T) {
 		})
 	}
 }
+
+// TestH2BackendTLSVerification: protocol h2 verifies the backend as http1
+// over TLS does (an unknown CA is a 502, the cause logged) and insists on
+// ALPN h2 (a backend that speaks only HTTP/1.1 over TLS is a 502 naming
+// that); with the right CA and h2 it serves over HTTP/2.
+func TestH2BackendTLSVerification(t *testing.T) {
+	ca, other := newTestCA(t, "h2-ca"), newTestCA(t, "other-ca")
+	pair, _, _ := ca.issue(t, false)
+	start := func(h2 bool) string {
+		s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "proto=%s", r.Proto)
+		}))
+		s.EnableHTTP2 = h2
+		s.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+		s.Config.ErrorLog = log.New(io.Discard, "", 0)
+		s.StartTLS()
+		t.Cleanup(s.Close)
+		return s.Listener.Addr().String()
+	}
+	h2be, h1be := start(true), start(false)
+	for _, c := range []struct {
+		name   string
+		be     string
+		ca     *testCA
+		status int
+		want   string // body on 200, the logged cause on 502
+	}{
+		{"verified", h2be, ca, 200, "proto=HTTP/2.0"},
+		{"unknown CA", h2be, other, 502, "certificate signed by unknown authority"},
+		// Go's server refuses the handshake itself (an alert); one that
+		// completes it without ALPN gets dialH2's "did not agree to h2".
+		{"no h2 in ALPN", h1be, ca, 502, "no application protocol"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs logBuf
+			lg := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &logs})
+			h := startProxyOpts(t, []string{c.be}, Options{Logger: lg}, func(_ *policy.Snapshot, a *policy.App) {
+				a.Backends.Protocol = policy.ProtoH2
+				a.Backends.TLS = &policy.BackendTLS{CAFile: c.ca.file}
+			})
+			resp, body := rawRequest(t, h.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+			if resp.StatusCode != c.status {
+				t.Fatalf("%d %q, want %d", resp.StatusCode, body, c.status)
+			}
+			if c.status == 200 && body != c.want {
+				t.Errorf("body %q, want %q", body, c.want)
+			}
+			if c.status == 502 && !strings.Contains(logs.String(), c.want) {
+				t.Errorf("log does not name the cause %q:\n%s", c.want, logs.String())
+			}
+		})
+	}
+}
