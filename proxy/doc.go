@@ -288,7 +288,12 @@
 // What differs from HTTP/1.1 backends, and why: timeouts.response bounds
 // the wait for the response head only, not the gaps in a body (a gRPC
 // stream may be quiet for as long as its call lives; its deadline travels
-// in grpc-timeout, which is forwarded); only a failed connect is retried
+// in grpc-timeout, which is forwarded), and it runs from when the request
+// has been sent whole (respTimer: at dispatch, or at the end of a body
+// that streams), so a client's upload -- a large HTTP/1.1 body, a gRPC
+// client-streaming call -- is not counted against the backend, as it is
+// not on HTTP/1.1, where the timeout starts once the request is written;
+// only a failed connect is retried
 // (a stream's request may have been seen); selective early termination
 // does not apply (cutting one stream of a shared connection needs a
 // stream reset, not built); max_conns_per_backend is not applied

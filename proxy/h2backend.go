@@ -100,6 +100,51 @@ func dialH2(ctx context.Context, addr string, connect time.Duration, cfg *tls.Co
 // timeouts.response.
 var errH2Timeout = errors.New("proxy: backend response timeout")
 
+// respTimer is timeouts.response for one attempt of relayH2: it runs
+// from when the request has been sent whole -- at dispatch for a body
+// held in sentry, at the end of a streamed one (h2ReqBody's onEnd) -- to
+// the response head, and cancels the attempt when it expires. So a
+// client's upload (an HTTP/1.1 body larger than the buffer; a gRPC
+// client-streaming call) is not counted as the backend's time, as it is
+// not for an HTTP/1.1 backend, whose response timeout starts when the
+// request is written; the client's side has its own limits
+// (server.body_timeout, body_min_rate).
+type respTimer struct {
+	d     time.Duration
+	fired atomic.Bool // it expired: the attempt was cancelled
+	mu    struct {
+		sync.Mutex
+		t    *time.Timer
+		over bool // stopped for good: a later start is a no-op
+	}
+}
+
+func newRespTimer(d time.Duration, cancel context.CancelFunc, now bool) *respTimer {
+	r := &respTimer{d: d}
+	r.mu.t = time.AfterFunc(d, func() { r.fired.Store(true); cancel() })
+	if !now {
+		r.mu.t.Stop()
+	}
+	return r
+}
+
+// start (re)starts the countdown, unless stop came first.
+func (r *respTimer) start() {
+	r.mu.Lock()
+	if !r.mu.over {
+		r.mu.t.Reset(r.d)
+	}
+	r.mu.Unlock()
+}
+
+// stop ends the countdown for good.
+func (r *respTimer) stop() {
+	r.mu.Lock()
+	r.mu.over = true
+	r.mu.t.Stop()
+	r.mu.Unlock()
+}
+
 // errH2BodyAbandoned marks an HTTP/1.1 client's exchange whose response
 // came but whose body could not be sent to its end (relayH2).
 var errH2BodyAbandoned = errors.New("proxy: request body not sent to its end")
@@ -129,10 +174,18 @@ type h2ReqBody struct {
 	stopped  atomic.Bool // Close called src.stop: a Read was (or might have been) cut
 	fin      chan struct{}
 	mu       struct {
-		sync.Mutex       // held through each Read of src
-		end        error // io.EOF, the read error, or errBodyStopped: src is read no more
-		client     error // the client's failure, when end is one
+		sync.Mutex        // held through each Read of src
+		end        error  // io.EOF, the read error, or errBodyStopped: src is read no more
+		client     error  // the client's failure, when end is one
+		onEnd      func() // called when the body has been read to its end (respTimer.start)
 	}
+}
+
+// setOnEnd sets what is called when the body has been read to its end.
+func (b *h2ReqBody) setOnEnd(f func()) {
+	b.mu.Lock()
+	b.mu.onEnd = f
+	b.mu.Unlock()
 }
 
 func newH2ReqBody(cb *clientBody) *h2ReqBody {
@@ -148,6 +201,9 @@ func (b *h2ReqBody) Read(p []byte) (int, error) {
 	n, err := b.src.Read(p)
 	if err == io.EOF {
 		b.src.sentAt.Store(time.Now().UnixNano())
+		if b.mu.onEnd != nil {
+			b.mu.onEnd()
+		}
 	}
 	if err != nil {
 		if err != io.EOF && !b.stopping.Load() {
@@ -215,9 +271,10 @@ func (b *h2ReqBody) outcome() pipeline.Outcome {
 // backend's. A failed connect is retried on another backend; nothing
 // else is (a stream's request may have been seen).
 //
-// timeouts.response bounds the wait for the response head only: a stream
-// may then stay quiet as long as its two ends like (gRPC streams do; a
-// gRPC call's own deadline travels in grpc-timeout).
+// timeouts.response bounds the wait for the response head only, from
+// when the request has been sent whole (respTimer): a stream may then
+// stay quiet as long as its two ends like (gRPC streams do; a gRPC call's
+// own deadline travels in grpc-timeout).
 //
 // ab, when set, is an h2 client stream's hold: its context cancels the
 // backend stream when the client resets, and the response is left in
@@ -299,8 +356,10 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 		default:
 			hreq.Body, hreq.ContentLength = http.NoBody, 0
 		}
-		var timedOut atomic.Bool
-		timer := time.AfterFunc(time.Duration(a.Shared.Idle.Load()), func() { timedOut.Store(true); cancel() })
+		timer := newRespTimer(time.Duration(a.Shared.Idle.Load()), cancel, rb == nil)
+		if rb != nil {
+			rb.setOnEnd(timer.start)
+		}
 		hresp, err := c.tr.RoundTrip(hreq)
 		if err == nil && cb != nil {
 			cb.headAt = time.Now().UnixNano()
@@ -309,9 +368,11 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 			// An HTTP/1.1 client's body is sent to its end (or until the
 			// transport stops reading it: the backend answered >299 or
 			// reset the stream) before the response is relayed, within
-			// the same timeouts.response. Its client connection's reader
-			// is then free again, and nothing of the body is read after
-			// the handler lets the request and its buffer go.
+			// timeouts.response from the head on (or from the body's end,
+			// when it came first). Its client connection's reader is then
+			// free again, and nothing of the body is read after the
+			// handler lets the request and its buffer go.
+			timer.start()
 			select {
 			case <-rb.fin:
 			case <-ctx.Done():
@@ -322,7 +383,7 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 				err = errH2BodyAbandoned
 			}
 		}
-		timer.Stop()
+		timer.stop()
 		if rb != nil && !isDialError(err) && (err != nil || !stream) {
 			// No read of the client's body is under way or to come: the
 			// transport is done with it or never will be (Close waits
@@ -359,7 +420,7 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 			// malformed): its outcome, and no fault of the backend's.
 			a.Pool.Release(b, true)
 			return rb.outcome(), u, 0
-		case timedOut.Load():
+		case timer.fired.Load():
 			err, o = errH2Timeout, pipeline.OutBackendTimeout
 		default:
 			o = pipeline.OutBackendFailed

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -257,5 +258,77 @@ func TestH2BackendUserAgent(t *testing.T) {
 		if resp.StatusCode != 200 || body != c.want {
 			t.Errorf("%q: %d %s, want %s", c.line, resp.StatusCode, body, c.want)
 		}
+	}
+}
+
+// TestH2BackendResponseTimeoutAfterUpload: timeouts.response runs from
+// when the request body has been sent whole, not from dispatch: a body
+// that streams for longer than it (three parts, 400 ms apart, against a
+// 300 ms timeout) from an HTTP/1.1 client and from an h2 client reaches
+// the backend, which answers at once, and the answer comes back (not a
+// 504 blamed on the backend). A backend that then takes longer than the
+// timeout to answer is still cut (504).
+func TestH2BackendResponseTimeoutAfterUpload(t *testing.T) {
+	be := h2cBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		if r.URL.Path == "/slow" {
+			time.Sleep(time.Second)
+		}
+		fmt.Fprintf(w, "got %d", len(b))
+	})
+	cf, kf := writeTestCert(t)
+	h := startProxy(t, []string{be}, func(s *policy.Snapshot, a *policy.App) {
+		a.Backends.Protocol = policy.ProtoH2C
+		a.Timeouts.Response = 300 * time.Millisecond
+		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+		s.Server.RequestBuffer = 16
+		s.Server.BodyMinRate = 0
+	})
+	part := strings.Repeat("p", 20000) // past fasthttp's pre-read: the body streams
+	slowBody := func(w io.Writer) {
+		for i := 0; i < 3; i++ {
+			if i > 0 {
+				time.Sleep(400 * time.Millisecond)
+			}
+			if _, err := io.WriteString(w, part); err != nil {
+				return
+			}
+		}
+	}
+	// HTTP/1.1 over TLS.
+	for _, c := range []struct{ path, status string }{{"/up", "200"}, {"/slow", "504"}} {
+		conn, err := tls.Dial("tcp", h.addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", c.path, 3*len(part))
+		slowBody(conn)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		conn.Close()
+		if err != nil {
+			t.Fatalf("HTTP/1.1 %s: %v", c.path, err)
+		}
+		if fmt.Sprint(resp.StatusCode) != c.status {
+			t.Errorf("HTTP/1.1 %s: %d, want %s", c.path, resp.StatusCode, c.status)
+		}
+	}
+	// h2: the body from a pipe.
+	tr := &http2.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	defer tr.CloseIdleConnections()
+	pr, pw := io.Pipe()
+	go func() { slowBody(pw); pw.Close() }()
+	req, _ := http.NewRequest("POST", "https://"+h.addr+"/up", pr)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != fmt.Sprintf("got %d", 3*len(part)) {
+		t.Errorf("h2: %d %q", resp.StatusCode, b)
 	}
 }
