@@ -68,8 +68,9 @@
 // so concurrent SetAddrs calls converge on the last one, and any backend
 // attached but not published is detached: Attach and Detach are always
 // paired. When several sentries split one app, Options.Partition keeps the
-// addresses this sentry owns by rendezvous hashing, so the split is
-// disjoint, needs no coordination and moves only what must move.
+// addresses this sentry owns by rendezvous hashing with a quota per
+// sentry, so the split is disjoint, even (shares differ by at most one),
+// needs no coordination and moves few backends on a change.
 //
 // A Registry keeps one Pool per app name across policy reloads: Pool
 // returns the existing pool reconfigured and moved to the new addresses

@@ -50,10 +50,10 @@ type Active struct {
 }
 
 // Partition assigns this sentry a share of the backends when several
-// sentries guard one app (docs/algorithms.md §5): backend a belongs to the
-// sentry whose Index maximises a rendezvous hash of (a, Index), so the
-// split is disjoint, covers every backend and moves only the backends that
-// appear or disappear. Count 0 or 1 means this sentry owns every backend.
+// sentries guard one app (docs/algorithms.md §5): rendezvous hashing of
+// the backend address with a quota per sentry (Filter), so the split is
+// disjoint, covers every backend, is even and moves few backends on a
+// change. Count 0 or 1 means this sentry owns every backend.
 type Partition struct {
 	Index int // 0 ≤ Index < Count
 	Count int

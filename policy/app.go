@@ -455,6 +455,16 @@ func (d *decoder) dns(n *yaml.Node, path string) *DNS {
 			}
 		}},
 		{"interval", d.durationField(&x.Interval, time.Nanosecond)},
+		{"server", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok {
+				a, err := parseDNSServer(s)
+				if err != nil {
+					d.errorf(v, p, "%v", err)
+					return
+				}
+				x.Server = a
+			}
+		}},
 	}) {
 		return nil
 	}

@@ -156,7 +156,7 @@ apps:
     tls: {cert: site.pem, key: site.key}
     trusted_proxies: [10.0.0.0/8, 192.168.1.10, "2001:db8::/32"]
     backends:
-      dns: {name: shop.svc.cluster.local, port: 8080, interval: 2s}
+      dns: {name: shop.svc.cluster.local, port: 8080, interval: 2s, server: "[::1]:5353"}
     balance: p2c
     health:
       active: {path: /healthz, interval: 2s, timeout: 500ms, rise: 1, fall: 5}
@@ -277,7 +277,7 @@ apps:
 			netip.MustParsePrefix("192.168.1.10/32"),
 			netip.MustParsePrefix("2001:db8::/32"),
 		},
-		Backends: Backends{DNS: &DNS{Name: "shop.svc.cluster.local", Port: 8080, Interval: 2 * time.Second}, Protocol: ProtoHTTP1},
+		Backends: Backends{DNS: &DNS{Name: "shop.svc.cluster.local", Port: 8080, Interval: 2 * time.Second, Server: "[::1]:5353"}, Protocol: ProtoHTTP1},
 		Balance:  P2C,
 		Health: Health{
 			Active:  &ActiveHealth{Path: "/healthz", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond, Rise: 1, Fall: 5},

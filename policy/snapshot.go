@@ -305,6 +305,9 @@ type DNS struct {
 	Name     string
 	Port     uint16
 	Interval time.Duration // default 5s
+	// Server is the IP:port of the DNS server to ask (canonical form);
+	// empty (the default) uses the system's resolver (/etc/resolv.conf).
+	Server string
 }
 
 // Health configures active and passive health checking.

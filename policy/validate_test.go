@@ -274,11 +274,21 @@ apps:
     listen: 127.0.0.1:8082
     backends:
       dns: {name: 10.0.0.1, port: 70000}
+  - name: c
+    listen: 127.0.0.1:8083
+    backends:
+      dns: {name: svc.local, port: 80, server: ns.local:53}
+  - name: d
+    listen: 127.0.0.1:8084
+    backends:
+      dns: {name: svc.local, port: 80, server: 127.0.0.1}
 `, []string{
 			`5: apps[0].backends.dns: port is required`,
 			`5: apps[0].backends.dns.interval: 0s must be positive`,
 			`9: apps[1].backends.dns.name: dns name "10.0.0.1" is an IP address; use static backends`,
 			`9: apps[1].backends.dns.port: 70000 is out of range; must be from 1 to 65535`,
+			`13: apps[2].backends.dns.server: dns server "ns.local:53": want an IP address and a port`,
+			`17: apps[3].backends.dns.server: invalid address "127.0.0.1": missing port`,
 		}},
 
 		{"tls: missing file, missing key", `

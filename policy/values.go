@@ -249,6 +249,21 @@ func checkDNSName(s string) error {
 	return nil
 }
 
+// parseDNSServer checks the address of a DNS server for DNS backends: an
+// IP address and a port (a name would need a resolver to find the
+// resolver).
+func parseDNSServer(s string) (string, error) {
+	a, err := parseBackendAddr(s)
+	if err != nil {
+		return "", err
+	}
+	host, _, _ := net.SplitHostPort(a)
+	if _, err := netip.ParseAddr(host); err != nil {
+		return "", fmt.Errorf("dns server %q: want an IP address and a port (e.g. 127.0.0.1:53), not a name", s)
+	}
+	return a, nil
+}
+
 // editDistance is the Levenshtein distance, for "did you mean" hints.
 func editDistance(a, b string) int {
 	prev := make([]int, len(b)+1)

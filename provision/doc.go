@@ -31,8 +31,11 @@
 // counts per tick, Var(N)/E[N] over exponentially decayed rate samples
 // (60 s time constant), which is c_a² for a renewal process (1 for
 // Poisson, 0 for evenly spaced arrivals; TestDispersion). Until 10 ticks
-// have been seen it reads 1. Swings of the rate itself count as variance,
-// which errs toward more servers.
+// have been seen it reads 1. Decision: the variance comes from successive
+// differences of the per-tick rates, so a change of the rate level is not
+// read as burstiness (it was, at first: a 1× → 3× step read as c_a² ≈ 37
+// and kept servers needed high for minutes after the load fell;
+// TestDispersionLevelShift).
 //
 // Decision, parallelism: a backend runs P requests at full speed (the batch
 // test's model, batchac's "Parallelism"; P is that app's configured or

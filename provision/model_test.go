@@ -173,6 +173,44 @@ func TestAccuracySweep(t *testing.T) {
 	}
 }
 
+// poissonCount draws the arrivals of one second at rate r.
+func poissonCount(rng *rand.Rand, r float64) float64 {
+	n, t := 0, rng.ExpFloat64()/r
+	for t < 1 {
+		n++
+		t += rng.ExpFloat64() / r
+	}
+	return float64(n)
+}
+
+// TestDispersionLevelShift: Poisson arrivals whose rate steps from 55 to
+// 165 req/s and back are still Poisson: c_a² stays near 1 through the
+// steps (a step adds one large difference, not minutes of lag).
+func TestDispersionLevelShift(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var d Dispersion
+	worst, late := 0.0, 0.0
+	for i := 0; i < 400; i++ {
+		r := 55.0
+		if i >= 120 && i < 240 {
+			r = 165
+		}
+		d.Observe(poissonCount(rng, r), time.Second)
+		if i >= 120 {
+			worst = max(worst, d.CA2())
+		}
+		if i == 120+90 || i == 240+90 {
+			late = max(late, d.CA2())
+		}
+	}
+	if worst > 2.5 {
+		t.Errorf("c_a² reached %.2f across the steps; Poisson is 1", worst)
+	}
+	if late < 0.6 || late > 1.5 {
+		t.Errorf("c_a² 90 s after a step = %.2f, want ≈ 1", late)
+	}
+}
+
 // TestDispersion: Poisson counts give c_a² ≈ 1, evenly spaced arrivals ≈ 0.
 func TestDispersion(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))

@@ -417,7 +417,9 @@ func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
 	}
 	if d := ac.Backends.DNS; d != nil {
 		res := p.opts.Resolver
-		if res == nil {
+		if d.Server != "" {
+			res = serverResolver(d.Server)
+		} else if res == nil {
 			res = net.DefaultResolver
 		}
 		name, port := d.Name, strconv.Itoa(int(d.Port))
@@ -516,4 +518,14 @@ func (p *Proxy) Close() {
 	if p.opts.Control != nil {
 		p.opts.Control.Retain(nil)
 	}
+}
+
+// serverResolver is a resolver that sends every DNS query to server
+// (backends.dns.server) instead of the servers in /etc/resolv.conf. It is
+// Go's own resolver, so /etc/hosts is still read first.
+func serverResolver(server string) *net.Resolver {
+	var d net.Dialer
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, server)
+	}}
 }

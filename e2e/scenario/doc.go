@@ -124,9 +124,26 @@
 // every peer run with the same file and scaling (so peers can be run
 // separately).
 //
+// # Closed-loop autoscaling and several sentries (issue 15)
+//
+// Two runs are not scenario files, because the runner's farm is fixed and
+// its peer is one process. RunAutoscale (autoscale.go, e2e/cmd/autoscale)
+// starts one-server farms on 127.0.0.10, .11, … at one port, a DNS server
+// (package sim/dns) whose name lists the ready ones, and sentry with
+// backends.dns pointing at it (backends.dns.server); a stand-in HPA polls
+// sentry_provision_servers_needed and changes the name after a
+// provisioning delay. RunSentries (sentries.go, e2e/cmd/sentries) starts
+// one farm and k sentries with partition {index, count: k}, and drives
+// them with the load generator (goodput) or wrk (decisions per second,
+// optionally each sentry pinned to a core with taskset). e2e/README.md
+// gives the figures.
+//
 // # Concurrency
 //
-// Run is sequential; during a peer's run it owns one sampler goroutine
+// RunAutoscale owns one autoscaler goroutine (a 100 ms ticker, stopped
+// when the load run returns or the context ends) besides the load
+// generator; RunSentries one goroutine per wrk or one for the load run,
+// each waited for before the next count starts. Run is sequential; during a peer's run it owns one sampler goroutine
 // (ticker plus context, bounded by a sample count), one event player
 // (bounded by the events list) and, per child process,
 // one goroutine waiting for it. Both end before runPeer returns. The load

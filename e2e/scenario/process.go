@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -143,3 +145,27 @@ func freeAddr() (string, error) {
 }
 
 var errNotInstalled = errors.New("not installed")
+
+// BuildSentry builds ./cmd/sentry of the module the working directory is
+// in, into out/.bin/sentry, and returns its absolute path.
+func BuildSentry(ctx context.Context, out string) (string, error) {
+	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	if strings.TrimSpace(string(gomod)) == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
+		return "", errors.New("not inside the sentry module; give -sentry PATH")
+	}
+	abs, err := filepath.Abs(filepath.Join(out, ".bin", "sentry"))
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", abs, "./cmd/sentry")
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", err
+	}
+	return abs, nil
+}

@@ -12,13 +12,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -61,7 +58,7 @@ func run() int {
 		bin := *sentryBin
 		if bin == "" {
 			var err error
-			if bin, err = buildSentry(ctx, *out); err != nil {
+			if bin, err = scenario.BuildSentry(ctx, *out); err != nil {
 				fmt.Fprintln(os.Stderr, "scenario: building sentry:", err)
 				return 1
 			}
@@ -97,7 +94,7 @@ func run() int {
 	bin := *sentryBin
 	if bin == "" && needsSentry(names) {
 		var err error
-		if bin, err = buildSentry(ctx, *out); err != nil {
+		if bin, err = scenario.BuildSentry(ctx, *out); err != nil {
 			fmt.Fprintln(os.Stderr, "scenario: building sentry:", err)
 			return 1
 		}
@@ -131,29 +128,6 @@ func needsSentry(peers []string) bool {
 		}
 	}
 	return false
-}
-
-// buildSentry builds ./cmd/sentry of the module this command belongs to.
-func buildSentry(ctx context.Context, out string) (string, error) {
-	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", err
-	}
-	root := filepath.Dir(strings.TrimSpace(string(gomod)))
-	if strings.TrimSpace(string(gomod)) == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
-		return "", errors.New("not inside the sentry module; give -sentry PATH")
-	}
-	abs, err := filepath.Abs(filepath.Join(out, ".bin", "sentry"))
-	if err != nil {
-		return "", err
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", abs, "./cmd/sentry")
-	cmd.Dir = root
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return "", err
-	}
-	return abs, nil
 }
 
 type multi []string

@@ -1,0 +1,64 @@
+// Command sentries runs the several-sentries experiment (issue 15, the
+// shape of Cataclysm's Fig. 9): 1, 2 and 3 sentries in front of one
+// 6-server farm, each owning a partition of it, the load spread evenly
+// across them. See e2e/README.md, "Several sentries".
+//
+//	go run ./e2e/cmd/sentries -out sentries-out                     # goodput and p95 at 3× capacity
+//	go run ./e2e/cmd/sentries -out sentries-out -wrk -pin -counts 1,2 # decisions/s, each sentry pinned to a core
+//
+// It prints one line per run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/sentry-proxy/sentry/e2e/scenario"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	out := flag.String("out", "sentries-out", "output `DIR`")
+	sentryBin := flag.String("sentry", "", "sentry binary `PATH` (default: go build ./cmd/sentry into OUT/.bin/)")
+	counts := flag.String("counts", "1,2,3", "comma-separated numbers of sentries, one run each")
+	level := flag.Float64("level", 3, "offered load in units of the farm's capacity (goodput runs)")
+	dur := flag.Duration("duration", 0, "length of each run (default 30s; the first 5s are not counted)")
+	wrk := flag.Bool("wrk", false, "drive every sentry with wrk as fast as it goes and report decisions/s")
+	conns := flag.Int("wrk-conns", 0, "wrk connections per sentry (default 1000)")
+	pin := flag.Bool("pin", false, "pin sentry i to CPU i mod NumCPU with taskset")
+	shared := flag.Bool("shared", false, "no partition: every sentry admits for the whole farm (for comparison)")
+	flag.Parse()
+	c := scenario.SentriesConfig{Level: *level, Duration: *dur, Wrk: *wrk, WrkConns: *conns, Pin: *pin, Shared: *shared, Seed: 9}
+	for _, s := range strings.Split(*counts, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sentries: -counts:", err)
+			return 2
+		}
+		c.Counts = append(c.Counts, k)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	bin := *sentryBin
+	if bin == "" {
+		var err error
+		if bin, err = scenario.BuildSentry(ctx, *out); err != nil {
+			fmt.Fprintln(os.Stderr, "sentries: building sentry:", err)
+			return 1
+		}
+	}
+	c.Sentry, c.Dir = bin, *out
+	c.Progress = func(s string) { fmt.Println(s) }
+	if _, err := scenario.RunSentries(ctx, c); err != nil {
+		fmt.Fprintln(os.Stderr, "sentries:", err)
+		return 1
+	}
+	return 0
+}
