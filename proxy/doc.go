@@ -280,7 +280,9 @@
 // ending the stream, since a head flushed apart would end without
 // trailers and gRPC clients read that as INTERNAL; and
 // (c) copies the backend's trailers after the body (gRPC's grpc-status
-// lives there). Flow control is the two transports': the backend stream's
+// lives there); a body the backend's side cuts short ends the client's
+// stream with a reset (serveH2 panics with http.ErrAbortHandler after the
+// access log), since a clean end would present it as complete. Flow control is the two transports': the backend stream's
 // window opens as serveH2 writes to the client, and the client's as
 // http2.Transport reads the request body. A client reset cancels the
 // backend stream (the stream's context is the backend request's).

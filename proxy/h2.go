@@ -159,6 +159,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	// server.write_timeout is an idle timeout here too: each write must
 	// progress within it (h2Writer), so long downloads are not cut.
 	ww := h2Writer{w: w, rc: rc, t: fe.writeTimeout}
+	truncated := false
 	ww.push()
 	var h2resp *http.Response
 	if cut != nil {
@@ -191,6 +192,10 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 				// The backend connection holds the rest of the body (or
 				// was cut): it must not go back to the pool.
 				resp.SetConnectionClose()
+				// Cut short on the backend's side (not a failed write to
+				// this client): the stream is reset below, so the client
+				// does not take what came as the whole body.
+				truncated = !ww.failed
 			}
 		} else {
 			_, _ = ww.Write(resp.Body())
@@ -202,7 +207,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 			resp.SetConnectionClose()
 		}
 	}
-	if h2resp != nil {
+	if h2resp != nil && !truncated {
 		// Known now that the body was read to its end (gRPC's status is
 		// here). A trailer the backend sent without declaring it goes
 		// out too (net/http's TrailerPrefix).
@@ -218,6 +223,13 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	_ = resp.CloseBodyStream()
 	if a != nil {
 		p.recordCtx(a, rt.Access, &ctx, o, u, start, &ae)
+	}
+	if truncated {
+		// RST_STREAM (x/net's server resets the stream of a handler that
+		// panics with ErrAbortHandler, and logs nothing): ending the
+		// stream cleanly would present a cut body as complete (and a
+		// gRPC call as ended without its status).
+		panic(http.ErrAbortHandler)
 	}
 }
 
@@ -263,11 +275,12 @@ func (fe *frontend) h2Body(a *pipeline.App, r *http.Request, req *fasthttp.Reque
 // h2Writer writes a response body with an idle write deadline; with
 // flush set, every write is flushed to the client at once.
 type h2Writer struct {
-	w     http.ResponseWriter
-	rc    *http.ResponseController
-	t     time.Duration
-	last  time.Time
-	flush bool
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	t      time.Duration
+	last   time.Time
+	flush  bool
+	failed bool // a write (or flush) to the client failed
 }
 
 // containsFold reports whether vs holds k, any case.
@@ -294,6 +307,9 @@ func (w *h2Writer) Write(b []byte) (int, error) {
 	n, err := w.w.Write(b)
 	if w.flush && err == nil {
 		err = w.rc.Flush()
+	}
+	if err != nil {
+		w.failed = true
 	}
 	return n, err
 }

@@ -332,3 +332,34 @@ func TestH2BackendResponseTimeoutAfterUpload(t *testing.T) {
 		t.Errorf("h2: %d %q", resp.StatusCode, b)
 	}
 }
+
+// TestH2ClientSeesTruncatedBody: a response body an h2c backend cuts
+// short (it resets its stream after part of the body) reaches an h2
+// client as a reset stream -- a read error -- never as a complete body
+// ending early.
+func TestH2ClientSeesTruncatedBody(t *testing.T) {
+	be := h2cBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, strings.Repeat("x", 1000))
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler)
+	})
+	cf, kf := writeTestCert(t)
+	h := startProxy(t, []string{be}, func(_ *policy.Snapshot, a *policy.App) {
+		a.Backends.Protocol = policy.ProtoH2C
+		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+	})
+	tr := &http2.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	defer tr.CloseIdleConnections()
+	for i := 0; i < 2; i++ { // the connection survives the reset
+		req, _ := http.NewRequest("GET", "https://"+h.addr+"/", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			t.Fatalf("%d: a body cut at %d bytes read as complete", resp.StatusCode, len(b))
+		}
+	}
+}
