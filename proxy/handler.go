@@ -500,6 +500,10 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	return o, u
 }
 
+// maxStalePicks bounds relay's retries on pooled connections that a
+// stream reset closed (errConnAborted); they do not count as attempts.
+const maxStalePicks = 16
+
 // relay sends req to the least-loaded healthy backend and reads the response
 // head into resp. Connect failures are retried on another backend.
 //
@@ -520,6 +524,7 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 	}
 	var last *pipeline.Upstream
 	replay := cb == nil && idempotent(req) // pipeline.TryAgain: a body held whole
+	stale := 0                             // connections found closed by a reset (errConnAborted)
 	for attempt := 1; ; attempt++ {
 		b := a.Pool.Pick()
 		if b == nil {
@@ -544,6 +549,21 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 				a.Pool.Release(b, true)
 				return pipeline.OutClientGone, u, inService
 			}
+		}
+		if err != nil && errors.Is(err, errConnAborted) {
+			// A pooled connection another stream's reset closed
+			// (abort.go): not the backend's failure, and not an attempt
+			// either (a burst of resets can leave several such in the
+			// pool), up to maxStalePicks; replayable requests only.
+			a.Pool.Release(b, true)
+			if !replay || stale >= maxStalePicks {
+				return pipeline.OutBackendFailed, u, 0
+			}
+			stale++
+			attempt--
+			last = u
+			resp.Reset()
+			continue
 		}
 		if err == nil {
 			a.Pool.Release(b, true)

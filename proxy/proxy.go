@@ -184,6 +184,15 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 		}
 		newAcc = l
 	}
+	// Certificates next, for the same reason: a pair that no longer loads
+	// refuses the policy; the new ones are stored only once it applies.
+	certs, err := p.loadCerts(snap)
+	if err != nil {
+		if newAcc != nil {
+			newAcc.close()
+		}
+		return err
+	}
 	st := &state{snap: snap, routes: map[string]*pipeline.Route{}}
 	p.bufs.cap.Store(snap.Server.RequestBufferTotal)
 	byName := map[string]*pipeline.App{}
@@ -267,6 +276,9 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	for addr, fe := range p.mu.fronts {
 		if rt, ok := st.routes[addr]; ok {
 			fe.route.Store(rt)
+		}
+		if c := certs[addr]; c != nil && fe.tls != nil {
+			fe.cert.Store(c)
 		}
 	}
 	if old != nil {
@@ -461,7 +473,7 @@ func newHostClient(addr string, maxConns int, connect, idle *atomic.Int64, tlsCf
 			if attempts > 1 || req.IsBodyStream() || !idempotent(req) {
 				return false, false
 			}
-			return false, errors.Is(err, fasthttp.ErrConnectionClosed)
+			return false, errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, errConnAborted)
 		},
 	}
 }
