@@ -262,10 +262,9 @@ func (d *decoder) tls(n *yaml.Node, path string) *TLS {
 // the client pair) so that a bad file is refused at load, at its line.
 func (d *decoder) backendTLS(n *yaml.Node, path string) *BackendTLS {
 	var t BackendTLS
-	var certNode, keyNode, caNode, nameNode, skipNode *yaml.Node
+	var certNode, keyNode, caNode, skipNode *yaml.Node
 	if !d.mapping(n, path, []field{
 		{"server_name", func(v *yaml.Node, p string) {
-			nameNode = v
 			if s, ok := d.str(v, p); ok {
 				if err := checkServerName(s); err != nil {
 					d.errorf(v, p, "%v", err)
@@ -297,15 +296,10 @@ func (d *decoder) backendTLS(n *yaml.Node, path string) *BackendTLS {
 	}) {
 		return nil
 	}
-	if t.InsecureSkipVerify {
-		for _, x := range []struct {
-			n   *yaml.Node
-			key string
-		}{{caNode, "ca"}, {nameNode, "server_name"}} {
-			if x.n != nil {
-				d.errorf(x.n, path+"."+x.key, "%s is not used with insecure_skip_verify: true (line %d), which verifies nothing", x.key, line(skipNode))
-			}
-		}
+	// server_name still counts without verification: it is the SNI, which
+	// a backend behind a TLS router (or serving several names) needs.
+	if t.InsecureSkipVerify && caNode != nil {
+		d.errorf(caNode, path+".ca", "ca is not used with insecure_skip_verify: true (line %d), which verifies nothing", line(skipNode))
 	}
 	switch {
 	case certNode != nil && keyNode == nil:

@@ -292,7 +292,8 @@ type BackendTLS struct {
 	// means the system's roots.
 	CAFile string
 	// InsecureSkipVerify turns verification off (testing only). Default
-	// false; cannot be combined with CAFile or ServerName.
+	// false; cannot be combined with CAFile (ServerName is still sent as
+	// the SNI).
 	InsecureSkipVerify bool
 	// CertFile and KeyFile are a client certificate for mutual TLS; both
 	// or neither. Default none.

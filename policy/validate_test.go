@@ -1328,3 +1328,19 @@ func TestPeriodMustLeaveTimeWithinSLA(t *testing.T) {
 		t.Errorf("unexpected error: %v", err)
 	}
 }
+
+// TestBackendTLSSNIWithoutVerification: server_name goes with
+// insecure_skip_verify (it is the SNI a TLS router or a multi-name
+// backend needs even when nothing is verified); ca does not.
+func TestBackendTLSSNIWithoutVerification(t *testing.T) {
+	s := mustParse(t, `
+apps:
+  - name: a
+    backends:
+      static: ["10.0.0.1:443"]
+      tls: {insecure_skip_verify: true, server_name: backend.internal}
+`)
+	if bt := s.Apps[0].Backends.TLS; bt == nil || !bt.InsecureSkipVerify || bt.ServerName != "backend.internal" {
+		t.Fatalf("backends.tls = %+v", bt)
+	}
+}

@@ -77,9 +77,16 @@ type abortable struct {
 func (ab *abortable) bind(c net.Conn) bool {
 	ab.mu.Lock()
 	defer ab.mu.Unlock()
+	ic, _ := c.(*idleConn)
 	if ab.mu.cut {
+		if ic != nil {
+			ic.killed.Store(true)
+		}
 		_ = c.Close()
 		return false
+	}
+	if ic != nil {
+		ic.owner.Store(ab)
 	}
 	if ab.mu.term != nil {
 		if ic, ok := ab.mu.conn.(*idleConn); ok {
@@ -107,6 +114,9 @@ func (ab *abortable) track(t *pipeline.Term) {
 // unbind ends the hold: the connection is no longer this exchange's.
 func (ab *abortable) unbind() {
 	ab.mu.Lock()
+	if ic, ok := ab.mu.conn.(*idleConn); ok {
+		ic.owner.CompareAndSwap(ab, nil)
+	}
 	ab.mu.conn = nil
 	ab.mu.Unlock()
 }
@@ -120,7 +130,17 @@ func (ab *abortable) abort() {
 	ab.mu.cut = true
 	if c := ab.mu.conn; c != nil {
 		ab.mu.conn = nil
-		_ = c.Close()
+		if ic, ok := c.(*idleConn); !ok {
+			_ = c.Close()
+		} else if ic.owner.CompareAndSwap(ab, nil) {
+			// Still this exchange's as far as any exchange has said.
+			// fasthttp may have put it back in its pool already: killed
+			// tells its next user (errConnAborted).
+			ic.killed.Store(true)
+			_ = c.Close()
+		}
+		// Otherwise it went back to the pool and another exchange has
+		// bound it since: not this stream's to close.
 	}
 	ab.mu.Unlock()
 }

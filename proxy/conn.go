@@ -32,6 +32,14 @@ type idleConn struct {
 	// byte read disarms it. Nil for any other exchange: one atomic load
 	// per Read.
 	term atomic.Pointer[pipeline.Term]
+	// owner is the h2 exchange bound to this connection (abortable.bind);
+	// killed is set when that exchange's stream reset closed it
+	// (abortable.abort). A connection fasthttp has already put back in
+	// its pool can be closed so, before the exchange unbinds: whoever
+	// uses it next fails with errConnAborted, which is not the backend's
+	// failure (relay).
+	owner  atomic.Pointer[abortable]
+	killed atomic.Bool
 	// alert: where a TLS alert read here is recorded (nil: plain TCP).
 	alert *atomic.Pointer[error]
 }
@@ -54,12 +62,18 @@ func (c *idleConn) refresh(last *int64, set func(time.Time) error) error {
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {
+	if c.killed.Load() {
+		return 0, errConnAborted
+	}
 	if err := c.refresh(&c.readSet, c.Conn.SetReadDeadline); err != nil {
-		return 0, err
+		return 0, c.aborted(err)
 	}
 	n, err := c.Conn.Read(b)
 	if err != nil && c.alert != nil && tlsRefused(err) {
 		c.alert.Store(&err)
+	}
+	if err != nil {
+		err = c.aborted(err)
 	}
 	if n > 0 {
 		if t := c.term.Load(); t != nil {
@@ -83,11 +97,34 @@ func (c *idleConn) Read(b []byte) (int, error) {
 var errTermCut = errors.New("proxy: exchange cut by early termination")
 
 func (c *idleConn) Write(b []byte) (int, error) {
-	if err := c.refresh(&c.writeSet, c.Conn.SetWriteDeadline); err != nil {
-		return 0, err
+	if c.killed.Load() {
+		return 0, errConnAborted
 	}
-	return c.Conn.Write(b)
+	if err := c.refresh(&c.writeSet, c.Conn.SetWriteDeadline); err != nil {
+		return 0, c.aborted(err)
+	}
+	n, err := c.Conn.Write(b)
+	if err != nil {
+		err = c.aborted(err)
+	}
+	return n, err
 }
+
+// aborted names err errConnAborted when a stream reset closed the
+// connection (killed).
+func (c *idleConn) aborted(err error) error {
+	if c.killed.Load() {
+		return errConnAborted
+	}
+	return err
+}
+
+// errConnAborted is the error of a backend connection closed by an h2
+// stream reset (abortable.abort): the exchange that reset it ends as
+// client gone; any other that finds the connection so (it went back to
+// the pool first) is retried as on a stale keep-alive connection, and the
+// backend is not blamed.
+var errConnAborted = errors.New("proxy: backend connection closed by a client's stream reset")
 
 // SetReadDeadline is called by fasthttp before each exchange; it only forces
 // the next Read to push a fresh idle deadline.

@@ -228,7 +228,9 @@
 // logged once. TLS 1.3 lets the backend refuse a client certificate only
 // after the client's handshake is done; fasthttp then reports a closed
 // connection, so idleConn records the alert (Upstream.Alert) for relay to
-// log as the cause. Active probes dial the same way (httpProbe).
+// log as the cause. Active probes dial the same way (httpProbe), and so do
+// upgrades (dialBackend): a tunnel's request never goes in plaintext to a
+// backend the policy reaches over TLS.
 //
 // Decision: the event loops relay plain TCP only (their raw read/write
 // state machine has no TLS record layer; kTLS would be the way in, and it
@@ -246,7 +248,10 @@
 // dials TLS with backends.tls and insists on ALPN h2. Both dial within
 // timeouts.connect (dialH2), and a connection is not an idleConn: HTTP/2
 // connections idle between streams by design, and the transport pings
-// them instead.
+// them instead. One that carries no stream for 30 s closes (as
+// HostClient's idle connections do), so connections to backends that left
+// the pool do not live on; a reload that drops the app, and Close, close
+// its idle ones at once.
 //
 // Decision: the engine. The relay is relayH2, called from relay, so the
 // whole pipeline before it -- routing, trust, classify, admission, the
@@ -258,13 +263,26 @@
 // event loops do not serve such an app (!LoopOK); the fasthttp engine
 // relays a plain HTTP/1.1 client's request over HTTP/2 (the response's
 // trailers, which HTTP/1.1 through fasthttp cannot carry, are dropped).
+// Such a client's streamed body is sent to its end before the response is
+// relayed, as to an HTTP/1.1 backend; a backend that answers without
+// taking all of it has its answer relayed with Connection: close, since
+// the rest of the body is still in the connection and must not be read as
+// a request. The transport reads a body on a goroutine of its own that
+// may outlive RoundTrip; h2ReqBody makes sure no read of the client's
+// connection or of the pooled body buffer happens after the exchange.
 // gRPC comes in over the h2 front end (serveH2), which for such an app
 // (a) streams the request body from the start, with no request_buffer
 // and no body_timeout -- a gRPC stream sends while it receives, so
 // waiting for the end of the body would deadlock it; (b) flushes the
-// response head at once and every piece of the body as it arrives; and
+// response head at once and every piece of the body as it arrives, except
+// the head of a response whose stream ended with it (gRPC's
+// Trailers-Only error form), which goes out whole as one HEADERS frame
+// ending the stream, since a head flushed apart would end without
+// trailers and gRPC clients read that as INTERNAL; and
 // (c) copies the backend's trailers after the body (gRPC's grpc-status
-// lives there). Flow control is the two transports': the backend stream's
+// lives there); a body the backend's side cuts short ends the client's
+// stream with a reset (serveH2 panics with http.ErrAbortHandler after the
+// access log), since a clean end would present it as complete. Flow control is the two transports': the backend stream's
 // window opens as serveH2 writes to the client, and the client's as
 // http2.Transport reads the request body. A client reset cancels the
 // backend stream (the stream's context is the backend request's).
@@ -272,11 +290,19 @@
 // What differs from HTTP/1.1 backends, and why: timeouts.response bounds
 // the wait for the response head only, not the gaps in a body (a gRPC
 // stream may be quiet for as long as its call lives; its deadline travels
-// in grpc-timeout, which is forwarded); only a failed connect is retried
+// in grpc-timeout, which is forwarded), and it runs from when the request
+// has been sent whole (respTimer: at dispatch, or at the end of a body
+// that streams), so a client's upload -- a large HTTP/1.1 body, a gRPC
+// client-streaming call -- is not counted against the backend, as it is
+// not on HTTP/1.1, where the timeout starts once the request is written;
+// only a failed connect is retried
 // (a stream's request may have been seen); selective early termination
 // does not apply (cutting one stream of a shared connection needs a
 // stream reset, not built); max_conns_per_backend is not applied
-// (streams, not connections, are the unit). The request's "te: trailers",
+// (streams, not connections, are the unit); an HTTP/1.1 upgrade is relayed
+// as an ordinary request without its Upgrade (handle), since the backend
+// speaks HTTP/2 only and sentry has no extended CONNECT (RFC 8441). The
+// request's "te: trailers",
 // which the header policy drops as hop-by-hop, is sent again for gRPC
 // requests, which require it. Active health probes are an HTTP/2 GET of
 // health.active.path over the same transport (h2Probe); a gRPC server
@@ -414,7 +440,124 @@
 //     by ALPN in tlsListener and serve "h2" ones with x/net/http2. The
 //     h2 handler builds a fasthttp request and runs the same serve()
 //     function, so routing, admission, balancing and metrics are shared; it
-//     costs one RequestCtx and a header copy per request.
+//     costs a header copy per request, into a pooled RequestCtx (h2Req).
+//
+// # TLS and HTTP/2: where the time goes, and what was decided
+//
+// Measured with e2e/bench/tls.sh (one fast backend, 128-byte responses,
+// self-signed P-256 certificate; h2: h2load -c64 -m10 -t2; HTTP/1.1: wrk
+// -t2 -c64 over https), while other work shared the 2 cores: absolute
+// rates were noisy, so each step was compared with the previous binary
+// and nginx in the same run, and by requests per proxy CPU second, which
+// the load of other processes disturbs less than req/s. CPU profiles were
+// taken from the running binary (admin.pprof) under the same load.
+//
+// h2 before (x/net/http2 bridged to serve, build fb66c71): 9.1k requests
+// per CPU second against nginx's 20.7k (0.44x). Of the CPU:
+//
+//   - 25% in x/net's writeFrameAsync: x/net flushes its 4 KiB frame buffer
+//     whenever its write queue runs dry, each flush in a goroutine of its
+//     own, and schedules nothing else until it returns. Under -m 10 that
+//     was about one TLS record and one write(2) per response (crypto/tls
+//     Write 19.5%, of which AES-GCM sealing under 2%: the cost is the
+//     syscall, not the crypto);
+//   - 13% writing requests to the backend and 4.7% reading responses (one
+//     write and one read per request on a keep-alive connection, as nginx);
+//   - 10.5% allocating (RequestCtx, an empty Request copied into it, the
+//     header copies, x/net's request and header maps), 4-6% growing the
+//     stream goroutine's stack (runtime.newstack, two or three copies deep
+//     in the request path: x/net starts a goroutine per stream), 7%
+//     selectgo and 9% scheduling (x/net hands each frame between its
+//     reader, its serve loop, the stream's goroutine and the flushing
+//     goroutine).
+//
+// HTTP/1.1 over TLS (fasthttp over crypto/tls, wrk -t2 -c64, all 2xx):
+// 60% of the CPU in system calls -- the client write 29%, the backend
+// write 28%, the client read 8%, the backend read 6% --, AES-GCM sealing
+// and opening 2.5%, scheduling 3%, deadlines and time.Now 3%, allocation
+// 1%. strace -c counts 2 writes and 2.6 reads per request (the 0.6 an
+// EAGAIN read before fasthttp parks the connection's goroutine): the
+// system calls are the minimum a goroutine-per-connection server makes,
+// and the crypto is cheap. What nginx saves is the parking and waking
+// around them, which is what the event loops save on plain HTTP.
+// (A first profile of this path, taken after an h2 run had ejected the
+// backend -- see below --, measured the 502 path instead; discarded.)
+//
+// Changes, each measured against the previous binary in one run:
+//
+//   - h2Out (h2out.go): x/net's writes land in a buffer that one
+//     short-lived goroutine writes, so the responses that end while a
+//     write(2) is in the kernel leave together in the next one. Client-side
+//     writes fell from 20% to 6.6% of the CPU, and requests per CPU second
+//     rose from 9.1k to 11.7k (0.44x -> 0.57x nginx in that run; by req/s
+//     0.44x -> 0.87x, the rest of the machine being busier for nginx).
+//   - h2Req: a pooled RequestCtx per stream (no empty Request to Init
+//     from, no peer address allocation), the :path sent as the request
+//     target (as HTTP/1.1 forwards its request line's), response header
+//     names not allocated: about 2% in the same run, within the noise.
+//   - h2GrowStack: one large frame at the top of the stream's goroutine
+//     makes the runtime grow its stack once, while it is shallow
+//     (newstack 6.3% -> 3.9%).
+//   - An h2 stream reset no longer closes a backend connection another
+//     exchange has taken from the pool since (abortable.abort, idleConn's
+//     owner), and a connection it did close fails its next user with
+//     errConnAborted, which is retried without counting against the
+//     backend. Found by the bench: every end of an h2load run (64
+//     connections, 640 streams reset at once) failed three relays in a
+//     row with "use of closed network connection" and ejected the only
+//     backend for 10 s.
+//   - TLS configuration (tlsconf.go): certificate through GetCertificate,
+//     reloaded by every Apply; TLS 1.2 limited to ECDHE with AEAD
+//     ciphers; Go's session tickets (key rotated every 24 hours) for
+//     resumption. No performance effect on long connections.
+//
+// Alternatives considered:
+//
+//   - Kernel TLS (kTLS) after a Go handshake, which would let the event
+//     loops serve HTTP/1.1 over TLS as they serve plain HTTP: not
+//     available on this machine (tcp_available_ulp lists only mptcp and
+//     setsockopt(TCP_ULP, "tls") fails with ENOENT; no tls module to
+//     load), so neither built nor measured. The same result without the
+//     kernel -- the loops sealing and opening TLS 1.3 records themselves
+//     with the traffic secrets from a Go handshake (KeyLogWriter) -- needs
+//     crypto/tls to stop reading exactly at the client's Finished (a
+//     record-bounded reader under it), the server's write sequence number
+//     after the session tickets Go sends at the end of the handshake, and
+//     KeyUpdate and close_notify handled in the loop; it is the next step
+//     for HTTP/1.1 over TLS, and was not started.
+//   - A worker pool for h2 streams (x/net's stream goroutine hands (w, r)
+//     to a long-lived worker whose stack is already grown, as fasthttp's
+//     workers are, and waits): built and measured against h2GrowStack in
+//     five alternating runs, 9.7k-12.3k requests per CPU second against
+//     10.3k-13.8k, no better: the two channel hand-offs per stream cost
+//     what the stack growth did. Dropped.
+//   - A different h2 server: x/net's design (a goroutine per stream, a
+//     serve loop every frame passes through, a goroutine per flush) is
+//     where most of the remaining gap to nginx is; the Go alternatives
+//     (net/http's bundled copy of x/net) share it. An h2 server of our own
+//     on the event loops, with x/net's hpack, is what would close it.
+//   - x/net's own options: its frame write buffer is fixed (4 KiB, no
+//     option: hence h2Out); MaxReadFrameSize and the upload buffers are
+//     about request bodies, which these GETs do not have; the default
+//     round-robin write scheduler costs 1.5%.
+//   - crypto/tls knobs: DynamicRecordSizingDisabled and record sizes do
+//     not matter for 128-byte responses (one record each, or one per
+//     batch with h2Out); Go already prefers AES-GCM on CPUs with AES-NI;
+//     ECDSA P-256 certificates sign faster than RSA in handshakes, which
+//     long benchmark connections do not exercise.
+//
+// Where it stands (four runs of tls.sh, DURATION=5, nginx, HAProxy, the
+// build before these changes and after, on a machine at load 1.4-7 from
+// other work; requests per CPU second, which that load disturbs least):
+// h2 0.51-0.94x nginx (before: 0.42-0.62x), HTTP/1.1 over TLS 0.56-0.73x
+// (in two HTTP/1.1-only runs 0.87x and 0.69x before against 0.95x and
+// 0.72x after: unchanged within the noise). p99 under h2 was 0.5-2x
+// nginx's, under HTTP/1.1 1.7-4.4x. In every one of those runs the build before failed all its
+// HTTP/1.1 requests, because its h2 run had ejected the backend (the
+// abort fix above). Still below the targets (h2 >= 1.0x,
+// HTTP/1.1 over TLS >= 0.95x, p99 no worse), pending solo measurements:
+// the rest of the h2 gap is x/net's design, the rest of HTTP/1.1's is the
+// goroutine per connection (see the alternatives).
 //
 // # Draining (Shutdown, on stop, upgrade or a removed listener)
 //
@@ -447,7 +590,12 @@
 //     backend gives the estimator no measured sample at all (measured and
 //     in-service passed as 0): only the backend's Server-Timing counts,
 //     so a slow upload cannot stretch the estimate. Its latency is counted
-//     from when the request became ready to admit (after buffering).
+//     from when the request became ready to admit (after buffering). The
+//     exception is a body relayed to an HTTP/2 backend that was all sent
+//     before the response head came (clientBody.sentAt, headAt): a unary
+//     gRPC call, whose body always streams, or an HTTP/1.1 client's body
+//     sent whole; its measured time runs from the body's end to the head.
+//     A call still streaming its body at the head gives no sample.
 //   - A request that Controller.Park does not decide at once waits for
 //     its batch run (awaitPending: the exchange's one-slot channel is the
 //     admission.Waker) and leaves the queue (Pending.Cancel) when its

@@ -46,7 +46,7 @@ func failureOf(err error) pipeline.Failure {
 		return pipeline.FailConnect
 	case errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, net.ErrClosed): // a pooled connection an h2 reset closed (abort.go)
+		errors.Is(err, net.ErrClosed), errors.Is(err, errConnAborted): // a pooled connection an h2 reset closed (abort.go)
 		return pipeline.FailBroken
 	}
 	return pipeline.FailNoRetry

@@ -24,8 +24,12 @@ type frontend struct {
 	srv   *fasthttp.Server
 	h2    *http2.Server
 	h2cfg *http.Server
-	tls   *tlsListener  // nil for plain HTTP
-	fast  *evloop.Front // event loops (plain HTTP on Linux); nil if fasthttp serves alone
+	tls   *tlsListener // nil for plain HTTP
+	// cert is the listener's certificate (TLS only), reloaded from its
+	// files by every Apply (a SIGHUP): new handshakes take the new one,
+	// connections already up keep theirs (tlsconf.go).
+	cert atomic.Pointer[tls.Certificate]
+	fast *evloop.Front // event loops (plain HTTP on Linux); nil if fasthttp serves alone
 	// h2 streams: server.body_timeout for reading a request body and
 	// server.write_timeout (0 = none) for writing the response.
 	bodyTimeout, writeTimeout time.Duration
@@ -92,12 +96,13 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		if err != nil {
 			return fmt.Errorf("listener %s: %w", addr, err)
 		}
-		tcfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
-			// Prefer h2: Go's TLS server takes the server's order.
-			NextProtos: []string{"h2", "http/1.1"}}
-		// WriteByteTimeout: a connection that accepts no bytes for
-		// write_timeout is closed (the same idle rule as HTTP/1.1).
-		fe.h2 = &http2.Server{IdleTimeout: sv.IdleTimeout, MaxConcurrentStreams: h2MaxStreams, WriteByteTimeout: sv.WriteTimeout}
+		fe.cert.Store(&cert)
+		tcfg := fe.tlsConfig()
+		// No WriteByteTimeout: x/net's writes land in h2Out's buffer,
+		// which applies write_timeout itself (a connection that accepts
+		// no bytes for write_timeout is closed, the same idle rule as
+		// HTTP/1.1).
+		fe.h2 = &http2.Server{IdleTimeout: sv.IdleTimeout, MaxConcurrentStreams: h2MaxStreams}
 		fe.h2cfg = &http.Server{ReadHeaderTimeout: sv.ReadHeaderTimeout, IdleTimeout: sv.IdleTimeout,
 			MaxHeaderBytes: sv.MaxHeaderBytes, ErrorLog: p.log.Named("h2").StandardLogger(nil)}
 		// ConfigureServer ties fe.h2's connections to fe.h2cfg, whose

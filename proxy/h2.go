@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
@@ -21,8 +22,12 @@ import (
 // balancing, headers and metrics. Only the framing differs.
 func (fe *frontend) serveH2Conn(c net.Conn) error {
 	ctx := context.Background()
-	if tc, ok := c.(*tls.Conn); ok {
-		g := newH2Guard(tc, fe)
+	tc, _ := c.(*tls.Conn)
+	// x/net's writes are gathered into batches (h2out.go); the guard
+	// reads the client's frames and follows x/net's output above that.
+	c = newH2Out(c, fe.writeTimeout)
+	if tc != nil {
+		g := newH2Guard(c, tc, fe)
 		c = g
 		ctx = context.WithValue(ctx, h2GuardKey{}, g)
 	}
@@ -35,8 +40,10 @@ func (fe *frontend) serveH2Conn(c net.Conn) error {
 }
 
 // serveH2 adapts one h2 stream to the fasthttp request path. It costs a
-// RequestCtx and a header copy per request; h2 is the secondary front end.
+// header copy each way per request, into and out of a pooled RequestCtx
+// (h2Req).
 func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
+	h2GrowStack(0)
 	// On a connection that resets many of its streams, wait a moment for
 	// this one's reset before spending anything on it (h2guard.go).
 	if g, _ := r.Context().Value(h2GuardKey{}).(*h2Guard); g != nil && g.suspect() {
@@ -55,11 +62,21 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		peer = ap.Addr().Unmap()
 	}
-	var ctx fasthttp.RequestCtx
-	ctx.Init(&fasthttp.Request{}, net.TCPAddrFromAddrPort(netip.AddrPortFrom(peer, 0)), nil)
+	hr := h2ReqPool.Get().(*h2Req)
+	defer hr.release()
+	hr.peer.ip = peer.As16()
+	hr.peer.addr.IP = hr.peer.ip[:]
+	ctx := &hr.ctx
+	ctx.Init2(&hr.peer, fe.srv.Logger, false)
 	req := &ctx.Request
 	req.Header.SetMethod(r.Method)
-	req.SetRequestURI(r.URL.RequestURI())
+	// The request target as the client sent it (":path"), as HTTP/1.1
+	// forwards its request line's; x/net parsed it into r.URL.
+	if strings.HasPrefix(r.RequestURI, "/") {
+		req.SetRequestURI(r.RequestURI)
+	} else {
+		req.SetRequestURI(r.URL.RequestURI())
+	}
 	req.Header.SetHost(r.Host) // ":authority" (x/net/http2 falls back to a host header)
 	a := rt.Lookup(req.Header.Host())
 	reqID, load := "", ""
@@ -90,7 +107,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		o, refused = pipeline.OutMethodNotAllowed, true
 	case a == nil:
 		o = pipeline.OutNoApp
-		p.writeError(&ctx, nil, o)
+		p.writeError(ctx, nil, o)
 	case r.Context().Err() != nil:
 		// Reset before it got here: no answer, nothing dispatched.
 		return
@@ -103,10 +120,11 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 			// body is read; a body without content-length is refused like
 			// a chunked one (411), though buffering would learn its size.
 			o = c
-			p.writeError(&ctx, a, o)
+			p.writeError(ctx, a, o)
 			break
 		}
 		if hasBody {
+			hr.body = true
 			var bb bodyBuf
 			body = &bb
 			defer bb.done(p, req)
@@ -116,7 +134,8 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 				// lives (a gRPC stream sends while it receives; waiting
 				// for its end would deadlock it). Flow control is the
 				// transports'.
-				bb.client, bb.cl, bb.streamed = &clientBody{r: r.Body}, int(r.ContentLength), true
+				rbody := r.Body
+				bb.client, bb.cl, bb.streamed = &clientBody{r: rbody, stop: func() { _ = rbody.Close() }}, int(r.ContentLength), true
 			} else {
 				if fe.bodyTimeout > 0 {
 					_ = rc.SetReadDeadline(time.Now().Add(fe.bodyTimeout))
@@ -129,9 +148,9 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 			cut = &abortable{done: r.Context().Done(), ctx: r.Context()}
 			stop := context.AfterFunc(r.Context(), cut.abort)
 			defer stop()
-			o, u = p.serve(a, &ctx, peer, true, ready, cut, false, false, body, &ae)
+			o, u = p.serve(a, ctx, peer, true, ready, cut, false, false, body, &ae)
 		} else {
-			p.writeError(&ctx, a, o)
+			p.writeError(ctx, a, o)
 		}
 		if o == pipeline.OutClientGone {
 			// The stream was reset: nothing to write.
@@ -142,22 +161,17 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	}
 	if refused {
 		// Counted as on HTTP/1.1: a client error, not an app's request.
-		p.writeError(&ctx, a, o)
+		p.writeError(ctx, a, o)
 		p.metrics.clientErrors.WithLabelValues(fe.addr, pipeline.OutcomeReason[o]).Inc()
 		a = nil
 	}
 	resp := &ctx.Response
 	hdr := w.Header()
-	resp.Header.VisitAll(func(k, v []byte) {
-		switch pipeline.FieldKind(k) {
-		case pipeline.KindConnection, pipeline.KindTransferEncoding, pipeline.KindUpgrade, pipeline.KindHopByHop:
-			return
-		}
-		hdr.Add(string(k), string(v))
-	})
+	hr.copyHeader(hdr, &resp.Header)
 	// server.write_timeout is an idle timeout here too: each write must
 	// progress within it (h2Writer), so long downloads are not cut.
 	ww := h2Writer{w: w, rc: rc, t: fe.writeTimeout}
+	truncated := false
 	ww.push()
 	var h2resp *http.Response
 	if cut != nil {
@@ -167,7 +181,15 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		// From an HTTP/2 backend: each piece goes out as it comes (a
 		// gRPC stream's messages must not wait in a buffer), the head
 		// first, and the trailers the backend declared follow the body.
-		ww.flush = true
+		// A response whose stream ended with its head (ContentLength 0:
+		// gRPC's Trailers-Only form, every error a server returns before
+		// its first message) is not flushed early: the handler's return
+		// sends it as one HEADERS frame that ends the stream, grpc-status
+		// in it. Flushed, it would be a head, then an empty DATA frame
+		// ending the stream without trailers, which a gRPC client reads
+		// as INTERNAL, "server closed the stream without sending
+		// trailers".
+		ww.flush = h2resp.ContentLength != 0
 		for k := range h2resp.Trailer {
 			hdr.Add("Trailer", k)
 		}
@@ -182,6 +204,10 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 				// The backend connection holds the rest of the body (or
 				// was cut): it must not go back to the pool.
 				resp.SetConnectionClose()
+				// Cut short on the backend's side (not a failed write to
+				// this client): the stream is reset below, so the client
+				// does not take what came as the whole body.
+				truncated = !ww.failed
 			}
 		} else {
 			_, _ = ww.Write(resp.Body())
@@ -193,7 +219,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 			resp.SetConnectionClose()
 		}
 	}
-	if h2resp != nil {
+	if h2resp != nil && !truncated {
 		// Known now that the body was read to its end (gRPC's status is
 		// here). A trailer the backend sent without declaring it goes
 		// out too (net/http's TrailerPrefix).
@@ -208,7 +234,14 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = resp.CloseBodyStream()
 	if a != nil {
-		p.recordCtx(a, rt.Access, &ctx, o, u, start, &ae)
+		p.recordCtx(a, rt.Access, ctx, o, u, start, &ae)
+	}
+	if truncated {
+		// RST_STREAM (x/net's server resets the stream of a handler that
+		// panics with ErrAbortHandler, and logs nothing): ending the
+		// stream cleanly would present a cut body as complete (and a
+		// gRPC call as ended without its status).
+		panic(http.ErrAbortHandler)
 	}
 }
 
@@ -254,11 +287,12 @@ func (fe *frontend) h2Body(a *pipeline.App, r *http.Request, req *fasthttp.Reque
 // h2Writer writes a response body with an idle write deadline; with
 // flush set, every write is flushed to the client at once.
 type h2Writer struct {
-	w     http.ResponseWriter
-	rc    *http.ResponseController
-	t     time.Duration
-	last  time.Time
-	flush bool
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	t      time.Duration
+	last   time.Time
+	flush  bool
+	failed bool // a write (or flush) to the client failed
 }
 
 // containsFold reports whether vs holds k, any case.
@@ -286,5 +320,115 @@ func (w *h2Writer) Write(b []byte) (int, error) {
 	if w.flush && err == nil {
 		err = w.rc.Flush()
 	}
+	if err != nil {
+		w.failed = true
+	}
 	return n, err
+}
+
+// h2Req is what an h2 stream borrows to go through the fasthttp-shaped
+// pipeline: the RequestCtx (with its Request and Response buffers) and
+// the peer address fasthttp's RemoteAddr returns. Pooled: an h2 stream
+// used to allocate a RequestCtx, an empty Request to Init it from and the
+// address, about a third of the bytes allocated per stream.
+type h2Req struct {
+	ctx  fasthttp.RequestCtx
+	peer h2Peer
+	// body: the stream had a request body. Its h2Req is not pooled: an
+	// HTTP/2 backend's transport may still be reading the body (from the
+	// Request's buffer) for a moment after the response has ended.
+	body bool
+}
+
+var h2ReqPool = sync.Pool{New: func() any { return new(h2Req) }}
+
+// release resets the request and response (closing a body stream left
+// open) and returns hr to the pool. Nothing of hr outlives serveH2: the
+// access log copies what it keeps, and the response header x/net gets
+// holds strings of its own.
+func (hr *h2Req) release() {
+	if hr.body {
+		return // left to the collector (see h2Req.body)
+	}
+	hr.ctx.Request.Reset()
+	hr.ctx.Response.Reset()
+	hr.ctx.ResetUserValues()
+	hr.peer.addr.IP = nil
+	h2ReqPool.Put(hr)
+}
+
+// h2Peer is the connection the RequestCtx sees: its addresses only.
+type h2Peer struct {
+	net.Conn // nil: nothing but the addresses is asked of it
+	ip       [16]byte
+	addr     net.TCPAddr
+}
+
+func (p *h2Peer) RemoteAddr() net.Addr { return &p.addr }
+func (p *h2Peer) LocalAddr() net.Addr  { return &h2Local }
+
+var h2Local net.TCPAddr
+
+// copyHeader copies the response header to x/net's, without the
+// hop-by-hop fields h2 forbids. fasthttp's names are canonical already,
+// so they go into the map as they are; the common names are not
+// allocated (h2Name).
+func (hr *h2Req) copyHeader(hdr http.Header, h *fasthttp.ResponseHeader) {
+	h.VisitAll(func(k, v []byte) {
+		switch pipeline.FieldKind(k) {
+		case pipeline.KindConnection, pipeline.KindTransferEncoding, pipeline.KindUpgrade, pipeline.KindHopByHop:
+			return
+		}
+		name := h2Name(k)
+		hdr[name] = append(hdr[name], string(v))
+	})
+}
+
+// h2Name returns k as a string, without allocating for the names most
+// responses carry.
+func h2Name(k []byte) string {
+	switch string(k) {
+	case "Content-Type":
+		return "Content-Type"
+	case "Content-Length":
+		return "Content-Length"
+	case "Date":
+		return "Date"
+	case "Server":
+		return "Server"
+	case "Cache-Control":
+		return "Cache-Control"
+	case "Etag":
+		return "Etag"
+	case "Last-Modified":
+		return "Last-Modified"
+	case "Vary":
+		return "Vary"
+	case "Set-Cookie":
+		return "Set-Cookie"
+	case "Content-Encoding":
+		return "Content-Encoding"
+	case "X-Request-Id":
+		return "X-Request-Id"
+	case "Server-Timing":
+		return "Server-Timing"
+	case "Retry-After":
+		return "Retry-After"
+	}
+	return string(k)
+}
+
+// h2StackFrame is the frame h2GrowStack takes. x/net starts a goroutine per
+// stream, and its stack began small and was grown, copied frame by frame,
+// two or three times on the way down the request path (runtime.newstack
+// was 6% of the h2 path's CPU). One frame this large at the top, where the
+// stack is still shallow, makes the runtime grow it once to a size the
+// whole path fits in (16 KiB, still from the per-P stack cache), and the
+// copy is of a few frames only.
+const h2StackFrame = 10 << 10
+
+//go:noinline
+func h2GrowStack(i int) byte {
+	var pad [h2StackFrame]byte
+	return pad[i&(h2StackFrame-1)]
 }

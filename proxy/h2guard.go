@@ -129,8 +129,9 @@ func (f frameTracker) toBoundary(b []byte) int {
 
 // h2Guard wraps an h2 connection for x/net (see above).
 type h2Guard struct {
-	*tls.Conn
-	fe *frontend
+	net.Conn           // what x/net's output goes through (h2Out)
+	tc       *tls.Conn // the TLS connection under it
+	fe       *frontend
 
 	// read side: x/net's reader goroutine only
 	preface int // preface bytes still to pass
@@ -149,8 +150,8 @@ type h2Guard struct {
 	closeAt sync.Once
 }
 
-func newH2Guard(c *tls.Conn, fe *frontend) *h2Guard {
-	return &h2Guard{Conn: c, fe: fe, preface: len(h2Preface)}
+func newH2Guard(c net.Conn, tc *tls.Conn, fe *frontend) *h2Guard {
+	return &h2Guard{Conn: c, tc: tc, fe: fe, preface: len(h2Preface)}
 }
 
 func (g *h2Guard) Read(b []byte) (int, error) {
@@ -261,4 +262,8 @@ func (g *h2Guard) Write(b []byte) (int, error) {
 }
 
 // NetConn lets code that looks for the socket under a TLS conn find it.
-func (g *h2Guard) NetConn() net.Conn { return g.Conn.NetConn() }
+func (g *h2Guard) NetConn() net.Conn { return g.tc.NetConn() }
+
+// ConnectionState lets x/net check the TLS version and cipher suite and
+// fill each request's TLS field.
+func (g *h2Guard) ConnectionState() tls.ConnectionState { return g.tc.ConnectionState() }

@@ -184,6 +184,15 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 		}
 		newAcc = l
 	}
+	// Certificates next, for the same reason: a pair that no longer loads
+	// refuses the policy; the new ones are stored only once it applies.
+	certs, err := p.loadCerts(snap)
+	if err != nil {
+		if newAcc != nil {
+			newAcc.close()
+		}
+		return err
+	}
 	st := &state{snap: snap, routes: map[string]*pipeline.Route{}}
 	p.bufs.cap.Store(snap.Server.RequestBufferTotal)
 	byName := map[string]*pipeline.App{}
@@ -233,8 +242,13 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 			delete(p.mu.running, pl)
 		}
 	}
-	for name := range p.mu.shared {
+	for name, sh := range p.mu.shared {
 		if byName[name] == nil {
+			// A dropped app's HTTP/2 connections: the idle ones close now,
+			// the busy ones when their streams end (IdleConnTimeout).
+			if c, _ := sh.H2.Load().(*h2Client); c != nil {
+				c.tr.CloseIdleConnections()
+			}
 			delete(p.mu.shared, name)
 			p.metrics.deleteApp(name)
 		}
@@ -262,6 +276,9 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	for addr, fe := range p.mu.fronts {
 		if rt, ok := st.routes[addr]; ok {
 			fe.route.Store(rt)
+		}
+		if c := certs[addr]; c != nil && fe.tls != nil {
+			fe.cert.Store(c)
 		}
 	}
 	if old != nil {
@@ -456,7 +473,7 @@ func newHostClient(addr string, maxConns int, connect, idle *atomic.Int64, tlsCf
 			if attempts > 1 || req.IsBodyStream() || !idempotent(req) {
 				return false, false
 			}
-			return false, errors.Is(err, fasthttp.ErrConnectionClosed)
+			return false, errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, errConnAborted)
 		},
 	}
 }
@@ -500,6 +517,11 @@ func httpProbe(ctx context.Context, addr, path string, connect *atomic.Int64, tl
 func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.mu.cancel()
+	for _, sh := range p.mu.shared {
+		if c, _ := sh.H2.Load().(*h2Client); c != nil {
+			c.tr.CloseIdleConnections() // HTTP/2 backend connections
+		}
+	}
 	p.mu.Unlock()
 	p.wg.Wait()
 	if l := p.access.Swap(nil); l != nil {
