@@ -90,6 +90,10 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 			a.TLS = d.tls(v, p)
 			m.tlsBad = a.TLS == nil
 		}},
+		{"h2c", func(v *yaml.Node, p string) {
+			m.h2cLine = line(v)
+			d.boolField(&a.H2C)(v, p)
+		}},
 		{"trusted_proxies", func(v *yaml.Node, p string) { a.TrustedProxies = d.trustedProxies(v, p) }},
 		{"backends", func(v *yaml.Node, p string) { sawBackends = true; d.backends(v, p, &a.Backends) }},
 		{"balance", func(v *yaml.Node, p string) {
@@ -152,6 +156,11 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 	}
 	if !sawName {
 		d.errorf(n, path, "name is required")
+	}
+	if a.H2C && m.tlsLine > 0 {
+		// A TLS listener offers h2 by ALPN already; h2c is the cleartext
+		// form (docs/policy.md, apps[]).
+		d.add(m.h2cLine, "%s.h2c: h2c is HTTP/2 on a plain listener, but tls is given (line %d); a TLS listener offers h2 by ALPN", path, m.tlsLine)
 	}
 	if !sawBackends {
 		d.errorf(n, path, "backends is required (static: [host:port, ...] or dns: {name, port})")

@@ -822,3 +822,33 @@ apps: [{name: a, backends: {static: ["h:1"]}}]
 		t.Errorf("Log = %+v, want %+v", s.Log, want)
 	}
 }
+
+// TestListenerH2C: h2c is off by default and, when every app on a plain
+// address sets it, the listener serves h2c.
+func TestListenerH2C(t *testing.T) {
+	s := mustParse(t, `
+apps:
+  - name: a
+    listen: 127.0.0.1:9000
+    hosts: [a.example]
+    h2c: true
+    backends: {static: ["h:1"]}
+  - name: b
+    listen: 127.0.0.1:9000
+    h2c: true
+    backends: {static: ["h:1"]}
+  - name: c
+    listen: 127.0.0.1:9001
+    backends: {static: ["h:1"]}
+`)
+	got := map[string]bool{}
+	for _, l := range s.Listeners {
+		got[l.Addr] = l.H2C
+	}
+	if !got["127.0.0.1:9000"] || got["127.0.0.1:9001"] {
+		t.Errorf("listener h2c = %v, want 9000 on and 9001 off", got)
+	}
+	if !s.Apps[0].H2C || s.Apps[2].H2C {
+		t.Errorf("apps h2c = %v %v, want true false", s.Apps[0].H2C, s.Apps[2].H2C)
+	}
+}

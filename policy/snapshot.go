@@ -130,6 +130,10 @@ type Listener struct {
 	Addr string
 	// TLS is nil for plain HTTP. When set, h2 is offered via ALPN.
 	TLS *TLS
+	// H2C: a plain listener also serves HTTP/2 with prior knowledge (a
+	// connection opening with the HTTP/2 preface); every app on the
+	// address says so (apps[].h2c).
+	H2C bool
 	// Apps served on this address, routed by Host. Default (may be nil) is
 	// the app with no Hosts, which takes any unmatched Host.
 	Apps    []*App
@@ -165,6 +169,10 @@ type App struct {
 	// this app is the default on its listeners.
 	Hosts []string
 	TLS   *TLS
+	// H2C: the app's (plain) listeners also serve HTTP/2 with prior
+	// knowledge, cleartext (h2c: true). Default false: a connection opening
+	// with the HTTP/2 preface gets 400. Apps sharing an address agree.
+	H2C bool
 	// TrustedProxies lists client networks whose X-Forwarded-* headers are
 	// believed. Default none.
 	TrustedProxies []netip.Prefix
