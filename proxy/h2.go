@@ -16,7 +16,8 @@ import (
 	"golang.org/x/net/http2"
 )
 
-// serveH2Conn serves one TLS connection that negotiated h2 via ALPN. It
+// serveH2Conn serves one TLS connection that negotiated h2 via ALPN, or
+// one h2c connection (prior knowledge, h2c.go) with its preface replayed. It
 // runs golang.org/x/net/http2 on the connection and hands each stream to
 // the same request path as HTTP/1.1 (serve): same routing, admission,
 // balancing, headers and metrics. Only the framing differs.
@@ -26,10 +27,14 @@ func (fe *frontend) serveH2Conn(c net.Conn) error {
 	// x/net's writes are gathered into batches (h2out.go); the guard
 	// reads the client's frames and follows x/net's output above that.
 	c = newH2Out(c, fe.writeTimeout)
+	g := newH2Guard(c, tc, fe)
+	ctx = context.WithValue(ctx, h2GuardKey{}, g)
 	if tc != nil {
-		g := newH2Guard(c, tc, fe)
+		c = h2GuardTLS{g}
+	} else {
+		// h2c (prior knowledge on a plain listener, h2c.go): the same
+		// guard, without the TLS methods.
 		c = g
-		ctx = context.WithValue(ctx, h2GuardKey{}, g)
 	}
 	fe.h2.ServeConn(c, &http2.ServeConnOpts{
 		Context:    ctx,
@@ -148,7 +153,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 			cut = &abortable{done: r.Context().Done(), ctx: r.Context()}
 			stop := context.AfterFunc(r.Context(), cut.abort)
 			defer stop()
-			o, u = p.serve(a, ctx, peer, true, ready, cut, false, false, body, &ae)
+			o, u = p.serve(a, ctx, peer, r.TLS != nil, ready, cut, false, false, body, &ae)
 		} else {
 			p.writeError(ctx, a, o)
 		}

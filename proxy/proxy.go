@@ -210,7 +210,7 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 		names = append(names, ac.Name)
 	}
 	for _, l := range snap.Listeners {
-		rt := &pipeline.Route{Hosts: map[string]*pipeline.App{}, TLS: l.TLS, Access: snap.Log.Access}
+		rt := &pipeline.Route{Hosts: map[string]*pipeline.App{}, TLS: l.TLS, H2C: l.H2C, Access: snap.Log.Access}
 		for _, ac := range l.Apps {
 			for _, h := range ac.Hosts {
 				rt.Hosts[h] = byName[ac.Name]
