@@ -14,7 +14,8 @@
 //	  │         the run wakes the loop (eventfd) ─> Result ─> relay or reject;
 //	  │         client hangs up ─> Cancel, 499
 //	  └─ anything else ─> hand-off (with the bytes read) ─> fasthttp front end:
-//	listener (TLS) / hand-off ─> fasthttp front end (keep-alive, TLS; "h2" ALPN → x/net/http2)
+//	listener (TLS) / hand-off ─> fasthttp front end (keep-alive, TLS; "h2" ALPN → x/net/http2;
+//	  plain with apps[].h2c: an HTTP/2 preface → x/net/http2, h2c.go)
 //	  ─> request line and head checks (400/405; Transfer-Encoding with Content-Length among them)
 //	  ─> route by listener and Host to an app
 //	  ─> the client's Connection list, then hop-by-hop headers, removed (the header policy)
@@ -238,6 +239,39 @@
 // is marked !LoopOK and its requests go to the fasthttp engine, as an app
 // with host-name backends already does.
 //
+// # h2c on plain listeners (h2c.go)
+//
+// apps[].h2c: true (every app on the address agrees; default off) makes a
+// plain listener serve HTTP/2 with prior knowledge, as nginx's
+// "listen ... http2" on a plain port: what gRPC clients with insecure
+// credentials speak. Decision: the split is made in front of fasthttp, by
+// a tlsListener without TLS (cfg nil). Each connection fasthttp would
+// accept -- from the socket with the fasthttp engine, or handed off by the
+// event loops, whose parser takes HTTP/1.1 only and so hands a preface
+// (or any head too short to judge) off like any head it does not serve --
+// is read, within server.read_header_timeout, until its bytes leave the
+// 24-byte preface or complete it, on a goroutine of its own. A preface is
+// served by serveH2Conn with the bytes read replayed (replayConn): the TLS
+// h2 path exactly -- the same x/net server settings, pipeline, admission,
+// header policy, rapid-reset guard (h2Guard, given bare, without the TLS
+// methods, so x/net and the forwarding headers see plain HTTP:
+// X-Forwarded-Proto http) and gRPC rejection with pushback. Anything else
+// goes on to fasthttp with its bytes replayed. Such connections stay out
+// of fasthttp's sight and drain the h2 way, GOAWAY then close when their
+// streams end, beside fasthttp's and the loops' drain (Shutdown); they
+// count against server.max_conns while sniffed or served, as on TLS.
+// The cost, only with h2c on: a goroutine and a channel hand-off per
+// connection fasthttp serves (the loops' own connections pay nothing).
+// The listener is put in place when the listener is first served with
+// h2c; a reload that turns h2c off is followed at once (connections go to
+// fasthttp unsniffed, a preface gets 400), one that turns it on for a
+// listener already open applies after a restart or an upgrade. The
+// HTTP/1.1 "Upgrade: h2c" dance (RFC 7540 §3.2, dropped by RFC 9113) is
+// not supported by sentry itself: such a request goes to the backend as
+// any other Upgrade request does (upgrade.go; an HTTP/2 backend gets it
+// without the upgrade), and only a backend that answers 101 itself would
+// get a tunnel. gRPC clients use prior knowledge.
+//
 // # Backends over HTTP/2 (h2backend.go)
 //
 // backends.protocol h2c or h2 sends each request to the backends as one
@@ -318,7 +352,7 @@
 //
 //  1. The request line. CONNECT is 405: sentry is not a forward proxy, and
 //     no setting allows it. PRI (an HTTP/2 preface on a listener without
-//     h2) is 400. An absolute-form target (GET http://b.test/x) sets Host,
+//     h2: plain without apps[].h2c) is 400. An absolute-form target (GET http://b.test/x) sets Host,
 //     so routing and the Host the backend receives agree (RFC 9112
 //     §3.2.2), and is forwarded in origin form; an https:// target on a
 //     plain listener, another scheme, or userinfo in it is 400.
