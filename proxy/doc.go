@@ -272,6 +272,11 @@
 // without the upgrade), and only a backend that answers 101 itself would
 // get a tunnel. gRPC clients use prior knowledge.
 //
+// Measured: e2e/bench/grpc.sh puts sentry's h2c front end and h2c backends
+// beside nginx's grpc_pass and HAProxy's proto h2 under e2e/cmd/grpcload
+// (grpc-go unary calls); the figures and where sentry's time goes are in
+// e2e/bench/README.md.
+//
 // # Backends over HTTP/2 (h2backend.go)
 //
 // backends.protocol h2c or h2 sends each request to the backends as one
