@@ -20,7 +20,9 @@
 #   DURATION  seconds per measured run     (default 10; --quick sets 3)
 #   CONNS     client connections           (default 16)
 #   STREAMS   calls in flight per conn     (default 10)
-#   PEERS     peers, in this order         (default "direct nginx haproxy sentry")
+#   PEERS     peers, in this order         (default "direct nginx haproxy sentry";
+#             also "sentry-off": sentry with admission mode off, to see
+#             what admission costs per call)
 #   OUT       output dir                   (default e2e/bench/out-grpc)
 #
 # Every peer runs alone, in its own process group, and is stopped (and its
@@ -52,14 +54,14 @@ for v in DURATION CONNS STREAMS; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "grpc.sh: $v must be a positive integer, got '${!v}'" >&2; exit 2; }
 done
 for p in $PEERS; do
-	case "$p" in direct | nginx | haproxy | sentry) ;;
-	*) echo "grpc.sh: unknown peer '$p' (known: direct nginx haproxy sentry)" >&2; exit 2 ;;
+	case "$p" in direct | nginx | haproxy | sentry | sentry-off) ;;
+	*) echo "grpc.sh: unknown peer '$p' (known: direct nginx haproxy sentry sentry-off)" >&2; exit 2 ;;
 	esac
 done
 
 HOST=127.0.0.1
 BACKEND_PORT=18190
-declare -A PORT=([direct]=18190 [nginx]=18191 [haproxy]=18192 [sentry]=18194)
+declare -A PORT=([direct]=18190 [nginx]=18191 [haproxy]=18192 [sentry]=18194 [sentry-off]=18194)
 ADMIN_PORT=18195
 
 log() { printf '[grpc] %s\n' "$*" >&2; }
@@ -159,7 +161,7 @@ rm -f "$OUT"/load-*.txt "$OUT"/log-*.txt "$OUT"/grpc.md
 OUT=$(cd "$OUT" && pwd)
 
 log "building sentry and grpcload into $OUT"
-if [[ " $PEERS " == *" sentry "* ]]; then
+if [[ " $PEERS " == *" sentry"* ]]; then
 	(cd "$ROOT" && go build -o "$OUT/sentry" ./cmd/sentry) || die "go build ./cmd/sentry failed"
 fi
 (cd "$ROOT" && go build -o "$OUT/grpcload" ./e2e/cmd/grpcload) || die "go build ./e2e/cmd/grpcload failed"
@@ -223,6 +225,7 @@ backend grpc_backend
     server b1 $HOST:$BACKEND_PORT proto h2
 EOF
 }
+# write_sentry_policy MODE: admission mode (auto, the default, or off).
 write_sentry_policy() {
 	cat >"$TMP/sentry.yaml" <<EOF
 admin:
@@ -234,6 +237,8 @@ apps:
     backends:
       static: [$HOST:$BACKEND_PORT]
       protocol: h2c
+    admission:
+      mode: $1
 EOF
 }
 
@@ -297,10 +302,12 @@ for peer in $PEERS; do
 		haproxy -c -q -f "$TMP/haproxy.cfg" || die "haproxy -c rejected $TMP/haproxy.cfg"
 		start haproxy haproxy -db -f "$TMP/haproxy.cfg"
 		;;
-	sentry)
-		write_sentry_policy
+	sentry | sentry-off)
+		mode=auto
+		[ "$peer" = sentry-off ] && mode=off
+		write_sentry_policy "$mode"
 		"$OUT/sentry" check -config "$TMP/sentry.yaml" >&2 || die "sentry check rejected $TMP/sentry.yaml"
-		start sentry "$OUT/sentry" run -config "$TMP/sentry.yaml"
+		start "$peer" "$OUT/sentry" run -config "$TMP/sentry.yaml"
 		;;
 	esac
 	pg=$STARTED_PGID
@@ -336,9 +343,11 @@ ratio() { if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN { i
 	echo
 	echo "| ratio | req/s | p99 (lower is better) |"
 	echo "|---|---:|---:|"
-	for other in nginx haproxy direct; do
-		[ -n "$(get sentry 1)" ] && [ -n "$(get "$other" 1)" ] || continue
-		echo "| sentry/$other | $(ratio "$(get sentry 1)" "$(get "$other" 1)") | $(ratio "$(get sentry 3)" "$(get "$other" 3)") |"
+	for s in sentry sentry-off; do
+		for other in nginx haproxy direct; do
+			[ -n "$(get "$s" 1)" ] && [ -n "$(get "$other" 1)" ] || continue
+			echo "| $s/$other | $(ratio "$(get "$s" 1)" "$(get "$other" 1)") | $(ratio "$(get "$s" 3)" "$(get "$other" 3)") |"
+		done
 	done
 	if [ ${#WARNINGS[@]} -gt 0 ]; then
 		echo
