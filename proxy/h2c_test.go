@@ -227,6 +227,35 @@ func TestH2CPlainHTTP(t *testing.T) {
 	}
 }
 
+// TestH2CReloadOff: a reload that turns h2c off applies at once, on both
+// engines: a preface then gets 400, HTTP/1.1 is still served.
+func TestH2CReloadOff(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	for _, eng := range h2cEngines {
+		t.Run(eng.name, func(t *testing.T) {
+			h := startProxyOpts(t, []string{be}, Options{Engine: eng.e}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+			cl := h2cClient(nil)
+			resp, err := cl.Get("http://" + h.addr + "/")
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("h2c before the reload: %v %v", resp, err)
+			}
+			resp.Body.Close()
+			cl.CloseIdleConnections()
+			if err := h.p.Apply(testSnap(h.addr, []string{be}, nil)); err != nil {
+				t.Fatal(err)
+			}
+			r, _ := rawRequest(t, h.addr, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+			if r.StatusCode != 400 {
+				t.Errorf("preface after h2c was turned off: %d, want 400", r.StatusCode)
+			}
+			r, body := rawRequest(t, h.addr, "GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+			if r.StatusCode != 200 || body != "ok" {
+				t.Errorf("HTTP/1.1 after the reload: %d %q", r.StatusCode, body)
+			}
+		})
+	}
+}
+
 // TestH2CRapidReset: the rapid-reset guard holds on h2c connections as on
 // TLS ones: GOAWAY(ENHANCE_YOUR_CALM), counted, and few reset streams
 // reach the backend.
