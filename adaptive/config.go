@@ -73,6 +73,13 @@ type Config struct {
 	// (the paper's rule, which the script tests pin); sentry's policy
 	// defaults to true (admission.adaptive.rule: scaled).
 	Scaled bool
+	// Shared runs one controller and one token bucket for every class,
+	// the baseline of the paper's comparison (§3.3, Fig. 9: a single
+	// controller against one per class): every class admits from the same
+	// bucket, their samples are pooled, and the target is the smallest of
+	// Targets. The multiclass rules do not apply; State(i) is the shared
+	// state for every i. Default false (a controller per class).
+	Shared bool
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -114,6 +121,22 @@ const (
 	// Poisson arrivals.
 	Headroom    = 4
 	HeadroomMin = 10
+	// BandGain: between the thresholds, while the farm's queue is not
+	// growing, the rate rises by BandGain·y·rate per Timeout, y =
+	// (err_d − e)/(err_d − err_i) in (0, 1] the room left under the
+	// target: at most +25% a second, nothing at the target.
+	BandGain = 0.25
+	// BacklogShare: the farm holds a backlog when the requests admitted
+	// and not completed (every class) exceed its completion rate times
+	// BacklogShare × the target -- by Little's law, a mean response time
+	// of half the target. A class is then held to what it completes and
+	// its bucket owes the excess (doc.go, "The scaled rule").
+	BacklogShare = 0.5
+	// Surge: under err_i a backlog is drained only when the last sample
+	// is above err_i too, or the farm (every class) was admitted more
+	// than Surge times what it completed since the class's last run: a
+	// step in the load, not a ramp (doc.go, "The scaled rule").
+	Surge = 2
 )
 
 // MaxClasses bounds the number of classes.

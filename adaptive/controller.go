@@ -25,6 +25,7 @@ type class struct {
 
 	// Guarded by Controller.mu.
 	samples  []float64 // ns, at most NReq
+	ended    int       // admitted requests ended without a sample since the last run (Ended)
 	lastRun  int64     // unix ns
 	cur      float64   // smoothed percentile, ns; 0 before the first run
 	err      float64
@@ -43,6 +44,14 @@ type class struct {
 	// it (unix ns): the requests admitted after a cut need about one
 	// response time to complete and show its effect.
 	holdUntil int64
+	// drainUntil: no cut of the class itself before it either (unix ns):
+	// one response time after the debt a drain or a cut put on its bucket
+	// is paid (owe), at most staleRuns Timeouts away. A cut of it by a
+	// more important class does not wait for it.
+	drainUntil int64
+	// allowed: the in-flight count the class's bucket debt was measured
+	// against (owe); 0 when it has no debt on record.
+	allowed float64
 
 	admitted, rejected atomic.Uint64
 }
@@ -74,7 +83,11 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c := &Controller{cfg: cfg, scratch: make([]float64, 0, cfg.NReq)}
 	now := cfg.Now().UnixNano()
-	for _, t := range cfg.Targets {
+	targets := cfg.Targets
+	if cfg.Shared {
+		targets = []time.Duration{slices.Min(cfg.Targets)}
+	}
+	for _, t := range targets {
 		cl := &class{target: float64(t), samples: make([]float64, 0, cfg.NReq), lastRun: now}
 		cl.rate.Store(math.Float64bits(cfg.InitialRate))
 		cl.bucket.tokens = c.depth(cfg.InitialRate)
@@ -90,11 +103,18 @@ func (c *Controller) depth(rate float64) float64 {
 	return max(1, rate*c.cfg.Burst.Seconds())
 }
 
-func (c *Controller) class(i int) *class {
-	if i < 0 || i >= len(c.classes) {
-		return c.classes[len(c.classes)-1] // out of range: least important
+func (c *Controller) class(i int) *class { return c.classes[c.at(i)] }
+
+// at maps class i to its controller: 0 for every class when Shared; the
+// least important for an i out of range.
+func (c *Controller) at(i int) int {
+	if c.cfg.Shared {
+		return 0
 	}
-	return c.classes[i]
+	if i < 0 || i >= len(c.classes) {
+		return len(c.classes) - 1
+	}
+	return i
 }
 
 // Admit takes a token from the request's class bucket, or rejects with
@@ -140,10 +160,7 @@ func (c *Controller) retryAfter(secs float64) time.Duration {
 // its arrival at sentry: time spent waiting in sentry counts). After NReq
 // samples the class's controller runs.
 func (c *Controller) Observe(class int, rt time.Duration) {
-	idx := class
-	if idx < 0 || idx >= len(c.classes) {
-		idx = len(c.classes) - 1
-	}
+	idx := c.at(class)
 	now := c.cfg.Now().UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -155,6 +172,24 @@ func (c *Controller) Observe(class int, rt time.Duration) {
 	}
 }
 
+// Ended records that an admitted request of class ended without a
+// response time a client saw: selective early termination cut it before
+// its response head (package sert). It counts as a completion -- its
+// slot is free again, so the farm's queue test and the class's completion
+// rate (the scaled rule's cuts and hold) see it -- but adds no sample to
+// the percentile: the cut is a loss the termination controller accounts
+// for, and the time it ran shows in the percentile of the requests that
+// waited behind it. Counting it as a sample at its cut time (at least the
+// termination threshold) made the controller cut every request's rate
+// for the heavy share it cannot change (doc.go, "Terminated requests").
+func (c *Controller) Ended(class int) {
+	idx := c.at(class)
+	c.mu.Lock()
+	c.done++
+	c.classes[idx].ended++
+	c.mu.Unlock()
+}
+
 // Tick runs the controller of every class that has at least one sample
 // and has not run for Timeout. The owner calls it periodically (Run does,
 // every Timeout/4); tests call it on a manual clock.
@@ -162,6 +197,7 @@ func (c *Controller) Tick(now time.Time) {
 	ns := now.UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forgive()
 	for i, cl := range c.classes {
 		if ns-cl.lastRun < int64(c.cfg.Timeout) {
 			continue
@@ -223,11 +259,11 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 	// class together admitted more than QueueGrowth times what completed.
 	farmIn, farmOut := float64(farmAdm-cl.farmAdmAt), float64(c.done-cl.farmDoneAt)
 	growing := farmIn > QueueGrowth*farmOut
-	// excess: how much faster than it completes the farm was fed, per
-	// second, since this class's last run.
-	excess := 0.0
+	// farmDone: what the farm (every class) completed per second since
+	// this class's last run; the backlog is measured against it.
+	farmDone := 0.0
 	if secs := float64(now-cl.lastRun) / 1e9; secs > 0 {
-		excess = max(0, farmIn-farmOut) / secs
+		farmDone = farmOut / secs
 	}
 	cl.farmAdmAt, cl.farmDoneAt = farmAdm, c.done
 	elapsed := float64(now-cl.lastRun) / float64(cfg.Timeout)
@@ -240,6 +276,7 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 		s = append(s, borrowed) // Tick's borrowed sample (scaled rule)
 	}
 	cl.samples = cl.samples[:0]
+	cl.ended = 0
 	slices.Sort(s)
 	k := int(math.Ceil(cfg.Percentile/100*float64(len(s)))) - 1
 	samp := s[max(0, min(k, len(s)-1))]
@@ -269,8 +306,14 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 		c.setRate(cl, ceil, false)
 		rate = ceil
 	}
+	// sErr is the last sample's own error. Decision (scaled rule): the
+	// class counts as over target only when the sample is over too; the
+	// smoothed percentile lags a drained queue by several runs (from 4×
+	// the target, α = 0.7 takes eight), and each of those runs cut a
+	// rate that was already right (doc.go, "The scaled rule").
+	sErr := (samp - cl.target) / cl.target
 	switch {
-	case cl.err > cfg.ErrD:
+	case cl.err > cfg.ErrD && (!cfg.Scaled || sErr > cfg.ErrD):
 		cl.over = true
 		// §3.3: cut the less important classes first; only when they are
 		// all at the minimum for LCThresh runs is this class itself cut.
@@ -309,9 +352,25 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 			switch {
 			case !cfg.Scaled:
 				c.setRate(cl, rate/cfg.AdjD, true)
-			case now >= cl.holdUntil:
-				c.setRate(cl, min(rate, max(done, cfg.RateMin))/cfg.AdjD, true)
-				cl.holdUntil = now + int64(samp)
+			case now >= cl.holdUntil && now >= cl.drainUntil:
+				// From what it completes while the farm holds a backlog
+				// (its completions are then the farm's capacity), and
+				// the backlog owed; otherwise from the rate, as the
+				// paper cuts: a class its bucket limits completes what
+				// it admits, and cutting from that ratchets the rate
+				// down with every noisy second.
+				// The hold lasts one response time (and, after a debt,
+				// drainUntil: the requests admitted after the cut show
+				// it only once the debt is paid).
+				hold := samp
+				if bl := c.backlog(farmDone, cl.target); bl > 0 {
+					r := min(rate, max(done, cfg.RateMin)) / cfg.AdjD
+					c.setRate(cl, r, true)
+					cl.drainUntil = now + int64(samp) + int64(c.owe(cl, bl, c.allowed(farmDone, cl.target), r))
+				} else {
+					c.setRate(cl, rate/cfg.AdjD, true)
+				}
+				cl.holdUntil = now + int64(hold)
 			}
 			cl.lc = 0
 		}
@@ -320,6 +379,11 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 		cl.lc = 0
 		x := -(cl.err - cfg.CI)
 		switch {
+		case cfg.Scaled && (sErr > cfg.ErrI || farmIn > Surge*farmOut) && c.lowerAtMin(i) && c.drain(cl, now, rate, done, farmDone, samp):
+			// The percentile is low, but the farm already holds a
+			// backlog the samples will show only a response time later
+			// (a step in the load): held and drained as between the
+			// thresholds.
 		case noRaise:
 		case !cfg.Scaled:
 			c.setRate(cl, rate+cfg.AdjI*x, false)
@@ -330,7 +394,6 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 			// only its average, is under the threshold; never above what
 			// the class offers with headroom, and a rate above that
 			// ceiling comes down to it (doc.go, "The scaled rule").
-			sErr := (samp - cl.target) / cl.target
 			y := min(cfg.ErrI-cl.err, cfg.ErrI-sErr) / (1 + cfg.ErrI)
 			inc := cfg.AdjI * x
 			if y > 0 && !growing {
@@ -349,15 +412,135 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 		// is held so only once every less important class is at the
 		// minimum: the queue is theirs to give up first. (A class run on
 		// a borrowed sample completed nothing: it stays at the minimum.)
-		if cfg.Scaled && c.lowerAtMin(i) {
-			target := done
-			if growing {
-				target = done - excess
-			}
-			if target < rate {
-				c.setRate(cl, max(target, cfg.RateMin), false)
+		if !cfg.Scaled {
+			break
+		}
+		switch {
+		case c.lowerAtMin(i) && c.drain(cl, now, rate, done, farmDone, samp):
+			// The farm holds more than it finishes within half the
+			// target: held to what it completes (the farm's capacity
+			// while it has a backlog), and the backlog owed, so it
+			// drains at once and admissions resume at that rate.
+			// Decision: this replaced giving up the farm's whole excess
+			// of admissions over completions as a rate, which took a
+			// class fed 4× the farm's rate to RateMin (where it admits
+			// too few requests to measure its way back), and holding
+			// to the completions whatever the backlog, which ratcheted
+			// the rate down with Poisson noise (issue 13's capacity
+			// shift: 55/s to 5/s in 20 s).
+		case !noRaise:
+			// The band increase (doc.go, "The scaled rule"): while the
+			// farm holds no backlog, the rate creeps up by
+			// BandGain·y·rate per Timeout, y the room the last sample
+			// leaves under the target, (err_d − sErr)/(err_d − err_i)
+			// (the sample's, not the smoothed error's: that one lags a
+			// drained queue by several runs, and the backlog test is
+			// the brake). Without it a farm
+			// whose service time alone puts the percentile above
+			// err_i (3× slower: p95 of the service 0.72× the target)
+			// could never be raised back to its capacity after a cut.
+			if y := (cfg.ErrD - sErr) / (cfg.ErrD - cfg.ErrI); y > 0 && done > 0 {
+				c.setRate(cl, min(rate+BandGain*y*rate*min(elapsed, 1), max(ceil, rate)), false)
 			}
 		}
+	}
+}
+
+// backlog is how many requests the farm holds beyond what it finishes
+// within BacklogShare (half) of the target at its completion rate done
+// (per second, every class): the requests admitted and not completed
+// (every class; Observe and Ended complete them) less
+// done·target·BacklogShare, by Little's law the in-flight count of a mean
+// response time of half the target. 0 when there is no excess.
+// Called with c.mu held.
+func (c *Controller) backlog(done, target float64) float64 {
+	var adm uint64
+	for _, x := range c.classes {
+		adm += x.admitted.Load()
+	}
+	out := float64(adm) - float64(c.done)
+	return max(0, out-c.allowed(done, target))
+}
+
+// allowed is the in-flight count a farm completing done per second may
+// hold for a class of target (ns): done·target·BacklogShare.
+func (c *Controller) allowed(done, target float64) float64 {
+	return done * target * BacklogShare / 1e9
+}
+
+// drain is the scaled rule's backlog hold for class cl at rate, which
+// completed done per second since its last run (the farm farmDone): when
+// the farm holds a
+// backlog (backlog > 0), the class is held to what it completes -- the
+// farm's capacity while it has a backlog -- owes the backlog (owe), and is
+// not cut again until one response time (samp) after the debt is paid.
+// It reports whether there was one. Called with c.mu held.
+func (c *Controller) drain(cl *class, now int64, rate, done, farmDone, samp float64) bool {
+	bl := c.backlog(farmDone, cl.target)
+	if bl <= 0 {
+		return false
+	}
+	if done < rate {
+		rate = max(done, c.cfg.RateMin)
+		c.setRate(cl, rate, false)
+	}
+	// No cut of the class until the requests admitted after the debt
+	// is paid can show in the percentile.
+	cl.drainUntil = max(cl.drainUntil, now+int64(samp)+int64(c.owe(cl, bl, c.allowed(farmDone, cl.target), rate)))
+	return true
+}
+
+// owe puts class cl's bucket in debt by the backlog bl (the scaled
+// rule's drain, doc.go): it admits nothing until the farm has finished
+// the backlog its admissions built, at the new rate, and then admits at
+// that rate: a cut drains the queue without leaving the rate below the
+// farm's completion rate. allowed is the in-flight count the backlog was
+// measured against (outstanding − allowed = bl): Tick forgives what of
+// the debt the farm has finished sooner (forgive). It returns how long
+// the debt takes at rate, at most staleRuns Timeouts. Called with c.mu
+// held.
+func (c *Controller) owe(cl *class, bl, allowed, rate float64) time.Duration {
+	if bl <= 0 {
+		return 0
+	}
+	cl.allowed = allowed
+	cl.bucket.Lock()
+	cl.bucket.tokens = min(cl.bucket.tokens, -bl) // the backlog now, not added to a debt not yet paid
+	cl.bucket.Unlock()
+	return min(time.Duration(bl/rate*1e9), staleRuns*c.cfg.Timeout)
+}
+
+// forgive keeps every class's debt no larger than the farm's backlog now
+// (the requests admitted and not completed, less what was allowed when
+// the debt was set), and clears the record once a debt is paid.
+//
+// Decision: nothing else re-examines a debt while it is paid (the class
+// admits nothing, so it has no samples to run on), and the backlog may
+// vanish sooner than the rate pays it: on sert-shift.yaml termination cut
+// the farm's whole queue of 1,770 within two seconds, and the debt of
+// that backlog at the cut rate kept the class at zero for 18 s.
+// Called with c.mu held.
+func (c *Controller) forgive() {
+	var adm uint64
+	for _, x := range c.classes {
+		adm += x.admitted.Load()
+	}
+	out := float64(adm) - float64(c.done)
+	for _, cl := range c.classes {
+		if cl.allowed <= 0 {
+			continue
+		}
+		bl := max(0, out-cl.allowed)
+		cl.bucket.Lock()
+		switch {
+		case cl.bucket.tokens >= 0:
+			cl.allowed = 0
+		case bl == 0:
+			cl.bucket.tokens = 0
+		case -cl.bucket.tokens > bl:
+			cl.bucket.tokens = -bl
+		}
+		cl.bucket.Unlock()
 	}
 }
 
@@ -382,7 +565,7 @@ func (c *Controller) measured(cl *class, now int64) (offered, admitted, done flo
 	}
 	adm := cl.admitted.Load()
 	seen := adm + cl.rejected.Load()
-	return float64(seen-cl.seenAt) / secs, float64(adm-cl.admAt) / secs, float64(len(cl.samples)) / secs
+	return float64(seen-cl.seenAt) / secs, float64(adm-cl.admAt) / secs, float64(len(cl.samples)+cl.ended) / secs
 }
 
 // setRate clamps and stores a class's rate; a decrease empties its bucket
@@ -430,14 +613,14 @@ func (c *Controller) State(i int) ClassState {
 }
 
 // Classes is the number of classes.
-func (c *Controller) Classes() int { return len(c.classes) }
+func (c *Controller) Classes() int { return len(c.cfg.Targets) }
 
 // SetTargets replaces the classes' targets, most important first (one per
 // class, each > 0; the owner's target may follow load, as sentry's R_sla
 // follows the QoS table). A class's next run compares with the new target.
 func (c *Controller) SetTargets(ts []time.Duration) error {
-	if len(ts) != len(c.classes) {
-		return fmt.Errorf("adaptive: %d targets for %d classes", len(ts), len(c.classes))
+	if len(ts) != len(c.cfg.Targets) {
+		return fmt.Errorf("adaptive: %d targets for %d classes", len(ts), len(c.cfg.Targets))
 	}
 	for i, t := range ts {
 		if t <= 0 {
@@ -445,8 +628,12 @@ func (c *Controller) SetTargets(ts []time.Duration) error {
 		}
 	}
 	c.mu.Lock()
-	for i, t := range ts {
-		c.classes[i].target = float64(t)
+	if c.cfg.Shared {
+		c.classes[0].target = float64(slices.Min(ts))
+	} else {
+		for i, t := range ts {
+			c.classes[i].target = float64(t)
+		}
 	}
 	c.cfg.Targets = append(c.cfg.Targets[:0], ts...)
 	c.mu.Unlock()
@@ -457,12 +644,43 @@ func (c *Controller) SetTargets(ts []time.Duration) error {
 // bucket as it is (at most its new depth). The owner seeds a controller
 // with it: the rate another mode was admitting at, when it takes over.
 func (c *Controller) SetRate(i int, rate float64) {
-	if i < 0 || i >= len(c.classes) || math.IsNaN(rate) {
+	if i < 0 || i >= c.Classes() || math.IsNaN(rate) {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.setRate(c.classes[i], rate, false)
+	c.setRate(c.class(i), rate, false)
+}
+
+// Seed starts class i afresh at rate, as another admission mode hands
+// over to this controller (auto's fall-back): its measurement restarts
+// now (offered and completion rates, the farm's counts: the requests the
+// other mode admitted are not this controller's backlog), its waiting
+// samples and smoothed percentile are dropped (the first run takes its
+// sample as is), and it is not cut for hold: the responses that arrive
+// meanwhile are of requests the other mode admitted, and say nothing of
+// this rate. A NaN rate is ignored.
+func (c *Controller) Seed(i int, rate float64, hold time.Duration) {
+	if i < 0 || i >= c.Classes() || math.IsNaN(rate) {
+		return
+	}
+	now := c.cfg.Now().UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var adm uint64
+	for _, x := range c.classes {
+		adm += x.admitted.Load()
+	}
+	c.done = max(c.done, adm)
+	cl := c.class(i)
+	cl.samples, cl.ended = cl.samples[:0], 0
+	cl.hasCur, cl.cur, cl.err, cl.over, cl.lc = false, 0, 0, false, 0
+	cl.lastRun = now
+	cl.admAt = cl.admitted.Load()
+	cl.seenAt = cl.admAt + cl.rejected.Load()
+	cl.farmAdmAt, cl.farmDoneAt = adm, c.done
+	cl.holdUntil, cl.drainUntil = now+int64(max(hold, 0)), 0
+	c.setRate(cl, rate, false)
 }
 
 // Carry copies what class j of from has learned -- its rate, smoothed
@@ -471,17 +689,17 @@ func (c *Controller) SetRate(i int, rate float64) {
 // the old one was; the caller matches classes by name. The rate is
 // clamped to c's bounds. Samples waiting in from are not carried.
 func (c *Controller) Carry(i int, from *Controller, j int) {
-	if i < 0 || i >= len(c.classes) || from == nil || j < 0 || j >= len(from.classes) || from == c {
+	if i < 0 || i >= c.Classes() || from == nil || j < 0 || j >= from.Classes() || from == c {
 		return
 	}
 	from.mu.Lock()
-	src := from.classes[j]
+	src := from.class(j)
 	rate := math.Float64frombits(src.rate.Load())
 	cur, hasCur, e := src.cur, src.hasCur, src.err
 	from.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	dst := c.classes[i]
+	dst := c.class(i)
 	dst.cur, dst.hasCur, dst.err = cur, hasCur, e
 	c.setRate(dst, rate, false)
 }

@@ -251,3 +251,36 @@ sentry_adaptive_rate{app="shop",class="gold"} 100
 		t.Fatalf("%d series, want 20", n)
 	}
 }
+
+// TestSeed: a seeded class starts at the given rate with its smoothed
+// percentile dropped, and is not cut within the hold -- the responses
+// then are of requests another mode admitted -- but is after it.
+func TestSeed(t *testing.T) {
+	c, ck := newCtl(t, Config{Targets: []time.Duration{time.Second}, Scaled: true, NReq: 10})
+	feed(c, 0, 10, 300*time.Millisecond) // a run: cur ≈ 2.7s
+	c.Seed(0, 50, 2*time.Second)
+	if st := c.State(0); st.Rate != 50 || st.Cur != 0 || st.Samples != 0 {
+		t.Fatalf("after Seed: %+v, want rate 50, no cur, no samples", st)
+	}
+	offer := func() { // 200 offered: the ceiling stays far above 50/s
+		for i := 0; i < 200; i++ {
+			c.Admit(&admission.Request{Class: 0})
+		}
+	}
+	ck.add(time.Second)
+	offer()
+	for i := 0; i < 10; i++ {
+		c.Observe(0, 3*time.Second)
+	}
+	if st := c.State(0); st.Runs != 2 || st.Rate != 50 || st.Cur != 3*time.Second {
+		t.Fatalf("within the hold: %+v, want a run on its own sample (3s) and no cut", st)
+	}
+	ck.add(1500 * time.Millisecond)
+	offer()
+	for i := 0; i < 10; i++ {
+		c.Observe(0, 3*time.Second)
+	}
+	if st := c.State(0); st.Rate >= 50 {
+		t.Fatalf("after the hold: rate %v, want a cut", st.Rate)
+	}
+}

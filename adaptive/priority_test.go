@@ -52,6 +52,12 @@ type simResult struct {
 // each, bronze twice it (3× capacity in all), for simLen; it measures
 // after settle.
 func simulate(t *testing.T, cutAll, scaled bool) simResult {
+	return simulateWith(t, Config{CutAllLower: cutAll, Scaled: scaled})
+}
+
+// simulateWith is simulate with any configuration (the targets are set
+// here).
+func simulateWith(t *testing.T, cfg Config) simResult {
 	const (
 		workers = 10
 		service = 100 * time.Millisecond // capacity 100/s
@@ -59,7 +65,8 @@ func simulate(t *testing.T, cutAll, scaled bool) simResult {
 		simLen  = 180 * time.Second
 		settle  = 60 * time.Second
 	)
-	c, ck := newCtl(t, Config{Targets: []time.Duration{target, target, target}, CutAllLower: cutAll, Scaled: scaled})
+	cfg.Targets = []time.Duration{target, target, target}
+	c, ck := newCtl(t, cfg)
 	f := &farm{service: service, free: make([]time.Time, workers)}
 	for i := range f.free {
 		f.free[i] = ck.now()
@@ -126,8 +133,8 @@ func simulate(t *testing.T, cutAll, scaled bool) simResult {
 	}
 	r.metSeconds = float64(met) / float64(len(perSec))
 	r.admitted = float64(admitted[0]+admitted[1]+admitted[2]) / (simLen - settle).Seconds()
-	t.Logf("scaled=%v cut_all_lower=%v: admitted gold %.3f silver %.3f bronze %.3f (%.0f/s of 100/s); gold p90 %v, met in %.0f%% of seconds",
-		scaled, cutAll, r.share[0], r.share[1], r.share[2], r.admitted, r.goldP90, 100*r.metSeconds)
+	t.Logf("scaled=%v cut_all_lower=%v shared=%v: admitted gold %.3f silver %.3f bronze %.3f (%.0f/s of 100/s); gold p90 %v, met in %.0f%% of seconds",
+		cfg.Scaled, cfg.CutAllLower, cfg.Shared, r.share[0], r.share[1], r.share[2], r.admitted, r.goldP90, 100*r.metSeconds)
 	return r
 }
 
@@ -173,22 +180,25 @@ func TestPriorityGuarantee(t *testing.T) {
 // TestPriorityGuaranteeScaled: the same comparison with the scaled rule
 // (doc.go), sentry's default. Gold is admitted almost whole and the
 // rejections fall in priority order, and the farm is kept fuller than
-// with the paper's constants (about 92/s of 100/s against 70/s). The
-// price, pinned here: this farm is a hard case (gold and silver alone
-// offer exactly its capacity, so any bronze admitted builds a queue only
-// a cut of silver drains), and gold's p90 sits near its target rather
-// than well under it: met in about three quarters of the seconds (the
-// paper's rule about 88%), p90 over the run within 1.25× the target.
+// with the paper's constants (100/s of 100/s against 70/s). This farm is
+// a hard case (gold and silver alone offer exactly its capacity, so any
+// bronze admitted builds a queue only a cut of silver drains); with the
+// backlog drain gold's p90 is within its target in every second (before
+// it, about three quarters of them, at 92/s): pinned with margins, p90
+// over the run within the target, met in ≥ 90% of seconds, ≥ 95/s.
 func TestPriorityGuaranteeScaled(t *testing.T) {
 	r := simulate(t, false, true)
 	if r.share[0] < 0.95 {
 		t.Errorf("gold admitted %.3f of its requests, want ≥ 0.95", r.share[0])
 	}
-	if r.goldP90 > 625*time.Millisecond {
-		t.Errorf("gold p90 %v over 1.25× the target 500ms", r.goldP90)
+	if r.goldP90 > 500*time.Millisecond {
+		t.Errorf("gold p90 %v over the target 500ms", r.goldP90)
 	}
-	if r.metSeconds < 0.7 {
-		t.Errorf("gold met its target in %.0f%% of seconds, want ≥ 70%%", 100*r.metSeconds)
+	if r.metSeconds < 0.9 {
+		t.Errorf("gold met its target in %.0f%% of seconds, want ≥ 90%%", 100*r.metSeconds)
+	}
+	if r.admitted < 95 {
+		t.Errorf("admitted %.0f/s of the farm's 100/s, want ≥ 95", r.admitted)
 	}
 	if !(r.share[2] < r.share[1] && r.share[1] <= r.share[0]) {
 		t.Errorf("admitted shares gold %.3f silver %.3f bronze %.3f: want priority order", r.share[0], r.share[1], r.share[2])
@@ -196,5 +206,27 @@ func TestPriorityGuaranteeScaled(t *testing.T) {
 	paper := simulate(t, false, false)
 	if r.admitted <= paper.admitted {
 		t.Errorf("scaled rule admitted %.0f/s, the paper's %.0f/s: want more", r.admitted, paper.admitted)
+	}
+}
+
+// TestSharedBaseline is the other side of the paper's comparison: one
+// controller for the three classes (Config.Shared, the policy's
+// admission.adaptive.shared) keeps the pooled p90 near the target, but
+// admits from one bucket whatever the class, so gold is rejected as
+// much as the others (how the rejections split between classes follows
+// the simulation's fixed arrival pattern against the bucket's refills:
+// gold 0.19, silver 0.63, bronze 0.30 with the scaled rule, about 0.15
+// each with the paper's); with a controller per class (TestPriorityGuaranteeScaled) gold is
+// admitted whole and bronze absorbs the rejections.
+func TestSharedBaseline(t *testing.T) {
+	for _, scaled := range []bool{true, false} {
+		sh := simulateWith(t, Config{Scaled: scaled, Shared: true})
+		per := simulate(t, false, scaled)
+		if sh.share[0] > 0.7 {
+			t.Errorf("scaled=%v shared: gold admitted %.3f: want well under whole (one bucket for all)", scaled, sh.share[0])
+		}
+		if per.share[0] < 0.95 || per.share[0]-sh.share[0] < 0.3 {
+			t.Errorf("scaled=%v: gold admitted %.3f per class, %.3f shared: want per class ≥ 0.95 and far above shared", scaled, per.share[0], sh.share[0])
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 //	init targets=D,D,... [rate=R] [nreq=N] [lc_thresh=N] [burst=D] [rate_min=R] [rate_max=R] [timeout=D] [cut_all_lower] [scaled]
 //	observe class=I n=N rt=D          n samples of rt each (a run may follow)
 //	observe class=I n=N step=D        n samples 1·step, 2·step, ..., n·step
+//	end class=I n=N                   n admitted requests ended without a sample (Ended: cut by termination)
 //	advance D                         move the clock; then Tick
 //	admit class=I n=N                 n requests: how many were admitted
 //	state                             every class: rate, tokens, cur (ms), err, runs, lc, samples
@@ -92,6 +93,11 @@ func TestScripts(t *testing.T) {
 				}
 				if r := c.State(cl).Runs; r != runs {
 					return []string{fmt.Sprintf("ran: %d", r-runs)}
+				}
+				return nil
+			case "end":
+				for i := 0; i < int(num("n")); i++ {
+					c.Ended(int(num("class")))
 				}
 				return nil
 			case "advance":

@@ -153,6 +153,11 @@ type Result struct {
 	InService int
 	// End is when the response head came; the latency is End − Arrival.
 	End time.Time
+	// Terminated tells that selective early termination cut the request
+	// before its response head (package sert): Measured is sert.Sample's
+	// (at least the threshold), End the cut, and the client got a 503, so
+	// End − Arrival is no response time a client saw.
+	Terminated bool
 }
 
 // Latency is the time from the ticket's arrival to the result's end.

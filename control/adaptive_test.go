@@ -2,6 +2,7 @@ package control
 
 import (
 	"bytes"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -203,8 +204,8 @@ func TestAutoFallsBackAndReturns(t *testing.T) {
 	if a.Mode() != admission.ModeAdaptive {
 		t.Fatalf("mode %v after 3 missed windows, want adaptive", a.Mode())
 	}
-	if r := a.adp.Load().State(0).Rate; r != 25 {
-		t.Errorf("gold seeded at %v/s, want 25 (what batch admitted)", r)
+	if r := a.adp.Load().State(0).Rate; r != 30 {
+		t.Errorf("gold seeded at %v/s, want 30 (what completed; batch admitted 25)", r)
 	}
 	if out := logs.String(); !strings.Contains(out, "admission mode switched") || !strings.Contains(out, "from=batch to=adaptive reason=percentile_missed windows=3") {
 		t.Errorf("log %q", out)
@@ -347,5 +348,103 @@ func TestAdaptiveNoAlloc(t *testing.T) {
 	}
 	if a.adp.Load().State(1).Runs == 0 {
 		t.Fatal("the controller never ran: the measurement missed its runs")
+	}
+}
+
+// TestTerminatedIsNoSLASample: a request cut by selective early
+// termination (Result.Terminated) feeds the estimator its cost but is no
+// response time a client saw: in adaptive mode it adds no sample to the
+// controller (Ended: a completion without one), and in auto it does not
+// count against the batch model in the fall-back window however long it
+// ran.
+func TestTerminatedIsNoSLASample(t *testing.T) {
+	m, _, ck, _ := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a, err := m.Build(adaptiveApp("adaptive"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := func(a *App, class, n int, ran time.Duration) {
+		now := ck.now()
+		for i := 0; i < n; i++ {
+			a.Done(&admission.Ticket{Class: class, Key: []byte("/x"), Arrival: now.Add(-ran)},
+				admission.Result{Measured: ran, InService: 1, End: now, Terminated: true})
+		}
+	}
+	// 99 gold requests cut after 2s (over R_sla = 1s), then one that
+	// completes in 100ms: nreq (100) is not reached, so the controller
+	// has not run; one sample waits, and it is the response's.
+	cut(a, 0, 99, 2*time.Second)
+	complete(a, ck, 0, 1, 100*time.Millisecond, true)
+	if st := a.adp.Load().State(0); st.Runs != 0 || st.Samples != 1 {
+		t.Fatalf("gold after 99 cut and 1 response: %+v, want no run and 1 sample", st)
+	}
+	if n := a.win.n.Load(); n != 1 {
+		t.Fatalf("window completions %d, want 1 (the response)", n)
+	}
+	// The estimator did see the cut requests' cost.
+	if s, _ := a.est.Estimate(0, []byte("/x")); s < time.Second {
+		t.Errorf("estimated S %v after 99 cuts at 2s, want their cost", s)
+	}
+
+	// Auto: windows of 30 responses within R_sla and 30 cuts at 2s
+	// never fall back; the same 30 at 2s as responses do.
+	ac := adaptiveApp("auto")
+	ac.Name = "auto"
+	b, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		cut(b, 0, 30, 2*time.Second)
+		runWindow(t, b, ck, 30, 30, 100*time.Millisecond, true)
+	}
+	if b.Mode() != admission.ModeBatch {
+		t.Fatalf("terminations counted against the batch model: %v", b.Mode())
+	}
+	for i := 0; i < 3; i++ {
+		complete(b, ck, 0, 30, 2*time.Second, true)
+		runWindow(t, b, ck, 30, 30, 100*time.Millisecond, true)
+	}
+	if b.Mode() != admission.ModeAdaptive {
+		t.Fatalf("responses over R_sla did not count: %v", b.Mode())
+	}
+}
+
+// TestAdaptiveShared: admission.adaptive.shared runs one controller for
+// every class: one bucket (gold's admission takes bronze's token) and
+// the fall-back seeds it with the classes' sum.
+func TestAdaptiveShared(t *testing.T) {
+	m, _, ck, _ := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	ac := adaptiveApp("adaptive")
+	ac.Admission.Adaptive.Shared = true
+	ac.Admission.Adaptive.InitialRate = 10 // 100ms of it: one token
+	a, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := a.adp.Load()
+	if !c.Config().Shared || c.Classes() != 2 {
+		t.Fatalf("shared %v, classes %d", c.Config().Shared, c.Classes())
+	}
+	if d := a.Admit(&admission.Request{Class: 0}); d.Verdict != admission.Admit {
+		t.Fatalf("gold: %v", d.Verdict)
+	}
+	if d := a.Admit(&admission.Request{Class: 1}); d.Verdict != admission.RejectAdaptive {
+		t.Fatalf("bronze after gold took the one token: %v, want rejected (one bucket)", d.Verdict)
+	}
+	ck.add(100 * time.Millisecond)
+	if d := a.Admit(&admission.Request{Class: 1}); d.Verdict != admission.Admit {
+		t.Fatalf("bronze after a refill: %v", d.Verdict)
+	}
+	for i, cs := range *a.classes.Load() {
+		cs.admRate.Store(math.Float64bits(float64(10 * (i + 1))))
+	}
+	a.seedAdaptive(0)
+	if r0, r1 := c.State(0).Rate, c.State(1).Rate; r0 != 30 || r1 != 30 {
+		t.Errorf("seeded %v and %v, want the one controller at 10 + 20", r0, r1)
 	}
 }

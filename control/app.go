@@ -104,6 +104,7 @@ type classStats struct {
 	quantile atomic.Int64  // ns
 	admits   atomic.Int64  // admissions this interval, drained by the monitor
 	admRate  atomic.Uint64 // float64 bits: admissions per second over the last interval
+	doneRate atomic.Uint64 // float64 bits: completions per second over the last interval
 }
 
 // appConfig is the part of the policy read per request; immutable.
@@ -300,6 +301,23 @@ func (a *App) Done(tk *admission.Ticket, r admission.Result) {
 		t, _ = estimator.ParseServerTiming(r.ServerTiming)
 	}
 	latency := r.Latency(tk)
+	if r.Terminated {
+		// A request cut by selective early termination: its cost (at least
+		// the threshold) feeds the estimator and the parallelism model, so
+		// S and the batch test see it, but its time is no response time a
+		// client saw (the client got a 503): it is not an SLA sample, for
+		// adaptive mode's percentile, auto's fall-back window or the
+		// admitted percentile (doc.go, "Termination").
+		if a.sw.Load().Mode() == admission.ModeAdaptive {
+			a.adp.Load().Ended(class)
+		}
+		a.est.ObserveTiming(class, tk.Key, estimator.Timing{}, r.Measured, now)
+		a.lastObs.Store(now.UnixNano())
+		if tk.S > 0 && r.InService > 0 {
+			a.batch.ObserveService(r.InService, tk.S, r.Measured)
+		}
+		return
+	}
 	// Adaptive mode's feedback: the response time from arrival at sentry
 	// (Ticket.Arrival), waiting in sentry included.
 	if a.sw.Load().Mode() == admission.ModeAdaptive {
@@ -441,11 +459,13 @@ func (a *App) tick(now time.Time, interval time.Duration) {
 		a.lastQuantile.Store(int64(q))
 	}
 	for _, cs := range *a.classes.Load() {
-		if cn, cq := cs.lat.drain(cfg.percentile / 100); cn > 0 {
-			cs.quantile.Store(int64(cq))
-		} else {
-			cs.quantile.Store(0)
+		cn, cq := cs.lat.drain(cfg.percentile / 100)
+		cs.quantile.Store(int64(cq)) // 0 without completions
+		d := 0.0
+		if secs := interval.Seconds(); secs > 0 {
+			d = float64(cn) / secs
 		}
+		cs.doneRate.Store(math.Float64bits(d))
 	}
 	// The learner takes intervals of batch and threshold mode alike: an
 	// interval that met R_sla shows its admitted work is sustainable, one

@@ -102,9 +102,15 @@
 // service time: no cpu/io in Server-Timing and no measured time. After
 // fallback.miss_windows (3) such windows in a row, auto switches to
 // adaptive (Switch.Fallback, logged at info with reason
-// percentile_missed or no_service_time) and seeds each class's rate with
-// what batch mode admitted per second in the last window, so the
-// controller cuts from there rather than from rate_max. A window whose
+// percentile_missed or no_service_time) and seeds each class
+// (adaptive.Controller.Seed) with the larger of what batch mode admitted
+// and what completed per second in the last window, its measurement
+// restarted and its cuts held for one response time (the window's
+// percentile), so the controller cuts from there rather than from
+// rate_max, and not for the late responses of batch's queue. (Seeded with
+// the admissions alone, after a capacity drop batch had already cut
+// below what the farm finished, and the controller took 10 s to climb
+// back: e2e/scenarios/shift.yaml.) A window whose
 // mode changed, or with too few completions, breaks the run. Auto returns
 // to batch after fallback.return_windows (10) calm windows in a row: fewer
 // than 20 completions, or the window's admitted percentile (histogram,
@@ -154,6 +160,19 @@
 // class's *sert.Class, or nil when the class declares no range. The App
 // counts the class's arrivals (in Estimate) and rejections (in account
 // and Cancel) for the loss fraction; the proxy counts terminations.
+//
+// A terminated request's ticket is told the cut (admission.Result with
+// Terminated): Done feeds the estimator and batchac's parallelism model
+// its cost (at least the threshold: S and the batch test see it), and
+// nothing else. Decision: it is no SLA sample -- not for adaptive mode's
+// percentile (the controller is told Ended, a completion without a
+// sample), not for auto's fall-back window, not for the admitted
+// percentile and the learner. The client got a 503, counted by the
+// termination controller's loss fraction; the time the request ran shows
+// in the response times of the requests that waited behind it. Counted as
+// a response time, the heavy share termination exists for made auto fall
+// back to adaptive on sert-shift.yaml, and adaptive cut every request's
+// rate for it (issue 14: 0.20× capacity during the shift).
 //
 // # The degradation signal (load.go)
 //

@@ -68,7 +68,7 @@ func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Dur
 		if !missed {
 			reason = "no_service_time"
 		}
-		a.seedAdaptive()
+		a.seedAdaptive(q)
 		if sw.Fallback(now, admission.ModeAdaptive, reason, "windows", a.fb.bad, "over_share", float64(over)/float64(cn),
 			"no_timing_share", noTimingShare, "rsla", rsla.String(), "percentile", cfg.percentile) {
 			a.fb.last = admission.ModeAdaptive
@@ -94,13 +94,33 @@ func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Dur
 }
 
 // seedAdaptive starts the adaptive controller, as auto falls back to it,
-// at the rate batch mode was admitting each class at over the last window
-// (at least rate_min): the controller then cuts from there, as the
-// percentile it misses says, instead of from rate_max.
-func (a *App) seedAdaptive() {
+// for each class at the larger of what batch mode admitted and what
+// completed per second over the last window (at least rate_min), and
+// holds its cuts for one response time (the window's percentile q): the
+// controller then cuts from there, as the percentile it misses says,
+// instead of from rate_max (adaptive.Controller.Seed).
+//
+// Decision: the completions too, not the admissions alone. When the farm
+// slows down, batch mode has already cut its admissions below what the
+// farm finishes by the window the fall-back comes in (15/s against 66/s
+// in e2e/scenarios/shift.yaml), and the controller, seeded there and cut
+// again by the late responses of batch's queue, took 10 s to climb back.
+//
+// With admission.adaptive.shared the one controller is seeded with the
+// sum over the classes.
+func (a *App) seedAdaptive(q time.Duration) {
 	c := a.adp.Load()
+	shared := c.Config().Shared
+	sum := 0.0
 	for i, cs := range *a.classes.Load() {
-		c.SetRate(i, math.Float64frombits(cs.admRate.Load()))
+		r := max(math.Float64frombits(cs.admRate.Load()), math.Float64frombits(cs.doneRate.Load()))
+		if !shared {
+			c.Seed(i, r, q)
+		}
+		sum += r
+	}
+	if shared {
+		c.Seed(0, sum, q)
 	}
 }
 

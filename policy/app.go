@@ -90,6 +90,10 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 			a.TLS = d.tls(v, p)
 			m.tlsBad = a.TLS == nil
 		}},
+		{"h2c", func(v *yaml.Node, p string) {
+			m.h2cLine = line(v)
+			d.boolField(&a.H2C)(v, p)
+		}},
 		{"trusted_proxies", func(v *yaml.Node, p string) { a.TrustedProxies = d.trustedProxies(v, p) }},
 		{"backends", func(v *yaml.Node, p string) { sawBackends = true; d.backends(v, p, &a.Backends) }},
 		{"balance", func(v *yaml.Node, p string) {
@@ -152,6 +156,11 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 	}
 	if !sawName {
 		d.errorf(n, path, "name is required")
+	}
+	if a.H2C && m.tlsLine > 0 {
+		// A TLS listener offers h2 by ALPN already; h2c is the cleartext
+		// form (docs/policy.md, apps[]).
+		d.add(m.h2cLine, "%s.h2c: h2c is HTTP/2 on a plain listener, but tls is given (line %d); a TLS listener offers h2 by ALPN", path, m.tlsLine)
 	}
 	if !sawBackends {
 		d.errorf(n, path, "backends is required (static: [host:port, ...] or dns: {name, port})")
@@ -262,10 +271,9 @@ func (d *decoder) tls(n *yaml.Node, path string) *TLS {
 // the client pair) so that a bad file is refused at load, at its line.
 func (d *decoder) backendTLS(n *yaml.Node, path string) *BackendTLS {
 	var t BackendTLS
-	var certNode, keyNode, caNode, nameNode, skipNode *yaml.Node
+	var certNode, keyNode, caNode, skipNode *yaml.Node
 	if !d.mapping(n, path, []field{
 		{"server_name", func(v *yaml.Node, p string) {
-			nameNode = v
 			if s, ok := d.str(v, p); ok {
 				if err := checkServerName(s); err != nil {
 					d.errorf(v, p, "%v", err)
@@ -297,15 +305,10 @@ func (d *decoder) backendTLS(n *yaml.Node, path string) *BackendTLS {
 	}) {
 		return nil
 	}
-	if t.InsecureSkipVerify {
-		for _, x := range []struct {
-			n   *yaml.Node
-			key string
-		}{{caNode, "ca"}, {nameNode, "server_name"}} {
-			if x.n != nil {
-				d.errorf(x.n, path+"."+x.key, "%s is not used with insecure_skip_verify: true (line %d), which verifies nothing", x.key, line(skipNode))
-			}
-		}
+	// server_name still counts without verification: it is the SNI, which
+	// a backend behind a TLS router (or serving several names) needs.
+	if t.InsecureSkipVerify && caNode != nil {
+		d.errorf(caNode, path+".ca", "ca is not used with insecure_skip_verify: true (line %d), which verifies nothing", line(skipNode))
 	}
 	switch {
 	case certNode != nil && keyNode == nil:

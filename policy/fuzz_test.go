@@ -226,6 +226,8 @@ func FuzzAdaptive(f *testing.F) {
 		"{adaptive: {initial_rate: 0, rate_min: 0.5, rate_max: 0.5, burst: 1ms}, fallback: {return_ratio: 1, no_timing_share: 1}}",
 		"{adaptive: {alpha: 0}}",
 		"{adaptive: {cut_all_lower: yes}}",
+		"{adaptive: {shared: true}, mode: adaptive}",
+		"{adaptive: {shared: 1}}",
 		"{adaptive: {rule: fast}}",
 		"{fallback: {enabled: true, miss_windows: 3600}}",
 	} {

@@ -59,6 +59,7 @@ func finish(s *Snapshot, m *meta, c *collector) {
 		l          *Listener
 		line       int // where the address first appears
 		tlsApp     int // the app whose TLS the listener took; -1: none yet
+		h2cApp     int // the first app on the address (whose h2c the listener took)
 		defaultApp int
 		hosts      map[string]hostRef
 	}
@@ -69,7 +70,7 @@ func finish(s *Snapshot, m *meta, c *collector) {
 			ln := am.listenLine(j)
 			st := byAddr[addr]
 			if st == nil {
-				st = &state{l: &Listener{Addr: addr}, line: ln, tlsApp: -1, defaultApp: -1, hosts: map[string]hostRef{}}
+				st = &state{l: &Listener{Addr: addr, H2C: a.H2C}, line: ln, tlsApp: -1, h2cApp: i, defaultApp: -1, hosts: map[string]hostRef{}}
 				byAddr[addr] = st
 				s.Listeners = append(s.Listeners, st.l)
 			}
@@ -85,6 +86,10 @@ func finish(s *Snapshot, m *meta, c *collector) {
 				}
 				c.add(where, "%s: %s on %s, but %s (line %d) has %s; apps sharing a listen address must use the same tls",
 					label(i), describeTLS(a.TLS), addr, label(st.tlsApp), m.apps[st.tlsApp].line, describeTLS(st.l.TLS))
+			}
+			if a.H2C != st.l.H2C {
+				c.add(at(am.h2cLine, ln), "%s: h2c %v on %s, but %s (line %d) has h2c %v; apps sharing a listen address must agree on h2c",
+					label(i), a.H2C, addr, label(st.h2cApp), m.apps[st.h2cApp].line, st.l.H2C)
 			}
 			st.l.Apps = append(st.l.Apps, a)
 			if len(a.Hosts) == 0 && !am.hostsBad {

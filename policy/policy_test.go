@@ -243,6 +243,7 @@ apps:
         adj_lo: 4
         lc_thresh: 7
         cut_all_lower: true
+        shared: true
         rule: paper
         burst: 250ms
         initial_rate: 40
@@ -345,7 +346,7 @@ apps:
 			Threshold:    ThresholdAdmission{Recompute: 250 * time.Millisecond, Capacity: 3.5},
 			Switch:       ModeSwitch{CPUHigh: 1, CPULow: 0.25, Hold: 5 * time.Second, RevertAfter: time.Minute},
 			Adaptive: AdaptiveAdmission{NReq: 50, Timeout: 500 * time.Millisecond, Alpha: 0.5, ErrD: 0.1, ErrI: -0.4, AdjD: 1.5, AdjI: 3,
-				CI: -0.2, RateMin: 1, RateMax: 900, AdjLo: 4, LCThresh: 7, CutAllLower: true, Burst: 250 * time.Millisecond, InitialRate: 40, Rule: AdaptiveRulePaper},
+				CI: -0.2, RateMin: 1, RateMax: 900, AdjLo: 4, LCThresh: 7, CutAllLower: true, Shared: true, Burst: 250 * time.Millisecond, InitialRate: 40, Rule: AdaptiveRulePaper},
 			Fallback: Fallback{MissWindows: 5, NoTimingShare: 0.75, ReturnWindows: 20, ReturnRatio: 0.6},
 		},
 		Terminate:   []*Terminate{nil, nil, {Lower: 250 * time.Millisecond, Upper: 4 * time.Second, Methods: []string{"GET", "POST"}}},
@@ -819,5 +820,35 @@ apps: [{name: a, backends: {static: ["h:1"]}}]
 	want := Log{Level: "info", Format: "text", Access: true, AccessLog: AccessLog{Output: "/var/log/sentry/access.log", Format: "json", Rate: 0, RejectRate: 5}}
 	if s.Log != want {
 		t.Errorf("Log = %+v, want %+v", s.Log, want)
+	}
+}
+
+// TestListenerH2C: h2c is off by default and, when every app on a plain
+// address sets it, the listener serves h2c.
+func TestListenerH2C(t *testing.T) {
+	s := mustParse(t, `
+apps:
+  - name: a
+    listen: 127.0.0.1:9000
+    hosts: [a.example]
+    h2c: true
+    backends: {static: ["h:1"]}
+  - name: b
+    listen: 127.0.0.1:9000
+    h2c: true
+    backends: {static: ["h:1"]}
+  - name: c
+    listen: 127.0.0.1:9001
+    backends: {static: ["h:1"]}
+`)
+	got := map[string]bool{}
+	for _, l := range s.Listeners {
+		got[l.Addr] = l.H2C
+	}
+	if !got["127.0.0.1:9000"] || got["127.0.0.1:9001"] {
+		t.Errorf("listener h2c = %v, want 9000 on and 9001 off", got)
+	}
+	if !s.Apps[0].H2C || s.Apps[2].H2C {
+		t.Errorf("apps h2c = %v %v, want true false", s.Apps[0].H2C, s.Apps[2].H2C)
 	}
 }

@@ -61,6 +61,7 @@ type appMeta struct {
 	hostsBad bool
 	tlsBad   bool
 	tlsLine  int
+	h2cLine  int // where h2c was written (0: absent)
 }
 
 func (m *appMeta) listenLine(j int) int {

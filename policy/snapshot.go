@@ -130,6 +130,10 @@ type Listener struct {
 	Addr string
 	// TLS is nil for plain HTTP. When set, h2 is offered via ALPN.
 	TLS *TLS
+	// H2C: a plain listener also serves HTTP/2 with prior knowledge (a
+	// connection opening with the HTTP/2 preface); every app on the
+	// address says so (apps[].h2c).
+	H2C bool
 	// Apps served on this address, routed by Host. Default (may be nil) is
 	// the app with no Hosts, which takes any unmatched Host.
 	Apps    []*App
@@ -165,6 +169,10 @@ type App struct {
 	// this app is the default on its listeners.
 	Hosts []string
 	TLS   *TLS
+	// H2C: the app's (plain) listeners also serve HTTP/2 with prior
+	// knowledge, cleartext (h2c: true). Default false: a connection opening
+	// with the HTTP/2 preface gets 400. Apps sharing an address agree.
+	H2C bool
 	// TrustedProxies lists client networks whose X-Forwarded-* headers are
 	// believed. Default none.
 	TrustedProxies []netip.Prefix
@@ -292,7 +300,8 @@ type BackendTLS struct {
 	// means the system's roots.
 	CAFile string
 	// InsecureSkipVerify turns verification off (testing only). Default
-	// false; cannot be combined with CAFile or ServerName.
+	// false; cannot be combined with CAFile (ServerName is still sent as
+	// the SNI).
 	InsecureSkipVerify bool
 	// CertFile and KeyFile are a client certificate for mutual TLS; both
 	// or neither. Default none.
@@ -409,6 +418,11 @@ type AdaptiveAdmission struct {
 	CutAllLower bool          // the paper's rule: cut every lower class at once; default false (decision)
 	Burst       time.Duration // token bucket depth in time at the rate, > 0; default 100ms (decision)
 	InitialRate float64       // rate before the first run; 0 means RateMax; default 0
+	// Shared: one controller and one token bucket for every class (the
+	// paper's baseline, a single controller against one per class):
+	// classes are admitted alike and the target is the smallest. Default
+	// false (a controller per class, the multiclass rules).
+	Shared bool
 	// Rule: "scaled" (default; decision: increases proportional to the
 	// rate and capped by the offered rate, cuts from the measured
 	// completion rate, lower classes cut by AdjD rather than AdjLo) or

@@ -294,6 +294,7 @@ func (d *decoder) adaptiveAdmission(n *yaml.Node, path string, a *AdaptiveAdmiss
 		{"adj_lo", d.numField(&a.AdjLo, numRange{lo: 1, hi: 1e6, loOpen: true})},
 		{"lc_thresh", d.intField(&a.LCThresh, 1, maxAdaptiveRuns)},
 		{"cut_all_lower", d.boolField(&a.CutAllLower)},
+		{"shared", d.boolField(&a.Shared)},
 		{"rule", d.enumField(&a.Rule, AdaptiveRuleScaled, AdaptiveRulePaper)},
 		{"burst", d.durationField(&a.Burst, time.Millisecond)},
 		{"initial_rate", func(v *yaml.Node, p string) {
@@ -348,7 +349,7 @@ func (a AdaptiveAdmission) Config(targets []time.Duration, percentile float64) a
 		NReq: a.NReq, Timeout: a.Timeout, Alpha: a.Alpha, ErrD: a.ErrD, ErrI: a.ErrI,
 		AdjD: a.AdjD, AdjI: a.AdjI, CI: a.CI, RateMin: a.RateMin, RateMax: a.RateMax,
 		AdjLo: a.AdjLo, LCThresh: a.LCThresh, CutAllLower: a.CutAllLower, Burst: a.Burst,
-		InitialRate: a.InitialRate, Scaled: a.Rule != AdaptiveRulePaper,
+		InitialRate: a.InitialRate, Scaled: a.Rule != AdaptiveRulePaper, Shared: a.Shared,
 	}
 }
 

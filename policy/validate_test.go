@@ -324,6 +324,31 @@ apps:
     backends: {static: ["h:1"]}
 `, []string{`3: apps[0].tls.cert: $DIR is not a regular file`}},
 
+		{"h2c: with tls, mixed on an address, not a boolean", `
+apps:
+  - name: a
+    tls: {cert: $CERT_A, key: $KEY_A}
+    h2c: true
+    backends: {static: ["h:1"]}
+  - name: b
+    listen: 127.0.0.1:8081
+    hosts: [b.example]
+    h2c: true
+    backends: {static: ["h:1"]}
+  - name: c
+    listen: 127.0.0.1:8081
+    hosts: [c.example]
+    backends: {static: ["h:1"]}
+  - name: d
+    listen: 127.0.0.1:8082
+    h2c: yes please
+    backends: {static: ["h:1"]}
+`, []string{
+			`4: apps[0].h2c: h2c is HTTP/2 on a plain listener, but tls is given (line 3); a TLS listener offers h2 by ALPN`,
+			`12: app "c": h2c false on 127.0.0.1:8081, but app "b" (line 6) has h2c true; apps sharing a listen address must agree on h2c`,
+			`17: apps[3].h2c: expected true or false`,
+		}},
+
 		{"backends: tls and protocol", `
 apps:
   - name: a
@@ -1327,5 +1352,21 @@ func TestPeriodMustLeaveTimeWithinSLA(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "classes[1].period: 500ms leaves no time") {
 		t.Errorf("unexpected error: %v", err)
+	}
+}
+
+// TestBackendTLSSNIWithoutVerification: server_name goes with
+// insecure_skip_verify (it is the SNI a TLS router or a multi-name
+// backend needs even when nothing is verified); ca does not.
+func TestBackendTLSSNIWithoutVerification(t *testing.T) {
+	s := mustParse(t, `
+apps:
+  - name: a
+    backends:
+      static: ["10.0.0.1:443"]
+      tls: {insecure_skip_verify: true, server_name: backend.internal}
+`)
+	if bt := s.Apps[0].Backends.TLS; bt == nil || !bt.InsecureSkipVerify || bt.ServerName != "backend.internal" {
+		t.Fatalf("backends.tls = %+v", bt)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"github.com/sentry-proxy/sentry/policy"
 )
@@ -101,4 +102,23 @@ func backendLink(b policy.Backends) string {
 func tlsRefused(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "remote error"
+}
+
+// dialBackend opens a connection of its own to a backend, for a tunnel
+// (upgrade): TCP and, when cfg is set (backends.tls), the TLS handshake,
+// both within connect.
+func dialBackend(addr string, connect time.Duration, cfg *tls.Config) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), connect)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil || cfg == nil {
+		return c, err
+	}
+	tc, err := tlsClient(ctx, c, addr, cfg)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return tc, nil
 }

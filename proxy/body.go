@@ -93,6 +93,39 @@ type clientBody struct {
 	err       error
 	truncated func() bool
 	h1        bool // fasthttp's body reader: its parse errors are the client's (400)
+	// unread: relayed, but not read to its end (relayH2: an HTTP/2
+	// backend answered without taking it all); the rest is still in the
+	// client's connection, which must close after the response.
+	unread bool
+	// sentAt is when an HTTP/2 backend's transport read the body's end
+	// (Unix ns; 0: not yet), and headAt when the response head came
+	// (relayH2): a body all sent before the head gives a measured
+	// service time from then (serve).
+	sentAt atomic.Int64
+	headAt int64
+	// stop, when set, makes a Read blocked on the client return at once,
+	// from another goroutine (h2ReqBody.Close): the h2 stream's body
+	// closed, or the HTTP/1.1 connection's read deadline put in the past
+	// (readUnblocker).
+	stop func()
+}
+
+// readUnblocker returns clientBody.stop for an HTTP/1.1 connection c: a
+// read deadline in the past, set below drainConn (whose deadline
+// bookkeeping belongs to the goroutine reading). It is used only when
+// the body is abandoned halfway, and the connection then closes after its
+// response (clientBody.unread).
+func readUnblocker(c net.Conn) func() {
+	switch x := c.(type) {
+	case *drainConn:
+		c = x.Conn
+	case drainTLSConn:
+		c = x.drainConn.Conn
+	}
+	if c == nil {
+		return nil
+	}
+	return func() { _ = c.SetReadDeadline(time.Unix(1, 0)) }
 }
 
 func (c *clientBody) Read(p []byte) (int, error) {

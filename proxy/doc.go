@@ -14,7 +14,8 @@
 //	  │         the run wakes the loop (eventfd) ─> Result ─> relay or reject;
 //	  │         client hangs up ─> Cancel, 499
 //	  └─ anything else ─> hand-off (with the bytes read) ─> fasthttp front end:
-//	listener (TLS) / hand-off ─> fasthttp front end (keep-alive, TLS; "h2" ALPN → x/net/http2)
+//	listener (TLS) / hand-off ─> fasthttp front end (keep-alive, TLS; "h2" ALPN → x/net/http2;
+//	  plain with apps[].h2c: an HTTP/2 preface → x/net/http2, h2c.go)
 //	  ─> request line and head checks (400/405; Transfer-Encoding with Content-Length among them)
 //	  ─> route by listener and Host to an app
 //	  ─> the client's Connection list, then hop-by-hop headers, removed (the header policy)
@@ -228,13 +229,53 @@
 // logged once. TLS 1.3 lets the backend refuse a client certificate only
 // after the client's handshake is done; fasthttp then reports a closed
 // connection, so idleConn records the alert (Upstream.Alert) for relay to
-// log as the cause. Active probes dial the same way (httpProbe).
+// log as the cause. Active probes dial the same way (httpProbe), and so do
+// upgrades (dialBackend): a tunnel's request never goes in plaintext to a
+// backend the policy reaches over TLS.
 //
 // Decision: the event loops relay plain TCP only (their raw read/write
 // state machine has no TLS record layer; kTLS would be the way in, and it
 // is not worth it for the backend side first). An app with backends.tls
 // is marked !LoopOK and its requests go to the fasthttp engine, as an app
 // with host-name backends already does.
+//
+// # h2c on plain listeners (h2c.go)
+//
+// apps[].h2c: true (every app on the address agrees; default off) makes a
+// plain listener serve HTTP/2 with prior knowledge, as nginx's
+// "listen ... http2" on a plain port: what gRPC clients with insecure
+// credentials speak. Decision: the split is made in front of fasthttp, by
+// a tlsListener without TLS (cfg nil). Each connection fasthttp would
+// accept -- from the socket with the fasthttp engine, or handed off by the
+// event loops, whose parser takes HTTP/1.1 only and so hands a preface
+// (or any head too short to judge) off like any head it does not serve --
+// is read, within server.read_header_timeout, until its bytes leave the
+// 24-byte preface or complete it, on a goroutine of its own. A preface is
+// served by serveH2Conn with the bytes read replayed (replayConn): the TLS
+// h2 path exactly -- the same x/net server settings, pipeline, admission,
+// header policy, rapid-reset guard (h2Guard, given bare, without the TLS
+// methods, so x/net and the forwarding headers see plain HTTP:
+// X-Forwarded-Proto http) and gRPC rejection with pushback. Anything else
+// goes on to fasthttp with its bytes replayed. Such connections stay out
+// of fasthttp's sight and drain the h2 way, GOAWAY then close when their
+// streams end, beside fasthttp's and the loops' drain (Shutdown); they
+// count against server.max_conns while sniffed or served, as on TLS.
+// The cost, only with h2c on: a goroutine and a channel hand-off per
+// connection fasthttp serves (the loops' own connections pay nothing).
+// The listener is put in place when the listener is first served with
+// h2c; a reload that turns h2c off is followed at once (connections go to
+// fasthttp unsniffed, a preface gets 400), one that turns it on for a
+// listener already open applies after a restart or an upgrade. The
+// HTTP/1.1 "Upgrade: h2c" dance (RFC 7540 §3.2, dropped by RFC 9113) is
+// not supported by sentry itself: such a request goes to the backend as
+// any other Upgrade request does (upgrade.go; an HTTP/2 backend gets it
+// without the upgrade), and only a backend that answers 101 itself would
+// get a tunnel. gRPC clients use prior knowledge.
+//
+// Measured: e2e/bench/grpc.sh puts sentry's h2c front end and h2c backends
+// beside nginx's grpc_pass and HAProxy's proto h2 under e2e/cmd/grpcload
+// (grpc-go unary calls); the figures and where sentry's time goes are in
+// e2e/bench/README.md.
 //
 // # Backends over HTTP/2 (h2backend.go)
 //
@@ -246,7 +287,10 @@
 // dials TLS with backends.tls and insists on ALPN h2. Both dial within
 // timeouts.connect (dialH2), and a connection is not an idleConn: HTTP/2
 // connections idle between streams by design, and the transport pings
-// them instead.
+// them instead. One that carries no stream for 30 s closes (as
+// HostClient's idle connections do), so connections to backends that left
+// the pool do not live on; a reload that drops the app, and Close, close
+// its idle ones at once.
 //
 // Decision: the engine. The relay is relayH2, called from relay, so the
 // whole pipeline before it -- routing, trust, classify, admission, the
@@ -258,13 +302,26 @@
 // event loops do not serve such an app (!LoopOK); the fasthttp engine
 // relays a plain HTTP/1.1 client's request over HTTP/2 (the response's
 // trailers, which HTTP/1.1 through fasthttp cannot carry, are dropped).
+// Such a client's streamed body is sent to its end before the response is
+// relayed, as to an HTTP/1.1 backend; a backend that answers without
+// taking all of it has its answer relayed with Connection: close, since
+// the rest of the body is still in the connection and must not be read as
+// a request. The transport reads a body on a goroutine of its own that
+// may outlive RoundTrip; h2ReqBody makes sure no read of the client's
+// connection or of the pooled body buffer happens after the exchange.
 // gRPC comes in over the h2 front end (serveH2), which for such an app
 // (a) streams the request body from the start, with no request_buffer
 // and no body_timeout -- a gRPC stream sends while it receives, so
 // waiting for the end of the body would deadlock it; (b) flushes the
-// response head at once and every piece of the body as it arrives; and
+// response head at once and every piece of the body as it arrives, except
+// the head of a response whose stream ended with it (gRPC's
+// Trailers-Only error form), which goes out whole as one HEADERS frame
+// ending the stream, since a head flushed apart would end without
+// trailers and gRPC clients read that as INTERNAL; and
 // (c) copies the backend's trailers after the body (gRPC's grpc-status
-// lives there). Flow control is the two transports': the backend stream's
+// lives there); a body the backend's side cuts short ends the client's
+// stream with a reset (serveH2 panics with http.ErrAbortHandler after the
+// access log), since a clean end would present it as complete. Flow control is the two transports': the backend stream's
 // window opens as serveH2 writes to the client, and the client's as
 // http2.Transport reads the request body. A client reset cancels the
 // backend stream (the stream's context is the backend request's).
@@ -272,11 +329,19 @@
 // What differs from HTTP/1.1 backends, and why: timeouts.response bounds
 // the wait for the response head only, not the gaps in a body (a gRPC
 // stream may be quiet for as long as its call lives; its deadline travels
-// in grpc-timeout, which is forwarded); only a failed connect is retried
+// in grpc-timeout, which is forwarded), and it runs from when the request
+// has been sent whole (respTimer: at dispatch, or at the end of a body
+// that streams), so a client's upload -- a large HTTP/1.1 body, a gRPC
+// client-streaming call -- is not counted against the backend, as it is
+// not on HTTP/1.1, where the timeout starts once the request is written;
+// only a failed connect is retried
 // (a stream's request may have been seen); selective early termination
 // does not apply (cutting one stream of a shared connection needs a
 // stream reset, not built); max_conns_per_backend is not applied
-// (streams, not connections, are the unit). The request's "te: trailers",
+// (streams, not connections, are the unit); an HTTP/1.1 upgrade is relayed
+// as an ordinary request without its Upgrade (handle), since the backend
+// speaks HTTP/2 only and sentry has no extended CONNECT (RFC 8441). The
+// request's "te: trailers",
 // which the header policy drops as hop-by-hop, is sent again for gRPC
 // requests, which require it. Active health probes are an HTTP/2 GET of
 // health.active.path over the same transport (h2Probe); a gRPC server
@@ -292,7 +357,7 @@
 //
 //  1. The request line. CONNECT is 405: sentry is not a forward proxy, and
 //     no setting allows it. PRI (an HTTP/2 preface on a listener without
-//     h2) is 400. An absolute-form target (GET http://b.test/x) sets Host,
+//     h2: plain without apps[].h2c) is 400. An absolute-form target (GET http://b.test/x) sets Host,
 //     so routing and the Host the backend receives agree (RFC 9112
 //     §3.2.2), and is forwarded in origin form; an https:// target on a
 //     plain listener, another scheme, or userinfo in it is 400.
@@ -564,7 +629,12 @@
 //     backend gives the estimator no measured sample at all (measured and
 //     in-service passed as 0): only the backend's Server-Timing counts,
 //     so a slow upload cannot stretch the estimate. Its latency is counted
-//     from when the request became ready to admit (after buffering).
+//     from when the request became ready to admit (after buffering). The
+//     exception is a body relayed to an HTTP/2 backend that was all sent
+//     before the response head came (clientBody.sentAt, headAt): a unary
+//     gRPC call, whose body always streams, or an HTTP/1.1 client's body
+//     sent whole; its measured time runs from the body's end to the head.
+//     A call still streaming its body at the head gives no sample.
 //   - A request that Controller.Park does not decide at once waits for
 //     its batch run (awaitPending: the exchange's one-slot channel is the
 //     admission.Waker) and leaves the queue (Pending.Cancel) when its

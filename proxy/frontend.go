@@ -25,6 +25,9 @@ type frontend struct {
 	h2    *http2.Server
 	h2cfg *http.Server
 	tls   *tlsListener // nil for plain HTTP
+	// h2c splits a plain listener's connections between x/net (HTTP/2
+	// preface) and fasthttp (h2c.go); nil without apps[].h2c.
+	h2c *tlsListener
 	// cert is the listener's certificate (TLS only), reloaded from its
 	// files by every Apply (a SIGHUP): new handshakes take the new one,
 	// connections already up keep theirs (tlsconf.go).
@@ -98,23 +101,18 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		}
 		fe.cert.Store(&cert)
 		tcfg := fe.tlsConfig()
-		// No WriteByteTimeout: x/net's writes land in h2Out's buffer,
-		// which applies write_timeout itself (a connection that accepts
-		// no bytes for write_timeout is closed, the same idle rule as
-		// HTTP/1.1).
-		fe.h2 = &http2.Server{IdleTimeout: sv.IdleTimeout, MaxConcurrentStreams: h2MaxStreams}
-		fe.h2cfg = &http.Server{ReadHeaderTimeout: sv.ReadHeaderTimeout, IdleTimeout: sv.IdleTimeout,
-			MaxHeaderBytes: sv.MaxHeaderBytes, ErrorLog: p.log.Named("h2").StandardLogger(nil)}
-		// ConfigureServer ties fe.h2's connections to fe.h2cfg, whose
-		// Shutdown then sends them GOAWAY (see Shutdown).
-		if err := http2.ConfigureServer(fe.h2cfg, fe.h2); err != nil {
-			return fmt.Errorf("listener %s: %w", addr, err)
+		if err := fe.setupH2(); err != nil {
+			return err
 		}
 		// TLS and the h2/HTTP/1.1 split happen in front of fasthttp, which
 		// cannot drain h2 (see tlsListener).
-		fe.bodyTimeout, fe.writeTimeout = sv.BodyTimeout, sv.WriteTimeout
 		fe.tls = newTLSListener(ln, fe, tcfg, sv.ReadHeaderTimeout, sv.MaxConns, func(c net.Conn) { _ = fe.serveH2Conn(c) })
 		ln = fe.tls
+	}
+	if rt.TLS == nil && rt.H2C {
+		if err := fe.setupH2(); err != nil {
+			return err
+		}
 	}
 	p.mu.Lock()
 	if _, dup := p.mu.fronts[addr]; dup {
@@ -129,6 +127,13 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		// hand off (see package proxy/evloop). Under p.mu: fe.fast is read
 		// under it (metrics) and by Shutdown once fe is published.
 		ln, _ = fe.startFast(ln)
+		if fe.h2 != nil {
+			// h2c: a preface is served by x/net, the rest by fasthttp
+			// (h2c.go); the loops hand a preface off like any head they
+			// do not serve.
+			fe.h2c = newTLSListener(ln, fe, nil, sv.ReadHeaderTimeout, sv.MaxConns, nil)
+			ln = fe.h2c
+		}
 		ln = &drainListener{Listener: ln, fe: fe}
 	}
 	p.mu.fronts[addr] = fe
@@ -138,6 +143,24 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		fe.err = fe.srv.Serve(ln)
 	}()
 	p.log.Info("listening", "addr", addr, "tls", rt.TLS != nil)
+	return nil
+}
+
+// setupH2 makes the x/net server of a TLS listener or an h2c one.
+func (fe *frontend) setupH2() error {
+	sv := fe.p.cur.Load().snap.Server
+	// No WriteByteTimeout: x/net's writes land in h2Out's buffer, which
+	// applies write_timeout itself (a connection that accepts no bytes
+	// for write_timeout is closed, the same idle rule as HTTP/1.1).
+	fe.h2 = &http2.Server{IdleTimeout: sv.IdleTimeout, MaxConcurrentStreams: h2MaxStreams}
+	fe.h2cfg = &http.Server{ReadHeaderTimeout: sv.ReadHeaderTimeout, IdleTimeout: sv.IdleTimeout,
+		MaxHeaderBytes: sv.MaxHeaderBytes, ErrorLog: fe.p.log.Named("h2").StandardLogger(nil)}
+	// ConfigureServer ties fe.h2's connections to fe.h2cfg, whose
+	// Shutdown then sends them GOAWAY (see Shutdown).
+	if err := http2.ConfigureServer(fe.h2cfg, fe.h2); err != nil {
+		return fmt.Errorf("listener %s: %w", fe.addr, err)
+	}
+	fe.bodyTimeout, fe.writeTimeout = sv.BodyTimeout, sv.WriteTimeout
 	return nil
 }
 
@@ -177,9 +200,20 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 			loopsDone = make(chan struct{})
 			go func() { defer close(loopsDone); fe.fast.Shutdown(ctx) }()
 		}
+		h2cDone := make(chan error, 1)
+		if fe.h2c != nil {
+			// h2c connections drain the h2 way (GOAWAY), beside
+			// fasthttp's.
+			go func() { h2cDone <- fe.h2c.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx) }) }()
+		} else {
+			h2cDone <- nil
+		}
 		err = fe.srv.ShutdownWithContext(ctx)
 		if loopsDone != nil {
 			<-loopsDone
+		}
+		if herr := <-h2cDone; herr != nil && err == nil {
+			err = herr
 		}
 	} else {
 		// TLS: stop accepting, then drain fasthttp's HTTP/1.1 connections

@@ -105,6 +105,14 @@ var echoDesc = grpc.ServiceDesc{
 
 // echoUnary is test.Echo/Unary.
 func echoUnary(ctx context.Context, in *[]byte) (any, error) {
+	if string(*in) == "bare-fail" {
+		// No metadata set: grpc-go answers Trailers-Only (one HEADERS
+		// frame, grpc-status in it, that ends the stream).
+		return nil, status.Error(codes.PermissionDenied, "no metadata, 100% refused")
+	}
+	if string(*in) == "slow" {
+		time.Sleep(30 * time.Millisecond) // a service time to measure
+	}
 	dl := "none"
 	if d, ok := ctx.Deadline(); ok {
 		dl = fmt.Sprint(time.Until(d).Milliseconds())
@@ -486,5 +494,93 @@ func TestGRPCCancelReachesBackend(t *testing.T) {
 	}
 	if n := h.p.cur.Load().apps[0].Pool.Inflight(); n != 0 {
 		t.Errorf("in flight %d after the cancellation, want 0", n)
+	}
+}
+
+// TestGRPCTrailersOnlyFromBackend: a backend's Trailers-Only answer (the
+// form every gRPC error takes when the server sent nothing before it: an
+// unknown method, a handler that fails without metadata) reaches the
+// client with its own status and message, over h2c and h2, not as
+// INTERNAL "server closed the stream without sending trailers". The call
+// after it on the same connection still works.
+func TestGRPCTrailersOnlyFromBackend(t *testing.T) {
+	ca := newTestCA(t, "grpc-ca")
+	pair, _, _ := ca.issue(t, false)
+	for _, c := range []struct {
+		protocol string
+		tls      *tls.Config
+		ca       string
+	}{
+		{policy.ProtoH2C, nil, ""},
+		{policy.ProtoH2, &tls.Config{Certificates: []tls.Certificate{pair}}, ca.file},
+	} {
+		t.Run(c.protocol, func(t *testing.T) {
+			be := startGRPCBackend(t, c.tls)
+			h := grpcThrough(t, c.protocol, c.ca, &fakeControl{}, []string{be}, nil)
+			cc := grpcClient(t, h.addr, "")
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			in, out := []byte("x"), []byte(nil)
+			err := cc.Invoke(gold(ctx), "/test.Echo/Nope", &in, &out)
+			if st, _ := status.FromError(err); st.Code() != codes.Unimplemented {
+				t.Errorf("unknown method: %v, want UNIMPLEMENTED from the backend", err)
+			}
+			bare := []byte("bare-fail")
+			err = cc.Invoke(gold(ctx), "/test.Echo/Unary", &bare, &out)
+			if st, _ := status.FromError(err); st.Code() != codes.PermissionDenied || st.Message() != "no metadata, 100% refused" {
+				t.Errorf("handler error: %v, want PERMISSION_DENIED and the server's message", err)
+			}
+			if err := cc.Invoke(gold(ctx), "/test.Echo/Unary", &in, &out); err != nil || string(out) != "echo:x" {
+				t.Errorf("call after: %q %v", out, err)
+			}
+		})
+	}
+}
+
+// TestGRPCMeasuredServiceTime: a unary call's request body is all sent
+// before the response head, so its ticket is told a measured service time
+// (from the body's end to the head: at least the backend's 30 ms, at most
+// the call's own time) and the in-service count; a bidirectional call,
+// whose body is still streaming when the head comes, gives no measured
+// sample (0), only what Server-Timing would say.
+func TestGRPCMeasuredServiceTime(t *testing.T) {
+	be := startGRPCBackend(t, nil)
+	ctl := &fakeControl{}
+	h := grpcThrough(t, policy.ProtoH2C, "", ctl, []string{be}, nil)
+	cc := grpcClient(t, h.addr, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	in, out := []byte("slow"), []byte(nil)
+	start := time.Now()
+	if err := cc.Invoke(gold(ctx), "/test.Echo/Unary", &in, &out); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	st, err := cc.NewStream(gold(ctx), &grpc.StreamDesc{StreamName: "Bidi", ServerStreams: true, ClientStreams: true}, "/test.Echo/Bidi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, got := []byte("a"), []byte(nil)
+	if err := st.SendMsg(&msg); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecvMsg(&got); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.CloseSend()
+	if err := st.RecvMsg(&got); !errors.Is(err, io.EOF) {
+		t.Fatalf("end of stream: %v", err)
+	}
+	ctl.mu.Lock()
+	measured, inService := append([]time.Duration(nil), ctl.measured...), append([]int(nil), ctl.inService...)
+	ctl.mu.Unlock()
+	if len(measured) != 2 {
+		t.Fatalf("%d observations, want 2 (one per call)", len(measured))
+	}
+	if m := measured[0]; m < 30*time.Millisecond || m > took || inService[0] != 1 {
+		t.Errorf("unary call: measured %v in service %d, want 30ms..%v and 1", m, inService[0], took)
+	}
+	if measured[1] != 0 || inService[1] != 0 {
+		t.Errorf("bidi call: measured %v in service %d, want no sample", measured[1], inService[1])
 	}
 }

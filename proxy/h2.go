@@ -16,7 +16,8 @@ import (
 	"golang.org/x/net/http2"
 )
 
-// serveH2Conn serves one TLS connection that negotiated h2 via ALPN. It
+// serveH2Conn serves one TLS connection that negotiated h2 via ALPN, or
+// one h2c connection (prior knowledge, h2c.go) with its preface replayed. It
 // runs golang.org/x/net/http2 on the connection and hands each stream to
 // the same request path as HTTP/1.1 (serve): same routing, admission,
 // balancing, headers and metrics. Only the framing differs.
@@ -26,10 +27,14 @@ func (fe *frontend) serveH2Conn(c net.Conn) error {
 	// x/net's writes are gathered into batches (h2out.go); the guard
 	// reads the client's frames and follows x/net's output above that.
 	c = newH2Out(c, fe.writeTimeout)
+	g := newH2Guard(c, tc, fe)
+	ctx = context.WithValue(ctx, h2GuardKey{}, g)
 	if tc != nil {
-		g := newH2Guard(c, tc, fe)
+		c = h2GuardTLS{g}
+	} else {
+		// h2c (prior knowledge on a plain listener, h2c.go): the same
+		// guard, without the TLS methods.
 		c = g
-		ctx = context.WithValue(ctx, h2GuardKey{}, g)
 	}
 	fe.h2.ServeConn(c, &http2.ServeConnOpts{
 		Context:    ctx,
@@ -134,7 +139,8 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 				// lives (a gRPC stream sends while it receives; waiting
 				// for its end would deadlock it). Flow control is the
 				// transports'.
-				bb.client, bb.cl, bb.streamed = &clientBody{r: r.Body}, int(r.ContentLength), true
+				rbody := r.Body
+				bb.client, bb.cl, bb.streamed = &clientBody{r: rbody, stop: func() { _ = rbody.Close() }}, int(r.ContentLength), true
 			} else {
 				if fe.bodyTimeout > 0 {
 					_ = rc.SetReadDeadline(time.Now().Add(fe.bodyTimeout))
@@ -147,7 +153,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 			cut = &abortable{done: r.Context().Done(), ctx: r.Context()}
 			stop := context.AfterFunc(r.Context(), cut.abort)
 			defer stop()
-			o, u = p.serve(a, ctx, peer, true, ready, cut, false, false, body, &ae)
+			o, u = p.serve(a, ctx, peer, r.TLS != nil, ready, cut, false, false, body, &ae)
 		} else {
 			p.writeError(ctx, a, o)
 		}
@@ -170,6 +176,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	// server.write_timeout is an idle timeout here too: each write must
 	// progress within it (h2Writer), so long downloads are not cut.
 	ww := h2Writer{w: w, rc: rc, t: fe.writeTimeout}
+	truncated := false
 	ww.push()
 	var h2resp *http.Response
 	if cut != nil {
@@ -179,7 +186,15 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		// From an HTTP/2 backend: each piece goes out as it comes (a
 		// gRPC stream's messages must not wait in a buffer), the head
 		// first, and the trailers the backend declared follow the body.
-		ww.flush = true
+		// A response whose stream ended with its head (ContentLength 0:
+		// gRPC's Trailers-Only form, every error a server returns before
+		// its first message) is not flushed early: the handler's return
+		// sends it as one HEADERS frame that ends the stream, grpc-status
+		// in it. Flushed, it would be a head, then an empty DATA frame
+		// ending the stream without trailers, which a gRPC client reads
+		// as INTERNAL, "server closed the stream without sending
+		// trailers".
+		ww.flush = h2resp.ContentLength != 0
 		for k := range h2resp.Trailer {
 			hdr.Add("Trailer", k)
 		}
@@ -194,6 +209,10 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 				// The backend connection holds the rest of the body (or
 				// was cut): it must not go back to the pool.
 				resp.SetConnectionClose()
+				// Cut short on the backend's side (not a failed write to
+				// this client): the stream is reset below, so the client
+				// does not take what came as the whole body.
+				truncated = !ww.failed
 			}
 		} else {
 			_, _ = ww.Write(resp.Body())
@@ -205,7 +224,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 			resp.SetConnectionClose()
 		}
 	}
-	if h2resp != nil {
+	if h2resp != nil && !truncated {
 		// Known now that the body was read to its end (gRPC's status is
 		// here). A trailer the backend sent without declaring it goes
 		// out too (net/http's TrailerPrefix).
@@ -221,6 +240,13 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	_ = resp.CloseBodyStream()
 	if a != nil {
 		p.recordCtx(a, rt.Access, ctx, o, u, start, &ae)
+	}
+	if truncated {
+		// RST_STREAM (x/net's server resets the stream of a handler that
+		// panics with ErrAbortHandler, and logs nothing): ending the
+		// stream cleanly would present a cut body as complete (and a
+		// gRPC call as ended without its status).
+		panic(http.ErrAbortHandler)
 	}
 }
 
@@ -266,11 +292,12 @@ func (fe *frontend) h2Body(a *pipeline.App, r *http.Request, req *fasthttp.Reque
 // h2Writer writes a response body with an idle write deadline; with
 // flush set, every write is flushed to the client at once.
 type h2Writer struct {
-	w     http.ResponseWriter
-	rc    *http.ResponseController
-	t     time.Duration
-	last  time.Time
-	flush bool
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	t      time.Duration
+	last   time.Time
+	flush  bool
+	failed bool // a write (or flush) to the client failed
 }
 
 // containsFold reports whether vs holds k, any case.
@@ -297,6 +324,9 @@ func (w *h2Writer) Write(b []byte) (int, error) {
 	n, err := w.w.Write(b)
 	if w.flush && err == nil {
 		err = w.rc.Flush()
+	}
+	if err != nil {
+		w.failed = true
 	}
 	return n, err
 }

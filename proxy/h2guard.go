@@ -261,9 +261,14 @@ func (g *h2Guard) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// h2GuardTLS is the guard of a TLS connection, as x/net is given it: with
+// the TLS methods. An h2c connection's guard is given bare (x/net takes a
+// connection with ConnectionState for a TLS one).
+type h2GuardTLS struct{ *h2Guard }
+
 // NetConn lets code that looks for the socket under a TLS conn find it.
-func (g *h2Guard) NetConn() net.Conn { return g.tc.NetConn() }
+func (g h2GuardTLS) NetConn() net.Conn { return g.tc.NetConn() }
 
 // ConnectionState lets x/net check the TLS version and cipher suite and
 // fill each request's TLS field.
-func (g *h2Guard) ConnectionState() tls.ConnectionState { return g.tc.ConnectionState() }
+func (g h2GuardTLS) ConnectionState() tls.ConnectionState { return g.tc.ConnectionState() }

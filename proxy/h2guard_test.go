@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -26,6 +27,13 @@ func rapidReset(t *testing.T, addr string, batch, batches int, gap time.Duration
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rapidResetOn(t, c, batch, batches, gap)
+}
+
+// rapidResetOn is rapidReset on a connection already made (TLS with h2,
+// or plain TCP to an h2c listener); it closes c.
+func rapidResetOn(t *testing.T, c net.Conn, batch, batches int, gap time.Duration) (sent int, code http2.ErrCode, ok bool) {
+	t.Helper()
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(15 * time.Second))
 	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {

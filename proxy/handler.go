@@ -163,6 +163,13 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		dropListed(h, h.RawHeaders(), a.ReqID, a.LoadHeader)
 	}
 	upgrade := f.Upgrade && len(h.PeekBytes(pipeline.HdrUpgrade)) > 0
+	if upgrade && a.H2 != nil {
+		// An HTTP/2 backend takes no HTTP/1.1 upgrade: the request goes
+		// as an ordinary one, its Upgrade dropped (a server may ignore
+		// Upgrade, RFC 9110 §7.8), rather than as HTTP/1.1 bytes to a
+		// backend that speaks HTTP/2 only.
+		upgrade = false
+	}
 	if f.Hop { // fasthttp's Del scans every header per name: only when there is one
 		stripHopByHop(h, upgrade)
 	}
@@ -381,6 +388,9 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		// errors from the backend's: for a chunked body larger than the
 		// buffer, the part read first and then the rest of the stream.
 		cb = body.client
+		if cut == nil && a.H2 != nil {
+			cb.stop = readUnblocker(ctx.Conn()) // relayH2 may abandon it halfway
+		}
 		out = fasthttp.AcquireRequest()
 		req.CopyTo(out)
 		out.SetBodyStream(cb, body.cl)
@@ -412,6 +422,9 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		x.armTerm(tcl, dispatch, ab.ab)
 	}
 	o, u, inService := p.relay(a, out, &ctx.Response, cb, ab)
+	if cb != nil && cb.unread {
+		clientClose = true // the rest of the body must not be read as a request
+	}
 	if tcl != nil {
 		x.stopTerm()
 		if cut == nil {
@@ -444,6 +457,15 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		ae.Upstrm = measured
 		if body != nil && body.streamed {
 			measured, busy = 0, 0
+			if cb != nil {
+				// An HTTP/2 backend's: a body all sent before the response
+				// head (a unary gRPC call; an HTTP/1.1 client's, sent whole)
+				// gives the time from its end to the head. One still
+				// streaming at the head (a bidirectional call) gives none.
+				if at := cb.sentAt.Load(); at != 0 && at <= cb.headAt {
+					measured, busy = time.Duration(cb.headAt-at), inService
+				}
+			}
 		}
 		if a.Observe(&x.t, admission.Result{ServerTiming: st, Measured: measured, InService: busy, End: now}) && len(st) > 0 {
 			x.st = estimator.StripServerTiming(x.st[:0], st)

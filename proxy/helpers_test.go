@@ -51,7 +51,7 @@ func testSnap(addr string, backends []string, mod func(*policy.Snapshot, *policy
 		for _, l := range ap.Listen {
 			pl := byAddr[l]
 			if pl == nil {
-				pl = &policy.Listener{Addr: l, TLS: ap.TLS}
+				pl = &policy.Listener{Addr: l, TLS: ap.TLS, H2C: ap.H2C}
 				byAddr[l] = pl
 				s.Listeners = append(s.Listeners, pl)
 			}

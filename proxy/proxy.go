@@ -210,7 +210,7 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 		names = append(names, ac.Name)
 	}
 	for _, l := range snap.Listeners {
-		rt := &pipeline.Route{Hosts: map[string]*pipeline.App{}, TLS: l.TLS, Access: snap.Log.Access}
+		rt := &pipeline.Route{Hosts: map[string]*pipeline.App{}, TLS: l.TLS, H2C: l.H2C, Access: snap.Log.Access}
 		for _, ac := range l.Apps {
 			for _, h := range ac.Hosts {
 				rt.Hosts[h] = byName[ac.Name]
@@ -242,8 +242,13 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 			delete(p.mu.running, pl)
 		}
 	}
-	for name := range p.mu.shared {
+	for name, sh := range p.mu.shared {
 		if byName[name] == nil {
+			// A dropped app's HTTP/2 connections: the idle ones close now,
+			// the busy ones when their streams end (IdleConnTimeout).
+			if c, _ := sh.H2.Load().(*h2Client); c != nil {
+				c.tr.CloseIdleConnections()
+			}
 			delete(p.mu.shared, name)
 			p.metrics.deleteApp(name)
 		}
@@ -512,6 +517,11 @@ func httpProbe(ctx context.Context, addr, path string, connect *atomic.Int64, tl
 func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.mu.cancel()
+	for _, sh := range p.mu.shared {
+		if c, _ := sh.H2.Load().(*h2Client); c != nil {
+			c.tr.CloseIdleConnections() // HTTP/2 backend connections
+		}
+	}
 	p.mu.Unlock()
 	p.wg.Wait()
 	if l := p.access.Swap(nil); l != nil {

@@ -11,7 +11,10 @@ import (
 
 // tlsListener terminates TLS for a front end and splits connections by
 // ALPN: h2 connections are served here with x/net/http2, HTTP/1.1 ones are
-// handed to fasthttp through Accept (in a drainConn).
+// handed to fasthttp through Accept (in a drainConn). With cfg nil it is
+// the h2c listener of a plain front end instead (h2c.go): no TLS, the
+// split is by the first bytes, the HTTP/2 preface or not, and what it
+// hands to fasthttp is the plain connection (drainListener wraps it).
 //
 // fasthttp cannot drain h2 connections handed to a NextProto handler: it
 // counts them as new connections that never became active, and a shutdown
@@ -62,6 +65,16 @@ func (l *tlsListener) acceptLoop() {
 			l.Close()
 			return
 		}
+		if l.cfg == nil && !l.fe.route.Load().H2C {
+			// h2c turned off by a reload: connections go to fasthttp
+			// as they come, and a preface gets its 400 there.
+			select {
+			case l.conns <- c:
+			case <-l.closed:
+				c.Close()
+			}
+			continue
+		}
 		l.mu.Lock()
 		full := l.maxConns > 0 && len(l.mu.live) >= l.maxConns
 		if !full {
@@ -78,7 +91,11 @@ func (l *tlsListener) acceptLoop() {
 			continue
 		}
 		l.wg.Add(1)
-		go l.handshake(c)
+		if l.cfg == nil {
+			go l.sniff(c)
+		} else {
+			go l.handshake(c)
+		}
 	}
 }
 

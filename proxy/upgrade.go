@@ -33,7 +33,10 @@ func (p *Proxy) upgrade(a *pipeline.App, ctx *fasthttp.RequestCtx) (pipeline.Out
 		return pipeline.OutNoBackend, nil
 	}
 	u := b.Attachment.(*pipeline.Upstream)
-	conn, err := net.DialTimeout("tcp", u.Addr, time.Duration(a.Shared.Connect.Load()))
+	// Over TLS when the app's backends are (backends.tls): verified, the
+	// handshake within timeouts.connect, as every other connection to
+	// them.
+	conn, err := dialBackend(u.Addr, time.Duration(a.Shared.Connect.Load()), a.Shared.TLS.Load())
 	if err != nil {
 		a.Pool.Eject(b)
 		p.writeError(ctx, a, pipeline.OutBackendFailed)

@@ -333,6 +333,10 @@ func (d *daemon) reload(snap *policy.Snapshot) error {
 			d.log.Info("admin listener closed", "addr", cur.Admin.Listen)
 		}
 	}
+	if on := h2cTurnedOn(cur, snap, opened); len(on) > 0 {
+		d.log.Warn("h2c turned on for listeners already open: it applies after a restart or an upgrade (SIGUSR2); until then an HTTP/2 preface there gets 400",
+			"listeners", strings.Join(on, ", "))
+	}
 	if diff := serverDiff(cur.Server, snap.Server); diff != "" {
 		d.log.Warn("server settings changed: they apply to listeners opened from now on and to every listener after an upgrade (SIGUSR2); listeners already open keep the old ones",
 			"changed", diff)
@@ -430,6 +434,26 @@ func (d *daemon) shutdown(timeout time.Duration, handover bool) {
 		stopListening(adminLn)
 		_ = admin.Shutdown(ctx)
 	}
+}
+
+// h2cTurnedOn lists the listeners kept open by a reload (not in opened)
+// whose h2c the new policy turns on: the h2c split is put in front of a
+// listener when it is first served (proxy/doc.go, "h2c on plain
+// listeners"). Turning it off applies at once, so is not listed.
+func h2cTurnedOn(cur, next *policy.Snapshot, opened map[string]net.Listener) []string {
+	was := map[string]bool{}
+	if cur != nil {
+		for _, l := range cur.Listeners {
+			was[l.Addr] = l.H2C
+		}
+	}
+	var on []string
+	for _, l := range next.Listeners {
+		if l.H2C && !was[l.Addr] && opened[l.Addr] == nil {
+			on = append(on, l.Addr)
+		}
+	}
+	return on
 }
 
 // serverDiff lists the server settings that differ, as "key: old -> new".

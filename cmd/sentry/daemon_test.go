@@ -257,6 +257,27 @@ func TestServerDiff(t *testing.T) {
 	}
 }
 
+// TestH2CTurnedOn: a reload that turns h2c on for a listener it keeps is
+// reported (it applies after a restart); a new listener, one already with
+// h2c, and one turning it off are not.
+func TestH2CTurnedOn(t *testing.T) {
+	cur := &policy.Snapshot{Listeners: []*policy.Listener{
+		{Addr: "127.0.0.1:1"}, {Addr: "127.0.0.1:2", H2C: true}, {Addr: "127.0.0.1:3", H2C: true}, {Addr: "127.0.0.1:5"},
+	}}
+	next := &policy.Snapshot{Listeners: []*policy.Listener{
+		{Addr: "127.0.0.1:1", H2C: true}, {Addr: "127.0.0.1:2", H2C: true}, {Addr: "127.0.0.1:3"}, {Addr: "127.0.0.1:4", H2C: true},
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	opened := map[string]net.Listener{"127.0.0.1:4": ln} // new in this reload
+	if got := h2cTurnedOn(cur, next, opened); len(got) != 1 || got[0] != "127.0.0.1:1" {
+		t.Errorf("h2cTurnedOn = %q, want [127.0.0.1:1]", got)
+	}
+}
+
 // The admin listener answers IP literals and localhost, refuses other
 // names with 421 (DNS rebinding), and follows admin.allowed_hosts on reload.
 func TestAdminHostAllowList(t *testing.T) {

@@ -21,6 +21,8 @@
 #             "sentry-base" is the binary SENTRY_BASE_BIN, e.g. a build of an
 #             earlier commit, for a same-run regression check)
 #   SENTRY_BASE_BIN  the sentry binary the sentry-base peer runs
+#   PATHS     which paths to measure (default "relay reject"; "reject" alone
+#             compares the prebuilt 503s without a relay run before them)
 #   OUT       output dir for binaries and peers.md (default e2e/bench/out)
 #
 # Every peer is started alone with its own config file in a temp dir, in the
@@ -34,6 +36,8 @@ DURATION=${DURATION:-10}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 PEERS=${PEERS:-"nginx haproxy caddy sentry"}
+PATHS=${PATHS:-"relay reject"}
+want() { [[ " $PATHS " == *" $1 "* ]]; }
 OUT=${OUT:-$ROOT/e2e/bench/out}
 WARMUP=1          # seconds of wrk before each measured run
 READY_WAIT=10     # seconds to wait for a port to answer
@@ -52,6 +56,9 @@ while [ $# -gt 0 ]; do
 	shift
 done
 
+for p in $PATHS; do
+	case $p in relay | reject) ;; *) echo "peers.sh: PATHS: unknown path '$p' (relay, reject)" >&2; exit 2 ;; esac
+done
 for v in DURATION CONNS THREADS; do
 	if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then
 		echo "peers.sh: $v must be a positive integer, got '${!v}'" >&2
@@ -460,8 +467,8 @@ for peer in $PEERS; do
 		wait_http nginx "$pg" "${REJECT_PORT[nginx]}"
 		check_status nginx "${RELAY_PORT[nginx]}" 200
 		check_status nginx "${REJECT_PORT[nginx]}" 503
-		bench nginx relay "${RELAY_PORT[nginx]}" 2xx "$pg"
-		bench nginx reject "${REJECT_PORT[nginx]}" 503 "$pg"
+		want relay && bench nginx relay "${RELAY_PORT[nginx]}" 2xx "$pg"
+		want reject && bench nginx reject "${REJECT_PORT[nginx]}" 503 "$pg"
 		stop nginx "$pg"
 		;;
 	haproxy)
@@ -473,8 +480,8 @@ for peer in $PEERS; do
 		wait_http haproxy "$pg" "${REJECT_PORT[haproxy]}"
 		check_status haproxy "${RELAY_PORT[haproxy]}" 200
 		check_status haproxy "${REJECT_PORT[haproxy]}" 503
-		bench haproxy relay "${RELAY_PORT[haproxy]}" 2xx "$pg"
-		bench haproxy reject "${REJECT_PORT[haproxy]}" 503 "$pg"
+		want relay && bench haproxy relay "${RELAY_PORT[haproxy]}" 2xx "$pg"
+		want reject && bench haproxy reject "${REJECT_PORT[haproxy]}" 503 "$pg"
 		stop haproxy "$pg"
 		;;
 	caddy)
@@ -489,8 +496,8 @@ for peer in $PEERS; do
 		wait_http caddy "$pg" "${REJECT_PORT[caddy]}"
 		check_status caddy "${RELAY_PORT[caddy]}" 200
 		check_status caddy "${REJECT_PORT[caddy]}" 503
-		bench caddy relay "${RELAY_PORT[caddy]}" 2xx "$pg"
-		bench caddy reject "${REJECT_PORT[caddy]}" 503 "$pg"
+		want relay && bench caddy relay "${RELAY_PORT[caddy]}" 2xx "$pg"
+		want reject && bench caddy reject "${REJECT_PORT[caddy]}" 503 "$pg"
 		stop caddy "$pg"
 		;;
 	sentry | sentry-fasthttp | sentry-period | sentry-log | sentry-base)
@@ -498,29 +505,32 @@ for peer in $PEERS; do
 		[ "$peer" = sentry-fasthttp ] && evloop=0
 		bin="$OUT/sentry"
 		[ "$peer" = sentry-base ] && bin=$SENTRY_BASE_BIN
-		if [ "$peer" = sentry-period ]; then
-			write_sentry_period_policy
-			"$bin" check -config "$TMP/sentry-period.yaml" >&2 ||
-				die "sentry check rejected $TMP/sentry-period.yaml"
-			start "$peer" env SENTRY_EVLOOP=$evloop "$bin" run -config "$TMP/sentry-period.yaml"
-		elif [ "$peer" = sentry-log ]; then
-			write_sentry_log_policy
-			"$bin" check -config "$TMP/sentry-log.yaml" >&2 ||
-				die "sentry check rejected $TMP/sentry-log.yaml"
-			start "$peer" env SENTRY_EVLOOP=$evloop "$bin" run -config "$TMP/sentry-log.yaml"
-		else
-			start "$peer" env SENTRY_EVLOOP=$evloop "$bin" run -listen "$HOST:${RELAY_PORT[sentry]}" \
-				-backend "$HOST:$BACKEND_PORT" -admin "$HOST:$SENTRY_ADMIN_PORT"
+		if want relay; then
+			if [ "$peer" = sentry-period ]; then
+				write_sentry_period_policy
+				"$bin" check -config "$TMP/sentry-period.yaml" >&2 ||
+					die "sentry check rejected $TMP/sentry-period.yaml"
+				start "$peer" env SENTRY_EVLOOP=$evloop "$bin" run -config "$TMP/sentry-period.yaml"
+			elif [ "$peer" = sentry-log ]; then
+				write_sentry_log_policy
+				"$bin" check -config "$TMP/sentry-log.yaml" >&2 ||
+					die "sentry check rejected $TMP/sentry-log.yaml"
+				start "$peer" env SENTRY_EVLOOP=$evloop "$bin" run -config "$TMP/sentry-log.yaml"
+			else
+				start "$peer" env SENTRY_EVLOOP=$evloop "$bin" run -listen "$HOST:${RELAY_PORT[sentry]}" \
+					-backend "$HOST:$BACKEND_PORT" -admin "$HOST:$SENTRY_ADMIN_PORT"
+			fi
+			pg=$STARTED_PGID
+			wait_http "$peer" "$pg" "${RELAY_PORT[sentry]}"
+			check_status "$peer" "${RELAY_PORT[sentry]}" 200
+			bench "$peer" relay "${RELAY_PORT[sentry]}" 2xx "$pg"
+			curl -s -m 2 "http://$HOST:$SENTRY_ADMIN_PORT/metrics" >"$OUT/metrics-$peer.txt" 2>/dev/null || true
+			stop "$peer" "$pg"
+			sentry_log_warnings "$peer"
 		fi
-		pg=$STARTED_PGID
-		wait_http "$peer" "$pg" "${RELAY_PORT[sentry]}"
-		check_status "$peer" "${RELAY_PORT[sentry]}" 200
-		bench "$peer" relay "${RELAY_PORT[sentry]}" 2xx "$pg"
-		curl -s -m 2 "http://$HOST:$SENTRY_ADMIN_PORT/metrics" >"$OUT/metrics-$peer.txt" 2>/dev/null || true
-		stop "$peer" "$pg"
-		sentry_log_warnings "$peer"
 		# The reject path does not depend on periods.
 		[ "$peer" = sentry-period ] && continue
+		want reject || continue
 
 		write_sentry_reject_policy
 		if [ "$peer" = sentry-log ]; then
@@ -576,7 +586,7 @@ ratio() { # ratio A B: A/B with two decimals, or n/a
 	echo "| ratio | relay | reject |"
 	echo "|---|---:|---:|"
 	for other in nginx haproxy caddy; do
-		if [ -z "$(get "$other" relay 2)" ] || [ -z "$(get sentry relay 2)" ]; then continue; fi
+		if [ -z "$(get "$other" relay 2)$(get "$other" reject 2)" ] || [ -z "$(get sentry relay 2)$(get sentry reject 2)" ]; then continue; fi
 		echo "| req/s sentry/$other (higher is better) | $(ratio "$(get sentry relay 2)" "$(get "$other" relay 2)") | $(ratio "$(get sentry reject 2)" "$(get "$other" reject 2)") |"
 		echo "| req per CPU s sentry/$other (higher is better) | $(ratio "$(eff sentry relay)" "$(eff "$other" relay)") | $(ratio "$(eff sentry reject)" "$(eff "$other" reject)") |"
 		sp=$(get sentry relay 4); op=$(get "$other" relay 4)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sentry-proxy/sentry/sim/farm"
 	"github.com/sentry-proxy/sentry/sim/load"
 )
 
@@ -139,6 +140,74 @@ func (sc *Scenario) ComputeCapacity() (Capacity, error) {
 	return c, err
 }
 
+// CapacityAfterEvents is the capacity (req/s, the same mix as
+// ComputeCapacity) of the farm as it is at time at of the file: every
+// event at or before at applied. A route event changes its route's cost
+// in the mix; the servers' speeds (a killed server counts 0) scale the
+// result by their mean. With an explicit capacity.rate only the speeds
+// apply.
+func (sc *Scenario) CapacityAfterEvents(at time.Duration) (float64, error) {
+	next := *sc
+	next.Farm.Routes = append([]farm.Route(nil), sc.Farm.Routes...)
+	speed := make([]float64, max(sc.Farm.Servers, 1))
+	for i := range speed {
+		speed[i] = 1
+	}
+	killedSpeed := map[int]float64{}
+	for _, e := range sc.Events {
+		if e.At > at {
+			break
+		}
+		switch {
+		case e.Route != nil:
+			for j := range next.Farm.Routes {
+				if r := &next.Farm.Routes[j]; r.Path == e.Route.Path && r.Prefix == e.Route.Prefix {
+					e.Route.apply(r)
+				}
+			}
+		case e.Speed != nil && e.Speed.Server < len(speed):
+			if _, dead := killedSpeed[e.Speed.Server]; dead {
+				killedSpeed[e.Speed.Server] = e.Speed.Factor
+			} else {
+				speed[e.Speed.Server] = e.Speed.Factor
+			}
+		case e.Kill != nil && *e.Kill < len(speed):
+			killedSpeed[*e.Kill] = speed[*e.Kill]
+			speed[*e.Kill] = 0
+		case e.Restart != nil && *e.Restart < len(speed):
+			speed[*e.Restart] = killedSpeed[*e.Restart]
+			delete(killedSpeed, *e.Restart)
+		}
+	}
+	c, err := next.ComputeCapacity()
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for _, v := range speed {
+		sum += v
+	}
+	return c.Rate * sum / float64(len(speed)), nil
+}
+
+// PhaseCapacities is the capacity each phase's goodput is measured
+// against (Phase.Capacity): base, or the capacity after the events up to
+// the phase's start.
+func (sc *Scenario) PhaseCapacities(base float64) ([]float64, error) {
+	out := make([]float64, len(sc.Phases))
+	for i, ph := range sc.Phases {
+		out[i] = base
+		if ph.Capacity == PhaseCapacityEvents {
+			c, err := sc.CapacityAfterEvents(ph.Start)
+			if err != nil {
+				return nil, fmt.Errorf("phase %q: %w", ph.Name, err)
+			}
+			out[i] = c
+		}
+	}
+	return out, nil
+}
+
 func weight(p load.Path) float64 {
 	if p.Weight == 0 {
 		return 1
@@ -215,7 +284,8 @@ func (sc *Scenario) ScaledPhases(s Scaling) []Phase {
 	s = s.norm()
 	out := make([]Phase, len(sc.Phases))
 	for i, ph := range sc.Phases {
-		out[i] = Phase{Name: ph.Name, Start: time.Duration(float64(ph.Start) * s.Time), End: time.Duration(float64(ph.End) * s.Time)}
+		out[i] = ph
+		out[i].Start, out[i].End = time.Duration(float64(ph.Start)*s.Time), time.Duration(float64(ph.End)*s.Time)
 	}
 	return out
 }

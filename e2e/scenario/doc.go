@@ -100,6 +100,11 @@
 //     out, so no load header reaches the farm (the comparison of
 //     degrade.yaml: routes with a degraded variant then always serve the
 //     full one).
+//   - sentry-auto, sentry-batch, sentry-adaptive: sentry with the
+//     fragment's admission.mode set to auto, batch or adaptive, the rest
+//     of its admission section kept, so one run compares every mode.
+//   - sentry-shared: adaptive mode with admission.adaptive.shared (one
+//     controller for every class, the SEDA paper's baseline).
 //   - haproxy-timeout: the haproxy peer with `timeout server` set to the
 //     scenario's peers.server_timeout, a static cut hand-tuned to the
 //     workload (the plain haproxy peer keeps 30 s).

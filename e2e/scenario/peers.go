@@ -18,7 +18,46 @@ import (
 )
 
 // PeerNames are the peers Run knows, in the order summaries list them.
-var PeerNames = []string{"sentry", "off", "haproxy", "nginx", "limiter", "sentry-noterm", "haproxy-timeout", "sentry-nodegrade"}
+var PeerNames = []string{"sentry", "off", "haproxy", "nginx", "limiter", "sentry-noterm", "haproxy-timeout", "sentry-nodegrade",
+	"sentry-auto", "sentry-batch", "sentry-adaptive", "sentry-shared"}
+
+// IsSentryPeer reports whether the named peer runs the sentry binary.
+func IsSentryPeer(name string) bool {
+	_, ok := sentryVariants[name]
+	return ok
+}
+
+// sentryVariants are the peers that run sentry, each a change of the
+// scenario's sentry fragment:
+//
+//   - sentry: the fragment as written;
+//   - off: admission replaced by {mode: off}, a plain relay;
+//   - sentry-noterm: every class's terminate left out;
+//   - sentry-nodegrade: the degradation section left out;
+//   - sentry-auto, sentry-batch, sentry-adaptive: admission.mode set to
+//     auto, batch or adaptive, the rest of the admission section kept
+//     (one scenario, every mode, in one run);
+//   - sentry-shared: adaptive mode with admission.adaptive.shared: true,
+//     one controller for every class (the SEDA paper's baseline).
+var sentryVariants = map[string]sentryVariant{
+	"sentry":           {},
+	"off":              {off: true},
+	"sentry-noterm":    {noTerm: true},
+	"sentry-nodegrade": {noDegrade: true},
+	"sentry-auto":      {mode: "auto"},
+	"sentry-batch":     {mode: "batch"},
+	"sentry-adaptive":  {mode: "adaptive"},
+	"sentry-shared":    {mode: "adaptive", shared: true},
+}
+
+// sentryVariant is how a sentry peer changes the scenario's fragment.
+type sentryVariant struct {
+	off       bool
+	noTerm    bool   // the classes' terminate settings left out
+	noDegrade bool   // the degradation section left out (the signal off, its default)
+	mode      string // admission.mode, when set
+	shared    bool   // admission.adaptive.shared: true
+}
 
 // Peer is a proxy put in front of the farm.
 type Peer interface {
@@ -58,15 +97,10 @@ type PeerEnv struct {
 // NewPeer returns the named peer. sentryBin is the sentry binary (for
 // sentry and off).
 func NewPeer(name, sentryBin string) (Peer, error) {
+	if v, ok := sentryVariants[name]; ok {
+		return &sentryPeer{bin: sentryBin, name: name, v: v}, nil
+	}
 	switch name {
-	case "sentry":
-		return &sentryPeer{bin: sentryBin}, nil
-	case "off":
-		return &sentryPeer{bin: sentryBin, off: true}, nil
-	case "sentry-noterm":
-		return &sentryPeer{bin: sentryBin, noTerm: true}, nil
-	case "sentry-nodegrade":
-		return &sentryPeer{bin: sentryBin, noDegrade: true}, nil
 	case "haproxy":
 		return haproxyPeer{}, nil
 	case "haproxy-timeout":
@@ -82,25 +116,12 @@ func NewPeer(name, sentryBin string) (Peer, error) {
 // ---- sentry and off ----
 
 type sentryPeer struct {
-	bin    string
-	off    bool
-	noTerm bool // sentry-noterm: the classes' terminate settings left out
-	// sentry-nodegrade: the degradation section left out (the signal off,
-	// its default), the comparison of the degradation scenario.
-	noDegrade bool
+	bin  string
+	name string
+	v    sentryVariant
 }
 
-func (p *sentryPeer) Name() string {
-	switch {
-	case p.off:
-		return "off"
-	case p.noTerm:
-		return "sentry-noterm"
-	case p.noDegrade:
-		return "sentry-nodegrade"
-	}
-	return "sentry"
-}
+func (p *sentryPeer) Name() string { return p.name }
 
 func (p *sentryPeer) MarksRejects() bool { return true }
 
@@ -118,23 +139,36 @@ func (p *sentryPeer) Available() error {
 // an app the runner owns (listen, backends), admin on adminAddr. With off,
 // the fragment's admission section is replaced by {mode: off}.
 func SentryPolicy(sc *Scenario, listen, adminAddr string, backends []string, off bool) ([]byte, error) {
-	return sentryPolicy(sc, listen, adminAddr, backends, off, false, false)
+	if off {
+		return sentryPolicy(sc, listen, adminAddr, backends, "off")
+	}
+	return sentryPolicy(sc, listen, adminAddr, backends, "sentry")
 }
 
 // SentryPolicyNoTerm is SentryPolicy without early termination: every
 // class's terminate setting is left out (peer sentry-noterm, the
 // comparison the termination scenarios make).
 func SentryPolicyNoTerm(sc *Scenario, listen, adminAddr string, backends []string) ([]byte, error) {
-	return sentryPolicy(sc, listen, adminAddr, backends, false, true, false)
+	return sentryPolicy(sc, listen, adminAddr, backends, "sentry-noterm")
 }
 
 // SentryPolicyNoDegrade is SentryPolicy without the degradation signal:
 // the app's degradation section is left out (peer sentry-nodegrade).
 func SentryPolicyNoDegrade(sc *Scenario, listen, adminAddr string, backends []string) ([]byte, error) {
-	return sentryPolicy(sc, listen, adminAddr, backends, false, false, true)
+	return sentryPolicy(sc, listen, adminAddr, backends, "sentry-nodegrade")
 }
 
-func sentryPolicy(sc *Scenario, listen, adminAddr string, backends []string, off, noTerm, noDegrade bool) ([]byte, error) {
+// SentryPolicyFor is the policy of the named sentry peer (IsSentryPeer).
+func SentryPolicyFor(peer string, sc *Scenario, listen, adminAddr string, backends []string) ([]byte, error) {
+	if !IsSentryPeer(peer) {
+		return nil, fmt.Errorf("%q is not a sentry peer", peer)
+	}
+	return sentryPolicy(sc, listen, adminAddr, backends, peer)
+}
+
+func sentryPolicy(sc *Scenario, listen, adminAddr string, backends []string, peer string) ([]byte, error) {
+	v := sentryVariants[peer]
+	off, noTerm, noDegrade := v.off, v.noTerm, v.noDegrade
 	kv := func(k string, v *yaml.Node) []*yaml.Node {
 		return []*yaml.Node{{Kind: yaml.ScalarNode, Value: k}, v}
 	}
@@ -175,6 +209,12 @@ func sentryPolicy(sc *Scenario, listen, adminAddr string, backends []string, off
 	if off && !sawAdmission {
 		app.Content = append(app.Content, kv("admission", mapping(kv("mode", &yaml.Node{Kind: yaml.ScalarNode, Value: "off", Style: yaml.DoubleQuotedStyle})))...)
 	}
+	if v.mode != "" {
+		setKey(app, str(v.mode), "admission", "mode")
+	}
+	if v.shared {
+		setKey(app, str("true"), "admission", "adaptive", "shared")
+	}
 	root := mapping(
 		kv("admin", mapping(kv("listen", str(adminAddr)))),
 		kv("log", mapping(kv("level", str("warn")))),
@@ -182,15 +222,6 @@ func sentryPolicy(sc *Scenario, listen, adminAddr string, backends []string, off
 		kv("apps", &yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{app}}),
 	)
 	var buf bytes.Buffer
-	peer := "sentry"
-	switch {
-	case off:
-		peer = "off"
-	case noTerm:
-		peer = "sentry-noterm"
-	case noDegrade:
-		peer = "sentry-nodegrade"
-	}
 	fmt.Fprintf(&buf, "# Generated by the scenario runner for %s (peer %s).\n", sc.Name, peer)
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
@@ -210,7 +241,7 @@ func (p *sentryPeer) Start(ctx context.Context, env PeerEnv) (Running, error) {
 	if err != nil {
 		return nil, err
 	}
-	pol, err := sentryPolicy(env.Scenario, listen, admin, env.Backends, p.off, p.noTerm, p.noDegrade)
+	pol, err := sentryPolicy(env.Scenario, listen, admin, env.Backends, p.name)
 	if err != nil {
 		return nil, err
 	}
@@ -236,6 +267,36 @@ func (p *sentryPeer) Start(ctx context.Context, env PeerEnv) (Running, error) {
 		return nil, fmt.Errorf("sentry: %w", err)
 	}
 	return r, nil
+}
+
+// setKey sets the value at the path of keys under the mapping m, making
+// the mappings on the way (copies: the scenario's fragment is shared by
+// every peer) and replacing whatever was there.
+func setKey(m *yaml.Node, val *yaml.Node, keys ...string) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value != keys[0] {
+			continue
+		}
+		if len(keys) == 1 {
+			m.Content[i+1] = val
+			return
+		}
+		child := m.Content[i+1]
+		cp := &yaml.Node{Kind: yaml.MappingNode}
+		if child.Kind == yaml.MappingNode {
+			cp.Content = append([]*yaml.Node(nil), child.Content...)
+		}
+		m.Content[i+1] = cp
+		setKey(cp, val, keys[1:]...)
+		return
+	}
+	if len(keys) == 1 {
+		m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: keys[0]}, val)
+		return
+	}
+	child := &yaml.Node{Kind: yaml.MappingNode}
+	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: keys[0]}, child)
+	setKey(child, val, keys[1:]...)
 }
 
 // withoutKey returns a copy of the sequence of mappings seq in which no

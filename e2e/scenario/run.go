@@ -260,7 +260,15 @@ func runPeer(ctx context.Context, sc *Scenario, peer Peer, dir string, capa Capa
 	fc := f.Config()
 	series := Aggregate(rep, slas, samples, fc.Servers*fc.Slots, int(dur/time.Second))
 	sum := Summarize(rep, series, slas, capa.Rate, dur)
-	sum.Phases = SummarizePhases(rep, series, slas, capa.Rate, sc.ScaledPhases(o.Scaling))
+	phases := sc.ScaledPhases(o.Scaling)
+	if caps, err := sc.PhaseCapacities(capa.Rate); err == nil {
+		for i := range phases {
+			if sc.Phases[i].Capacity == PhaseCapacityEvents {
+				phases[i].rate = caps[i]
+			}
+		}
+	}
+	sum.Phases = SummarizePhases(rep, series, slas, capa.Rate, phases)
 	sum.Scenario, sum.Peer, sum.Key, sum.Started = sc.Name, peer.Name(), sc.Key(o.Scaling), started
 	sum.FarmCompensationMax = comp
 	for _, a := range played {

@@ -151,7 +151,28 @@ type Phase struct {
 	// Required (a zero Start is the run's start).
 	Start time.Duration `yaml:"start"`
 	End   time.Duration `yaml:"end"`
+	// Capacity is what the phase's goodput / capacity is measured
+	// against: "" (default) the scenario's capacity, or "events" the
+	// farm's capacity with every event at or before Start applied (a
+	// route's new cost, a server's speed, a server killed): the "new
+	// capacity" of a capacity-shift scenario.
+	Capacity string `yaml:"capacity,omitempty"`
+	// Recovery reports, for a phase that starts at a change (an event, a
+	// load step), how many seconds after Start the admitted p95 was back
+	// within the SLA for good: the first second from which every judged
+	// second of the phase met it (PhaseSummary.Recovery).
+	Recovery bool `yaml:"recovery,omitempty"`
+
+	// rate, when > 0, replaces the capacity SummarizePhases is given for
+	// this phase (the runner sets it from PhaseCapacities).
+	rate float64
 }
+
+// The Phase.Capacity values.
+const (
+	PhaseCapacityScenario = ""
+	PhaseCapacityEvents   = "events"
+)
 
 var nameRE = regexp.MustCompile(`^[a-z0-9_-]{1,63}$`)
 
@@ -386,11 +407,16 @@ func (sc *Scenario) validate(root *yaml.Node) error {
 			return at(fmt.Sprintf("end %v must be after start %v", ph.End, ph.Start), "end")
 		case ph.End > sc.Duration:
 			return at(fmt.Sprintf("end %v is after the scenario's duration %v", ph.End, sc.Duration), "end")
+		case ph.Capacity != PhaseCapacityScenario && ph.Capacity != PhaseCapacityEvents:
+			return at(fmt.Sprintf("capacity %q: want %q or nothing", ph.Capacity, PhaseCapacityEvents), "capacity")
 		}
 		phases[ph.Name] = true
 	}
 	if err := sc.validateEvents(root); err != nil {
 		return err
+	}
+	if _, err := sc.PhaseCapacities(capa.Rate); err != nil {
+		return sc.errAt(root, err.Error(), "phases")
 	}
 	if sc.Peers.QueueTimeout < 0 || sc.Peers.ConnLimit < 0 || sc.Peers.ServerTimeout < 0 {
 		return sc.errAt(root, "peers: values must be ≥ 0", "peers")

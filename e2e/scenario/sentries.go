@@ -38,7 +38,9 @@ import (
 //   - decisions (Wrk true): wrk, as fast as it goes, on every sentry at
 //     once, for the admission decisions per second the sentries make
 //     together (sentry_admission_decisions_total). With Pin each sentry is
-//     pinned to one core (taskset), so it is CPU-bound.
+//     pinned to one core (taskset); with CPUQuota each is held to that
+//     share of a core by a CPU cgroup, so it is CPU-bound even where the
+//     machine has fewer cores than sentries and load generator.
 type SentriesConfig struct {
 	// Sentry is the sentry binary; Dir receives each run's policies and
 	// logs. Both required.
@@ -70,7 +72,10 @@ type SentriesConfig struct {
 	// to the CPUs this process may use.
 	Pin   bool
 	Cores int
-	Seed  uint64
+	// CPUQuota, when > 0, holds each sentry to this many cores (a CFS
+	// quota in its own cgroup; needs root).
+	CPUQuota float64
+	Seed     uint64
 	// Progress, when set, gets a line per run.
 	Progress func(string)
 }
@@ -230,6 +235,7 @@ type runningSentry struct {
 	proc          *process
 	listen, admin string
 	cpus          string
+	limit         *cpuLimit
 }
 
 func runSentriesOnce(ctx context.Context, c SentriesConfig, k int) (SentriesRow, error) {
@@ -252,6 +258,7 @@ func runSentriesOnce(ctx context.Context, c SentriesConfig, k int) (SentriesRow,
 	defer func() {
 		for _, s := range ss {
 			s.proc.stop(syscall.SIGTERM, 8*time.Second)
+			s.limit.remove()
 		}
 	}()
 	for i := 0; i < k; i++ {
@@ -283,6 +290,12 @@ func runSentriesOnce(ctx context.Context, c SentriesConfig, k int) (SentriesRow,
 			return row, err
 		}
 		ss = append(ss, s)
+		if c.CPUQuota > 0 {
+			name := fmt.Sprintf("sentry-scenario-%d-%d", os.Getpid(), s.proc.cmd.Process.Pid)
+			if s.limit, err = limitCPU(s.proc.cmd.Process.Pid, c.CPUQuota, name); err != nil {
+				return row, fmt.Errorf("sentry %d: %w", i, err)
+			}
+		}
 		if err := waitReady(ctx, s.proc, "http://"+admin+"/readyz", 10*time.Second); err != nil {
 			return row, fmt.Errorf("sentry %d: %w", i, err)
 		}

@@ -288,9 +288,100 @@ type PhaseSummary struct {
 	Name       string
 	Start, End time.Duration
 	Classes    []ClassTotals
-	// GoodputOverCapacity is the TotalClass GoodputRate / capacity.
+	// GoodputOverCapacity is the TotalClass GoodputRate / Capacity.
 	GoodputOverCapacity float64
-	Priority            *PriorityCheck `json:",omitempty"`
+	// Capacity is what the phase's goodput is measured against: the
+	// scenario's, or the capacity after the events (Phase.Capacity).
+	Capacity float64 `json:",omitempty"`
+	// NewCapacity tells that Capacity is the one after the events.
+	NewCapacity bool           `json:",omitempty"`
+	Priority    *PriorityCheck `json:",omitempty"`
+	// Recovery is set for a phase with Phase.Recovery.
+	Recovery *Recovery `json:",omitempty"`
+}
+
+// Recovery is how long after a phase's start (a capacity shift, a load
+// step) the admitted p95 was back within the SLA for good.
+type Recovery struct {
+	// Seconds from the phase's start to the first second from which every
+	// judged second of the phase met the SLA (all classes, as TotalClass
+	// judges); -1 when the phase's last judged second missed it.
+	Seconds int
+	// First: seconds from the phase's start to the first of RecoveryRun
+	// judged seconds in a row that all met the SLA (unjudged seconds
+	// between them do not break the run); -1 when there is none.
+	First int
+	// Missed counts the judged seconds of the phase that missed; Judged
+	// the judged seconds.
+	Missed, Judged int
+	// WorstP95 is the largest per-second p95 (any class, judged seconds)
+	// over its SLA: the overshoot. 0 when no second was judged.
+	WorstP95Ratio float64
+}
+
+// RecoveryRun is how many judged seconds in a row must meet the SLA for
+// Recovery.First.
+const RecoveryRun = 3
+
+// recovery works out a phase's Recovery over the series' seconds
+// [t0, t1).
+func recovery(s *Series, t0, t1 int) *Recovery {
+	nc := len(s.Classes)
+	r := &Recovery{Seconds: -1, First: -1}
+	lastMiss := t0 - 1
+	runStart, run := -1, 0
+	for t := max(t0, 0); t < min(t1, s.Seconds); t++ {
+		judged, met := false, true
+		for c := 0; c < nc; c++ {
+			row := s.At(t, c)
+			j, ok := row.MeetsTarget()
+			if !j {
+				continue
+			}
+			judged = true
+			if !ok {
+				met = false
+			}
+			if row.Target > 0 {
+				r.WorstP95Ratio = max(r.WorstP95Ratio, float64(row.P95)/float64(row.Target))
+			}
+		}
+		if !judged {
+			continue
+		}
+		r.Judged++
+		if !met {
+			r.Missed++
+			lastMiss = t
+			run = 0
+			continue
+		}
+		if run == 0 {
+			runStart = t
+		}
+		if run++; run == RecoveryRun && r.First < 0 {
+			r.First = runStart - t0
+		}
+	}
+	if r.Judged > 0 && lastMiss < min(t1, s.Seconds)-1 {
+		// Some judged second after the last miss must exist.
+		for t := lastMiss + 1; t < min(t1, s.Seconds); t++ {
+			if hasJudged(s, t) {
+				r.Seconds = lastMiss + 1 - t0
+				break
+			}
+		}
+	}
+	return r
+}
+
+func hasJudged(s *Series, t int) bool {
+	for c := 0; c < len(s.Classes); c++ {
+		if j, _ := s.At(t, c).MeetsTarget(); j {
+			return true
+		}
+	}
+	return false
 }
 
 // Total returns the TotalClass totals.
@@ -304,11 +395,17 @@ func SummarizePhases(rep *load.Report, s *Series, slas []time.Duration, capacity
 	}
 	var out []PhaseSummary
 	for _, ph := range phases {
-		p := PhaseSummary{Name: ph.Name, Start: ph.Start, End: ph.End}
-		p.Classes = windowTotals(rep, s.Classes, slas, capacity, ph.Start, ph.End, (ph.End - ph.Start).Seconds())
+		p := PhaseSummary{Name: ph.Name, Start: ph.Start, End: ph.End, Capacity: capacity}
+		if ph.rate > 0 {
+			p.Capacity, p.NewCapacity = ph.rate, true
+		}
+		p.Classes = windowTotals(rep, s.Classes, slas, p.Capacity, ph.Start, ph.End, (ph.End - ph.Start).Seconds())
 		t0 := int((ph.Start + time.Second - 1) / time.Second)
 		t1 := int((ph.End + time.Second - 1) / time.Second)
 		judgeSeconds(p.Classes, s, t0, t1)
+		if ph.Recovery {
+			p.Recovery = recovery(s, t0, t1)
+		}
 		p.GoodputOverCapacity = p.Total().GoodputOverCapacity
 		if len(s.Classes) > 1 {
 			pc := CheckPriority(s, t0, t1)
@@ -468,6 +565,9 @@ func WriteMarkdown(w io.Writer, info SummaryInfo, peers []PeerSummary) error {
 	if len(peers) > 0 && (len(sc.Classes) > 1 || len(sc.Phases) > 0) {
 		writePriority(b, sc, peers)
 	}
+	if len(peers) > 0 {
+		writeRecovery(b, sc, peers)
+	}
 	for _, p := range peers {
 		fmt.Fprintf(b, "\n## %s\n\n", p.Peer)
 		fmt.Fprintf(b, "Run %s; load stopped by %s.\n\n", p.Started.Format(time.RFC3339), p.Stop)
@@ -560,6 +660,52 @@ func writePriority(b *strings.Builder, sc *Scenario, peers []PeerSummary) {
 			}
 			return nil, 0, nil, false
 		})
+	}
+}
+
+// writeRecovery writes, for each phase that asks for it (Phase.Recovery or
+// Phase.Capacity events), when the p95 was back within the SLA and the
+// goodput against the capacity in force: issue 13's capacity-shift
+// figures.
+func writeRecovery(b *strings.Builder, sc *Scenario, peers []PeerSummary) {
+	for _, ph := range sc.Phases {
+		if !ph.Recovery && ph.Capacity != PhaseCapacityEvents {
+			continue
+		}
+		fmt.Fprintf(b, "\n## Recovery: phase %s (%v–%v in the file's time)\n\n", ph.Name, ph.Start, ph.End)
+		fmt.Fprintf(b, "\"Back within SLA\" is the seconds from the phase's start to the first of %d judged seconds in a row (all classes) that met their SLA; \"for good\" to the first second from which every judged second did; \"never\" when there is none. ", RecoveryRun)
+		b.WriteString("\"Worst p95\" is the largest per-second p95 over its SLA in the phase. Goodput is against the phase's capacity")
+		if ph.Capacity == PhaseCapacityEvents {
+			b.WriteString(" (the farm's after the events up to the phase's start)")
+		}
+		b.WriteString(".\n\n| peer | back within SLA | for good | missed / judged s | worst p95 / SLA | goodput/s | capacity | goodput / capacity |\n|---|---|---|---|---|---|---|---|\n")
+		for i := range peers {
+			var p *PhaseSummary
+			for j := range peers[i].Phases {
+				if peers[i].Phases[j].Name == ph.Name {
+					p = &peers[i].Phases[j]
+				}
+			}
+			if p == nil {
+				continue
+			}
+			back, good, missed, worst := "–", "–", "–", "–"
+			if r := p.Recovery; r != nil {
+				back, good = "never", "never"
+				if r.First >= 0 {
+					back = fmt.Sprintf("%d s", r.First)
+				}
+				if r.Seconds >= 0 {
+					good = fmt.Sprintf("%d s", r.Seconds)
+				}
+				missed = fmt.Sprintf("%d / %d", r.Missed, r.Judged)
+				if r.Judged > 0 {
+					worst = fmt.Sprintf("%.2f×", r.WorstP95Ratio)
+				}
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %.1f | %.0f | %.2f |\n", peers[i].Peer, back, good, missed, worst,
+				p.Total().GoodputRate, p.Capacity, p.GoodputOverCapacity)
+		}
 	}
 }
 

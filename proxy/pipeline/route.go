@@ -13,6 +13,7 @@ type Route struct {
 	Hosts   map[string]*App
 	Default *App
 	TLS     *policy.TLS
+	H2C     bool // plain listener: serve an HTTP/2 preface (h2c, prior knowledge)
 	Access  bool // access log on
 }
 

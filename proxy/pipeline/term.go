@@ -144,7 +144,7 @@ func (a *App) Terminated(t *Ticket, x *Term, now time.Time, inService int) {
 	if thr == 0 {
 		thr = cl.Threshold()
 	}
-	a.Observe(t, admission.Result{Measured: sert.Sample(el, thr, true), InService: inService, End: now})
+	a.Observe(t, admission.Result{Measured: sert.Sample(el, thr, true), InService: inService, End: now, Terminated: true})
 	x.cl = nil
 }
 

@@ -123,7 +123,7 @@ func run() int {
 
 func needsSentry(peers []string) bool {
 	for _, p := range peers {
-		if p == "sentry" || p == "off" || p == "sentry-noterm" || p == "sentry-nodegrade" {
+		if scenario.IsSentryPeer(p) {
 			return true
 		}
 	}

@@ -5,6 +5,7 @@
 //
 //	go run ./e2e/cmd/sentries -out sentries-out                     # goodput and p95 at 3× capacity
 //	go run ./e2e/cmd/sentries -out sentries-out -wrk -pin -counts 1,2 # decisions/s, each sentry pinned to a core
+//	go run ./e2e/cmd/sentries -out sentries-out -wrk -cpu-quota 0.25  # decisions/s, each sentry held to a quarter core
 //
 // It prints one line per run.
 package main
@@ -33,9 +34,10 @@ func run() int {
 	wrk := flag.Bool("wrk", false, "drive every sentry with wrk as fast as it goes and report decisions/s")
 	conns := flag.Int("wrk-conns", 0, "wrk connections per sentry (default 1000)")
 	pin := flag.Bool("pin", false, "pin sentry i to CPU i mod NumCPU with taskset")
+	quota := flag.Float64("cpu-quota", 0, "hold each sentry to this many `cores` with a CPU cgroup (needs root), so each is CPU-bound")
 	shared := flag.Bool("shared", false, "no partition: every sentry admits for the whole farm (for comparison)")
 	flag.Parse()
-	c := scenario.SentriesConfig{Level: *level, Duration: *dur, Wrk: *wrk, WrkConns: *conns, Pin: *pin, Shared: *shared, Seed: 9}
+	c := scenario.SentriesConfig{Level: *level, Duration: *dur, Wrk: *wrk, WrkConns: *conns, Pin: *pin, CPUQuota: *quota, Shared: *shared, Seed: 9}
 	for _, s := range strings.Split(*counts, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {
