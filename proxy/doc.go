@@ -585,18 +585,17 @@
 //     ECDSA P-256 certificates sign faster than RSA in handshakes, which
 //     long benchmark connections do not exercise.
 //
-// Where it stands (four runs of tls.sh, DURATION=5, nginx, HAProxy, the
-// build before these changes and after, on a machine at load 1.4-7 from
-// other work; requests per CPU second, which that load disturbs least):
-// h2 0.51-0.94x nginx (before: 0.42-0.62x), HTTP/1.1 over TLS 0.56-0.73x
-// (in two HTTP/1.1-only runs 0.87x and 0.69x before against 0.95x and
-// 0.72x after: unchanged within the noise). p99 under h2 was 0.5-2x
-// nginx's, under HTTP/1.1 1.7-4.4x. In every one of those runs the build before failed all its
-// HTTP/1.1 requests, because its h2 run had ejected the backend (the
-// abort fix above). Still below the issue's targets (h2 >= 1.0x,
-// HTTP/1.1 over TLS >= 0.95x, p99 no worse), pending solo measurements:
-// the rest of the h2 gap is x/net's design, the rest of HTTP/1.1's is the
-// goroutine per connection (see the alternatives).
+// Where it stands, measured alone (three runs of `DURATION=8 bash
+// e2e/bench/tls.sh`, peer order alternated, nginx's upstream keepalive
+// cache sized to h2load's 640 requests in flight -- with the 64 the script
+// first had, nginx reopened backend connections and ran h2 at half its
+// speed, which made sentry look at parity): h2 0.50-0.55x nginx by req/s
+// (sentry 17.5-18.7k, nginx 34.1-35.4k, HAProxy 41.0-56.2k), p99
+// 1.5-1.6x nginx's; HTTP/1.1 over TLS 0.60-0.83x (sentry 19.6-25.3k,
+// nginx 29.3-32.8k), p99 2.8-3.5x nginx's. Below the targets (h2 >= 1.0x,
+// HTTP/1.1 over TLS >= 0.95x, p99 no worse): the rest of the h2 gap is
+// x/net's design, the rest of HTTP/1.1's is the goroutine per connection
+// (see the alternatives above).
 //
 // # Draining (Shutdown, on stop, upgrade or a removed listener)
 //
