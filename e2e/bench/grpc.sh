@@ -190,9 +190,12 @@ http {
     uwsgi_temp_path $TMP/nginx/uwsgi;
     scgi_temp_path $TMP/nginx/scgi;
     keepalive_requests 1000000;
+    # grpc_pass sends one call per upstream connection at a time, so the
+    # idle cache must hold every call in flight (CONNS x STREAMS), or
+    # nginx opens a backend connection per call.
     upstream grpc_backend {
         server $HOST:$BACKEND_PORT;
-        keepalive 64;
+        keepalive 1024;
         keepalive_requests 1000000;
     }
     server {
