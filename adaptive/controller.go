@@ -50,8 +50,11 @@ type class struct {
 	// more important class does not wait for it.
 	drainUntil int64
 	// allowed: the in-flight count the class's bucket debt was measured
-	// against (owe); 0 when it has no debt on record.
+	// against (owe), while debt is set: a debt is on record (forgive). A
+	// separate flag, as allowed is 0 when the farm completed nothing since
+	// the class's last run, and such a debt must be forgiven too.
 	allowed float64
+	debt    bool
 
 	admitted, rejected atomic.Uint64
 }
@@ -503,11 +506,18 @@ func (c *Controller) owe(cl *class, bl, allowed, rate float64) time.Duration {
 	if bl <= 0 {
 		return 0
 	}
-	cl.allowed = allowed
+	cl.allowed, cl.debt = allowed, true
 	cl.bucket.Lock()
 	cl.bucket.tokens = min(cl.bucket.tokens, -bl) // the backlog now, not added to a debt not yet paid
 	cl.bucket.Unlock()
-	return min(time.Duration(bl/rate*1e9), staleRuns*c.cfg.Timeout)
+	// In float64: bl/rate overflows a Duration for a rate near zero
+	// (rate_min has no lower bound but 0), and the conversion of an
+	// out-of-range float is not the limit (amd64 gives math.MinInt64).
+	limit := staleRuns * c.cfg.Timeout
+	if d := bl / rate * 1e9; d < float64(limit) { // false for NaN
+		return time.Duration(d)
+	}
+	return limit
 }
 
 // forgive keeps every class's debt no larger than the farm's backlog now
@@ -527,14 +537,14 @@ func (c *Controller) forgive() {
 	}
 	out := float64(adm) - float64(c.done)
 	for _, cl := range c.classes {
-		if cl.allowed <= 0 {
+		if !cl.debt {
 			continue
 		}
 		bl := max(0, out-cl.allowed)
 		cl.bucket.Lock()
 		switch {
 		case cl.bucket.tokens >= 0:
-			cl.allowed = 0
+			cl.allowed, cl.debt = 0, false
 		case bl == 0:
 			cl.bucket.tokens = 0
 		case -cl.bucket.tokens > bl:

@@ -284,3 +284,41 @@ func TestSeed(t *testing.T) {
 		t.Fatalf("after the hold: rate %v, want a cut", st.Rate)
 	}
 }
+
+// TestForgiveDebtMeasuredAgainstNothing: a debt set while the farm had
+// completed nothing since the class's last run (allowed = 0) is still on
+// record, so forgive clears it once the farm's backlog is gone (allowed 0
+// used to mean "no debt" and left the class at zero until the rate paid
+// it).
+func TestForgiveDebtMeasuredAgainstNothing(t *testing.T) {
+	c, _ := newCtl(t, Config{Targets: []time.Duration{50 * time.Millisecond}, InitialRate: 10, Scaled: true})
+	cl := c.classes[0]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d := c.owe(cl, 40, 0, 10); d != 4*time.Second {
+		t.Fatalf("owe: %v, want 4s (40 at 10/s)", d)
+	}
+	c.forgive() // nothing admitted and not completed: no backlog now
+	if tok := cl.bucket.tokens; tok != 0 {
+		t.Fatalf("tokens %v after forgive with no backlog, want 0", tok)
+	}
+	c.forgive() // the debt is paid: the record is cleared
+	if cl.debt {
+		t.Fatal("debt still on record after it was forgiven")
+	}
+}
+
+// TestOweBoundedForTinyRate: the time a debt takes is at most staleRuns
+// Timeouts, also when backlog/rate overflows a Duration (a rate near 0).
+func TestOweBoundedForTinyRate(t *testing.T) {
+	c, _ := newCtl(t, Config{Targets: []time.Duration{50 * time.Millisecond}, InitialRate: 10, Scaled: true})
+	cl := c.classes[0]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	want := staleRuns * c.cfg.Timeout
+	for _, rate := range []float64{1e-12, 0, math.NaN()} {
+		if d := c.owe(cl, 1000, 5, rate); d != want {
+			t.Fatalf("owe(1000 at %v/s) = %v, want %v", rate, d, want)
+		}
+	}
+}
