@@ -73,6 +73,11 @@ type Controller struct {
 	mu      sync.Mutex
 	scratch []float64
 	done    uint64 // completions observed, every class (guarded by mu)
+	// inherited is added to the requests admitted in the farm's count of
+	// outstanding ones (guarded by mu): those the controller this one
+	// replaced admitted and had not completed (Inherit), whose
+	// completions come here; Seed sets it so that the count restarts at 0.
+	inherited float64
 }
 
 var _ admission.Admitter = (*Controller)(nil)
@@ -457,12 +462,35 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 // response time of half the target. 0 when there is no excess.
 // Called with c.mu held.
 func (c *Controller) backlog(done, target float64) float64 {
+	return max(0, c.outstanding()-c.allowed(done, target))
+}
+
+// outstanding is the farm's requests admitted and not completed, every
+// class, those inherited included (may be negative: completions of
+// requests another mode admitted). Called with c.mu held.
+func (c *Controller) outstanding() float64 {
 	var adm uint64
 	for _, x := range c.classes {
 		adm += x.admitted.Load()
 	}
-	out := float64(adm) - float64(c.done)
-	return max(0, out-c.allowed(done, target))
+	return float64(adm) + c.inherited - float64(c.done)
+}
+
+// Inherit takes over the requests from, the controller this one replaces
+// (a rebuild on reload, control), admitted and has not completed: their
+// completions are observed here, and without them in its count the farm's
+// backlog would read that many requests short for this controller's
+// whole life (the backlog rule blinded). Call it before c is shared.
+func (c *Controller) Inherit(from *Controller) {
+	if from == nil || from == c {
+		return
+	}
+	from.mu.Lock()
+	out := from.outstanding()
+	from.mu.Unlock()
+	c.mu.Lock()
+	c.inherited += max(out, 0)
+	c.mu.Unlock()
 }
 
 // allowed is the in-flight count a farm completing done per second may
@@ -531,11 +559,7 @@ func (c *Controller) owe(cl *class, bl, allowed, rate float64) time.Duration {
 // that backlog at the cut rate kept the class at zero for 18 s.
 // Called with c.mu held.
 func (c *Controller) forgive() {
-	var adm uint64
-	for _, x := range c.classes {
-		adm += x.admitted.Load()
-	}
-	out := float64(adm) - float64(c.done)
+	out := c.outstanding()
 	for _, cl := range c.classes {
 		if !cl.debt {
 			continue
@@ -681,7 +705,9 @@ func (c *Controller) Seed(i int, rate float64, hold time.Duration) {
 	for _, x := range c.classes {
 		adm += x.admitted.Load()
 	}
-	c.done = max(c.done, adm)
+	// The count of outstanding requests restarts at 0 (c.done itself
+	// stays monotonic: the classes' farmDoneAt are marks on it).
+	c.inherited = float64(c.done) - float64(adm)
 	cl := c.class(i)
 	cl.samples, cl.ended = cl.samples[:0], 0
 	cl.hasCur, cl.cur, cl.err, cl.over, cl.lc = false, 0, 0, false, 0

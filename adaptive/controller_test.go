@@ -322,3 +322,43 @@ func TestOweBoundedForTinyRate(t *testing.T) {
 		}
 	}
 }
+
+// TestInheritCountsOldInFlight: a controller rebuilt on reload observes
+// the completions of the requests its predecessor admitted; Inherit counts
+// them as admitted, so the farm's outstanding count (the backlog rule's)
+// is right once they complete, not short by them for good.
+func TestInheritCountsOldInFlight(t *testing.T) {
+	cfg := Config{Targets: []time.Duration{time.Second}, InitialRate: 100, Burst: time.Second, Scaled: true}
+	old, _ := newCtl(t, cfg)
+	const inFlight = 30
+	for range inFlight {
+		if old.Admit(&admission.Request{Class: 0}).Verdict != admission.Admit {
+			t.Fatal("old controller rejected within its burst")
+		}
+	}
+	c, _ := newCtl(t, cfg)
+	c.Inherit(old)
+	const own = 20
+	for range own {
+		if c.Admit(&admission.Request{Class: 0}).Verdict != admission.Admit {
+			t.Fatal("new controller rejected within its burst")
+		}
+	}
+	for range inFlight { // the old requests complete, on the new controller
+		c.Ended(0)
+	}
+	c.mu.Lock()
+	got := c.outstanding()
+	c.mu.Unlock()
+	if got != own {
+		t.Fatalf("outstanding %v after the old requests completed, want %d (the new controller's own)", got, own)
+	}
+	// Seed restarts the count: the requests before it are not its backlog.
+	c.Seed(0, 10, 0)
+	c.mu.Lock()
+	got = c.outstanding()
+	c.mu.Unlock()
+	if got != 0 {
+		t.Fatalf("outstanding %v after Seed, want 0", got)
+	}
+}

@@ -164,6 +164,10 @@ func (a *App) startAdaptive(ac *policy.App, names []string, percentile float64) 
 				c.Carry(i, old, j)
 			}
 		}
+		if sw := a.sw.Load(); sw != nil && sw.Mode() == admission.ModeAdaptive {
+			// The old controller's requests in flight complete here.
+			c.Inherit(old)
+		}
 	}
 	if a.mu.adpCancel != nil {
 		a.mu.adpCancel()
