@@ -251,7 +251,7 @@
 // (or any head too short to judge) off like any head it does not serve --
 // is read, within server.read_header_timeout, until its bytes leave the
 // 24-byte preface or complete it, on a goroutine of its own. A preface is
-// served by serveH2Conn with the bytes read replayed (replayConn): the TLS
+// served by serveH2Conn with the bytes read replayed (internal/replayconn): the TLS
 // h2 path exactly -- the same x/net server settings, pipeline, admission,
 // header policy, rapid-reset guard (h2Guard, given bare, without the TLS
 // methods, so x/net and the forwarding headers see plain HTTP:

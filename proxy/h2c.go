@@ -3,8 +3,9 @@ package proxy
 import (
 	"bytes"
 	"net"
-	"syscall"
 	"time"
+
+	"github.com/sentry-proxy/sentry/internal/replayconn"
 )
 
 // h2c.go: HTTP/2 with prior knowledge on a plain listener (apps[].h2c,
@@ -51,7 +52,7 @@ func (l *tlsListener) sniff(raw net.Conn) {
 		}
 	}
 	_ = raw.SetReadDeadline(time.Time{})
-	c := &replayConn{Conn: raw, pre: append([]byte(nil), buf[:n]...)}
+	c := &replayconn.Conn{Conn: raw, Pre: append([]byte(nil), buf[:n]...)}
 	if n == len(h2Preface) && bytes.Equal(buf[:n], h2Preface) {
 		// Served here, out of fasthttp's sight and drained the h2 way
 		// (GOAWAY), as a TLS listener's h2 connections.
@@ -63,35 +64,4 @@ func (l *tlsListener) sniff(raw net.Conn) {
 		handedOff = true
 	case <-l.closed:
 	}
-}
-
-// replayConn gives back the bytes sniff read before the connection's own.
-type replayConn struct {
-	net.Conn
-	pre []byte
-}
-
-func (c *replayConn) Read(b []byte) (int, error) {
-	if len(c.pre) > 0 {
-		n := copy(b, c.pre)
-		c.pre = c.pre[n:]
-		return n, nil
-	}
-	return c.Conn.Read(b)
-}
-
-// SyscallConn and CloseWrite reach the socket under it, as the loops'
-// hand-off connection does (peer-gone checks, lingering close).
-func (c *replayConn) SyscallConn() (syscall.RawConn, error) {
-	if sc, ok := c.Conn.(syscall.Conn); ok {
-		return sc.SyscallConn()
-	}
-	return nil, syscall.EINVAL
-}
-
-func (c *replayConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/internal/replayconn"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
@@ -175,7 +176,7 @@ func (l *eventLoop) handoff(c *cconn) {
 	// Counted before fasthttp can have served it (the counter must not
 	// lag the response); give closes it if fasthttp is not accepting.
 	l.ff.handed.Add(1)
-	l.ff.Handed.give(&prefixConn{Conn: nc, pre: pre})
+	l.ff.Handed.give(&replayconn.Conn{Conn: nc, Pre: pre})
 }
 
 func (l *eventLoop) clientEvent(c *cconn, ev uint32) {

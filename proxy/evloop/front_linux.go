@@ -7,10 +7,10 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
@@ -248,30 +248,4 @@ func (h *handoffListener) give(c net.Conn) bool {
 	default:
 		return true
 	}
-}
-
-// prefixConn replays the bytes the loop had read before handing off.
-type prefixConn struct {
-	net.Conn
-	pre []byte
-}
-
-func (c *prefixConn) Read(b []byte) (int, error) {
-	if len(c.pre) > 0 {
-		n := copy(b, c.pre)
-		c.pre = c.pre[n:]
-		return n, nil
-	}
-	return c.Conn.Read(b)
-}
-
-func (c *prefixConn) SyscallConn() (syscall.RawConn, error) {
-	return c.Conn.(syscall.Conn).SyscallConn()
-}
-
-func (c *prefixConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
 }
