@@ -64,60 +64,11 @@ BACKEND_PORT=18190
 declare -A PORT=([direct]=18190 [nginx]=18191 [haproxy]=18192 [sentry]=18194 [sentry-off]=18194)
 ADMIN_PORT=18195
 
-log() { printf '[grpc] %s\n' "$*" >&2; }
-die() { printf '[grpc] ERROR: %s\n' "$*" >&2; exit 1; }
-
 # ---------------------------------------------------------------- cleanup
-PGIDS=()
-TMP=""
-LOAD_PID=""
-stop_group() {
-	local pg=$1 _
-	kill -TERM -- "-$pg" 2>/dev/null || return 0
-	for _ in $(seq 50); do
-		kill -0 -- "-$pg" 2>/dev/null || return 0
-		sleep 0.1
-	done
-	log "process group $pg did not stop on TERM; killing"
-	kill -KILL -- "-$pg" 2>/dev/null || true
-}
-cleanup() {
-	local rc=$? pg
-	trap - EXIT INT TERM
-	if [ -n "$LOAD_PID" ]; then kill -TERM "$LOAD_PID" 2>/dev/null || true; fi
-	for pg in "${PGIDS[@]}"; do stop_group "$pg"; done
-	wait 2>/dev/null || true
-	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
-		if [ "$rc" -ne 0 ]; then log "logs kept in $TMP"; else rm -rf "$TMP"; fi
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+BENCH_TAG=grpc
+# shellcheck source=e2e/bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-start() {
-	local name=$1; shift
-	setsid "$@" >"$TMP/$name.log" 2>&1 </dev/null &
-	STARTED_PGID=$!
-	PGIDS+=("$STARTED_PGID")
-}
-port_free() { ! (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
-# wait_free PORT: bounded wait until nothing listens on PORT.
-wait_free() {
-	local _
-	for _ in $(seq 50); do port_free "$1" && return 0; sleep 0.1; done
-	die "port $HOST:$1 still in use after its peer stopped"
-}
-stop() {
-	local name=$1 pg=$2 port=$3 keep=() x
-	stop_group "$pg"
-	wait "$pg" 2>/dev/null || true
-	cp "$TMP/$name.log" "$OUT/log-$name.txt" 2>/dev/null || true
-	for x in "${PGIDS[@]}"; do [ "$x" = "$pg" ] || keep+=("$x"); done
-	PGIDS=("${keep[@]+"${keep[@]}"}")
-	wait_free "$port"
-}
 # wait_up NAME PGID PORT: bounded wait until PORT accepts connections.
 wait_up() {
 	local name=$1 pg=$2 port=$3 _
@@ -248,15 +199,6 @@ EOF
 # ---------------------------------------------------------------- load
 RESULTS=() # "peer|rps|p50ms|p99ms|errors|ok|cpu"
 WARNINGS=()
-CLK_TCK=$(getconf CLK_TCK)
-cpu_ticks() {
-	local pid total=0 t
-	for pid in $(ps -o pid= --sid "$1" 2>/dev/null); do
-		t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat" 2>/dev/null) || continue
-		total=$((total + ${t:-0}))
-	done
-	echo "$total"
-}
 # bench PEER PORT SID (SID empty: no proxy CPU to measure)
 bench() {
 	local peer=$1 port=$2 sid=$3 out t0=0 t1=0 rc=0 cpu=n/a rps p50 p99 errs ok
@@ -332,7 +274,6 @@ get() { # get PEER FIELD (1 req/s, 3 p99)
 		if [ "${f[0]}" = "$1" ]; then echo "${f[$2]}"; return; fi
 	done
 }
-ratio() { if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; else echo n/a; fi; }
 {
 	echo "## gRPC unary over h2c ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores; grpcload -conns $CONNS -streams $STREAMS, ${DURATION}s measured after ${WARMUP}s)"
 	echo

@@ -68,52 +68,11 @@ BACKEND_PORT=18180
 declare -A PORT=([nginx]=18181 [haproxy]=18182 [sentry]=18184 [sentry-base]=18184)
 ADMIN_PORT=18185
 
-log() { printf '[tls] %s\n' "$*" >&2; }
-die() { printf '[tls] ERROR: %s\n' "$*" >&2; exit 1; }
-
 # ---------------------------------------------------------------- cleanup
-PGIDS=()
-TMP=""
-LOAD_PID=""
-stop_group() {
-	local pg=$1 _
-	kill -TERM -- "-$pg" 2>/dev/null || return 0
-	for _ in $(seq 50); do
-		kill -0 -- "-$pg" 2>/dev/null || return 0
-		sleep 0.1
-	done
-	log "process group $pg did not stop on TERM; killing"
-	kill -KILL -- "-$pg" 2>/dev/null || true
-}
-cleanup() {
-	local rc=$? pg
-	trap - EXIT INT TERM
-	if [ -n "$LOAD_PID" ]; then kill -TERM "$LOAD_PID" 2>/dev/null || true; fi
-	for pg in "${PGIDS[@]}"; do stop_group "$pg"; done
-	wait 2>/dev/null || true
-	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
-		if [ "$rc" -ne 0 ]; then log "logs kept in $TMP"; else rm -rf "$TMP"; fi
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+BENCH_TAG=tls
+# shellcheck source=e2e/bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-start() {
-	local name=$1; shift
-	setsid "$@" >"$TMP/$name.log" 2>&1 </dev/null &
-	STARTED_PGID=$!
-	PGIDS+=("$STARTED_PGID")
-}
-stop() {
-	local name=$1 pg=$2 keep=() x
-	stop_group "$pg"
-	wait "$pg" 2>/dev/null || true
-	cp "$TMP/$name.log" "$OUT/log-$name.txt" 2>/dev/null || true
-	for x in "${PGIDS[@]}"; do [ "$x" = "$pg" ] || keep+=("$x"); done
-	PGIDS=("${keep[@]+"${keep[@]}"}")
-}
 # wait_up NAME PGID SCHEME PORT: bounded wait until PORT answers any status.
 wait_up() {
 	local name=$1 pg=$2 scheme=$3 port=$4 code _
@@ -134,7 +93,6 @@ check_alpn() {
 	c=$(curl -sk --http1.1 -o /dev/null -m 2 -w '%{http_version} %{http_code}' "https://$HOST:$port/" || true)
 	[ "$c" = "1.1 200" ] || die "$name over HTTP/1.1 answered '$c', want '1.1 200'"
 }
-port_free() { ! (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
 # ---------------------------------------------------------------- tools
 need=()
@@ -261,15 +219,6 @@ EOF
 # ---------------------------------------------------------------- load
 RESULTS=() # "peer|path|rps|p50ms|p99ms|bad|requests|cpu"
 WARNINGS=()
-CLK_TCK=$(getconf CLK_TCK)
-cpu_ticks() {
-	local pid total=0 t
-	for pid in $(ps -o pid= --sid "$1" 2>/dev/null); do
-		t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat" 2>/dev/null) || continue
-		total=$((total + ${t:-0}))
-	done
-	echo "$total"
-}
 to_ms() {
 	awk -v v="$1" 'BEGIN { n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
 		if (u == "us") n /= 1000; else if (u == "s") n *= 1000; else if (u == "m") n *= 60000
@@ -372,7 +321,6 @@ get() { # get PEER PATH FIELD (2 req/s, 3 p50, 4 p99, 6 requests, 7 CPU s)
 		if [ "${f[0]}" = "$1" ] && [ "${f[1]}" = "$2" ]; then echo "${f[$3]}"; return; fi
 	done
 }
-ratio() { if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; else echo n/a; fi; }
 {
 	echo "## TLS termination ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores; h2: h2load -c$CONNS -m$STREAMS -t$THREADS -D$DURATION; h1: wrk -t$THREADS -c$CONNS -d${DURATION}s)"
 	echo

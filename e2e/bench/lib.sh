@@ -1,0 +1,72 @@
+# lib.sh — the process and port handling tls.sh and grpc.sh share, sourced
+# after they set HOST, TMP's parent settings and BENCH_TAG (the log prefix).
+# Every peer runs in its own process group (start); a trap stops whatever
+# is left on any exit and keeps the logs of a failed run.
+
+log() { printf '[%s] %s\n' "$BENCH_TAG" "$*" >&2; }
+die() { printf '[%s] ERROR: %s\n' "$BENCH_TAG" "$*" >&2; exit 1; }
+
+PGIDS=()
+TMP=""
+LOAD_PID=""
+stop_group() {
+	local pg=$1 _
+	kill -TERM -- "-$pg" 2>/dev/null || return 0
+	for _ in $(seq 50); do
+		kill -0 -- "-$pg" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	log "process group $pg did not stop on TERM; killing"
+	kill -KILL -- "-$pg" 2>/dev/null || true
+}
+cleanup() {
+	local rc=$? pg
+	trap - EXIT INT TERM
+	if [ -n "$LOAD_PID" ]; then kill -TERM "$LOAD_PID" 2>/dev/null || true; fi
+	for pg in "${PGIDS[@]}"; do stop_group "$pg"; done
+	wait 2>/dev/null || true
+	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
+		if [ "$rc" -ne 0 ]; then log "logs kept in $TMP"; else rm -rf "$TMP"; fi
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+start() {
+	local name=$1; shift
+	setsid "$@" >"$TMP/$name.log" 2>&1 </dev/null &
+	STARTED_PGID=$!
+	PGIDS+=("$STARTED_PGID")
+}
+port_free() { ! (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+# wait_free PORT: bounded wait until nothing listens on PORT.
+wait_free() {
+	local _
+	for _ in $(seq 50); do port_free "$1" && return 0; sleep 0.1; done
+	die "port $HOST:$1 still in use after its peer stopped"
+}
+# stop NAME PGID [PORT]: stop a peer's process group, keep its log in OUT,
+# and with PORT wait until nothing listens there.
+stop() {
+	local name=$1 pg=$2 port=${3:-} keep=() x
+	stop_group "$pg"
+	wait "$pg" 2>/dev/null || true
+	cp "$TMP/$name.log" "$OUT/log-$name.txt" 2>/dev/null || true
+	for x in "${PGIDS[@]}"; do [ "$x" = "$pg" ] || keep+=("$x"); done
+	PGIDS=("${keep[@]+"${keep[@]}"}")
+	[ -z "$port" ] || wait_free "$port"
+}
+# cpu_ticks SID: user+system CPU ticks used so far by every process of the
+# session SID.
+CLK_TCK=$(getconf CLK_TCK)
+cpu_ticks() {
+	local pid total=0 t
+	for pid in $(ps -o pid= --sid "$1" 2>/dev/null); do
+		t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat" 2>/dev/null) || continue
+		total=$((total + ${t:-0}))
+	done
+	echo "$total"
+}
+ratio() { if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; else echo n/a; fi; }
