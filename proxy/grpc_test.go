@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sentry-proxy/sentry/internal/grpcraw"
+
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/h2c"
 	"google.golang.org/grpc"
@@ -25,29 +27,8 @@ import (
 )
 
 // gRPC through sentry, with google.golang.org/grpc on both sides and no
-// generated code: a raw-bytes codec and a service description written by
+// generated code: a raw-bytes codec (internal/grpcraw) and a service description written by
 // hand (test.Echo with a unary Unary and a bidirectional Bidi).
-
-// rawCodec passes messages as they are: a *[]byte on both sides.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) ([]byte, error) {
-	if b, ok := v.(*[]byte); ok {
-		return *b, nil
-	}
-	return nil, fmt.Errorf("rawCodec: %T is not *[]byte", v)
-}
-
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	b, ok := v.(*[]byte)
-	if !ok {
-		return fmt.Errorf("rawCodec: %T is not *[]byte", v)
-	}
-	*b = append((*b)[:0], data...)
-	return nil
-}
-
-func (rawCodec) Name() string { return "raw" }
 
 // echoServer is test.Echo's implementation: Unary answers "echo:" + the
 // request, reports its deadline (the remaining time, in the header
@@ -144,7 +125,7 @@ func grpcClient(t *testing.T, addr, sc string) *grpc.ClientConn {
 	t.Helper()
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(grpcraw.Codec{})),
 	}
 	if sc != "" {
 		opts = append(opts, grpc.WithDefaultServiceConfig(sc))
@@ -171,7 +152,7 @@ func startGRPCBackendWith(t *testing.T, cfg *tls.Config, es *echoServer) string 
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := []grpc.ServerOption{grpc.ForceServerCodec(rawCodec{})}
+	opts := []grpc.ServerOption{grpc.ForceServerCodec(grpcraw.Codec{})}
 	if cfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
 	}
@@ -411,7 +392,7 @@ func TestGRPCBalancedPerCall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnaryInterceptor(
+		s := grpc.NewServer(grpc.ForceServerCodec(grpcraw.Codec{}), grpc.UnaryInterceptor(
 			func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 				hits[i].Add(1)
 				return h(ctx, req)

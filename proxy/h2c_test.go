@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sentry-proxy/sentry/internal/grpcraw"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
@@ -63,7 +65,7 @@ func TestH2CGRPCFrontEnd(t *testing.T) {
 			})
 			cc, err := grpc.NewClient("passthrough:///"+h.addr,
 				grpc.WithTransportCredentials(insecure.NewCredentials()),
-				grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+				grpc.WithDefaultCallOptions(grpc.ForceCodec(grpcraw.Codec{})))
 			if err != nil {
 				t.Fatal(err)
 			}

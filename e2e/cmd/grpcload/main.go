@@ -1,6 +1,6 @@
 // Command grpcload is the gRPC unary load client, and the echo backend,
 // of e2e/bench/grpc.sh: grpc-go on both sides, no generated code (a
-// raw-bytes codec and a hand-written service description, as in
+// raw-bytes codec (internal/grpcraw) and a hand-written service description, as in
 // proxy/grpc_test.go), plain HTTP/2 with prior knowledge (insecure
 // credentials).
 //
@@ -33,31 +33,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sentry-proxy/sentry/internal/grpcraw"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
-
-// rawCodec passes messages as they are: a *[]byte on both sides.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) ([]byte, error) {
-	if b, ok := v.(*[]byte); ok {
-		return *b, nil
-	}
-	return nil, fmt.Errorf("rawCodec: %T is not *[]byte", v)
-}
-
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	b, ok := v.(*[]byte)
-	if !ok {
-		return fmt.Errorf("rawCodec: %T is not *[]byte", v)
-	}
-	*b = append((*b)[:0], data...)
-	return nil
-}
-
-func (rawCodec) Name() string { return "raw" }
 
 const method = "/bench.Echo/Unary"
 
@@ -115,7 +96,7 @@ func runServer(addr string) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	s := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.MaxConcurrentStreams(1000))
+	s := grpc.NewServer(grpc.ForceServerCodec(grpcraw.Codec{}), grpc.MaxConcurrentStreams(1000))
 	s.RegisterService(&echoDesc, struct{}{})
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -142,7 +123,7 @@ func runLoad(addr string, conns, streams, size int, warmup, duration time.Durati
 	for i := range ccs {
 		cc, err := grpc.NewClient("passthrough:///"+addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+			grpc.WithDefaultCallOptions(grpc.ForceCodec(grpcraw.Codec{})))
 		if err != nil {
 			log.Fatal(err)
 		}

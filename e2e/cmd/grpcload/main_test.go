@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sentry-proxy/sentry/internal/grpcraw"
+
 	"google.golang.org/grpc"
 )
 
@@ -16,7 +18,7 @@ func serveOn(t *testing.T, echo bool) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
+	s := grpc.NewServer(grpc.ForceServerCodec(grpcraw.Codec{}))
 	if echo {
 		s.RegisterService(&echoDesc, struct{}{})
 	}
