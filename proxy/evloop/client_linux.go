@@ -324,6 +324,7 @@ func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	}
 	ex.head = string(h.Method.Of(b)) == fasthttp.MethodHead // methods are case-sensitive
 	ex.idem = pipeline.IdempotentMethod(h.Method.Of(b))
+	ex.grpc = h.ContentType != (pipeline.Span{}) && pipeline.IsGRPC(h.ContentType.Of(b))
 	client := l.forwarded(c, a, b, h)
 	ex.client, ex.upstrm, ex.outBytes = client, 0, 0
 	// The decide step (package pipeline, pipeline.go). This engine must not block: a

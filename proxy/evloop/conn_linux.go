@@ -54,6 +54,7 @@ type exch struct {
 	total     int // request bytes (head + body) in cconn.in
 	idem      bool
 	head      bool // HEAD request
+	grpc      bool // gRPC request (pipeline.IsGRPC): sentry's own answers take gRPC's form
 	start     time.Time
 	dispatch  time.Time
 	inService int

@@ -328,7 +328,7 @@ func (l *eventLoop) respond(c *cconn, a *pipeline.App, o pipeline.Outcome, d adm
 		l.closeBackend(bc)
 	}
 	l.release(ex, !pipeline.CountsAsFailure(o))
-	r := pipeline.ReplyFor(a, o, d, l.isGRPC(c))
+	r := pipeline.ReplyFor(a, o, d, c.ex.grpc)
 	status := r.Status
 	// Every answer carries a request ID, a rejection's too (it got no
 	// forwarding plan, so the ID is made here).
@@ -347,21 +347,6 @@ func (l *eventLoop) respond(c *cconn, a *pipeline.App, o pipeline.Outcome, d adm
 	c.out = out
 	l.done(c, o, status)
 	l.flush(c)
-}
-
-// isGRPC tells whether c's request is gRPC (pipeline.IsGRPC of its
-// Content-Type). Only an answer sentry makes itself asks, so the head is
-// parsed again here (as access does) rather than on every request.
-func (l *eventLoop) isGRPC(c *cconn) bool {
-	ex := &c.ex
-	if c.in == nil || ex.total > c.n {
-		return false
-	}
-	b := c.in[:ex.total]
-	if pipeline.ParseRequestHead(b, &l.ah) != pipeline.HeadOK {
-		return false
-	}
-	return pipeline.IsGRPC(l.ah.Peek(b, "Content-Type"))
 }
 
 // httpDate returns the Date header value, refreshed once a second.

@@ -41,6 +41,7 @@ type RawHead struct {
 	ConnKeepAlive bool // Connection: keep-alive
 	ConnOther     bool // Connection lists other tokens
 	Host          Span
+	ContentType   Span // the first Content-Type (IsGRPC); empty: none
 	HostCount     int
 	Expect        bool
 	Upgrade       bool
@@ -205,7 +206,7 @@ func parseFields(b []byte, i, end int, h *RawHead) ParseResult {
 	h.ContentLength = -1
 	h.Chunked, h.ConnClose, h.ConnKeepAlive, h.ConnOther = false, false, false, false
 	h.HostCount, h.Expect, h.Upgrade, h.TeOther = 0, false, false, false
-	h.Host = Span{}
+	h.Host, h.ContentType = Span{}, Span{}
 	for i < end+2 {
 		ls := i
 		for i < end && tcharTable[b[i]] {
@@ -268,6 +269,13 @@ func parseFields(b []byte, i, end int, h *RawHead) ParseResult {
 			h.Upgrade = true
 		case KindExpect:
 			h.Expect = true
+		case KindOther:
+			// Kept for the answers sentry makes itself (a gRPC request
+			// gets gRPC's form), so they need not parse the head again;
+			// a length compare for every other field.
+			if ne-ls == 12 && h.ContentType == (Span{}) && EqFold(b[ls:ne], "content-type") {
+				h.ContentType = f.Value
+			}
 		}
 	}
 	return HeadOK

@@ -687,3 +687,20 @@ func checkAgainstFasthttp(t *testing.T, in []byte, h *RawHead) {
 		t.Fatalf("%q: path %q, fasthttp normalises it to %q", in, path, got)
 	}
 }
+
+// TestParseKeepsContentType: the first Content-Type's value is kept (any
+// case of the name), and a head without one has none.
+func TestParseKeepsContentType(t *testing.T) {
+	var h RawHead
+	b := []byte("POST /pkg.S/M HTTP/1.1\r\nHost: a\r\ncontent-TYPE:  application/grpc+proto \r\nContent-Type: text/plain\r\nContent-Length: 0\r\n\r\n")
+	if r := ParseRequestHead(b, &h); r != HeadOK {
+		t.Fatalf("parse: %v", r)
+	}
+	if got := string(h.ContentType.Of(b)); got != "application/grpc+proto" {
+		t.Errorf("ContentType = %q", got)
+	}
+	b = []byte("GET / HTTP/1.1\r\nHost: a\r\nContent-Typo: application/grpc\r\n\r\n")
+	if r := ParseRequestHead(b, &h); r != HeadOK || h.ContentType != (Span{}) {
+		t.Errorf("without Content-Type: %v, %q", r, h.ContentType.Of(b))
+	}
+}
