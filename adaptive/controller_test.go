@@ -247,8 +247,8 @@ sentry_adaptive_rate{app="shop",class="gold"} 100
 	if err := testutil.CollectAndCompare(col, strings.NewReader(want), "sentry_adaptive_rate"); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(col); n != 2*10 {
-		t.Fatalf("%d series, want 20", n)
+	if n := testutil.CollectAndCount(col); n != 2*10+2 {
+		t.Fatalf("%d series, want 22 (10 per class, the in-flight limit and count)", n)
 	}
 }
 
@@ -360,5 +360,90 @@ func TestInheritCountsOldInFlight(t *testing.T) {
 	c.mu.Unlock()
 	if got != 0 {
 		t.Fatalf("outstanding %v after Seed, want 0", got)
+	}
+}
+
+// limitAt brings c's in-flight limit to about lim on its manual clock:
+// four Ticks 250ms apart, then lim/InFlightShare(p) completions, then
+// the fifth Tick (a second's completion rate × the 1s target × share).
+func limitAt(t *testing.T, c *Controller, ck *clock, completions int) {
+	t.Helper()
+	for range 4 {
+		ck.add(250 * time.Millisecond)
+		c.Tick(ck.now())
+	}
+	for range completions {
+		c.Ended(0)
+	}
+	ck.add(250 * time.Millisecond)
+	c.Tick(ck.now())
+}
+
+// TestInFlightLimitPriority: with several classes the in-flight limit
+// keeps §3.3's order. Once a class is refused at the limit, for the
+// next two Ticks a less important class i of L is refused already at
+// (L − i)/L of it, so that what the farm frees goes to the more
+// important class first; without such a refusal every class may fill
+// the limit (a lone bronze class is not held to a third of it).
+func TestInFlightLimitPriority(t *testing.T) {
+	cfg := Config{Targets: []time.Duration{time.Second, time.Second, time.Second}, Percentile: 95,
+		InitialRate: 1000, Burst: time.Second, NReq: 100000, Timeout: time.Hour, Scaled: true, InFlightLimit: true}
+	c, ck := newCtl(t, cfg)
+	admit := func(class, n int) int {
+		ok := 0
+		for range n {
+			if c.Admit(&admission.Request{Class: class}).Verdict == admission.Admit {
+				ok++
+			}
+		}
+		return ok
+	}
+	// 300 admitted and completed over a second: the limit is 101 (as in
+	// testdata/limit.txt).
+	if got := admit(2, 300); got != 300 {
+		t.Fatalf("admitted %d of 300 before any limit", got)
+	}
+	limitAt(t, c, ck, 300)
+	if lim, in := c.Limit(); lim != 101 || in != 0 {
+		t.Fatalf("limit %d, in flight %d; want 101, 0", lim, in)
+	}
+	// Bronze alone fills the whole limit: no more important class was
+	// refused.
+	if got := admit(2, 150); got != 101 {
+		t.Fatalf("bronze alone admitted %d, want the whole limit 101", got)
+	}
+	// Gold is refused at the limit, and marks itself refused.
+	if got := admit(0, 1); got != 0 {
+		t.Fatalf("gold admitted %d at the limit", got)
+	}
+	// 60 complete: 41 in flight. Bronze (i = 2 of 3) is refused from
+	// 101/3, silver (i = 1) from 2·101/3 = 67.3; gold up to 101.
+	for range 60 {
+		c.Ended(2)
+	}
+	if got := admit(2, 10); got != 0 {
+		t.Errorf("bronze admitted %d at 41 in flight while gold was refused, want 0 (its share is 33.7)", got)
+	}
+	if got := admit(1, 30); got != 27 {
+		t.Errorf("silver admitted %d from 41 in flight, want 27 (up to 67.3)", got)
+	}
+	if got := admit(0, 40); got != 33 {
+		t.Errorf("gold admitted %d from 68 in flight, want 33 (up to 101)", got)
+	}
+	// Gold's refusal at 101 expires after two Ticks without another;
+	// meanwhile the 101 in flight complete (the limit, over the last
+	// second's completions, stays above 0 in flight).
+	for _, n := range []int{50, 51} {
+		for range n {
+			c.Ended(0)
+		}
+		ck.add(250 * time.Millisecond)
+		c.Tick(ck.now())
+	}
+	if lim, in := c.Limit(); in != 0 || lim < InFlightMin {
+		t.Fatalf("limit %d at %d in flight, want ≥ %d at 0", lim, in, InFlightMin)
+	}
+	if got := admit(2, 1); got != 1 {
+		t.Errorf("bronze admitted %d with room under the limit and no recent refusal of a more important class, want 1", got)
 	}
 }
