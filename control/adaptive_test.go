@@ -74,7 +74,8 @@ func complete(a *App, ck *manualClock, class, n int, latency time.Duration, timi
 		if timing {
 			r.ServerTiming, r.Measured, r.InService = []byte("cpu;dur=5"), 5*time.Millisecond, 1
 		}
-		a.Done(&admission.Ticket{Class: class, Key: []byte("/x"), Arrival: now.Add(-latency)}, r)
+		// Marked as the pipeline marks it: the mode that admitted it.
+		a.Done(&admission.Ticket{Class: class, Key: []byte("/x"), Arrival: now.Add(-latency), Mode: a.sw.Load().Mode()}, r)
 	}
 }
 
@@ -337,7 +338,7 @@ func TestAdaptiveNoAlloc(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := &admission.Request{Class: 1}
-	tk := &admission.Ticket{Class: 1, Key: []byte("/x"), Arrival: ck.now()}
+	tk := &admission.Ticket{Class: 1, Key: []byte("/x"), Arrival: ck.now(), Mode: admission.ModeAdaptive}
 	res := admission.Result{ServerTiming: []byte("cpu;dur=5"), Measured: 5 * time.Millisecond, InService: 1, End: ck.now().Add(20 * time.Millisecond)}
 	if n := testing.AllocsPerRun(500, func() {
 		a.Admit(req)
@@ -368,7 +369,7 @@ func TestTerminatedIsNoSLASample(t *testing.T) {
 	cut := func(a *App, class, n int, ran time.Duration) {
 		now := ck.now()
 		for i := 0; i < n; i++ {
-			a.Done(&admission.Ticket{Class: class, Key: []byte("/x"), Arrival: now.Add(-ran)},
+			a.Done(&admission.Ticket{Class: class, Key: []byte("/x"), Arrival: now.Add(-ran), Mode: a.sw.Load().Mode()},
 				admission.Result{Measured: ran, InService: 1, End: now, Terminated: true})
 		}
 	}

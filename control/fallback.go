@@ -72,6 +72,10 @@ func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Dur
 		if sw.Fallback(now, admission.ModeAdaptive, reason, "windows", a.fb.bad, "over_share", float64(over)/float64(cn),
 			"no_timing_share", noTimingShare, "rsla", rsla.String(), "percentile", cfg.percentile) {
 			a.fb.last = admission.ModeAdaptive
+			// The requests batch mode left in flight are the farm's load:
+			// the controller counts them (their completions come to it
+			// as Ended, Done), for its backlog and in-flight limit.
+			a.adp.Load().SetInFlight(a.Inflight())
 		}
 		a.fb.bad = 0
 	case admission.ModeAdaptive:
