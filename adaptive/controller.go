@@ -603,21 +603,23 @@ func (c *Controller) forgive() {
 }
 
 // overLimit tells whether the in-flight limit lim refuses a request of
-// class i (doc.go, "The in-flight limit"): the farm holds lim requests or
-// more; or a more important class was refused so within the last two
-// Ticks and the farm holds (L − i)/L of lim or more (L classes), so that
-// the slots the farm frees go to the more important classes first. A
-// refusal at lim marks class i as refused (hungry).
+// class i of L (doc.go, "The in-flight limit"): the farm holds
+// lim·(1 + (L − 1 − i)/L) requests or more (the least important class
+// lim, each more important one a further lim/L: room kept for it that a
+// less important class cannot take); or a more important class was
+// refused so within the last two Ticks and the farm holds (L − i)/L of
+// lim or more, so that the slots the farm frees go to the more important
+// classes first. A refusal at its own limit marks class i refused
+// (hungry).
 func (c *Controller) overLimit(i int, lim int64) bool {
-	f := c.flight.Load()
-	if f >= lim {
+	f, n, ii := c.flight.Load(), int64(len(c.classes)), int64(i)
+	if f*n >= lim*(2*n-1-ii) {
 		for h := c.hungry[0].Load(); int(h) > i && !c.hungry[0].CompareAndSwap(h, int32(i)); h = c.hungry[0].Load() {
 		}
 		return true
 	}
 	if h := min(c.hungry[0].Load(), c.hungry[1].Load()); int(h) < i {
-		n := int64(len(c.classes))
-		return f*n >= lim*(n-int64(i))
+		return f*n >= lim*(n-ii)
 	}
 	return false
 }

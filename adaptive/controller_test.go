@@ -380,11 +380,13 @@ func limitAt(t *testing.T, c *Controller, ck *clock, completions int) {
 }
 
 // TestInFlightLimitPriority: with several classes the in-flight limit
-// keeps §3.3's order. Once a class is refused at the limit, for the
-// next two Ticks a less important class i of L is refused already at
-// (L − i)/L of it, so that what the farm frees goes to the more
-// important class first; without such a refusal every class may fill
-// the limit (a lone bronze class is not held to a third of it).
+// keeps §3.3's order. The least important class of L is refused at the
+// limit, each more important one a further limit/L later (room a less
+// important class cannot take); once a class is refused at its own, for
+// the next two Ticks a less important class i is refused already at
+// (L − i)/L of the limit, so that what the farm frees goes to the more
+// important class first. Without such a refusal a lone bronze class
+// fills the whole limit.
 func TestInFlightLimitPriority(t *testing.T) {
 	cfg := Config{Targets: []time.Duration{time.Second, time.Second, time.Second}, Percentile: 95,
 		InitialRate: 1000, Burst: time.Second, NReq: 100000, Timeout: time.Hour, Scaled: true, InFlightLimit: true}
@@ -407,33 +409,36 @@ func TestInFlightLimitPriority(t *testing.T) {
 	if lim, in := c.Limit(); lim != 101 || in != 0 {
 		t.Fatalf("limit %d, in flight %d; want 101, 0", lim, in)
 	}
-	// Bronze alone fills the whole limit: no more important class was
-	// refused.
+	// Bronze alone fills the limit; silver has room to 4/3 of it
+	// (134.7), gold to 5/3 (168.3).
 	if got := admit(2, 150); got != 101 {
 		t.Fatalf("bronze alone admitted %d, want the whole limit 101", got)
 	}
-	// Gold is refused at the limit, and marks itself refused.
-	if got := admit(0, 1); got != 0 {
-		t.Fatalf("gold admitted %d at the limit", got)
+	if got := admit(1, 50); got != 34 {
+		t.Errorf("silver admitted %d above bronze's 101, want 34 (up to 134.7)", got)
 	}
-	// 60 complete: 41 in flight. Bronze (i = 2 of 3) is refused from
-	// 101/3, silver (i = 1) from 2·101/3 = 67.3; gold up to 101.
-	for range 60 {
+	if got := admit(0, 50); got != 34 {
+		t.Errorf("gold admitted %d above 135, want 34 (up to 168.3)", got)
+	}
+	// Gold was refused at its limit. 110 complete: 59 in flight. Bronze
+	// (i = 2) is refused from 101/3, silver from 2·101/3 = 67.3; gold
+	// up to its own 168.3.
+	for range 110 {
 		c.Ended(2)
 	}
 	if got := admit(2, 10); got != 0 {
-		t.Errorf("bronze admitted %d at 41 in flight while gold was refused, want 0 (its share is 33.7)", got)
+		t.Errorf("bronze admitted %d at 59 in flight while gold was refused, want 0 (from 33.7)", got)
 	}
-	if got := admit(1, 30); got != 27 {
-		t.Errorf("silver admitted %d from 41 in flight, want 27 (up to 67.3)", got)
+	if got := admit(1, 30); got != 9 {
+		t.Errorf("silver admitted %d from 59 in flight, want 9 (up to 67.3)", got)
 	}
-	if got := admit(0, 40); got != 33 {
-		t.Errorf("gold admitted %d from 68 in flight, want 33 (up to 101)", got)
+	if got := admit(0, 120); got != 101 {
+		t.Errorf("gold admitted %d from 68 in flight, want 101 (up to 168.3)", got)
 	}
-	// Gold's refusal at 101 expires after two Ticks without another;
-	// meanwhile the 101 in flight complete (the limit, over the last
-	// second's completions, stays above 0 in flight).
-	for _, n := range []int{50, 51} {
+	// Gold's refusal expires after two Ticks without another; meanwhile
+	// the 169 in flight complete (the limit, over the last second's
+	// completions, stays above 0 in flight).
+	for _, n := range []int{84, 85} {
 		for range n {
 			c.Ended(0)
 		}
