@@ -214,7 +214,6 @@ func TestCapacityShift(t *testing.T) {
 	}
 }
 
-
 // TestCapacityShiftInFlightLimit is the same shift with the in-flight
 // limit (Config.InFlightLimit; doc.go, "The in-flight limit"), target
 // 1s: the limit follows the farm's completion rate within a second of

@@ -449,3 +449,59 @@ func TestAdaptiveShared(t *testing.T) {
 		t.Errorf("seeded %v and %v, want the one controller at 10 + 20", r0, r1)
 	}
 }
+
+// TestCompletionsGoToTheirMode: a decision carries the mode that took it
+// (admission.Decision.Mode, copied into the Ticket by the pipeline), and
+// a completion feeds the adaptive controller as that mode says. After
+// auto's fall-back the requests batch mode left in flight are counted by
+// the controller (SetInFlight from the pool's in-flight count) and
+// their completions come to it without a sample, however late they are;
+// the controller's own requests give samples.
+func TestCompletionsGoToTheirMode(t *testing.T) {
+	m, _, ck, _ := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a, err := m.Build(adaptiveApp("auto"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := a.Admit(&admission.Request{Class: 0, S: time.Millisecond}); d.Verdict != admission.Admit || d.Mode != admission.ModeBatch {
+		t.Fatalf("batch decision %v marked %v, want admit marked batch", d.Verdict, d.Mode)
+	}
+	// The fall-back comes at a window's tick with 40 requests of batch
+	// mode's in flight (the pool's count).
+	pool.inflight.Store(40)
+	for i := 0; i < 4 && a.Mode() == admission.ModeBatch; i++ {
+		runWindow(t, a, ck, 25, 30, 2*time.Second, true)
+	}
+	if a.Mode() != admission.ModeAdaptive {
+		t.Fatalf("mode %v after missed windows, want adaptive", a.Mode())
+	}
+	c := a.adp.Load()
+	if _, in := c.Limit(); in != 40 {
+		t.Fatalf("controller counts %d in flight after the fall-back, want batch's 40", in)
+	}
+	now := ck.now()
+	for i := 0; i < 40; i++ { // batch's requests complete, 5 s late
+		a.Done(&admission.Ticket{Class: 0, Key: []byte("/x"), Arrival: now.Add(-5 * time.Second), Mode: admission.ModeBatch},
+			admission.Result{End: now, Measured: 5 * time.Second, InService: 1, ServerTiming: []byte("cpu;dur=5")})
+	}
+	if st := c.State(0); st.Samples != 0 {
+		t.Errorf("batch's completions gave the controller %d samples, want 0", st.Samples)
+	}
+	if _, in := c.Limit(); in != 0 {
+		t.Errorf("controller counts %d in flight once batch's requests completed, want 0", in)
+	}
+	d := a.Admit(&admission.Request{Class: 0})
+	if d.Verdict != admission.Admit || d.Mode != admission.ModeAdaptive {
+		t.Fatalf("adaptive decision %v marked %v, want admit marked adaptive", d.Verdict, d.Mode)
+	}
+	if _, in := c.Limit(); in != 1 {
+		t.Errorf("controller counts %d in flight after its own admission, want 1", in)
+	}
+	a.Done(&admission.Ticket{Class: 0, Key: []byte("/x"), Arrival: now.Add(-100 * time.Millisecond), Mode: d.Mode},
+		admission.Result{End: now, Measured: 100 * time.Millisecond, InService: 1, ServerTiming: []byte("cpu;dur=5")})
+	if st := c.State(0); st.Samples != 1 {
+		t.Errorf("the controller's own completion gave %d samples, want 1", st.Samples)
+	}
+}
