@@ -626,27 +626,29 @@ func (c *Controller) overLimit(i int, lim int64) bool {
 
 // limitMarks is how many Ticks back the in-flight limit's completion rate
 // is measured: Run ticks every Timeout/4, so about one Timeout.
-const limitMarks = 4
+// limitWindowMin is the shortest time it is measured over (after
+// SetInFlight restarts it): the limit in force stays until then.
+const (
+	limitMarks     = 4
+	limitWindowMin = 100 * time.Millisecond
+)
 
 // setLimit sets the in-flight limit at a Tick (Config.InFlightLimit;
 // doc.go, "The in-flight limit"): InFlightShare × the farm's completion
 // rate over the last limitMarks Ticks × the smallest target, at least
-// InFlightMin; none (0) before limitMarks Ticks or without the rule.
+// InFlightMin; none (0) before limitMarks Ticks or without the rule;
+// unchanged while the marks span less than limitWindowMin.
 // Called with c.mu held.
 func (c *Controller) setLimit(now int64) {
 	c.hungry[1].Store(c.hungry[0].Swap(MaxClasses))
 	old := c.marks[c.next]
 	c.marks[c.next] = doneMark{at: now, done: c.done}
 	c.next = (c.next + 1) % limitMarks
-	if !c.cfg.InFlightLimit || old.at == 0 || now <= old.at {
+	if !c.cfg.InFlightLimit || old.at == 0 || now-old.at < int64(limitWindowMin) {
 		return
 	}
-	target := c.classes[0].target
-	for _, cl := range c.classes[1:] {
-		target = min(target, cl.target)
-	}
 	x := float64(c.done-old.done) / (float64(now-old.at) / 1e9) // per second
-	lim := InFlightShare(c.cfg.Percentile) * x * target / 1e9
+	lim := InFlightShare(c.cfg.Percentile) * x * c.minTarget() / 1e9
 	c.limit.Store(max(InFlightMin, int64(math.Ceil(lim))))
 }
 
@@ -655,8 +657,36 @@ func (c *Controller) setLimit(now int64) {
 // after Seed, of the requests another mode admitted whose completions it
 // then reports with Ended. Without them the backlog and the in-flight
 // limit would read the farm short by them until they completed.
-func (c *Controller) SetInFlight(n int64) {
+//
+// done is the farm's completion rate per second the owner measured
+// before (NaN or ≤ 0: unknown). With the in-flight limit, the limit is
+// set from it at once and its measurement restarts now: this
+// controller saw none of the other mode's completions, and its last
+// second of them (none) would hold the limit at InFlightMin until a
+// second of them had come.
+func (c *Controller) SetInFlight(n int64, done float64) {
 	c.flight.Store(max(n, 0))
+	if !c.cfg.InFlightLimit {
+		return
+	}
+	now := c.cfg.Now().UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.marks {
+		c.marks[i] = doneMark{at: now, done: c.done}
+	}
+	if done > 0 { // false for NaN
+		c.limit.Store(max(InFlightMin, int64(math.Ceil(InFlightShare(c.cfg.Percentile)*done*c.minTarget()/1e9))))
+	}
+}
+
+// minTarget is the smallest class target, ns. Called with c.mu held.
+func (c *Controller) minTarget() float64 {
+	target := c.classes[0].target
+	for _, cl := range c.classes[1:] {
+		target = min(target, cl.target)
+	}
+	return target
 }
 
 // Limit returns the in-flight limit in force (0: none) and the farm's

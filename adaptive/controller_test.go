@@ -452,3 +452,43 @@ func TestInFlightLimitPriority(t *testing.T) {
 		t.Errorf("bronze admitted %d with room under the limit and no recent refusal of a more important class, want 1", got)
 	}
 }
+
+// TestSetInFlightRestartsLimit: at a hand-over (auto's fall-back) the
+// controller has seen none of the other mode's completions, so its limit
+// would sit at InFlightMin for a second; SetInFlight takes the owner's
+// in-flight count and completion rate, sets the limit from that rate at
+// once, and restarts the measurement, which replaces it after
+// limitWindowMin.
+func TestSetInFlightRestartsLimit(t *testing.T) {
+	c, ck := newCtl(t, Config{Targets: []time.Duration{time.Second}, Percentile: 95,
+		InitialRate: 1000, NReq: 100000, Timeout: time.Hour, Scaled: true, InFlightLimit: true})
+	for range 5 { // ticks with no completion: the floor
+		ck.add(250 * time.Millisecond)
+		c.Tick(ck.now())
+	}
+	if lim, _ := c.Limit(); lim != InFlightMin {
+		t.Fatalf("limit %d with no completions, want %d", lim, InFlightMin)
+	}
+	c.SetInFlight(40, 300)
+	if lim, in := c.Limit(); lim != 101 || in != 40 {
+		t.Fatalf("after SetInFlight(40, 300/s): limit %d, in flight %d; want ⌈0.3338·300⌉ = 101, 40", lim, in)
+	}
+	ck.add(50 * time.Millisecond)
+	c.Tick(ck.now())
+	if lim, _ := c.Limit(); lim != 101 {
+		t.Fatalf("limit %d 50ms after the hand-over, want 101 kept (under limitWindowMin)", lim)
+	}
+	for range 30 { // the other mode's requests complete
+		c.Ended(0)
+	}
+	ck.add(200 * time.Millisecond)
+	c.Tick(ck.now())
+	// 30 completions in 250ms: 120/s, ⌈0.3338·120⌉ = 41.
+	if lim, in := c.Limit(); lim != 41 || in != 10 {
+		t.Fatalf("limit %d, in flight %d 250ms after; want 41 (120/s measured since the hand-over), 10", lim, in)
+	}
+	c.SetInFlight(-3, math.NaN()) // clamped; an unknown rate keeps the limit
+	if lim, in := c.Limit(); lim != 41 || in != 0 {
+		t.Fatalf("SetInFlight(-3, NaN): limit %d, in flight %d; want 41, 0", lim, in)
+	}
+}

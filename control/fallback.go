@@ -75,7 +75,11 @@ func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Dur
 			// The requests batch mode left in flight are the farm's load:
 			// the controller counts them (their completions come to it
 			// as Ended, Done), for its backlog and in-flight limit.
-			a.adp.Load().SetInFlight(a.Inflight())
+			done := 0.0
+			for _, cs := range *a.classes.Load() {
+				done += math.Float64frombits(cs.doneRate.Load())
+			}
+			a.adp.Load().SetInFlight(a.Inflight(), done)
 		}
 		a.fb.bad = 0
 	case admission.ModeAdaptive:
