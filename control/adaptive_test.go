@@ -505,3 +505,51 @@ func TestCompletionsGoToTheirMode(t *testing.T) {
 		t.Errorf("the controller's own completion gave %d samples, want 1", st.Samples)
 	}
 }
+
+// TestFallbackOnServiceTimeJump: a window in batch mode counts against
+// the model when the backends' reported service times add up to more
+// than jumpRatio (2) times the estimates their requests were admitted
+// with, though the percentile is met (the farm became slower; the
+// estimator's averages follow over tens of seconds); 1.2 times does not.
+func TestFallbackOnServiceTimeJump(t *testing.T) {
+	m, _, ck, logs := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a, err := m.Build(adaptiveApp("auto"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := func(reported string) {
+		for i := 0; i < 25; i++ {
+			if d := a.Admit(&admission.Request{Class: 0, S: 5 * time.Millisecond}); d.Verdict != admission.Admit {
+				t.Fatalf("batch rejected on an idle farm: %v", d.Verdict)
+			}
+		}
+		now := ck.now()
+		for i := 0; i < 30; i++ { // 100ms from arrival: the p95 is met
+			a.Done(&admission.Ticket{Class: 0, Key: []byte("/x"), S: 5 * time.Millisecond, Arrival: now.Add(-100 * time.Millisecond), Mode: admission.ModeBatch},
+				admission.Result{ServerTiming: []byte(reported), Measured: 20 * time.Millisecond, InService: 1, End: now})
+		}
+		ck.add(time.Second)
+		a.tick(ck.now(), time.Second)
+	}
+	for i := 0; i < 6; i++ {
+		window("cpu;dur=6") // 1.2× the estimate
+	}
+	if a.Mode() != admission.ModeBatch || a.fb.bad != 0 {
+		t.Fatalf("mode %v, %d windows against the model, with service times 1.2× the estimates", a.Mode(), a.fb.bad)
+	}
+	for i := 0; i < 2; i++ {
+		window("cpu;dur=15") // 3×
+	}
+	if a.Mode() != admission.ModeBatch {
+		t.Fatalf("fell back after 2 windows")
+	}
+	window("cpu;dur=15")
+	if a.Mode() != admission.ModeAdaptive {
+		t.Fatalf("mode %v after 3 windows of service times 3× the estimates, want adaptive", a.Mode())
+	}
+	if out := logs.String(); !strings.Contains(out, "reason=service_time_jump") || !strings.Contains(out, "service_over_estimate=3") {
+		t.Errorf("log %q", out)
+	}
+}

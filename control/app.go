@@ -62,9 +62,13 @@ type App struct {
 
 	// The fall-back rule's per-window counts (fallback.go), drained by the
 	// monitor: completions, those over R_sla, those without a usable
-	// service time, admissions, and admissions a probe made.
+	// service time, admissions, and admissions a probe made; and, over
+	// the completions with a Server-Timing service time and an estimate,
+	// the sums of both (ns: the service times against the estimates
+	// they were admitted with).
 	win struct {
 		n, over, noTiming, admits, probes atomic.Int64
+		estS, gotS                        atomic.Int64
 	}
 	fb fallbackState // the fall-back rule: the monitor's (lock order: fb, then the Switch's)
 
@@ -347,6 +351,10 @@ func (a *App) Done(tk *admission.Ticket, r admission.Result) {
 	}
 	if latency > time.Duration(a.rsla.Load()) {
 		a.win.over.Add(1)
+	}
+	if tk.S > 0 && t.HasS() {
+		a.win.estS.Add(int64(tk.S))
+		a.win.gotS.Add(int64(t.S(a.est.Alpha())))
 	}
 	a.est.ObserveTiming(class, tk.Key, t, r.Measured, now)
 	a.lastObs.Store(now.UnixNano())
