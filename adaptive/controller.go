@@ -509,12 +509,17 @@ func (c *Controller) outstanding() float64 {
 // (a rebuild on reload, control), admitted and has not completed: their
 // completions are observed here, and without them in its count the farm's
 // backlog would read that many requests short for this controller's
-// whole life (the backlog rule blinded). Call it before c is shared.
+// whole life (the backlog rule blinded). With the in-flight limit, c
+// keeps from's limit until it has measured its own (a second of Ticks),
+// rather than none. Call it before c is shared.
 func (c *Controller) Inherit(from *Controller) {
 	if from == nil || from == c {
 		return
 	}
 	c.flight.Add(max(from.flight.Load(), 0))
+	if c.cfg.InFlightLimit {
+		c.limit.Store(from.limit.Load())
+	}
 }
 
 // allowed is the in-flight count a farm completing done per second may

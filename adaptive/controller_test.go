@@ -336,8 +336,19 @@ func TestInheritCountsOldInFlight(t *testing.T) {
 			t.Fatal("old controller rejected within its burst")
 		}
 	}
+	old.limit.Store(77) // as if measured
 	c, _ := newCtl(t, cfg)
 	c.Inherit(old)
+	if lim, _ := c.Limit(); lim != 0 {
+		t.Fatalf("limit %d inherited without the in-flight limit rule", lim)
+	}
+	withLimit := cfg
+	withLimit.InFlightLimit = true
+	c2, _ := newCtl(t, withLimit)
+	c2.Inherit(old)
+	if lim, in := c2.Limit(); lim != 77 || in != inFlight {
+		t.Fatalf("inherited limit %d, in flight %d; want 77, %d", lim, in, inFlight)
+	}
 	const own = 20
 	for range own {
 		if c.Admit(&admission.Request{Class: 0}).Verdict != admission.Admit {
