@@ -21,8 +21,8 @@ func (c *modeController) Classify(classify.Request, netip.Addr) (int, []byte) {
 	return 0, nil
 }
 func (c *modeController) Estimate(int, []byte, time.Time) (time.Duration, int) { return 0, 0 }
-func (c *modeController) Done(t *admission.Ticket, _ admission.Result)        { c.done = *t }
-func (c *modeController) StripServerTiming() bool                             { return false }
+func (c *modeController) Done(t *admission.Ticket, _ admission.Result)         { c.done = *t }
+func (c *modeController) StripServerTiming() bool                              { return false }
 func (c *modeController) Park(*admission.Request, admission.Waker) (admission.Decision, admission.Pending, bool) {
 	return c.d, nil, true
 }
