@@ -117,7 +117,11 @@
 // of seconds), missing one window and meeting the next, so a rule on
 // the percentile alone fell back 14 s after the shift on one run of
 // e2e/scenarios/shift.yaml; the reported times say at once that the
-// estimates are a third of the truth. After
+// estimates are a third of the truth. A sum over a window's completions,
+// not a share of them over 2×: a 3× slower exponential service puts only
+// e^(−2/3) ≈ 51% of single times over twice the old mean. In auto, one
+// run each of fig10.yaml (a Pareto size mix) and flash.yaml fell back
+// never. After
 // fallback.miss_windows (3) such windows in a row, auto switches to
 // adaptive (Switch.Fallback, logged at info with reason
 // percentile_missed, service_time_jump or no_service_time) and seeds each class
