@@ -89,6 +89,16 @@ type Config struct {
 	// scripts pin the rules without it); sentry's policy defaults to true
 	// (admission.adaptive.in_flight_limit).
 	InFlightLimit bool
+	// InFlight, when set, is the farm's count of requests in flight as
+	// the owner keeps it (sentry: the load balancer's, which every end of
+	// an exchange releases); the backlog rules and the in-flight limit
+	// read it instead of the controller's own count (admitted less
+	// Observe and Ended), which never sees an admitted request that ends
+	// without a response (a backend error, a timeout, a client gone):
+	// each such request would stay in the own count, and enough of them
+	// would hold the limit shut. It must be safe for concurrent use and
+	// cheap (Admit calls it). Default nil.
+	InFlight func() int64
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }

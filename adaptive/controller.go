@@ -502,7 +502,7 @@ func (c *Controller) backlog(done, target float64) float64 {
 // class, those inherited included (may be negative: completions of
 // requests another mode admitted). Called with c.mu held.
 func (c *Controller) outstanding() float64 {
-	return float64(c.flight.Load())
+	return float64(c.inFlight())
 }
 
 // Inherit takes over the requests from, the controller this one replaces
@@ -617,7 +617,7 @@ func (c *Controller) forgive() {
 // classes first. A refusal at its own limit marks class i refused
 // (hungry).
 func (c *Controller) overLimit(i int, lim int64) bool {
-	f, n, ii := c.flight.Load(), int64(len(c.classes)), int64(i)
+	f, n, ii := c.inFlight(), int64(len(c.classes)), int64(i)
 	if f*n >= lim*(2*n-1-ii) {
 		for h := c.hungry[0].Load(); int(h) > i && !c.hungry[0].CompareAndSwap(h, int32(i)); h = c.hungry[0].Load() {
 		}
@@ -697,7 +697,17 @@ func (c *Controller) minTarget() float64 {
 // Limit returns the in-flight limit in force (0: none) and the farm's
 // count of requests admitted and not completed.
 func (c *Controller) Limit() (limit, inFlight int64) {
-	return c.limit.Load(), c.flight.Load()
+	return c.limit.Load(), c.inFlight()
+}
+
+// inFlight is the farm's requests admitted and not completed: the
+// owner's count (Config.InFlight) when it gives one, else the
+// controller's own.
+func (c *Controller) inFlight() int64 {
+	if f := c.cfg.InFlight; f != nil {
+		return f()
+	}
+	return c.flight.Load()
 }
 
 // lowerAtMin reports whether every class less important than i is at

@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -501,5 +502,42 @@ func TestSetInFlightRestartsLimit(t *testing.T) {
 	c.SetInFlight(-3, math.NaN()) // clamped; an unknown rate keeps the limit
 	if lim, in := c.Limit(); lim != 41 || in != 0 {
 		t.Fatalf("SetInFlight(-3, NaN): limit %d, in flight %d; want 41, 0", lim, in)
+	}
+}
+
+// TestInFlightFromOwner: with Config.InFlight the limit and the backlog
+// read the owner's count, so requests admitted here that end without a
+// response (never Observed nor Ended) do not hold the limit shut once the
+// owner has released them; and requests the owner holds from elsewhere
+// count against it.
+func TestInFlightFromOwner(t *testing.T) {
+	var owner atomic.Int64
+	c, ck := newCtl(t, Config{Targets: []time.Duration{time.Second}, Percentile: 95, InitialRate: 1000,
+		Burst: time.Second, NReq: 100000, Timeout: time.Hour, Scaled: true, InFlightLimit: true,
+		InFlight: owner.Load})
+	limitAt(t, c, ck, 300) // limit 101
+	admit := func(n int) int {
+		ok := 0
+		for range n {
+			if c.Admit(&admission.Request{Class: 0}).Verdict == admission.Admit {
+				ok++
+				owner.Add(1) // dispatched
+			}
+		}
+		return ok
+	}
+	if got := admit(150); got != 101 {
+		t.Fatalf("admitted %d, want the limit 101", got)
+	}
+	owner.Store(0) // every one failed: released by the owner, never Observed
+	if got := admit(10); got != 10 {
+		t.Errorf("admitted %d of 10 with the owner's count at 0, want 10 (the own count, 101, is stale)", got)
+	}
+	owner.Store(101) // the owner holds requests from elsewhere
+	if got := admit(1); got != 0 {
+		t.Errorf("admitted %d at the owner's 101, want 0", got)
+	}
+	if lim, in := c.Limit(); lim != 101 || in != 101 {
+		t.Errorf("Limit %d, %d; want 101, 101 (the owner's)", lim, in)
 	}
 }

@@ -146,15 +146,19 @@
 // limit does better: the in-flight limit below (0.95× in the simulation,
 // TestCapacityShiftInFlightLimit).
 //
-// A limit of the backlog and queue tests: they count admissions against
-// completions (Observe and Ended), so admitted requests that never
-// complete (a backend error, a client gone) look like backlog.
+// A limit of the backlog and queue tests: on the controller's own count
+// (admissions less Observe and Ended) admitted requests that never
+// complete (a backend error, a client gone) look like backlog. Config.
+// InFlight lifts it for the in-flight count: sentry passes the load
+// balancer's, which every end of an exchange releases (the queue test's
+// admissions against completions still counts them).
 //
 // # The in-flight limit (Config.InFlightLimit; sentry's default)
 //
 // A rule beyond the paper, separate from both rules above: besides its
 // class's token, a request needs the farm to hold fewer requests
-// admitted and not completed (every class; one atomic count, Admit adds,
+// admitted and not completed (every class: the owner's count,
+// Config.InFlight, when given; else one atomic count, Admit adds,
 // Observe and Ended take away) than
 //
 //	limit = max(InFlightMin, ⌈InFlightShare(p) × X × target⌉)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sentry-proxy/sentry/adaptive"
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/classify"
 	"github.com/sentry-proxy/sentry/policy"
@@ -452,16 +453,20 @@ func TestAdaptiveShared(t *testing.T) {
 
 // TestCompletionsGoToTheirMode: a decision carries the mode that took it
 // (admission.Decision.Mode, copied into the Ticket by the pipeline), and
-// a completion feeds the adaptive controller as that mode says. After
-// auto's fall-back the requests batch mode left in flight are counted by
-// the controller (SetInFlight from the pool's in-flight count) and
-// their completions come to it without a sample, however late they are;
-// the controller's own requests give samples.
+// a completion feeds the adaptive controller as that mode says: after
+// auto's fall-back, the requests batch mode left in flight complete on
+// it without a sample, however late they are, and its own requests give
+// samples. The farm's in-flight count the controller reads (backlog,
+// in-flight limit) is the pool's, so it includes batch's requests, and an
+// admitted request that ends without a response (no Done) does not stay
+// in it; the limit starts from the last window's completion rate.
 func TestCompletionsGoToTheirMode(t *testing.T) {
 	m, _, ck, _ := manualManager(t)
 	pool := &fakePool{}
 	pool.healthy.Store(1)
-	a, err := m.Build(adaptiveApp("auto"), pool)
+	ac := adaptiveApp("auto")
+	ac.Admission.Adaptive.InFlightLimit = true
+	a, err := m.Build(ac, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +474,7 @@ func TestCompletionsGoToTheirMode(t *testing.T) {
 		t.Fatalf("batch decision %v marked %v, want admit marked batch", d.Verdict, d.Mode)
 	}
 	// The fall-back comes at a window's tick with 40 requests of batch
-	// mode's in flight (the pool's count).
+	// mode's in flight (the pool's count), 30 completions a window.
 	pool.inflight.Store(40)
 	for i := 0; i < 4 && a.Mode() == admission.ModeBatch; i++ {
 		runWindow(t, a, ck, 25, 30, 2*time.Second, true)
@@ -478,31 +483,34 @@ func TestCompletionsGoToTheirMode(t *testing.T) {
 		t.Fatalf("mode %v after missed windows, want adaptive", a.Mode())
 	}
 	c := a.adp.Load()
-	if _, in := c.Limit(); in != 40 {
-		t.Fatalf("controller counts %d in flight after the fall-back, want batch's 40", in)
+	want := int64(math.Ceil(adaptive.InFlightShare(c.Config().Percentile) * 30))
+	if lim, in := c.Limit(); in != 40 || lim != max(adaptive.InFlightMin, want) {
+		t.Fatalf("after the fall-back: limit %d, in flight %d; want %d (30/s completed), 40 (the pool's)", lim, in, max(adaptive.InFlightMin, want))
 	}
 	now := ck.now()
 	for i := 0; i < 40; i++ { // batch's requests complete, 5 s late
 		a.Done(&admission.Ticket{Class: 0, Key: []byte("/x"), Arrival: now.Add(-5 * time.Second), Mode: admission.ModeBatch},
 			admission.Result{End: now, Measured: 5 * time.Second, InService: 1, ServerTiming: []byte("cpu;dur=5")})
 	}
+	pool.inflight.Store(0)
 	if st := c.State(0); st.Samples != 0 {
 		t.Errorf("batch's completions gave the controller %d samples, want 0", st.Samples)
 	}
-	if _, in := c.Limit(); in != 0 {
-		t.Errorf("controller counts %d in flight once batch's requests completed, want 0", in)
+	// Two of its own: one ends without a response (a backend error: no
+	// Done; the pool releases it), one completes.
+	for range 2 {
+		d := a.Admit(&admission.Request{Class: 0})
+		if d.Verdict != admission.Admit || d.Mode != admission.ModeAdaptive {
+			t.Fatalf("adaptive decision %v marked %v, want admit marked adaptive", d.Verdict, d.Mode)
+		}
 	}
-	d := a.Admit(&admission.Request{Class: 0})
-	if d.Verdict != admission.Admit || d.Mode != admission.ModeAdaptive {
-		t.Fatalf("adaptive decision %v marked %v, want admit marked adaptive", d.Verdict, d.Mode)
-	}
-	if _, in := c.Limit(); in != 1 {
-		t.Errorf("controller counts %d in flight after its own admission, want 1", in)
-	}
-	a.Done(&admission.Ticket{Class: 0, Key: []byte("/x"), Arrival: now.Add(-100 * time.Millisecond), Mode: d.Mode},
+	a.Done(&admission.Ticket{Class: 0, Key: []byte("/x"), Arrival: now.Add(-100 * time.Millisecond), Mode: admission.ModeAdaptive},
 		admission.Result{End: now, Measured: 100 * time.Millisecond, InService: 1, ServerTiming: []byte("cpu;dur=5")})
 	if st := c.State(0); st.Samples != 1 {
 		t.Errorf("the controller's own completion gave %d samples, want 1", st.Samples)
+	}
+	if _, in := c.Limit(); in != 0 {
+		t.Errorf("controller reads %d in flight with the pool empty, want 0 (the failed request is not kept)", in)
 	}
 }
 

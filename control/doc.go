@@ -95,7 +95,11 @@
 // controller is told what batch mode left in flight and the completion
 // rate (adaptive.Controller.SetInFlight, for its backlog and in-flight
 // limit), and those requests' completions come to it as Ended, without
-// a sample. Every class's target
+// a sample. The in-flight count the controller reads is the pool's
+// (adaptive.Config.InFlight = App.Inflight): every end of an exchange
+// releases it, where Done comes only for a response, so a request that
+// fails (502, 504, client gone) does not stay counted and hold the
+// in-flight limit shut. Every class's target
 // is the R_sla in force, set once per window; the percentile is the SLA's.
 // The controller's goroutine (Run: Tick every timeout/4) is the App's.
 // Metrics: sentry_adaptive_* by app and class (adaptiveMetrics, at scrape

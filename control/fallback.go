@@ -182,6 +182,10 @@ func (a *App) startAdaptive(ac *policy.App, names []string, percentile float64) 
 	}
 	cfg := ac.Admission.Adaptive.Config(ts, percentile)
 	cfg.Now = a.now
+	// The farm's in-flight count is the pool's: every end of an exchange
+	// releases it, where the controller's own count sees only the
+	// requests that got a response (adaptive.Config.InFlight).
+	cfg.InFlight = a.Inflight
 	c, err := adaptive.New(cfg)
 	if err != nil {
 		return fmt.Errorf("adaptive: %w", err)
