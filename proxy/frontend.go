@@ -122,6 +122,11 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		}
 		return fmt.Errorf("listener %s already served", addr)
 	}
+	if fe.tls != nil {
+		// HTTP/1.1 over TLS 1.3 on loops of its own (tlsloop_linux.go).
+		// Under p.mu, as startFast below.
+		fe.startTLSLoops()
+	}
 	if fe.tls == nil {
 		// The event loops take the listener; fasthttp serves what they
 		// hand off (see package proxy/evloop). Under p.mu: fe.fast is read
@@ -219,12 +224,22 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		// TLS: stop accepting, then drain fasthttp's HTTP/1.1 connections
 		// and the h2 ones (GOAWAY; each closes once its streams are done)
 		// together.
+		// The loops (HTTP/1.1 over TLS 1.3, tlsloop_linux.go) drain
+		// beside them.
+		var loopsDone chan struct{}
+		if fe.fast != nil {
+			loopsDone = make(chan struct{})
+			go func() { defer close(loopsDone); fe.fast.Shutdown(ctx) }()
+		}
 		fe.tls.Close()
 		errc := make(chan error, 1)
 		go func() { errc <- fe.srv.ShutdownWithContext(ctx) }()
 		err = fe.tls.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx) })
 		if herr := <-errc; herr != nil {
 			err = herr
+		}
+		if loopsDone != nil {
+			<-loopsDone
 		}
 	}
 	// Lingering closes end within lingerTimeout.
