@@ -383,3 +383,57 @@ func TestTLSLoopCertReload(t *testing.T) {
 	}
 	d.check(t, 3, 0)
 }
+
+// heldConn holds a client's writes after the ClientHello until the first
+// write after release, and sends them together: the Finished and the
+// first request arrive in one segment, and crypto/tls reads the request
+// with the Finished (the leftover Adopt passes on).
+type heldConn struct {
+	net.Conn
+	n        int
+	held     []byte
+	released bool
+}
+
+func (c *heldConn) Write(p []byte) (int, error) {
+	c.n++
+	switch {
+	case c.n == 1:
+		return c.Conn.Write(p)
+	case !c.released:
+		c.held = append(c.held, p...)
+		return len(p), nil
+	case c.held != nil:
+		b := append(c.held, p...)
+		c.held = nil
+		if _, err := c.Conn.Write(b); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+// TestTLSLoopLeftover: a request that came with the client's Finished is
+// served by the loop at once, with no further bytes from the client.
+func TestTLSLoopLeftover(t *testing.T) {
+	h := tlsLoopProxy(t, EngineLoops, func(r *http.Request) string { return r.URL.Path })
+	d := loopCounts(t, h, EngineLoops)
+	raw, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(10 * time.Second))
+	hc := &heldConn{Conn: raw}
+	c := tls.Client(hc, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	if err := c.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	hc.released = true
+	io.WriteString(c, "GET /early HTTP/1.1\r\nHost: x\r\n\r\n")
+	if st, b := readResp(t, bufio.NewReader(c)); st != 200 || b != "/early" {
+		t.Fatalf("%d %q", st, b)
+	}
+	d.check(t, 1, 0)
+}

@@ -287,3 +287,91 @@ func openSSLSuite(t *testing.T, cert tls.Certificate, suite string) {
 		t.Fatalf("client read %q %v", got, err)
 	}
 }
+
+// CoalescingConn holds a client's writes after its first (the
+// ClientHello) and sends them with the first write after Release, in one
+// write(2): the client's Finished and its first request arrive together,
+// so the server's crypto/tls reads the request with the Finished.
+type CoalescingConn struct {
+	net.Conn
+	n        int
+	held     []byte
+	released bool
+}
+
+func (c *CoalescingConn) Release() { c.released = true }
+
+func (c *CoalescingConn) Write(p []byte) (int, error) {
+	c.n++
+	if c.n == 1 {
+		return c.Conn.Write(p)
+	}
+	if !c.released {
+		c.held = append(c.held, p...)
+		return len(p), nil
+	}
+	if c.held != nil {
+		b := append(c.held, p...)
+		c.held = nil
+		if _, err := c.Conn.Write(b); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+// TestExtractLeftover: what crypto/tls read past the Finished (the
+// client's first record) is handed over and opened first.
+func TestExtractLeftover(t *testing.T) {
+	cert, err := throwawayCert()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		raw, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			return
+		}
+		defer raw.Close()
+		cc := &CoalescingConn{Conn: raw}
+		cli := tls.Client(cc, &tls.Config{InsecureSkipVerify: true})
+		if cli.Handshake() != nil {
+			return
+		}
+		cc.Release()
+		cli.Write([]byte("early request"))
+		io.Copy(io.Discard, cli)
+	}()
+	raw, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(10 * time.Second))
+	srv := tls.Server(raw, &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err := srv.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	sec, rest, err := Extract(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest) == 0 {
+		t.Fatal("crypto/tls read nothing past the Finished")
+	}
+	st, err := New(sec, rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, err := st.Read(buf)
+	if err != nil || string(buf[:n]) != "early request" {
+		t.Fatalf("%q %v", buf[:n], err)
+	}
+}

@@ -30,12 +30,12 @@ type cconn struct {
 	out     []byte // response bytes not yet written
 	outAt   int64  // when out became pending (write timeout)
 	lastNs  int64
-	events  uint32 // registered epoll events
-	inProc  bool   // process is running on it (no recursion)
-	gotAny  bool   // a byte has arrived
-	closing bool   // close once out is written (Connection: close)
-	linger  int64  // lingering close until (0: not lingering)
-	grace   int64  // draining: close if still idle at
+	events  uint32   // registered epoll events
+	inProc  bool     // process is running on it (no recursion)
+	gotAny  bool     // a byte has arrived
+	closing bool     // close once out is written (Connection: close)
+	linger  int64    // lingering close until (0: not lingering)
+	grace   int64    // draining: close if still idle at
 	tls     *tlsConn // TLS: records sealed and opened by the loop (tls_linux.go); nil for plain
 	ex      exch
 }
