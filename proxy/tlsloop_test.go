@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/http2"
 
 	"github.com/sentry-proxy/sentry/internal/tls13"
@@ -436,4 +437,90 @@ func TestTLSLoopLeftover(t *testing.T) {
 		t.Fatalf("%d %q", st, b)
 	}
 	d.check(t, 1, 0)
+}
+
+// TestTLSLoopUpgrade: an Upgrade over TLS is handed off by the loop and
+// tunnelled by fasthttp's side over the same records, both ways.
+func TestTLSLoopUpgrade(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+				buf := make([]byte, 1024)
+				for {
+					n, err := br.Read(buf)
+					if err != nil {
+						return
+					}
+					c.Write([]byte(strings.ToUpper(string(buf[:n]))))
+				}
+			}(c)
+		}
+	}()
+	for _, e := range engines {
+		t.Run(e.String(), func(t *testing.T) {
+			cf, kf := writeTestCert(t)
+			h := startProxyOpts(t, []string{ln.Addr().String()}, Options{Engine: e}, func(_ *policy.Snapshot, a *policy.App) {
+				a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+			})
+			d := loopCounts(t, h, e)
+			c := dialH1(t, h.addr, nil)
+			c.c.SetDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(c.c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+			resp, err := http.ReadResponse(c.br, nil)
+			if err != nil || resp.StatusCode != 101 {
+				t.Fatalf("upgrade: %v %v", resp, err)
+			}
+			for _, msg := range []string{"hello", strings.Repeat("x", 40000)} {
+				io.WriteString(c.c, msg)
+				buf := make([]byte, len(msg))
+				if _, err := io.ReadFull(c.br, buf); err != nil || string(buf) != strings.ToUpper(msg) {
+					t.Fatalf("echo of %d bytes: %v", len(msg), err)
+				}
+			}
+			d.checkIf(t, 0, 1)
+		})
+	}
+}
+
+// TestTLSLoopConnCap: with server.max_conns reached by a connection the
+// loops hold, the next one is refused after its handshake with the
+// sealed 503 and counted; the first goes on.
+func TestTLSLoopConnCap(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	cf, kf := writeTestCert(t)
+	h := startProxyOpts(t, []string{be}, Options{Engine: EngineLoops}, func(s *policy.Snapshot, a *policy.App) {
+		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+		s.Server.MaxConns = 1
+	})
+	first := dialH1(t, h.addr, nil)
+	if got := first.get(t); got != "200 ok" {
+		t.Fatal(got)
+	}
+	second := dialH1(t, h.addr, nil)
+	second.c.SetDeadline(time.Now().Add(5 * time.Second))
+	st, body := readResp(t, second.br)
+	if st != 503 || !strings.Contains(body, "too many connections") {
+		t.Errorf("second connection: %d %q", st, body)
+	}
+	if v := testutil.ToFloat64(h.p.metrics.clientErrors.WithLabelValues(h.addr, "too_many_conns")); v != 1 {
+		t.Errorf("too_many_conns = %v", v)
+	}
+	if got := first.get(t); got != "200 ok" {
+		t.Errorf("first after: %q", got)
+	}
 }
