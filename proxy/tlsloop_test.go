@@ -238,6 +238,11 @@ func (c *clientRecords) read(p []byte) (int, error) {
 		}
 		m, err := c.raw.Read(c.st.RawSpace())
 		c.st.Filled(m)
+		if err == io.EOF && m == 0 {
+			// The socket ended without close_notify: only the
+			// record layer's io.EOF means the server sent one.
+			return 0, io.ErrUnexpectedEOF
+		}
 		if err != nil && m == 0 {
 			return 0, err
 		}
@@ -523,4 +528,45 @@ func TestTLSLoopConnCap(t *testing.T) {
 	if got := first.get(t); got != "200 ok" {
 		t.Errorf("first after: %q", got)
 	}
+}
+
+// TestTLSLoopShutdownIdle: a drain on the TLS loops, as on plain ones
+// (TestShutdownIdleKeepAlive): a request on an idle connection within
+// idleGrace is answered with Connection: close, and both connections end
+// with close_notify.
+func TestTLSLoopShutdownIdle(t *testing.T) {
+	h := tlsLoopProxy(t, EngineLoops, func(*http.Request) string { return "ok" })
+	busy, idle := dialRecords(t, h.addr), dialRecords(t, h.addr)
+	for _, c := range []*clientRecords{busy, idle} {
+		c.send(t, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		if st, _ := readResp(t, c.br); st != 200 {
+			t.Fatal(st)
+		}
+	}
+	d := loopCounts(t, h, EngineLoops)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := contextWithTimeout(5 * time.Second)
+		defer cancel()
+		done <- h.p.ShutdownAll(ctx)
+	}()
+	time.Sleep(200 * time.Millisecond) // within idleGrace
+	busy.send(t, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(busy.br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 || !resp.Close {
+		t.Errorf("during the drain: %d, Connection: close %v", resp.StatusCode, resp.Close)
+	}
+	for name, c := range map[string]*clientRecords{"served": busy, "idle": idle} {
+		if _, err := c.br.ReadByte(); err != io.EOF {
+			t.Errorf("%s connection ended with %v, want close_notify", name, err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	d.check(t, 1, 0)
 }
