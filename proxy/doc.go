@@ -558,12 +558,8 @@
 //     setsockopt(TCP_ULP, "tls") fails with ENOENT; no tls module to
 //     load), so neither built nor measured. The same result without the
 //     kernel -- the loops sealing and opening TLS 1.3 records themselves
-//     with the traffic secrets from a Go handshake (KeyLogWriter) -- needs
-//     crypto/tls to stop reading exactly at the client's Finished (a
-//     record-bounded reader under it), the server's write sequence number
-//     after the session tickets Go sends at the end of the handshake, and
-//     KeyUpdate and close_notify handled in the loop; it is the next step
-//     for HTTP/1.1 over TLS, and was not started.
+//     with the secrets of a Go handshake -- is what was built; see
+//     "HTTP/1.1 over TLS on the event loops" below.
 //   - A worker pool for h2 streams (x/net's stream goroutine hands (w, r)
 //     to a long-lived worker whose stack is already grown, as fasthttp's
 //     workers are, and waits): built and measured against h2GrowStack in
@@ -584,6 +580,70 @@
 //     batch with h2Out); Go already prefers AES-GCM on CPUs with AES-NI;
 //     ECDSA P-256 certificates sign faster than RSA in handshakes, which
 //     long benchmark connections do not exercise.
+//
+// # HTTP/1.1 over TLS on the event loops (tlsloop_linux.go, internal/tls13)
+//
+// The profile above put the HTTP/1.1-over-TLS gap in the goroutine per
+// connection, not in the crypto; the loops already remove that cost for
+// plain HTTP. So, after crypto/tls's handshake (in tlsListener's
+// goroutine, as before: certificates, tickets and resumption, ALPN and
+// the handshake timeout unchanged), a connection that negotiated TLS 1.3
+// with an AEAD suite (AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305) and
+// http/1.1 or no ALPN is adopted by an event loop, which opens and seals
+// its records itself. TLS 1.2, h2 and anything the extraction refuses stay
+// on today's path (crypto/tls under fasthttp, x/net for h2).
+//
+//   - Keys (package internal/tls13, Extract): crypto/tls exports neither
+//     the traffic secrets, nor the sequence numbers (the server's is not 0:
+//     Go sends its session ticket under the application key after its
+//     Finished), nor the ciphertext it read past the client's Finished
+//     (often the first request, sent with it). Extract reads them from the
+//     *tls.Conn's unexported fields by reflection, read-only, checking
+//     each field's kind, and refuses a connection with anything half-done.
+//     Decision: reflection rather than Config.KeyLogWriter, which gives
+//     the secrets only (the sequence numbers and the leftover need
+//     reflection anyway) and needs a Config clone per handshake. Because
+//     that layout is Go's to change, tls13.SelfTest runs once per process
+//     before the first TLS listener's loops start: Go's client and server
+//     shake hands over loopback, the server's state is extracted, and
+//     data, a KeyUpdate each way and close_notify go through the record
+//     layer against crypto/tls. A failure is logged once and every
+//     connection stays on crypto/tls.
+//   - Records (tls13.State): HKDF-Expand-Label keys and IVs, nonce = IV
+//     XOR sequence number, the header as additional data; close_notify
+//     is a clean close, other alerts and records that fail to
+//     authenticate close the connection, a client KeyUpdate updates the
+//     read key (and, when asked, our next write sends ours), a
+//     NewSessionTicket from the client is a protocol error, records are
+//     limited per RFC 8446 §5.4, and the write key is updated on our own
+//     after 2^24 records (§5.5). A batch of responses written together is
+//     sealed into records together, up to 16 KiB of plaintext each.
+//   - Hand-over: tlsListener.handshake calls adoptTLS, which extracts the
+//     state, duplicates the socket (the loop's descriptor, non-blocking),
+//     closes Go's without close_notify and queues the connection for a
+//     loop (evloop.Front.Adopt: a queue and the loop's eventfd).
+//     Decision: a TLS listener gets a Front of its own, with no listening
+//     socket (the handshakes need goroutines, so the loops cannot accept
+//     these connections themselves), and GOMAXPROCS loops like a plain
+//     listener's; the loops of a plain listener are not shared, so that
+//     each Front's drain, metrics and max_conns stay its listener's.
+//   - In the loop, c.in holds plaintext and c.out plaintext not yet
+//     written; everything between -- parsing, admission, relay, the access
+//     log, timeouts, drain, max_conns (a refused adoption gets the sealed
+//     503) -- is the plain path's, unchanged. A connection the loop hands
+//     to fasthttp (partial heads, large or chunked bodies, Upgrade) goes as
+//     a tls13.Conn, a blocking net.Conn over the same record state with
+//     the plaintext already opened replayed first; fasthttp sees it as TLS
+//     (IsTLS, ConnectionState).
+//   - Selection: EngineFastHTTP keeps the old path (the engine table runs
+//     over TLS on both: TestRequestTableTLS); SENTRY_TLSLOOP=0 (or
+//     SENTRY_EVLOOP=0) does for EngineAuto, and e2e/bench/tls.sh's
+//     SENTRY_BASE_ENV=SENTRY_TLSLOOP=0 runs it beside the new one.
+//
+// Measured (`PEERS="nginx sentry-base sentry" PATHS=h1
+// SENTRY_BASE_ENV=SENTRY_TLSLOOP=0 DURATION=8 bash e2e/bench/tls.sh`,
+// the machine shared with other work, so only same-run ratios count):
+// TLSLOOP_FIGURES
 //
 // Where it stands, measured alone (three runs of `DURATION=8 bash
 // e2e/bench/tls.sh`, peer order alternated, nginx's upstream keepalive

@@ -23,6 +23,10 @@ import (
 // way instead: GOAWAY, then each connection closes once its streams end
 // (see drain). Handshakes also move off fasthttp's workers into their own
 // goroutines, bounded by the read-header timeout.
+//
+// With loops for TLS (tlsloop_linux.go), an HTTP/1.1 connection over TLS
+// 1.3 is given to them after its handshake (adopt) instead of to fasthttp;
+// what they hand back (pumpHanded) comes out of Accept like the rest.
 type tlsListener struct {
 	net.Listener // the TCP listener
 	fe           *frontend

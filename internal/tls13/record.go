@@ -219,6 +219,28 @@ func (st *State) compact() {
 	}
 }
 
+// TakeBuffer returns the ciphertext buffer when nothing is buffered in
+// it (nil otherwise), for the caller to keep while the connection is
+// idle; GiveBuffer hands one back (at least MaxRecord bytes) before the
+// next read. An idle connection then holds no 17 KB buffer.
+func (st *State) TakeBuffer() []byte {
+	if st.raw == nil || st.rn != st.pOff || len(st.plain) > 0 || len(st.raw) != MaxRecord {
+		return nil
+	}
+	b := st.raw
+	st.raw, st.rn, st.pOff = nil, 0, 0
+	return b
+}
+
+// GiveBuffer gives the state a ciphertext buffer if it has none.
+func (st *State) GiveBuffer(b []byte) bool {
+	if st.raw != nil || len(b) != MaxRecord {
+		return false
+	}
+	st.raw, st.rn, st.pOff = b, 0, 0
+	return true
+}
+
 // Filled records n bytes read into RawSpace.
 func (st *State) Filled(n int) { st.rn += n }
 

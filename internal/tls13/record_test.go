@@ -375,3 +375,27 @@ func TestExtractLeftover(t *testing.T) {
 		t.Fatalf("%q %v", buf[:n], err)
 	}
 }
+
+// TestBufferLending: an idle state gives up its ciphertext buffer, not
+// one holding a partial record, and works again with a buffer given back.
+func TestBufferLending(t *testing.T) {
+	cli, srv := pair(t, tls.TLS_AES_128_GCM_SHA256)
+	if got, err := deliver(t, srv, cli.Seal(nil, []byte("one"))); err != nil || string(got) != "one" {
+		t.Fatalf("%q %v", got, err)
+	}
+	b := srv.TakeBuffer()
+	if len(b) != MaxRecord {
+		t.Fatalf("idle: took %d bytes", len(b))
+	}
+	w := cli.Seal(nil, []byte("two"))
+	if !srv.GiveBuffer(b) {
+		t.Fatal("GiveBuffer refused")
+	}
+	srv.Filled(copy(srv.RawSpace(), w[:4]))
+	if srv.TakeBuffer() != nil {
+		t.Fatal("took a buffer holding a partial record")
+	}
+	if got, err := deliver(t, srv, w[4:]); err != nil || string(got) != "two" {
+		t.Fatalf("%q %v", got, err)
+	}
+}

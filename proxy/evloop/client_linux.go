@@ -143,6 +143,7 @@ func (l *eventLoop) closeClient(c *cconn) {
 	l.sys.Close(c.fd)
 	c.fd = -1
 	l.ff.conns.Add(-1)
+	l.idleTLS(c)
 }
 
 // lingerClose sends FIN and reads and drops what the client still sends
@@ -278,6 +279,7 @@ func (l *eventLoop) process(c *cconn) {
 	if c.fd >= 0 && !c.busy() && c.n == 0 && c.in != nil {
 		l.putBuf(c.in)
 		c.in = nil
+		l.idleTLS(c)
 	}
 }
 

@@ -126,6 +126,7 @@ type eventLoop struct {
 	parked    []*cconn // with an exchange parked for its batch decision
 	idleBk    map[*pipeline.Upstream][]*bconn
 	bufs      [][]byte
+	rawBufs   [][]byte // TLS record buffers of idle connections (idleTLS)
 	now       time.Time
 	nowNs     int64
 	nextSweep int64

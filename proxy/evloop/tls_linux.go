@@ -134,6 +134,9 @@ func (l *eventLoop) readTLS(c *cconn, ev uint32) {
 	if !l.openTLS(c) {
 		return
 	}
+	if k := len(l.rawBufs); k > 0 && t.st.GiveBuffer(l.rawBufs[k-1]) {
+		l.rawBufs = l.rawBufs[:k-1]
+	}
 	sp := t.st.RawSpace()
 	if c.n == len(c.in) || len(sp) == 0 {
 		if ev&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
@@ -244,6 +247,17 @@ func (l *eventLoop) flushTLS(c *cconn) bool {
 		t.wire = nil
 	}
 	return true
+}
+
+// idleTLS takes back the record buffer of a connection with nothing
+// buffered (readTLS gives one again), as process does with c.in.
+func (l *eventLoop) idleTLS(c *cconn) {
+	if c.tls == nil || len(l.rawBufs) >= 1024 {
+		return
+	}
+	if b := c.tls.st.TakeBuffer(); b != nil {
+		l.rawBufs = append(l.rawBufs, b)
+	}
 }
 
 // closeNotify sends close_notify, best effort, before the loop closes or
