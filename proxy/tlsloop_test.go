@@ -570,3 +570,26 @@ func TestTLSLoopShutdownIdle(t *testing.T) {
 	}
 	d.check(t, 1, 0)
 }
+
+// TestTLSLoopIdleTimeout: server.idle_timeout closes an idle TLS
+// connection on the loops, with close_notify.
+func TestTLSLoopIdleTimeout(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	cf, kf := writeTestCert(t)
+	h := startProxyOpts(t, []string{be}, Options{Engine: EngineLoops}, func(s *policy.Snapshot, a *policy.App) {
+		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+		s.Server.IdleTimeout = 300 * time.Millisecond
+	})
+	d := loopCounts(t, h, EngineLoops)
+	c := dialRecords(t, h.addr)
+	c.send(t, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if st, _ := readResp(t, c.br); st != 200 {
+		t.Fatal(st)
+	}
+	// Nothing is sent: only the idle timeout ends the connection (the
+	// client's own deadline is 10 s).
+	if _, err := c.br.ReadByte(); err != io.EOF {
+		t.Fatalf("idle connection ended with %v, want close_notify", err)
+	}
+	d.check(t, 1, 0)
+}
