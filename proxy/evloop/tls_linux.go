@@ -101,6 +101,12 @@ func (l *eventLoop) adopt(a adoption) {
 	l.cl[fd] = c
 	c.idx = len(l.clients)
 	l.clients = append(l.clients, c)
+	if l.drainSeen {
+		// Queued just as the drain started (Adopt checked before it):
+		// treated as startDrain treats an idle connection.
+		c.grace = l.nowNs + int64(l.ff.cfg.IdleGrace)
+		c.closing = true
+	}
 	if a.st.Buffered() > 0 {
 		// crypto/tls read past the handshake: the client's first
 		// records, which epoll will not report again.
