@@ -10,6 +10,7 @@ require (
 	github.com/prometheus/client_golang v1.20.5
 	github.com/prometheus/client_model v0.6.1
 	github.com/valyala/fasthttp v1.58.0
+	golang.org/x/crypto v0.31.0
 	golang.org/x/net v0.33.0
 	gonum.org/v1/plot v0.15.0
 	google.golang.org/grpc v1.68.1
@@ -38,7 +39,6 @@ require (
 require (
 	github.com/bits-and-blooms/bitset v1.24.4 // indirect
 	github.com/influxdata/tdigest v0.0.1 // indirect
-	golang.org/x/crypto v0.31.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20240903143218-8af14fe29dc1 // indirect
 )
 
