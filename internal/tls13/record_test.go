@@ -399,3 +399,22 @@ func TestBufferLending(t *testing.T) {
 		t.Fatalf("%q %v", got, err)
 	}
 }
+
+// TestOwnKeyUpdate: after 2^24 records under one key the sealer updates
+// it on its own (RFC 8446 §5.5), without asking the peer to; the peer
+// follows.
+func TestOwnKeyUpdate(t *testing.T) {
+	cli, srv := pair(t, tls.TLS_AES_128_GCM_SHA256)
+	srv.out.seq, cli.in.seq = keyUpdateAfter, keyUpdateAfter
+	old := append([]byte(nil), srv.out.secret...)
+	got, err := deliver(t, cli, srv.Seal(nil, []byte("x")))
+	if err != nil || string(got) != "x" {
+		t.Fatalf("%q %v", got, err)
+	}
+	if bytes.Equal(srv.out.secret, old) || srv.out.seq != 1 || !bytes.Equal(cli.in.secret, srv.out.secret) {
+		t.Fatal("no key update")
+	}
+	if cli.WriteDue() {
+		t.Error("the update asked the peer for one")
+	}
+}
