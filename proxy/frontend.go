@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,14 @@ type frontend struct {
 	// (drainConn).
 	draining  atomic.Bool
 	lingering atomic.Int64 // connections in a lingering close
+	// own: the connections of sentry's own h2 server (h2own.go), for
+	// the drain's GOAWAY; h2Workers runs their streams.
+	own struct {
+		mu       sync.Mutex
+		conns    map[*ownConn]struct{}
+		draining bool
+	}
+	h2Workers h2Workers
 	done      chan struct{}
 	err       error
 }
@@ -204,7 +213,7 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		if fe.h2c != nil {
 			// h2c connections drain the h2 way (GOAWAY), beside
 			// fasthttp's.
-			go func() { h2cDone <- fe.h2c.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx) }) }()
+			go func() { h2cDone <- fe.h2c.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx); fe.ownGoAway() }) }()
 		} else {
 			h2cDone <- nil
 		}
@@ -222,7 +231,7 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		fe.tls.Close()
 		errc := make(chan error, 1)
 		go func() { errc <- fe.srv.ShutdownWithContext(ctx) }()
-		err = fe.tls.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx) })
+		err = fe.tls.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx); fe.ownGoAway() })
 		if herr := <-errc; herr != nil {
 			err = herr
 		}

@@ -23,6 +23,10 @@ import (
 // the same request path as HTTP/1.1 (serve): same routing, admission,
 // balancing, headers and metrics. Only the framing differs.
 func (fe *frontend) serveH2Conn(c net.Conn) error {
+	if fe.p.useOwnH2() {
+		fe.serveOwnConn(c)
+		return nil
+	}
 	ctx := context.Background()
 	tc, _ := c.(*tls.Conn)
 	// x/net's writes are gathered into batches (h2out.go); the guard
@@ -230,6 +234,9 @@ func (fe *frontend) serveH2Stream(x h2Exchange) {
 				// does not take what came as the whole body.
 				truncated = !ww.failed()
 			}
+		} else if wl, ok := ww.(interface{ writeLast([]byte) }); ok {
+			// Sent with the stream's end (finish): one DATA frame.
+			wl.writeLast(resp.Body())
 		} else {
 			_, _ = ww.Write(resp.Body())
 		}

@@ -40,6 +40,9 @@ type Options struct {
 	// Engine selects the HTTP/1.1 front end of plain listeners; the zero
 	// value is EngineAuto. TLS listeners are always fasthttp's (and h2's).
 	Engine Engine
+	// H2 selects the h2 server of TLS and h2c listeners; the zero value
+	// is H2Auto (sentry's own, h2own.go).
+	H2 H2Server
 }
 
 // Engine is the HTTP/1.1 front end of plain listeners.

@@ -1,0 +1,905 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sentry-proxy/sentry/proxy/h2srv"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/valyala/fasthttp"
+)
+
+// h2own.go: the goroutine driver of sentry's own HTTP/2 server (package
+// proxy/h2srv is its sans-IO core), the default h2 server of TLS and h2c
+// listeners (H2Server). Per connection:
+//
+//   - one reader goroutine reads, feeds the core under the connection's
+//     mutex and acts on its events: a request head is handed to a pooled
+//     worker goroutine (h2Workers) that runs the request path
+//     (serveH2Stream, as for x/net's streams); body bytes and resets wake
+//     the stream's reader; a reset cancels the stream's context (ownStream
+//     is the context: cancelled, it cuts the backend exchange, abort.go);
+//   - the workers write responses through the core, under the same mutex,
+//     into the connection's output buffer;
+//   - one writer goroutine, started when there is output and gone when it
+//     is all written (as h2Out's), writes everything ready in one TLS
+//     record and one write(2), under server.write_timeout as an idle
+//     timeout.
+//
+// The stream's body waits in the core (bounded by the receive windows,
+// refilled as the request path reads); a response waits in the core when
+// the client's windows are shut, and its worker waits (at most
+// write_timeout without progress) once more than ownPendLimit bytes wait.
+//
+// Lock order: ownConn.mu, then ownStream.cmu. Nothing else is called
+// under ownConn.mu but the core, channel sends that do not block and the
+// start of the writer goroutine; stream cancellation (abortable.abort,
+// context callbacks) runs after it is released.
+
+// H2Server selects the h2 server of TLS and h2c listeners.
+type H2Server uint8
+
+const (
+	// H2Auto is sentry's own server (h2own.go), unless the environment
+	// has SENTRY_H2_SERVER=xnet (a diagnostic switch: x/net's server, for
+	// comparison).
+	H2Auto H2Server = iota
+	// H2Own is sentry's own server whatever the environment says.
+	H2Own
+	// H2XNet is golang.org/x/net/http2's server (h2.go's bridge).
+	H2XNet
+)
+
+// String names the server (test and log output).
+func (s H2Server) String() string {
+	switch s {
+	case H2Own:
+		return "own"
+	case H2XNet:
+		return "xnet"
+	}
+	return "auto"
+}
+
+// useOwnH2 reports whether the proxy serves h2 with its own server.
+func (p *Proxy) useOwnH2() bool {
+	switch p.opts.H2 {
+	case H2Own:
+		return true
+	case H2XNet:
+		return false
+	}
+	return os.Getenv("SENTRY_H2_SERVER") != "xnet"
+}
+
+const (
+	// ownOutLimit: a worker waits while this much output waits to be
+	// written (a client that stops reading stalls its writers).
+	ownOutLimit = 64 << 10
+	// ownPendLimit: a worker waits while this much of its stream's
+	// response waits for the client's flow-control window.
+	ownPendLimit = 64 << 10
+	// ownReadBuf is the reader's buffer (a TLS record's plaintext is at
+	// most 16 KiB).
+	ownReadBuf = 16 << 10
+	// ownSpare: the largest output buffer kept for the next batch.
+	ownSpare = 32 << 10
+)
+
+var (
+	errOwnStreamClosed = errors.New("h2: stream closed")
+	errOwnConnClosed   = errors.New("h2: connection closed")
+)
+
+// ownConn is one connection served by the own h2 server.
+type ownConn struct {
+	fe    *frontend
+	c     net.Conn
+	tc    *tls.Conn // nil for h2c
+	peer  netip.Addr
+	isTLS bool
+
+	mu      sync.Mutex
+	cond    sync.Cond // output room; the writer stopping
+	core    *h2srv.Conn
+	writing bool   // the writer goroutine runs
+	spare   []byte // the writer's last buffer, for reuse
+	werr    error  // first write error
+	held    int    // streams the workers hold
+	ended   bool   // torn down: no more output
+	idleSet bool   // the read deadline is the idle timeout's
+	woken   bool   // the read deadline was set in the past to wake the reader
+
+	suspect atomic.Bool // mirrors core.Suspect after each Feed
+}
+
+// serveOwnConn serves one h2 connection (TLS with ALPN h2, or h2c with its
+// preface replayed) until it ends.
+func (fe *frontend) serveOwnConn(c net.Conn) {
+	sv := fe.p.cur.Load().snap.Server
+	oc := &ownConn{fe: fe, c: c}
+	oc.cond.L = &oc.mu
+	oc.tc, oc.isTLS = c.(*tls.Conn)
+	oc.peer = netip.IPv6Unspecified()
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		oc.peer = ap.Addr().Unmap()
+	}
+	oc.core = h2srv.NewConn(h2srv.Config{
+		MaxConcurrentStreams: h2MaxStreams,
+		MaxHeaderListSize:    sv.MaxHeaderBytes,
+		ResetLimit:           h2ResetLimit,
+	})
+	fe.ownTrack(oc, true)
+	defer fe.ownTrack(oc, false)
+
+	idle := sv.IdleTimeout
+	if sv.ReadHeaderTimeout > 0 {
+		// The preface and first SETTINGS within the read-header timeout.
+		_ = c.SetReadDeadline(time.Now().Add(sv.ReadHeaderTimeout))
+	}
+	oc.mu.Lock()
+	oc.kickLocked()
+	oc.mu.Unlock()
+
+	buf := make([]byte, ownReadBuf)
+	var evs []h2srv.Event
+	var start []*ownStream
+	var cut []*ownStream
+	first := true
+	for {
+		n, rerr := c.Read(buf)
+		oc.mu.Lock()
+		var ferr error
+		if n > 0 {
+			ferr = oc.core.Feed(buf[:n])
+		}
+		if first && n > 0 && sv.ReadHeaderTimeout > 0 {
+			first = false
+			oc.idleSet = false
+			_ = c.SetReadDeadline(time.Time{})
+		}
+		evs = oc.core.TakeEvents(evs[:0])
+		start, cut = oc.eventsLocked(evs, start[:0], cut[:0])
+		oc.suspect.Store(oc.core.Suspect())
+		flooded := oc.core.Flooded()
+		oc.kickLocked()
+		stop := ferr != nil || oc.werr != nil
+		woken := oc.woken
+		oc.woken = false
+		if rerr != nil {
+			var ne net.Error
+			timeout := errors.As(rerr, &ne) && ne.Timeout()
+			switch {
+			case !timeout:
+				stop = true
+			case oc.core.GoingAway() && oc.held == 0 && oc.core.Active() == 0:
+				stop = true // drained
+			case !woken && (oc.idleSet || first):
+				// Idle (or no preface) for idle_timeout: GOAWAY, close.
+				oc.core.GoAway()
+				oc.kickLocked()
+				stop = true
+			}
+			// Otherwise a wake-up (drain, a stream's end): read on.
+		}
+		if !stop && !first {
+			oc.setIdleLocked(idle, woken)
+		} else if !stop && woken {
+			_ = c.SetReadDeadline(time.Now().Add(sv.ReadHeaderTimeout))
+		}
+		oc.mu.Unlock()
+		for _, st := range cut {
+			st.cancel()
+		}
+		for _, st := range start {
+			fe.h2Workers.run(st)
+		}
+		clear(start)
+		clear(cut)
+		if flooded {
+			fe.p.metrics.clientErrors.WithLabelValues(fe.addr, "h2_reset_flood").Inc()
+		}
+		if stop {
+			oc.teardown(ferr != nil)
+			return
+		}
+	}
+}
+
+// eventsLocked acts on the core's events: new streams to start, streams
+// to cancel (after the lock), readers and writers to wake.
+func (oc *ownConn) eventsLocked(evs []h2srv.Event, start, cut []*ownStream) ([]*ownStream, []*ownStream) {
+	for _, e := range evs {
+		switch e.Kind {
+		case h2srv.EvRequest:
+			st := &ownStream{oc: oc, s: e.S}
+			st.dataSig = make(chan struct{}, 1)
+			st.writeSig = make(chan struct{}, 1)
+			e.S.User = st
+			oc.held++
+			start = append(start, st)
+		case h2srv.EvData:
+			if st, _ := e.S.User.(*ownStream); st != nil {
+				signal(st.dataSig)
+			}
+		case h2srv.EvWritable:
+			if st, _ := e.S.User.(*ownStream); st != nil {
+				signal(st.writeSig)
+			}
+		case h2srv.EvReset:
+			if st, _ := e.S.User.(*ownStream); st != nil {
+				signal(st.dataSig)
+				signal(st.writeSig)
+				cut = append(cut, st)
+			}
+		}
+	}
+	return start, cut
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// setIdleLocked keeps the read deadline at idle_timeout while the
+// connection has no stream, and none otherwise.
+func (oc *ownConn) setIdleLocked(idle time.Duration, woken bool) {
+	want := idle > 0 && oc.held == 0 && oc.core.Active() == 0
+	if want {
+		_ = oc.c.SetReadDeadline(time.Now().Add(idle))
+	} else if oc.idleSet || woken {
+		_ = oc.c.SetReadDeadline(time.Time{})
+	}
+	oc.idleSet = want
+}
+
+// kickLocked starts the writer if there is output and it is not running.
+func (oc *ownConn) kickLocked() {
+	if oc.writing || oc.werr != nil || oc.ended || len(oc.core.Output()) == 0 {
+		return
+	}
+	oc.writing = true
+	go oc.writer()
+}
+
+// writer writes batches until the output is empty or a write fails.
+func (oc *ownConn) writer() {
+	oc.mu.Lock()
+	for len(oc.core.Output()) > 0 && oc.werr == nil {
+		b := oc.core.TakeOutput(oc.spare)
+		oc.spare = nil
+		oc.cond.Broadcast() // room for waiting workers
+		oc.mu.Unlock()
+		err := oc.writeAll(b)
+		oc.mu.Lock()
+		if err != nil && oc.werr == nil {
+			oc.werr = err
+		}
+		if cap(b) <= ownSpare {
+			oc.spare = b[:0]
+		}
+	}
+	oc.writing = false
+	if oc.werr != nil {
+		oc.wakeLocked() // the reader ends the connection
+	}
+	oc.cond.Broadcast()
+	oc.mu.Unlock()
+}
+
+// wakeLocked makes the reader's Read return at once (a timeout it takes
+// for a wake-up, not the idle timeout).
+func (oc *ownConn) wakeLocked() {
+	if oc.ended {
+		return
+	}
+	oc.woken = true
+	_ = oc.c.SetReadDeadline(time.Unix(1, 0))
+}
+
+// writeAll writes b under the idle write timeout (h2Out.writeAll).
+func (oc *ownConn) writeAll(b []byte) error {
+	t := oc.fe.writeTimeout
+	if t <= 0 {
+		_, err := oc.c.Write(b)
+		return err
+	}
+	for {
+		_ = oc.c.SetWriteDeadline(time.Now().Add(t))
+		n, err := oc.c.Write(b)
+		b = b[n:]
+		if len(b) == 0 || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+	}
+}
+
+// waitRoomLocked waits while too much output waits to be written.
+func (oc *ownConn) waitRoomLocked() error {
+	for len(oc.core.Output()) >= ownOutLimit && oc.werr == nil && !oc.ended {
+		oc.kickLocked()
+		oc.cond.Wait()
+	}
+	switch {
+	case oc.werr != nil:
+		return oc.werr
+	case oc.ended:
+		return errOwnConnClosed
+	}
+	return nil
+}
+
+// teardown ends the connection: every stream still held is cancelled,
+// what is buffered (a GOAWAY) is written, and the socket closed. After a
+// connection error the client's bytes are read and dropped for
+// h2GoawayLinger first, so that the close is a FIN and the GOAWAY is read.
+func (oc *ownConn) teardown(connErr bool) {
+	oc.mu.Lock()
+	oc.ended = true // no more wake-ups: the reader below is teardown's
+	oc.core.Close()
+	evs := oc.core.TakeEvents(nil)
+	_, cut := oc.eventsLocked(evs, nil, nil)
+	oc.kickLocked()
+	oc.mu.Unlock()
+	for _, st := range cut {
+		st.cancel()
+	}
+	if connErr {
+		_ = oc.c.SetReadDeadline(time.Now().Add(h2GoawayLinger))
+		var b [512]byte
+		for {
+			if _, err := oc.c.Read(b[:]); err != nil {
+				break
+			}
+		}
+	}
+	oc.mu.Lock()
+	if oc.writing {
+		// A writer stuck on a client that reads nothing is cut short.
+		_ = oc.c.SetWriteDeadline(time.Now().Add(h2OutCloseWait))
+		for oc.writing {
+			oc.cond.Wait()
+		}
+	}
+	oc.ended = true
+	broken := oc.werr != nil
+	oc.cond.Broadcast()
+	oc.mu.Unlock()
+	if oc.tc != nil && broken {
+		_ = oc.tc.NetConn().Close() // no close_notify to a client that stopped reading
+		return
+	}
+	_ = oc.c.Close()
+}
+
+// ownTrack adds or removes a connection of the front end's (ownGoAway).
+func (fe *frontend) ownTrack(oc *ownConn, add bool) {
+	fe.own.mu.Lock()
+	defer fe.own.mu.Unlock()
+	if add {
+		if fe.own.conns == nil {
+			fe.own.conns = make(map[*ownConn]struct{})
+		}
+		fe.own.conns[oc] = struct{}{}
+		if fe.own.draining {
+			oc.goAway()
+		}
+		return
+	}
+	delete(fe.own.conns, oc)
+}
+
+// ownGoAway starts the graceful close of every connection (Shutdown).
+func (fe *frontend) ownGoAway() {
+	fe.own.mu.Lock()
+	defer fe.own.mu.Unlock()
+	fe.own.draining = true
+	for oc := range fe.own.conns {
+		oc.goAway()
+	}
+}
+
+// goAway sends GOAWAY and wakes the reader, which ends the connection once
+// its streams are done.
+func (oc *ownConn) goAway() {
+	oc.mu.Lock()
+	oc.core.GoAway()
+	oc.kickLocked()
+	oc.wakeLocked()
+	oc.mu.Unlock()
+}
+
+// release ends a worker's hold on st.
+func (oc *ownConn) release(st *ownStream) {
+	oc.mu.Lock()
+	oc.core.Release(st.s)
+	oc.held--
+	oc.kickLocked()
+	if oc.held == 0 && oc.core.Active() == 0 {
+		// The reader sets the idle deadline, or ends a drained
+		// connection.
+		oc.wakeLocked()
+	}
+	oc.mu.Unlock()
+}
+
+// ---------------------------------------------------------------- streams
+
+// ownStream is one stream of an ownConn, as the request path sees it
+// (h2Exchange), and its context: done when the stream is reset or the
+// connection ends.
+type ownStream struct {
+	oc       *ownConn
+	s        *h2srv.Stream
+	dataSig  chan struct{} // body bytes, the body's end, a reset
+	writeSig chan struct{} // queued response data sent, a reset
+
+	cmu    sync.Mutex
+	done   chan struct{}
+	cut    bool
+	afters []*ownAfter
+
+	stopped   atomic.Bool // the request path gave up on the body
+	deadline  time.Time   // body read deadline
+	sent100   bool
+	status    int
+	hdr       *fasthttp.ResponseHeader
+	headSent  bool
+	h2resp    *http.Response
+	trailer   bool // h2resp's trailers are to be sent
+	last      []byte
+	bad       bool // a write to the client failed
+	noTrailer bool
+}
+
+type ownAfter struct{ f func() }
+
+// Deadline, Done, Err and Value make ownStream a context.Context.
+func (st *ownStream) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+func (st *ownStream) Done() <-chan struct{} {
+	st.cmu.Lock()
+	defer st.cmu.Unlock()
+	if st.done == nil {
+		st.done = make(chan struct{})
+		if st.cut {
+			close(st.done)
+		}
+	}
+	return st.done
+}
+
+func (st *ownStream) Err() error {
+	st.cmu.Lock()
+	defer st.cmu.Unlock()
+	if st.cut {
+		return context.Canceled
+	}
+	return nil
+}
+
+func (st *ownStream) Value(any) any { return nil }
+
+// AfterFunc is what context.AfterFunc (and context.WithCancel on this
+// context) use instead of a goroutine per call.
+func (st *ownStream) AfterFunc(f func()) func() bool {
+	st.cmu.Lock()
+	if st.cut {
+		st.cmu.Unlock()
+		go f()
+		return func() bool { return false }
+	}
+	a := &ownAfter{f: f}
+	st.afters = append(st.afters, a)
+	st.cmu.Unlock()
+	return func() bool {
+		st.cmu.Lock()
+		defer st.cmu.Unlock()
+		for i, x := range st.afters {
+			if x == a {
+				st.afters = append(st.afters[:i], st.afters[i+1:]...)
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// cancel marks the stream reset and runs the context's callbacks.
+func (st *ownStream) cancel() {
+	st.cmu.Lock()
+	if st.cut {
+		st.cmu.Unlock()
+		return
+	}
+	st.cut = true
+	if st.done != nil {
+		close(st.done)
+	}
+	fs := st.afters
+	st.afters = nil
+	st.cmu.Unlock()
+	for _, a := range fs {
+		a.f()
+	}
+}
+
+func (st *ownStream) context() context.Context { return st }
+func (st *ownStream) suspect() bool            { return st.oc.suspect.Load() }
+func (st *ownStream) peer() netip.Addr         { return st.oc.peer }
+func (st *ownStream) isTLS() bool              { return st.oc.isTLS }
+func (st *ownStream) method() []byte           { return st.s.Method() }
+
+func (st *ownStream) head(req *fasthttp.Request) {
+	req.Header.SetMethodBytes(st.s.Method())
+	req.SetRequestURIBytes(st.s.Path())
+	req.Header.SetHostBytes(st.s.Authority())
+}
+
+func (st *ownStream) fields(req *fasthttp.Request, reqID, load string) {
+	s := st.s
+	for i := range s.NumFields() {
+		k, v := s.Field(i)
+		if pipeline.H2Skip(k, reqID, load) {
+			continue
+		}
+		req.Header.AddBytesKV(k, v)
+	}
+}
+
+func (st *ownStream) bodyInfo() (bool, int64) {
+	cl := st.s.ContentLength()
+	return !st.s.EndedByHead() && cl != 0, cl
+}
+
+func (st *ownStream) body() io.Reader { return (*ownBody)(st) }
+
+func (st *ownStream) stopBody() {
+	st.stopped.Store(true)
+	signal(st.dataSig)
+}
+
+func (st *ownStream) setBodyDeadline(t time.Time) {
+	st.oc.mu.Lock()
+	st.deadline = t
+	st.oc.mu.Unlock()
+	signal(st.dataSig)
+}
+
+// ownBody is the stream's request body.
+type ownBody ownStream
+
+func (b *ownBody) Read(p []byte) (int, error) {
+	st := (*ownStream)(b)
+	oc := st.oc
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for {
+		oc.mu.Lock()
+		buffered, end, reset, _ := oc.core.BodyState(st.s)
+		switch {
+		case buffered > 0 && len(p) > 0:
+			n, _ := oc.core.ReadBody(st.s, p)
+			oc.kickLocked()
+			oc.mu.Unlock()
+			return n, nil
+		case end:
+			oc.mu.Unlock()
+			return 0, io.EOF
+		case reset || st.stopped.Load() || oc.ended:
+			oc.mu.Unlock()
+			return 0, errStreamReset
+		case len(p) == 0:
+			oc.mu.Unlock()
+			return 0, nil
+		}
+		if !st.sent100 {
+			// The client may wait for 100 Continue before its body.
+			st.sent100 = true
+			if st.expects100() {
+				oc.core.Headers(100)
+				oc.core.EndHeaders(st.s, false)
+				oc.kickLocked()
+			}
+		}
+		dl := st.deadline
+		oc.mu.Unlock()
+		var tc <-chan time.Time
+		if !dl.IsZero() {
+			d := time.Until(dl)
+			if d <= 0 {
+				return 0, os.ErrDeadlineExceeded
+			}
+			if t == nil {
+				t = time.NewTimer(d)
+			} else {
+				t.Reset(d)
+			}
+			tc = t.C
+		}
+		select {
+		case <-st.dataSig:
+		case <-tc:
+		}
+	}
+}
+
+func (st *ownStream) expects100() bool {
+	s := st.s
+	for i := range s.NumFields() {
+		if k, v := s.Field(i); string(k) == "expect" && strings.EqualFold(string(v), "100-continue") {
+			return true
+		}
+	}
+	return false
+}
+
+func (st *ownStream) respond(status int, h *fasthttp.ResponseHeader, h2resp *http.Response) {
+	st.status, st.hdr, st.h2resp = status, h, h2resp
+	if h2resp != nil && h2resp.ContentLength != 0 {
+		// From an HTTP/2 backend with a body to come: the head goes at
+		// once (a gRPC stream's first message may be a while). One that
+		// ended with its head (gRPC's Trailers-Only) waits for finish, to
+		// go as one HEADERS frame with its trailers.
+		oc := st.oc
+		oc.mu.Lock()
+		st.headLocked(false, false)
+		oc.kickLocked()
+		oc.mu.Unlock()
+	}
+}
+
+// headLocked queues the response head (with the trailers too, for a
+// Trailers-Only answer).
+func (st *ownStream) headLocked(end, withTrailers bool) bool {
+	core := st.oc.core
+	st.headSent = true
+	core.Headers(st.status)
+	st.hdr.VisitAll(func(k, v []byte) {
+		switch pipeline.FieldKind(k) {
+		case pipeline.KindConnection, pipeline.KindTransferEncoding, pipeline.KindUpgrade, pipeline.KindHopByHop:
+			return
+		}
+		core.Field(k, v)
+	})
+	if withTrailers {
+		st.trailerFields()
+	}
+	return core.EndHeaders(st.s, end)
+}
+
+func (st *ownStream) trailerFields() {
+	for k, vs := range st.h2resp.Trailer {
+		for _, v := range vs {
+			st.oc.core.Field(s2b(k), s2b(v))
+		}
+	}
+}
+
+func (st *ownStream) writer() h2BodyWriter { return st }
+
+func (st *ownStream) failed() bool { return st.bad }
+
+// Write queues b as response data, waiting while too much of it waits.
+func (st *ownStream) Write(b []byte) (int, error) {
+	oc := st.oc
+	oc.mu.Lock()
+	if err := oc.waitRoomLocked(); err != nil {
+		oc.mu.Unlock()
+		st.bad = true
+		return 0, err
+	}
+	if !st.headSent {
+		st.headLocked(false, false)
+	}
+	ok := oc.core.WriteData(st.s, b, false)
+	oc.kickLocked()
+	pend := oc.core.Pending(st.s)
+	oc.mu.Unlock()
+	if !ok {
+		st.bad = true
+		return 0, errOwnStreamClosed
+	}
+	if pend > ownPendLimit {
+		if err := st.waitSent(); err != nil {
+			st.bad = true
+			return 0, err
+		}
+	}
+	return len(b), nil
+}
+
+// writeLast takes the whole body, to go with the stream's end (finish).
+func (st *ownStream) writeLast(b []byte) { st.last = b }
+
+// waitSent waits until all queued response data of the stream is sent,
+// at most write_timeout without progress; then the stream is reset.
+func (st *ownStream) waitSent() error {
+	oc := st.oc
+	wt := oc.fe.writeTimeout
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	lastPend := -1
+	for {
+		oc.mu.Lock()
+		pend, closed := oc.core.Pending(st.s), oc.core.Closed(st.s)
+		oc.mu.Unlock()
+		switch {
+		case pend == 0:
+			return nil
+		case closed:
+			return errOwnStreamClosed
+		}
+		var tc <-chan time.Time
+		if wt > 0 {
+			if t == nil {
+				t = time.NewTimer(wt)
+			} else if pend != lastPend {
+				t.Reset(wt)
+			}
+			tc = t.C
+		}
+		lastPend = pend
+		select {
+		case <-st.writeSig:
+		case <-tc:
+			oc.mu.Lock()
+			oc.core.ResetStream(st.s, h2srv.Cancel)
+			oc.kickLocked()
+			oc.mu.Unlock()
+			return os.ErrDeadlineExceeded
+		}
+	}
+}
+
+func (st *ownStream) trailers(h2resp *http.Response) {
+	st.trailer = len(h2resp.Trailer) > 0
+}
+
+// finish ends the stream: the head if not yet sent, the body held by
+// writeLast, the trailers; or a reset when the body was cut short.
+func (st *ownStream) finish(truncated bool) {
+	oc := st.oc
+	oc.mu.Lock()
+	defer func() {
+		oc.kickLocked()
+		oc.mu.Unlock()
+	}()
+	core := oc.core
+	if core.Closed(st.s) {
+		return
+	}
+	if truncated || st.hdr == nil {
+		// Cut short (x/net's ErrAbortHandler gives INTERNAL_ERROR), or
+		// ended without an answer (reset before it got one).
+		core.ResetStream(st.s, h2srv.InternalError)
+		return
+	}
+	if err := oc.waitRoomLocked(); err != nil {
+		return
+	}
+	if !st.headSent {
+		if len(st.last) == 0 {
+			st.headLocked(true, st.trailer)
+			return
+		}
+		st.headLocked(false, false)
+	}
+	if len(st.last) > 0 || !st.trailer {
+		core.WriteData(st.s, st.last, !st.trailer)
+	}
+	if st.trailer {
+		core.Trailers()
+		st.trailerFields()
+		core.EndTrailers(st.s)
+	}
+}
+
+// ---------------------------------------------------------------- workers
+
+// h2Workers runs streams on long-lived goroutines whose stacks have grown
+// to what the request path needs (a goroutine per stream started small
+// and grew its stack two or three times on the way down). A worker idle
+// for h2WorkerIdle ends.
+type h2Workers struct {
+	mu   sync.Mutex
+	idle []*h2Worker
+}
+
+type h2Worker struct {
+	ch chan *ownStream
+	t  *time.Timer
+}
+
+const h2WorkerIdle = 10 * time.Second
+
+// run starts st on an idle worker, or a new one.
+func (ws *h2Workers) run(st *ownStream) {
+	ws.mu.Lock()
+	var w *h2Worker
+	if n := len(ws.idle); n > 0 {
+		w = ws.idle[n-1]
+		ws.idle[n-1] = nil
+		ws.idle = ws.idle[:n-1]
+	}
+	ws.mu.Unlock()
+	if w != nil {
+		w.ch <- st
+		return
+	}
+	w = &h2Worker{ch: make(chan *ownStream, 1)}
+	go ws.loop(w, st)
+}
+
+func (ws *h2Workers) loop(w *h2Worker, st *ownStream) {
+	h2GrowStack(0)
+	for {
+		st.oc.fe.serveOwnStream(st)
+		st = nil
+		ws.mu.Lock()
+		ws.idle = append(ws.idle, w)
+		ws.mu.Unlock()
+		if w.t == nil {
+			w.t = time.NewTimer(h2WorkerIdle)
+		} else {
+			w.t.Reset(h2WorkerIdle)
+		}
+		select {
+		case st = <-w.ch:
+			w.t.Stop()
+		case <-w.t.C:
+			ws.mu.Lock()
+			gone := false
+			for i, x := range ws.idle {
+				if x == w {
+					ws.idle = append(ws.idle[:i], ws.idle[i+1:]...)
+					gone = true
+					break
+				}
+			}
+			ws.mu.Unlock()
+			if gone {
+				return
+			}
+			st = <-w.ch // taken meanwhile: its stream is on the way
+		}
+	}
+}
+
+// serveOwnStream runs one stream and gives it back to its connection.
+func (fe *frontend) serveOwnStream(st *ownStream) {
+	defer st.oc.release(st)
+	defer func() {
+		if r := recover(); r != nil {
+			st.oc.mu.Lock()
+			st.oc.core.ResetStream(st.s, h2srv.InternalError)
+			st.oc.kickLocked()
+			st.oc.mu.Unlock()
+			if r != http.ErrAbortHandler {
+				fe.p.log.Named("h2").Error("panic serving a stream", "panic", r)
+			}
+		}
+	}()
+	fe.serveH2Stream(st)
+}
