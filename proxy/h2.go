@@ -422,12 +422,12 @@ func (fe *frontend) h2Body(a *pipeline.App, cl int64, rbody io.Reader, req *fast
 // h2Writer writes a response body with an idle write deadline; with
 // flush set, every write is flushed to the client at once.
 type h2Writer struct {
-	w      http.ResponseWriter
-	rc     *http.ResponseController
-	t      time.Duration
-	last   time.Time
-	flush  bool
-	bad    bool // a write (or flush) to the client failed
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	t     time.Duration
+	last  time.Time
+	flush bool
+	bad   bool // a write (or flush) to the client failed
 }
 
 // containsFold reports whether vs holds k, any case.

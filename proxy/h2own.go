@@ -171,7 +171,11 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 		evs = oc.core.TakeEvents(evs[:0])
 		start, cut = oc.eventsLocked(evs, start[:0], cut[:0])
 		oc.suspect.Store(oc.core.Suspect())
-		flooded := oc.core.Flooded()
+		if ferr != nil && oc.core.Flooded() {
+			// Counted before the GOAWAY can leave (kickLocked): whoever
+			// reads it finds the count.
+			fe.p.metrics.clientErrors.WithLabelValues(fe.addr, "h2_reset_flood").Inc()
+		}
 		oc.kickLocked()
 		stop := ferr != nil || oc.werr != nil
 		woken := oc.woken
@@ -206,9 +210,6 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 		}
 		clear(start)
 		clear(cut)
-		if flooded {
-			fe.p.metrics.clientErrors.WithLabelValues(fe.addr, "h2_reset_flood").Inc()
-		}
 		if stop {
 			oc.teardown(ferr != nil)
 			return

@@ -795,7 +795,7 @@ func (c *Conn) onData(id uint32, flags byte, p []byte) {
 	if end {
 		s.remoteEnd, s.state = true, stHalfClosedRemote
 	}
-	if len(p) > 0 || end {
+	if (len(p) > 0 || end) && s.held {
 		c.event(EvData, s, 0)
 	}
 }
