@@ -163,10 +163,12 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 		if n > 0 {
 			ferr = oc.core.Feed(buf[:n])
 		}
-		if first && n > 0 && sv.ReadHeaderTimeout > 0 {
+		if first && n > 0 {
 			first = false
-			oc.idleSet = false
-			_ = c.SetReadDeadline(time.Time{})
+			if sv.ReadHeaderTimeout > 0 {
+				oc.idleSet = false
+				_ = c.SetReadDeadline(time.Time{})
+			}
 		}
 		evs = oc.core.TakeEvents(evs[:0])
 		start, cut = oc.eventsLocked(evs, start[:0], cut[:0])

@@ -1,0 +1,171 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/sentry-proxy/sentry/policy"
+)
+
+// h2Servers are the two h2 servers, for tests that run on both.
+var h2Servers = []H2Server{H2Own, H2XNet}
+
+// TestH2ServersServeAlike: a GET and a POST with a body, over h2c, give
+// the same answer and reach the backend the same way on both servers
+// (Options.H2 selects one).
+func TestH2ServersServeAlike(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Seen", r.Method+" "+r.URL.RequestURI()+" "+r.Header.Get("X-In")+" "+strconv.Itoa(len(b)))
+		w.Header().Add("Set-Cookie", "a=1")
+		w.Header().Add("Set-Cookie", "b=2")
+		io.WriteString(w, "body:"+string(b))
+	})
+	for _, srv := range h2Servers {
+		t.Run(srv.String(), func(t *testing.T) {
+			h := startProxyOpts(t, []string{be}, Options{H2: srv}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+			cl := h2cClient(nil)
+			defer cl.CloseIdleConnections()
+			req, _ := http.NewRequest("GET", "http://"+h.addr+"/g?q=1", nil)
+			req.Header.Set("X-In", "v")
+			resp, err := cl.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.ProtoMajor != 2 || resp.StatusCode != 200 || string(b) != "body:" ||
+				resp.Header.Get("X-Seen") != "GET /g?q=1 v 0" || len(resp.Header.Values("Set-Cookie")) != 2 {
+				t.Errorf("GET: %d %q %v", resp.StatusCode, b, resp.Header)
+			}
+			resp, err = cl.Post("http://"+h.addr+"/p", "text/plain", strings.NewReader(strings.Repeat("x", 100000)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || len(b) != 100005 || resp.Header.Get("X-Seen") != "POST /p  100000" {
+				t.Errorf("POST: %d %d bytes %v", resp.StatusCode, len(b), resp.Header.Get("X-Seen"))
+			}
+		})
+	}
+}
+
+// h2cRaw opens an h2c connection and sends the preface and settings.
+func h2cRaw(t *testing.T, addr string, settings ...http2.Setting) (net.Conn, *http2.Framer) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, http2.ClientPreface)
+	fr := http2.NewFramer(c, c)
+	fr.WriteSettings(settings...)
+	return c, fr
+}
+
+func writeGet(t *testing.T, fr *http2.Framer, id uint32, path string) {
+	t.Helper()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", path}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOwnH2IdleTimeout: a connection without streams for
+// server.idle_timeout gets GOAWAY and is closed.
+func TestOwnH2IdleTimeout(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(s *policy.Snapshot, a *policy.App) {
+		a.H2C = true
+		s.Server.IdleTimeout = 300 * time.Millisecond
+	})
+	c, fr := h2cRaw(t, h.addr)
+	writeGet(t, fr, 1, "/")
+	start := time.Now()
+	var sawData, sawGoAway bool
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			break // closed
+		}
+		switch f := f.(type) {
+		case *http2.DataFrame:
+			sawData = sawData || f.StreamEnded()
+		case *http2.GoAwayFrame:
+			sawGoAway = f.ErrCode == http2.ErrCodeNo && f.LastStreamID == 1
+		}
+	}
+	c.Close()
+	if !sawData || !sawGoAway {
+		t.Errorf("response ended %v, GOAWAY %v", sawData, sawGoAway)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("closed after %v", d)
+	}
+}
+
+// TestOwnH2WindowStallTimesOut: a client that gives a stream no window
+// and never opens it has that stream reset once server.write_timeout
+// passes without progress; the connection stays usable.
+func TestOwnH2WindowStallTimesOut(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 1<<20)
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+			w.Write(big)
+			return
+		}
+		io.WriteString(w, "small")
+	})
+	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(s *policy.Snapshot, a *policy.App) {
+		a.H2C = true
+		s.Server.WriteTimeout = 300 * time.Millisecond
+	})
+	_, fr := h2cRaw(t, h.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	fr.WriteWindowUpdate(0, 1<<30)
+	writeGet(t, fr, 1, "/big")
+	var reset bool
+	for !reset {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no reset of the stalled stream: %v", err)
+		}
+		if r, ok := f.(*http2.RSTStreamFrame); ok && r.StreamID == 1 {
+			reset = true
+		}
+		if d, ok := f.(*http2.DataFrame); ok && len(d.Data()) > 0 {
+			t.Fatalf("data sent without window")
+		}
+	}
+	// The connection still serves: another stream with a window.
+	fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535})
+	writeGet(t, fr, 3, "/small")
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("second stream: %v", err)
+		}
+		if d, ok := f.(*http2.DataFrame); ok && d.StreamID == 3 && d.StreamEnded() {
+			if string(d.Data()) != "small" && len(d.Data()) != 0 {
+				t.Errorf("data %q", d.Data())
+			}
+			return
+		}
+	}
+}
