@@ -428,6 +428,7 @@ func (oc *ownConn) goAway() {
 // release ends a worker's hold on st.
 func (oc *ownConn) release(st *ownStream) {
 	oc.mu.Lock()
+	st.released = true
 	oc.core.Release(st.s)
 	oc.held--
 	oc.kickLocked()
@@ -456,6 +457,7 @@ type ownStream struct {
 	afters []*ownAfter
 
 	stopped   atomic.Bool // the request path gave up on the body
+	released  bool        // the worker is done (ownConn.release); under ownConn.mu
 	deadline  time.Time   // body read deadline
 	sent100   bool
 	status    int
@@ -596,6 +598,11 @@ func (b *ownBody) Read(p []byte) (int, error) {
 	}()
 	for {
 		oc.mu.Lock()
+		if st.released {
+			// The core may have given st.s to another stream.
+			oc.mu.Unlock()
+			return 0, errStreamReset
+		}
 		buffered, end, reset, _ := oc.core.BodyState(st.s)
 		switch {
 		case buffered > 0 && len(p) > 0:
@@ -606,7 +613,9 @@ func (b *ownBody) Read(p []byte) (int, error) {
 		case end:
 			oc.mu.Unlock()
 			return 0, io.EOF
-		case reset || st.stopped.Load() || oc.ended:
+		case reset || st.stopped.Load() || oc.ended || oc.core.Closed(st.s):
+			// Closed without its end: reset, or the response ended
+			// first (the rest of the body was refused).
 			oc.mu.Unlock()
 			return 0, errStreamReset
 		case len(p) == 0:
@@ -857,35 +866,41 @@ func (ws *h2Workers) run(st *ownStream) {
 
 func (ws *h2Workers) loop(w *h2Worker, st *ownStream) {
 	h2GrowStack(0)
+	// The idle timer runs on while the worker works (no timer operation
+	// per stream): when it fires, a worker that served since the last
+	// time re-arms it, one that did not ends.
+	w.t = time.NewTimer(h2WorkerIdle)
+	used := false
 	for {
 		st.oc.fe.serveOwnStream(st)
-		st = nil
+		st, used = nil, true
 		ws.mu.Lock()
 		ws.idle = append(ws.idle, w)
 		ws.mu.Unlock()
-		if w.t == nil {
-			w.t = time.NewTimer(h2WorkerIdle)
-		} else {
-			w.t.Reset(h2WorkerIdle)
-		}
-		select {
-		case st = <-w.ch:
-			w.t.Stop()
-		case <-w.t.C:
-			ws.mu.Lock()
-			gone := false
-			for i, x := range ws.idle {
-				if x == w {
-					ws.idle = append(ws.idle[:i], ws.idle[i+1:]...)
-					gone = true
-					break
+		for st == nil {
+			select {
+			case st = <-w.ch:
+			case <-w.t.C:
+				if used {
+					used = false
+					w.t.Reset(h2WorkerIdle)
+					continue
 				}
+				ws.mu.Lock()
+				gone := false
+				for i, x := range ws.idle {
+					if x == w {
+						ws.idle = append(ws.idle[:i], ws.idle[i+1:]...)
+						gone = true
+						break
+					}
+				}
+				ws.mu.Unlock()
+				if gone {
+					return
+				}
+				st = <-w.ch // taken meanwhile: its stream is on the way
 			}
-			ws.mu.Unlock()
-			if gone {
-				return
-			}
-			st = <-w.ch // taken meanwhile: its stream is on the way
 		}
 	}
 }
