@@ -90,6 +90,9 @@ const (
 	// ownPendLimit: a worker waits while this much of its stream's
 	// response waits for the client's flow-control window.
 	ownPendLimit = 64 << 10
+	// ownReadLimit: the reader stops reading while this much output
+	// waits (what a client's frames make the server answer is bounded).
+	ownReadLimit = 4 * ownOutLimit
 	// ownReadBuf is the reader's buffer (a TLS record's plaintext is at
 	// most 16 KiB).
 	ownReadBuf = 16 << 10
@@ -158,6 +161,14 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 	var cut []*ownStream
 	first := true
 	for {
+		// A client that sends (PINGs, SETTINGS, resets) without reading
+		// the answers is not read from while ownReadLimit bytes wait.
+		oc.mu.Lock()
+		for len(oc.core.Output()) >= ownReadLimit && oc.werr == nil && !oc.ended {
+			oc.kickLocked()
+			oc.cond.Wait()
+		}
+		oc.mu.Unlock()
 		n, rerr := c.Read(buf)
 		oc.mu.Lock()
 		var ferr error

@@ -169,3 +169,28 @@ func TestOwnH2WindowStallTimesOut(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnH2StopsReadingUnreadAnswers: a client that floods PINGs and
+// reads none of the answers is no longer read from once the answers
+// waiting reach ownReadLimit: its own writes stall (without that, the
+// server would read on and buffer every answer).
+func TestOwnH2StopsReadingUnreadAnswers(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {})
+	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(s *policy.Snapshot, a *policy.App) { a.H2C = true })
+	c, _ := h2cRaw(t, h.addr)
+	_ = c.(*net.TCPConn).SetReadBuffer(4 << 10)
+	ping := make([]byte, 0, 17*4096)
+	for range 4096 {
+		ping = append(ping, 0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8)
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(3 * time.Second))
+	sent := 0
+	for sent < 256<<20 {
+		n, err := c.Write(ping)
+		sent += n
+		if err != nil {
+			return // stalled: the server stopped reading
+		}
+	}
+	t.Errorf("%d MiB of PINGs taken without any answer read", sent>>20)
+}
