@@ -68,6 +68,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	}
 	sv := st.snap.Server
 	fe := &frontend{p: p, addr: addr, done: make(chan struct{})}
+	fe.h2Workers.serve = fe.serveOwnStream
 	fe.route.Store(rt)
 	fe.body = bodyLimits{buffer: sv.RequestBuffer, minRate: sv.BodyMinRate, grace: sv.ReadHeaderTimeout, timeout: sv.BodyTimeout}
 	fe.writeIdle = sv.WriteTimeout
@@ -236,6 +237,9 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 			err = herr
 		}
 	}
+	// The h2 workers parked now end; those still running end when their
+	// stream does.
+	fe.h2Workers.stop()
 	// Lingering closes end within lingerTimeout.
 	limit := time.NewTimer(lingerTimeout + 100*time.Millisecond)
 	defer limit.Stop()

@@ -850,16 +850,23 @@ func (st *ownStream) finish(truncated bool) {
 
 // h2Workers runs streams on long-lived goroutines whose stacks have grown
 // to what the request path needs (a goroutine per stream started small
-// and grew its stack two or three times on the way down). A worker idle
-// for h2WorkerIdle ends.
+// and grew its stack two or three times on the way down). Idle workers
+// are a stack (the most recently parked runs next, its stack warm); one
+// parked for longer than h2WorkerIdle is retired by a later dispatch,
+// which finds the oldest at the bottom; stop (the front end's Shutdown)
+// retires them all. A parked worker waits on its channel alone: a timer
+// in that select cost 2.8% of the h2 path's CPU.
 type h2Workers struct {
-	mu   sync.Mutex
-	idle []*h2Worker
+	serve   func(*ownStream) // the front end's serveOwnStream
+	mu      sync.Mutex
+	idle    []*h2Worker
+	stopped bool
+	live    atomic.Int32 // worker goroutines
 }
 
 type h2Worker struct {
-	ch chan *ownStream
-	t  *time.Timer
+	ch     chan *ownStream // nil: end
+	parked int64           // when it went idle (Unix ns)
 }
 
 const h2WorkerIdle = 10 * time.Second
@@ -872,6 +879,9 @@ func (ws *h2Workers) run(st *ownStream) {
 		w = ws.idle[n-1]
 		ws.idle[n-1] = nil
 		ws.idle = ws.idle[:n-1]
+		if len(ws.idle) > 0 && time.Now().UnixNano()-ws.idle[0].parked > int64(h2WorkerIdle) {
+			ws.retireLocked()
+		}
 	}
 	ws.mu.Unlock()
 	if w != nil {
@@ -879,47 +889,49 @@ func (ws *h2Workers) run(st *ownStream) {
 		return
 	}
 	w = &h2Worker{ch: make(chan *ownStream, 1)}
+	ws.live.Add(1)
 	go ws.loop(w, st)
 }
 
+// retireLocked ends the workers parked for longer than h2WorkerIdle. The
+// sends do not block: a parked worker's channel is empty.
+func (ws *h2Workers) retireLocked() {
+	limit := time.Now().UnixNano() - int64(h2WorkerIdle)
+	k := 0
+	for k < len(ws.idle) && ws.idle[k].parked < limit {
+		ws.idle[k].ch <- nil
+		k++
+	}
+	n := copy(ws.idle, ws.idle[k:])
+	clear(ws.idle[n:])
+	ws.idle = ws.idle[:n]
+}
+
+// stop ends the parked workers; the others end after their stream.
+func (ws *h2Workers) stop() {
+	ws.mu.Lock()
+	ws.stopped = true
+	for _, w := range ws.idle {
+		w.ch <- nil
+	}
+	ws.idle = nil
+	ws.mu.Unlock()
+}
+
 func (ws *h2Workers) loop(w *h2Worker, st *ownStream) {
+	defer ws.live.Add(-1)
 	h2GrowStack(0)
-	// The idle timer runs on while the worker works (no timer operation
-	// per stream): when it fires, a worker that served since the last
-	// time re-arms it, one that did not ends.
-	w.t = time.NewTimer(h2WorkerIdle)
-	used := false
-	for {
-		st.oc.fe.serveOwnStream(st)
-		st, used = nil, true
+	for st != nil {
+		ws.serve(st)
 		ws.mu.Lock()
+		if ws.stopped {
+			ws.mu.Unlock()
+			return
+		}
+		w.parked = time.Now().UnixNano()
 		ws.idle = append(ws.idle, w)
 		ws.mu.Unlock()
-		for st == nil {
-			select {
-			case st = <-w.ch:
-			case <-w.t.C:
-				if used {
-					used = false
-					w.t.Reset(h2WorkerIdle)
-					continue
-				}
-				ws.mu.Lock()
-				gone := false
-				for i, x := range ws.idle {
-					if x == w {
-						ws.idle = append(ws.idle[:i], ws.idle[i+1:]...)
-						gone = true
-						break
-					}
-				}
-				ws.mu.Unlock()
-				if gone {
-					return
-				}
-				st = <-w.ch // taken meanwhile: its stream is on the way
-			}
-		}
+		st = <-w.ch
 	}
 }
 

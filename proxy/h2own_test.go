@@ -194,3 +194,65 @@ func TestOwnH2StopsReadingUnreadAnswers(t *testing.T) {
 	}
 	t.Errorf("%d MiB of PINGs taken without any answer read", sent>>20)
 }
+
+// TestH2WorkersReuseRetireStop: a parked worker takes the next stream (no
+// new goroutine), one parked for longer than h2WorkerIdle is retired by a
+// later dispatch, and stop ends the parked ones.
+func TestH2WorkersReuseRetireStop(t *testing.T) {
+	served := make(chan *ownStream, 16)
+	release := make(chan struct{})
+	ws := &h2Workers{serve: func(st *ownStream) { served <- st; <-release }}
+	base := 0
+	waitGoroutines := func(want int) {
+		t.Helper()
+		for i := 0; i < 200 && int(ws.live.Load()) != want; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := ws.live.Load(); int(n) != want {
+			t.Fatalf("%d workers, want %d", n, want)
+		}
+	}
+	parked := func(n int) {
+		t.Helper()
+		for i := 0; i < 200; i++ {
+			ws.mu.Lock()
+			k := len(ws.idle)
+			ws.mu.Unlock()
+			if k == n {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("workers did not park")
+	}
+	// Three at once: three workers.
+	for range 3 {
+		ws.run(&ownStream{})
+	}
+	for range 3 {
+		<-served
+	}
+	waitGoroutines(base + 3)
+	release <- struct{}{}
+	release <- struct{}{}
+	release <- struct{}{}
+	parked(3)
+	// One more: a parked worker takes it.
+	ws.run(&ownStream{})
+	<-served
+	release <- struct{}{}
+	parked(3)
+	waitGoroutines(base + 3)
+	// Two of them parked long ago: the next dispatch retires them.
+	ws.mu.Lock()
+	old := time.Now().Add(-2 * h2WorkerIdle).UnixNano()
+	ws.idle[0].parked, ws.idle[1].parked = old, old
+	ws.mu.Unlock()
+	ws.run(&ownStream{})
+	<-served
+	waitGoroutines(base + 1)
+	release <- struct{}{}
+	parked(1)
+	ws.stop()
+	waitGoroutines(base)
+}
