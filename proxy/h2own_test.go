@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -255,4 +256,166 @@ func TestH2WorkersReuseRetireStop(t *testing.T) {
 	parked(1)
 	ws.stop()
 	waitGoroutines(base)
+}
+
+// h2cExchange1 sends one request as raw frames on a fresh h2c connection
+// and returns the response's status and head.
+func h2cExchange1(t *testing.T, addr string, fields ...string) (int, http.Header) {
+	t.Helper()
+	_, fr := h2cRaw(t, addr)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for i := 0; i+1 < len(fields); i += 2 {
+		enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	dec := hpack.NewDecoder(4096, nil)
+	status := 0
+	hdr := http.Header{}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading the response: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.HeadersFrame:
+			if f.StreamID == 1 && status == 0 {
+				hf, _ := dec.DecodeFull(f.HeaderBlockFragment())
+				for _, h := range hf {
+					if h.Name == ":status" {
+						status, _ = strconv.Atoi(h.Value)
+					} else {
+						hdr.Add(h.Name, h.Value)
+					}
+				}
+			}
+			if f.StreamID == 1 && f.StreamEnded() {
+				return status, hdr
+			}
+		case *http2.DataFrame:
+			if f.StreamID == 1 && f.StreamEnded() {
+				return status, hdr
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID == 1 {
+				t.Fatalf("stream reset: %v", f.ErrCode)
+			}
+		}
+	}
+}
+
+// TestH2HeaderPolicyOnTheWire is TestH2HeaderPolicy sent as frames, on
+// both h2 servers: ":authority" wins over a host field, forwarding fields
+// are replaced whatever their number or spelling, the load header is
+// dropped, a userinfo authority is 400 and CONNECT 405.
+func TestH2HeaderPolicyOnTheWire(t *testing.T) {
+	rb := startRawBackend(t, tableBackend)
+	for _, srv := range h2Servers {
+		t.Run(srv.String(), func(t *testing.T) {
+			h := startProxyOpts(t, []string{rb.addr}, Options{H2: srv}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+			r := &rig{h: h, rb: rb}
+			tag := fmt.Sprintf("/h2w-%d", pathSeq.Add(1))
+			st, hdr := h2cExchange1(t, h.addr, ":method", "GET", ":scheme", "http", ":authority", "a.test", ":path", tag,
+				"host", "evil.test", "x-forwarded-for", "6.6.6.6", "x-forwarded-for", "7.7.7.7", "x_forwarded_for", "5.5.5.5",
+				"x-forwarded-host", "evil", "x-forwarded-proto", "https", "x-request-id", "forged", "x-keep", "yes",
+				"sentry-load", "0.00", "sentry_load", "3")
+			if st != 200 {
+				t.Fatalf("status %d", st)
+			}
+			got := r.received(tag)
+			if len(got) != 1 {
+				t.Fatalf("backend received %d requests", len(got))
+			}
+			q := got[0]
+			if hv := q.header.Get("Host"); hv != "a.test" {
+				t.Errorf("backend Host = %q, want :authority a.test", hv)
+			}
+			wantForwarding(t, q, &http.Response{Header: hdr}, "127.0.0.1", "http", "a.test", "")
+			if q.header.Get("X-Keep") != "yes" {
+				t.Errorf("end-to-end X-Keep dropped")
+			}
+			tag = fmt.Sprintf("/h2w-%d", pathSeq.Add(1))
+			if st, _ := h2cExchange1(t, h.addr, ":method", "GET", ":scheme", "http", ":authority", "user:pw@a.test", ":path", tag); st != 400 {
+				t.Errorf("authority with userinfo: %d, want 400", st)
+			}
+			if st, _ := h2cExchange1(t, h.addr, ":method", "CONNECT", ":authority", "a.test:443"); st != 405 {
+				t.Errorf("CONNECT: %d, want 405", st)
+			}
+			if n := len(r.received(tag)); n != 0 {
+				t.Errorf("backend received %d refused requests", n)
+			}
+		})
+	}
+}
+
+// TestH2BodyFramingOnTheWire is TestH2BodyFramingBeforeRead sent as
+// frames, on both h2 servers: with max_body_bytes 100, a content-length of
+// 200 is 413 and a body without content-length 411, answered before the
+// body comes (none is sent) and never relayed; a body within the limit is.
+func TestH2BodyFramingOnTheWire(t *testing.T) {
+	rb := startRawBackend(t, tableBackend)
+	for _, srv := range h2Servers {
+		t.Run(srv.String(), func(t *testing.T) {
+			h := startProxyOpts(t, []string{rb.addr}, Options{H2: srv}, func(s *policy.Snapshot, a *policy.App) {
+				a.H2C = true
+				a.MaxBodyBytes = 100
+			})
+			r := &rig{h: h, rb: rb}
+			post := func(tag string, cl string) *http2.Framer {
+				_, fr := h2cRaw(t, h.addr)
+				var hb bytes.Buffer
+				enc := hpack.NewEncoder(&hb)
+				f := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "a.test"}, {":path", tag}}
+				if cl != "" {
+					f = append(f, [2]string{"content-length", cl})
+				}
+				for _, kv := range f {
+					enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+				}
+				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+				return fr
+			}
+			status := func(fr *http2.Framer) int {
+				dec := hpack.NewDecoder(4096, nil)
+				for {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						t.Fatalf("no answer: %v", err)
+					}
+					if hf, ok := f.(*http2.HeadersFrame); ok && hf.StreamID == 1 {
+						fs, _ := dec.DecodeFull(hf.HeaderBlockFragment())
+						for _, x := range fs {
+							if x.Name == ":status" {
+								n, _ := strconv.Atoi(x.Value)
+								return n
+							}
+						}
+					}
+				}
+			}
+			for _, c := range []struct {
+				cl   string
+				want int
+			}{{"200", 413}, {"", 411}} {
+				tag := fmt.Sprintf("/h2bw-%d", pathSeq.Add(1))
+				if got := status(post(tag, c.cl)); got != c.want {
+					t.Errorf("content-length %q: %d, want %d", c.cl, got, c.want)
+				}
+				if n := len(r.received(tag)); n != 0 {
+					t.Errorf("content-length %q: relayed %d times", c.cl, n)
+				}
+			}
+			tag := fmt.Sprintf("/h2bw-%d", pathSeq.Add(1))
+			fr := post(tag, "5")
+			fr.WriteData(1, true, []byte("hello"))
+			if got := status(fr); got != 200 {
+				t.Errorf("a body within the limit: %d", got)
+			}
+			if got := r.received(tag); len(got) != 1 || string(got[0].body) != "hello" {
+				t.Errorf("relayed %+v", got)
+			}
+		})
+	}
 }
