@@ -808,15 +808,24 @@ func (st *ownStream) trailers(h2resp *http.Response) {
 }
 
 // finish ends the stream: the head if not yet sent, the body held by
-// writeLast, the trailers; or a reset when the body was cut short.
+// writeLast, the trailers; or a reset when the body was cut short. What
+// still waits for the client's window is waited for (waitSent: at most
+// write_timeout without progress, then a reset), so that a stream never
+// outlives its worker holding data a client will not take.
 func (st *ownStream) finish(truncated bool) {
 	oc := st.oc
 	oc.mu.Lock()
-	defer func() {
-		oc.kickLocked()
-		oc.mu.Unlock()
-	}()
-	core := oc.core
+	st.endLocked(truncated)
+	oc.kickLocked()
+	wait := !oc.core.Closed(st.s) && oc.core.Pending(st.s) > 0
+	oc.mu.Unlock()
+	if wait {
+		_ = st.waitSent()
+	}
+}
+
+func (st *ownStream) endLocked(truncated bool) {
+	core := st.oc.core
 	if core.Closed(st.s) {
 		return
 	}
@@ -826,7 +835,7 @@ func (st *ownStream) finish(truncated bool) {
 		core.ResetStream(st.s, h2srv.InternalError)
 		return
 	}
-	if err := oc.waitRoomLocked(); err != nil {
+	if err := st.oc.waitRoomLocked(); err != nil {
 		return
 	}
 	if !st.headSent {

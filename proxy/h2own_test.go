@@ -127,12 +127,16 @@ func TestOwnH2IdleTimeout(t *testing.T) {
 func TestOwnH2WindowStallTimesOut(t *testing.T) {
 	big := bytes.Repeat([]byte("x"), 1<<20)
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/big" {
+		switch r.URL.Path {
+		case "/big":
 			w.Header().Set("Content-Length", strconv.Itoa(len(big)))
 			w.Write(big)
-			return
+		case "/mid": // held whole, sent with the stream's end (finish)
+			w.Header().Set("Content-Length", "32768")
+			w.Write(big[:32768])
+		default:
+			io.WriteString(w, "small")
 		}
-		io.WriteString(w, "small")
 	})
 	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(s *policy.Snapshot, a *policy.App) {
 		a.H2C = true
@@ -141,14 +145,15 @@ func TestOwnH2WindowStallTimesOut(t *testing.T) {
 	_, fr := h2cRaw(t, h.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
 	fr.WriteWindowUpdate(0, 1<<30)
 	writeGet(t, fr, 1, "/big")
-	var reset bool
-	for !reset {
+	writeGet(t, fr, 5, "/mid")
+	reset := map[uint32]bool{}
+	for len(reset) < 2 {
 		f, err := fr.ReadFrame()
 		if err != nil {
-			t.Fatalf("no reset of the stalled stream: %v", err)
+			t.Fatalf("no reset of the stalled streams (%v): %v", reset, err)
 		}
-		if r, ok := f.(*http2.RSTStreamFrame); ok && r.StreamID == 1 {
-			reset = true
+		if r, ok := f.(*http2.RSTStreamFrame); ok {
+			reset[r.StreamID] = true
 		}
 		if d, ok := f.(*http2.DataFrame); ok && len(d.Data()) > 0 {
 			t.Fatalf("data sent without window")
@@ -156,13 +161,13 @@ func TestOwnH2WindowStallTimesOut(t *testing.T) {
 	}
 	// The connection still serves: another stream with a window.
 	fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535})
-	writeGet(t, fr, 3, "/small")
+	writeGet(t, fr, 7, "/small")
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
 			t.Fatalf("second stream: %v", err)
 		}
-		if d, ok := f.(*http2.DataFrame); ok && d.StreamID == 3 && d.StreamEnded() {
+		if d, ok := f.(*http2.DataFrame); ok && d.StreamID == 7 && d.StreamEnded() {
 			if string(d.Data()) != "small" && len(d.Data()) != 0 {
 				t.Errorf("data %q", d.Data())
 			}
