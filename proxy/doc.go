@@ -650,6 +650,10 @@
 // yield took client-side writes from 0.97 per response to 0.27 (16% of
 // the CPU to 10%). What is left is the backend side and the goroutine
 // hand-offs (reader to worker to writer) that nginx's loop does not make.
+// BenchmarkH2Relay (an h2c GET through sentry, client included): 68
+// allocations per request against x/net's 108; of the own server's, about
+// 18, of which the stream's context and cut (ownStream, its channels, the
+// AfterFunc registrations, abortable) are 9 -- the next to pool.
 //
 // Conformance: h2spec v2.2.1 (145 cases) passes 145 over TLS and 144 over
 // h2c, where "invalid connection preface" is answered by the HTTP/1.1

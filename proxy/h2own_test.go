@@ -424,3 +424,32 @@ func TestH2BodyFramingOnTheWire(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkH2Relay is an h2c GET through sentry to a fast backend, on each
+// h2 server, for allocs/op (the client's are the same in both; ns/op on
+// a shared machine says little, e2e/bench/tls.sh measures throughput).
+func BenchmarkH2Relay(b *testing.B) {
+	be := fastBackend(b)
+	for _, srv := range h2Servers {
+		b.Run(srv.String(), func(b *testing.B) {
+			h := startProxyOpts(&testing.T{}, []string{be}, Options{H2: srv}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+			defer func() { b.StopTimer(); h.close() }()
+			cl := h2cClient(nil)
+			defer cl.CloseIdleConnections()
+			url := "http://" + h.addr + "/x"
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					resp, err := cl.Get(url)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		})
+	}
+}
