@@ -654,10 +654,12 @@
 // h2c both sides, the backend side still x/net's Transport), one run per
 // server on the shared machine: own 1.07x and 0.92x nginx's grpc_pass by
 // calls/s (6.2-7.0k calls per CPU second), x/net 0.68x (4.4k).
-// BenchmarkH2Relay (an h2c GET through sentry, client included): 68
+// BenchmarkH2Relay (an h2c GET through sentry, client included): 64
 // allocations per request against x/net's 108; of the own server's, about
-// 18, of which the stream's context and cut (ownStream, its channels, the
-// AfterFunc registrations, abortable) are 9 -- the next to pool.
+// 14, of which the stream's context and cut (ownStream, its done channel,
+// the AfterFunc stop function, context.AfterFunc's own, abortable) are
+// about 5 -- the next to pool (ownStream is not pooled yet: a backend's
+// transport may hold its context or body a moment after the stream ends).
 //
 // Conformance: h2spec v2.2.1 (145 cases) passes 145 over TLS and 144 over
 // h2c, where "invalid connection preface" is answered by the HTTP/1.1

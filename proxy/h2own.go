@@ -238,8 +238,7 @@ func (oc *ownConn) eventsLocked(evs []h2srv.Event, start, cut []*ownStream) ([]*
 		switch e.Kind {
 		case h2srv.EvRequest:
 			st := &ownStream{oc: oc, s: e.S}
-			st.dataSig = make(chan struct{}, 1)
-			st.writeSig = make(chan struct{}, 1)
+			st.afters = st.afterBuf[:0]
 			e.S.User = st
 			oc.held++
 			start = append(start, st)
@@ -464,15 +463,22 @@ func (oc *ownConn) release(st *ownStream) {
 // (h2Exchange), and its context: done when the stream is reset or the
 // connection ends.
 type ownStream struct {
-	oc       *ownConn
-	s        *h2srv.Stream
-	dataSig  chan struct{} // body bytes, the body's end, a reset
-	writeSig chan struct{} // queued response data sent, a reset
+	oc *ownConn
+	s  *h2srv.Stream
+	// dataSig (body bytes, the body's end, a reset) and writeSig (queued
+	// response data sent, a reset) are made under ownConn.mu by the first
+	// wait that needs one (most streams never wait); signalling a nil one
+	// does nothing.
+	dataSig  chan struct{}
+	writeSig chan struct{}
 
-	cmu    sync.Mutex
-	done   chan struct{}
-	cut    bool
-	afters []*ownAfter
+	cmu  sync.Mutex
+	done chan struct{}
+	cut  bool
+	// afters are the context's callbacks (AfterFunc); a stopped one is
+	// nil. The first two live in afterBuf.
+	afters   []func()
+	afterBuf [2]func()
 
 	stopped   atomic.Bool // the request path gave up on the body
 	released  bool        // the worker is done (ownConn.release); under ownConn.mu
@@ -487,8 +493,6 @@ type ownStream struct {
 	bad       bool // a write to the client failed
 	noTrailer bool
 }
-
-type ownAfter struct{ f func() }
 
 // Deadline, Done, Err and Value make ownStream a context.Context.
 func (st *ownStream) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -525,19 +529,17 @@ func (st *ownStream) AfterFunc(f func()) func() bool {
 		go f()
 		return func() bool { return false }
 	}
-	a := &ownAfter{f: f}
-	st.afters = append(st.afters, a)
+	i := len(st.afters)
+	st.afters = append(st.afters, f)
 	st.cmu.Unlock()
 	return func() bool {
 		st.cmu.Lock()
 		defer st.cmu.Unlock()
-		for i, x := range st.afters {
-			if x == a {
-				st.afters = append(st.afters[:i], st.afters[i+1:]...)
-				return true
-			}
+		if i < len(st.afters) && st.afters[i] != nil {
+			st.afters[i] = nil
+			return true
 		}
-		return false
+		return false // ran, or running
 	}
 }
 
@@ -555,8 +557,10 @@ func (st *ownStream) cancel() {
 	fs := st.afters
 	st.afters = nil
 	st.cmu.Unlock()
-	for _, a := range fs {
-		a.f()
+	for _, f := range fs {
+		if f != nil {
+			f()
+		}
 	}
 }
 
@@ -591,15 +595,17 @@ func (st *ownStream) bodyInfo() (bool, int64) {
 func (st *ownStream) body() io.Reader { return (*ownBody)(st) }
 
 func (st *ownStream) stopBody() {
+	st.oc.mu.Lock()
 	st.stopped.Store(true)
 	signal(st.dataSig)
+	st.oc.mu.Unlock()
 }
 
 func (st *ownStream) setBodyDeadline(t time.Time) {
 	st.oc.mu.Lock()
 	st.deadline = t
-	st.oc.mu.Unlock()
 	signal(st.dataSig)
+	st.oc.mu.Unlock()
 }
 
 // ownBody is the stream's request body.
@@ -650,6 +656,10 @@ func (b *ownBody) Read(p []byte) (int, error) {
 			}
 		}
 		dl := st.deadline
+		if st.dataSig == nil {
+			st.dataSig = make(chan struct{}, 1)
+		}
+		sig := st.dataSig
 		oc.mu.Unlock()
 		var tc <-chan time.Time
 		if !dl.IsZero() {
@@ -665,7 +675,7 @@ func (b *ownBody) Read(p []byte) (int, error) {
 			tc = t.C
 		}
 		select {
-		case <-st.dataSig:
+		case <-sig:
 		case <-tc:
 		}
 	}
@@ -774,6 +784,10 @@ func (st *ownStream) waitSent() error {
 	for {
 		oc.mu.Lock()
 		pend, closed := oc.core.Pending(st.s), oc.core.Closed(st.s)
+		if st.writeSig == nil {
+			st.writeSig = make(chan struct{}, 1)
+		}
+		sig := st.writeSig
 		oc.mu.Unlock()
 		switch {
 		case pend == 0:
@@ -792,7 +806,7 @@ func (st *ownStream) waitSent() error {
 		}
 		lastPend = pend
 		select {
-		case <-st.writeSig:
+		case <-sig:
 		case <-tc:
 			oc.mu.Lock()
 			oc.core.ResetStream(st.s, h2srv.Cancel)
