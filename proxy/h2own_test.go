@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -452,4 +453,50 @@ func BenchmarkH2Relay(b *testing.B) {
 			})
 		})
 	}
+}
+
+// TestOwnH2NoGoroutineLeft: after h2 connections served requests, reset
+// a stream and sat idle, and the proxy shut down, none of the own
+// server's goroutines (readers, writers, workers) is left.
+func TestOwnH2NoGoroutineLeft(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			time.Sleep(200 * time.Millisecond)
+		}
+		io.WriteString(w, "ok")
+	})
+	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	cl := h2cClient(nil)
+	for range 20 {
+		resp, err := cl.Get("http://" + h.addr + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	_, fr := h2cRaw(t, h.addr) // an idle connection, and a stream reset in flight
+	writeGet(t, fr, 1, "/slow")
+	fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	_, _ = h2cRaw(t, h.addr)
+	time.Sleep(50 * time.Millisecond)
+	h.close()
+	cl.CloseIdleConnections()
+	var left string
+	for range 300 {
+		buf := make([]byte, 1<<20)
+		all := string(buf[:runtime.Stack(buf, true)])
+		left = ""
+		for _, g := range strings.Split(all, "\n\n") {
+			if strings.Contains(g, "proxy.(*ownConn)") || strings.Contains(g, "proxy.(*h2Workers).loop") ||
+				strings.Contains(g, "proxy.(*frontend).serveOwnConn") {
+				left += g + "\n\n"
+			}
+		}
+		if left == "" {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("goroutines left after shutdown:\n%s", left)
 }
