@@ -632,17 +632,20 @@
 //
 // Measured with `DURATION=8 PATHS=h2 bash e2e/bench/tls.sh`, x/net's server
 // as the sentry-base peer (the same binary with SENTRY_H2_SERVER=xnet),
-// three runs with the peer order changed, while other work shared the
-// machine (the lead re-measures alone):
+// five runs with the peer order changed, while other work shared the
+// machine (the lead re-measures alone; runs 4 and 5 after the worker and
+// allocation changes of the last commits):
 //
 //	run  own/nginx req/s  p99 own/nginx  x/net/nginx req/s  req per CPU s own / x/net / nginx
 //	1    1.01 (22.6k)     0.77           0.51 (11.4k)       24.2k / 10.8k / 28.5k
 //	2    0.86 (27.6k)     1.01           0.41 (13.2k)       25.3k / 12.1k / 32.5k
 //	3    0.92 (28.7k)     0.72           0.48 (14.9k)       26.5k / 13.3k / 34.1k
+//	4    0.96 (19.6k)     0.67           0.78 (16.1k)       27.3k / 14.1k / 35.8k
+//	5    0.85 (15.0k)     0.90           0.47 (8.3k)        23.6k / 12.8k / 36.2k
 //
-// Twice x/net's rate per CPU second, p99 0.72-1.01x nginx's; by req/s
-// 0.86-1.01x nginx, by CPU 0.78-0.85x: the h2 target (>= 1.0x) is met in
-// one run of three, not yet reliably. Of the own server's CPU
+// About twice x/net's rate per CPU second, p99 0.67-1.01x nginx's; by
+// req/s 0.85-1.01x nginx, by CPU 0.65-0.85x: the h2 target (>= 1.0x) is
+// met in one run of five, not yet reliably. Of the own server's CPU
 // (pprof under the same load): the backend exchange (fasthttp's HostClient:
 // one write and one read per request) 52%, the client-side writes 10%, the
 // reader (TLS read and the core) 6%, of which the core's Feed 1.6%, the
