@@ -37,15 +37,20 @@ import (
 //     record and one write(2), under server.write_timeout as an idle
 //     timeout.
 //
-// The stream's body waits in the core (bounded by the receive windows,
-// refilled as the request path reads); a response waits in the core when
-// the client's windows are shut, and its worker waits (at most
-// write_timeout without progress) once more than ownPendLimit bytes wait.
+// Memory is bounded everywhere: the stream's body waits in the core
+// (bounded by the receive windows, refilled as the request path reads); a
+// response waits in the core when the client's windows are shut, and its
+// worker waits (at most write_timeout without progress, then RST_STREAM)
+// once more than ownPendLimit bytes wait, and at the stream's end until
+// all is sent; workers wait while ownOutLimit bytes of output are
+// unwritten, and the reader stops reading at ownReadLimit (a client that
+// sends PINGs or SETTINGS and reads nothing).
 //
-// Lock order: ownConn.mu, then ownStream.cmu. Nothing else is called
-// under ownConn.mu but the core, channel sends that do not block and the
-// start of the writer goroutine; stream cancellation (abortable.abort,
-// context callbacks) runs after it is released.
+// Lock order: ownConn.mu, then ownStream.cmu; h2Workers.mu is taken alone.
+// Nothing else is called under ownConn.mu but the core, channel sends that
+// do not block, read deadlines (wake-ups) and the start of the writer
+// goroutine; stream cancellation (abortable.abort, context callbacks) runs
+// after it is released.
 
 // H2Server selects the h2 server of TLS and h2c listeners.
 type H2Server uint8
