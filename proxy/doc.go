@@ -628,7 +628,10 @@
 // RST_STREAM). Drain: GOAWAY, then the connection closes once its streams
 // are done. x/net's server stays for comparison: Options.H2 (H2XNet), or
 // SENTRY_H2_SERVER=xnet in the environment -- a diagnostic switch, not a
-// policy key (TestH2ServersServeAlike runs both).
+// policy key. The package's tests run on the own server;
+// `SENTRY_H2_SERVER=xnet go test ./proxy/` runs them all on x/net's (both
+// pass), and the *OnTheWire tests and TestH2ServersServeAlike run both in
+// every run.
 //
 // Measured with `DURATION=8 PATHS=h2 bash e2e/bench/tls.sh`, x/net's server
 // as the sentry-base peer (the same binary with SENTRY_H2_SERVER=xnet),
