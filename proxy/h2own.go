@@ -218,7 +218,12 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 		if !stop && !first {
 			oc.setIdleLocked(idle, woken)
 		} else if !stop && woken {
-			_ = c.SetReadDeadline(time.Now().Add(sv.ReadHeaderTimeout))
+			// Woken before the preface came: its deadline again.
+			var dl time.Time
+			if sv.ReadHeaderTimeout > 0 {
+				dl = time.Now().Add(sv.ReadHeaderTimeout)
+			}
+			_ = c.SetReadDeadline(dl)
 		}
 		oc.mu.Unlock()
 		for _, st := range cut {
@@ -373,11 +378,13 @@ func (oc *ownConn) waitRoomLocked() error {
 // h2GoawayLinger first, so that the close is a FIN and the GOAWAY is read.
 func (oc *ownConn) teardown(connErr bool) {
 	oc.mu.Lock()
-	oc.ended = true // no more wake-ups: the reader below is teardown's
 	oc.core.Close()
 	evs := oc.core.TakeEvents(nil)
 	_, cut := oc.eventsLocked(evs, nil, nil)
-	oc.kickLocked()
+	oc.kickLocked() // what is buffered (a GOAWAY) still goes
+	// No more wake-ups (the read below is teardown's), no more output
+	// taken from workers.
+	oc.ended = true
 	oc.mu.Unlock()
 	for _, st := range cut {
 		st.cancel()
@@ -399,7 +406,6 @@ func (oc *ownConn) teardown(connErr bool) {
 			oc.cond.Wait()
 		}
 	}
-	oc.ended = true
 	broken := oc.werr != nil
 	oc.cond.Broadcast()
 	oc.mu.Unlock()
