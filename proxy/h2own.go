@@ -121,13 +121,14 @@ type ownConn struct {
 	mu      sync.Mutex
 	cond    sync.Cond // output room; the writer stopping
 	core    *h2srv.Conn
-	writing bool   // the writer goroutine runs
-	spare   []byte // the writer's last buffer, for reuse
-	werr    error  // first write error
-	held    int    // streams the workers hold
-	ended   bool   // torn down: no more output
-	idleSet bool   // the read deadline is the idle timeout's
-	woken   bool   // the read deadline was set in the past to wake the reader
+	writing bool          // the writer goroutine runs
+	spare   []byte        // the writer's last buffer, for reuse
+	werr    error         // first write error
+	held    int           // streams the workers hold
+	ended   bool          // torn down: no more output
+	idle    time.Duration // server.idle_timeout
+	idleSet bool          // the read deadline is the idle timeout's
+	woken   bool          // the read deadline was set in the past to wake the reader
 
 	suspect atomic.Bool // mirrors core.Suspect after each Feed
 }
@@ -152,6 +153,7 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 	defer fe.ownTrack(oc, false)
 
 	idle := sv.IdleTimeout
+	oc.idle = idle
 	if sv.ReadHeaderTimeout > 0 {
 		// The preface and first SETTINGS within the read-header timeout.
 		_ = c.SetReadDeadline(time.Now().Add(sv.ReadHeaderTimeout))
@@ -196,7 +198,9 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 			fe.p.metrics.clientErrors.WithLabelValues(fe.addr, "h2_reset_flood").Inc()
 		}
 		oc.kickLocked()
-		stop := ferr != nil || oc.werr != nil
+		// Stop on a connection error, a failed write, or once a drained
+		// connection (GOAWAY sent) has no stream left.
+		stop := ferr != nil || oc.werr != nil || oc.core.GoingAway() && oc.held == 0 && oc.core.Active() == 0
 		woken := oc.woken
 		oc.woken = false
 		if rerr != nil {
@@ -205,8 +209,6 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 			switch {
 			case !timeout:
 				stop = true
-			case oc.core.GoingAway() && oc.held == 0 && oc.core.Active() == 0:
-				stop = true // drained
 			case !woken && (oc.idleSet || first):
 				// Idle (or no preface) for idle_timeout: GOAWAY, close.
 				oc.core.GoAway()
@@ -460,10 +462,16 @@ func (oc *ownConn) release(st *ownStream) {
 	oc.core.Release(st.s)
 	oc.held--
 	oc.kickLocked()
-	if oc.held == 0 && oc.core.Active() == 0 {
-		// The reader sets the idle deadline, or ends a drained
-		// connection.
-		oc.wakeLocked()
+	if oc.held == 0 && oc.core.Active() == 0 && !oc.woken && !oc.ended {
+		// (A wake-up pending is left alone: the reader, woken, sets the
+		// deadline itself.)
+		if oc.core.GoingAway() || oc.werr != nil {
+			oc.wakeLocked() // the reader ends the connection
+		} else {
+			// Idle from now: the reader's Read times out at
+			// idle_timeout (no wake-up per request).
+			oc.setIdleLocked(oc.idle, false)
+		}
 	}
 	oc.mu.Unlock()
 }
