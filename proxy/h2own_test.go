@@ -500,3 +500,50 @@ func TestOwnH2NoGoroutineLeft(t *testing.T) {
 	}
 	t.Errorf("goroutines left after shutdown:\n%s", left)
 }
+
+// TestOwnH2Expect100: a request with "expect: 100-continue" gets a 100
+// HEADERS once its body is wanted, then its answer after the body.
+func TestOwnH2Expect100(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		io.WriteString(w, "got "+string(b))
+	})
+	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	_, fr := h2cRaw(t, h.addr)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/e"},
+		{"content-length", "5"}, {"expect", "100-continue"}} {
+		enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+	}
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+	dec := hpack.NewDecoder(4096, nil)
+	var statuses []string
+	var body []byte
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("statuses %v: %v", statuses, err)
+		}
+		switch f := f.(type) {
+		case *http2.HeadersFrame:
+			fs, _ := dec.DecodeFull(f.HeaderBlockFragment())
+			for _, x := range fs {
+				if x.Name == ":status" {
+					statuses = append(statuses, x.Value)
+				}
+			}
+			if len(statuses) == 1 && statuses[0] == "100" {
+				fr.WriteData(1, true, []byte("hello"))
+			}
+		case *http2.DataFrame:
+			body = append(body, f.Data()...)
+			if f.StreamEnded() {
+				if len(statuses) != 2 || statuses[0] != "100" || statuses[1] != "200" || string(body) != "got hello" {
+					t.Errorf("statuses %v body %q", statuses, body)
+				}
+				return
+			}
+		}
+	}
+}
