@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,14 @@ type frontend struct {
 	// (drainConn).
 	draining  atomic.Bool
 	lingering atomic.Int64 // connections in a lingering close
+	// own: the connections of sentry's own h2 server (h2own.go), for
+	// the drain's GOAWAY; h2Workers runs their streams.
+	own struct {
+		mu       sync.Mutex
+		conns    map[*ownConn]struct{}
+		draining bool
+	}
+	h2Workers h2Workers
 	done      chan struct{}
 	err       error
 }
@@ -59,6 +68,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	}
 	sv := st.snap.Server
 	fe := &frontend{p: p, addr: addr, done: make(chan struct{})}
+	fe.h2Workers.serve = fe.serveOwnStream
 	fe.route.Store(rt)
 	fe.body = bodyLimits{buffer: sv.RequestBuffer, minRate: sv.BodyMinRate, grace: sv.ReadHeaderTimeout, timeout: sv.BodyTimeout}
 	fe.writeIdle = sv.WriteTimeout
@@ -209,7 +219,7 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		if fe.h2c != nil {
 			// h2c connections drain the h2 way (GOAWAY), beside
 			// fasthttp's.
-			go func() { h2cDone <- fe.h2c.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx) }) }()
+			go func() { h2cDone <- fe.h2c.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx); fe.ownGoAway() }) }()
 		} else {
 			h2cDone <- nil
 		}
@@ -234,7 +244,7 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		fe.tls.Close()
 		errc := make(chan error, 1)
 		go func() { errc <- fe.srv.ShutdownWithContext(ctx) }()
-		err = fe.tls.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx) })
+		err = fe.tls.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx); fe.ownGoAway() })
 		if herr := <-errc; herr != nil {
 			err = herr
 		}
@@ -242,6 +252,9 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 			<-loopsDone
 		}
 	}
+	// The h2 workers parked now end; those still running end when their
+	// stream does.
+	fe.h2Workers.stop()
 	// Lingering closes end within lingerTimeout.
 	limit := time.NewTimer(lingerTimeout + 100*time.Millisecond)
 	defer limit.Stop()

@@ -42,6 +42,9 @@ type Options struct {
 	// stay on crypto/tls, fasthttp and x/net); the zero value is
 	// EngineAuto.
 	Engine Engine
+	// H2 selects the h2 server of TLS and h2c listeners; the zero value
+	// is H2Auto (sentry's own, h2own.go).
+	H2 H2Server
 }
 
 // Engine is the HTTP/1.1 front end (plain listeners, and TLS 1.3 ones
