@@ -594,7 +594,8 @@
 // with an AEAD suite (AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305) and
 // http/1.1 or no ALPN is adopted by an event loop, which opens and seals
 // its records itself. TLS 1.2, h2 and anything the extraction refuses stay
-// on today's path (crypto/tls under fasthttp, x/net for h2).
+// on the goroutine path (crypto/tls under fasthttp; h2 on sentry's own h2
+// server, below).
 //
 //   - Keys (package internal/tls13, Extract): crypto/tls exports neither
 //     the traffic secrets, nor the sequence numbers (the server's is not 0:
