@@ -419,6 +419,16 @@ func (st *State) Seal(wire, p []byte) []byte {
 	return wire
 }
 
+// SealEmpty appends an application_data record with no content (allowed,
+// §5.4: it carries nothing; tests send them to check that they count for
+// nothing).
+func (st *State) SealEmpty(wire []byte) []byte {
+	if st.closed {
+		return wire
+	}
+	return st.sealRecord(wire, nil, typeApplicationData)
+}
+
 // CloseNotify appends a close_notify alert; nothing is sealed after it.
 func (st *State) CloseNotify(wire []byte) []byte {
 	if st.closed {
