@@ -317,7 +317,12 @@ func (st *State) openOne() (bool, error) {
 	}
 	st.in.seq++
 	st.pOff += headerLen + n
-	// The inner plaintext: content, the content type, zero padding.
+	// The inner plaintext: content, the content type, zero padding; at
+	// most 2^14+1 bytes in all, the padding counted (§5.4), which is
+	// also what bounds the content to 2^14.
+	if len(pt) > MaxPlaintext+1 {
+		return false, ErrOverflow
+	}
 	i := len(pt) - 1
 	for i >= 0 && pt[i] == 0 {
 		i--
@@ -326,9 +331,6 @@ func (st *State) openOne() (bool, error) {
 		return false, ErrProtocol
 	}
 	inner, content := pt[i], pt[:i]
-	if len(content) > MaxPlaintext {
-		return false, ErrOverflow
-	}
 	switch inner {
 	case typeApplicationData:
 		if len(content) > 0 {

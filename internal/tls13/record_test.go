@@ -133,6 +133,13 @@ func TestOpenRefuses(t *testing.T) {
 		"big plaintext": func(cli *State) []byte {
 			return cli.sealRecord(nil, make([]byte, MaxPlaintext+1), typeApplicationData)
 		},
+		// §5.4: the whole TLSInnerPlaintext (content, type, padding)
+		// is at most 2^14+1 bytes, padding included.
+		"padded past the limit": func(cli *State) []byte {
+			inner := append(make([]byte, MaxPlaintext), typeApplicationData)
+			inner = append(inner, make([]byte, 100)...)
+			return cli.sealRecord(nil, inner, 0) // 0: one more byte of padding
+		},
 		"all padding": func(cli *State) []byte {
 			w := cli.sealRecord(nil, nil, 0)
 			return w
