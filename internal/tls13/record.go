@@ -346,6 +346,10 @@ func (st *State) openOne() (bool, error) {
 		}
 		return false, ErrAlert
 	case typeHandshake:
+		if len(content) == 0 {
+			// No zero-length handshake fragments, padded or not (§5.1).
+			return false, ErrProtocol
+		}
 		return true, st.handshake(content)
 	}
 	return false, ErrProtocol

@@ -140,6 +140,11 @@ func TestOpenRefuses(t *testing.T) {
 			inner = append(inner, make([]byte, 100)...)
 			return cli.sealRecord(nil, inner, 0) // 0: one more byte of padding
 		},
+		// §5.1: no zero-length handshake fragments, padded or not.
+		"empty handshake": func(cli *State) []byte { return cli.sealRecord(nil, nil, typeHandshake) },
+		"padded empty handshake": func(cli *State) []byte {
+			return cli.sealRecord(nil, []byte{typeHandshake, 0, 0}, 0)
+		},
 		"all padding": func(cli *State) []byte {
 			w := cli.sealRecord(nil, nil, 0)
 			return w
