@@ -51,6 +51,7 @@ var (
 	ErrOverflow    = errors.New("tls13: record overflow")
 	ErrDecrypt     = errors.New("tls13: record authentication failed")
 	ErrUnsupported = errors.New("tls13: unsupported connection")
+	ErrShutdown    = errors.New("tls13: write after close_notify")
 )
 
 // suite is one TLS 1.3 AEAD cipher suite.

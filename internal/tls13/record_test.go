@@ -430,3 +430,21 @@ func TestOwnKeyUpdate(t *testing.T) {
 		t.Error("the update asked the peer for one")
 	}
 }
+
+// TestWriteAfterCloseNotify: once Conn has sent close_notify (CloseWrite)
+// nothing more can be sealed, so Write must fail, as crypto/tls's does,
+// not report the bytes written and drop them.
+func TestWriteAfterCloseNotify(t *testing.T) {
+	_, srv := pair(t, tls.TLS_AES_128_GCM_SHA256)
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go io.Copy(io.Discard, b)
+	c := NewConn(a, srv, tls.ConnectionState{}, nil)
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Write([]byte("lost")); err == nil {
+		t.Fatalf("Write after close_notify: %d, nil", n)
+	}
+}
