@@ -593,3 +593,73 @@ func TestTLSLoopIdleTimeout(t *testing.T) {
 	}
 	d.check(t, 1, 0)
 }
+
+// TestTLSLoopTrickledRecord: a client that sends its records a byte at a
+// time, or records with nothing in them, makes no progress towards a
+// request, and must not hold its connection past the read-header timeout
+// (first request) or the idle timeout (later ones), as crypto/tls and
+// fasthttp do not let it. Only opened plaintext counts as activity.
+func TestTLSLoopTrickledRecord(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	cf, kf := writeTestCert(t)
+	h := startProxyOpts(t, []string{be}, Options{Engine: EngineLoops}, func(s *policy.Snapshot, a *policy.App) {
+		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+		s.Server.IdleTimeout = 300 * time.Millisecond
+		s.Server.ReadHeaderTimeout = 300 * time.Millisecond
+	})
+	req := "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n" // a 54-byte record: 5.4 s a byte at a time
+	for _, tc := range []struct {
+		name  string
+		first bool // trickle the first request (else after one answered)
+		empty bool // empty records instead of a trickled one
+	}{{"first", true, false}, {"idle", false, false}, {"empty", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialRecords(t, h.addr)
+			if !tc.first {
+				c.send(t, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+				if st, _ := readResp(t, c.br); st != 200 {
+					t.Fatal(st)
+				}
+			}
+			var chunks [][]byte
+			if tc.empty {
+				// An application_data record with no content: the
+				// request comes at the end, after 5 s of them.
+				for i := 0; i < 50; i++ {
+					chunks = append(chunks, c.st.SealEmpty(nil))
+				}
+				chunks = append(chunks, c.st.Seal(nil, []byte(req)))
+			} else {
+				for _, b := range c.st.Seal(nil, []byte(req)) {
+					chunks = append(chunks, []byte{b})
+				}
+			}
+			stop := make(chan struct{})
+			sent := make(chan struct{})
+			go func() {
+				defer close(sent)
+				for _, b := range chunks {
+					if _, err := c.raw.Write(b); err != nil {
+						return
+					}
+					select {
+					case <-stop:
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+			}()
+			defer func() { close(stop); <-sent }()
+			// Served only if the connection lived through all of it
+			// (5 s and more); the timeouts are 300 ms.
+			start := time.Now()
+			b, err := c.br.ReadByte()
+			if err == nil {
+				t.Fatalf("the trickled request was served (%q): the connection outlived its timeout", b)
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatalf("the connection outlived the client's own deadline (%v)", time.Since(start))
+			}
+		})
+	}
+}

@@ -85,6 +85,11 @@ func (c *Conn) flushDue() error {
 func (c *Conn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.st.closed {
+		// close_notify went out: nothing more is sealed, and bytes
+		// reported written must not be dropped.
+		return 0, ErrShutdown
+	}
 	written := 0
 	for len(p) > 0 {
 		// At most four records per write(2): a large body is not sealed

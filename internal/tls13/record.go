@@ -51,6 +51,7 @@ var (
 	ErrOverflow    = errors.New("tls13: record overflow")
 	ErrDecrypt     = errors.New("tls13: record authentication failed")
 	ErrUnsupported = errors.New("tls13: unsupported connection")
+	ErrShutdown    = errors.New("tls13: write after close_notify")
 )
 
 // suite is one TLS 1.3 AEAD cipher suite.
@@ -317,7 +318,12 @@ func (st *State) openOne() (bool, error) {
 	}
 	st.in.seq++
 	st.pOff += headerLen + n
-	// The inner plaintext: content, the content type, zero padding.
+	// The inner plaintext: content, the content type, zero padding; at
+	// most 2^14+1 bytes in all, the padding counted (§5.4), which is
+	// also what bounds the content to 2^14.
+	if len(pt) > MaxPlaintext+1 {
+		return false, ErrOverflow
+	}
 	i := len(pt) - 1
 	for i >= 0 && pt[i] == 0 {
 		i--
@@ -326,9 +332,6 @@ func (st *State) openOne() (bool, error) {
 		return false, ErrProtocol
 	}
 	inner, content := pt[i], pt[:i]
-	if len(content) > MaxPlaintext {
-		return false, ErrOverflow
-	}
 	switch inner {
 	case typeApplicationData:
 		if len(content) > 0 {
@@ -344,6 +347,10 @@ func (st *State) openOne() (bool, error) {
 		}
 		return false, ErrAlert
 	case typeHandshake:
+		if len(content) == 0 {
+			// No zero-length handshake fragments, padded or not (§5.1).
+			return false, ErrProtocol
+		}
 		return true, st.handshake(content)
 	}
 	return false, ErrProtocol
@@ -417,6 +424,16 @@ func (st *State) Seal(wire, p []byte) []byte {
 		p = p[n:]
 	}
 	return wire
+}
+
+// SealEmpty appends an application_data record with no content (allowed,
+// §5.4: it carries nothing; tests send them to check that they count for
+// nothing).
+func (st *State) SealEmpty(wire []byte) []byte {
+	if st.closed {
+		return wire
+	}
+	return st.sealRecord(wire, nil, typeApplicationData)
 }
 
 // CloseNotify appends a close_notify alert; nothing is sealed after it.

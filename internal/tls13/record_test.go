@@ -133,6 +133,18 @@ func TestOpenRefuses(t *testing.T) {
 		"big plaintext": func(cli *State) []byte {
 			return cli.sealRecord(nil, make([]byte, MaxPlaintext+1), typeApplicationData)
 		},
+		// §5.4: the whole TLSInnerPlaintext (content, type, padding)
+		// is at most 2^14+1 bytes, padding included.
+		"padded past the limit": func(cli *State) []byte {
+			inner := append(make([]byte, MaxPlaintext), typeApplicationData)
+			inner = append(inner, make([]byte, 100)...)
+			return cli.sealRecord(nil, inner, 0) // 0: one more byte of padding
+		},
+		// §5.1: no zero-length handshake fragments, padded or not.
+		"empty handshake": func(cli *State) []byte { return cli.sealRecord(nil, nil, typeHandshake) },
+		"padded empty handshake": func(cli *State) []byte {
+			return cli.sealRecord(nil, []byte{typeHandshake, 0, 0}, 0)
+		},
 		"all padding": func(cli *State) []byte {
 			w := cli.sealRecord(nil, nil, 0)
 			return w
@@ -190,6 +202,14 @@ func FuzzOpen(f *testing.F) {
 	f.Add(cli.Seal(nil, []byte("GET / HTTP/1.1\r\n\r\n")))
 	f.Add([]byte{23, 3, 3, 0, 17, 1, 2, 3})
 	f.Add([]byte{23, 3, 3, 0xff, 0xff})
+	// Each kind of record the peer may send, sealed with the keys the
+	// fuzz target opens with (a mutation of the ciphertext fails to
+	// authenticate; FuzzInner mutates what is inside).
+	f.Add(cli.SealEmpty(nil))
+	f.Add(cli.sealRecord(nil, []byte{hsKeyUpdate, 0, 0, 1, 1}, typeHandshake))
+	f.Add(cli.sealRecord(nil, []byte{1, alertCloseNotify}, typeAlert))
+	f.Add(cli.sealRecord(nil, []byte{'x', typeApplicationData, 0, 0, 0}, 0))
+	f.Add(append(cli.Seal(nil, []byte("a")), cli.Seal(nil, []byte("b"))[:9]...))
 	f.Fuzz(func(t *testing.T, wire []byte) {
 		_, srv := pair(t, tls.TLS_AES_128_GCM_SHA256)
 		got, _ := deliver(t, srv, wire)
@@ -417,4 +437,57 @@ func TestOwnKeyUpdate(t *testing.T) {
 	if cli.WriteDue() {
 		t.Error("the update asked the peer for one")
 	}
+}
+
+// TestWriteAfterCloseNotify: once Conn has sent close_notify (CloseWrite)
+// nothing more can be sealed, so Write must fail, as crypto/tls's does,
+// not report the bytes written and drop them.
+func TestWriteAfterCloseNotify(t *testing.T) {
+	_, srv := pair(t, tls.TLS_AES_128_GCM_SHA256)
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go io.Copy(io.Discard, b)
+	c := NewConn(a, srv, tls.ConnectionState{}, nil)
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Write([]byte("lost")); err == nil {
+		t.Fatalf("Write after close_notify: %d, nil", n)
+	}
+}
+
+// FuzzInner: whatever a record's inner plaintext (content, content type,
+// padding) holds, sealed with the peer's key, Read returns or fails,
+// never panics, and returns only the content of an application_data
+// record.
+func FuzzInner(f *testing.F) {
+	f.Add([]byte("GET / HTTP/1.1\r\n\r\n\x17"))
+	f.Add([]byte{hsKeyUpdate, 0, 0, 1, 0, typeHandshake})
+	f.Add([]byte{hsKeyUpdate, 0, 0, 1, 1, typeHandshake, 0, 0})
+	f.Add([]byte{hsKeyUpdate, 0, 0, 1, 0, hsKeyUpdate, 0, 0, 1, 0, typeHandshake})
+	f.Add([]byte{hsNewSessionTicket, 0, 0, 0, typeHandshake})
+	f.Add([]byte{1, alertCloseNotify, typeAlert})
+	f.Add([]byte{1, 90, typeAlert, 0})
+	f.Add([]byte{1, typeChangeCipherSpec})
+	f.Add([]byte{0, 0, 0})
+	f.Add([]byte{typeApplicationData})
+	f.Fuzz(func(t *testing.T, inner []byte) {
+		if len(inner) == 0 || len(inner) > MaxPlaintext+2 {
+			return
+		}
+		cli, srv := pair(t, tls.TLS_AES_128_GCM_SHA256)
+		wire := cli.sealRecord(nil, inner[:len(inner)-1], inner[len(inner)-1])
+		got, err := deliver(t, srv, wire)
+		i := len(inner) - 1
+		for i >= 0 && inner[i] == 0 {
+			i--
+		}
+		if len(got) > 0 && (i < 0 || inner[i] != typeApplicationData || !bytes.Equal(got, inner[:i])) {
+			t.Fatalf("read %q from inner plaintext %q", got, inner)
+		}
+		if err == nil && i >= 0 && inner[i] == typeApplicationData && !bytes.Equal(got, inner[:i]) {
+			t.Fatalf("read %q, want %q", got, inner[:i])
+		}
+	})
 }

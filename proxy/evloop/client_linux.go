@@ -258,8 +258,12 @@ func (l *eventLoop) readClient(c *cconn, ev uint32) {
 func (l *eventLoop) process(c *cconn) {
 	c.inProc = true
 	defer func() { c.inProc = false }()
-	for c.fd >= 0 && !c.busy() && c.linger == 0 && len(c.out) == 0 && (c.n > 0 || c.tls != nil) {
-		if c.tls != nil && (!l.pullTLS(c) || c.n == 0) {
+	// A TLS connection also waits for sealed bytes still unwritten with
+	// c.out empty (a KeyUpdate alone, on EAGAIN): a hand-off would leave
+	// them behind with the write key already updated (flush comes back
+	// here through after once they are written).
+	for c.fd >= 0 && !c.busy() && c.linger == 0 && len(c.out) == 0 && (c.tls == nil || len(c.tls.wire) == 0) && (c.n > 0 || c.tls != nil) {
+		if c.tls != nil && (!l.pullTLS(c) || c.n == 0 || len(c.tls.wire) > 0) {
 			break
 		}
 		b := c.in[:c.n]

@@ -350,6 +350,7 @@ type scriptFD struct {
 	eof    bool   // the peer closed (after in is read)
 	reset  bool   // the peer reset the connection
 	cap    int    // bytes the peer can take before EAGAIN (-1: no limit)
+	sent   []byte // what the loop wrote to it
 	soErr  int    // SO_ERROR of a connect in progress
 	closed bool
 }
@@ -425,6 +426,7 @@ func (s *scriptSys) Write(fd int, p []byte) (int, error) {
 		f.cap -= n
 	}
 	s.h.printf("write %s %q", f.name, p[:n])
+	f.sent = append(f.sent, p[:n]...)
 	return n, nil
 }
 

@@ -167,9 +167,18 @@ func (l *eventLoop) readTLS(c *cconn, ev uint32) {
 	if !l.openTLS(c) {
 		return
 	}
+	if c.n == before {
+		// Ciphertext that opened to nothing (part of a record, empty
+		// records, a KeyUpdate) is no progress towards a request: it
+		// must not hold off the read-header and idle timeouts, which a
+		// client trickling a record a byte at a time would otherwise do
+		// for ever (crypto/tls's reads are bounded by fasthttp's
+		// deadlines whatever arrives).
+		return
+	}
 	c.lastNs = l.nowNs
 	c.gotAny = true
-	if c.n > before && !c.busy() {
+	if !c.busy() {
 		l.process(c)
 	}
 }
