@@ -976,6 +976,7 @@ func (c *Conn) endBlock() {
 	case h.malformed, h.pseudo&1 == 0,
 		connect && (h.pseudo&6 != 0 || s.authority.n == 0),
 		!connect && h.pseudo&6 != 6,
+		!connect && string(s.Path()) == "*" && string(s.Method()) != "OPTIONS",
 		h.end && s.cl > 0:
 		c.closeStream(s, false)
 		c.writeRST(h.id, ProtocolError)
@@ -1025,6 +1026,14 @@ func (c *Conn) onField(f hpack.HeaderField) {
 		}
 		if h.pseudo&bit != 0 || (f.Value == "" && bit != 8) {
 			h.malformed = true // repeated, or empty (RFC 9113 §8.3.1)
+			return
+		}
+		if bit == 1 && !validMethod(f.Value) || bit == 2 && !validPath(f.Value) {
+			// The head goes on as an HTTP/1.1 request line: a method
+			// that is not a token or a target with spaces or controls
+			// would split it, and an absolute-form :path would carry a
+			// second authority (fasthttp takes its host as the Host).
+			h.malformed = true
 			return
 		}
 		h.pseudo |= bit
@@ -1086,15 +1095,57 @@ func validName(n string) bool {
 	return true
 }
 
-// validValue: no NUL, CR or LF (RFC 9113 §8.2.1).
+// validValue: no control character but HTAB (RFC 9113 §8.2.1 requires
+// refusing NUL, CR and LF; the others are not field-vchars in RFC 9110
+// §5.5 either, and the head is forwarded as HTTP/1.1: x/net refuses them
+// too).
 func validValue(v string) bool {
 	for i := 0; i < len(v); i++ {
-		if c := v[i]; c == 0 || c == '\r' || c == '\n' {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
 			return false
 		}
 	}
 	return true
 }
+
+// validMethod: a token (RFC 9110 §9.1).
+func validMethod(m string) bool {
+	for i := 0; i < len(m); i++ {
+		if !tokenTable[m[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// validPath: origin-form ("/" first) or "*" (RFC 9113 §8.3.1), without
+// spaces or controls.
+func validPath(p string) bool {
+	if p != "*" && p[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// tokenTable: tchar (RFC 9110 §5.6.2).
+var tokenTable = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
 
 // ---------------------------------------------------------------- output
 

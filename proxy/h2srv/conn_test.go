@@ -533,6 +533,15 @@ func TestMalformedRequests(t *testing.T) {
 		{"unknown pseudo", []string{":method", "GET", ":scheme", "https", ":path", "/", ":status", "200"}},
 		{"repeated pseudo", []string{":method", "GET", ":method", "GET", ":scheme", "https", ":path", "/"}},
 		{"content-length with END_STREAM", []string{":method", "POST", ":scheme", "https", ":path", "/", "content-length", "3"}},
+		// The head is forwarded as an HTTP/1.1 request line.
+		{"method not a token", []string{":method", "GET /x", ":scheme", "https", ":path", "/"}},
+		{"absolute-form path", []string{":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "http://b.test/x"}},
+		{"path not origin-form", []string{":method", "GET", ":scheme", "https", ":path", "x"}},
+		{"space in path", []string{":method", "GET", ":scheme", "https", ":path", "/a HTTP/1.1"}},
+		{"control in path", []string{":method", "GET", ":scheme", "https", ":path", "/a\x01"}},
+		{"asterisk not OPTIONS", []string{":method", "GET", ":scheme", "https", ":path", "*"}},
+		{"control in value", []string{":method", "GET", ":scheme", "https", ":path", "/", "x-a", "v\x01v"}},
+		{"DEL in value", []string{":method", "GET", ":scheme", "https", ":path", "/", "x-a", "v\x7f"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cl := newClient(t, Config{})
@@ -559,6 +568,17 @@ func TestMalformedRequests(t *testing.T) {
 		cl.feed()
 		if r := find(cl.out(), http2.FrameRSTStream); r == nil || r.code != http2.ErrCodeProtocol {
 			t.Errorf("answer %+v", r)
+		}
+	})
+	t.Run("asterisk with OPTIONS, HTAB in a value", func(t *testing.T) {
+		cl := newClient(t, Config{})
+		cl.start()
+		cl.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndHeaders: true, EndStream: true,
+			BlockFragment: cl.block(":method", "OPTIONS", ":scheme", "https", ":path", "*", ":authority", "a.test", "x-a", "v\tw")})
+		cl.feed()
+		e := cl.events()
+		if len(e) != 1 || e[0].Kind != EvRequest || string(e[0].S.Path()) != "*" || fieldsOf(e[0].S)["x-a"] != "v\tw" {
+			t.Errorf("events %+v", e)
 		}
 	})
 	t.Run("host stands in for authority", func(t *testing.T) {

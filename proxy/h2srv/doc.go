@@ -45,7 +45,11 @@
 //     string length capped at MaxHeaderListSize) into a per-stream arena:
 //     fields are spans of one byte slice, no map, no string per field
 //     beyond what the decoder makes. Pseudo-fields are checked (present,
-//     not repeated, first, known), names lower case, connection-specific
+//     not repeated, first, known; :method a token, :path origin-form
+//     without spaces or controls, "*" for OPTIONS only: the head becomes
+//     an HTTP/1.1 request line, and an absolute-form :path would carry a
+//     second authority), names lower case, values without controls but
+//     HTAB, connection-specific
 //     fields and a TE other than "trailers" refused, content-length
 //     checked against the DATA that comes. A head over MaxHeaderListSize
 //     is answered 431 here and never surfaces. Request trailers end the
