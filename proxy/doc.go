@@ -411,7 +411,10 @@
 // above hold the two to the same result. h2
 // (h2.go) copies a stream's headers leaving out what the table says
 // (hop-by-hop names, host: ":authority" wins, underscore spellings),
-// refuses CONNECT and a bad authority, and shares step 4 with fasthttp
+// refuses CONNECT, a bad authority, and a :method that is not a token or
+// a :path that is not origin-form (or "*") or holds spaces or controls
+// (400: they would split the backend's request line;
+// TestH2RequestLineOnTheWire), and shares step 4 with fasthttp
 // (TestH2HeaderPolicy).
 //
 // What fasthttp gives and what we add (for the connections it serves):

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -545,5 +546,117 @@ func TestOwnH2Expect100(t *testing.T) {
 				return
 			}
 		}
+	}
+}
+
+// h2cTry sends one request as raw frames on a fresh h2c connection and
+// says how it was answered: "status N", "rst CODE" or "goaway CODE".
+func h2cTry(t *testing.T, addr string, fields ...string) string {
+	t.Helper()
+	_, fr := h2cRaw(t, addr)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for i := 0; i+1 < len(fields); i += 2 {
+		enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	dec := hpack.NewDecoder(4096, nil)
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return "error " + err.Error()
+		}
+		switch f := f.(type) {
+		case *http2.HeadersFrame:
+			if hf, _ := dec.DecodeFull(f.HeaderBlockFragment()); len(hf) > 0 {
+				return "status " + hf[0].Value
+			}
+		case *http2.RSTStreamFrame:
+			return "rst " + f.ErrCode.String()
+		case *http2.GoAwayFrame:
+			return "goaway " + f.ErrCode.String()
+		}
+	}
+}
+
+// TestH2RequestLineOnTheWire: on both h2 servers, a :method or :path
+// that would split the backend's HTTP/1.1 request line never reaches the
+// backend, and an absolute-form :path does not give the backend a Host
+// other than the :authority the request was routed by.
+func TestH2RequestLineOnTheWire(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	heads := make(chan string, 64)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					var head []string
+					for {
+						l, err := br.ReadString('\n')
+						if err != nil {
+							return
+						}
+						if l == "\r\n" {
+							break
+						}
+						head = append(head, strings.TrimRight(l, "\r\n"))
+					}
+					heads <- strings.Join(head, "\n")
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+			}()
+		}
+	}()
+	pseudo := func(method, path string) []string {
+		return []string{":method", method, ":scheme", "http", ":authority", "a.test", ":path", path}
+	}
+	for _, srv := range h2Servers {
+		t.Run(srv.String(), func(t *testing.T) {
+			h := startProxyOpts(t, []string{ln.Addr().String()}, Options{H2: srv}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+			for _, c := range []struct {
+				name   string
+				fields []string
+			}{
+				{"spaced method", pseudo("GET /x", "/p")},
+				{"spaced path", pseudo("GET", "/a HTTP/1.0")},
+				{"path not origin-form", pseudo("GET", "p")},
+			} {
+				if r := h2cTry(t, h.addr, c.fields...); r == "status 200" {
+					t.Errorf("%s: %s", c.name, r)
+				}
+			}
+			// The refused ones are not waited for: the good request's
+			// head must be the first the backend sees.
+			if r := h2cTry(t, h.addr, pseudo("GET", "http://evil.test/x")...); r != "status 200" && !strings.HasPrefix(r, "rst ") {
+				t.Errorf("absolute-form path: %s", r)
+			}
+			if r := h2cTry(t, h.addr, pseudo("GET", "/ok")...); r != "status 200" {
+				t.Errorf("good request: %s", r)
+			}
+			for done := false; !done; {
+				select {
+				case hd := <-heads:
+					line, _, _ := strings.Cut(hd, "\n")
+					if strings.Count(line, " ") != 2 || !strings.Contains(hd, "\nHost: a.test\n") {
+						t.Errorf("backend got %q", hd)
+					}
+					done = line == "GET /ok HTTP/1.1"
+				case <-time.After(5 * time.Second):
+					t.Fatal("the good request did not reach the backend")
+				}
+			}
+		})
 	}
 }
