@@ -473,13 +473,33 @@ func (c *Conn) GoAway() {
 	c.writeGoAway(NoError)
 }
 
-// streamError resets stream id with code (RFC 9113 §5.4.2).
+// streamError resets stream id with code (RFC 9113 §5.4.2). A stream
+// still in the map had its head surfaced or refused and may be at work:
+// the reset counts as the client's own RST_STREAM would (countReset), or
+// a client could reset streams by provoking errors (a WINDOW_UPDATE of 0,
+// DATA after END_STREAM: "MadeYouReset", CVE-2025-8671) past the
+// rapid-reset rule.
 func (c *Conn) streamError(id uint32, code ErrCode) {
 	c.writeRST(id, code)
 	if s := c.streams[id]; s != nil {
 		s.wasReset, s.resetCode = true, code
 		c.closeStream(s, true)
+		c.countReset()
 	}
+}
+
+// countReset counts one stream reset by the client, or provoked by it,
+// and applies the rapid-reset rule: past ResetLimit resets that are also
+// more than a quarter of the streams opened, GOAWAY(ENHANCE_YOUR_CALM).
+// It reports whether the connection ended so.
+func (c *Conn) countReset() bool {
+	c.resets++
+	if c.cfg.ResetLimit > 0 && c.resets > int64(c.cfg.ResetLimit) && c.resets*4 > c.opened {
+		c.flooded = true
+		c.connError(EnhanceYourCalm, "rapid reset")
+		return true
+	}
+	return false
 }
 
 func (c *Conn) writeRST(id uint32, code ErrCode) {
@@ -690,10 +710,7 @@ func (c *Conn) onRST(id uint32, p []byte) {
 		c.connError(ProtocolError, "RST_STREAM on an idle stream")
 		return
 	}
-	c.resets++
-	if c.cfg.ResetLimit > 0 && c.resets > int64(c.cfg.ResetLimit) && c.resets*4 > c.opened {
-		c.flooded = true
-		c.connError(EnhanceYourCalm, "rapid reset")
+	if c.countReset() {
 		return
 	}
 	if s := c.streams[id]; s != nil {

@@ -434,6 +434,49 @@ func TestRapidResetFlood(t *testing.T) {
 	}
 }
 
+// TestProvokedResetFlood: stream errors a client provokes on streams it
+// opened (MadeYouReset, CVE-2025-8671) count as its resets: the same
+// rapid-reset rule ends the connection, each provocation sent after the
+// stream's head was taken (the stream dispatched).
+func TestProvokedResetFlood(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		provoke func(cl *client, id uint32)
+	}{
+		{"WINDOW_UPDATE of 0", func(cl *client, id uint32) { cl.fr.WriteWindowUpdate(id, 0) }},
+		{"DATA after END_STREAM", func(cl *client, id uint32) { cl.fr.WriteData(id, false, []byte("x")) }},
+		{"PRIORITY on itself", func(cl *client, id uint32) {
+			cl.fr.WritePriority(id, http2.PriorityParam{StreamDep: id})
+		}},
+		{"window overflow", func(cl *client, id uint32) { cl.fr.WriteWindowUpdate(id, 1<<31-1) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newClient(t, Config{})
+			cl.fr.AllowIllegalWrites = true
+			cl.start()
+			for id := uint32(1); id < 2*300 && cl.err == nil; id += 2 {
+				cl.get(id, true)
+				cl.feed()
+				held := cl.events()
+				c.provoke(cl, id)
+				cl.feed()
+				cl.events()
+				for _, e := range held {
+					if e.Kind == EvRequest {
+						cl.c.Release(e.S)
+					}
+				}
+			}
+			if !cl.c.Flooded() || cl.c.Resets() != defaultResetLimit+1 {
+				t.Fatalf("flooded=%v after %d resets", cl.c.Flooded(), cl.c.Resets())
+			}
+			if g := find(cl.out(), http2.FrameGoAway); g == nil || g.code != http2.ErrCodeEnhanceYourCalm {
+				t.Errorf("GOAWAY %+v", g)
+			}
+		})
+	}
+}
+
 func TestGracefulGoAway(t *testing.T) {
 	cl := newClient(t, Config{})
 	cl.start()

@@ -76,7 +76,10 @@
 //     (CVE-2023-44487): the same rule as x/net's guard had in
 //     proxy/h2guard.go -- past ResetLimit RST_STREAM frames (100) that are
 //     also over a quarter of the streams opened, GOAWAY(ENHANCE_YOUR_CALM)
-//     and Flooded; Suspect (over one stream in eight reset) tells the
+//     and Flooded. A stream error the client provokes on a stream it
+//     opened (a WINDOW_UPDATE of 0, DATA after END_STREAM, a window
+//     overflow: "MadeYouReset", CVE-2025-8671) counts as one of its
+//     resets. Suspect (over one stream in eight reset) tells the
 //     driver to hold new streams a moment. A reset that arrives in the
 //     same read as its HEADERS is seen before the driver dispatches
 //     anything, since events are taken after the whole read is fed.
