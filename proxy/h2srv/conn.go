@@ -26,7 +26,7 @@ type Config struct {
 	// buffered on the whole connection at most. Default 1 MiB.
 	ConnWindow int
 	// ResetLimit: past this many RST_STREAM frames, when they are also
-	// more than a quarter of the streams opened, the connection is closed
+	// more than a quarter of the streams whose request surfaced, the connection is closed
 	// with GOAWAY(ENHANCE_YOUR_CALM) (rapid reset, CVE-2023-44487).
 	// Default 100. Negative: no limit.
 	ResetLimit int
@@ -301,8 +301,9 @@ func (c *Conn) GoingAway() bool { return c.goingAway }
 // PeerGoAway reports whether the client sent GOAWAY.
 func (c *Conn) PeerGoAway() bool { return c.peerGoAway }
 
-// Streams and Resets are the rapid-reset guard's counts: streams the
-// client opened and RST_STREAM frames it sent.
+// Streams and Resets are the rapid-reset guard's counts: streams whose
+// request the consumer was given (EvRequest), and RST_STREAM frames the
+// client sent or stream errors it provoked on its streams.
 func (c *Conn) Streams() int64 { return c.opened }
 func (c *Conn) Resets() int64  { return c.resets }
 
@@ -490,7 +491,7 @@ func (c *Conn) streamError(id uint32, code ErrCode) {
 
 // countReset counts one stream reset by the client, or provoked by it,
 // and applies the rapid-reset rule: past ResetLimit resets that are also
-// more than a quarter of the streams opened, GOAWAY(ENHANCE_YOUR_CALM).
+// more than a quarter of the streams whose request surfaced, GOAWAY(ENHANCE_YOUR_CALM).
 // It reports whether the connection ended so.
 func (c *Conn) countReset() bool {
 	c.resets++
@@ -905,7 +906,6 @@ func (c *Conn) onHeaders(id uint32, flags byte, p []byte) {
 		return
 	default:
 		c.maxID = id
-		c.opened++
 		switch {
 		case c.goingAway:
 			// After GOAWAY: decoded (the table must follow) and dropped.
@@ -1003,6 +1003,11 @@ func (c *Conn) endBlock() {
 		s.remoteEnd, s.state, s.headEnded = true, stHalfClosedRemote, true
 	}
 	s.held = true
+	// Only a stream given to the consumer counts as opened for the
+	// rapid-reset rule: streams refused, malformed or over the header
+	// limit cost no work, and counting them would let a client buy
+	// resets with them (three bad heads per reset kept the rule off).
+	c.opened++
 	c.events = append(c.events, Event{Kind: EvRequest, S: s})
 }
 

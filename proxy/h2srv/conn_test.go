@@ -477,6 +477,38 @@ func TestProvokedResetFlood(t *testing.T) {
 	}
 }
 
+// TestResetFloodPaddedWithBadHeads: streams that never reach the
+// consumer (a malformed head, refused) do not count as opened, so they
+// cannot buy a client resets: three bad heads per dispatched stream
+// reset still end the connection.
+func TestResetFloodPaddedWithBadHeads(t *testing.T) {
+	cl := newClient(t, Config{})
+	cl.start()
+	id := uint32(1)
+	for round := 0; round < 300 && cl.err == nil; round++ {
+		for range 3 {
+			cl.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, EndStream: true, EndHeaders: true,
+				BlockFragment: cl.block(":method", "GET", ":scheme", "https", ":path", "/", "X-Up", "1")})
+			id += 2
+		}
+		cl.get(id, true)
+		cl.feed()
+		held := cl.events()
+		cl.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+		id += 2
+		cl.feed()
+		cl.events()
+		for _, e := range held {
+			if e.Kind == EvRequest {
+				cl.c.Release(e.S)
+			}
+		}
+	}
+	if !cl.c.Flooded() || cl.c.Resets() != defaultResetLimit+1 {
+		t.Fatalf("flooded=%v after %d resets of %d streams", cl.c.Flooded(), cl.c.Resets(), cl.c.Streams())
+	}
+}
+
 func TestGracefulGoAway(t *testing.T) {
 	cl := newClient(t, Config{})
 	cl.start()

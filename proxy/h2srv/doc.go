@@ -75,7 +75,8 @@
 //     CONTINUATION flood, CVE-2023-45288). Rapid reset
 //     (CVE-2023-44487): the same rule as x/net's guard had in
 //     proxy/h2guard.go -- past ResetLimit RST_STREAM frames (100) that are
-//     also over a quarter of the streams opened, GOAWAY(ENHANCE_YOUR_CALM)
+//     also over a quarter of the streams whose request surfaced (refused
+//     or malformed heads do not count), GOAWAY(ENHANCE_YOUR_CALM)
 //     and Flooded. A stream error the client provokes on a stream it
 //     opened (a WINDOW_UPDATE of 0, DATA after END_STREAM, a window
 //     overflow: "MadeYouReset", CVE-2025-8671) counts as one of its
