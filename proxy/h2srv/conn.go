@@ -1076,8 +1076,9 @@ func (c *Conn) onField(f hpack.HeaderField) {
 			return
 		}
 	case "content-length":
+		// 1*DIGIT (RFC 9110 §8.6): ParseInt alone takes "+0" and "-0".
 		v, err := strconv.ParseInt(f.Value, 10, 64)
-		if err != nil || v < 0 || (s.cl >= 0 && s.cl != v) {
+		if err != nil || v < 0 || f.Value[0] < '0' || f.Value[0] > '9' || (s.cl >= 0 && s.cl != v) {
 			h.malformed = true
 			return
 		}

@@ -616,6 +616,8 @@ func TestMalformedRequests(t *testing.T) {
 		{"control in path", []string{":method", "GET", ":scheme", "https", ":path", "/a\x01"}},
 		{"asterisk not OPTIONS", []string{":method", "GET", ":scheme", "https", ":path", "*"}},
 		{"control in value", []string{":method", "GET", ":scheme", "https", ":path", "/", "x-a", "v\x01v"}},
+		{"signed content-length", []string{":method", "GET", ":scheme", "https", ":path", "/", "content-length", "+0"}},
+		{"negative zero content-length", []string{":method", "GET", ":scheme", "https", ":path", "/", "content-length", "-0"}},
 		{"DEL in value", []string{":method", "GET", ":scheme", "https", ":path", "/", "x-a", "v\x7f"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
