@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -658,5 +659,43 @@ func TestH2RequestLineOnTheWire(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOwnH2PartialHeadTimesOut: a header block the client never ends (a
+// HEADERS without END_HEADERS, then silence) is given
+// server.read_header_timeout from its start, as an HTTP/1.1 head is;
+// the connection (which has no other stream) is closed, not kept forever.
+// A CONTINUATION dribbled in does not extend the time.
+func TestOwnH2PartialHeadTimesOut(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(s *policy.Snapshot, a *policy.App) {
+		a.H2C = true
+		s.Server.ReadHeaderTimeout = 400 * time.Millisecond
+		s.Server.IdleTimeout = time.Hour
+	})
+	c, fr := h2cRaw(t, h.addr)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	start := time.Now()
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes()[:2], EndHeaders: false}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := fr.WriteContinuation(1, false, hb.Bytes()[2:3]); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		if _, err := fr.ReadFrame(); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("connection still open %v after a header block began", time.Since(start))
+			}
+			break
+		}
 	}
 }

@@ -289,6 +289,11 @@ func (c *Conn) TakeEvents(dst []Event) []Event {
 	return dst
 }
 
+// HeadPending reports whether a header block is in progress (a HEADERS
+// without END_HEADERS came, its last CONTINUATION not yet), and on which
+// stream: the driver bounds how long it may take.
+func (c *Conn) HeadPending() (id uint32, ok bool) { return c.hdr.id, c.hdr.active && !c.dead }
+
 // Err is the connection's error (nil while it is usable).
 func (c *Conn) Err() error { return c.err }
 
