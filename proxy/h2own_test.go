@@ -699,3 +699,73 @@ func TestOwnH2PartialHeadTimesOut(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnH2NoGoroutineLeftClientGone: connections whose client vanishes
+// mid-body, mid-response, mid-head, or after a backend failure leave no
+// connection goroutine and no worker serving a stream, without a
+// shutdown (the parked workers are not counted).
+func TestOwnH2NoGoroutineLeftClientGone(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/slow" {
+			time.Sleep(300 * time.Millisecond)
+		}
+		if r.URL.Path == "/big" {
+			w.Write(bytes.Repeat([]byte("x"), 1<<20))
+			return
+		}
+		io.WriteString(w, "ok")
+	})
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	h2 := startProxyOpts(t, []string{deadAddr}, Options{H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	head := func(method, path string, cl string, end bool) []byte {
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		for _, f := range [][2]string{{":method", method}, {":scheme", "http"}, {":authority", "x"}, {":path", path}} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		if cl != "" {
+			enc.WriteField(hpack.HeaderField{Name: "content-length", Value: cl})
+		}
+		return hb.Bytes()
+	}
+	// Mid-body: a POST whose body stops, then the client goes.
+	c, fr := h2cRaw(t, h.addr)
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: head("POST", "/", "100000", false), EndHeaders: true})
+	fr.WriteData(1, false, []byte("0123456789"))
+	// Mid-response: a slow answer, and a big one never read (window shut).
+	c2, fr2 := h2cRaw(t, h.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	fr2.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: head("GET", "/slow", "", true), EndStream: true, EndHeaders: true})
+	fr2.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: head("GET", "/big", "", true), EndStream: true, EndHeaders: true})
+	// Mid-head.
+	c3, fr3 := h2cRaw(t, h.addr)
+	fr3.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: head("GET", "/", "", true)[:3], EndStream: true})
+	// A backend that refuses: 502, and the client goes at once.
+	c4, fr4 := h2cRaw(t, h2.addr)
+	fr4.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: head("GET", "/", "", true), EndStream: true, EndHeaders: true})
+	time.Sleep(100 * time.Millisecond) // the streams reach their workers
+	for _, c := range []net.Conn{c, c2, c3, c4} {
+		c.Close()
+	}
+	var left string
+	for range 500 {
+		buf := make([]byte, 1<<20)
+		all := string(buf[:runtime.Stack(buf, true)])
+		left = ""
+		for _, g := range strings.Split(all, "\n\n") {
+			if strings.Contains(g, "proxy.(*ownConn)") || strings.Contains(g, "proxy.(*frontend).serveOwnConn") ||
+				strings.Contains(g, "proxy.(*frontend).serveOwnStream") || strings.Contains(g, "proxy.(*ownStream)") ||
+				strings.Contains(g, "proxy.(*ownBody)") {
+				left += g + "\n\n"
+			}
+		}
+		if left == "" {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("goroutines left with the clients gone:\n%s", left)
+}
