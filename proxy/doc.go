@@ -411,7 +411,10 @@
 // above hold the two to the same result. h2
 // (h2.go) copies a stream's headers leaving out what the table says
 // (hop-by-hop names, host: ":authority" wins, underscore spellings),
-// refuses CONNECT and a bad authority, and shares step 4 with fasthttp
+// refuses CONNECT, a bad authority, and a :method that is not a token or
+// a :path that is not origin-form (or "*") or holds spaces or controls
+// (400: they would split the backend's request line;
+// TestH2RequestLineOnTheWire), and shares step 4 with fasthttp
 // (TestH2HeaderPolicy).
 //
 // What fasthttp gives and what we add (for the connections it serves):
@@ -717,8 +720,10 @@
 // one hand-off, reader to worker, where x/net made three.) The stream is
 // its own context.Context (with AfterFunc, so the
 // backend exchange's cut costs no goroutine). Timeouts: read_header for
-// the preface, idle_timeout as a read deadline while no stream is open
-// (then GOAWAY), body_timeout on body reads, write_timeout as an idle
+// the preface and for each header block from its HEADERS to its last
+// CONTINUATION (a head begun and never ended holds a stream no worker
+// has; then GOAWAY and close: TestOwnH2PartialHeadTimesOut), idle_timeout
+// as a read deadline while no stream is open (then GOAWAY), body_timeout on body reads, write_timeout as an idle
 // timeout on each write(2) and on a stream waiting for window (then
 // RST_STREAM). Drain: GOAWAY, then the connection closes once its streams
 // are done. x/net's server stays for comparison: Options.H2 (H2XNet), or

@@ -92,6 +92,27 @@ type h2Exchange interface {
 	finish(truncated bool)
 }
 
+// h2RequestLineOK reports whether req's method is a token and its target
+// origin-form (or "*") without spaces or controls: what the backend's
+// request line is made of must not split it.
+func h2RequestLineOK(req *fasthttp.Request) bool {
+	m, u := req.Header.Method(), req.Header.RequestURI()
+	if len(m) == 0 || len(u) == 0 || u[0] != '/' && string(u) != "*" {
+		return false
+	}
+	for _, c := range m {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	for _, c := range u {
+		if c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // h2BodyWriter is the response body's writer; failed tells whether a
 // write to the client failed (rather than the backend's side).
 type h2BodyWriter interface {
@@ -151,6 +172,11 @@ func (fe *frontend) serveH2Stream(x h2Exchange) {
 	case !pipeline.ValidHost(req.Header.Host()):
 		// Missing, or with userinfo (which fasthttp would turn into an
 		// Authorization header); the same check as HTTP/1.1's.
+		o, refused = pipeline.OutBadRequest, true
+	case !h2RequestLineOK(req):
+		// A method or target that would not make one HTTP/1.1 request
+		// line (x/net lets a spaced :method and :path through; the own
+		// server refuses them earlier, h2srv).
 		o, refused = pipeline.OutBadRequest, true
 	case string(x.method()) == http.MethodConnect:
 		o, refused = pipeline.OutMethodNotAllowed, true

@@ -127,8 +127,13 @@ type ownConn struct {
 	held    int           // streams the workers hold
 	ended   bool          // torn down: no more output
 	idle    time.Duration // server.idle_timeout
-	idleSet bool          // the read deadline is the idle timeout's
-	woken   bool          // the read deadline was set in the past to wake the reader
+	idleSet bool          // the read deadline is the idle timeout's (or a pending head's)
+	// headTimeout is server.read_header_timeout: a header block must end
+	// within it of its start (headID, headSince), as an HTTP/1.1 head.
+	headTimeout time.Duration
+	headID      uint32
+	headSince   time.Time
+	woken       bool // the read deadline was set in the past to wake the reader
 
 	suspect atomic.Bool // mirrors core.Suspect after each Feed
 }
@@ -154,6 +159,7 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 
 	idle := sv.IdleTimeout
 	oc.idle = idle
+	oc.headTimeout = sv.ReadHeaderTimeout
 	if sv.ReadHeaderTimeout > 0 {
 		// The preface and first SETTINGS within the read-header timeout.
 		_ = c.SetReadDeadline(time.Now().Add(sv.ReadHeaderTimeout))
@@ -281,8 +287,28 @@ func signal(c chan struct{}) {
 }
 
 // setIdleLocked keeps the read deadline at idle_timeout while the
-// connection has no stream, and none otherwise.
+// connection has no stream, and none otherwise; but while a header block
+// is in progress, at read_header_timeout (idle_timeout without one) from
+// its start: a client that begins a head and never ends it holds a
+// stream no worker has, and no other timeout would end it.
 func (oc *ownConn) setIdleLocked(idle time.Duration, woken bool) {
+	if id, ok := oc.core.HeadPending(); ok {
+		if oc.headSince.IsZero() || id != oc.headID {
+			oc.headID, oc.headSince = id, time.Now()
+		}
+		t := oc.headTimeout
+		if t <= 0 {
+			t = idle
+		}
+		if t > 0 {
+			_ = oc.c.SetReadDeadline(oc.headSince.Add(t))
+		} else if oc.idleSet || woken {
+			_ = oc.c.SetReadDeadline(time.Time{})
+		}
+		oc.idleSet = t > 0
+		return
+	}
+	oc.headSince = time.Time{}
 	want := idle > 0 && oc.held == 0 && oc.core.Active() == 0
 	if want {
 		_ = oc.c.SetReadDeadline(time.Now().Add(idle))

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -546,4 +548,224 @@ func TestOwnH2Expect100(t *testing.T) {
 			}
 		}
 	}
+}
+
+// h2cTry sends one request as raw frames on a fresh h2c connection and
+// says how it was answered: "status N", "rst CODE" or "goaway CODE".
+func h2cTry(t *testing.T, addr string, fields ...string) string {
+	t.Helper()
+	_, fr := h2cRaw(t, addr)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for i := 0; i+1 < len(fields); i += 2 {
+		enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	dec := hpack.NewDecoder(4096, nil)
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return "error " + err.Error()
+		}
+		switch f := f.(type) {
+		case *http2.HeadersFrame:
+			if hf, _ := dec.DecodeFull(f.HeaderBlockFragment()); len(hf) > 0 {
+				return "status " + hf[0].Value
+			}
+		case *http2.RSTStreamFrame:
+			return "rst " + f.ErrCode.String()
+		case *http2.GoAwayFrame:
+			return "goaway " + f.ErrCode.String()
+		}
+	}
+}
+
+// TestH2RequestLineOnTheWire: on both h2 servers, a :method or :path
+// that would split the backend's HTTP/1.1 request line never reaches the
+// backend, and an absolute-form :path does not give the backend a Host
+// other than the :authority the request was routed by.
+func TestH2RequestLineOnTheWire(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	heads := make(chan string, 64)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					var head []string
+					for {
+						l, err := br.ReadString('\n')
+						if err != nil {
+							return
+						}
+						if l == "\r\n" {
+							break
+						}
+						head = append(head, strings.TrimRight(l, "\r\n"))
+					}
+					heads <- strings.Join(head, "\n")
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+			}()
+		}
+	}()
+	pseudo := func(method, path string) []string {
+		return []string{":method", method, ":scheme", "http", ":authority", "a.test", ":path", path}
+	}
+	for _, srv := range h2Servers {
+		t.Run(srv.String(), func(t *testing.T) {
+			h := startProxyOpts(t, []string{ln.Addr().String()}, Options{H2: srv}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+			for _, c := range []struct {
+				name   string
+				fields []string
+			}{
+				{"spaced method", pseudo("GET /x", "/p")},
+				{"spaced path", pseudo("GET", "/a HTTP/1.0")},
+				{"path not origin-form", pseudo("GET", "p")},
+			} {
+				if r := h2cTry(t, h.addr, c.fields...); r == "status 200" {
+					t.Errorf("%s: %s", c.name, r)
+				}
+			}
+			// The refused ones are not waited for: the good request's
+			// head must be the first the backend sees.
+			if r := h2cTry(t, h.addr, pseudo("GET", "http://evil.test/x")...); r != "status 200" && !strings.HasPrefix(r, "rst ") {
+				t.Errorf("absolute-form path: %s", r)
+			}
+			if r := h2cTry(t, h.addr, pseudo("GET", "/ok")...); r != "status 200" {
+				t.Errorf("good request: %s", r)
+			}
+			for done := false; !done; {
+				select {
+				case hd := <-heads:
+					line, _, _ := strings.Cut(hd, "\n")
+					if strings.Count(line, " ") != 2 || !strings.Contains(hd, "\nHost: a.test\n") {
+						t.Errorf("backend got %q", hd)
+					}
+					done = line == "GET /ok HTTP/1.1"
+				case <-time.After(5 * time.Second):
+					t.Fatal("the good request did not reach the backend")
+				}
+			}
+		})
+	}
+}
+
+// TestOwnH2PartialHeadTimesOut: a header block the client never ends (a
+// HEADERS without END_HEADERS, then silence) is given
+// server.read_header_timeout from its start, as an HTTP/1.1 head is;
+// the connection (which has no other stream) is closed, not kept forever.
+// A CONTINUATION dribbled in does not extend the time.
+func TestOwnH2PartialHeadTimesOut(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(s *policy.Snapshot, a *policy.App) {
+		a.H2C = true
+		s.Server.ReadHeaderTimeout = 400 * time.Millisecond
+		s.Server.IdleTimeout = time.Hour
+	})
+	c, fr := h2cRaw(t, h.addr)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	start := time.Now()
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes()[:2], EndHeaders: false}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := fr.WriteContinuation(1, false, hb.Bytes()[2:3]); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		if _, err := fr.ReadFrame(); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("connection still open %v after a header block began", time.Since(start))
+			}
+			break
+		}
+	}
+}
+
+// TestOwnH2NoGoroutineLeftClientGone: connections whose client vanishes
+// mid-body, mid-response, mid-head, or after a backend failure leave no
+// connection goroutine and no worker serving a stream, without a
+// shutdown (the parked workers are not counted).
+func TestOwnH2NoGoroutineLeftClientGone(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/slow" {
+			time.Sleep(300 * time.Millisecond)
+		}
+		if r.URL.Path == "/big" {
+			w.Write(bytes.Repeat([]byte("x"), 1<<20))
+			return
+		}
+		io.WriteString(w, "ok")
+	})
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	h2 := startProxyOpts(t, []string{deadAddr}, Options{H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	head := func(method, path string, cl string, end bool) []byte {
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		for _, f := range [][2]string{{":method", method}, {":scheme", "http"}, {":authority", "x"}, {":path", path}} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		if cl != "" {
+			enc.WriteField(hpack.HeaderField{Name: "content-length", Value: cl})
+		}
+		return hb.Bytes()
+	}
+	// Mid-body: a POST whose body stops, then the client goes.
+	c, fr := h2cRaw(t, h.addr)
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: head("POST", "/", "100000", false), EndHeaders: true})
+	fr.WriteData(1, false, []byte("0123456789"))
+	// Mid-response: a slow answer, and a big one never read (window shut).
+	c2, fr2 := h2cRaw(t, h.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	fr2.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: head("GET", "/slow", "", true), EndStream: true, EndHeaders: true})
+	fr2.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: head("GET", "/big", "", true), EndStream: true, EndHeaders: true})
+	// Mid-head.
+	c3, fr3 := h2cRaw(t, h.addr)
+	fr3.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: head("GET", "/", "", true)[:3], EndStream: true})
+	// A backend that refuses: 502, and the client goes at once.
+	c4, fr4 := h2cRaw(t, h2.addr)
+	fr4.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: head("GET", "/", "", true), EndStream: true, EndHeaders: true})
+	time.Sleep(100 * time.Millisecond) // the streams reach their workers
+	for _, c := range []net.Conn{c, c2, c3, c4} {
+		c.Close()
+	}
+	var left string
+	for range 500 {
+		buf := make([]byte, 1<<20)
+		all := string(buf[:runtime.Stack(buf, true)])
+		left = ""
+		for _, g := range strings.Split(all, "\n\n") {
+			if strings.Contains(g, "proxy.(*ownConn)") || strings.Contains(g, "proxy.(*frontend).serveOwnConn") ||
+				strings.Contains(g, "proxy.(*frontend).serveOwnStream") || strings.Contains(g, "proxy.(*ownStream)") ||
+				strings.Contains(g, "proxy.(*ownBody)") {
+				left += g + "\n\n"
+			}
+		}
+		if left == "" {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("goroutines left with the clients gone:\n%s", left)
 }

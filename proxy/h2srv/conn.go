@@ -26,7 +26,7 @@ type Config struct {
 	// buffered on the whole connection at most. Default 1 MiB.
 	ConnWindow int
 	// ResetLimit: past this many RST_STREAM frames, when they are also
-	// more than a quarter of the streams opened, the connection is closed
+	// more than a quarter of the streams whose request surfaced, the connection is closed
 	// with GOAWAY(ENHANCE_YOUR_CALM) (rapid reset, CVE-2023-44487).
 	// Default 100. Negative: no limit.
 	ResetLimit int
@@ -289,6 +289,11 @@ func (c *Conn) TakeEvents(dst []Event) []Event {
 	return dst
 }
 
+// HeadPending reports whether a header block is in progress (a HEADERS
+// without END_HEADERS came, its last CONTINUATION not yet), and on which
+// stream: the driver bounds how long it may take.
+func (c *Conn) HeadPending() (id uint32, ok bool) { return c.hdr.id, c.hdr.active && !c.dead }
+
 // Err is the connection's error (nil while it is usable).
 func (c *Conn) Err() error { return c.err }
 
@@ -301,8 +306,9 @@ func (c *Conn) GoingAway() bool { return c.goingAway }
 // PeerGoAway reports whether the client sent GOAWAY.
 func (c *Conn) PeerGoAway() bool { return c.peerGoAway }
 
-// Streams and Resets are the rapid-reset guard's counts: streams the
-// client opened and RST_STREAM frames it sent.
+// Streams and Resets are the rapid-reset guard's counts: streams whose
+// request the consumer was given (EvRequest), and RST_STREAM frames the
+// client sent or stream errors it provoked on its streams.
 func (c *Conn) Streams() int64 { return c.opened }
 func (c *Conn) Resets() int64  { return c.resets }
 
@@ -473,13 +479,33 @@ func (c *Conn) GoAway() {
 	c.writeGoAway(NoError)
 }
 
-// streamError resets stream id with code (RFC 9113 §5.4.2).
+// streamError resets stream id with code (RFC 9113 §5.4.2). A stream
+// still in the map had its head surfaced or refused and may be at work:
+// the reset counts as the client's own RST_STREAM would (countReset), or
+// a client could reset streams by provoking errors (a WINDOW_UPDATE of 0,
+// DATA after END_STREAM: "MadeYouReset", CVE-2025-8671) past the
+// rapid-reset rule.
 func (c *Conn) streamError(id uint32, code ErrCode) {
 	c.writeRST(id, code)
 	if s := c.streams[id]; s != nil {
 		s.wasReset, s.resetCode = true, code
 		c.closeStream(s, true)
+		c.countReset()
 	}
+}
+
+// countReset counts one stream reset by the client, or provoked by it,
+// and applies the rapid-reset rule: past ResetLimit resets that are also
+// more than a quarter of the streams whose request surfaced, GOAWAY(ENHANCE_YOUR_CALM).
+// It reports whether the connection ended so.
+func (c *Conn) countReset() bool {
+	c.resets++
+	if c.cfg.ResetLimit > 0 && c.resets > int64(c.cfg.ResetLimit) && c.resets*4 > c.opened {
+		c.flooded = true
+		c.connError(EnhanceYourCalm, "rapid reset")
+		return true
+	}
+	return false
 }
 
 func (c *Conn) writeRST(id uint32, code ErrCode) {
@@ -690,10 +716,7 @@ func (c *Conn) onRST(id uint32, p []byte) {
 		c.connError(ProtocolError, "RST_STREAM on an idle stream")
 		return
 	}
-	c.resets++
-	if c.cfg.ResetLimit > 0 && c.resets > int64(c.cfg.ResetLimit) && c.resets*4 > c.opened {
-		c.flooded = true
-		c.connError(EnhanceYourCalm, "rapid reset")
+	if c.countReset() {
 		return
 	}
 	if s := c.streams[id]; s != nil {
@@ -888,7 +911,6 @@ func (c *Conn) onHeaders(id uint32, flags byte, p []byte) {
 		return
 	default:
 		c.maxID = id
-		c.opened++
 		switch {
 		case c.goingAway:
 			// After GOAWAY: decoded (the table must follow) and dropped.
@@ -976,6 +998,7 @@ func (c *Conn) endBlock() {
 	case h.malformed, h.pseudo&1 == 0,
 		connect && (h.pseudo&6 != 0 || s.authority.n == 0),
 		!connect && h.pseudo&6 != 6,
+		!connect && string(s.Path()) == "*" && string(s.Method()) != "OPTIONS",
 		h.end && s.cl > 0:
 		c.closeStream(s, false)
 		c.writeRST(h.id, ProtocolError)
@@ -985,6 +1008,11 @@ func (c *Conn) endBlock() {
 		s.remoteEnd, s.state, s.headEnded = true, stHalfClosedRemote, true
 	}
 	s.held = true
+	// Only a stream given to the consumer counts as opened for the
+	// rapid-reset rule: streams refused, malformed or over the header
+	// limit cost no work, and counting them would let a client buy
+	// resets with them (three bad heads per reset kept the rule off).
+	c.opened++
 	c.events = append(c.events, Event{Kind: EvRequest, S: s})
 }
 
@@ -1027,6 +1055,14 @@ func (c *Conn) onField(f hpack.HeaderField) {
 			h.malformed = true // repeated, or empty (RFC 9113 §8.3.1)
 			return
 		}
+		if bit == 1 && !validMethod(f.Value) || bit == 2 && !validPath(f.Value) {
+			// The head goes on as an HTTP/1.1 request line: a method
+			// that is not a token or a target with spaces or controls
+			// would split it, and an absolute-form :path would carry a
+			// second authority (fasthttp takes its host as the Host).
+			h.malformed = true
+			return
+		}
 		h.pseudo |= bit
 		*sp = s.add(f.Value)
 		return
@@ -1045,8 +1081,9 @@ func (c *Conn) onField(f hpack.HeaderField) {
 			return
 		}
 	case "content-length":
+		// 1*DIGIT (RFC 9110 §8.6): ParseInt alone takes "+0" and "-0".
 		v, err := strconv.ParseInt(f.Value, 10, 64)
-		if err != nil || v < 0 || (s.cl >= 0 && s.cl != v) {
+		if err != nil || v < 0 || f.Value[0] < '0' || f.Value[0] > '9' || (s.cl >= 0 && s.cl != v) {
 			h.malformed = true
 			return
 		}
@@ -1086,15 +1123,57 @@ func validName(n string) bool {
 	return true
 }
 
-// validValue: no NUL, CR or LF (RFC 9113 §8.2.1).
+// validValue: no control character but HTAB (RFC 9113 §8.2.1 requires
+// refusing NUL, CR and LF; the others are not field-vchars in RFC 9110
+// §5.5 either, and the head is forwarded as HTTP/1.1: x/net refuses them
+// too).
 func validValue(v string) bool {
 	for i := 0; i < len(v); i++ {
-		if c := v[i]; c == 0 || c == '\r' || c == '\n' {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
 			return false
 		}
 	}
 	return true
 }
+
+// validMethod: a token (RFC 9110 §9.1).
+func validMethod(m string) bool {
+	for i := 0; i < len(m); i++ {
+		if !tokenTable[m[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// validPath: origin-form ("/" first) or "*" (RFC 9113 §8.3.1), without
+// spaces or controls.
+func validPath(p string) bool {
+	if p != "*" && p[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// tokenTable: tchar (RFC 9110 §5.6.2).
+var tokenTable = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
 
 // ---------------------------------------------------------------- output
 

@@ -434,6 +434,81 @@ func TestRapidResetFlood(t *testing.T) {
 	}
 }
 
+// TestProvokedResetFlood: stream errors a client provokes on streams it
+// opened (MadeYouReset, CVE-2025-8671) count as its resets: the same
+// rapid-reset rule ends the connection, each provocation sent after the
+// stream's head was taken (the stream dispatched).
+func TestProvokedResetFlood(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		provoke func(cl *client, id uint32)
+	}{
+		{"WINDOW_UPDATE of 0", func(cl *client, id uint32) { cl.fr.WriteWindowUpdate(id, 0) }},
+		{"DATA after END_STREAM", func(cl *client, id uint32) { cl.fr.WriteData(id, false, []byte("x")) }},
+		{"PRIORITY on itself", func(cl *client, id uint32) {
+			cl.fr.WritePriority(id, http2.PriorityParam{StreamDep: id})
+		}},
+		{"window overflow", func(cl *client, id uint32) { cl.fr.WriteWindowUpdate(id, 1<<31-1) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newClient(t, Config{})
+			cl.fr.AllowIllegalWrites = true
+			cl.start()
+			for id := uint32(1); id < 2*300 && cl.err == nil; id += 2 {
+				cl.get(id, true)
+				cl.feed()
+				held := cl.events()
+				c.provoke(cl, id)
+				cl.feed()
+				cl.events()
+				for _, e := range held {
+					if e.Kind == EvRequest {
+						cl.c.Release(e.S)
+					}
+				}
+			}
+			if !cl.c.Flooded() || cl.c.Resets() != defaultResetLimit+1 {
+				t.Fatalf("flooded=%v after %d resets", cl.c.Flooded(), cl.c.Resets())
+			}
+			if g := find(cl.out(), http2.FrameGoAway); g == nil || g.code != http2.ErrCodeEnhanceYourCalm {
+				t.Errorf("GOAWAY %+v", g)
+			}
+		})
+	}
+}
+
+// TestResetFloodPaddedWithBadHeads: streams that never reach the
+// consumer (a malformed head, refused) do not count as opened, so they
+// cannot buy a client resets: three bad heads per dispatched stream
+// reset still end the connection.
+func TestResetFloodPaddedWithBadHeads(t *testing.T) {
+	cl := newClient(t, Config{})
+	cl.start()
+	id := uint32(1)
+	for round := 0; round < 300 && cl.err == nil; round++ {
+		for range 3 {
+			cl.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, EndStream: true, EndHeaders: true,
+				BlockFragment: cl.block(":method", "GET", ":scheme", "https", ":path", "/", "X-Up", "1")})
+			id += 2
+		}
+		cl.get(id, true)
+		cl.feed()
+		held := cl.events()
+		cl.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+		id += 2
+		cl.feed()
+		cl.events()
+		for _, e := range held {
+			if e.Kind == EvRequest {
+				cl.c.Release(e.S)
+			}
+		}
+	}
+	if !cl.c.Flooded() || cl.c.Resets() != defaultResetLimit+1 {
+		t.Fatalf("flooded=%v after %d resets of %d streams", cl.c.Flooded(), cl.c.Resets(), cl.c.Streams())
+	}
+}
+
 func TestGracefulGoAway(t *testing.T) {
 	cl := newClient(t, Config{})
 	cl.start()
@@ -533,6 +608,17 @@ func TestMalformedRequests(t *testing.T) {
 		{"unknown pseudo", []string{":method", "GET", ":scheme", "https", ":path", "/", ":status", "200"}},
 		{"repeated pseudo", []string{":method", "GET", ":method", "GET", ":scheme", "https", ":path", "/"}},
 		{"content-length with END_STREAM", []string{":method", "POST", ":scheme", "https", ":path", "/", "content-length", "3"}},
+		// The head is forwarded as an HTTP/1.1 request line.
+		{"method not a token", []string{":method", "GET /x", ":scheme", "https", ":path", "/"}},
+		{"absolute-form path", []string{":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "http://b.test/x"}},
+		{"path not origin-form", []string{":method", "GET", ":scheme", "https", ":path", "x"}},
+		{"space in path", []string{":method", "GET", ":scheme", "https", ":path", "/a HTTP/1.1"}},
+		{"control in path", []string{":method", "GET", ":scheme", "https", ":path", "/a\x01"}},
+		{"asterisk not OPTIONS", []string{":method", "GET", ":scheme", "https", ":path", "*"}},
+		{"control in value", []string{":method", "GET", ":scheme", "https", ":path", "/", "x-a", "v\x01v"}},
+		{"signed content-length", []string{":method", "GET", ":scheme", "https", ":path", "/", "content-length", "+0"}},
+		{"negative zero content-length", []string{":method", "GET", ":scheme", "https", ":path", "/", "content-length", "-0"}},
+		{"DEL in value", []string{":method", "GET", ":scheme", "https", ":path", "/", "x-a", "v\x7f"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cl := newClient(t, Config{})
@@ -559,6 +645,17 @@ func TestMalformedRequests(t *testing.T) {
 		cl.feed()
 		if r := find(cl.out(), http2.FrameRSTStream); r == nil || r.code != http2.ErrCodeProtocol {
 			t.Errorf("answer %+v", r)
+		}
+	})
+	t.Run("asterisk with OPTIONS, HTAB in a value", func(t *testing.T) {
+		cl := newClient(t, Config{})
+		cl.start()
+		cl.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndHeaders: true, EndStream: true,
+			BlockFragment: cl.block(":method", "OPTIONS", ":scheme", "https", ":path", "*", ":authority", "a.test", "x-a", "v\tw")})
+		cl.feed()
+		e := cl.events()
+		if len(e) != 1 || e[0].Kind != EvRequest || string(e[0].S.Path()) != "*" || fieldsOf(e[0].S)["x-a"] != "v\tw" {
+			t.Errorf("events %+v", e)
 		}
 	})
 	t.Run("host stands in for authority", func(t *testing.T) {

@@ -45,7 +45,11 @@
 //     string length capped at MaxHeaderListSize) into a per-stream arena:
 //     fields are spans of one byte slice, no map, no string per field
 //     beyond what the decoder makes. Pseudo-fields are checked (present,
-//     not repeated, first, known), names lower case, connection-specific
+//     not repeated, first, known; :method a token, :path origin-form
+//     without spaces or controls, "*" for OPTIONS only: the head becomes
+//     an HTTP/1.1 request line, and an absolute-form :path would carry a
+//     second authority), names lower case, values without controls but
+//     HTAB, connection-specific
 //     fields and a TE other than "trailers" refused, content-length
 //     checked against the DATA that comes. A head over MaxHeaderListSize
 //     is answered 431 here and never surfaces. Request trailers end the
@@ -71,8 +75,12 @@
 //     CONTINUATION flood, CVE-2023-45288). Rapid reset
 //     (CVE-2023-44487): the same rule as x/net's guard had in
 //     proxy/h2guard.go -- past ResetLimit RST_STREAM frames (100) that are
-//     also over a quarter of the streams opened, GOAWAY(ENHANCE_YOUR_CALM)
-//     and Flooded; Suspect (over one stream in eight reset) tells the
+//     also over a quarter of the streams whose request surfaced (refused
+//     or malformed heads do not count), GOAWAY(ENHANCE_YOUR_CALM)
+//     and Flooded. A stream error the client provokes on a stream it
+//     opened (a WINDOW_UPDATE of 0, DATA after END_STREAM, a window
+//     overflow: "MadeYouReset", CVE-2025-8671) counts as one of its
+//     resets. Suspect (over one stream in eight reset) tells the
 //     driver to hold new streams a moment. A reset that arrives in the
 //     same read as its HEADERS is seen before the driver dispatches
 //     anything, since events are taken after the whole read is fed.
