@@ -125,6 +125,9 @@ type Update struct {
 	P, F float64
 	// Threshold is the threshold in force after the tick.
 	Threshold time.Duration
+	// Bounded: LB + F·(UB − LB) was more than Params.MaxRise × the
+	// threshold in force, so the threshold rose by MaxRise only.
+	Bounded bool
 }
 
 // New validates cfg and returns a controller whose thresholds start at
@@ -197,7 +200,8 @@ func (c *Controller) Params() Params { return *c.params.Load() }
 
 // Tick recomputes every class's threshold from its counts since the
 // previous tick: with at least MinArrivals arrivals, p = (rejected +
-// terminated)/arrived (capped at 1) and T = LB + F(p)·(UB − LB); with
+// terminated)/arrived (capped at 1) and T = LB + F(p)·(UB − LB), raised
+// by at most Params.MaxRise × the T in force when that is set; with
 // fewer, the threshold stays and the arrivals carry over to the next tick
 // (they are not dropped: a quiet class is judged on a longer window, not
 // on none). The new threshold applies at once, to requests in flight too.
@@ -223,12 +227,30 @@ func (c *Controller) Tick(now time.Time) {
 		cl.seenArrived, cl.seenLost = arr, lost
 		u.P = min(float64(dl)/float64(da), 1)
 		u.F = F(u.P, p.Alpha, p.LowWater, p.HighWater)
-		cl.f = u.F
 		r := cl.rng.Load()
-		u.Threshold = Threshold(r.lower, r.upper, u.F)
+		u.Threshold, u.Bounded = rise(Threshold(r.lower, r.upper, u.F), cl.Threshold(), p.MaxRise)
+		cl.f = u.F
+		if u.Bounded {
+			// The F the threshold in force stands for, so that a reload
+			// that changes the bounds keeps the class where it is.
+			cl.f = float64(u.Threshold-r.lower) / float64(r.upper-r.lower)
+		}
 		cl.threshold.Store(int64(u.Threshold))
 		cl.last.Store(u)
 	}
+}
+
+// rise bounds a rise of the threshold from cur to target by maxRise (0:
+// no bound): it returns min(target, maxRise·cur) and whether the bound
+// applied. A fall is never bounded.
+func rise(target, cur time.Duration, maxRise float64) (time.Duration, bool) {
+	if maxRise <= 0 || cur <= 0 || target <= cur {
+		return target, false
+	}
+	if lim := float64(cur) * maxRise; float64(target) > lim {
+		return time.Duration(lim), true
+	}
+	return target, false
 }
 
 // Run ticks every Params.Interval until ctx is done, following an interval
