@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
@@ -42,6 +45,27 @@ type idleConn struct {
 	killed atomic.Bool
 	// alert: where a TLS alert read here is recorded (nil: plain TCP).
 	alert *atomic.Pointer[error]
+	// chunked is set while a chunked response body is read from this
+	// connection (markChunked), until the next request is written: an end
+	// of stream then is a truncated body, not the body's end.
+	chunked atomic.Bool
+}
+
+// markChunked tells resp's connection that its chunked body is being
+// read: fasthttp's body stream takes the connection closing where the
+// next chunk's size should be as the body's end and gives io.EOF, and
+// the client would get a complete-looking answer. Marked, the closing
+// reads as io.ErrUnexpectedEOF, which fails the client's response (cut,
+// not ended with a last chunk), as the event loops do.
+func markChunked(resp *fasthttp.Response) {
+	if !resp.IsBodyStream() || resp.Header.ContentLength() != -1 {
+		return
+	}
+	if a, ok := resp.RemoteAddr().(*connAddr); ok {
+		if ic, ok := a.c.(*idleConn); ok {
+			ic.chunked.Store(true)
+		}
+	}
 }
 
 // RemoteAddr names the backend and this connection (abortBody.bind).
@@ -69,6 +93,9 @@ func (c *idleConn) Read(b []byte) (int, error) {
 		return 0, c.aborted(err)
 	}
 	n, err := c.Conn.Read(b)
+	if err == io.EOF && c.chunked.Load() {
+		err = io.ErrUnexpectedEOF
+	}
 	if err != nil && c.alert != nil && tlsRefused(err) {
 		c.alert.Store(&err)
 	}
@@ -102,6 +129,9 @@ func (c *idleConn) Write(b []byte) (int, error) {
 	}
 	if err := c.refresh(&c.writeSet, c.Conn.SetWriteDeadline); err != nil {
 		return 0, c.aborted(err)
+	}
+	if c.chunked.Load() {
+		c.chunked.Store(false) // a new request: the last body ended
 	}
 	n, err := c.Conn.Write(b)
 	if err != nil {

@@ -52,6 +52,7 @@ func newH2Client(protocol string, connect *atomic.Int64, tlsCfg *atomic.Pointer[
 		AllowHTTP:          true,
 		DisableCompression: true,
 		IdleConnTimeout:    h2IdleConnTimeout,
+		MaxHeaderListSize:  backendHeaderBytes,
 		ReadIdleTimeout:    30 * time.Second,
 		PingTimeout:        15 * time.Second,
 		DialTLSContext: func(ctx context.Context, _, addr string, _ *tls.Config) (net.Conn, error) {
@@ -60,6 +61,12 @@ func newH2Client(protocol string, connect *atomic.Int64, tlsCfg *atomic.Pointer[
 	}
 	return c
 }
+
+// backendHeaderBytes bounds a backend's response head, as HostClient's
+// read buffer bounds it over HTTP/1.1: x/net's own default is 10 MB. An
+// HTTP/2 head over it (HPACK's decoded size, 32 bytes counted per field)
+// fails the exchange with 502, as an oversized HTTP/1.1 head does.
+const backendHeaderBytes = 16 << 10
 
 // h2IdleConnTimeout closes an HTTP/2 backend connection that carried no
 // stream for that long; HostClient's MaxIdleConnDuration is the same.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -360,6 +361,25 @@ func TestH2ClientSeesTruncatedBody(t *testing.T) {
 		resp.Body.Close()
 		if err == nil {
 			t.Fatalf("%d: a body cut at %d bytes read as complete", resp.StatusCode, len(b))
+		}
+	}
+}
+
+// TestH2BackendHugeHeadIs502: a response head from an HTTP/2 backend
+// larger than backendHeaderBytes (x/net would take up to 10 MB) fails the
+// exchange with 502, as an oversized HTTP/1.1 head does; a head under
+// it passes.
+func TestH2BackendHugeHeadIs502(t *testing.T) {
+	be := h2cBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		w.Header().Set("X-Big", strings.Repeat("a", n))
+		fmt.Fprint(w, "ok")
+	})
+	h := startProxy(t, []string{be}, func(_ *policy.Snapshot, a *policy.App) { a.Backends.Protocol = policy.ProtoH2C })
+	for _, c := range []struct{ n, want int }{{1 << 10, 200}, {backendHeaderBytes + 1, 502}} {
+		resp, body := rawRequest(t, h.addr, fmt.Sprintf("GET /?n=%d HTTP/1.1\r\nHost: x\r\n\r\n", c.n))
+		if resp.StatusCode != c.want {
+			t.Errorf("%d-byte header: %d %q, want %d", c.n, resp.StatusCode, body, c.want)
 		}
 	}
 }

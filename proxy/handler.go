@@ -566,6 +566,7 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 			continue
 		}
 		if err == nil {
+			markChunked(resp)
 			a.Pool.Release(b, true)
 			if u.Answered() {
 				p.log.Info("backend reachable again", "app", a.Name, "backend", u.Addr)

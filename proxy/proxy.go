@@ -464,7 +464,7 @@ func newHostClient(addr string, maxConns int, connect, idle *atomic.Int64, tlsCf
 		DisablePathNormalizing:        true,
 		DisableHeaderNamesNormalizing: false,
 		NoDefaultUserAgentHeader:      true,
-		ReadBufferSize:                16 << 10,
+		ReadBufferSize:                backendHeaderBytes,
 		WriteBufferSize:               16 << 10,
 		// Retry on the same backend once, for a stale keep-alive
 		// connection, and only idempotent requests: fasthttp cannot tell

@@ -337,6 +337,10 @@ func (d *daemon) reload(snap *policy.Snapshot) error {
 		d.log.Warn("h2c turned on for listeners already open: it applies after a restart or an upgrade (SIGUSR2); until then an HTTP/2 preface there gets 400",
 			"listeners", strings.Join(on, ", "))
 	}
+	if ch := tlsToggled(cur, snap, opened); len(ch) > 0 {
+		d.log.Warn("TLS turned on or off for listeners already open: it applies after a restart or an upgrade (SIGUSR2); until then they keep serving as they did (certificate changes on a TLS listener apply now)",
+			"listeners", strings.Join(ch, ", "))
+	}
 	if diff := serverDiff(cur.Server, snap.Server); diff != "" {
 		d.log.Warn("server settings changed: they apply to listeners opened from now on and to every listener after an upgrade (SIGUSR2); listeners already open keep the old ones",
 			"changed", diff)
@@ -454,6 +458,27 @@ func h2cTurnedOn(cur, next *policy.Snapshot, opened map[string]net.Listener) []s
 		}
 	}
 	return on
+}
+
+// tlsToggled lists the listeners kept open by a reload whose TLS was
+// turned on or off: a listener's engine (the event loops or fasthttp for
+// plain HTTP, the TLS listener for TLS) is chosen when it opens, so the
+// change waits for a restart or an upgrade, as h2c's does.
+func tlsToggled(cur, next *policy.Snapshot, opened map[string]net.Listener) []string {
+	if cur == nil {
+		return nil
+	}
+	was := map[string]bool{}
+	for _, l := range cur.Listeners {
+		was[l.Addr] = l.TLS != nil
+	}
+	var ch []string
+	for _, l := range next.Listeners {
+		if old, kept := was[l.Addr]; kept && old != (l.TLS != nil) && opened[l.Addr] == nil {
+			ch = append(ch, l.Addr)
+		}
+	}
+	return ch
 }
 
 // serverDiff lists the server settings that differ, as "key: old -> new".

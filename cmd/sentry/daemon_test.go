@@ -278,6 +278,31 @@ func TestH2CTurnedOn(t *testing.T) {
 	}
 }
 
+// TestTLSToggled: a reload that turns TLS on or off for a listener it
+// keeps is reported (it applies after a restart); a new listener, an
+// unchanged one and a certificate change are not.
+func TestTLSToggled(t *testing.T) {
+	tl := func(cert string) *policy.TLS { return &policy.TLS{CertFile: cert} }
+	cur := &policy.Snapshot{Listeners: []*policy.Listener{
+		{Addr: "127.0.0.1:1"}, {Addr: "127.0.0.1:2", TLS: tl("a")}, {Addr: "127.0.0.1:3", TLS: tl("a")}, {Addr: "127.0.0.1:5"},
+	}}
+	next := &policy.Snapshot{Listeners: []*policy.Listener{
+		{Addr: "127.0.0.1:1", TLS: tl("a")}, {Addr: "127.0.0.1:2"}, {Addr: "127.0.0.1:3", TLS: tl("b")}, {Addr: "127.0.0.1:4", TLS: tl("a")}, {Addr: "127.0.0.1:5"},
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	opened := map[string]net.Listener{"127.0.0.1:4": ln} // new in this reload
+	if got := strings.Join(tlsToggled(cur, next, opened), " "); got != "127.0.0.1:1 127.0.0.1:2" {
+		t.Errorf("tlsToggled = %q, want 127.0.0.1:1 127.0.0.1:2", got)
+	}
+	if got := tlsToggled(nil, next, opened); got != nil {
+		t.Errorf("first load: %q, want none", got)
+	}
+}
+
 // The admin listener answers IP literals and localhost, refuses other
 // names with 421 (DNS rebinding), and follows admin.allowed_hosts on reload.
 func TestAdminHostAllowList(t *testing.T) {
