@@ -78,13 +78,19 @@ type Controller struct {
 	classes atomic.Pointer[[]*Class] // by class index; nil entries
 	params  atomic.Pointer[Params]
 
-	// mu serialises Tick and Reconfigure; it guards byName and the
-	// classes' tick state. The request path never takes it.
+	// mu serialises Tick, Look and Reconfigure; it guards byName,
+	// lastTick and the classes' tick state. The request path never takes
+	// it.
 	mu struct {
 		sync.Mutex
-		byName map[string]*Class
+		byName   map[string]*Class
+		lastTick time.Time // the last Tick (New's time before any)
 	}
 }
+
+// LooksPerInterval is how many times per interval Run calls Look: the
+// last of them is the Tick.
+const LooksPerInterval = 8
 
 // Class is one class's termination state. Its request-path methods are
 // lock-free and allocation-free.
@@ -102,7 +108,8 @@ type Class struct {
 
 	// Tick state, guarded by Controller.mu.
 	seenArrived, seenLost uint64
-	f                     float64 // F in force
+	f                     float64   // F in force
+	since                 time.Time // start of the window seenArrived counts from
 }
 
 // classRange is a class's immutable configuration, swapped on reload.
@@ -128,6 +135,11 @@ type Update struct {
 	// Bounded: LB + F·(UB − LB) was more than Params.MaxRise × the
 	// threshold in force, so the threshold rose by MaxRise only.
 	Bounded bool
+	// Early: a Look, not a Tick, set the threshold to LB: the losses so
+	// far already make the window's p at least HW (see Look). P is then
+	// the loss fraction so far and F 0; the window's counts are not
+	// consumed, the next Tick judges the whole window.
+	Early bool
 }
 
 // New validates cfg and returns a controller whose thresholds start at
@@ -138,6 +150,7 @@ func New(cfg Config) (*Controller, error) {
 		c.now = time.Now
 	}
 	c.mu.byName = map[string]*Class{}
+	c.mu.lastTick = c.now()
 	if err := c.Reconfigure(cfg); err != nil {
 		return nil, err
 	}
@@ -162,7 +175,7 @@ func (c *Controller) Reconfigure(cfg Config) error {
 		}
 		cl := c.mu.byName[cc.Name]
 		if cl == nil {
-			cl = &Class{name: cc.Name, f: 1}
+			cl = &Class{name: cc.Name, f: 1, since: c.mu.lastTick}
 			cl.last.Store(&Update{P: 0, F: 1, Threshold: cc.Upper})
 		}
 		methods := DefaultMethods
@@ -208,6 +221,7 @@ func (c *Controller) Params() Params { return *c.params.Load() }
 func (c *Controller) Tick(now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.mu.lastTick = now
 	p := *c.params.Load()
 	for _, cl := range *c.classes.Load() {
 		if cl == nil {
@@ -224,7 +238,7 @@ func (c *Controller) Tick(now time.Time) {
 			cl.last.Store(u)
 			continue
 		}
-		cl.seenArrived, cl.seenLost = arr, lost
+		cl.seenArrived, cl.seenLost, cl.since = arr, lost, now
 		u.P = min(float64(dl)/float64(da), 1)
 		u.F = F(u.P, p.Alpha, p.LowWater, p.HighWater)
 		r := cl.rng.Load()
@@ -237,6 +251,46 @@ func (c *Controller) Tick(now time.Time) {
 		}
 		cl.threshold.Store(int64(u.Threshold))
 		cl.last.Store(u)
+	}
+}
+
+// Look is the early look between ticks (Run calls it LooksPerInterval −
+// 1 times per interval): a class whose losses since its window began are
+// already so many that the window's p will be at least HW when the next
+// Tick judges it -- lost ≥ HW × the arrivals the window will hold if they
+// go on at the rate so far -- gets T = LB now instead of at that Tick,
+// which would set it (F(p ≥ HW) = 0). Nothing else changes: the counts
+// are not consumed, a threshold already at LB is left alone, and a
+// window with fewer than MinArrivals arrivals so far is not looked at.
+// So Look only brings forward, by up to an interval, a fall the paper's
+// rule makes anyway, given a steady arrival rate; a loss that would
+// leave the window's p below HW never moves it.
+func (c *Controller) Look(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := *c.params.Load()
+	next := c.mu.lastTick.Add(p.Interval)
+	for _, cl := range *c.classes.Load() {
+		if cl == nil {
+			continue
+		}
+		r := cl.rng.Load()
+		if cl.Threshold() <= r.lower {
+			continue
+		}
+		da := cl.arrived.Load() - cl.seenArrived
+		dl := cl.rejected.Load() + cl.terminated.Load() - cl.seenLost
+		elapsed, span := now.Sub(cl.since), next.Sub(cl.since)
+		if da < p.MinArrivals || elapsed <= 0 || span <= elapsed {
+			continue
+		}
+		if float64(dl) < p.HighWater*float64(da)*span.Seconds()/elapsed.Seconds() {
+			continue
+		}
+		cl.f = 0
+		cl.threshold.Store(int64(r.lower))
+		cl.last.Store(&Update{At: now, Arrived: da, Lost: dl, P: min(float64(dl)/float64(da), 1), F: 0,
+			Threshold: r.lower, Early: true})
 	}
 }
 
@@ -253,23 +307,30 @@ func rise(target, cur time.Duration, maxRise float64) (time.Duration, bool) {
 	return target, false
 }
 
-// Run ticks every Params.Interval until ctx is done, following an interval
-// changed by Reconfigure from the next tick on. The caller owns the
-// goroutine.
+// Run ticks every Params.Interval, and looks (Look) LooksPerInterval − 1
+// times in between, until ctx is done, following an interval changed by
+// Reconfigure from the next tick on. The caller owns the goroutine.
 func (c *Controller) Run(ctx context.Context) {
 	iv := c.Params().Interval
-	t := time.NewTicker(iv)
+	step := func(iv time.Duration) time.Duration { return max(iv/LooksPerInterval, 1) }
+	t := time.NewTicker(step(iv))
 	defer t.Stop()
+	n := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		if n++; n < LooksPerInterval {
+			c.Look(c.now())
+			continue
+		}
+		n = 0
 		c.Tick(c.now())
-		if n := c.Params().Interval; n != iv {
-			iv = n
-			t.Reset(iv)
+		if next := c.Params().Interval; next != iv {
+			iv = next
+			t.Reset(step(iv))
 		}
 	}
 }

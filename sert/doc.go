@@ -63,15 +63,23 @@
 //     lowered T is not affected, and a lasting calm brings T to UB.
 //     F and P of an update stay the paper's F(p) and p; a reload keeps
 //     the F the threshold in force stands for, (T − LB)/(UB − LB).
-//   - No faster fall. A sub-interval look that lowered T as soon as the
-//     loss so far passed HW would meet a sudden shift sooner (a shift
-//     that begins while T is high misses up to one interval), but on
-//     sert-sweep.yaml at the paper's capacity admission alone already
-//     loses 15–24% over some 3 s spans and 14–17% over 5 s (auto's
-//     fall-back on a burst of heavy requests), so any look shorter than
-//     the interval would cut at or below capacity. The interval is the
-//     only smoothing; a class that must follow fast shifts sets a shorter
-//     one (sert-shift.yaml: 2 s).
+//   - Early look (Controller.Look; Run calls it LooksPerInterval − 1 = 7
+//     times between ticks). A class whose losses since its window began
+//     already make the window's p at least HW -- lost ≥ HW × the arrivals
+//     the window will hold at the rate so far -- gets T = LB at once
+//     instead of at the next tick, which would set it anyway (F = 0 at
+//     p ≥ HW). The counts are not consumed: the tick judges the whole
+//     window as the paper's rule does; Look only brings forward a fall
+//     that rule makes, given a steady arrival rate, and never moves T on
+//     a loss that leaves the window's p below HW, however bursty. Why: a
+//     shift that begins while T is high ran up to one interval with the
+//     slots held by heavy requests (sert-shift.yaml with the shift 2 s
+//     later: its first two seconds missed the p95). A plain sub-interval
+//     p was rejected: at sert-sweep.yaml's 1× (the paper's capacity)
+//     admission alone already loses 15–24% over some 3 s spans and
+//     14–17% over 5 s (auto's fall-back on a burst of heavy requests)
+//     while its 10 s windows stay under 10%, so any shorter window would
+//     cut at or below capacity.
 //   - In flight. A new threshold applies to requests already running:
 //     Threshold is read again when a request's timer fires, and Remaining
 //     tells the timer to re-arm when T has risen since it was armed.
@@ -99,8 +107,8 @@
 //
 // # Concurrency and lock order
 //
-// Controller.mu serialises Tick and Reconfigure and guards the classes'
-// tick state; it is a leaf and the request path never takes it. Run is
+// Controller.mu serialises Tick, Look and Reconfigure and guards the
+// classes' tick state; it is a leaf and the request path never takes it. Run is
 // the only goroutine; the caller owns it and stops it by cancelling ctx.
 //
 // # Usage

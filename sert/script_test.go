@@ -26,6 +26,9 @@ import (
 //	tick [advance=10s]                           advances the clock, Tick(now);
 //	                                             prints each terminating class's update
 //	                                             ("bounded": MaxRise held the rise)
+//	look [advance=1s]                            advances the clock, Look(now); prints
+//	                                             each terminating class's threshold
+//	                                             and, when Look lowered it, the counts
 //	threshold                                    Threshold of each class
 //	terminable class=NAME method=M               Terminable and TerminableBytes
 //
@@ -195,6 +198,25 @@ func (h *harness) exec(line string) []string {
 			s += fmt.Sprintf(" p=%.4f F=%.4f T=%v", u.P, u.F, u.Threshold)
 			if u.Bounded {
 				s += " bounded"
+			}
+			out = append(out, s)
+		}
+		return out
+	case "look":
+		adv := time.Second
+		if s, ok := args["advance"]; ok {
+			adv = h.dur(s)
+		}
+		h.now = h.now.Add(adv)
+		h.c.Look(h.now)
+		out := []string{fmt.Sprintf("t=%v", h.now.Sub(h.t0))}
+		for i, cl := range h.c.Classes() {
+			if cl == nil {
+				continue
+			}
+			s := fmt.Sprintf("%s: T=%v", h.names[i], cl.Threshold())
+			if u := cl.Last(); u.Early && u.At.Equal(h.now) {
+				s += fmt.Sprintf(" early: arrived=%d lost=%d p=%.4f", u.Arrived, u.Lost, u.P)
 			}
 			out = append(out, s)
 		}
