@@ -10,6 +10,7 @@ require (
 	github.com/prometheus/client_golang v1.20.5
 	github.com/prometheus/client_model v0.6.1
 	github.com/valyala/fasthttp v1.58.0
+	golang.org/x/crypto v0.31.0
 	golang.org/x/net v0.33.0
 	gonum.org/v1/plot v0.15.0
 	google.golang.org/grpc v1.68.1

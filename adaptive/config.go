@@ -80,6 +80,25 @@ type Config struct {
 	// Targets. The multiclass rules do not apply; State(i) is the shared
 	// state for every i. Default false (a controller per class).
 	Shared bool
+	// InFlightLimit adds the in-flight limit, a rule beyond the paper
+	// (doc.go, "The in-flight limit"): besides its class's token, a
+	// request needs the farm to hold fewer requests admitted and not
+	// completed than InFlightShare × its completion rate × the target
+	// (Little's law), so that no queue builds while the percentile, which
+	// sees a request only when it completes, lags. Default false (the
+	// scripts pin the rules without it); sentry's policy defaults to true
+	// (admission.adaptive.in_flight_limit).
+	InFlightLimit bool
+	// InFlight, when set, is the farm's count of requests in flight as
+	// the owner keeps it (sentry: the load balancer's, which every end of
+	// an exchange releases); the backlog rules and the in-flight limit
+	// read it instead of the controller's own count (admitted less
+	// Observe and Ended), which never sees an admitted request that ends
+	// without a response (a backend error, a timeout, a client gone):
+	// each such request would stay in the own count, and enough of them
+	// would hold the limit shut. It must be safe for concurrent use and
+	// cheap (Admit calls it). Default nil.
+	InFlight func() int64
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -137,7 +156,20 @@ const (
 	// than Surge times what it completed since the class's last run: a
 	// step in the load, not a ramp (doc.go, "The scaled rule").
 	Surge = 2
+	// InFlightMin: the in-flight limit is never below it (a farm idle or
+	// starting completes next to nothing, and Little's law would hold it
+	// at one request at a time).
+	InFlightMin = 10
 )
+
+// InFlightShare is the share of the target the in-flight limit allows as
+// a mean response time (doc.go, "The in-flight limit"), for the
+// percentile p in (0, 100): 1/(−ln(1 − p/100)), the mean over the p-th
+// percentile of an exponential distribution. 0.33 for the 95th, 0.43 for
+// the 90th, 0.22 for the 99th.
+func InFlightShare(p float64) float64 {
+	return -1 / math.Log1p(-p/100)
+}
 
 // MaxClasses bounds the number of classes.
 const MaxClasses = 64

@@ -73,11 +73,32 @@ type Controller struct {
 	mu      sync.Mutex
 	scratch []float64
 	done    uint64 // completions observed, every class (guarded by mu)
-	// inherited is added to the requests admitted in the farm's count of
-	// outstanding ones (guarded by mu): those the controller this one
-	// replaced admitted and had not completed (Inherit), whose
-	// completions come here; Seed sets it so that the count restarts at 0.
-	inherited float64
+
+	// flight is the farm's requests admitted and not completed, every
+	// class: Admit adds one, Observe and Ended take one away; Inherit adds
+	// those a replaced controller left in flight, and Seed and SetInFlight
+	// restart it (they may make it negative for a while: completions of
+	// requests admitted before). The backlog rules read it, and so does
+	// Admit against limit.
+	flight atomic.Int64
+	// limit is the in-flight limit (Config.InFlightLimit, Little's law;
+	// doc.go, "The in-flight limit"): Admit rejects while flight is at or
+	// above it. 0: none. Tick sets it.
+	limit atomic.Int64
+	// marks: the completion count at the last limitMarks Ticks (guarded
+	// by mu), the completion rate the limit is measured on; next is the
+	// oldest.
+	marks [limitMarks]doneMark
+	next  int
+	// hungry: the most important class the limit refused since the last
+	// Tick ([0]) and in the Tick period before ([1]); MaxClasses: none.
+	hungry [2]atomic.Int32
+}
+
+// doneMark is the farm's completion count at a Tick.
+type doneMark struct {
+	at   int64 // unix ns; 0: none yet
+	done uint64
 }
 
 var _ admission.Admitter = (*Controller)(nil)
@@ -90,6 +111,8 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{cfg: cfg, scratch: make([]float64, 0, cfg.NReq)}
+	c.hungry[0].Store(MaxClasses)
+	c.hungry[1].Store(MaxClasses)
 	now := cfg.Now().UnixNano()
 	targets := cfg.Targets
 	if cfg.Shared {
@@ -132,6 +155,12 @@ func (c *Controller) at(i int) int {
 func (c *Controller) Admit(r *admission.Request) admission.Decision {
 	cl := c.class(r.Class)
 	now := c.cfg.Now().UnixNano()
+	if lim := c.limit.Load(); lim > 0 && c.overLimit(c.at(r.Class), lim) {
+		// The in-flight limit (doc.go): the farm holds what it finishes
+		// within a share of the target; no token is taken.
+		cl.rejected.Add(1)
+		return admission.Decision{Verdict: admission.RejectAdaptive, RetryAfter: time.Second}
+	}
 	rate := math.Float64frombits(cl.rate.Load())
 	b := &cl.bucket
 	b.Lock()
@@ -142,6 +171,7 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 	if b.tokens >= 1 {
 		b.tokens--
 		b.Unlock()
+		c.flight.Add(1)
 		cl.admitted.Add(1)
 		return admission.Decision{Verdict: admission.Admit}
 	}
@@ -174,6 +204,7 @@ func (c *Controller) Observe(class int, rt time.Duration) {
 	defer c.mu.Unlock()
 	cl := c.classes[idx]
 	c.done++
+	c.flight.Add(-1)
 	cl.samples = append(cl.samples, float64(max(rt, 0)))
 	if len(cl.samples) >= c.cfg.NReq {
 		c.run(idx, now, 0)
@@ -194,6 +225,7 @@ func (c *Controller) Ended(class int) {
 	idx := c.at(class)
 	c.mu.Lock()
 	c.done++
+	c.flight.Add(-1)
 	c.classes[idx].ended++
 	c.mu.Unlock()
 }
@@ -205,6 +237,7 @@ func (c *Controller) Tick(now time.Time) {
 	ns := now.UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.setLimit(ns)
 	c.forgive()
 	for i, cl := range c.classes {
 		if ns-cl.lastRun < int64(c.cfg.Timeout) {
@@ -469,28 +502,24 @@ func (c *Controller) backlog(done, target float64) float64 {
 // class, those inherited included (may be negative: completions of
 // requests another mode admitted). Called with c.mu held.
 func (c *Controller) outstanding() float64 {
-	var adm uint64
-	for _, x := range c.classes {
-		adm += x.admitted.Load()
-	}
-	return float64(adm) + c.inherited - float64(c.done)
+	return float64(c.inFlight())
 }
 
 // Inherit takes over the requests from, the controller this one replaces
 // (a rebuild on reload, control), admitted and has not completed: their
 // completions are observed here, and without them in its count the farm's
 // backlog would read that many requests short for this controller's
-// whole life (the backlog rule blinded). Call it before c is shared.
+// whole life (the backlog rule blinded). With the in-flight limit, c
+// keeps from's limit until it has measured its own (a second of Ticks),
+// rather than none. Call it before c is shared.
 func (c *Controller) Inherit(from *Controller) {
 	if from == nil || from == c {
 		return
 	}
-	from.mu.Lock()
-	out := from.outstanding()
-	from.mu.Unlock()
-	c.mu.Lock()
-	c.inherited += max(out, 0)
-	c.mu.Unlock()
+	c.flight.Add(max(from.flight.Load(), 0))
+	if c.cfg.InFlightLimit {
+		c.limit.Store(from.limit.Load())
+	}
 }
 
 // allowed is the in-flight count a farm completing done per second may
@@ -576,6 +605,109 @@ func (c *Controller) forgive() {
 		}
 		cl.bucket.Unlock()
 	}
+}
+
+// overLimit tells whether the in-flight limit lim refuses a request of
+// class i of L (doc.go, "The in-flight limit"): the farm holds
+// lim·(1 + (L − 1 − i)/L) requests or more (the least important class
+// lim, each more important one a further lim/L: room kept for it that a
+// less important class cannot take); or a more important class was
+// refused so within the last two Ticks and the farm holds (L − i)/L of
+// lim or more, so that the slots the farm frees go to the more important
+// classes first. A refusal at its own limit marks class i refused
+// (hungry).
+func (c *Controller) overLimit(i int, lim int64) bool {
+	f, n, ii := c.inFlight(), int64(len(c.classes)), int64(i)
+	if f*n >= lim*(2*n-1-ii) {
+		for h := c.hungry[0].Load(); int(h) > i && !c.hungry[0].CompareAndSwap(h, int32(i)); h = c.hungry[0].Load() {
+		}
+		return true
+	}
+	if h := min(c.hungry[0].Load(), c.hungry[1].Load()); int(h) < i {
+		return f*n >= lim*(n-ii)
+	}
+	return false
+}
+
+// limitMarks is how many Ticks back the in-flight limit's completion rate
+// is measured: Run ticks every Timeout/4, so about one Timeout.
+// limitWindowMin is the shortest time it is measured over (after
+// SetInFlight restarts it): the limit in force stays until then.
+const (
+	limitMarks     = 4
+	limitWindowMin = 100 * time.Millisecond
+)
+
+// setLimit sets the in-flight limit at a Tick (Config.InFlightLimit;
+// doc.go, "The in-flight limit"): InFlightShare × the farm's completion
+// rate over the last limitMarks Ticks × the smallest target, at least
+// InFlightMin; none (0) before limitMarks Ticks or without the rule;
+// unchanged while the marks span less than limitWindowMin.
+// Called with c.mu held.
+func (c *Controller) setLimit(now int64) {
+	c.hungry[1].Store(c.hungry[0].Swap(MaxClasses))
+	old := c.marks[c.next]
+	c.marks[c.next] = doneMark{at: now, done: c.done}
+	c.next = (c.next + 1) % limitMarks
+	if !c.cfg.InFlightLimit || old.at == 0 || now-old.at < int64(limitWindowMin) {
+		return
+	}
+	x := float64(c.done-old.done) / (float64(now-old.at) / 1e9) // per second
+	lim := InFlightShare(c.cfg.Percentile) * x * c.minTarget() / 1e9
+	c.limit.Store(max(InFlightMin, int64(math.Ceil(lim))))
+}
+
+// SetInFlight sets the farm's count of requests admitted and not
+// completed to n: the owner's count at a hand-over (auto's fall-back),
+// after Seed, of the requests another mode admitted whose completions it
+// then reports with Ended. Without them the backlog and the in-flight
+// limit would read the farm short by them until they completed.
+//
+// done is the farm's completion rate per second the owner measured
+// before (NaN or ≤ 0: unknown). With the in-flight limit, the limit is
+// set from it at once and its measurement restarts now: this
+// controller saw none of the other mode's completions, and its last
+// second of them (none) would hold the limit at InFlightMin until a
+// second of them had come.
+func (c *Controller) SetInFlight(n int64, done float64) {
+	c.flight.Store(max(n, 0))
+	if !c.cfg.InFlightLimit {
+		return
+	}
+	now := c.cfg.Now().UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.marks {
+		c.marks[i] = doneMark{at: now, done: c.done}
+	}
+	if done > 0 { // false for NaN
+		c.limit.Store(max(InFlightMin, int64(math.Ceil(InFlightShare(c.cfg.Percentile)*done*c.minTarget()/1e9))))
+	}
+}
+
+// minTarget is the smallest class target, ns. Called with c.mu held.
+func (c *Controller) minTarget() float64 {
+	target := c.classes[0].target
+	for _, cl := range c.classes[1:] {
+		target = min(target, cl.target)
+	}
+	return target
+}
+
+// Limit returns the in-flight limit in force (0: none) and the farm's
+// count of requests admitted and not completed.
+func (c *Controller) Limit() (limit, inFlight int64) {
+	return c.limit.Load(), c.inFlight()
+}
+
+// inFlight is the farm's requests admitted and not completed: the
+// owner's count (Config.InFlight) when it gives one, else the
+// controller's own.
+func (c *Controller) inFlight() int64 {
+	if f := c.cfg.InFlight; f != nil {
+		return f()
+	}
+	return c.flight.Load()
 }
 
 // lowerAtMin reports whether every class less important than i is at
@@ -706,8 +838,10 @@ func (c *Controller) Seed(i int, rate float64, hold time.Duration) {
 		adm += x.admitted.Load()
 	}
 	// The count of outstanding requests restarts at 0 (c.done itself
-	// stays monotonic: the classes' farmDoneAt are marks on it).
-	c.inherited = float64(c.done) - float64(adm)
+	// stays monotonic: the classes' farmDoneAt are marks on it); the
+	// owner may then set it to what the other mode left in flight
+	// (SetInFlight).
+	c.flight.Store(0)
 	cl := c.class(i)
 	cl.samples, cl.ended = cl.samples[:0], 0
 	cl.hasCur, cl.cur, cl.err, cl.over, cl.lc = false, 0, 0, false, 0

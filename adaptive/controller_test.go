@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -247,8 +248,8 @@ sentry_adaptive_rate{app="shop",class="gold"} 100
 	if err := testutil.CollectAndCompare(col, strings.NewReader(want), "sentry_adaptive_rate"); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(col); n != 2*10 {
-		t.Fatalf("%d series, want 20", n)
+	if n := testutil.CollectAndCount(col); n != 2*10+2 {
+		t.Fatalf("%d series, want 22 (10 per class, the in-flight limit and count)", n)
 	}
 }
 
@@ -336,8 +337,19 @@ func TestInheritCountsOldInFlight(t *testing.T) {
 			t.Fatal("old controller rejected within its burst")
 		}
 	}
+	old.limit.Store(77) // as if measured
 	c, _ := newCtl(t, cfg)
 	c.Inherit(old)
+	if lim, _ := c.Limit(); lim != 0 {
+		t.Fatalf("limit %d inherited without the in-flight limit rule", lim)
+	}
+	withLimit := cfg
+	withLimit.InFlightLimit = true
+	c2, _ := newCtl(t, withLimit)
+	c2.Inherit(old)
+	if lim, in := c2.Limit(); lim != 77 || in != inFlight {
+		t.Fatalf("inherited limit %d, in flight %d; want 77, %d", lim, in, inFlight)
+	}
 	const own = 20
 	for range own {
 		if c.Admit(&admission.Request{Class: 0}).Verdict != admission.Admit {
@@ -360,5 +372,172 @@ func TestInheritCountsOldInFlight(t *testing.T) {
 	c.mu.Unlock()
 	if got != 0 {
 		t.Fatalf("outstanding %v after Seed, want 0", got)
+	}
+}
+
+// limitAt brings c's in-flight limit to about lim on its manual clock:
+// four Ticks 250ms apart, then lim/InFlightShare(p) completions, then
+// the fifth Tick (a second's completion rate × the 1s target × share).
+func limitAt(t *testing.T, c *Controller, ck *clock, completions int) {
+	t.Helper()
+	for range 4 {
+		ck.add(250 * time.Millisecond)
+		c.Tick(ck.now())
+	}
+	for range completions {
+		c.Ended(0)
+	}
+	ck.add(250 * time.Millisecond)
+	c.Tick(ck.now())
+}
+
+// TestInFlightLimitPriority: with several classes the in-flight limit
+// keeps §3.3's order. The least important class of L is refused at the
+// limit, each more important one a further limit/L later (room a less
+// important class cannot take); once a class is refused at its own, for
+// the next two Ticks a less important class i is refused already at
+// (L − i)/L of the limit, so that what the farm frees goes to the more
+// important class first. Without such a refusal a lone bronze class
+// fills the whole limit.
+func TestInFlightLimitPriority(t *testing.T) {
+	cfg := Config{Targets: []time.Duration{time.Second, time.Second, time.Second}, Percentile: 95,
+		InitialRate: 1000, Burst: time.Second, NReq: 100000, Timeout: time.Hour, Scaled: true, InFlightLimit: true}
+	c, ck := newCtl(t, cfg)
+	admit := func(class, n int) int {
+		ok := 0
+		for range n {
+			if c.Admit(&admission.Request{Class: class}).Verdict == admission.Admit {
+				ok++
+			}
+		}
+		return ok
+	}
+	// 300 admitted and completed over a second: the limit is 101 (as in
+	// testdata/limit.txt).
+	if got := admit(2, 300); got != 300 {
+		t.Fatalf("admitted %d of 300 before any limit", got)
+	}
+	limitAt(t, c, ck, 300)
+	if lim, in := c.Limit(); lim != 101 || in != 0 {
+		t.Fatalf("limit %d, in flight %d; want 101, 0", lim, in)
+	}
+	// Bronze alone fills the limit; silver has room to 4/3 of it
+	// (134.7), gold to 5/3 (168.3).
+	if got := admit(2, 150); got != 101 {
+		t.Fatalf("bronze alone admitted %d, want the whole limit 101", got)
+	}
+	if got := admit(1, 50); got != 34 {
+		t.Errorf("silver admitted %d above bronze's 101, want 34 (up to 134.7)", got)
+	}
+	if got := admit(0, 50); got != 34 {
+		t.Errorf("gold admitted %d above 135, want 34 (up to 168.3)", got)
+	}
+	// Gold was refused at its limit. 110 complete: 59 in flight. Bronze
+	// (i = 2) is refused from 101/3, silver from 2·101/3 = 67.3; gold
+	// up to its own 168.3.
+	for range 110 {
+		c.Ended(2)
+	}
+	if got := admit(2, 10); got != 0 {
+		t.Errorf("bronze admitted %d at 59 in flight while gold was refused, want 0 (from 33.7)", got)
+	}
+	if got := admit(1, 30); got != 9 {
+		t.Errorf("silver admitted %d from 59 in flight, want 9 (up to 67.3)", got)
+	}
+	if got := admit(0, 120); got != 101 {
+		t.Errorf("gold admitted %d from 68 in flight, want 101 (up to 168.3)", got)
+	}
+	// Gold's refusal expires after two Ticks without another; meanwhile
+	// the 169 in flight complete (the limit, over the last second's
+	// completions, stays above 0 in flight).
+	for _, n := range []int{84, 85} {
+		for range n {
+			c.Ended(0)
+		}
+		ck.add(250 * time.Millisecond)
+		c.Tick(ck.now())
+	}
+	if lim, in := c.Limit(); in != 0 || lim < InFlightMin {
+		t.Fatalf("limit %d at %d in flight, want ≥ %d at 0", lim, in, InFlightMin)
+	}
+	if got := admit(2, 1); got != 1 {
+		t.Errorf("bronze admitted %d with room under the limit and no recent refusal of a more important class, want 1", got)
+	}
+}
+
+// TestSetInFlightRestartsLimit: at a hand-over (auto's fall-back) the
+// controller has seen none of the other mode's completions, so its limit
+// would sit at InFlightMin for a second; SetInFlight takes the owner's
+// in-flight count and completion rate, sets the limit from that rate at
+// once, and restarts the measurement, which replaces it after
+// limitWindowMin.
+func TestSetInFlightRestartsLimit(t *testing.T) {
+	c, ck := newCtl(t, Config{Targets: []time.Duration{time.Second}, Percentile: 95,
+		InitialRate: 1000, NReq: 100000, Timeout: time.Hour, Scaled: true, InFlightLimit: true})
+	for range 5 { // ticks with no completion: the floor
+		ck.add(250 * time.Millisecond)
+		c.Tick(ck.now())
+	}
+	if lim, _ := c.Limit(); lim != InFlightMin {
+		t.Fatalf("limit %d with no completions, want %d", lim, InFlightMin)
+	}
+	c.SetInFlight(40, 300)
+	if lim, in := c.Limit(); lim != 101 || in != 40 {
+		t.Fatalf("after SetInFlight(40, 300/s): limit %d, in flight %d; want ⌈0.3338·300⌉ = 101, 40", lim, in)
+	}
+	ck.add(50 * time.Millisecond)
+	c.Tick(ck.now())
+	if lim, _ := c.Limit(); lim != 101 {
+		t.Fatalf("limit %d 50ms after the hand-over, want 101 kept (under limitWindowMin)", lim)
+	}
+	for range 30 { // the other mode's requests complete
+		c.Ended(0)
+	}
+	ck.add(200 * time.Millisecond)
+	c.Tick(ck.now())
+	// 30 completions in 250ms: 120/s, ⌈0.3338·120⌉ = 41.
+	if lim, in := c.Limit(); lim != 41 || in != 10 {
+		t.Fatalf("limit %d, in flight %d 250ms after; want 41 (120/s measured since the hand-over), 10", lim, in)
+	}
+	c.SetInFlight(-3, math.NaN()) // clamped; an unknown rate keeps the limit
+	if lim, in := c.Limit(); lim != 41 || in != 0 {
+		t.Fatalf("SetInFlight(-3, NaN): limit %d, in flight %d; want 41, 0", lim, in)
+	}
+}
+
+// TestInFlightFromOwner: with Config.InFlight the limit and the backlog
+// read the owner's count, so requests admitted here that end without a
+// response (never Observed nor Ended) do not hold the limit shut once the
+// owner has released them; and requests the owner holds from elsewhere
+// count against it.
+func TestInFlightFromOwner(t *testing.T) {
+	var owner atomic.Int64
+	c, ck := newCtl(t, Config{Targets: []time.Duration{time.Second}, Percentile: 95, InitialRate: 1000,
+		Burst: time.Second, NReq: 100000, Timeout: time.Hour, Scaled: true, InFlightLimit: true,
+		InFlight: owner.Load})
+	limitAt(t, c, ck, 300) // limit 101
+	admit := func(n int) int {
+		ok := 0
+		for range n {
+			if c.Admit(&admission.Request{Class: 0}).Verdict == admission.Admit {
+				ok++
+				owner.Add(1) // dispatched
+			}
+		}
+		return ok
+	}
+	if got := admit(150); got != 101 {
+		t.Fatalf("admitted %d, want the limit 101", got)
+	}
+	owner.Store(0) // every one failed: released by the owner, never Observed
+	if got := admit(10); got != 10 {
+		t.Errorf("admitted %d of 10 with the owner's count at 0, want 10 (the own count, 101, is stale)", got)
+	}
+	owner.Store(101) // the owner holds requests from elsewhere
+	if got := admit(1); got != 0 {
+		t.Errorf("admitted %d at the owner's 101, want 0", got)
+	}
+	if lim, in := c.Limit(); lim != 101 || in != 101 {
+		t.Errorf("Limit %d, %d; want 101, 101 (the owner's)", lim, in)
 	}
 }

@@ -230,3 +230,27 @@ func TestSharedBaseline(t *testing.T) {
 		}
 	}
 }
+
+// TestPriorityGuaranteeInFlightLimit: the same comparison with the
+// in-flight limit (Config.InFlightLimit; doc.go, "The in-flight limit")
+// on top of the scaled rule, as sentry runs by default. The limit holds
+// the queue where the percentile stays under the target, so the
+// percentile alone would no longer cut bronze; the room the limit keeps
+// for the more important classes, and its refusals of them, keep the
+// order: gold admitted almost whole and within its target, bronze below
+// silver, and the farm full.
+func TestPriorityGuaranteeInFlightLimit(t *testing.T) {
+	r := simulateWith(t, Config{Scaled: true, InFlightLimit: true})
+	if r.share[0] < 0.95 {
+		t.Errorf("gold admitted %.3f of its requests, want ≥ 0.95", r.share[0])
+	}
+	if r.goldP90 > 500*time.Millisecond || r.metSeconds < 0.9 {
+		t.Errorf("gold p90 %v, met its 500ms target in %.0f%% of seconds; want within it, ≥ 90%%", r.goldP90, 100*r.metSeconds)
+	}
+	if r.admitted < 95 {
+		t.Errorf("admitted %.0f/s of the farm's 100/s, want ≥ 95", r.admitted)
+	}
+	if !(r.share[2] < r.share[1] && r.share[1] <= r.share[0]) {
+		t.Errorf("admitted shares gold %.3f silver %.3f bronze %.3f: want priority order", r.share[0], r.share[1], r.share[2])
+	}
+}

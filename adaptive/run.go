@@ -25,11 +25,13 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // Collector exports every internal variable of a Controller at scrape
 // time: rate, tokens, cur, err, waiting samples, runs, lc and the
-// decisions, by class. Class names come from the configuration.
+// decisions, by class, and the in-flight limit and count of the farm (no
+// class label). Class names come from the configuration.
 type Collector struct {
-	c     *Controller
-	names []string
-	descs [9]*prometheus.Desc
+	c               *Controller
+	names           []string
+	descs           [9]*prometheus.Desc
+	limit, inFlight *prometheus.Desc
 }
 
 // NewCollector returns a collector for c; names are its class names, most
@@ -48,7 +50,12 @@ func NewCollector(c *Controller, names []string, constLabels prometheus.Labels) 
 		d("lc", "Runs over target with every less important class at the minimum rate."),
 		d("sample_seconds", "The last run's percentile sample (samp)."),
 		d("decisions_total", "Decisions of the token bucket.", "verdict"),
-	}}
+	},
+		limit: prometheus.NewDesc("sentry_adaptive_in_flight_limit",
+			"The in-flight limit in force, requests (0: none; admission.adaptive.in_flight_limit).", nil, constLabels),
+		inFlight: prometheus.NewDesc("sentry_adaptive_in_flight",
+			"Requests the controller counts as admitted and not completed, every class.", nil, constLabels),
+	}
 }
 
 // Describe implements prometheus.Collector.
@@ -56,6 +63,8 @@ func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range col.descs {
 		ch <- d
 	}
+	ch <- col.limit
+	ch <- col.inFlight
 }
 
 // Collect implements prometheus.Collector.
@@ -77,6 +86,9 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(col.descs[8], prometheus.CounterValue, float64(st.Admitted), name, "admitted")
 		ch <- prometheus.MustNewConstMetric(col.descs[8], prometheus.CounterValue, float64(st.Rejected), name, "rejected_adaptive")
 	}
+	lim, in := col.c.Limit()
+	ch <- prometheus.MustNewConstMetric(col.limit, prometheus.GaugeValue, float64(lim))
+	ch <- prometheus.MustNewConstMetric(col.inFlight, prometheus.GaugeValue, float64(in))
 }
 
 var _ prometheus.Collector = (*Collector)(nil)

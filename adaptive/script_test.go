@@ -73,6 +73,10 @@ func TestScripts(t *testing.T) {
 				}
 				cfg.CutAllLower = has("cut_all_lower")
 				cfg.Scaled = has("scaled")
+				cfg.InFlightLimit = has("in_flight_limit")
+				if has("percentile") {
+					cfg.Percentile = num("percentile")
+				}
 				if has("rate_max") {
 					cfg.RateMax = num("rate_max")
 				}
@@ -129,6 +133,9 @@ func TestScripts(t *testing.T) {
 					out = append(out, fmt.Sprintf("rejected: %v retry_after=%v", last.Verdict, last.RetryAfter))
 				}
 				return out
+			case "limit":
+				lim, in := c.Limit()
+				return []string{fmt.Sprintf("limit=%d in_flight=%d", lim, in)}
 			case "state":
 				var out []string
 				for i := 0; i < c.Classes(); i++ {

@@ -83,6 +83,11 @@ type Decision struct {
 	// RetryAfter is the predicted time until the farm drains enough to take
 	// the request; zero means "use the policy's default".
 	RetryAfter time.Duration
+	// Mode is the admission mode that decided (an owner that switches
+	// modes sets it; zero, ModeAuto, when not told). The front end copies
+	// it into the request's Ticket, so that the outcome goes back to the
+	// controller that admitted the request even after a switch.
+	Mode Mode
 }
 
 // Admitter decides whether a request may go to a backend. Admit may block,
@@ -139,6 +144,12 @@ type Ticket struct {
 	// Arrival is when the request became ready to admit; the estimate
 	// counted its arrival at this time, and its latency runs from it.
 	Arrival time.Time
+	// Mode is the mode that admitted the request (Decision.Mode; zero when
+	// not told). Its completion feeds that mode's controller, whatever
+	// mode is in force when it completes: after auto's fall-back the
+	// requests batch mode admitted must not read as the adaptive
+	// controller's (its backlog count would go short by them).
+	Mode Mode
 }
 
 // Result is how a relayed exchange ended, as its ticket is told.

@@ -510,17 +510,23 @@ type Switched struct {
 var _ Admitter = (*Switched)(nil)
 
 // Admit implements Admitter.
+// The decision is marked with the mode that took it (Decision.Mode).
 func (s *Switched) Admit(r *Request) Decision {
-	switch s.Switch.Mode() {
+	var d Decision
+	m := s.Switch.Mode()
+	switch m {
 	case ModeThreshold:
-		return s.Threshold.Admit(r)
+		d = s.Threshold.Admit(r)
 	case ModeAdaptive:
-		return s.Adaptive.Admit(r)
+		d = s.Adaptive.Admit(r)
 	case ModeOff:
-		return Decision{Verdict: Admit}
+		d = Decision{Verdict: Admit}
 	default:
-		return s.Batch.Admit(r)
+		m = ModeBatch
+		d = s.Batch.Admit(r)
 	}
+	d.Mode = m
+	return d
 }
 
 // switchCollector exports a Switch's state at scrape time.

@@ -434,17 +434,18 @@ func TestSwitchedDispatch(t *testing.T) {
 	s, _ := newTestSwitch(t, SwitchConfig{})
 	a := &Switched{Batch: verdictAdmitter(RejectTest), Threshold: verdictAdmitter(RejectThreshold), Switch: s}
 	req := &Request{}
-	if got := a.Admit(req).Verdict; got != RejectTest {
-		t.Fatalf("batch mode dispatched to %v", got)
+	// Each decision is marked with the mode that took it (Decision.Mode).
+	if got := a.Admit(req); got.Verdict != RejectTest || got.Mode != ModeBatch {
+		t.Fatalf("batch mode dispatched to %v, marked %v", got.Verdict, got.Mode)
 	}
 	step(m, s, 0.95, time.Second, 3*time.Second)
-	if got := a.Admit(req).Verdict; got != RejectThreshold {
-		t.Fatalf("threshold mode dispatched to %v", got)
+	if got := a.Admit(req); got.Verdict != RejectThreshold || got.Mode != ModeThreshold {
+		t.Fatalf("threshold mode dispatched to %v, marked %v", got.Verdict, got.Mode)
 	}
 	off, _ := newTestSwitch(t, SwitchConfig{Mode: ModeOff})
 	a = &Switched{Switch: off} // off needs neither admitter
-	if got := a.Admit(req).Verdict; got != Admit {
-		t.Fatalf("off mode: %v", got)
+	if got := a.Admit(req); got.Verdict != Admit || got.Mode != ModeOff {
+		t.Fatalf("off mode: %v, marked %v", got.Verdict, got.Mode)
 	}
 	if n := testing.AllocsPerRun(1000, func() { a.Admit(req) }); n != 0 {
 		t.Fatalf("Switched.Admit allocates %v times", n)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sentry-proxy/sentry/adaptive"
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/classify"
 	"github.com/sentry-proxy/sentry/policy"
@@ -74,7 +75,8 @@ func complete(a *App, ck *manualClock, class, n int, latency time.Duration, timi
 		if timing {
 			r.ServerTiming, r.Measured, r.InService = []byte("cpu;dur=5"), 5*time.Millisecond, 1
 		}
-		a.Done(&admission.Ticket{Class: class, Key: []byte("/x"), Arrival: now.Add(-latency)}, r)
+		// Marked as the pipeline marks it: the mode that admitted it.
+		a.Done(&admission.Ticket{Class: class, Key: []byte("/x"), Arrival: now.Add(-latency), Mode: a.sw.Load().Mode()}, r)
 	}
 }
 
@@ -337,7 +339,7 @@ func TestAdaptiveNoAlloc(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := &admission.Request{Class: 1}
-	tk := &admission.Ticket{Class: 1, Key: []byte("/x"), Arrival: ck.now()}
+	tk := &admission.Ticket{Class: 1, Key: []byte("/x"), Arrival: ck.now(), Mode: admission.ModeAdaptive}
 	res := admission.Result{ServerTiming: []byte("cpu;dur=5"), Measured: 5 * time.Millisecond, InService: 1, End: ck.now().Add(20 * time.Millisecond)}
 	if n := testing.AllocsPerRun(500, func() {
 		a.Admit(req)
@@ -368,7 +370,7 @@ func TestTerminatedIsNoSLASample(t *testing.T) {
 	cut := func(a *App, class, n int, ran time.Duration) {
 		now := ck.now()
 		for i := 0; i < n; i++ {
-			a.Done(&admission.Ticket{Class: class, Key: []byte("/x"), Arrival: now.Add(-ran)},
+			a.Done(&admission.Ticket{Class: class, Key: []byte("/x"), Arrival: now.Add(-ran), Mode: a.sw.Load().Mode()},
 				admission.Result{Measured: ran, InService: 1, End: now, Terminated: true})
 		}
 	}
@@ -446,5 +448,116 @@ func TestAdaptiveShared(t *testing.T) {
 	a.seedAdaptive(0)
 	if r0, r1 := c.State(0).Rate, c.State(1).Rate; r0 != 30 || r1 != 30 {
 		t.Errorf("seeded %v and %v, want the one controller at 10 + 20", r0, r1)
+	}
+}
+
+// TestCompletionsGoToTheirMode: a decision carries the mode that took it
+// (admission.Decision.Mode, copied into the Ticket by the pipeline), and
+// a completion feeds the adaptive controller as that mode says: after
+// auto's fall-back, the requests batch mode left in flight complete on
+// it without a sample, however late they are, and its own requests give
+// samples. The farm's in-flight count the controller reads (backlog,
+// in-flight limit) is the pool's, so it includes batch's requests, and an
+// admitted request that ends without a response (no Done) does not stay
+// in it; the limit starts from the last window's completion rate.
+func TestCompletionsGoToTheirMode(t *testing.T) {
+	m, _, ck, _ := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	ac := adaptiveApp("auto")
+	ac.Admission.Adaptive.InFlightLimit = true
+	a, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := a.Admit(&admission.Request{Class: 0, S: time.Millisecond}); d.Verdict != admission.Admit || d.Mode != admission.ModeBatch {
+		t.Fatalf("batch decision %v marked %v, want admit marked batch", d.Verdict, d.Mode)
+	}
+	// The fall-back comes at a window's tick with 40 requests of batch
+	// mode's in flight (the pool's count), 30 completions a window.
+	pool.inflight.Store(40)
+	for i := 0; i < 4 && a.Mode() == admission.ModeBatch; i++ {
+		runWindow(t, a, ck, 25, 30, 2*time.Second, true)
+	}
+	if a.Mode() != admission.ModeAdaptive {
+		t.Fatalf("mode %v after missed windows, want adaptive", a.Mode())
+	}
+	c := a.adp.Load()
+	want := int64(math.Ceil(adaptive.InFlightShare(c.Config().Percentile) * 30))
+	if lim, in := c.Limit(); in != 40 || lim != max(adaptive.InFlightMin, want) {
+		t.Fatalf("after the fall-back: limit %d, in flight %d; want %d (30/s completed), 40 (the pool's)", lim, in, max(adaptive.InFlightMin, want))
+	}
+	now := ck.now()
+	for i := 0; i < 40; i++ { // batch's requests complete, 5 s late
+		a.Done(&admission.Ticket{Class: 0, Key: []byte("/x"), Arrival: now.Add(-5 * time.Second), Mode: admission.ModeBatch},
+			admission.Result{End: now, Measured: 5 * time.Second, InService: 1, ServerTiming: []byte("cpu;dur=5")})
+	}
+	pool.inflight.Store(0)
+	if st := c.State(0); st.Samples != 0 {
+		t.Errorf("batch's completions gave the controller %d samples, want 0", st.Samples)
+	}
+	// Two of its own: one ends without a response (a backend error: no
+	// Done; the pool releases it), one completes.
+	for range 2 {
+		d := a.Admit(&admission.Request{Class: 0})
+		if d.Verdict != admission.Admit || d.Mode != admission.ModeAdaptive {
+			t.Fatalf("adaptive decision %v marked %v, want admit marked adaptive", d.Verdict, d.Mode)
+		}
+	}
+	a.Done(&admission.Ticket{Class: 0, Key: []byte("/x"), Arrival: now.Add(-100 * time.Millisecond), Mode: admission.ModeAdaptive},
+		admission.Result{End: now, Measured: 100 * time.Millisecond, InService: 1, ServerTiming: []byte("cpu;dur=5")})
+	if st := c.State(0); st.Samples != 1 {
+		t.Errorf("the controller's own completion gave %d samples, want 1", st.Samples)
+	}
+	if _, in := c.Limit(); in != 0 {
+		t.Errorf("controller reads %d in flight with the pool empty, want 0 (the failed request is not kept)", in)
+	}
+}
+
+// TestFallbackOnServiceTimeJump: a window in batch mode counts against
+// the model when the backends' reported service times add up to more
+// than jumpRatio (2) times the estimates their requests were admitted
+// with, though the percentile is met (the farm became slower; the
+// estimator's averages follow over tens of seconds); 1.2 times does not.
+func TestFallbackOnServiceTimeJump(t *testing.T) {
+	m, _, ck, logs := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a, err := m.Build(adaptiveApp("auto"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := func(reported string) {
+		for i := 0; i < 25; i++ {
+			if d := a.Admit(&admission.Request{Class: 0, S: 5 * time.Millisecond}); d.Verdict != admission.Admit {
+				t.Fatalf("batch rejected on an idle farm: %v", d.Verdict)
+			}
+		}
+		now := ck.now()
+		for i := 0; i < 30; i++ { // 100ms from arrival: the p95 is met
+			a.Done(&admission.Ticket{Class: 0, Key: []byte("/x"), S: 5 * time.Millisecond, Arrival: now.Add(-100 * time.Millisecond), Mode: admission.ModeBatch},
+				admission.Result{ServerTiming: []byte(reported), Measured: 20 * time.Millisecond, InService: 1, End: now})
+		}
+		ck.add(time.Second)
+		a.tick(ck.now(), time.Second)
+	}
+	for i := 0; i < 6; i++ {
+		window("cpu;dur=6") // 1.2× the estimate
+	}
+	if a.Mode() != admission.ModeBatch || a.fb.bad != 0 {
+		t.Fatalf("mode %v, %d windows against the model, with service times 1.2× the estimates", a.Mode(), a.fb.bad)
+	}
+	for i := 0; i < 2; i++ {
+		window("cpu;dur=15") // 3×
+	}
+	if a.Mode() != admission.ModeBatch {
+		t.Fatalf("fell back after 2 windows")
+	}
+	window("cpu;dur=15")
+	if a.Mode() != admission.ModeAdaptive {
+		t.Fatalf("mode %v after 3 windows of service times 3× the estimates, want adaptive", a.Mode())
+	}
+	if out := logs.String(); !strings.Contains(out, "reason=service_time_jump") || !strings.Contains(out, "service_over_estimate=3") {
+		t.Errorf("log %q", out)
 	}
 }

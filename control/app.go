@@ -62,9 +62,13 @@ type App struct {
 
 	// The fall-back rule's per-window counts (fallback.go), drained by the
 	// monitor: completions, those over R_sla, those without a usable
-	// service time, admissions, and admissions a probe made.
+	// service time, admissions, and admissions a probe made; and, over
+	// the completions with a Server-Timing service time and an estimate,
+	// the sums of both (ns: the service times against the estimates
+	// they were admitted with).
 	win struct {
 		n, over, noTiming, admits, probes atomic.Int64
+		estS, gotS                        atomic.Int64
 	}
 	fb fallbackState // the fall-back rule: the monitor's (lock order: fb, then the Switch's)
 
@@ -140,9 +144,10 @@ func (a *App) Estimate(class int, key []byte, now time.Time) (time.Duration, int
 // In batch mode it may block until the class's next policer run.
 func (a *App) Admit(r *admission.Request) admission.Decision {
 	var d admission.Decision
-	switch a.sw.Load().Mode() {
+	mode := a.sw.Load().Mode()
+	switch mode {
 	case admission.ModeOff:
-		return admission.Decision{Verdict: admission.Admit}
+		return admission.Decision{Verdict: admission.Admit, Mode: mode}
 	case admission.ModeThreshold:
 		d = a.threshold(r)
 	case admission.ModeAdaptive:
@@ -150,7 +155,7 @@ func (a *App) Admit(r *admission.Request) admission.Decision {
 	default:
 		d = a.batch.Admit(r)
 	}
-	return a.account(r.Class, r.Key, r.S, d)
+	return a.account(mode, r.Class, r.Key, r.S, d)
 }
 
 // Park is Admit for a caller that must not block (the event loop). Mode
@@ -163,9 +168,10 @@ func (a *App) Admit(r *admission.Request) admission.Decision {
 // is taken. r.Key must stay valid until then (the probe reads it); r
 // itself need not. Park does not allocate: p is pooled.
 func (a *App) Park(r *admission.Request, wk admission.Waker) (d admission.Decision, p admission.Pending, decided bool) {
-	switch a.sw.Load().Mode() {
+	mode := a.sw.Load().Mode()
+	switch mode {
 	case admission.ModeOff:
-		return admission.Decision{Verdict: admission.Admit}, nil, true
+		return admission.Decision{Verdict: admission.Admit, Mode: mode}, nil, true
 	case admission.ModeThreshold:
 		d = a.threshold(r)
 	case admission.ModeAdaptive:
@@ -181,7 +187,7 @@ func (a *App) Park(r *admission.Request, wk admission.Waker) (d admission.Decisi
 			return admission.Decision{}, t, false
 		}
 	}
-	return a.account(r.Class, r.Key, r.S, d), nil, true
+	return a.account(mode, r.Class, r.Key, r.S, d), nil, true
 }
 
 // parked is an App's ticket for a request parked in batchac: it applies the
@@ -206,7 +212,7 @@ func (t *parked) Result() (admission.Decision, bool) {
 	}
 	a, class, key, s := t.a, t.class, t.key, t.s
 	t.release()
-	return a.account(class, key, s, d), true
+	return a.account(admission.ModeBatch, class, key, s, d), true
 }
 
 // Cancel withdraws the request (its client has gone); counted as a
@@ -256,10 +262,13 @@ func (a *App) threshold(r *admission.Request) admission.Decision {
 // account is the per-decision accounting of every decision taken in batch
 // or threshold mode, once: a probe may turn a rejection that rests on the
 // estimate into an admission (estimator.Probe), and the admitted work and
-// the rejections feed the capacity learner (tick).
-func (a *App) account(class int, key []byte, s time.Duration, d admission.Decision) admission.Decision {
+// the rejections feed the capacity learner (tick). The decision is marked
+// with mode, the mode that took it (admission.Decision.Mode): the
+// request's completion goes back to it (Done).
+func (a *App) account(mode admission.Mode, class int, key []byte, s time.Duration, d admission.Decision) admission.Decision {
+	d.Mode = mode
 	if probeable(d.Verdict) && a.est.Probe(class, key, a.now()) {
-		d = admission.Decision{Verdict: admission.Admit}
+		d = admission.Decision{Verdict: admission.Admit, Mode: mode}
 		a.probes.Add(1)
 		a.win.probes.Add(1)
 	}
@@ -308,7 +317,7 @@ func (a *App) Done(tk *admission.Ticket, r admission.Result) {
 		// client saw (the client got a 503): it is not an SLA sample, for
 		// adaptive mode's percentile, auto's fall-back window or the
 		// admitted percentile (doc.go, "Termination").
-		if a.sw.Load().Mode() == admission.ModeAdaptive {
+		if tk.Mode == admission.ModeAdaptive || a.sw.Load().Mode() == admission.ModeAdaptive {
 			a.adp.Load().Ended(class)
 		}
 		a.est.ObserveTiming(class, tk.Key, estimator.Timing{}, r.Measured, now)
@@ -319,9 +328,22 @@ func (a *App) Done(tk *admission.Ticket, r admission.Result) {
 		return
 	}
 	// Adaptive mode's feedback: the response time from arrival at sentry
-	// (Ticket.Arrival), waiting in sentry included.
-	if a.sw.Load().Mode() == admission.ModeAdaptive {
+	// (Ticket.Arrival), waiting in sentry included, of the requests the
+	// adaptive controller admitted (Ticket.Mode), whatever the mode now.
+	// Decision: not the mode in force at completion. After auto's
+	// fall-back, batch mode's requests still in flight completed on the
+	// controller and drove its count of outstanding requests (Seed
+	// restarts it at 0) below zero, so its backlog read short by them
+	// until the next Seed; and after a return to batch mode the
+	// controller's own requests went uncounted.
+	switch {
+	case tk.Mode == admission.ModeAdaptive:
 		a.adp.Load().Observe(class, latency)
+	case a.sw.Load().Mode() == admission.ModeAdaptive:
+		// Another mode's request completing in adaptive mode (auto's
+		// fall-back counted it in the controller's in-flight count,
+		// SetInFlight): a completion without a sample.
+		a.adp.Load().Ended(class)
 	}
 	a.win.n.Add(1)
 	if !t.HasS() && r.Measured <= 0 {
@@ -329,6 +351,10 @@ func (a *App) Done(tk *admission.Ticket, r admission.Result) {
 	}
 	if latency > time.Duration(a.rsla.Load()) {
 		a.win.over.Add(1)
+	}
+	if tk.S > 0 && t.HasS() {
+		a.win.estS.Add(int64(tk.S))
+		a.win.gotS.Add(int64(t.S(a.est.Alpha())))
 	}
 	a.est.ObserveTiming(class, tk.Key, t, r.Measured, now)
 	a.lastObs.Store(now.UnixNano())

@@ -85,8 +85,21 @@
 // Admit and Park take a token from the class's bucket (decided at once),
 // and Done feeds the controller the latency from Ticket.Arrival -- when
 // the request became ready to admit, so its wait in sentry counts -- to
-// the response head. Done feeds it only while adaptive mode is in force:
-// its samples are then those of requests it admitted. Every class's target
+// the response head, for the requests adaptive mode admitted: every
+// decision carries the mode that took it (admission.Decision.Mode, copied
+// into Ticket.Mode by the pipeline), whatever mode is in force at the
+// completion. Decision: not the mode in force at completion: after the
+// fall-back, batch mode's requests still in flight completed on the
+// controller and drove its count of outstanding requests below zero (its
+// backlog read short until the next Seed). At the fall-back the
+// controller is told what batch mode left in flight and the completion
+// rate (adaptive.Controller.SetInFlight, for its backlog and in-flight
+// limit), and those requests' completions come to it as Ended, without
+// a sample. The in-flight count the controller reads is the pool's
+// (adaptive.Config.InFlight = App.Inflight): every end of an exchange
+// releases it, where Done comes only for a response, so a request that
+// fails (502, 504, client gone) does not stay counted and hold the
+// in-flight limit shut. Every class's target
 // is the R_sla in force, set once per window; the percentile is the SLA's.
 // The controller's goroutine (Run: Tick every timeout/4) is the App's.
 // Metrics: sentry_adaptive_* by app and class (adaptiveMetrics, at scrape
@@ -99,10 +112,23 @@
 // counted exactly, not from the histogram -- while batch mode admitted
 // requests by its test in that window (probe overrides excluded), or (b)
 // more than fallback.no_timing_share of the responses carried no usable
-// service time: no cpu/io in Server-Timing and no measured time. After
+// service time: no cpu/io in Server-Timing and no measured time, or (c)
+// the service times the backends reported in Server-Timing add up to
+// more than jumpRatio (2) times the estimates their requests were
+// admitted with (Ticket.S). Decision (c), issue 13's capacity shift: when
+// every backend becomes 3× slower, batch mode's percentile hovers at
+// R_sla (its test admits less as the estimator's averages rise over tens
+// of seconds), missing one window and meeting the next, so a rule on
+// the percentile alone fell back 14 s after the shift on one run of
+// e2e/scenarios/shift.yaml; the reported times say at once that the
+// estimates are a third of the truth. A sum over a window's completions,
+// not a share of them over 2×: a 3× slower exponential service puts only
+// e^(−2/3) ≈ 51% of single times over twice the old mean. In auto, one
+// run each of fig10.yaml (a Pareto size mix) and flash.yaml fell back
+// never. After
 // fallback.miss_windows (3) such windows in a row, auto switches to
 // adaptive (Switch.Fallback, logged at info with reason
-// percentile_missed or no_service_time) and seeds each class
+// percentile_missed, service_time_jump or no_service_time) and seeds each class
 // (adaptive.Controller.Seed) with the larger of what batch mode admitted
 // and what completed per second in the last window, its measurement
 // restarted and its cuts held for one response time (the window's

@@ -31,6 +31,7 @@ func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Dur
 	defer a.fb.Unlock()
 	cn, over, noTiming := a.win.n.Swap(0), a.win.over.Swap(0), a.win.noTiming.Swap(0)
 	admits, probes := a.win.admits.Swap(0), a.win.probes.Swap(0)
+	estS, gotS := a.win.estS.Swap(0), a.win.gotS.Swap(0)
 	sw := a.sw.Load()
 	mode := sw.Mode()
 	last := a.fb.last
@@ -57,7 +58,13 @@ func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Dur
 		// (1 − p) of the admitted completions were over it.
 		missed := 100*float64(over) > (100-cfg.percentile)*float64(cn) && admits-probes > 0
 		blind := noTimingShare > f.NoTimingShare
-		if !missed && !blind {
+		// The service times the backends report jumped: together more
+		// than jumpRatio times the estimates their requests were
+		// admitted with (the farm became slower; the estimator's
+		// averages follow over tens of seconds). Decision: a window
+		// against the model whatever the percentile did; see doc.go.
+		jumped := estS > 0 && float64(gotS) > jumpRatio*float64(estS)
+		if !missed && !blind && !jumped {
 			a.fb.bad = 0
 			return
 		}
@@ -65,13 +72,25 @@ func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Dur
 			return
 		}
 		reason := "percentile_missed"
-		if !missed {
+		switch {
+		case missed:
+		case jumped:
+			reason = "service_time_jump"
+		default:
 			reason = "no_service_time"
 		}
 		a.seedAdaptive(q)
 		if sw.Fallback(now, admission.ModeAdaptive, reason, "windows", a.fb.bad, "over_share", float64(over)/float64(cn),
-			"no_timing_share", noTimingShare, "rsla", rsla.String(), "percentile", cfg.percentile) {
+			"no_timing_share", noTimingShare, "service_over_estimate", ratio(gotS, estS), "rsla", rsla.String(), "percentile", cfg.percentile) {
 			a.fb.last = admission.ModeAdaptive
+			// The requests batch mode left in flight are the farm's load:
+			// the controller counts them (their completions come to it
+			// as Ended, Done), for its backlog and in-flight limit.
+			done := 0.0
+			for _, cs := range *a.classes.Load() {
+				done += math.Float64frombits(cs.doneRate.Load())
+			}
+			a.adp.Load().SetInFlight(a.Inflight(), done)
 		}
 		a.fb.bad = 0
 	case admission.ModeAdaptive:
@@ -91,6 +110,19 @@ func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Dur
 	default:
 		a.fb.bad, a.fb.calm = 0, 0
 	}
+}
+
+// jumpRatio: a window in batch mode counts against the model when the
+// service times the backends reported (Server-Timing) add up to more than
+// jumpRatio times the estimates their requests were admitted with.
+const jumpRatio = 2
+
+// ratio is a/b, 0 when b is 0 (for the log line).
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }
 
 // seedAdaptive starts the adaptive controller, as auto falls back to it,
@@ -150,6 +182,10 @@ func (a *App) startAdaptive(ac *policy.App, names []string, percentile float64) 
 	}
 	cfg := ac.Admission.Adaptive.Config(ts, percentile)
 	cfg.Now = a.now
+	// The farm's in-flight count is the pool's: every end of an exchange
+	// releases it, where the controller's own count sees only the
+	// requests that got a response (adaptive.Config.InFlight).
+	cfg.InFlight = a.Inflight
 	c, err := adaptive.New(cfg)
 	if err != nil {
 		return fmt.Errorf("adaptive: %w", err)

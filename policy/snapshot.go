@@ -429,6 +429,14 @@ type AdaptiveAdmission struct {
 	// "paper" (Welsh & Culler's absolute additive increase and flat cuts).
 	// docs/algorithms.md §7 and package adaptive's doc.go give both.
 	Rule string
+	// InFlightLimit: besides its class's token, a request needs the farm
+	// to hold fewer requests admitted and not completed than its
+	// completion rate × R_sla × 1/(−ln(1 − p/100)) (p the SLA percentile;
+	// Little's law: the mean response time whose p-th percentile is R_sla
+	// for an exponential distribution), at least 10 (package adaptive,
+	// "The in-flight limit"). Default true; false: the token buckets
+	// alone, as the paper.
+	InFlightLimit bool
 }
 
 // The admission.adaptive.rule values.

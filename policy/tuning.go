@@ -71,6 +71,9 @@ func defaultAdmission() Admission {
 			LCThresh: adaptive.DefaultLCThresh,
 			Burst:    adaptive.DefaultBurst,
 			Rule:     AdaptiveRuleScaled,
+			// Decision: on by default (docs/algorithms.md §7, "The
+			// in-flight limit").
+			InFlightLimit: true,
 		},
 		Fallback: Fallback{
 			Enabled:       true,
@@ -295,6 +298,7 @@ func (d *decoder) adaptiveAdmission(n *yaml.Node, path string, a *AdaptiveAdmiss
 		{"lc_thresh", d.intField(&a.LCThresh, 1, maxAdaptiveRuns)},
 		{"cut_all_lower", d.boolField(&a.CutAllLower)},
 		{"shared", d.boolField(&a.Shared)},
+		{"in_flight_limit", d.boolField(&a.InFlightLimit)},
 		{"rule", d.enumField(&a.Rule, AdaptiveRuleScaled, AdaptiveRulePaper)},
 		{"burst", d.durationField(&a.Burst, time.Millisecond)},
 		{"initial_rate", func(v *yaml.Node, p string) {
@@ -350,6 +354,7 @@ func (a AdaptiveAdmission) Config(targets []time.Duration, percentile float64) a
 		AdjD: a.AdjD, AdjI: a.AdjI, CI: a.CI, RateMin: a.RateMin, RateMax: a.RateMax,
 		AdjLo: a.AdjLo, LCThresh: a.LCThresh, CutAllLower: a.CutAllLower, Burst: a.Burst,
 		InitialRate: a.InitialRate, Scaled: a.Rule != AdaptiveRulePaper, Shared: a.Shared,
+		InFlightLimit: a.InFlightLimit,
 	}
 }
 

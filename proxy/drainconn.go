@@ -260,11 +260,18 @@ func (c *drainConn) SyscallConn() (syscall.RawConn, error) {
 	return nil, syscall.EINVAL
 }
 
-// drainTLSConn is a drainConn over a tls.Conn. fasthttp recognises TLS
+// drainTLSConn is a drainConn over a tls.Conn, or over a tls13.Conn (a
+// connection the event loops handed off). fasthttp recognises TLS
 // connections by these two methods (RequestCtx.IsTLS, ALPN).
 type drainTLSConn struct {
 	*drainConn
-	tc *tls.Conn
+	tc tlsStater
+}
+
+// tlsStater is what a TLS connection tells about its handshake.
+type tlsStater interface {
+	Handshake() error
+	ConnectionState() tls.ConnectionState
 }
 
 func (c drainTLSConn) Handshake() error                     { return c.tc.Handshake() }

@@ -59,6 +59,7 @@ type rig struct {
 	h      *harness
 	rb     *rawBackend
 	engine Engine
+	tls    bool // the listener terminates TLS (startRigTLS)
 }
 
 // rigConfigs are the configurations the table uses, by name.
@@ -122,10 +123,38 @@ func startRig(t testing.TB, e Engine, cfg string) *rig {
 	return &rig{h: h, rb: rb, engine: e}
 }
 
+// startRigTLS is startRig with the listener terminating TLS: on
+// EngineLoops, HTTP/1.1 over TLS 1.3 is the loops' (tlsloop_linux.go), on
+// EngineFastHTTP crypto/tls's and fasthttp's.
+func startRigTLS(t *testing.T, e Engine, cfg string) *rig {
+	t.Helper()
+	rb := startRawBackend(t, tableBackend)
+	var ctl *fakeControl
+	opts, mod := rigConfigs[cfg](&ctl)
+	opts.Engine = e
+	cf, kf := writeTestCert(t)
+	h := startProxyOpts(t, []string{rb.addr}, opts, func(s *policy.Snapshot, a *policy.App) {
+		if mod != nil {
+			mod(s, a)
+		}
+		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+	})
+	return &rig{h: h, rb: rb, engine: e, tls: true}
+}
+
+// rigScheme is the scheme of the listener the table runs against
+// (X-Forwarded-Proto): TestRequestTableTLS sets https while it runs.
+var rigScheme = "http"
+
 // send opens a connection and writes raw the way mode says.
 func (r *rig) send(t *testing.T, mode sendMode, raw string) *tconn {
 	t.Helper()
-	c := dialProxy(t, r.h.addr)
+	var c *tconn
+	if r.tls {
+		c = dialProxyTLS(t, r.h.addr)
+	} else {
+		c = dialProxy(t, r.h.addr)
+	}
 	if mode == oneWrite {
 		c.write(raw)
 		return c
@@ -186,6 +215,9 @@ var hexID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 // and no underscore spelling of any of them.
 func wantForwarding(t *testing.T, q *beReq, resp *http.Response, xff, proto, host, id string) {
 	t.Helper()
+	if proto == "http" {
+		proto = rigScheme
+	}
 	for name, want := range map[string]string{"X-Forwarded-For": xff, "X-Forwarded-Proto": proto, "X-Forwarded-Host": host} {
 		if vs := q.header[name]; len(vs) != 1 || vs[0] != want {
 			t.Errorf("backend %s = %q, want exactly [%q]", name, vs, want)
@@ -511,6 +543,39 @@ func TestRequestTable(t *testing.T) {
 			for _, c := range cases {
 				if rigs[c.cfg] == nil {
 					rigs[c.cfg] = startRig(t, e, c.cfg)
+				}
+			}
+			for _, mode := range []sendMode{oneWrite, splitLine} {
+				for _, c := range cases {
+					t.Run(mode.String()+"/"+c.name, func(t *testing.T) {
+						runCase(t, rigs[c.cfg], mode, c)
+					})
+				}
+			}
+		})
+	}
+}
+
+// TestRequestTableTLS runs the table over TLS (HTTP/1.1, TLS 1.3): on
+// the loops, every case goes through the record layer, the split ones
+// through the hand-off to fasthttp over a tls13.Conn.
+func TestRequestTableTLS(t *testing.T) {
+	rigScheme = "https"
+	defer func() { rigScheme = "http" }()
+	var cases []tableCase
+	for _, c := range requestTable() {
+		// What only a plain listener refuses (an https absolute-form
+		// target) is served here, on both engines alike.
+		if !strings.Contains(c.name, "on a plain listener") {
+			cases = append(cases, c)
+		}
+	}
+	for _, e := range engines {
+		t.Run(e.String(), func(t *testing.T) {
+			rigs := map[string]*rig{}
+			for _, c := range cases {
+				if rigs[c.cfg] == nil {
+					rigs[c.cfg] = startRigTLS(t, e, c.cfg)
 				}
 			}
 			for _, mode := range []sendMode{oneWrite, splitLine} {

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -122,6 +123,22 @@ func dialProxy(t *testing.T, addr string) *tconn {
 	}
 	t.Cleanup(func() { c.Close() })
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return &tconn{t: t, c: c, br: bufio.NewReader(c)}
+}
+
+// dialProxyTLS is dialProxy over TLS 1.3 with ALPN http/1.1.
+func dialProxyTLS(t *testing.T, addr string) *tconn {
+	t.Helper()
+	raw, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	_ = raw.SetDeadline(time.Now().Add(10 * time.Second))
+	c := tls.Client(raw, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS13})
+	if err := c.Handshake(); err != nil {
+		t.Fatal(err)
+	}
 	return &tconn{t: t, c: c, br: bufio.NewReader(c)}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,14 @@ type frontend struct {
 	// (drainConn).
 	draining  atomic.Bool
 	lingering atomic.Int64 // connections in a lingering close
+	// own: the connections of sentry's own h2 server (h2own.go), for
+	// the drain's GOAWAY; h2Workers runs their streams.
+	own struct {
+		mu       sync.Mutex
+		conns    map[*ownConn]struct{}
+		draining bool
+	}
+	h2Workers h2Workers
 	done      chan struct{}
 	err       error
 }
@@ -59,6 +68,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	}
 	sv := st.snap.Server
 	fe := &frontend{p: p, addr: addr, done: make(chan struct{})}
+	fe.h2Workers.serve = fe.serveOwnStream
 	fe.route.Store(rt)
 	fe.body = bodyLimits{buffer: sv.RequestBuffer, minRate: sv.BodyMinRate, grace: sv.ReadHeaderTimeout, timeout: sv.BodyTimeout}
 	fe.writeIdle = sv.WriteTimeout
@@ -121,6 +131,11 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 			fe.tls.Close()
 		}
 		return fmt.Errorf("listener %s already served", addr)
+	}
+	if fe.tls != nil {
+		// HTTP/1.1 over TLS 1.3 on loops of its own (tlsloop_linux.go).
+		// Under p.mu, as startFast below.
+		fe.startTLSLoops()
 	}
 	if fe.tls == nil {
 		// The event loops take the listener; fasthttp serves what they
@@ -204,7 +219,7 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		if fe.h2c != nil {
 			// h2c connections drain the h2 way (GOAWAY), beside
 			// fasthttp's.
-			go func() { h2cDone <- fe.h2c.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx) }) }()
+			go func() { h2cDone <- fe.h2c.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx); fe.ownGoAway() }) }()
 		} else {
 			h2cDone <- nil
 		}
@@ -219,14 +234,27 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		// TLS: stop accepting, then drain fasthttp's HTTP/1.1 connections
 		// and the h2 ones (GOAWAY; each closes once its streams are done)
 		// together.
+		// The loops (HTTP/1.1 over TLS 1.3, tlsloop_linux.go) drain
+		// beside them.
+		var loopsDone chan struct{}
+		if fe.fast != nil {
+			loopsDone = make(chan struct{})
+			go func() { defer close(loopsDone); fe.fast.Shutdown(ctx) }()
+		}
 		fe.tls.Close()
 		errc := make(chan error, 1)
 		go func() { errc <- fe.srv.ShutdownWithContext(ctx) }()
-		err = fe.tls.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx) })
+		err = fe.tls.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx); fe.ownGoAway() })
 		if herr := <-errc; herr != nil {
 			err = herr
 		}
+		if loopsDone != nil {
+			<-loopsDone
+		}
 	}
+	// The h2 workers parked now end; those still running end when their
+	// stream does.
+	fe.h2Workers.stop()
 	// Lingering closes end within lingerTimeout.
 	limit := time.NewTimer(lingerTimeout + 100*time.Millisecond)
 	defer limit.Stop()

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
@@ -22,6 +23,10 @@ import (
 // the same request path as HTTP/1.1 (serve): same routing, admission,
 // balancing, headers and metrics. Only the framing differs.
 func (fe *frontend) serveH2Conn(c net.Conn) error {
+	if fe.p.useOwnH2() {
+		fe.serveOwnConn(c)
+		return nil
+	}
 	ctx := context.Background()
 	tc, _ := c.(*tls.Conn)
 	// x/net's writes are gathered into batches (h2out.go); the guard
@@ -44,17 +49,75 @@ func (fe *frontend) serveH2Conn(c net.Conn) error {
 	return nil
 }
 
-// serveH2 adapts one h2 stream to the fasthttp request path. It costs a
-// header copy each way per request, into and out of a pooled RequestCtx
-// (h2Req).
+// h2Exchange is one h2 stream as the request path sees it, whichever
+// server carries it: x/net's (xnetExchange, below) or sentry's own
+// (h2own.go). serveH2Stream is the path; the exchange supplies the
+// request's head and body and takes the response.
+type h2Exchange interface {
+	// context is done when the stream is reset or its connection ends.
+	context() context.Context
+	// suspect: the connection resets streams often (h2guard.go); a new
+	// stream waits h2SuspectDelay before dispatch.
+	suspect() bool
+	peer() netip.Addr
+	isTLS() bool
+	// method is :method; head sets the method, the request target
+	// (:path) and Host (:authority) on req.
+	method() []byte
+	head(req *fasthttp.Request)
+	// fields adds the regular fields to req, leaving out what H2Skip
+	// says.
+	fields(req *fasthttp.Request, reqID, load string)
+	// bodyInfo: whether the stream has a body, and its content-length
+	// (-1: none).
+	bodyInfo() (has bool, cl int64)
+	// body is the request body; stopBody ends a read in progress (the
+	// exchange gave up on the body); setBodyDeadline bounds reads.
+	body() io.Reader
+	stopBody()
+	setBodyDeadline(t time.Time)
+	// respond sends (or prepares) the response head: status and the
+	// fields of h, hop-by-hop ones left out. h2resp is the HTTP/2
+	// backend's response, if any (its declared trailers; a head flushed
+	// at once unless the stream ended with it, gRPC's Trailers-Only).
+	respond(status int, h *fasthttp.ResponseHeader, h2resp *http.Response)
+	// writer writes the response body, under server.write_timeout as an
+	// idle timeout.
+	writer() h2BodyWriter
+	// trailers adds an HTTP/2 backend's trailers (read to its end) to
+	// the response.
+	trailers(h2resp *http.Response)
+	// finish ends the stream: cleanly, or with a reset when the body was
+	// cut short (truncated) so the client does not take it as whole.
+	finish(truncated bool)
+}
+
+// h2BodyWriter is the response body's writer; failed tells whether a
+// write to the client failed (rather than the backend's side).
+type h2BodyWriter interface {
+	io.Writer
+	failed() bool
+}
+
+// serveH2 adapts one x/net h2 stream to the request path (serveH2Stream).
+// It costs a header copy each way per request, into and out of a pooled
+// RequestCtx (h2Req).
 func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	h2GrowStack(0)
+	x := xnetExchange{w: w, r: r, rc: http.NewResponseController(w), fe: fe}
+	fe.serveH2Stream(&x)
+}
+
+// serveH2Stream runs one h2 stream through the request path: the same
+// routing, admission, balancing, headers and metrics as HTTP/1.1 (serve).
+func (fe *frontend) serveH2Stream(x h2Exchange) {
 	// On a connection that resets many of its streams, wait a moment for
 	// this one's reset before spending anything on it (h2guard.go).
-	if g, _ := r.Context().Value(h2GuardKey{}).(*h2Guard); g != nil && g.suspect() {
+	sctx := x.context()
+	if x.suspect() {
 		t := time.NewTimer(h2SuspectDelay)
 		select {
-		case <-r.Context().Done():
+		case <-sctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
@@ -63,10 +126,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	p := fe.p
 	rt := fe.route.Load()
-	peer := netip.IPv6Unspecified()
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		peer = ap.Addr().Unmap()
-	}
+	peer := x.peer()
 	hr := h2ReqPool.Get().(*h2Req)
 	defer hr.release()
 	hr.peer.ip = peer.As16()
@@ -74,29 +134,13 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	ctx := &hr.ctx
 	ctx.Init2(&hr.peer, fe.srv.Logger, false)
 	req := &ctx.Request
-	req.Header.SetMethod(r.Method)
-	// The request target as the client sent it (":path"), as HTTP/1.1
-	// forwards its request line's; x/net parsed it into r.URL.
-	if strings.HasPrefix(r.RequestURI, "/") {
-		req.SetRequestURI(r.RequestURI)
-	} else {
-		req.SetRequestURI(r.URL.RequestURI())
-	}
-	req.Header.SetHost(r.Host) // ":authority" (x/net/http2 falls back to a host header)
+	x.head(req)
 	a := rt.Lookup(req.Header.Host())
 	reqID, load := "", ""
 	if a != nil {
 		reqID, load = a.ReqID, a.LoadHeader
 	}
-	for k, vs := range r.Header {
-		if pipeline.H2Skip([]byte(k), reqID, load) {
-			continue
-		}
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
-	}
-	rc := http.NewResponseController(w)
+	x.fields(req, reqID, load)
 
 	var o pipeline.Outcome
 	ae := pipeline.AccessEntry{Class: -1, Proto: "HTTP/2.0"} // what the access log is told
@@ -108,19 +152,20 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		// Missing, or with userinfo (which fasthttp would turn into an
 		// Authorization header); the same check as HTTP/1.1's.
 		o, refused = pipeline.OutBadRequest, true
-	case r.Method == http.MethodConnect:
+	case string(x.method()) == http.MethodConnect:
 		o, refused = pipeline.OutMethodNotAllowed, true
 	case a == nil:
 		o = pipeline.OutNoApp
 		p.writeError(ctx, nil, o)
-	case r.Context().Err() != nil:
+	case sctx.Err() != nil:
 		// Reset before it got here: no answer, nothing dispatched.
+		x.finish(false)
 		return
 	default:
 		ready := start
 		var body *bodyBuf
-		hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
-		if c := a.BodyCap(r.ContentLength); hasBody && c != pipeline.OutRelayed {
+		hasBody, cl := x.bodyInfo()
+		if c := a.BodyCap(cl); hasBody && c != pipeline.OutRelayed {
 			// As HTTP/1.1's checkFraming: refused before anything of the
 			// body is read; a body without content-length is refused like
 			// a chunked one (411), though buffering would learn its size.
@@ -139,21 +184,20 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 				// lives (a gRPC stream sends while it receives; waiting
 				// for its end would deadlock it). Flow control is the
 				// transports'.
-				rbody := r.Body
-				bb.client, bb.cl, bb.streamed = &clientBody{r: rbody, stop: func() { _ = rbody.Close() }}, int(r.ContentLength), true
+				bb.client, bb.cl, bb.streamed = &clientBody{r: x.body(), stop: x.stopBody}, int(cl), true
 			} else {
 				if fe.bodyTimeout > 0 {
-					_ = rc.SetReadDeadline(time.Now().Add(fe.bodyTimeout))
+					x.setBodyDeadline(time.Now().Add(fe.bodyTimeout))
 				}
-				o = fe.h2Body(a, r, req, body)
+				o = fe.h2Body(a, cl, x.body(), req, body)
 			}
 			ready = time.Now()
 		}
 		if o == pipeline.OutRelayed {
-			cut = &abortable{done: r.Context().Done(), ctx: r.Context()}
-			stop := context.AfterFunc(r.Context(), cut.abort)
+			cut = &abortable{done: sctx.Done(), ctx: sctx}
+			stop := context.AfterFunc(sctx, cut.abort)
 			defer stop()
-			o, u = p.serve(a, ctx, peer, r.TLS != nil, ready, cut, false, false, body, &ae)
+			o, u = p.serve(a, ctx, peer, x.isTLS(), ready, cut, false, false, body, &ae)
 		} else {
 			p.writeError(ctx, a, o)
 		}
@@ -161,6 +205,7 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 			// The stream was reset: nothing to write.
 			_ = ctx.Response.CloseBodyStream()
 			a.Complete(o, pipeline.StatusOf(o), u, start, ae.Class) // metrics only: no access line for a reset stream
+			x.finish(false)
 			return
 		}
 	}
@@ -171,49 +216,27 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 		a = nil
 	}
 	resp := &ctx.Response
-	hdr := w.Header()
-	hr.copyHeader(hdr, &resp.Header)
-	// server.write_timeout is an idle timeout here too: each write must
-	// progress within it (h2Writer), so long downloads are not cut.
-	ww := h2Writer{w: w, rc: rc, t: fe.writeTimeout}
 	truncated := false
-	ww.push()
 	var h2resp *http.Response
 	if cut != nil {
 		h2resp = cut.h2resp
 	}
-	if h2resp != nil {
-		// From an HTTP/2 backend: each piece goes out as it comes (a
-		// gRPC stream's messages must not wait in a buffer), the head
-		// first, and the trailers the backend declared follow the body.
-		// A response whose stream ended with its head (ContentLength 0:
-		// gRPC's Trailers-Only form, every error a server returns before
-		// its first message) is not flushed early: the handler's return
-		// sends it as one HEADERS frame that ends the stream, grpc-status
-		// in it. Flushed, it would be a head, then an empty DATA frame
-		// ending the stream without trailers, which a gRPC client reads
-		// as INTERNAL, "server closed the stream without sending
-		// trailers".
-		ww.flush = h2resp.ContentLength != 0
-		for k := range h2resp.Trailer {
-			hdr.Add("Trailer", k)
-		}
-	}
-	w.WriteHeader(resp.StatusCode())
-	if ww.flush {
-		_ = rc.Flush()
-	}
-	if r.Method != http.MethodHead {
+	x.respond(resp.StatusCode(), &resp.Header, h2resp)
+	if string(x.method()) != http.MethodHead {
+		ww := x.writer()
 		if resp.IsBodyStream() {
-			if _, err := io.Copy(&ww, resp.BodyStream()); err != nil {
+			if _, err := io.Copy(ww, resp.BodyStream()); err != nil {
 				// The backend connection holds the rest of the body (or
 				// was cut): it must not go back to the pool.
 				resp.SetConnectionClose()
 				// Cut short on the backend's side (not a failed write to
 				// this client): the stream is reset below, so the client
 				// does not take what came as the whole body.
-				truncated = !ww.failed
+				truncated = !ww.failed()
 			}
+		} else if wl, ok := ww.(interface{ writeLast([]byte) }); ok {
+			// Sent with the stream's end (finish): one DATA frame.
+			wl.writeLast(resp.Body())
 		} else {
 			_, _ = ww.Write(resp.Body())
 		}
@@ -226,21 +249,125 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	}
 	if h2resp != nil && !truncated {
 		// Known now that the body was read to its end (gRPC's status is
-		// here). A trailer the backend sent without declaring it goes
-		// out too (net/http's TrailerPrefix).
-		for k, vs := range h2resp.Trailer {
-			if _, declared := hdr["Trailer"]; !declared || !containsFold(hdr.Values("Trailer"), k) {
-				k = http.TrailerPrefix + k
-			}
-			for _, v := range vs {
-				hdr.Add(k, v)
-			}
-		}
+		// here).
+		x.trailers(h2resp)
 	}
 	_ = resp.CloseBodyStream()
 	if a != nil {
 		p.recordCtx(a, rt.Access, ctx, o, u, start, &ae)
 	}
+	x.finish(truncated)
+}
+
+// xnetExchange is an x/net stream (serveH2).
+type xnetExchange struct {
+	w  http.ResponseWriter
+	r  *http.Request
+	rc *http.ResponseController
+	fe *frontend
+	ww h2Writer
+}
+
+func (x *xnetExchange) context() context.Context { return x.r.Context() }
+
+func (x *xnetExchange) suspect() bool {
+	g, _ := x.r.Context().Value(h2GuardKey{}).(*h2Guard)
+	return g != nil && g.suspect()
+}
+
+func (x *xnetExchange) peer() netip.Addr {
+	if ap, err := netip.ParseAddrPort(x.r.RemoteAddr); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.IPv6Unspecified()
+}
+
+func (x *xnetExchange) isTLS() bool { return x.r.TLS != nil }
+
+func (x *xnetExchange) method() []byte { return s2b(x.r.Method) }
+
+func (x *xnetExchange) head(req *fasthttp.Request) {
+	r := x.r
+	req.Header.SetMethod(r.Method)
+	// The request target as the client sent it (":path"), as HTTP/1.1
+	// forwards its request line's; x/net parsed it into r.URL.
+	if strings.HasPrefix(r.RequestURI, "/") {
+		req.SetRequestURI(r.RequestURI)
+	} else {
+		req.SetRequestURI(r.URL.RequestURI())
+	}
+	req.Header.SetHost(r.Host) // ":authority" (x/net/http2 falls back to a host header)
+}
+
+func (x *xnetExchange) fields(req *fasthttp.Request, reqID, load string) {
+	for k, vs := range x.r.Header {
+		if pipeline.H2Skip([]byte(k), reqID, load) {
+			continue
+		}
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+}
+
+func (x *xnetExchange) bodyInfo() (bool, int64) {
+	r := x.r
+	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0, r.ContentLength
+}
+
+func (x *xnetExchange) body() io.Reader { return x.r.Body }
+
+func (x *xnetExchange) stopBody() { _ = x.r.Body.Close() }
+
+func (x *xnetExchange) setBodyDeadline(t time.Time) { _ = x.rc.SetReadDeadline(t) }
+
+func (x *xnetExchange) respond(status int, h *fasthttp.ResponseHeader, h2resp *http.Response) {
+	hdr := x.w.Header()
+	copyH2Header(hdr, h)
+	// server.write_timeout is an idle timeout here too: each write must
+	// progress within it (h2Writer), so long downloads are not cut.
+	x.ww = h2Writer{w: x.w, rc: x.rc, t: x.fe.writeTimeout}
+	x.ww.push()
+	if h2resp != nil {
+		// From an HTTP/2 backend: each piece goes out as it comes (a
+		// gRPC stream's messages must not wait in a buffer), the head
+		// first, and the trailers the backend declared follow the body.
+		// A response whose stream ended with its head (ContentLength 0:
+		// gRPC's Trailers-Only form, every error a server returns before
+		// its first message) is not flushed early: the handler's return
+		// sends it as one HEADERS frame that ends the stream, grpc-status
+		// in it. Flushed, it would be a head, then an empty DATA frame
+		// ending the stream without trailers, which a gRPC client reads
+		// as INTERNAL, "server closed the stream without sending
+		// trailers".
+		x.ww.flush = h2resp.ContentLength != 0
+		for k := range h2resp.Trailer {
+			hdr.Add("Trailer", k)
+		}
+	}
+	x.w.WriteHeader(status)
+	if x.ww.flush {
+		_ = x.rc.Flush()
+	}
+}
+
+func (x *xnetExchange) writer() h2BodyWriter { return &x.ww }
+
+func (x *xnetExchange) trailers(h2resp *http.Response) {
+	// A trailer the backend sent without declaring it goes out too
+	// (net/http's TrailerPrefix).
+	hdr := x.w.Header()
+	for k, vs := range h2resp.Trailer {
+		if _, declared := hdr["Trailer"]; !declared || !containsFold(hdr.Values("Trailer"), k) {
+			k = http.TrailerPrefix + k
+		}
+		for _, v := range vs {
+			hdr.Add(k, v)
+		}
+	}
+}
+
+func (x *xnetExchange) finish(truncated bool) {
 	if truncated {
 		// RST_STREAM (x/net's server resets the stream of a handler that
 		// panics with ErrAbortHandler, and logs nothing): ending the
@@ -250,16 +377,19 @@ func (fe *frontend) serveH2(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// s2b is s's bytes, not copied (read only).
+func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
 // h2Body reads an h2 request body into sentry as the HTTP/1.1 path does
 // (server.request_buffer, request_buffer_total; body_timeout is the
 // stream's read deadline; body_min_rate is not applied to h2 streams,
 // whose flow control is x/net's). A body larger than the buffer has its
 // first request_buffer bytes read, then streams; with buffering off it
 // streams from the start. Trailers (r.Trailer) are never copied.
-func (fe *frontend) h2Body(a *pipeline.App, r *http.Request, req *fasthttp.Request, bb *bodyBuf) pipeline.Outcome {
-	cl, lim := r.ContentLength, fe.body.buffer
+func (fe *frontend) h2Body(a *pipeline.App, cl int64, rbody io.Reader, req *fasthttp.Request, bb *bodyBuf) pipeline.Outcome {
+	lim := fe.body.buffer
 	if lim <= 0 || a.Policy.RequestBufferingOff {
-		bb.client, bb.cl, bb.streamed = &clientBody{r: r.Body}, int(cl), true
+		bb.client, bb.cl, bb.streamed = &clientBody{r: rbody}, int(cl), true
 		return pipeline.OutRelayed
 	}
 	want := cl
@@ -269,7 +399,7 @@ func (fe *frontend) h2Body(a *pipeline.App, r *http.Request, req *fasthttp.Reque
 	case cl > lim:
 		want = lim // the first request_buffer bytes, then the rest streams
 	}
-	b, eof, o := fe.p.fillBody(r.Body, want, bb, false)
+	b, eof, o := fe.p.fillBody(rbody, want, bb, false)
 	switch {
 	case o != pipeline.OutRelayed:
 		return o
@@ -277,14 +407,14 @@ func (fe *frontend) h2Body(a *pipeline.App, r *http.Request, req *fasthttp.Reque
 		if int64(len(b)) != lim {
 			return pipeline.OutClientGone
 		}
-		bb.client, bb.cl, bb.streamed = &clientBody{r: io.MultiReader(bytesReader(b), r.Body)}, int(cl), true
+		bb.client, bb.cl, bb.streamed = &clientBody{r: io.MultiReader(bytesReader(b), rbody)}, int(cl), true
 	case cl >= 0 && int64(len(b)) != cl:
 		return pipeline.OutClientGone
 	case cl >= 0 || eof:
 		req.SetBodyRaw(b)
 		req.Header.SetContentLength(len(b))
 	default:
-		bb.client, bb.cl, bb.streamed = &clientBody{r: io.MultiReader(bytesReader(b), r.Body)}, -1, true
+		bb.client, bb.cl, bb.streamed = &clientBody{r: io.MultiReader(bytesReader(b), rbody)}, -1, true
 	}
 	return pipeline.OutRelayed
 }
@@ -292,12 +422,12 @@ func (fe *frontend) h2Body(a *pipeline.App, r *http.Request, req *fasthttp.Reque
 // h2Writer writes a response body with an idle write deadline; with
 // flush set, every write is flushed to the client at once.
 type h2Writer struct {
-	w      http.ResponseWriter
-	rc     *http.ResponseController
-	t      time.Duration
-	last   time.Time
-	flush  bool
-	failed bool // a write (or flush) to the client failed
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	t     time.Duration
+	last  time.Time
+	flush bool
+	bad   bool // a write (or flush) to the client failed
 }
 
 // containsFold reports whether vs holds k, any case.
@@ -317,6 +447,8 @@ func (w *h2Writer) push() {
 	}
 }
 
+func (w *h2Writer) failed() bool { return w.bad }
+
 func (w *h2Writer) Write(b []byte) (int, error) {
 	if w.t > 0 && time.Since(w.last) >= w.t/16 {
 		w.push()
@@ -326,7 +458,7 @@ func (w *h2Writer) Write(b []byte) (int, error) {
 		err = w.rc.Flush()
 	}
 	if err != nil {
-		w.failed = true
+		w.bad = true
 	}
 	return n, err
 }
@@ -378,7 +510,7 @@ var h2Local net.TCPAddr
 // hop-by-hop fields h2 forbids. fasthttp's names are canonical already,
 // so they go into the map as they are; the common names are not
 // allocated (h2Name).
-func (hr *h2Req) copyHeader(hdr http.Header, h *fasthttp.ResponseHeader) {
+func copyH2Header(hdr http.Header, h *fasthttp.ResponseHeader) {
 	h.VisitAll(func(k, v []byte) {
 		switch pipeline.FieldKind(k) {
 		case pipeline.KindConnection, pipeline.KindTransferEncoding, pipeline.KindUpgrade, pipeline.KindHopByHop:

@@ -9,7 +9,10 @@ import (
 	"time"
 )
 
-// HTTP/2 rapid reset (CVE-2023-44487) and its paced variant.
+// HTTP/2 rapid reset (CVE-2023-44487) and its paced variant. What follows
+// is the guard of x/net's server (SENTRY_H2_SERVER=xnet); the own server
+// (proxy/h2srv) applies the same rule, counts and metric in its core, and
+// its driver the same suspect delay (h2own.go).
 //
 // x/net's server (v0.33) runs at most MaxConcurrentStreams handlers per
 // connection and sends GOAWAY ENHANCE_YOUR_CALM when more than four times

@@ -8,7 +8,9 @@ import (
 	"time"
 )
 
-// h2Out gathers what x/net's h2 server writes on one connection and writes
+// h2Out (used with x/net's server only, SENTRY_H2_SERVER=xnet; the own
+// server's driver has its writer built in, h2own.go) gathers what x/net's
+// h2 server writes on one connection and writes
 // it to the TLS connection from a goroutine of its own, so that the
 // responses of several streams that end close together leave in one TLS
 // record and one write(2).

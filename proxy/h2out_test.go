@@ -146,7 +146,7 @@ func TestH2CopyHeader(t *testing.T) {
 	h.Set("Upgrade", "h2c")
 	h.Set("X-Custom-Thing", "v")
 	hdr := http.Header{}
-	hr.copyHeader(hdr, h)
+	copyH2Header(hdr, h)
 	if got := hdr.Values("Set-Cookie"); len(got) != 2 || got[0] != "a=1" || got[1] != "b=2" {
 		t.Errorf("Set-Cookie = %q", got)
 	}

@@ -37,17 +37,24 @@ type Options struct {
 	Probe func(ctx context.Context, addr, path string) error
 	// Resolver looks up DNS backends; nil uses net.DefaultResolver.
 	Resolver *net.Resolver
-	// Engine selects the HTTP/1.1 front end of plain listeners; the zero
-	// value is EngineAuto. TLS listeners are always fasthttp's (and h2's).
+	// Engine selects the HTTP/1.1 front end of plain listeners and of
+	// HTTP/1.1 over TLS 1.3 (the loops, tlsloop_linux.go; TLS 1.2 and h2
+	// stay on crypto/tls, fasthttp and x/net); the zero value is
+	// EngineAuto.
 	Engine Engine
+	// H2 selects the h2 server of TLS and h2c listeners; the zero value
+	// is H2Auto (sentry's own, h2own.go).
+	H2 H2Server
 }
 
-// Engine is the HTTP/1.1 front end of plain listeners.
+// Engine is the HTTP/1.1 front end (plain listeners, and TLS 1.3 ones
+// after the handshake).
 type Engine uint8
 
 const (
 	// EngineAuto uses the event loops where they exist (Linux), unless
-	// SENTRY_EVLOOP=0 is in the environment; fasthttp otherwise.
+	// SENTRY_EVLOOP=0 is in the environment (SENTRY_TLSLOOP=0 turns them
+	// off for TLS listeners only); fasthttp otherwise.
 	EngineAuto Engine = iota
 	// EngineLoops uses the event loops where they exist, whatever the
 	// environment says; they hand fasthttp what they do not serve.

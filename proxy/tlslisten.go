@@ -23,6 +23,10 @@ import (
 // way instead: GOAWAY, then each connection closes once its streams end
 // (see drain). Handshakes also move off fasthttp's workers into their own
 // goroutines, bounded by the read-header timeout.
+//
+// With loops for TLS (tlsloop_linux.go), an HTTP/1.1 connection over TLS
+// 1.3 is given to them after its handshake (adopt) instead of to fasthttp;
+// what they hand back (pumpHanded) comes out of Accept like the rest.
 type tlsListener struct {
 	net.Listener // the TCP listener
 	fe           *frontend
@@ -30,6 +34,11 @@ type tlsListener struct {
 	h2           func(net.Conn) // serves one h2 connection; returns when it ends
 	timeout      time.Duration  // handshake deadline
 	maxConns     int            // cap on handshaking + h2 connections (server.max_conns)
+	// adopt, when the event loops serve HTTP/1.1 over TLS
+	// (tlsloop_linux.go), takes a TLS 1.3 connection from here; false
+	// leaves it on crypto/tls and fasthttp.
+	adopt  func(tc *tls.Conn, raw net.Conn) bool
+	handed net.Listener // the loops' hand-offs, fed to Accept (pumpHanded); nil without loops
 
 	conns  chan net.Conn // handshaken HTTP/1.1 connections for fasthttp
 	closed chan struct{}
@@ -121,6 +130,17 @@ func (l *tlsListener) handshake(raw net.Conn) {
 		l.h2(tc)
 		return
 	}
+	if l.adopt != nil {
+		// Out of live first: the loops count it from now on, and
+		// max_conns must not count it twice.
+		l.mu.Lock()
+		delete(l.mu.live, raw)
+		l.mu.Unlock()
+		if l.adopt(tc, raw) {
+			handedOff = true
+			return
+		}
+	}
 	select {
 	case l.conns <- (drainTLSConn{drainConn: &drainConn{Conn: tc, fe: l.fe}, tc: tc}):
 		handedOff = true
@@ -138,12 +158,47 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 	}
 }
 
+// pumpHanded feeds Accept the connections the loops hand off (already
+// TLS: tls13.Conn), until the listener closes.
+func (l *tlsListener) pumpHanded(h net.Listener) {
+	l.handed = h
+	go func() {
+		for {
+			c, err := h.Accept()
+			if err != nil {
+				return
+			}
+			st, ok := c.(tlsStater)
+			if !ok {
+				c.Close()
+				continue
+			}
+			select {
+			case l.conns <- (drainTLSConn{drainConn: &drainConn{Conn: c, fe: l.fe}, tc: st}):
+			case <-l.closed:
+				c.Close()
+			}
+		}
+	}()
+}
+
+// liveCount is the connections handshaking or serving h2 (max_conns
+// counts them beside the loops' and fasthttp's).
+func (l *tlsListener) liveCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.mu.live)
+}
+
 // Close stops accepting. Connections being handshaken or served over h2
 // are left to drain.
 func (l *tlsListener) Close() error {
 	l.once.Do(func() {
 		close(l.closed)
 		l.err = l.Listener.Close()
+		if l.handed != nil {
+			_ = l.handed.Close()
+		}
 	})
 	return l.err
 }

@@ -18,7 +18,11 @@
 #             "sentry-base" runs SENTRY_BASE_BIN, e.g. a build of an earlier
 #             commit, for a same-run comparison of two sentry builds)
 #   PATHS     paths to run               (default "h2 h1")
-#   SENTRY_BASE_BIN  the sentry binary sentry-base runs
+#   SENTRY_BASE_BIN  the sentry binary sentry-base runs (default: this
+#             build, when SENTRY_BASE_ENV is set)
+#   SENTRY_BASE_ENV  environment for sentry-base, e.g. SENTRY_TLSLOOP=0: the
+#             same build with HTTP/1.1 over TLS on crypto/tls and fasthttp
+#             (the path before the event loops took it)
 #   OUT       output dir                 (default e2e/bench/out-tls)
 #
 # Every peer runs alone, in the foreground, in its own process group, and is
@@ -55,7 +59,7 @@ done
 for p in $PEERS; do
 	case "$p" in
 	nginx | haproxy | sentry) ;;
-	sentry-base) [ -x "${SENTRY_BASE_BIN:-}" ] || { echo "tls.sh: sentry-base needs SENTRY_BASE_BIN" >&2; exit 2; } ;;
+	sentry-base) [ -x "${SENTRY_BASE_BIN:-}" ] || [ -n "${SENTRY_BASE_ENV:-}" ] || { echo "tls.sh: sentry-base needs SENTRY_BASE_BIN or SENTRY_BASE_ENV" >&2; exit 2; } ;;
 	*) echo "tls.sh: unknown peer '$p' (known: nginx haproxy sentry sentry-base)" >&2; exit 2 ;;
 	esac
 done
@@ -121,7 +125,7 @@ rm -f "$OUT"/load-*.txt "$OUT"/log-*.txt "$OUT"/tls.md
 OUT=$(cd "$OUT" && pwd)
 
 log "building sentry and backend into $OUT"
-if [[ " $PEERS " == *" sentry "* ]]; then
+if [[ " $PEERS " == *" sentry "* ]] || [[ " $PEERS " == *" sentry-base "* && -z "${SENTRY_BASE_BIN:-}" ]]; then
 	(cd "$ROOT" && go build -o "$OUT/sentry" ./cmd/sentry) || die "go build ./cmd/sentry failed"
 fi
 (cd "$ROOT" && go build -o "$OUT/backend" ./e2e/bench/backend) || die "go build backend failed"
@@ -299,10 +303,14 @@ for peer in $PEERS; do
 		;;
 	sentry | sentry-base)
 		bin="$OUT/sentry"
-		[ "$peer" = sentry-base ] && bin=$SENTRY_BASE_BIN
+		env=()
+		if [ "$peer" = sentry-base ]; then
+			bin=${SENTRY_BASE_BIN:-$OUT/sentry}
+			read -r -a env <<<"${SENTRY_BASE_ENV:-}"
+		fi
 		write_sentry_policy
 		"$bin" check -config "$TMP/sentry.yaml" >&2 || die "sentry check rejected $TMP/sentry.yaml"
-		start "$peer" "$bin" run -config "$TMP/sentry.yaml"
+		start "$peer" env "${env[@]}" "$bin" run -config "$TMP/sentry.yaml"
 		;;
 	esac
 	pg=$STARTED_PGID

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/internal/replayconn"
+	"github.com/sentry-proxy/sentry/internal/tls13"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
@@ -136,9 +137,13 @@ func (l *eventLoop) closeClient(c *cconn) {
 		l.abort(c, pipeline.OutClientGone)
 	}
 	l.forget(c)
+	if c.tls != nil && c.linger == 0 {
+		l.closeNotify(c)
+	}
 	l.sys.Close(c.fd)
 	c.fd = -1
 	l.ff.conns.Add(-1)
+	l.idleTLS(c)
 }
 
 // lingerClose sends FIN and reads and drops what the client still sends
@@ -148,6 +153,7 @@ func (l *eventLoop) lingerClose(c *cconn) {
 	if c.linger != 0 || c.fd < 0 {
 		return
 	}
+	l.closeNotify(c)
 	if l.sys.ShutdownWrite(c.fd) != nil {
 		l.closeClient(c)
 		return
@@ -166,7 +172,11 @@ func (l *eventLoop) handoff(c *cconn) {
 	l.ff.conns.Add(-1)
 	nc, err := net.FileConn(f)
 	if err != nil {
-		_, _ = l.sys.Write(int(f.Fd()), tooManyConns)
+		refusal := tooManyConns
+		if c.tls != nil {
+			refusal = c.tls.st.Seal(nil, tooManyConns)
+		}
+		_, _ = l.sys.Write(int(f.Fd()), refusal)
 		_ = f.Close()
 		l.ff.cfg.TooManyConns()
 		l.ff.cfg.Log.Warn("hand-off to fasthttp failed; connection refused", "addr", l.ff.cfg.Addr, "error", err)
@@ -176,6 +186,12 @@ func (l *eventLoop) handoff(c *cconn) {
 	// Counted before fasthttp can have served it (the counter must not
 	// lag the response); give closes it if fasthttp is not accepting.
 	l.ff.handed.Add(1)
+	if c.tls != nil {
+		// The records go on in the goroutine fasthttp gives it: the
+		// same state, what the loop opened replayed first.
+		l.ff.Handed.give(tls13.NewConn(nc, c.tls.st, *c.tls.cs, pre))
+		return
+	}
 	l.ff.Handed.give(&replayconn.Conn{Conn: nc, Pre: pre})
 }
 
@@ -200,6 +216,10 @@ func (l *eventLoop) clientEvent(c *cconn, ev uint32) {
 		}
 	}
 	if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		if c.tls != nil {
+			l.readTLS(c, ev)
+			return
+		}
 		l.readClient(c, ev)
 	}
 }
@@ -238,7 +258,10 @@ func (l *eventLoop) readClient(c *cconn, ev uint32) {
 func (l *eventLoop) process(c *cconn) {
 	c.inProc = true
 	defer func() { c.inProc = false }()
-	for c.fd >= 0 && !c.busy() && c.linger == 0 && len(c.out) == 0 && c.n > 0 {
+	for c.fd >= 0 && !c.busy() && c.linger == 0 && len(c.out) == 0 && (c.n > 0 || c.tls != nil) {
+		if c.tls != nil && (!l.pullTLS(c) || c.n == 0) {
+			break
+		}
 		b := c.in[:c.n]
 		if pipeline.ParseRequestHead(b, &l.h) != pipeline.HeadOK || !l.serve(c, b, &l.h) {
 			if l.ff.draining.Load() {
@@ -256,6 +279,7 @@ func (l *eventLoop) process(c *cconn) {
 	if c.fd >= 0 && !c.busy() && c.n == 0 && c.in != nil {
 		l.putBuf(c.in)
 		c.in = nil
+		l.idleTLS(c)
 	}
 }
 
@@ -410,7 +434,7 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
 		r = append(r, f.Line.Of(b)...)
 	}
 	var fw pipeline.Forwarding
-	l.fwd, fw = pipeline.PlanForwarding(l.fwd, in, c.peer, false, h.Host.Of(b), l.ff.cfg.IDs)
+	l.fwd, fw = pipeline.PlanForwarding(l.fwd, in, c.peer, c.tls != nil, h.Host.Of(b), l.ff.cfg.IDs)
 	ex.id = append(ex.id[:0], fw.ID...)
 	r = append(append(append(r, "X-Forwarded-For: "...), fw.XFF...), "\r\n"...)
 	r = append(append(append(r, "X-Forwarded-Proto: "...), fw.Proto...), "\r\n"...)

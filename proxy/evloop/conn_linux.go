@@ -30,12 +30,13 @@ type cconn struct {
 	out     []byte // response bytes not yet written
 	outAt   int64  // when out became pending (write timeout)
 	lastNs  int64
-	events  uint32 // registered epoll events
-	inProc  bool   // process is running on it (no recursion)
-	gotAny  bool   // a byte has arrived
-	closing bool   // close once out is written (Connection: close)
-	linger  int64  // lingering close until (0: not lingering)
-	grace   int64  // draining: close if still idle at
+	events  uint32   // registered epoll events
+	inProc  bool     // process is running on it (no recursion)
+	gotAny  bool     // a byte has arrived
+	closing bool     // close once out is written (Connection: close)
+	linger  int64    // lingering close until (0: not lingering)
+	grace   int64    // draining: close if still idle at
+	tls     *tlsConn // TLS: records sealed and opened by the loop (tls_linux.go); nil for plain
 	ex      exch
 }
 
@@ -125,6 +126,7 @@ type eventLoop struct {
 	parked    []*cconn // with an exchange parked for its batch decision
 	idleBk    map[*pipeline.Upstream][]*bconn
 	bufs      [][]byte
+	rawBufs   [][]byte // TLS record buffers of idle connections (idleTLS)
 	now       time.Time
 	nowNs     int64
 	nextSweep int64
@@ -151,6 +153,13 @@ type eventLoop struct {
 	// loop stopped.
 	efdMu     sync.RWMutex
 	efdClosed bool
+
+	// adoptMu guards adopting: TLS connections Front.Adopt queued for
+	// this loop (tls_linux.go), taken on the next wake-up.
+	adoptMu    sync.Mutex
+	adopting   []adoption
+	adoptShut  bool       // the loop has stopped: Adopt refuses
+	adoptSpare []adoption // the loop's own, swapped with adopting
 }
 
 // unlisten takes the listening socket out of this loop's epoll set, once,
@@ -161,7 +170,9 @@ func (l *eventLoop) unlisten() {
 		return
 	}
 	l.unlistened = true
-	_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, l.ff.lfd, 0, 0)
+	if l.ff.lfd >= 0 {
+		_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, l.ff.lfd, 0, 0)
+	}
 	l.ff.unlisten.Done()
 }
 
@@ -179,6 +190,9 @@ func newEvloop(ff *Front) (*eventLoop, error) {
 	if err := l.sys.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, unix.EPOLLIN, tagWake); err != nil {
 		l.closeFDs()
 		return nil, err
+	}
+	if ff.lfd < 0 {
+		return l, nil // a TLS front: no listener, connections are adopted
 	}
 	if err := l.sys.EpollCtl(ep, unix.EPOLL_CTL_ADD, ff.lfd, unix.EPOLLIN|unix.EPOLLEXCLUSIVE, tagListen); err != nil {
 		l.closeFDs()
@@ -265,6 +279,7 @@ func (l *eventLoop) run() {
 				l.accept()
 			case fd == tagWake:
 				_, _ = l.sys.Read(l.efd, l.efdBuf[:])
+				l.takeAdopted()
 				l.pollParked()
 			case fd < len(l.cl) && l.cl[fd] != nil:
 				l.clientEvent(l.cl[fd], ev)
@@ -424,6 +439,7 @@ func (l *eventLoop) startDrain() {
 // closeAll closes every connection and the loop's own descriptors.
 func (l *eventLoop) closeAll() {
 	l.unlisten()
+	l.refuseAdopted()
 	for len(l.clients) > 0 {
 		l.closeClient(l.clients[len(l.clients)-1])
 	}

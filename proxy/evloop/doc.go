@@ -1,5 +1,5 @@
-// Package evloop is sentry's event-loop front end for plain HTTP/1.1 on
-// Linux: a few loops, each one goroutine around its own epoll set, that
+// Package evloop is sentry's event-loop front end for HTTP/1.1 on Linux,
+// plain or over TLS 1.3 after a handshake done elsewhere: a few loops, each one goroutine around its own epoll set, that
 // serve the common request themselves -- accept, read, parse, admission
 // (parking an exchange that waits for its batch run), relay to a backend
 // with retries, timers, drain -- and hand every other connection, with the
@@ -67,10 +67,36 @@
 // efdMu, which is never held while the loop takes another lock. Front's
 // counters and flags (served, handed, draining, closing) are atomics.
 //
+// # TLS (tls_linux.go)
+//
+// A Front started with no listening socket (Config.LFD -1) serves a TLS
+// listener's HTTP/1.1 connections: package proxy does the handshake with
+// crypto/tls in its own goroutine, takes the record state out of the
+// *tls.Conn (package internal/tls13) and calls Front.Adopt with a
+// duplicate of the socket; the loops take adopted connections in turn,
+// from a queue each loop drains when its eventfd wakes it. Such a
+// connection carries a tlsConn: readTLS reads ciphertext and opens every
+// whole record into c.in (including what crypto/tls had read past the
+// handshake, opened at adoption since epoll will not report it again),
+// and flush seals c.out into records as it writes them (flushTLS). c.out
+// keeps its plaintext until the records are written, so "len(c.out) > 0"
+// means the same thing everywhere -- backpressure on the backend, the
+// write timeout, drain -- and nothing else in the loop knows about TLS,
+// except the forwarding plan (X-Forwarded-Proto: https), the hand-off (a
+// tls13.Conn over the same record state, the plaintext already opened
+// replayed first), the refusals written at adoption or hand-off (sealed)
+// and the closes (close_notify before a close or a lingering close,
+// none after a record failure). A KeyUpdate the client asks for is sent
+// at once; records the client sent while an exchange was in progress and
+// c.in was full wait in the record state and are opened when the
+// exchange ends (pullTLS, from process and after). The system calls per
+// request are the plain path's: one read, one write on each side.
+//
 // # Usage
 //
 // Package proxy (proxy/evloop_start_linux.go) builds a Config per plain
-// listener and calls Start, which starts Config.Loops loops, each with
+// listener, and one without a socket per TLS listener
+// (proxy/tlsloop_linux.go), and calls Start, which starts Config.Loops loops, each with
 // RawSys{} and time.Now; the returned Front's Handed listener is what
 // fasthttp serves, and Front.Shutdown drains the loops. The tests replace
 // Sys and Clock with scripted ones and drive the exchange logic through
@@ -84,6 +110,6 @@
 // types and its timers; client_linux.go the client side and the pipeline
 // as the loop runs it; backend_linux.go the backend side and retries;
 // response_linux.go the response relay and the end of an exchange;
-// reply_linux.go the answers sentry writes itself; state.go the State
-// machine; sys_linux.go the kernel.
+// reply_linux.go the answers sentry writes itself; tls_linux.go adopted
+// TLS connections; state.go the State machine; sys_linux.go the kernel.
 package evloop

@@ -14,7 +14,8 @@ import (
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
-// front_linux.go is the event-loop front end for plain HTTP/1.1 listeners
+// front_linux.go is the event-loop front end for HTTP/1.1 listeners (TLS
+// ones through Adopt, tls_linux.go)
 // (see "Engine decision" in proxy/doc.go). A few loops (one per GOMAXPROCS), each
 // one goroutine around its own epoll set, share the listening socket and
 // serve the common request themselves, client and backend sockets alike,
@@ -59,8 +60,8 @@ const (
 // (a path that formats and writes a line anyway).
 type Config struct {
 	Addr     string       // the listener's policy address (logs, metric labels)
-	Listener net.Listener // its socket, closed by shutdown
-	LFD      int          // its descriptor
+	Listener net.Listener // its socket, closed by shutdown; nil for a TLS front (Adopt)
+	LFD      int          // its descriptor; -1 for a TLS front
 	Loops    int          // how many loops (one per GOMAXPROCS)
 	// Routes is the listener's route table (Host → app), swapped by a
 	// reload; the loop reads it once per request.
@@ -111,13 +112,18 @@ type Front struct {
 	write     time.Duration // server.write_timeout (0: idle_timeout)
 	hdr       time.Duration // server.read_header_timeout
 
+	next           atomic.Uint32 // Adopt's round robin
 	served, handed atomic.Uint64 // requests answered by the loops; connections handed off
 	illegal        atomic.Uint64 // illegal exchange-state transitions (state.go)
 }
 
 // Start starts cfg.Loops loops on cfg's listening socket.
 func Start(cfg Config) (*Front, error) {
-	ff := &Front{cfg: cfg, ln: cfg.Listener, lfd: cfg.LFD, Handed: newHandoffListener(cfg.Listener.Addr(), cfg.Handoff),
+	var addr net.Addr = &net.TCPAddr{}
+	if cfg.Listener != nil {
+		addr = cfg.Listener.Addr()
+	}
+	ff := &Front{cfg: cfg, ln: cfg.Listener, lfd: cfg.LFD, Handed: newHandoffListener(addr, cfg.Handoff),
 		maxHeader: cfg.MaxHeader, maxConns: cfg.MaxConns, idle: cfg.Idle, write: cfg.Write, hdr: cfg.Header}
 	if ff.write <= 0 {
 		ff.write = ff.idle
@@ -154,7 +160,9 @@ func (ff *Front) Shutdown(ctx context.Context) {
 	case <-unlistened:
 	case <-ctx.Done():
 	}
-	_ = ff.ln.Close()
+	if ff.ln != nil {
+		_ = ff.ln.Close()
+	}
 	tick := time.NewTicker(5 * time.Millisecond)
 	for ff.conns.Load() > 0 {
 		select {

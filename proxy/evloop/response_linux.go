@@ -151,6 +151,11 @@ func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte) {
 
 // flush writes c.out; on EAGAIN it waits for EPOLLOUT.
 func (l *eventLoop) flush(c *cconn) {
+	if c.tls != nil {
+		if !l.flushTLS(c) {
+			return
+		}
+	}
 	for len(c.out) > 0 {
 		m, err := l.sys.Write(c.fd, c.out)
 		if err == unix.EINTR {
@@ -199,6 +204,15 @@ func (l *eventLoop) after(c *cconn) {
 		}
 		if cap(c.ex.req) > 4<<10 {
 			c.ex.req = nil
+		}
+	}
+	if c.fd >= 0 && c.tls != nil && !c.busy() && len(c.out) == 0 && c.linger == 0 && !c.closing {
+		before := c.n
+		if !l.pullTLS(c) {
+			return
+		}
+		if c.n > before {
+			c.gotAny = true
 		}
 	}
 	switch {

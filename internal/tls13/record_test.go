@@ -1,0 +1,420 @@
+package tls13
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"encoding/hex"
+	"io"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSelfTest: Extract's reading of crypto/tls holds for this Go: data
+// both ways, a KeyUpdate each way, close_notify.
+func TestSelfTest(t *testing.T) {
+	if err := selfTest(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestExpandLabel checks the key schedule against RFC 8448 §3 (simple
+// 1-RTT handshake): the server's handshake traffic secret gives the
+// write key and IV listed there.
+func TestExpandLabel(t *testing.T) {
+	secret, _ := hex.DecodeString("b67b7d690cc16c4e75e54213cb2d37b4e9c912bcded9105d42befd59d391ad38")
+	s := suiteOf(tls.TLS_AES_128_GCM_SHA256)
+	if got := hex.EncodeToString(s.expandLabel(secret, "key", 16)); got != "3fce516009c21727d0f2e4e86ee403bc" {
+		t.Errorf("key %s", got)
+	}
+	if got := hex.EncodeToString(s.expandLabel(secret, "iv", 12)); got != "5d313eb2671276ee13000b30" {
+		t.Errorf("iv %s", got)
+	}
+}
+
+// pair makes a client/server pair of States (the client's write secret
+// is the server's read secret).
+func pair(t testing.TB, suite uint16) (cli, srv *State) {
+	t.Helper()
+	a, b := bytes.Repeat([]byte{1}, 48), bytes.Repeat([]byte{2}, 48)
+	if suite != tls.TLS_AES_256_GCM_SHA384 {
+		a, b = a[:32], b[:32]
+	}
+	var err error
+	if cli, err = New(Secrets{Suite: suite, ReadSecret: b, WriteSecret: a}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if srv, err = New(Secrets{Suite: suite, ReadSecret: a, WriteSecret: b, WriteSeq: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	cli.in.seq = 1
+	return cli, srv
+}
+
+// deliver moves wire into st and reads all the plaintext out.
+func deliver(t testing.TB, st *State, wire []byte) ([]byte, error) {
+	var out []byte
+	buf := make([]byte, 5000)
+	for {
+		n, err := st.Read(buf)
+		out = append(out, buf[:n]...)
+		if err != nil {
+			return out, err
+		}
+		if n > 0 {
+			continue
+		}
+		if len(wire) == 0 {
+			return out, nil
+		}
+		sp := st.RawSpace()
+		m := copy(sp, wire)
+		st.Filled(m)
+		wire = wire[m:]
+	}
+}
+
+// TestSealOpenSuites: every suite round-trips, records split at 2^14,
+// key updates both ways, close_notify is io.EOF.
+func TestSealOpenSuites(t *testing.T) {
+	for _, id := range []uint16{tls.TLS_AES_128_GCM_SHA256, tls.TLS_AES_256_GCM_SHA384, tls.TLS_CHACHA20_POLY1305_SHA256} {
+		cli, srv := pair(t, id)
+		big := bytes.Repeat([]byte("0123456789abcdef"), 5000) // 80,000 bytes: 5 records
+		wire := srv.Seal(nil, big)
+		if n := countRecords(wire); n != 5 {
+			t.Errorf("%#x: %d records, want 5", id, n)
+		}
+		got, err := deliver(t, cli, wire)
+		if err != nil || !bytes.Equal(got, big) {
+			t.Fatalf("%#x: %d bytes, %v", id, len(got), err)
+		}
+		// The client asks for a key update; the server's next Seal
+		// sends its own first.
+		cli.RequestKeyUpdate()
+		got, err = deliver(t, srv, cli.Seal(nil, []byte("after update")))
+		if err != nil || string(got) != "after update" || !srv.WriteDue() {
+			t.Fatalf("%#x: %q %v due=%v", id, got, err, srv.WriteDue())
+		}
+		got, err = deliver(t, cli, srv.Seal(nil, []byte("reply")))
+		if err != nil || string(got) != "reply" || srv.WriteDue() {
+			t.Fatalf("%#x: %q %v", id, got, err)
+		}
+		if _, err := deliver(t, srv, cli.CloseNotify(nil)); err != io.EOF {
+			t.Fatalf("%#x: close_notify: %v", id, err)
+		}
+	}
+}
+
+func countRecords(w []byte) int {
+	n := 0
+	for len(w) >= 5 {
+		l := int(w[3])<<8 | int(w[4])
+		w = w[5+l:]
+		n++
+	}
+	return n
+}
+
+// TestOpenRefuses: a tampered record, an unprotected record, an
+// oversized one, a NewSessionTicket from the client, an alert.
+func TestOpenRefuses(t *testing.T) {
+	cases := map[string]func(cli *State) []byte{
+		"tampered": func(cli *State) []byte { w := cli.Seal(nil, []byte("x")); w[7] ^= 1; return w },
+		"plain":    func(*State) []byte { return []byte{typeHandshake, 3, 3, 0, 1, 0} },
+		"ccs":      func(*State) []byte { return []byte{typeChangeCipherSpec, 3, 3, 0, 1, 1} },
+		"overflow": func(*State) []byte { return []byte{typeApplicationData, 3, 3, 0x41, 0x01} },
+		"ticket": func(cli *State) []byte {
+			return cli.sealRecord(nil, []byte{hsNewSessionTicket, 0, 0, 1, 0}, typeHandshake)
+		},
+		"alert": func(cli *State) []byte { return cli.sealRecord(nil, []byte{2, 40}, typeAlert) },
+		"big plaintext": func(cli *State) []byte {
+			return cli.sealRecord(nil, make([]byte, MaxPlaintext+1), typeApplicationData)
+		},
+		"all padding": func(cli *State) []byte {
+			w := cli.sealRecord(nil, nil, 0)
+			return w
+		},
+	}
+	for name, mk := range cases {
+		cli, srv := pair(t, tls.TLS_AES_128_GCM_SHA256)
+		_, err := deliver(t, srv, mk(cli))
+		if err == nil || err == io.EOF {
+			t.Errorf("%s: err %v", name, err)
+		}
+		// Sticky: the next read fails too.
+		if _, err2 := srv.Read(make([]byte, 10)); err2 == nil {
+			t.Errorf("%s: not sticky", name)
+		}
+	}
+}
+
+// TestPartialRecords: a record arriving a byte at a time opens once whole.
+func TestPartialRecords(t *testing.T) {
+	cli, srv := pair(t, tls.TLS_AES_128_GCM_SHA256)
+	wire := cli.Seal(nil, []byte("hello"))
+	wire = cli.Seal(wire, []byte(" world"))
+	var got []byte
+	buf := make([]byte, 3)
+	for _, b := range wire {
+		sp := srv.RawSpace()
+		for len(sp) == 0 { // plaintext pending: read it out
+			n, _ := srv.Read(buf)
+			got = append(got, buf[:n]...)
+			sp = srv.RawSpace()
+		}
+		sp[0] = b
+		srv.Filled(1)
+		for {
+			n, err := srv.Read(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
+			got = append(got, buf[:n]...)
+		}
+	}
+	if string(got) != "hello world" {
+		t.Fatalf("%q", got)
+	}
+}
+
+// FuzzOpen: whatever the peer sends, Read returns or fails, never
+// panics, and never returns more than was sent.
+func FuzzOpen(f *testing.F) {
+	cli, _ := pair(f, tls.TLS_AES_128_GCM_SHA256)
+	f.Add(cli.Seal(nil, []byte("GET / HTTP/1.1\r\n\r\n")))
+	f.Add([]byte{23, 3, 3, 0, 17, 1, 2, 3})
+	f.Add([]byte{23, 3, 3, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, wire []byte) {
+		_, srv := pair(t, tls.TLS_AES_128_GCM_SHA256)
+		got, _ := deliver(t, srv, wire)
+		if len(got) > len(wire) {
+			t.Fatalf("%d plaintext bytes from %d", len(got), len(wire))
+		}
+	})
+	_ = cli
+}
+
+// TestOpenSSLClient: OpenSSL's s_client, with each TLS 1.3 suite in
+// turn, talks to a Conn over a state extracted from Go's server; its "K"
+// command sends a KeyUpdate asking for ours.
+func TestOpenSSLClient(t *testing.T) {
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("no openssl")
+	}
+	cert, err := throwawayCert()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, suite := range []string{"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"} {
+		t.Run(suite, func(t *testing.T) { openSSLSuite(t, cert, suite) })
+	}
+}
+
+func openSSLSuite(t *testing.T, cert tls.Certificate, suite string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cmd := exec.Command("openssl", "s_client", "-quiet", "-no_ign_eof", "-tls1_3", "-ciphersuites", suite, "-connect", ln.Addr().String())
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	raw, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_ = raw.SetDeadline(time.Now().Add(10 * time.Second))
+	srv := tls.Server(raw, &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err := srv.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if got := tls.CipherSuiteName(srv.ConnectionState().CipherSuite); got != suite {
+		t.Fatalf("negotiated %s", got)
+	}
+	sec, rest, err := Extract(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := New(sec, rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewConn(raw, st, srv.ConnectionState(), nil)
+	out := bufio.NewReader(stdout)
+	in := bufio.NewReader(c)
+	line := func(want string) {
+		t.Helper()
+		got, err := in.ReadString('\n')
+		if err != nil || strings.TrimSpace(got) != want {
+			t.Fatalf("server read %q, %v; want %q", got, err, want)
+		}
+	}
+	io.WriteString(stdin, "one\n")
+	line("one")
+	if _, err := c.Write([]byte("two\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := out.ReadString('\n'); err != nil || got != "two\n" {
+		t.Fatalf("client read %q %v", got, err)
+	}
+	// K: the client's KeyUpdate with update_requested.
+	io.WriteString(stdin, "K\n")
+	// s_client takes a whole stdin read as the command when it starts
+	// with K: the next line must come in a read of its own. (No state
+	// of s_client's tells when it has read the K; the pause is not a
+	// timing assertion.)
+	time.Sleep(300 * time.Millisecond)
+	io.WriteString(stdin, "three\n")
+	line("three")
+	if bytes.Equal(st.in.secret, sec.ReadSecret) || bytes.Equal(st.out.secret, sec.WriteSecret) {
+		t.Fatal("key update not applied both ways")
+	}
+	if _, err := c.Write([]byte("four\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := out.ReadString('\n'); err != nil || got != "four\n" {
+		t.Fatalf("client read %q %v", got, err)
+	}
+}
+
+// CoalescingConn holds a client's writes after its first (the
+// ClientHello) and sends them with the first write after Release, in one
+// write(2): the client's Finished and its first request arrive together,
+// so the server's crypto/tls reads the request with the Finished.
+type CoalescingConn struct {
+	net.Conn
+	n        int
+	held     []byte
+	released bool
+}
+
+func (c *CoalescingConn) Release() { c.released = true }
+
+func (c *CoalescingConn) Write(p []byte) (int, error) {
+	c.n++
+	if c.n == 1 {
+		return c.Conn.Write(p)
+	}
+	if !c.released {
+		c.held = append(c.held, p...)
+		return len(p), nil
+	}
+	if c.held != nil {
+		b := append(c.held, p...)
+		c.held = nil
+		if _, err := c.Conn.Write(b); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+// TestExtractLeftover: what crypto/tls read past the Finished (the
+// client's first record) is handed over and opened first.
+func TestExtractLeftover(t *testing.T) {
+	cert, err := throwawayCert()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		raw, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			return
+		}
+		defer raw.Close()
+		cc := &CoalescingConn{Conn: raw}
+		cli := tls.Client(cc, &tls.Config{InsecureSkipVerify: true})
+		if cli.Handshake() != nil {
+			return
+		}
+		cc.Release()
+		cli.Write([]byte("early request"))
+		io.Copy(io.Discard, cli)
+	}()
+	raw, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(10 * time.Second))
+	srv := tls.Server(raw, &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err := srv.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	sec, rest, err := Extract(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest) == 0 {
+		t.Fatal("crypto/tls read nothing past the Finished")
+	}
+	st, err := New(sec, rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, err := st.Read(buf)
+	if err != nil || string(buf[:n]) != "early request" {
+		t.Fatalf("%q %v", buf[:n], err)
+	}
+}
+
+// TestBufferLending: an idle state gives up its ciphertext buffer, not
+// one holding a partial record, and works again with a buffer given back.
+func TestBufferLending(t *testing.T) {
+	cli, srv := pair(t, tls.TLS_AES_128_GCM_SHA256)
+	if got, err := deliver(t, srv, cli.Seal(nil, []byte("one"))); err != nil || string(got) != "one" {
+		t.Fatalf("%q %v", got, err)
+	}
+	b := srv.TakeBuffer()
+	if len(b) != MaxRecord {
+		t.Fatalf("idle: took %d bytes", len(b))
+	}
+	w := cli.Seal(nil, []byte("two"))
+	if !srv.GiveBuffer(b) {
+		t.Fatal("GiveBuffer refused")
+	}
+	srv.Filled(copy(srv.RawSpace(), w[:4]))
+	if srv.TakeBuffer() != nil {
+		t.Fatal("took a buffer holding a partial record")
+	}
+	if got, err := deliver(t, srv, w[4:]); err != nil || string(got) != "two" {
+		t.Fatalf("%q %v", got, err)
+	}
+}
+
+// TestOwnKeyUpdate: after 2^24 records under one key the sealer updates
+// it on its own (RFC 8446 §5.5), without asking the peer to; the peer
+// follows.
+func TestOwnKeyUpdate(t *testing.T) {
+	cli, srv := pair(t, tls.TLS_AES_128_GCM_SHA256)
+	srv.out.seq, cli.in.seq = keyUpdateAfter, keyUpdateAfter
+	old := append([]byte(nil), srv.out.secret...)
+	got, err := deliver(t, cli, srv.Seal(nil, []byte("x")))
+	if err != nil || string(got) != "x" {
+		t.Fatalf("%q %v", got, err)
+	}
+	if bytes.Equal(srv.out.secret, old) || srv.out.seq != 1 || !bytes.Equal(cli.in.secret, srv.out.secret) {
+		t.Fatal("no key update")
+	}
+	if cli.WriteDue() {
+		t.Error("the update asked the peer for one")
+	}
+}

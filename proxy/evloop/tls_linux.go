@@ -1,0 +1,281 @@
+//go:build linux
+
+package evloop
+
+import (
+	"crypto/tls"
+	"io"
+	"net/netip"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sentry-proxy/sentry/internal/tls13"
+)
+
+// tls_linux.go: HTTP/1.1 over TLS on the loops. Package proxy does the
+// TLS 1.3 handshake with crypto/tls in its own goroutine, takes the record
+// state out of the *tls.Conn (package internal/tls13) and gives the
+// socket to a loop (Front.Adopt). From then on the loop opens the
+// client's records into c.in (readTLS) and seals c.out into records as it
+// writes it (flushTLS); everything between -- parsing, admission, relay,
+// the access log -- is the plain path's, unchanged. A connection the loop
+// hands off goes to fasthttp as a tls13.Conn, a blocking net.Conn over the
+// same record state.
+
+// tlsConn is the TLS side of an adopted client connection.
+type tlsConn struct {
+	st *tls13.State
+	cs *tls.ConnectionState // the handshake's, for a hand-off (fasthttp's IsTLS, ALPN)
+	// wire is sealed bytes not yet written; sealed is how much of c.out
+	// they hold. c.out keeps its plaintext until wire is written, so
+	// that len(c.out) > 0 still means "the client has not taken the
+	// response" everywhere the loop looks (backpressure, timeouts).
+	wire   []byte
+	sealed int
+}
+
+// adoption is a connection queued for a loop by Adopt.
+type adoption struct {
+	fd   int
+	peer netip.Addr
+	st   *tls13.State
+	cs   *tls.ConnectionState
+}
+
+// Adopt gives the loops a TLS 1.3 client connection whose handshake is
+// done: fd is the socket (non-blocking, the loop's to close), st its
+// record state, cs the handshake's outcome. It reports false, keeping
+// nothing, when the front is draining or stopped; the caller then closes
+// fd. The connection goes to the loop holding the fewest clients.
+func (ff *Front) Adopt(fd int, peer netip.Addr, st *tls13.State, cs *tls.ConnectionState) bool {
+	if ff.draining.Load() || ff.closing.Load() {
+		return false
+	}
+	l := ff.loops[int(ff.next.Add(1))%len(ff.loops)]
+	l.adoptMu.Lock()
+	if l.adoptShut {
+		l.adoptMu.Unlock()
+		return false
+	}
+	l.adopting = append(l.adopting, adoption{fd: fd, peer: peer, st: st, cs: cs})
+	l.adoptMu.Unlock()
+	l.wake()
+	return true
+}
+
+// Draining tells whether the front has started to drain (Adopt refuses).
+func (ff *Front) Draining() bool { return ff.draining.Load() }
+
+// takeAdopted registers the connections queued by Adopt.
+func (l *eventLoop) takeAdopted() {
+	l.adoptMu.Lock()
+	q := l.adopting
+	l.adopting = l.adoptSpare[:0]
+	l.adoptMu.Unlock()
+	for i := range q {
+		a := q[i]
+		q[i] = adoption{}
+		l.adopt(a)
+	}
+	l.adoptSpare = q[:0]
+}
+
+func (l *eventLoop) adopt(a adoption) {
+	fd := a.fd
+	if max := l.ff.maxConns; max > 0 && l.ff.conns.Load()+int64(l.ff.cfg.OtherConns()) >= int64(max) {
+		l.ff.cfg.TooManyConns()
+		_, _ = l.sys.Write(fd, a.st.Seal(nil, tooManyConns))
+		l.sys.Close(fd)
+		return
+	}
+	c := &cconn{fd: fd, peer: a.peer, lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP,
+		tls: &tlsConn{st: a.st, cs: a.cs}}
+	if err := l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, c.events, int32(fd)); err != nil {
+		l.sys.Close(fd)
+		return
+	}
+	l.ff.conns.Add(1)
+	for fd >= len(l.cl) {
+		l.cl = append(l.cl, make([]*cconn, len(l.cl)+64)...)
+	}
+	l.cl[fd] = c
+	c.idx = len(l.clients)
+	l.clients = append(l.clients, c)
+	if l.drainSeen {
+		// Queued just as the drain started (Adopt checked before it):
+		// treated as startDrain treats an idle connection.
+		c.grace = l.nowNs + int64(l.ff.cfg.IdleGrace)
+		c.closing = true
+	}
+	if a.st.Buffered() > 0 {
+		// crypto/tls read past the handshake: the client's first
+		// records, which epoll will not report again.
+		c.in = l.getBuf()
+		if l.openTLS(c) && c.n > 0 {
+			c.gotAny = true
+			l.process(c)
+		}
+	}
+}
+
+// refuseAdopted closes what Adopt queued and stops it queueing more (the
+// loop is stopping).
+func (l *eventLoop) refuseAdopted() {
+	l.adoptMu.Lock()
+	q := l.adopting
+	l.adopting, l.adoptShut = nil, true
+	l.adoptMu.Unlock()
+	for _, a := range q {
+		l.sys.Close(a.fd)
+	}
+}
+
+// readTLS is readClient for a TLS connection: one read of ciphertext,
+// then every whole record opened into c.in.
+func (l *eventLoop) readTLS(c *cconn, ev uint32) {
+	t := c.tls
+	if c.in == nil {
+		c.in = l.getBuf()
+	}
+	if !l.openTLS(c) {
+		return
+	}
+	if k := len(l.rawBufs); k > 0 && t.st.GiveBuffer(l.rawBufs[k-1]) {
+		l.rawBufs = l.rawBufs[:k-1]
+	}
+	sp := t.st.RawSpace()
+	if c.n == len(c.in) || len(sp) == 0 {
+		if ev&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+			l.closeClient(c)
+			return
+		}
+		// Opened bytes wait for the exchange in progress (pipelined
+		// requests): stop reading until it ends (done, after).
+		l.setClientEvents(c, c.events&^(unix.EPOLLIN|unix.EPOLLRDHUP))
+		return
+	}
+	m, err := l.sys.Read(c.fd, sp)
+	if err == unix.EAGAIN || err == unix.EINTR {
+		return
+	}
+	if m <= 0 {
+		l.closeClient(c)
+		return
+	}
+	t.st.Filled(m)
+	before := c.n
+	if !l.openTLS(c) {
+		return
+	}
+	c.lastNs = l.nowNs
+	c.gotAny = true
+	if c.n > before && !c.busy() {
+		l.process(c)
+	}
+}
+
+// openTLS opens the buffered records into c.in while there is room; false
+// means c was closed (a close_notify, an alert, a bad record). A KeyUpdate
+// the client asked for is sent at once.
+func (l *eventLoop) openTLS(c *cconn) bool {
+	st := c.tls.st
+	for c.n < len(c.in) {
+		m, err := st.Read(c.in[c.n:])
+		c.n += m
+		if err != nil {
+			if err != io.EOF {
+				// No close_notify after a failure: the state is
+				// marked closed without sending one.
+				_ = st.CloseNotify(nil)
+			}
+			l.closeClient(c)
+			return false
+		}
+		if m == 0 {
+			break
+		}
+	}
+	if st.WriteDue() {
+		l.flush(c)
+		return c.fd >= 0
+	}
+	return true
+}
+
+// pullTLS moves records opened or buffered since c.in filled into it,
+// before the loop looks for the next request (process, after).
+func (l *eventLoop) pullTLS(c *cconn) bool {
+	if c.tls == nil || c.tls.st.Buffered() == 0 {
+		return true
+	}
+	if c.in == nil {
+		c.in = l.getBuf()
+	}
+	return l.openTLS(c)
+}
+
+// flushTLS is flush for a TLS connection: c.out not yet sealed is sealed
+// (with a KeyUpdate first when one is due), and the records are written.
+// It reports whether everything was written (c.out is then empty).
+func (l *eventLoop) flushTLS(c *cconn) bool {
+	t := c.tls
+	if t.sealed < len(c.out) || t.st.WriteDue() {
+		t.wire = t.st.Seal(t.wire, c.out[t.sealed:])
+		t.sealed = len(c.out)
+	}
+	for len(t.wire) > 0 {
+		m, err := l.sys.Write(c.fd, t.wire)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			if c.outAt == 0 {
+				c.outAt = l.nowNs
+			}
+			l.setClientEvents(c, c.events|unix.EPOLLOUT)
+			return false
+		}
+		if m <= 0 {
+			l.closeClient(c)
+			return false
+		}
+		if m < len(t.wire) {
+			c.outAt = l.nowNs
+			n := copy(t.wire, t.wire[m:])
+			t.wire = t.wire[:n]
+			continue
+		}
+		t.wire = t.wire[:0]
+	}
+	c.out = c.out[:0]
+	t.sealed = 0
+	if cap(t.wire) > 64<<10 {
+		t.wire = nil
+	}
+	return true
+}
+
+// idleTLS takes back the record buffer of a connection with nothing
+// buffered (readTLS gives one again), as process does with c.in.
+func (l *eventLoop) idleTLS(c *cconn) {
+	if c.tls == nil || len(l.rawBufs) >= 1024 {
+		return
+	}
+	if b := c.tls.st.TakeBuffer(); b != nil {
+		l.rawBufs = append(l.rawBufs, b)
+	}
+}
+
+// closeNotify sends close_notify, best effort, before the loop closes or
+// half-closes c (not when records are half written: it would be read as
+// part of them).
+func (l *eventLoop) closeNotify(c *cconn) {
+	t := c.tls
+	if t == nil || len(t.wire) > 0 {
+		return
+	}
+	var b [64]byte
+	if w := t.st.CloseNotify(b[:0]); len(w) > 0 {
+		_, _ = l.sys.Write(c.fd, w)
+	}
+}

@@ -1,0 +1,549 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/sentry-proxy/sentry/policy"
+)
+
+// h2Servers are the two h2 servers, for tests that run on both.
+var h2Servers = []H2Server{H2Own, H2XNet}
+
+// TestH2ServersServeAlike: a GET and a POST with a body, over h2c, give
+// the same answer and reach the backend the same way on both servers
+// (Options.H2 selects one).
+func TestH2ServersServeAlike(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Seen", r.Method+" "+r.URL.RequestURI()+" "+r.Header.Get("X-In")+" "+strconv.Itoa(len(b)))
+		w.Header().Add("Set-Cookie", "a=1")
+		w.Header().Add("Set-Cookie", "b=2")
+		io.WriteString(w, "body:"+string(b))
+	})
+	for _, srv := range h2Servers {
+		t.Run(srv.String(), func(t *testing.T) {
+			h := startProxyOpts(t, []string{be}, Options{H2: srv}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+			cl := h2cClient(nil)
+			defer cl.CloseIdleConnections()
+			req, _ := http.NewRequest("GET", "http://"+h.addr+"/g?q=1", nil)
+			req.Header.Set("X-In", "v")
+			resp, err := cl.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.ProtoMajor != 2 || resp.StatusCode != 200 || string(b) != "body:" ||
+				resp.Header.Get("X-Seen") != "GET /g?q=1 v 0" || len(resp.Header.Values("Set-Cookie")) != 2 {
+				t.Errorf("GET: %d %q %v", resp.StatusCode, b, resp.Header)
+			}
+			resp, err = cl.Post("http://"+h.addr+"/p", "text/plain", strings.NewReader(strings.Repeat("x", 100000)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || len(b) != 100005 || resp.Header.Get("X-Seen") != "POST /p  100000" {
+				t.Errorf("POST: %d %d bytes %v", resp.StatusCode, len(b), resp.Header.Get("X-Seen"))
+			}
+		})
+	}
+}
+
+// h2cRaw opens an h2c connection and sends the preface and settings.
+func h2cRaw(t *testing.T, addr string, settings ...http2.Setting) (net.Conn, *http2.Framer) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, http2.ClientPreface)
+	fr := http2.NewFramer(c, c)
+	fr.WriteSettings(settings...)
+	return c, fr
+}
+
+func writeGet(t *testing.T, fr *http2.Framer, id uint32, path string) {
+	t.Helper()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", path}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOwnH2IdleTimeout: a connection without streams for
+// server.idle_timeout gets GOAWAY and is closed.
+func TestOwnH2IdleTimeout(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(s *policy.Snapshot, a *policy.App) {
+		a.H2C = true
+		s.Server.IdleTimeout = 300 * time.Millisecond
+	})
+	c, fr := h2cRaw(t, h.addr)
+	writeGet(t, fr, 1, "/")
+	start := time.Now()
+	var sawData, sawGoAway bool
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			break // closed
+		}
+		switch f := f.(type) {
+		case *http2.DataFrame:
+			sawData = sawData || f.StreamEnded()
+		case *http2.GoAwayFrame:
+			sawGoAway = f.ErrCode == http2.ErrCodeNo && f.LastStreamID == 1
+		}
+	}
+	c.Close()
+	if !sawData || !sawGoAway {
+		t.Errorf("response ended %v, GOAWAY %v", sawData, sawGoAway)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("closed after %v", d)
+	}
+}
+
+// TestOwnH2WindowStallTimesOut: a client that gives a stream no window
+// and never opens it has that stream reset once server.write_timeout
+// passes without progress; the connection stays usable.
+func TestOwnH2WindowStallTimesOut(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 1<<20)
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/big":
+			w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+			w.Write(big)
+		case "/mid": // held whole, sent with the stream's end (finish)
+			w.Header().Set("Content-Length", "32768")
+			w.Write(big[:32768])
+		default:
+			io.WriteString(w, "small")
+		}
+	})
+	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(s *policy.Snapshot, a *policy.App) {
+		a.H2C = true
+		s.Server.WriteTimeout = 300 * time.Millisecond
+	})
+	_, fr := h2cRaw(t, h.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	fr.WriteWindowUpdate(0, 1<<30)
+	writeGet(t, fr, 1, "/big")
+	writeGet(t, fr, 5, "/mid")
+	reset := map[uint32]bool{}
+	for len(reset) < 2 {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no reset of the stalled streams (%v): %v", reset, err)
+		}
+		if r, ok := f.(*http2.RSTStreamFrame); ok {
+			reset[r.StreamID] = true
+		}
+		if d, ok := f.(*http2.DataFrame); ok && len(d.Data()) > 0 {
+			t.Fatalf("data sent without window")
+		}
+	}
+	// The connection still serves: another stream with a window.
+	fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535})
+	writeGet(t, fr, 7, "/small")
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("second stream: %v", err)
+		}
+		if d, ok := f.(*http2.DataFrame); ok && d.StreamID == 7 && d.StreamEnded() {
+			if string(d.Data()) != "small" && len(d.Data()) != 0 {
+				t.Errorf("data %q", d.Data())
+			}
+			return
+		}
+	}
+}
+
+// TestOwnH2StopsReadingUnreadAnswers: a client that floods PINGs and
+// reads none of the answers is no longer read from once the answers
+// waiting reach ownReadLimit: its own writes stall (without that, the
+// server would read on and buffer every answer).
+func TestOwnH2StopsReadingUnreadAnswers(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {})
+	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(s *policy.Snapshot, a *policy.App) { a.H2C = true })
+	c, _ := h2cRaw(t, h.addr)
+	_ = c.(*net.TCPConn).SetReadBuffer(4 << 10)
+	ping := make([]byte, 0, 17*4096)
+	for range 4096 {
+		ping = append(ping, 0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8)
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(3 * time.Second))
+	sent := 0
+	for sent < 256<<20 {
+		n, err := c.Write(ping)
+		sent += n
+		if err != nil {
+			return // stalled: the server stopped reading
+		}
+	}
+	t.Errorf("%d MiB of PINGs taken without any answer read", sent>>20)
+}
+
+// TestH2WorkersReuseRetireStop: a parked worker takes the next stream (no
+// new goroutine), one parked for longer than h2WorkerIdle is retired by a
+// later dispatch, and stop ends the parked ones.
+func TestH2WorkersReuseRetireStop(t *testing.T) {
+	served := make(chan *ownStream, 16)
+	release := make(chan struct{})
+	ws := &h2Workers{serve: func(st *ownStream) { served <- st; <-release }}
+	base := 0
+	waitGoroutines := func(want int) {
+		t.Helper()
+		for i := 0; i < 200 && int(ws.live.Load()) != want; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := ws.live.Load(); int(n) != want {
+			t.Fatalf("%d workers, want %d", n, want)
+		}
+	}
+	parked := func(n int) {
+		t.Helper()
+		for i := 0; i < 200; i++ {
+			ws.mu.Lock()
+			k := len(ws.idle)
+			ws.mu.Unlock()
+			if k == n {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("workers did not park")
+	}
+	// Three at once: three workers.
+	for range 3 {
+		ws.run(&ownStream{})
+	}
+	for range 3 {
+		<-served
+	}
+	waitGoroutines(base + 3)
+	release <- struct{}{}
+	release <- struct{}{}
+	release <- struct{}{}
+	parked(3)
+	// One more: a parked worker takes it.
+	ws.run(&ownStream{})
+	<-served
+	release <- struct{}{}
+	parked(3)
+	waitGoroutines(base + 3)
+	// Two of them parked long ago: the next dispatch retires them.
+	ws.mu.Lock()
+	old := time.Now().Add(-2 * h2WorkerIdle).UnixNano()
+	ws.idle[0].parked, ws.idle[1].parked = old, old
+	ws.mu.Unlock()
+	ws.run(&ownStream{})
+	<-served
+	waitGoroutines(base + 1)
+	release <- struct{}{}
+	parked(1)
+	ws.stop()
+	waitGoroutines(base)
+}
+
+// h2cExchange1 sends one request as raw frames on a fresh h2c connection
+// and returns the response's status and head.
+func h2cExchange1(t *testing.T, addr string, fields ...string) (int, http.Header) {
+	t.Helper()
+	_, fr := h2cRaw(t, addr)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for i := 0; i+1 < len(fields); i += 2 {
+		enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	dec := hpack.NewDecoder(4096, nil)
+	status := 0
+	hdr := http.Header{}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading the response: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.HeadersFrame:
+			if f.StreamID == 1 && status == 0 {
+				hf, _ := dec.DecodeFull(f.HeaderBlockFragment())
+				for _, h := range hf {
+					if h.Name == ":status" {
+						status, _ = strconv.Atoi(h.Value)
+					} else {
+						hdr.Add(h.Name, h.Value)
+					}
+				}
+			}
+			if f.StreamID == 1 && f.StreamEnded() {
+				return status, hdr
+			}
+		case *http2.DataFrame:
+			if f.StreamID == 1 && f.StreamEnded() {
+				return status, hdr
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID == 1 {
+				t.Fatalf("stream reset: %v", f.ErrCode)
+			}
+		}
+	}
+}
+
+// TestH2HeaderPolicyOnTheWire is TestH2HeaderPolicy sent as frames, on
+// both h2 servers: ":authority" wins over a host field, forwarding fields
+// are replaced whatever their number or spelling, the load header is
+// dropped, a userinfo authority is 400 and CONNECT 405.
+func TestH2HeaderPolicyOnTheWire(t *testing.T) {
+	rb := startRawBackend(t, tableBackend)
+	for _, srv := range h2Servers {
+		t.Run(srv.String(), func(t *testing.T) {
+			h := startProxyOpts(t, []string{rb.addr}, Options{H2: srv}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+			r := &rig{h: h, rb: rb}
+			tag := fmt.Sprintf("/h2w-%d", pathSeq.Add(1))
+			st, hdr := h2cExchange1(t, h.addr, ":method", "GET", ":scheme", "http", ":authority", "a.test", ":path", tag,
+				"host", "evil.test", "x-forwarded-for", "6.6.6.6", "x-forwarded-for", "7.7.7.7", "x_forwarded_for", "5.5.5.5",
+				"x-forwarded-host", "evil", "x-forwarded-proto", "https", "x-request-id", "forged", "x-keep", "yes",
+				"sentry-load", "0.00", "sentry_load", "3")
+			if st != 200 {
+				t.Fatalf("status %d", st)
+			}
+			got := r.received(tag)
+			if len(got) != 1 {
+				t.Fatalf("backend received %d requests", len(got))
+			}
+			q := got[0]
+			if hv := q.header.Get("Host"); hv != "a.test" {
+				t.Errorf("backend Host = %q, want :authority a.test", hv)
+			}
+			wantForwarding(t, q, &http.Response{Header: hdr}, "127.0.0.1", "http", "a.test", "")
+			if q.header.Get("X-Keep") != "yes" {
+				t.Errorf("end-to-end X-Keep dropped")
+			}
+			tag = fmt.Sprintf("/h2w-%d", pathSeq.Add(1))
+			if st, _ := h2cExchange1(t, h.addr, ":method", "GET", ":scheme", "http", ":authority", "user:pw@a.test", ":path", tag); st != 400 {
+				t.Errorf("authority with userinfo: %d, want 400", st)
+			}
+			if st, _ := h2cExchange1(t, h.addr, ":method", "CONNECT", ":authority", "a.test:443"); st != 405 {
+				t.Errorf("CONNECT: %d, want 405", st)
+			}
+			if n := len(r.received(tag)); n != 0 {
+				t.Errorf("backend received %d refused requests", n)
+			}
+		})
+	}
+}
+
+// TestH2BodyFramingOnTheWire is TestH2BodyFramingBeforeRead sent as
+// frames, on both h2 servers: with max_body_bytes 100, a content-length of
+// 200 is 413 and a body without content-length 411, answered before the
+// body comes (none is sent) and never relayed; a body within the limit is.
+func TestH2BodyFramingOnTheWire(t *testing.T) {
+	rb := startRawBackend(t, tableBackend)
+	for _, srv := range h2Servers {
+		t.Run(srv.String(), func(t *testing.T) {
+			h := startProxyOpts(t, []string{rb.addr}, Options{H2: srv}, func(s *policy.Snapshot, a *policy.App) {
+				a.H2C = true
+				a.MaxBodyBytes = 100
+			})
+			r := &rig{h: h, rb: rb}
+			post := func(tag string, cl string) *http2.Framer {
+				_, fr := h2cRaw(t, h.addr)
+				var hb bytes.Buffer
+				enc := hpack.NewEncoder(&hb)
+				f := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "a.test"}, {":path", tag}}
+				if cl != "" {
+					f = append(f, [2]string{"content-length", cl})
+				}
+				for _, kv := range f {
+					enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+				}
+				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+				return fr
+			}
+			status := func(fr *http2.Framer) int {
+				dec := hpack.NewDecoder(4096, nil)
+				for {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						t.Fatalf("no answer: %v", err)
+					}
+					if hf, ok := f.(*http2.HeadersFrame); ok && hf.StreamID == 1 {
+						fs, _ := dec.DecodeFull(hf.HeaderBlockFragment())
+						for _, x := range fs {
+							if x.Name == ":status" {
+								n, _ := strconv.Atoi(x.Value)
+								return n
+							}
+						}
+					}
+				}
+			}
+			for _, c := range []struct {
+				cl   string
+				want int
+			}{{"200", 413}, {"", 411}} {
+				tag := fmt.Sprintf("/h2bw-%d", pathSeq.Add(1))
+				if got := status(post(tag, c.cl)); got != c.want {
+					t.Errorf("content-length %q: %d, want %d", c.cl, got, c.want)
+				}
+				if n := len(r.received(tag)); n != 0 {
+					t.Errorf("content-length %q: relayed %d times", c.cl, n)
+				}
+			}
+			tag := fmt.Sprintf("/h2bw-%d", pathSeq.Add(1))
+			fr := post(tag, "5")
+			fr.WriteData(1, true, []byte("hello"))
+			if got := status(fr); got != 200 {
+				t.Errorf("a body within the limit: %d", got)
+			}
+			if got := r.received(tag); len(got) != 1 || string(got[0].body) != "hello" {
+				t.Errorf("relayed %+v", got)
+			}
+		})
+	}
+}
+
+// BenchmarkH2Relay is an h2c GET through sentry to a fast backend, on each
+// h2 server, for allocs/op (the client's are the same in both; ns/op on
+// a shared machine says little, e2e/bench/tls.sh measures throughput).
+func BenchmarkH2Relay(b *testing.B) {
+	be := fastBackend(b)
+	for _, srv := range h2Servers {
+		b.Run(srv.String(), func(b *testing.B) {
+			h := startProxyOpts(&testing.T{}, []string{be}, Options{H2: srv}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+			defer func() { b.StopTimer(); h.close() }()
+			cl := h2cClient(nil)
+			defer cl.CloseIdleConnections()
+			url := "http://" + h.addr + "/x"
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					resp, err := cl.Get(url)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		})
+	}
+}
+
+// TestOwnH2NoGoroutineLeft: after h2 connections served requests, reset
+// a stream and sat idle, and the proxy shut down, none of the own
+// server's goroutines (readers, writers, workers) is left.
+func TestOwnH2NoGoroutineLeft(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			time.Sleep(200 * time.Millisecond)
+		}
+		io.WriteString(w, "ok")
+	})
+	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	cl := h2cClient(nil)
+	for range 20 {
+		resp, err := cl.Get("http://" + h.addr + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	_, fr := h2cRaw(t, h.addr) // an idle connection, and a stream reset in flight
+	writeGet(t, fr, 1, "/slow")
+	fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	_, _ = h2cRaw(t, h.addr)
+	time.Sleep(50 * time.Millisecond)
+	h.close()
+	cl.CloseIdleConnections()
+	var left string
+	for range 300 {
+		buf := make([]byte, 1<<20)
+		all := string(buf[:runtime.Stack(buf, true)])
+		left = ""
+		for _, g := range strings.Split(all, "\n\n") {
+			if strings.Contains(g, "proxy.(*ownConn)") || strings.Contains(g, "proxy.(*h2Workers).loop") ||
+				strings.Contains(g, "proxy.(*frontend).serveOwnConn") {
+				left += g + "\n\n"
+			}
+		}
+		if left == "" {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("goroutines left after shutdown:\n%s", left)
+}
+
+// TestOwnH2Expect100: a request with "expect: 100-continue" gets a 100
+// HEADERS once its body is wanted, then its answer after the body.
+func TestOwnH2Expect100(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		io.WriteString(w, "got "+string(b))
+	})
+	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	_, fr := h2cRaw(t, h.addr)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/e"},
+		{"content-length", "5"}, {"expect", "100-continue"}} {
+		enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+	}
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+	dec := hpack.NewDecoder(4096, nil)
+	var statuses []string
+	var body []byte
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("statuses %v: %v", statuses, err)
+		}
+		switch f := f.(type) {
+		case *http2.HeadersFrame:
+			fs, _ := dec.DecodeFull(f.HeaderBlockFragment())
+			for _, x := range fs {
+				if x.Name == ":status" {
+					statuses = append(statuses, x.Value)
+				}
+			}
+			if len(statuses) == 1 && statuses[0] == "100" {
+				fr.WriteData(1, true, []byte("hello"))
+			}
+		case *http2.DataFrame:
+			body = append(body, f.Data()...)
+			if f.StreamEnded() {
+				if len(statuses) != 2 || statuses[0] != "100" || statuses[1] != "200" || string(body) != "got hello" {
+					t.Errorf("statuses %v body %q", statuses, body)
+				}
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,118 @@
+//go:build linux
+
+package proxy
+
+import (
+	"crypto/tls"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sentry-proxy/sentry/internal/tls13"
+	"github.com/sentry-proxy/sentry/proxy/evloop"
+)
+
+// tlsloop_linux.go: HTTP/1.1 over TLS on the event loops (see "TLS and
+// HTTP/2" in doc.go). A TLS listener's handshakes stay in tlsListener's
+// goroutines; a TLS 1.3 connection that did not negotiate h2 is then
+// given to a Front of loops of its own (no listening socket: Adopt), which
+// seals and opens its records (package internal/tls13). TLS 1.2, h2 and
+// whatever Extract refuses stay where they were.
+
+// tlsLoopDisabled keeps HTTP/1.1 over TLS on crypto/tls and fasthttp for
+// EngineAuto (SENTRY_TLSLOOP=0): for comparison, and as an escape hatch.
+// SENTRY_EVLOOP=0 turns it off too.
+var tlsLoopDisabled = os.Getenv("SENTRY_TLSLOOP") == "0"
+
+// selfTestWarn logs a failed tls13.SelfTest once per process.
+var selfTestWarn sync.Once
+
+// startTLSLoops starts the loops of a TLS front end (fe.tls set) when the
+// engine allows and the record layer passed its self-test.
+func (fe *frontend) startTLSLoops() {
+	switch fe.p.opts.Engine {
+	case EngineFastHTTP:
+		return
+	case EngineAuto:
+		if fastDisabled || tlsLoopDisabled {
+			return
+		}
+	}
+	if err := tls13.SelfTest(); err != nil {
+		selfTestWarn.Do(func() {
+			fe.p.log.Warn("TLS records on the event loops unavailable; HTTP/1.1 over TLS stays on crypto/tls", "error", err)
+		})
+		return
+	}
+	cfg := fe.loopSettings(nil, -1)
+	l := fe.tls
+	cfg.OtherConns = func() int { return int(fe.srv.GetOpenConnectionsCount()) + l.liveCount() }
+	ff, err := evloop.Start(cfg)
+	if err != nil {
+		fe.p.log.Warn("event loop unavailable; HTTP/1.1 over TLS stays on crypto/tls", "addr", fe.addr, "error", err)
+		return
+	}
+	fe.fast = ff
+	l.adopt = fe.adoptTLS
+	l.pumpHanded(ff.Handed)
+}
+
+// adoptTLS gives tc's connection to the loops if it is TLS 1.3 with a
+// suite they handle: its record state is taken (tls13.Extract, which
+// leaves tc untouched when it refuses), the socket duplicated for the
+// loop, and Go's descriptor closed -- without close_notify, the
+// connection goes on. False leaves tc as it was.
+func (fe *frontend) adoptTLS(tc *tls.Conn, raw net.Conn) bool {
+	ff := fe.fast
+	if ff == nil || ff.Draining() {
+		return false
+	}
+	sec, rest, err := tls13.Extract(tc)
+	if err != nil {
+		return false
+	}
+	st, err := tls13.New(sec, rest)
+	if err != nil {
+		return false
+	}
+	tcp, ok := raw.(*net.TCPConn)
+	if !ok {
+		return false
+	}
+	fd, err := dupSocket(tcp)
+	if err != nil {
+		return false
+	}
+	cs := tc.ConnectionState()
+	peer := tcp.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	if !ff.Adopt(fd, peer, st, &cs) {
+		unix.Close(fd)
+		return false
+	}
+	_ = raw.Close() // the loop's duplicate keeps the socket open
+	return true
+}
+
+// dupSocket duplicates c's descriptor (close-on-exec, non-blocking).
+func dupSocket(c syscall.Conn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	var derr error
+	if err := rc.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, derr
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
