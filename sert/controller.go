@@ -312,15 +312,25 @@ func rise(target, cur time.Duration, maxRise float64) (time.Duration, bool) {
 // Reconfigure from the next tick on. The caller owns the goroutine.
 func (c *Controller) Run(ctx context.Context) {
 	iv := c.Params().Interval
-	step := func(iv time.Duration) time.Duration { return max(iv/LooksPerInterval, 1) }
-	t := time.NewTicker(step(iv))
+	t := time.NewTicker(lookStep(iv))
 	defer t.Stop()
+	c.run(ctx, iv, t.C, t.Reset)
+}
+
+// lookStep is the period of Run's ticker: LooksPerInterval per interval.
+func lookStep(iv time.Duration) time.Duration { return max(iv/LooksPerInterval, 1) }
+
+// run is Run's loop on a given ticker channel: every LooksPerInterval-th
+// tick is a Tick, the others are Looks; reset re-times the ticker when
+// Reconfigure changed the interval (iv is the interval it was started
+// with).
+func (c *Controller) run(ctx context.Context, iv time.Duration, ticks <-chan time.Time, reset func(time.Duration)) {
 	n := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-ticks:
 		}
 		if n++; n < LooksPerInterval {
 			c.Look(c.now())
@@ -330,7 +340,7 @@ func (c *Controller) Run(ctx context.Context) {
 		c.Tick(c.now())
 		if next := c.Params().Interval; next != iv {
 			iv = next
-			t.Reset(step(iv))
+			reset(lookStep(iv))
 		}
 	}
 }
