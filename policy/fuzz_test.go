@@ -43,7 +43,7 @@ func FuzzParse(f *testing.F) {
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: g, rules: [{grpc_service: \"pkg.*\", grpc_method: Get}, {grpc_method: \"[\"}]}, {name: d}]}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: g}, {name: g, default: true}, {name: h, rules: [{}]}]}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, sla: {percentile: 99, targets: [{below: 10, target: 1s}, {below: 5, target: 1ms}, {target: 2s}]}, estimator: {buckets: [1ms, 2ms], alpha: 0.5}}]",
-		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: s, rules: [{path: /s}], terminate: {lower: 100ms, upper: 2s, methods: [get]}}, {name: d}], termination: {alpha: 2, low_water: 0.01, high_water: 0.3, interval: 2s, min_arrivals: 20}}]",
+		"apps: [{name: a, backends: {static: [\"h:1\"]}, classes: [{name: s, rules: [{path: /s}], terminate: {lower: 100ms, upper: 2s, methods: [get]}}, {name: d}], termination: {alpha: 2, low_water: 0.01, high_water: 0.3, interval: 2s, min_arrivals: 20, max_rise: 1.5}}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, degradation: {enabled: true, header: X-Load}, request_id_header: x_load}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, degradation: {header: te}}, {name: b, listen: \":9\", backends: {static: [\"h:1\"]}, degradation: {enabled: false}}]",
 		"apps: [{name: a, backends: {static: [\"h:1\"]}, admission: {mode: threshold, batch: {parallelism: 2}, threshold: {capacity: 1.5}, switch: {cpu_high: 0.9, cpu_low: 0.95}}, server_timing: {strip: false}}]",

@@ -107,7 +107,7 @@ func TestDefaults(t *testing.T) {
 				CI: -0.1, RateMin: 0.05, RateMax: 5000, AdjLo: 10, LCThresh: 20, Burst: 100 * time.Millisecond, Rule: AdaptiveRuleScaled, InFlightLimit: true},
 			Fallback: Fallback{Enabled: true, MissWindows: 3, NoTimingShare: 0.5, ReturnWindows: 10, ReturnRatio: 0.8},
 		},
-		Termination: Termination{Alpha: 4, LowWater: 0.05, HighWater: 0.15, Interval: 10 * time.Second, MinArrivals: 100},
+		Termination: Termination{Alpha: 4, LowWater: 0.05, HighWater: 0.15, Interval: 10 * time.Second, MinArrivals: 100, MaxRise: 2},
 		Degradation: Degradation{Header: "Sentry-Load"},
 	}
 	if !reflect.DeepEqual(s.Apps[0], want) {
@@ -249,7 +249,7 @@ apps:
         burst: 250ms
         initial_rate: 40
       fallback: {enabled: false, miss_windows: 5, no_timing_share: 0.75, return_windows: 20, return_ratio: 0.6}
-    termination: {alpha: 2, low_water: 0, high_water: 0.5, interval: 3s, min_arrivals: 7}
+    termination: {alpha: 2, low_water: 0, high_water: 0.5, interval: 3s, min_arrivals: 7, max_rise: 0}
     degradation: {enabled: true, header: x-farm-load}
 `
 	s, err := Parse(filepath.Join(dir, "p.yaml"), []byte(strings.TrimPrefix(src, "\n")))
@@ -351,7 +351,7 @@ apps:
 			Fallback: Fallback{MissWindows: 5, NoTimingShare: 0.75, ReturnWindows: 20, ReturnRatio: 0.6},
 		},
 		Terminate:   []*Terminate{nil, nil, {Lower: 250 * time.Millisecond, Upper: 4 * time.Second, Methods: []string{"GET", "POST"}}},
-		Termination: Termination{Alpha: 2, LowWater: 0, HighWater: 0.5, Interval: 3 * time.Second, MinArrivals: 7},
+		Termination: Termination{Alpha: 2, LowWater: 0, HighWater: 0.5, Interval: 3 * time.Second, MinArrivals: 7, MaxRise: 0},
 		Degradation: Degradation{Enabled: true, Header: "X-Farm-Load"},
 	}
 	if !reflect.DeepEqual(s.Apps[0], want) {

@@ -40,6 +40,10 @@ type Termination struct {
 	// MinArrivals is the fewest arrivals of a class in an interval for
 	// its threshold to change; ≥ 1. Default 100.
 	MinArrivals int
+	// MaxRise is the most one update may multiply a threshold by; a fall
+	// is never bounded. 0 means no bound (the paper's rule), otherwise
+	// > 1. Default 2.
+	MaxRise float64
 }
 
 // Default termination range of a class that writes terminate: {}.
@@ -55,13 +59,14 @@ func defaultTermination() Termination {
 		HighWater:   sert.DefaultHighWater,
 		Interval:    sert.DefaultInterval,
 		MinArrivals: sert.DefaultMinArrivals,
+		MaxRise:     sert.DefaultMaxRise,
 	}
 }
 
 // Params converts the section to the library's parameters.
 func (t Termination) Params() sert.Params {
 	return sert.Params{Alpha: t.Alpha, LowWater: t.LowWater, HighWater: t.HighWater,
-		Interval: t.Interval, MinArrivals: uint64(max(t.MinArrivals, 0))}
+		Interval: t.Interval, MinArrivals: uint64(max(t.MinArrivals, 0)), MaxRise: t.MaxRise}
 }
 
 // ClassTerminate returns class i's termination range, or nil when the
@@ -143,6 +148,15 @@ func (d *decoder) termination(n *yaml.Node, path string, t *Termination) {
 		}},
 		{"interval", d.durationField(&t.Interval, time.Millisecond)},
 		{"min_arrivals", d.intField(&t.MinArrivals, 1, 1<<40)},
+		{"max_rise", func(v *yaml.Node, p string) {
+			if x, ok := d.numberIn(v, p, atLeast(0)); ok {
+				if x != 0 && !(x > 1) {
+					d.errorf(v, p, "%s would hold the threshold down for good; want 0 (no bound: the paper's rule) or a factor greater than 1", fmtNum(x))
+					return
+				}
+				t.MaxRise = x
+			}
+		}},
 	}) || d.reported(mark) {
 		return
 	}

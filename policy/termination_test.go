@@ -89,13 +89,35 @@ apps:
       interval: 0s
       min_arrivals: 0
       hw: 0.2
+      max_rise: 1
 `, []string{
 			`5: apps[0].termination.alpha: 0 is out of range; must be greater than 0`,
 			`6: apps[0].termination.low_water: 1 is out of range`,
 			`7: apps[0].termination.high_water: 1.5 is out of range`,
 			`8: apps[0].termination.interval: 0s is too short; must be at least 1ms`,
 			`9: apps[0].termination.min_arrivals: 0 is out of range`,
-			`10: apps[0].termination: unknown key "hw" (known keys: alpha, high_water, interval, low_water, min_arrivals)`,
+			`10: apps[0].termination: unknown key "hw" (known keys: alpha, high_water, interval, low_water, max_rise, min_arrivals)`,
+			`11: apps[0].termination.max_rise: 1 would hold the threshold down for good`,
+		}},
+		{"max rise below 1, negative, not a number", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    termination: {max_rise: 0.5}
+  - name: b
+    listen: 127.0.0.1:8081
+    backends: {static: ["h:2"]}
+    termination:
+      max_rise: -2
+  - name: c
+    listen: 127.0.0.1:8082
+    backends: {static: ["h:3"]}
+    termination:
+      max_rise: twice
+`, []string{
+			`4: apps[0].termination.max_rise: 0.5 would hold the threshold down for good; want 0 (no bound: the paper's rule) or a factor greater than 1`,
+			`9: apps[1].termination.max_rise: -2 is out of range; must be at least 0`,
+			`14: apps[2].termination.max_rise: expected a number, got the string "twice"`,
 		}},
 		{"low water not below high water", `
 apps:
@@ -147,8 +169,12 @@ apps:
 	if a.ClassTerminate(1) != nil || a.ClassTerminate(5) != nil || a.ClassTerminate(0) == nil {
 		t.Fatal("ClassTerminate")
 	}
-	if a.Termination.Params() != sert.DefaultParams() {
-		t.Fatalf("params %+v, want %+v", a.Termination.Params(), sert.DefaultParams())
+	// The paper's parameters, and sentry's bound on a rise (the package
+	// doc of sert, Rise).
+	wantParams := sert.DefaultParams()
+	wantParams.MaxRise = sert.DefaultMaxRise
+	if a.Termination.Params() != wantParams {
+		t.Fatalf("params %+v, want %+v", a.Termination.Params(), wantParams)
 	}
 	c, err := sert.New(a.SertConfig())
 	if err != nil {
@@ -221,4 +247,34 @@ func FuzzTermination(f *testing.F) {
 			t.Fatalf("valid snapshot, but sert.New: %v", err)
 		}
 	})
+}
+
+// TestTerminationMaxRise: max_rise reaches the library's parameters; 0 is
+// the paper's rule (no bound), left out it is DefaultMaxRise.
+func TestTerminationMaxRise(t *testing.T) {
+	for _, tc := range []struct {
+		src  string
+		want float64
+	}{
+		{"", sert.DefaultMaxRise},
+		{"termination: {max_rise: 0}", 0},
+		{"termination: {max_rise: 3.5}", 3.5},
+	} {
+		s, err := Parse("t.yaml", []byte(`
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    classes: [{name: search, terminate: {}}]
+    `+tc.src+"\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.src, err)
+		}
+		cfg := s.Apps[0].SertConfig()
+		if cfg.MaxRise != tc.want {
+			t.Fatalf("%q: MaxRise %v, want %v", tc.src, cfg.MaxRise, tc.want)
+		}
+		if _, err := sert.New(cfg); err != nil {
+			t.Fatalf("%q: the library refuses the config: %v", tc.src, err)
+		}
+	}
 }

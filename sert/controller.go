@@ -78,13 +78,19 @@ type Controller struct {
 	classes atomic.Pointer[[]*Class] // by class index; nil entries
 	params  atomic.Pointer[Params]
 
-	// mu serialises Tick and Reconfigure; it guards byName and the
-	// classes' tick state. The request path never takes it.
+	// mu serialises Tick, Look and Reconfigure; it guards byName,
+	// lastTick and the classes' tick state. The request path never takes
+	// it.
 	mu struct {
 		sync.Mutex
-		byName map[string]*Class
+		byName   map[string]*Class
+		lastTick time.Time // the last Tick (New's time before any)
 	}
 }
+
+// LooksPerInterval is how many times per interval Run calls Look: the
+// last of them is the Tick.
+const LooksPerInterval = 8
 
 // Class is one class's termination state. Its request-path methods are
 // lock-free and allocation-free.
@@ -102,7 +108,8 @@ type Class struct {
 
 	// Tick state, guarded by Controller.mu.
 	seenArrived, seenLost uint64
-	f                     float64 // F in force
+	f                     float64   // F in force
+	since                 time.Time // start of the window seenArrived counts from
 }
 
 // classRange is a class's immutable configuration, swapped on reload.
@@ -125,6 +132,14 @@ type Update struct {
 	P, F float64
 	// Threshold is the threshold in force after the tick.
 	Threshold time.Duration
+	// Bounded: LB + F·(UB − LB) was more than Params.MaxRise × the
+	// threshold in force, so the threshold rose by MaxRise only.
+	Bounded bool
+	// Early: a Look, not a Tick, set the threshold to LB: the losses so
+	// far already make the window's p at least HW (see Look). P is then
+	// the loss fraction so far and F 0; the window's counts are not
+	// consumed, the next Tick judges the whole window.
+	Early bool
 }
 
 // New validates cfg and returns a controller whose thresholds start at
@@ -135,6 +150,7 @@ func New(cfg Config) (*Controller, error) {
 		c.now = time.Now
 	}
 	c.mu.byName = map[string]*Class{}
+	c.mu.lastTick = c.now()
 	if err := c.Reconfigure(cfg); err != nil {
 		return nil, err
 	}
@@ -159,7 +175,7 @@ func (c *Controller) Reconfigure(cfg Config) error {
 		}
 		cl := c.mu.byName[cc.Name]
 		if cl == nil {
-			cl = &Class{name: cc.Name, f: 1}
+			cl = &Class{name: cc.Name, f: 1, since: c.mu.lastTick}
 			cl.last.Store(&Update{P: 0, F: 1, Threshold: cc.Upper})
 		}
 		methods := DefaultMethods
@@ -197,13 +213,15 @@ func (c *Controller) Params() Params { return *c.params.Load() }
 
 // Tick recomputes every class's threshold from its counts since the
 // previous tick: with at least MinArrivals arrivals, p = (rejected +
-// terminated)/arrived (capped at 1) and T = LB + F(p)·(UB − LB); with
+// terminated)/arrived (capped at 1) and T = LB + F(p)·(UB − LB), raised
+// by at most Params.MaxRise × the T in force when that is set; with
 // fewer, the threshold stays and the arrivals carry over to the next tick
 // (they are not dropped: a quiet class is judged on a longer window, not
 // on none). The new threshold applies at once, to requests in flight too.
 func (c *Controller) Tick(now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.mu.lastTick = now
 	p := *c.params.Load()
 	for _, cl := range *c.classes.Load() {
 		if cl == nil {
@@ -220,34 +238,109 @@ func (c *Controller) Tick(now time.Time) {
 			cl.last.Store(u)
 			continue
 		}
-		cl.seenArrived, cl.seenLost = arr, lost
+		cl.seenArrived, cl.seenLost, cl.since = arr, lost, now
 		u.P = min(float64(dl)/float64(da), 1)
 		u.F = F(u.P, p.Alpha, p.LowWater, p.HighWater)
-		cl.f = u.F
 		r := cl.rng.Load()
-		u.Threshold = Threshold(r.lower, r.upper, u.F)
+		u.Threshold, u.Bounded = rise(Threshold(r.lower, r.upper, u.F), cl.Threshold(), p.MaxRise)
+		cl.f = u.F
+		if u.Bounded {
+			// The F the threshold in force stands for, so that a reload
+			// that changes the bounds keeps the class where it is.
+			cl.f = float64(u.Threshold-r.lower) / float64(r.upper-r.lower)
+		}
 		cl.threshold.Store(int64(u.Threshold))
 		cl.last.Store(u)
 	}
 }
 
-// Run ticks every Params.Interval until ctx is done, following an interval
-// changed by Reconfigure from the next tick on. The caller owns the
-// goroutine.
+// Look is the early look between ticks (Run calls it LooksPerInterval −
+// 1 times per interval): a class whose losses since its window began are
+// already so many that the window's p will be at least HW when the next
+// Tick judges it -- lost ≥ HW × the arrivals the window will hold if they
+// go on at the rate so far -- gets T = LB now instead of at that Tick,
+// which would set it (F(p ≥ HW) = 0). Nothing else changes: the counts
+// are not consumed, a threshold already at LB is left alone, and a
+// window with fewer than MinArrivals arrivals so far is not looked at.
+// So Look only brings forward, by up to an interval, a fall the paper's
+// rule makes anyway, given a steady arrival rate; a loss that would
+// leave the window's p below HW never moves it.
+func (c *Controller) Look(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := *c.params.Load()
+	next := c.mu.lastTick.Add(p.Interval)
+	for _, cl := range *c.classes.Load() {
+		if cl == nil {
+			continue
+		}
+		r := cl.rng.Load()
+		if cl.Threshold() <= r.lower {
+			continue
+		}
+		da := cl.arrived.Load() - cl.seenArrived
+		dl := cl.rejected.Load() + cl.terminated.Load() - cl.seenLost
+		elapsed, span := now.Sub(cl.since), next.Sub(cl.since)
+		if da < p.MinArrivals || elapsed <= 0 || span <= elapsed {
+			continue
+		}
+		if float64(dl) < p.HighWater*float64(da)*span.Seconds()/elapsed.Seconds() {
+			continue
+		}
+		cl.f = 0
+		cl.threshold.Store(int64(r.lower))
+		cl.last.Store(&Update{At: now, Arrived: da, Lost: dl, P: min(float64(dl)/float64(da), 1), F: 0,
+			Threshold: r.lower, Early: true})
+	}
+}
+
+// rise bounds a rise of the threshold from cur to target by maxRise (0:
+// no bound): it returns min(target, maxRise·cur) and whether the bound
+// applied. A fall is never bounded.
+func rise(target, cur time.Duration, maxRise float64) (time.Duration, bool) {
+	if maxRise <= 0 || cur <= 0 || target <= cur {
+		return target, false
+	}
+	if lim := float64(cur) * maxRise; float64(target) > lim {
+		return time.Duration(lim), true
+	}
+	return target, false
+}
+
+// Run ticks every Params.Interval, and looks (Look) LooksPerInterval − 1
+// times in between, until ctx is done, following an interval changed by
+// Reconfigure from the next tick on. The caller owns the goroutine.
 func (c *Controller) Run(ctx context.Context) {
 	iv := c.Params().Interval
-	t := time.NewTicker(iv)
+	t := time.NewTicker(lookStep(iv))
 	defer t.Stop()
+	c.run(ctx, iv, t.C, t.Reset)
+}
+
+// lookStep is the period of Run's ticker: LooksPerInterval per interval.
+func lookStep(iv time.Duration) time.Duration { return max(iv/LooksPerInterval, 1) }
+
+// run is Run's loop on a given ticker channel: every LooksPerInterval-th
+// tick is a Tick, the others are Looks; reset re-times the ticker when
+// Reconfigure changed the interval (iv is the interval it was started
+// with).
+func (c *Controller) run(ctx context.Context, iv time.Duration, ticks <-chan time.Time, reset func(time.Duration)) {
+	n := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-ticks:
 		}
+		if n++; n < LooksPerInterval {
+			c.Look(c.now())
+			continue
+		}
+		n = 0
 		c.Tick(c.now())
-		if n := c.Params().Interval; n != iv {
-			iv = n
-			t.Reset(iv)
+		if next := c.Params().Interval; next != iv {
+			iv = next
+			reset(lookStep(iv))
 		}
 	}
 }

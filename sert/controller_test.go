@@ -165,3 +165,91 @@ sentry_termination_reclaimed_server_seconds_total{app="shop",class="search"} 1.5
 		t.Fatal(err)
 	}
 }
+
+// TestRunLooksBetweenTicks drives Run's loop on a ticker channel and a
+// manual clock: the first LooksPerInterval − 1 ticks are Looks (one of
+// them lowers T early, without consuming the counts), the next is the
+// Tick that judges the whole window, and an interval changed by
+// Reconfigure re-times the ticker.
+func TestRunLooksBetweenTicks(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	var mu sync.Mutex
+	now := t0
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	p := DefaultParams() // 10 s interval, HW 15%, min 100
+	cfg := Config{Params: p, Now: clock, Classes: []*ClassConfig{{Name: "search", Lower: 500 * time.Millisecond, Upper: 15 * time.Second}}}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := c.Class(0)
+	ticks := make(chan time.Time) // unbuffered: a send returns once the loop took the previous one
+	resets := make(chan time.Duration, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.run(ctx, p.Interval, ticks, func(d time.Duration) { resets <- d }); close(done) }()
+	step := p.Interval / LooksPerInterval
+	send := func(i int) {
+		mu.Lock()
+		now = t0.Add(time.Duration(i) * step)
+		mu.Unlock()
+		ticks <- now
+	}
+
+	// 1000 requests, 400 of them lost, before the first look. At 2.5 s
+	// the projection is HW × 1000 × 10/2.5 = 600 > 400: nothing; at
+	// 3.75 s it is 400 ≤ 400, the window's p will be ≥ HW: T falls.
+	for range 1000 {
+		cl.Arrive()
+	}
+	for range 400 {
+		cl.Reject()
+	}
+	send(1)
+	send(2) // the loop has finished the look at 1.25 s
+	if cl.Threshold() != 15*time.Second || cl.Last().Early {
+		t.Fatalf("after the look at 1.25 s: T %v, last %+v; want UB", cl.Threshold(), cl.Last())
+	}
+	send(3)
+	send(4) // the loop has finished the look at 3.75 s
+	if u := cl.Last(); !u.Early || cl.Threshold() != 500*time.Millisecond || u.Arrived != 1000 || u.Lost != 400 ||
+		!u.At.Equal(t0.Add(3*step)) {
+		t.Fatalf("after the look at 3.75 s: T %v, last %+v; want an early fall to 500ms on 1000/400 at 3.75 s", cl.Threshold(), u)
+	}
+	send(5)
+	for range 1000 {
+		cl.Arrive()
+	}
+	send(6)
+	send(7)
+	send(8) // the Tick at 10 s
+	send(9) // the loop has finished the Tick
+	u := cl.Last()
+	if u.Early || u.Skipped || u.Arrived != 2000 || u.Lost != 400 || u.P != 0.2 || cl.Threshold() != 500*time.Millisecond {
+		t.Fatalf("the tick at 10 s: T %v, last %+v; want the whole window, 400 lost of 2000, T = LB", cl.Threshold(), u)
+	}
+
+	// A reload that changes the interval re-times the ticker at the next
+	// Tick.
+	cfg.Params.Interval = 4 * time.Second
+	if err := c.Reconfigure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for i := 10; i <= 16; i++ {
+		send(i)
+	}
+	select {
+	case d := <-resets:
+		if d != 500*time.Millisecond {
+			t.Fatalf("reset to %v, want 500ms (4 s / %d)", d, LooksPerInterval)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reset after the interval changed")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not stop")
+	}
+}

@@ -45,6 +45,41 @@
 //     is 3 points, below which T would swing between UB and LB on noise.
 //     At the default interval that is 10 requests/s; a class slower than
 //     that is updated less often, not on fewer samples.
+//   - Rise (Params.MaxRise; the policy's default 2, DefaultParams' 0).
+//     A fall is taken at once; a rise to at most MaxRise × the threshold
+//     in force per update: T = min(LB + F(p)·(UB − LB), MaxRise·T). Zero
+//     is the paper's memoryless rule. Why: p counts the terminations, so
+//     once termination frees the slots the loss is little more than the
+//     share it cuts -- below LW -- and the paper's rule puts T back at UB
+//     at the next update, where the overload that lowered it returns:
+//     with a 2 s interval, sert-shift.yaml's threshold alternated between
+//     LB and UB every interval at 1.2× load, and during the shift (10%
+//     heavy, p ≈ 11% when they are all cut: T = 481 ms, then 1 s) it
+//     rose to where the 500 ms requests ran again, two seconds of p95
+//     misses each time. Bounded, it climbs back over a few updates (LB
+//     100 ms to UB 15 s: 8 at ×2), each of which sees the loss the
+//     higher threshold causes before the next. It never starts
+//     terminating (the bound only slows a rise), so a load that never
+//     lowered T is not affected, and a lasting calm brings T to UB.
+//     F and P of an update stay the paper's F(p) and p; a reload keeps
+//     the F the threshold in force stands for, (T − LB)/(UB − LB).
+//   - Early look (Controller.Look; Run calls it LooksPerInterval − 1 = 7
+//     times between ticks). A class whose losses since its window began
+//     already make the window's p at least HW -- lost ≥ HW × the arrivals
+//     the window will hold at the rate so far -- gets T = LB at once
+//     instead of at the next tick, which would set it anyway (F = 0 at
+//     p ≥ HW). The counts are not consumed: the tick judges the whole
+//     window as the paper's rule does; Look only brings forward a fall
+//     that rule makes, given a steady arrival rate, and never moves T on
+//     a loss that leaves the window's p below HW, however bursty. Why: a
+//     shift that begins while T is high ran up to one interval with the
+//     slots held by heavy requests (sert-shift.yaml with the shift 2 s
+//     later: its first two seconds missed the p95). A plain sub-interval
+//     p was rejected: at sert-sweep.yaml's 1× (the paper's capacity)
+//     admission alone already loses 15–24% over some 3 s spans and
+//     14–17% over 5 s (auto's fall-back on a burst of heavy requests)
+//     while its 10 s windows stay under 10%, so any shorter window would
+//     cut at or below capacity.
 //   - In flight. A new threshold applies to requests already running:
 //     Threshold is read again when a request's timer fires, and Remaining
 //     tells the timer to re-arm when T has risen since it was armed.
@@ -72,8 +107,8 @@
 //
 // # Concurrency and lock order
 //
-// Controller.mu serialises Tick and Reconfigure and guards the classes'
-// tick state; it is a leaf and the request path never takes it. Run is
+// Controller.mu serialises Tick, Look and Reconfigure and guards the
+// classes' tick state; it is a leaf and the request path never takes it. Run is
 // the only goroutine; the caller owns it and stops it by cancelling ctx.
 //
 // # Usage

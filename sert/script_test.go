@@ -18,12 +18,17 @@ import (
 //	sample elapsed=1s threshold=3s [terminated] prints sert.Sample
 //	init classes=NAME:LB:UB[:M1+M2],plain,...    new controller at t=0; a class
 //	     [alpha=] [lw=] [hw=] [interval=] [min=] without bounds does not terminate
+//	     [rise=]                                 (rise: Params.MaxRise, default 0)
 //	reconfigure (as init)                        Controller.Reconfigure
 //	arrive class=NAME n=N                        N × Arrive
 //	reject class=NAME n=N                        N × Reject
 //	terminate class=NAME n=N                     N × Terminate
 //	tick [advance=10s]                           advances the clock, Tick(now);
 //	                                             prints each terminating class's update
+//	                                             ("bounded": MaxRise held the rise)
+//	look [advance=1s]                            advances the clock, Look(now); prints
+//	                                             each terminating class's threshold
+//	                                             and, when Look lowered it, the counts
 //	threshold                                    Threshold of each class
 //	terminable class=NAME method=M               Terminable and TerminableBytes
 //
@@ -103,6 +108,7 @@ func (h *harness) config(args map[string]string) (Config, []string) {
 	p.Alpha = h.float(args, "alpha", p.Alpha)
 	p.LowWater = h.float(args, "lw", p.LowWater)
 	p.HighWater = h.float(args, "hw", p.HighWater)
+	p.MaxRise = h.float(args, "rise", p.MaxRise)
 	if s, ok := args["interval"]; ok {
 		p.Interval = h.dur(s)
 	}
@@ -189,7 +195,30 @@ func (h *harness) exec(line string) []string {
 			if u.Skipped {
 				s += fmt.Sprintf(" skipped (min %d)", h.c.Params().MinArrivals)
 			}
-			out = append(out, s+fmt.Sprintf(" p=%.4f F=%.4f T=%v", u.P, u.F, u.Threshold))
+			s += fmt.Sprintf(" p=%.4f F=%.4f T=%v", u.P, u.F, u.Threshold)
+			if u.Bounded {
+				s += " bounded"
+			}
+			out = append(out, s)
+		}
+		return out
+	case "look":
+		adv := time.Second
+		if s, ok := args["advance"]; ok {
+			adv = h.dur(s)
+		}
+		h.now = h.now.Add(adv)
+		h.c.Look(h.now)
+		out := []string{fmt.Sprintf("t=%v", h.now.Sub(h.t0))}
+		for i, cl := range h.c.Classes() {
+			if cl == nil {
+				continue
+			}
+			s := fmt.Sprintf("%s: T=%v", h.names[i], cl.Threshold())
+			if u := cl.Last(); u.Early && u.At.Equal(h.now) {
+				s += fmt.Sprintf(" early: arrived=%d lost=%d p=%.4f", u.Arrived, u.Lost, u.P)
+			}
+			out = append(out, s)
 		}
 		return out
 	case "threshold":

@@ -17,6 +17,10 @@ const (
 	// for its threshold to be recomputed (see the package doc, Small
 	// samples).
 	DefaultMinArrivals = 100
+	// DefaultMaxRise is the policy's bound on how much one update may
+	// raise a threshold (×2; see the package doc, Rise). DefaultParams,
+	// the paper's, has none.
+	DefaultMaxRise = 2.0
 )
 
 // Params are the app-level parameters of the threshold controller.
@@ -35,9 +39,15 @@ type Params struct {
 	// MinArrivals is the fewest arrivals of a class in an interval for
 	// its threshold to be recomputed; ≥ 1.
 	MinArrivals uint64
+	// MaxRise bounds how much one update may raise a class's threshold:
+	// the new T is at most MaxRise × the T in force (a fall is never
+	// bounded). Zero means no bound: the paper's rule, T = LB + F(p)·(UB
+	// − LB) at every update whatever T was. Otherwise > 1.
+	MaxRise float64
 }
 
-// DefaultParams returns the paper's parameters.
+// DefaultParams returns the paper's parameters (no bound on a rise:
+// MaxRise 0; the policy's default is DefaultMaxRise).
 func DefaultParams() Params {
 	return Params{Alpha: DefaultAlpha, LowWater: DefaultLowWater, HighWater: DefaultHighWater,
 		Interval: DefaultInterval, MinArrivals: DefaultMinArrivals}
@@ -56,6 +66,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("sert: interval is %v, want > 0", p.Interval)
 	case p.MinArrivals < 1:
 		return fmt.Errorf("sert: min arrivals is %d, want ≥ 1", p.MinArrivals)
+	case p.MaxRise != 0 && !(p.MaxRise > 1 && !math.IsInf(p.MaxRise, 0)):
+		return fmt.Errorf("sert: max rise is %v, want 0 (no bound) or a finite factor > 1", p.MaxRise)
 	}
 	return nil
 }
