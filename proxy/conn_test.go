@@ -47,3 +47,44 @@ func TestReadLosingToTheCutFails(t *testing.T) {
 		b.Close()
 	}
 }
+
+// TestIdleDeadlineFollowsReload: idleConn owns its deadlines (fasthttp's
+// per-exchange SetReadDeadline is ignored), so a timeout changed by a
+// reload must reach a connection at its next read, not timeout/16 after
+// its last push: after a push with 10 s, a read under 30 ms times out in
+// about 30 ms; and a timeout turned off clears the deadline.
+func TestIdleDeadlineFollowsReload(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	timeout := new(atomic.Int64)
+	timeout.Store(int64(10 * time.Second))
+	ic := &idleConn{Conn: a, timeout: timeout}
+	go func() { _, _ = b.Read(make([]byte, 1)) }()
+	if _, err := ic.Write([]byte("x")); err != nil { // pushes a 10 s write deadline
+		t.Fatal(err)
+	}
+	go func() { _, _ = b.Write([]byte("y")) }()
+	if _, err := ic.Read(make([]byte, 1)); err != nil { // and a 10 s read deadline
+		t.Fatal(err)
+	}
+	_ = ic.SetReadDeadline(time.Time{}) // what fasthttp does per exchange: no effect
+	timeout.Store(int64(30 * time.Millisecond))
+	start := time.Now()
+	_, err := ic.Read(make([]byte, 1))
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read after the reload: %v, want a timeout", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the read timed out after %v: the old 10 s deadline held", d)
+	}
+	timeout.Store(0)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_, _ = b.Write([]byte("z"))
+	}()
+	if _, err := ic.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("read with the timeout off: %v, want the byte (the deadline cleared)", err)
+	}
+}

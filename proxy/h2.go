@@ -56,6 +56,9 @@ func (fe *frontend) serveH2Conn(c net.Conn) error {
 type h2Exchange interface {
 	// context is done when the stream is reset or its connection ends.
 	context() context.Context
+	// afterCut runs f once the context is done, as context.AfterFunc
+	// (the own server's stream runs it without context's wrapper).
+	afterCut(f func()) (stop func() bool)
 	// suspect: the connection resets streams often (h2guard.go); a new
 	// stream waits h2SuspectDelay before dispatch.
 	suspect() bool
@@ -221,7 +224,7 @@ func (fe *frontend) serveH2Stream(x h2Exchange) {
 		}
 		if o == pipeline.OutRelayed {
 			cut = &abortable{done: sctx.Done(), ctx: sctx}
-			stop := context.AfterFunc(sctx, cut.abort)
+			stop := x.afterCut(cut.abort)
 			defer stop()
 			o, u = p.serve(a, ctx, peer, x.isTLS(), ready, cut, false, false, body, &ae)
 		} else {
@@ -295,6 +298,8 @@ type xnetExchange struct {
 }
 
 func (x *xnetExchange) context() context.Context { return x.r.Context() }
+
+func (x *xnetExchange) afterCut(f func()) func() bool { return context.AfterFunc(x.r.Context(), f) }
 
 func (x *xnetExchange) suspect() bool {
 	g, _ := x.r.Context().Value(h2GuardKey{}).(*h2Guard)

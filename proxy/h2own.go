@@ -537,6 +537,7 @@ type ownStream struct {
 	last      []byte
 	bad       bool // a write to the client failed
 	noTrailer bool
+	cutFn     func() // afterCut's, under cmu
 }
 
 // Deadline, Done, Err and Value make ownStream a context.Context.
@@ -601,7 +602,12 @@ func (st *ownStream) cancel() {
 	}
 	fs := st.afters
 	st.afters = nil
+	cf := st.cutFn
+	st.cutFn = nil
 	st.cmu.Unlock()
+	if cf != nil {
+		go cf()
+	}
 	for _, f := range fs {
 		if f != nil {
 			f()
@@ -610,6 +616,32 @@ func (st *ownStream) cancel() {
 }
 
 func (st *ownStream) context() context.Context { return st }
+
+// afterCut skips context.AfterFunc's wrapper (a context, a cancel
+// propagation and a removal per stream): the stream is its own context.
+// As with context.AfterFunc, f runs on a goroutine of its own (cancel):
+// closing a TLS backend connection writes an alert, which the reader
+// that cancels must not wait for.
+func (st *ownStream) afterCut(f func()) func() bool {
+	st.cmu.Lock()
+	if st.cut {
+		st.cmu.Unlock()
+		go f()
+		return func() bool { return false }
+	}
+	st.cutFn = f
+	st.cmu.Unlock()
+	return st.stopCut
+}
+
+// stopCut unregisters afterCut's function: true if it had not run.
+func (st *ownStream) stopCut() bool {
+	st.cmu.Lock()
+	defer st.cmu.Unlock()
+	had := st.cutFn != nil
+	st.cutFn = nil
+	return had
+}
 func (st *ownStream) suspect() bool            { return st.oc.suspect.Load() }
 func (st *ownStream) peer() netip.Addr         { return st.oc.peer }
 func (st *ownStream) isTLS() bool              { return st.oc.isTLS }
