@@ -217,7 +217,7 @@ func sentryPolicy(sc *Scenario, listen, adminAddr string, backends []string, pee
 	}
 	root := mapping(
 		kv("admin", mapping(kv("listen", str(adminAddr)))),
-		kv("log", mapping(kv("level", str("warn")))),
+		kv("log", mapping(kv("level", str(logLevel())))),
 		kv("server", mapping(kv("shutdown_timeout", str("5s")))),
 		kv("apps", &yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{app}}),
 	)
@@ -671,4 +671,14 @@ func lookBin(name string) error {
 		return fmt.Errorf("%s is %w (apt-get install -y %s, or run e2e/run-scenarios.sh, which installs it)", name, errNotInstalled, name)
 	}
 	return nil
+}
+
+// logLevel is sentry's log level in a scenario run: warn, or
+// SENTRY_SCENARIO_LOG (for example info, to see auto's mode switches and
+// their reasons in the peer's log).
+func logLevel() string {
+	if l := os.Getenv("SENTRY_SCENARIO_LOG"); l != "" {
+		return l
+	}
+	return "warn"
 }
