@@ -244,10 +244,11 @@ func (d *decoder) hosts(n *yaml.Node, path string) (hosts []string, lines []int,
 // after reporting any problem.
 func (d *decoder) tls(n *yaml.Node, path string) *TLS {
 	var t TLS
-	var certNode, keyNode *yaml.Node
+	var certNode, keyNode, ocspNode *yaml.Node
 	if !d.mapping(n, path, []field{
 		{"cert", func(v *yaml.Node, p string) { certNode = v; t.CertFile = d.file(v, p) }},
 		{"key", func(v *yaml.Node, p string) { keyNode = v; t.KeyFile = d.file(v, p) }},
+		{"ocsp", func(v *yaml.Node, p string) { ocspNode = v; t.OCSPFile = d.file(v, p) }},
 	}) {
 		return nil
 	}
@@ -260,8 +261,12 @@ func (d *decoder) tls(n *yaml.Node, path string) *TLS {
 	if t.CertFile == "" || t.KeyFile == "" {
 		return nil
 	}
-	if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
-		d.errorf(n, path, "cannot load the certificate and key as a pair: %v", err)
+	if _, err := LoadCertificate(&t, time.Now()); err != nil {
+		if oe := (*OCSPError)(nil); errors.As(err, &oe) {
+			d.errorf(ocspNode, path+".ocsp", "%v", oe.Err)
+		} else {
+			d.errorf(n, path, "cannot load the certificate and key as a pair: %v", err)
+		}
 		return nil
 	}
 	return &t

@@ -142,6 +142,9 @@ func describeTLS(t *TLS) string {
 	if t == nil {
 		return "no tls"
 	}
+	if t.OCSPFile != "" {
+		return fmt.Sprintf("tls cert %q, key %q, ocsp %q", t.CertFile, t.KeyFile, t.OCSPFile)
+	}
 	return fmt.Sprintf("tls cert %q", t.CertFile)
 }
 

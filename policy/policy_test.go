@@ -557,7 +557,7 @@ func TestLoad(t *testing.T) {
 	if s.Source != path || s.Hash != sha256.Sum256(data) {
 		t.Errorf("Source %q, Hash %x", s.Source, s.Hash)
 	}
-	if want := (TLS{filepath.Join(dir, "c.pem"), filepath.Join(dir, "c.key")}); s.Apps[0].TLS == nil || *s.Apps[0].TLS != want {
+	if want := (TLS{CertFile: filepath.Join(dir, "c.pem"), KeyFile: filepath.Join(dir, "c.key")}); s.Apps[0].TLS == nil || *s.Apps[0].TLS != want {
 		t.Errorf("TLS = %+v, want %+v (relative to the policy file)", s.Apps[0].TLS, want)
 	}
 

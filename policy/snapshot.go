@@ -146,6 +146,9 @@ type Listener struct {
 type TLS struct {
 	CertFile string
 	KeyFile  string
+	// OCSPFile is a DER OCSP response stapled to the handshake (empty:
+	// none); LoadCertificate checks it.
+	OCSPFile string
 }
 
 // Balance is the backend selection algorithm.

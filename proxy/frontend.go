@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy/evloop"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
@@ -105,7 +106,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		DisableHeaderNamesNormalizing: false,
 	}
 	if rt.TLS != nil {
-		cert, err := tls.LoadX509KeyPair(rt.TLS.CertFile, rt.TLS.KeyFile)
+		cert, err := policy.LoadCertificate(rt.TLS, time.Now())
 		if err != nil {
 			return fmt.Errorf("listener %s: %w", addr, err)
 		}

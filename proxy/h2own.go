@@ -642,10 +642,11 @@ func (st *ownStream) stopCut() bool {
 	st.cutFn = nil
 	return had
 }
-func (st *ownStream) suspect() bool            { return st.oc.suspect.Load() }
-func (st *ownStream) peer() netip.Addr         { return st.oc.peer }
-func (st *ownStream) isTLS() bool              { return st.oc.isTLS }
-func (st *ownStream) method() []byte           { return st.s.Method() }
+
+func (st *ownStream) suspect() bool    { return st.oc.suspect.Load() }
+func (st *ownStream) peer() netip.Addr { return st.oc.peer }
+func (st *ownStream) isTLS() bool      { return st.oc.isTLS }
+func (st *ownStream) method() []byte   { return st.s.Method() }
 
 func (st *ownStream) head(req *fasthttp.Request) {
 	req.Header.SetMethodBytes(st.s.Method())

@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/tls"
 	"fmt"
+	"time"
 
 	"github.com/sentry-proxy/sentry/policy"
 )
@@ -21,6 +22,11 @@ import (
 //     away by x/net after the handshake. TLS 1.3's suites are all AEAD and
 //     not configurable in Go; Go orders AES-GCM first when the CPU has
 //     AES instructions, ChaCha20 otherwise.
+//   - OCSP: the certificate carries the stapled response
+//     (tls.Certificate.OCSPStaple) that policy.LoadCertificate read from
+//     apps[].tls.ocsp and checked; crypto/tls sends it to clients that
+//     ask (status_request), the event loops' TLS 1.3 connections included,
+//     as their handshake is crypto/tls's.
 //   - ALPN: h2 first, then http/1.1 (Go's server takes its own order).
 //   - Session resumption: Go's session tickets, on by default. Without
 //     SetSessionTicketKeys the server makes its ticket key at random and
@@ -58,7 +64,7 @@ func (p *Proxy) loadCerts(snap *policy.Snapshot) (map[string]*tls.Certificate, e
 		if l.TLS == nil {
 			continue
 		}
-		c, err := tls.LoadX509KeyPair(l.TLS.CertFile, l.TLS.KeyFile)
+		c, err := policy.LoadCertificate(l.TLS, time.Now())
 		if err != nil {
 			return nil, fmt.Errorf("listener %s: %w", l.Addr, err)
 		}

@@ -1,0 +1,94 @@
+package policy
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ocsp"
+
+	"github.com/sentry-proxy/sentry/internal/testpki"
+)
+
+// TestOCSPStaple: apps[].tls.ocsp names a DER OCSP response that is
+// stapled to the certificate; one that would hurt stapled (garbage, for
+// another certificate, signed by someone else than the issuer in the
+// chain, revoked, unknown, past its nextUpdate) refuses the policy at its
+// line, and without the issuer in the file the signature is not checked.
+func TestOCSPStaple(t *testing.T) {
+	dir := t.TempDir()
+	pki, err := testpki.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der := func(b []byte, err error) []byte {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	write := func(name string, b []byte) string {
+		t.Helper()
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	good := write("good.der", der(pki.OCSP(ocsp.Good, nil, time.Now().Add(time.Hour))))
+	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cases := []struct {
+		name, cert, file, err string
+	}{
+		{"good", pki.CertFile, good, ""},
+		{"good, no issuer in the file", pki.LeafOnlyFile, good, ""},
+		{"no nextUpdate", pki.CertFile, write("nonext.der", der(pki.OCSP(ocsp.Good, nil, time.Time{}))), ""},
+		{"garbage", pki.CertFile, write("garbage.der", []byte("not DER")), "not a valid OCSP response"},
+		{"another certificate", pki.CertFile, write("serial.der", der(pki.OCSP(ocsp.Good, big.NewInt(7), time.Time{}))), "not a valid OCSP response"},
+		{"signed by another key", pki.CertFile, write("forged.der", der(pki.OCSPSignedBy(other))), "not a valid OCSP response"},
+		{"forged, no issuer to check it", pki.LeafOnlyFile, write("forged2.der", der(pki.OCSPSignedBy(other))), ""},
+		{"revoked", pki.CertFile, write("revoked.der", der(pki.OCSP(ocsp.Revoked, nil, time.Time{}))), "revoked"},
+		{"unknown", pki.CertFile, write("unknown.der", der(pki.OCSP(ocsp.Unknown, nil, time.Time{}))), "unknown"},
+		{"expired", pki.CertFile, write("expired.der", der(pki.OCSP(ocsp.Good, nil, time.Now().Add(-time.Minute)))), "expired"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tl := &TLS{CertFile: c.cert, KeyFile: pki.KeyFile, OCSPFile: c.file}
+			cert, err := LoadCertificate(tl, time.Now())
+			if c.err == "" {
+				if err != nil {
+					t.Fatalf("LoadCertificate: %v", err)
+				}
+				want, _ := os.ReadFile(c.file)
+				if string(cert.OCSPStaple) != string(want) {
+					t.Fatal("the response is not stapled")
+				}
+			} else if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Fatalf("LoadCertificate: %v, want an error saying %q", err, c.err)
+			}
+			// The policy: accepted, or refused at the ocsp line.
+			src := "apps:\n  - name: a\n    listen: 127.0.0.1:8443\n    tls:\n      cert: " + c.cert + "\n      key: " + pki.KeyFile + "\n      ocsp: " + c.file + "\n    backends: {static: [\"h:1\"]}\n"
+			s, err := Parse("p.yaml", []byte(src))
+			switch {
+			case c.err == "" && err != nil:
+				t.Fatalf("Parse: %v", err)
+			case c.err == "" && s.Apps[0].TLS.OCSPFile != c.file:
+				t.Fatalf("OCSPFile = %q", s.Apps[0].TLS.OCSPFile)
+			case c.err != "" && (err == nil || !strings.Contains(err.Error(), "7: apps[0].tls.ocsp: ") || !strings.Contains(err.Error(), c.err)):
+				t.Fatalf("Parse: %v, want line 7, apps[0].tls.ocsp and %q", err, c.err)
+			}
+		})
+	}
+	// No ocsp key: nothing stapled.
+	cert, err := LoadCertificate(&TLS{CertFile: pki.CertFile, KeyFile: pki.KeyFile}, time.Now())
+	if err != nil || cert.OCSPStaple != nil {
+		t.Fatalf("without ocsp: %v, staple %d bytes", err, len(cert.OCSPStaple))
+	}
+}
