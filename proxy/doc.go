@@ -760,6 +760,26 @@
 // yield took client-side writes from 0.97 per response to 0.27 (16% of
 // the CPU to 10%). What is left is the backend side and the goroutine
 // hand-offs (reader to worker to writer) that nginx's loop does not make.
+//
+// Measured alone afterwards (e2e/bench/README.md has the tables): three
+// runs of `DURATION=8 bash e2e/bench/tls.sh` gave h2 1.00, 0.93 and 0.94x
+// nginx (p99 0.93, 0.68, 1.04x), eight h2-only runs 0.84-1.16x; median
+// of the eleven 0.94x, at 28-34k requests per CPU second against nginx's
+// 32-38k. A profile under that load (h2load -c64 -m10, 10 s): syscalls
+// 39-45% of the CPU, of which the backend request's write(2) alone
+// 29-36% (about 9 us each on loopback: the write runs the receiver's TCP
+// path and wakes the backend), the backend read 9-11%; the rest is spread
+// thin (time.Now 3%, admission 3.5%, classification 3%, allocation 3-5%,
+// scheduling 4%). Two cuts made then: the backend cut no longer goes
+// through context.AfterFunc (a context, a propagation and a removal per
+// stream: 2-3%), and idleConn no longer pushes a deadline per exchange
+// because fasthttp calls SetReadDeadline and SetWriteDeadline (a runtime
+// timer update each: 2%). HTTP/1.1 over TLS on the event loops makes the
+// same backend write and read per request and reaches 56k requests per
+// CPU second; the difference is the goroutine model (a blocking read that
+// parks, netpoll wake-ups, hand-offs), so the next step for h2 is the
+// event loops driving the sans-IO core, with the loops' backend
+// connections.
 // gRPC unary (`DURATION=5 PEERS="nginx sentry" bash e2e/bench/grpc.sh`,
 // h2c both sides, the backend side still x/net's Transport), one run per
 // server on the shared machine: own 1.07x and 0.92x nginx's grpc_pass by
