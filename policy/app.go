@@ -261,7 +261,9 @@ func (d *decoder) tls(n *yaml.Node, path string) *TLS {
 	if t.CertFile == "" || t.KeyFile == "" {
 		return nil
 	}
-	if _, err := LoadCertificate(&t, time.Now()); err != nil {
+	// A stale response is no error here: the daemon warns when it loads
+	// the listener (a stale file must not stop a restart).
+	if _, _, err := LoadCertificate(&t, time.Now()); err != nil {
 		if oe := (*OCSPError)(nil); errors.As(err, &oe) {
 			d.errorf(ocspNode, path+".ocsp", "%v", oe.Err)
 		} else {

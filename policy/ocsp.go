@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"golang.org/x/crypto/ocsp"
@@ -15,27 +16,34 @@ import (
 // names an OCSP response file, staples it (tls.Certificate.OCSPStaple):
 // the one loader of the policy check and of the listeners, so that what
 // check accepts is what a reload installs.
-func LoadCertificate(t *TLS, now time.Time) (tls.Certificate, error) {
-	c, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-	if err != nil {
-		return c, err
-	}
-	if t.OCSPFile == "" {
-		return c, nil
+//
+// A response that is wrong (unreadable, for another certificate, badly
+// signed, revoked, unknown) is an error: the policy is refused. One that
+// is only stale (past its nextUpdate) is not stapled and comes back as
+// stale, not as an error: the listener serves without a staple and the
+// caller says so, because a stale file at a restart must not keep sentry
+// down (a client that insists on a staple refuses a stale one anyway).
+func LoadCertificate(t *TLS, now time.Time) (c tls.Certificate, stale, err error) {
+	c, err = tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil || t.OCSPFile == "" {
+		return c, nil, err
 	}
 	der, err := os.ReadFile(t.OCSPFile)
 	if err == nil {
-		err = checkOCSP(&c, der, now)
+		var next time.Time
+		if next, err = checkOCSP(&c, der, now); err == nil && !next.IsZero() && !now.Before(next) {
+			return c, &OCSPError{File: t.OCSPFile, Err: fmt.Errorf("the response expired at %s (nextUpdate): not stapled; fetch a new one and reload", next.UTC().Format(time.RFC3339))}, nil
+		}
 	}
 	if err != nil {
-		return c, &OCSPError{File: t.OCSPFile, Err: err}
+		return c, nil, &OCSPError{File: t.OCSPFile, Err: err}
 	}
 	c.OCSPStaple = der
-	return c, nil
+	return c, nil, nil
 }
 
-// OCSPError is LoadCertificate's error when the pair loads and the OCSP
-// response does not.
+// OCSPError is LoadCertificate's error (or stale report) about the OCSP
+// response when the pair itself loads.
 type OCSPError struct {
 	File string
 	Err  error
@@ -44,40 +52,48 @@ type OCSPError struct {
 func (e *OCSPError) Error() string { return "OCSP response " + e.File + ": " + e.Err.Error() }
 func (e *OCSPError) Unwrap() error { return e.Err }
 
-// checkOCSP refuses a response that would do harm stapled: not DER, not
-// for c's leaf, signed by someone else than the issuer when the chain
-// holds it, not "good", or past its nextUpdate (a client that requires a
-// staple refuses a stale one).
-func checkOCSP(c *tls.Certificate, der []byte, now time.Time) error {
+// checkOCSP refuses a response that would do harm stapled: not a
+// response, not for c's leaf, not signed by the issuer when the chain
+// holds it (or by a responder certificate the issuer signed for OCSP
+// signing and still valid), or not "good". It returns the response's
+// nextUpdate (zero: none).
+func checkOCSP(c *tls.Certificate, der []byte, now time.Time) (time.Time, error) {
 	if len(c.Certificate) == 0 {
-		return errors.New("no certificate")
+		return time.Time{}, errors.New("no certificate")
 	}
 	leaf, err := x509.ParseCertificate(c.Certificate[0])
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	var issuer *x509.Certificate
 	if len(c.Certificate) > 1 {
 		if issuer, err = x509.ParseCertificate(c.Certificate[1]); err != nil {
-			return err
+			return time.Time{}, err
 		}
 	}
 	r, err := ocsp.ParseResponseForCert(der, leaf, issuer)
-	if err != nil {
-		return fmt.Errorf("not a valid OCSP response for this certificate (DER, as openssl ocsp -respout writes): %w", err)
+	if re := (ocsp.ResponseError{}); errors.As(err, &re) {
+		return time.Time{}, fmt.Errorf("the responder answered %q, not a certificate status", re.Status.String())
 	}
-	if r.SerialNumber == nil || r.SerialNumber.Cmp(leaf.SerialNumber) != 0 {
-		return fmt.Errorf("the response is for serial %v, the certificate's is %v", r.SerialNumber, leaf.SerialNumber)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("not a valid OCSP response for this certificate (DER, as openssl ocsp -respout writes; signed by the certificate after the leaf in the cert file, when there is one): %w", err)
+	}
+	if rc := r.Certificate; rc != nil && issuer != nil {
+		// A delegated responder: x/crypto checked that the issuer signed
+		// it; RFC 6960 §4.2.2.2 also wants it marked for OCSP signing.
+		if !slices.Contains(rc.ExtKeyUsage, x509.ExtKeyUsageOCSPSigning) {
+			return time.Time{}, fmt.Errorf("signed by %q, a certificate not marked for OCSP signing", rc.Subject.CommonName)
+		}
+		if now.Before(rc.NotBefore) || now.After(rc.NotAfter) {
+			return time.Time{}, fmt.Errorf("signed by %q, a responder certificate not valid now", rc.Subject.CommonName)
+		}
 	}
 	switch r.Status {
 	case ocsp.Good:
 	case ocsp.Revoked:
-		return fmt.Errorf("the certificate is revoked (at %s)", r.RevokedAt.UTC().Format(time.RFC3339))
+		return time.Time{}, fmt.Errorf("the certificate is revoked (at %s)", r.RevokedAt.UTC().Format(time.RFC3339))
 	default:
-		return errors.New("the response's status is unknown, not good")
+		return time.Time{}, errors.New("the response's status is unknown, not good")
 	}
-	if !r.NextUpdate.IsZero() && !now.Before(r.NextUpdate) {
-		return fmt.Errorf("the response expired at %s (nextUpdate); fetch a new one", r.NextUpdate.UTC().Format(time.RFC3339))
-	}
-	return nil
+	return r.NextUpdate, nil
 }

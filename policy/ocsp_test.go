@@ -19,8 +19,10 @@ import (
 // TestOCSPStaple: apps[].tls.ocsp names a DER OCSP response that is
 // stapled to the certificate; one that would hurt stapled (garbage, for
 // another certificate, signed by someone else than the issuer in the
-// chain, revoked, unknown, past its nextUpdate) refuses the policy at its
-// line, and without the issuer in the file the signature is not checked.
+// chain or by a delegated responder not marked for OCSP signing, revoked,
+// unknown, a responder's error) refuses the policy at its line; without
+// the issuer in the file the signature is not checked; one past its
+// nextUpdate is accepted and not stapled (stale).
 func TestOCSPStaple(t *testing.T) {
 	dir := t.TempDir()
 	pki, err := testpki.New(dir)
@@ -56,12 +58,17 @@ func TestOCSPStaple(t *testing.T) {
 		{"forged, no issuer to check it", pki.LeafOnlyFile, write("forged2.der", der(pki.OCSPSignedBy(other))), ""},
 		{"revoked", pki.CertFile, write("revoked.der", der(pki.OCSP(ocsp.Revoked, nil, time.Time{}))), "revoked"},
 		{"unknown", pki.CertFile, write("unknown.der", der(pki.OCSP(ocsp.Unknown, nil, time.Time{}))), "unknown"},
-		{"expired", pki.CertFile, write("expired.der", der(pki.OCSP(ocsp.Good, nil, time.Now().Add(-time.Minute)))), "expired"},
+		{"responder error", pki.CertFile, write("unauth.der", ocsp.UnauthorizedErrorResponse), `the responder answered "unauthorized"`},
+		{"delegated responder", pki.CertFile, write("deleg.der", der(pki.OCSPDelegated(true))), ""},
+		{"delegated, not for OCSP", pki.CertFile, write("deleg2.der", der(pki.OCSPDelegated(false))), "not marked for OCSP signing"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			tl := &TLS{CertFile: c.cert, KeyFile: pki.KeyFile, OCSPFile: c.file}
-			cert, err := LoadCertificate(tl, time.Now())
+			cert, stale, err := LoadCertificate(tl, time.Now())
+			if stale != nil {
+				t.Fatalf("stale: %v", stale)
+			}
 			if c.err == "" {
 				if err != nil {
 					t.Fatalf("LoadCertificate: %v", err)
@@ -86,9 +93,20 @@ func TestOCSPStaple(t *testing.T) {
 			}
 		})
 	}
+	// Past its nextUpdate: no error (the policy loads, the listener
+	// serves), nothing stapled, and stale says why.
+	expired := write("expired.der", der(pki.OCSP(ocsp.Good, nil, time.Now().Add(-time.Minute))))
+	cert, stale, err := LoadCertificate(&TLS{CertFile: pki.CertFile, KeyFile: pki.KeyFile, OCSPFile: expired}, time.Now())
+	if err != nil || stale == nil || !strings.Contains(stale.Error(), "expired") || cert.OCSPStaple != nil {
+		t.Fatalf("expired: err %v, stale %v, staple %d bytes; want no error, stale, no staple", err, stale, len(cert.OCSPStaple))
+	}
+	src := "apps:\n  - name: a\n    listen: 127.0.0.1:8443\n    tls:\n      cert: " + pki.CertFile + "\n      key: " + pki.KeyFile + "\n      ocsp: " + expired + "\n    backends: {static: [\"h:1\"]}\n"
+	if _, err := Parse("p.yaml", []byte(src)); err != nil {
+		t.Fatalf("a policy with a stale response: %v, want it accepted", err)
+	}
 	// No ocsp key: nothing stapled.
-	cert, err := LoadCertificate(&TLS{CertFile: pki.CertFile, KeyFile: pki.KeyFile}, time.Now())
-	if err != nil || cert.OCSPStaple != nil {
-		t.Fatalf("without ocsp: %v, staple %d bytes", err, len(cert.OCSPStaple))
+	cert, stale, err = LoadCertificate(&TLS{CertFile: pki.CertFile, KeyFile: pki.KeyFile}, time.Now())
+	if err != nil || stale != nil || cert.OCSPStaple != nil {
+		t.Fatalf("without ocsp: %v, %v, staple %d bytes", err, stale, len(cert.OCSPStaple))
 	}
 }

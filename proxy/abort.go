@@ -121,7 +121,7 @@ func (ab *abortable) unbind() {
 	ab.mu.Unlock()
 }
 
-// abort is called once when the stream is reset (context.AfterFunc): it
+// abort is called once when the stream is reset (h2Exchange.afterCut): it
 // closes the bound connection, if any. Closing a TCP socket does not
 // block, so it is done under the lock, and unbind cannot hand the
 // connection back in between.

@@ -25,7 +25,7 @@ import (
 type idleConn struct {
 	net.Conn
 	timeout   *atomic.Int64 // nanoseconds; shared with the upstream so a reload applies at once
-	readSet   int64         // unix nanos when the read deadline was last pushed
+	readSet   int64         // when the read deadline was last pushed (monoBase ns; 0: push at the next Read)
 	writeSet  int64
 	readT     int64 // the timeout the last read deadline was pushed with
 	writeT    int64
@@ -90,13 +90,18 @@ func (c *idleConn) refresh(last, pushed *int64, set func(time.Time) error) error
 		return nil
 	}
 	now := time.Now()
-	n := now.UnixNano()
-	if n-*last < t/16 {
+	n := int64(now.Sub(monoBase)) // monotonic: a step of the wall clock moves nothing
+	if *last != 0 && n-*last < t/16 {
 		return nil
 	}
 	*last = n
 	return set(now.Add(time.Duration(t)))
 }
+
+// monoBase is the origin of idleConn's push times (monotonic nanoseconds
+// since it; never 0 after the first instant, which is what "never pushed"
+// needs).
+var monoBase = time.Now().Add(-time.Second)
 
 func (c *idleConn) Read(b []byte) (int, error) {
 	if c.killed.Load() {
@@ -169,16 +174,18 @@ func (c *idleConn) aborted(err error) error {
 // backend is not blamed.
 var errConnAborted = errors.New("proxy: backend connection closed by a client's stream reset")
 
-// SetReadDeadline is called by fasthttp before each exchange, with no
-// deadline (HostClient sets no timeouts): ignored, as idleConn owns the
-// deadlines. A connection back from the pool needs no fresh push: one
-// pushed at least timeout/16 ago is pushed again by the next Read or
-// Write (refresh), and one pushed since has at least 15/16 of timeout
-// left. (Forcing a push per exchange cost a runtime timer update each
-// way per request, about 2% of the h2 path's CPU.)
-func (c *idleConn) SetReadDeadline(time.Time) error  { return nil }
+// fasthttp calls SetWriteDeadline before writing each request and
+// SetReadDeadline after, with no deadline (HostClient sets no timeouts);
+// idleConn owns the deadlines. The read call marks the start of the
+// wait for the response, so the next Read pushes a fresh deadline: the
+// backend gets the whole timeouts.response for its first byte. The write
+// call is ignored: a request written on a connection back from the pool
+// has at least 15/16 of the timeout (one pushed timeout/16 ago or more is
+// pushed again by refresh), and a push per request there cost a runtime
+// timer update, about 2% of the h2 path's CPU.
+func (c *idleConn) SetReadDeadline(time.Time) error  { c.readSet = 0; return nil }
 func (c *idleConn) SetWriteDeadline(time.Time) error { return nil }
-func (c *idleConn) SetDeadline(time.Time) error      { return nil }
+func (c *idleConn) SetDeadline(time.Time) error      { c.readSet = 0; return nil }
 
 // dialError marks a failure to connect: nothing was sent, so the request may
 // safely be retried on another backend.

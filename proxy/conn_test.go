@@ -88,3 +88,35 @@ func TestIdleDeadlineFollowsReload(t *testing.T) {
 		t.Fatalf("read with the timeout off: %v, want the byte (the deadline cleared)", err)
 	}
 }
+
+// TestIdleResponseTimeoutWhole: fasthttp's SetReadDeadline after writing
+// a request starts the wait for the response, so the backend gets the
+// whole timeout for its first byte even when the connection's last push
+// was moments before (its previous response): the read times out no
+// sooner than the timeout after the call. (A deadline never fires early;
+// only the lower bound is asserted.)
+func TestIdleResponseTimeoutWhole(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	const timeout = 1600 * time.Millisecond
+	to := new(atomic.Int64)
+	to.Store(int64(timeout))
+	ic := &idleConn{Conn: a, timeout: to}
+	go func() { _, _ = b.Write([]byte("y")) }()
+	if _, err := ic.Read(make([]byte, 1)); err != nil { // the previous response: a push
+		t.Fatal(err)
+	}
+	time.Sleep(90 * time.Millisecond) // under timeout/16 (100 ms): refresh alone would not push again
+
+	_ = ic.SetReadDeadline(time.Time{})
+	start := time.Now()
+	_, err := ic.Read(make([]byte, 1))
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read: %v, want a timeout", err)
+	}
+	if d := time.Since(start); d < timeout-30*time.Millisecond {
+		t.Fatalf("the response wait timed out after %v, want the whole %v", d, timeout)
+	}
+}

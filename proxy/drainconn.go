@@ -78,7 +78,7 @@ type drainConn struct {
 		asked time.Time   // the read deadline fasthttp last set
 		set   time.Time   // the read deadline in force
 	}
-	writeSet int64 // unix nanos when the write deadline was last pushed
+	writeSet int64 // when the write deadline was last pushed (monoBase ns; 0: never)
 	peerEOF  bool  // a Read returned io.EOF: the client closed its side
 }
 
@@ -153,7 +153,7 @@ func (c *drainConn) Read(b []byte) (int, error) {
 func (c *drainConn) Write(b []byte) (int, error) {
 	if t := c.fe.writeIdle; t > 0 {
 		now := time.Now()
-		if n := now.UnixNano(); n-c.writeSet >= int64(t/16) {
+		if n := int64(now.Sub(monoBase)); c.writeSet == 0 || n-c.writeSet >= int64(t/16) {
 			c.writeSet = n
 			_ = c.Conn.SetWriteDeadline(now.Add(t))
 		}

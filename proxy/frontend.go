@@ -106,9 +106,12 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		DisableHeaderNamesNormalizing: false,
 	}
 	if rt.TLS != nil {
-		cert, err := policy.LoadCertificate(rt.TLS, time.Now())
+		cert, stale, err := policy.LoadCertificate(rt.TLS, time.Now())
 		if err != nil {
 			return fmt.Errorf("listener %s: %w", addr, err)
+		}
+		if stale != nil {
+			p.log.Warn("serving without an OCSP staple", "listener", addr, "error", stale)
 		}
 		fe.cert.Store(&cert)
 		tcfg := fe.tlsConfig()

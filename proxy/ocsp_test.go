@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,8 +18,10 @@ import (
 )
 
 // TestOCSPStapled: with apps[].tls.ocsp, the response is stapled to
-// every handshake that asks for it, HTTP/1.1 (TLS 1.3 and 1.2) and h2,
-// and a reload (Apply, what SIGHUP does) staples the file's new content.
+// every handshake that asks for it, HTTP/1.1 (TLS 1.3 and 1.2) and h2; a
+// reload (Apply, what SIGHUP does) staples the file's new content, is
+// refused by a revoked response (the staple in force stays), and takes a
+// stale one without a staple.
 func TestOCSPStapled(t *testing.T) {
 	dir := t.TempDir()
 	pki, err := testpki.New(dir)
@@ -74,5 +77,35 @@ func TestOCSPStapled(t *testing.T) {
 	}
 	if got := staple(tls.VersionTLS13); string(got) != string(resp2) {
 		t.Errorf("after the reload: stapled %d bytes, not the new response", len(got))
+	}
+
+	// A revoked response refuses the reload: the staple in force stays.
+	revoked, err := pki.OCSP(ocsp.Revoked, nil, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(of, revoked, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.p.Apply(h.snap); err == nil || !strings.Contains(err.Error(), "revoked") {
+		t.Fatalf("reload with a revoked response: %v, want it refused", err)
+	}
+	if got := staple(tls.VersionTLS13); string(got) != string(resp2) {
+		t.Errorf("after a refused reload: stapled %d bytes, not the response in force", len(got))
+	}
+
+	// A stale one is taken without a staple: the listener keeps serving.
+	stale, err := pki.OCSP(ocsp.Good, nil, time.Now().Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(of, stale, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.p.Apply(h.snap); err != nil {
+		t.Fatalf("reload with a stale response: %v, want it taken without a staple", err)
+	}
+	if got := staple(tls.VersionTLS13); len(got) != 0 {
+		t.Errorf("stale response: stapled %d bytes, want none", len(got))
 	}
 }

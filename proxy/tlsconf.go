@@ -57,16 +57,20 @@ var tls12Suites = []uint16{
 }
 
 // loadCerts loads the certificate of every TLS listener in snap, from its
-// files, for Apply. Any pair that does not load refuses the snapshot.
+// files, for Apply. Any pair (or OCSP response) that does not load
+// refuses the snapshot; a stale OCSP response is left out, with a warning.
 func (p *Proxy) loadCerts(snap *policy.Snapshot) (map[string]*tls.Certificate, error) {
 	out := map[string]*tls.Certificate{}
 	for _, l := range snap.Listeners {
 		if l.TLS == nil {
 			continue
 		}
-		c, err := policy.LoadCertificate(l.TLS, time.Now())
+		c, stale, err := policy.LoadCertificate(l.TLS, time.Now())
 		if err != nil {
 			return nil, fmt.Errorf("listener %s: %w", l.Addr, err)
+		}
+		if stale != nil {
+			p.log.Warn("serving without an OCSP staple", "listener", l.Addr, "error", stale)
 		}
 		out[l.Addr] = &c
 	}

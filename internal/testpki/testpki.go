@@ -125,3 +125,37 @@ func (p *PKI) ocsp(k crypto.Signer, status int, serial *big.Int, next time.Time)
 	}
 	return ocsp.CreateResponse(p.CA, p.CA, tmpl, k)
 }
+
+// OCSPDelegated is a good response signed by a responder certificate the
+// CA issued (embedded in the response), marked for OCSP signing or not.
+func (p *PKI) OCSPDelegated(ocspSigning bool) ([]byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	t := &x509.Certificate{
+		SerialNumber: big.NewInt(99),
+		Subject:      pkix.Name{CommonName: "responder"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+	}
+	if ocspSigning {
+		t.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageOCSPSigning}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, t, p.CA, &key.PublicKey, p.caKey)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return ocsp.CreateResponse(p.CA, rc, ocsp.Response{
+		Status:       ocsp.Good,
+		SerialNumber: p.Leaf.SerialNumber,
+		ThisUpdate:   now.Add(-time.Minute),
+		Certificate:  rc,
+	}, key)
+}
