@@ -772,9 +772,10 @@
 // thin (time.Now 3%, admission 3.5%, classification 3%, allocation 3-5%,
 // scheduling 4%). Two cuts made then: the backend cut no longer goes
 // through context.AfterFunc (a context, a propagation and a removal per
-// stream: 2-3%), and idleConn no longer pushes a deadline per exchange
-// because fasthttp calls SetReadDeadline and SetWriteDeadline (a runtime
-// timer update each: 2%). HTTP/1.1 over TLS on the event loops makes the
+// stream: 2-3%), and idleConn no longer pushes a write deadline per
+// request because fasthttp calls SetWriteDeadline (a runtime timer
+// update: 2%; the read deadline is still pushed at each response's wait,
+// so the backend has the whole timeouts.response). HTTP/1.1 over TLS on the event loops makes the
 // same backend write and read per request and reaches 56k requests per
 // CPU second; the difference is the goroutine model (a blocking read that
 // parks, netpoll wake-ups, hand-offs), so the next step for h2 is the
