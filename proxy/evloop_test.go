@@ -826,6 +826,69 @@ func TestEvloopStaleKeepAliveRetried(t *testing.T) {
 	d.check(t, 3, 0)
 }
 
+// TestEvloopManyStaleKeepAlivesRetried: a backend restarted under load
+// leaves each loop several pooled connections that are closed under the
+// next requests. Those are not attempts (pipeline.MaxStaleRetries): with
+// eight of them spread over the loops, every request still gets its
+// answer from a new connection, never a 502 after three stale ones.
+func TestEvloopManyStaleKeepAlivesRetried(t *testing.T) {
+	const k = 8
+	var first atomic.Int32
+	all := make(chan struct{})
+	rb := startRawBackend(t, func(rb *rawBackend, conn, n int, r *beReq, c net.Conn, br *bufio.Reader) bool {
+		if n > 0 || conn > k {
+			if n > 0 {
+				return false // the "restarted" backend: a pooled connection hangs up
+			}
+			_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
+			return err == nil
+		}
+		// The first k requests are held until all k are in, so that the
+		// loops open k connections and pool them.
+		if first.Add(1) == k {
+			close(all)
+		}
+		select {
+		case <-all:
+		case <-time.After(5 * time.Second):
+		}
+		_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+		return err == nil
+	})
+	h := startProxy(t, []string{rb.addr}, nil)
+	cs := make([]*tconn, k)
+	for i := range cs {
+		cs[i] = dialProxy(t, h.addr)
+	}
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.write("GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+		}()
+	}
+	wg.Wait()
+	for i, c := range cs {
+		resp, body, err := c.read("GET")
+		if err != nil || resp.StatusCode != 200 || body != "first" {
+			t.Fatalf("first round, client %d: %v %v %q", i, err, resp, body)
+		}
+	}
+	if n := rb.accepted.Load(); n != k {
+		t.Fatalf("backend accepted %d connections in the first round, want %d", n, k)
+	}
+	for i, c := range cs {
+		resp, body := c.do("GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp.StatusCode != 200 || body != "fresh" {
+			t.Fatalf("after the restart, client %d: %d %q, want 200 fresh", i, resp.StatusCode, body)
+		}
+	}
+	if f := h.p.cur.Load().apps[0].Pool.Backends()[0].Failures(); f != 0 {
+		t.Errorf("stale keep-alive connections counted %d failures against the backend", f)
+	}
+}
+
 // TestEvloopLargeResponseSlowClient: a large response to a client that
 // does not read at first stops the loop reading the backend (no buffering
 // of the whole body, and the backend is not blamed for the client's pace),

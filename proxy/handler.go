@@ -500,10 +500,6 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	return o, u
 }
 
-// maxStalePicks bounds relay's retries on pooled connections that a
-// stream reset closed (errConnAborted); they do not count as attempts.
-const maxStalePicks = 16
-
 // relay sends req to the least-loaded healthy backend and reads the response
 // head into resp. Connect failures are retried on another backend.
 //
@@ -554,9 +550,9 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 			// A pooled connection another stream's reset closed
 			// (abort.go): not the backend's failure, and not an attempt
 			// either (a burst of resets can leave several such in the
-			// pool), up to maxStalePicks; replayable requests only.
+			// pool), up to pipeline.MaxStaleRetries; replayable requests only.
 			a.Pool.Release(b, true)
-			if !replay || stale >= maxStalePicks {
+			if !replay || stale >= pipeline.MaxStaleRetries {
 				return pipeline.OutBackendFailed, u, 0
 			}
 			stale++

@@ -231,7 +231,7 @@ func (l *eventLoop) connectFailed(c *cconn, cause error) bool {
 	} else if log := l.ff.cfg.Log; log.IsDebug() {
 		log.Debug("relay failed", "app", ex.a.Name, "backend", ex.u.Addr, "error", cause)
 	}
-	if !pipeline.TryAgain(pipeline.FailConnect, ex.idem, ex.attempts, false) {
+	if !pipeline.TryAgain(pipeline.FailConnect, ex.idem, ex.attempts-ex.stale, false) {
 		l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})
 		return false
 	}
@@ -253,7 +253,10 @@ func (l *eventLoop) backendBroke(bc *bconn, f pipeline.Failure) {
 	reused := bc.reused
 	l.closeBackend(bc)
 	ex.b = nil
-	if pipeline.TryAgain(f, ex.idem, ex.attempts, ex.gotBytes) {
+	if reused && f == pipeline.FailBroken && !ex.gotBytes && ex.idem && ex.stale < pipeline.MaxStaleRetries {
+		ex.stale++ // a keep-alive connection closed under it: not an attempt
+	}
+	if pipeline.TryAgain(f, ex.idem, ex.attempts-ex.stale, ex.gotBytes) {
 		// The loop holds the body whole, so an idempotent request is
 		// replayable. A stale keep-alive connection (reused) is not the
 		// backend's fault.

@@ -451,7 +451,7 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
 	r = append(r, "\r\n"...)
 	r = append(r, b[h.N:ex.total]...)
 	ex.req = r
-	ex.attempts = 0
+	ex.attempts, ex.stale = 0, 0
 	// Selective early termination (pipeline/term.go): the loop holds the
 	// body whole and hands upgrades to fasthttp, so only the class and
 	// the method decide. Armed at each dispatch (bind).

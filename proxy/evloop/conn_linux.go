@@ -65,6 +65,7 @@ type exch struct {
 	upstrm    time.Duration // dispatch to response head (access log)
 	outBytes  int64         // response body bytes passed to the client (access log)
 	attempts  int           // attempts to relay so far, the current one included (pipeline.TryAgain)
+	stale     int           // of which on reused connections found closed (pipeline.MaxStaleRetries)
 	deadline  int64
 	activeIdx int
 	// Selective early termination (pipeline/term.go): termCl is the

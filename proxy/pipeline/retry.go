@@ -29,6 +29,16 @@ const (
 // included), whatever their failures were: one budget for both engines.
 const MaxAttempts = 3
 
+// MaxStaleRetries bounds, per request, the retries that do not count as
+// attempts: a reused keep-alive connection found closed before any of
+// the response came (the backend closed it idle, or restarted, or an h2
+// stream reset closed it: not a failure of the backend's), replayable
+// requests only. Without it, a backend restarted under load fails
+// requests that were never in flight there: least-loaded picks it again
+// (its failed exchanges leave it the least loaded) and each stale
+// connection of its pool spends an attempt.
+const MaxStaleRetries = 16
+
 // TryAgain is the one retry policy of both front ends (in the shape of
 // Caddy's reverse proxy TryAgain): after a failed attempt of kind f, the
 // attempts-th for this request, it tells whether to send the request to a
