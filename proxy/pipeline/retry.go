@@ -27,6 +27,8 @@ const (
 
 // MaxAttempts bounds the attempts to relay one request (the first
 // included), whatever their failures were: one budget for both engines.
+// A reused connection found closed before any response does not count
+// (MaxStaleRetries).
 const MaxAttempts = 3
 
 // MaxStaleRetries bounds, per request, the retries that do not count as
