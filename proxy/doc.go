@@ -931,9 +931,12 @@
 // sent; an idempotent request whose connection broke before any response
 // is retried too, like nginx's default proxy_next_upstream error; both
 // engines ask the one retry policy, pipeline.TryAgain in retry.go, with one budget
-// of pipeline.MaxAttempts attempts per request; fasthttp's HostClient also retries
-// a stale keep-alive connection once on the same backend by itself, which
-// that budget does not see), response timeout 504, other backend failures 502, backend
+// of pipeline.MaxAttempts attempts per request; a reused keep-alive
+// connection found closed before any response is not an attempt, up to
+// pipeline.MaxStaleRetries, as Go's http.Transport retries a connection
+// the server closed idle (the loops count these themselves; fasthttp's
+// HostClient retries them on the same backend by itself, which the budget
+// does not see), response timeout 504, other backend failures 502, backend
 // connection cap 503 + Retry-After, no healthy backend 503 (the prebuilt
 // rejection), admission rejection 503 or 429 + Retry-After, malformed 400,
 // head too large 431, body too large 413, slow head 408, unknown Host 404,
