@@ -60,19 +60,27 @@ func (l *eventLoop) accept() {
 			l.sys.Close(fd)
 			continue
 		}
-		c := &cconn{fd: fd, peer: sockaddrAddr(sa), lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP}
-		if err := l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, c.events, int32(fd)); err != nil {
-			l.sys.Close(fd)
-			continue
-		}
-		l.ff.conns.Add(1)
-		for fd >= len(l.cl) {
-			l.cl = append(l.cl, make([]*cconn, len(l.cl)+64)...)
-		}
-		l.cl[fd] = c
-		c.idx = len(l.clients)
-		l.clients = append(l.clients, c)
+		l.addClient(&cconn{fd: fd, peer: sockaddrAddr(sa), lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP})
 	}
+}
+
+// addClient registers a new client connection with the loop (epoll, the
+// fd table, the client list, the front's count); false, with the fd
+// closed, when epoll refuses it. Accept and Adopt (TLS) both use it.
+func (l *eventLoop) addClient(c *cconn) bool {
+	fd := c.fd
+	if err := l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, c.events, int32(fd)); err != nil {
+		l.sys.Close(fd)
+		return false
+	}
+	l.ff.conns.Add(1)
+	for fd >= len(l.cl) {
+		l.cl = append(l.cl, make([]*cconn, len(l.cl)+64)...)
+	}
+	l.cl[fd] = c
+	c.idx = len(l.clients)
+	l.clients = append(l.clients, c)
+	return true
 }
 
 var tooManyConns = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 30\r\nConnection: close\r\n\r\nsentry: too many connections\r\n")

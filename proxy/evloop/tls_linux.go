@@ -90,17 +90,9 @@ func (l *eventLoop) adopt(a adoption) {
 	}
 	c := &cconn{fd: fd, peer: a.peer, lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP,
 		tls: &tlsConn{st: a.st, cs: a.cs}}
-	if err := l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, c.events, int32(fd)); err != nil {
-		l.sys.Close(fd)
+	if !l.addClient(c) {
 		return
 	}
-	l.ff.conns.Add(1)
-	for fd >= len(l.cl) {
-		l.cl = append(l.cl, make([]*cconn, len(l.cl)+64)...)
-	}
-	l.cl[fd] = c
-	c.idx = len(l.clients)
-	l.clients = append(l.clients, c)
 	if l.drainSeen {
 		// Queued just as the drain started (Adopt checked before it):
 		// treated as startDrain treats an idle connection.
