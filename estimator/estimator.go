@@ -89,8 +89,9 @@ type entry struct {
 	class int32
 	live  bool
 	ref   bool // CLOCK reference bit
-	// st is the key's decayed mean of winsorised samples, its mean held
-	// to its ceiling once the key is no longer young (see doc.go,
+	// st is the key's decayed mean of its samples as counted (winsorised
+	// while young), its mean held to its ceiling once the key is no longer
+	// young (see doc.go,
 	// Outliers).
 	st dstat
 	// ceil is the highest st.mean may reach as of ceilAt (see ceiling).
@@ -349,30 +350,33 @@ func (e *Estimator) observe(class int, key []byte, o *obs, now int64) {
 		if i >= 0 {
 			en := &sh.mu.ents[i]
 			if o.fallback && en.st.w > 0 {
-				// Winsorise the measured time against what was expected,
-				// Q + Ŝ(key), before it is split into S and Q samples. Q has
-				// no rise limit, so this clamp ignores σ (which outliers
-				// inflate): it is Q's only bound.
-				if m := winsorise(o.measured, o.q+en.st.mean); m < o.measured {
-					o.measured, o.s = m, max(0, m-o.q)
-				}
-				sh.mu.qFb.add(max(0, o.measured-en.st.mean))
+				// The fallback queueing sample is the measured time
+				// winsorised against what was expected, Q + Ŝ(key), less
+				// Ŝ(key): Q has no rise limit, so this clamp is its only
+				// bound. The S sample is not clamped here: a grown-up
+				// key's ceiling bounds it, and a heavy tail must reach S
+				// (see "Outliers" in doc.go).
+				m := winsorise(o.measured, o.q+en.st.mean)
+				sh.mu.qFb.add(max(0, m-en.st.mean))
 			}
 			if en.st.w > 0 {
-				// The mean is held to its ceiling (see ceiling). A young
-				// key may also rise freely up to what a new key's sample
-				// counts for in its class (Rho·prior + Floor; unbounded
-				// while the class is young too), and its clamp leaves the
-				// σ term out, so that the outliers it let in cannot widen
-				// it sample by sample: growth is then at most the ratio
-				// of weights (see YoungSamples).
+				// A grown-up key's sample counts as it is, and its mean
+				// is held to its ceiling (see ceiling): the rise limit,
+				// not a clamp on each sample, is what bounds an attack,
+				// and a clamp would keep a heavy tail out of the mean
+				// (see "Outliers" in doc.go). A young key may also rise
+				// freely up to what a new key's sample counts for in its
+				// class (Rho·prior + Floor; unbounded while the class is
+				// young too), and each of its samples is winsorised at
+				// Rho·mean + Floor: growth is then at most the ratio of
+				// weights (see YoungSamples).
 				lim := ceiling(en.ceil, en.ceilAt, &en.st, now, sn.invHalf)
-				clamp := en.st.clampS()
+				x := o.s
 				if young(float64(en.n), en.first, now) {
 					lim = max(lim, priorCap)
-					clamp = winsorise(o.s, en.st.mean)
+					x = winsorise(x, en.st.mean)
 				}
-				cx = en.st.addUpTo(min(o.s, clamp), now, sn.invHalf, lim)
+				cx = en.st.addUpTo(x, now, sn.invHalf, lim)
 				// The ceiling in force, or with no cap in force (a young
 				// key of a young class) mean + headroom.
 				en.ceil = min(lim, max(en.st.mean+en.st.headroom(), en.ceil))
@@ -566,7 +570,7 @@ func (e *Estimator) ClassMean(class int) time.Duration {
 }
 
 // ClassStats returns class's confirmed mean S (the prior of its unseen
-// keys: the decayed mean of winsorised samples, risen no faster than the
+// keys: the decayed mean of samples as counted, risen no faster than the
 // rise limit; see doc.go, Outliers), the standard deviation of those
 // samples (the G/G/1 model's σ_b) and their decayed weight, as of the last
 // refresh.
@@ -587,7 +591,7 @@ func (e *Estimator) ClassStats(class int) (mean, stddev time.Duration, weight fl
 // KeyStats is one key's learned service time.
 type KeyStats struct {
 	// Mean is what Estimate returns for the key: the decayed mean of its
-	// winsorised samples, risen no faster than the rise limit (doc.go,
+	// samples as counted, risen no faster than the rise limit (doc.go,
 	// Outliers). StdDev is of those samples.
 	Mean, StdDev time.Duration
 	// Weight is the decayed number of samples as of the last one.

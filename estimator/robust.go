@@ -9,14 +9,12 @@ import (
 // they bound what any one client can do, and the bounds are written in
 // terms of the half-life, which is a setting.
 const (
-	// Rho bounds a sample's weight: once a key has a mean m, a sample
-	// counts as at most Rho·m + Floor (winsorising). With Rho = 2 one sample
-	// moves a mean of decayed weight w up by at most a factor 1 + 1/(w+1)
-	// (plus Floor/(w+1)).
+	// Rho bounds a sample's weight where no ceiling does: a young key's
+	// S sample, and the fallback queueing sample, count as at most
+	// Rho·m + Floor against their level m (winsorising). With Rho = 2 one
+	// sample moves a mean of decayed weight w up by at most a factor
+	// 1 + 1/(w+1) (plus Floor/(w+1)).
 	Rho = 2.0
-	// K: a sample within K standard deviations of a key's mean is never
-	// clamped (see clampS).
-	K = 3.0
 	// Floor lets a zero or tiny estimate move at all: it is added to every
 	// clamp and to the rise limit.
 	Floor = time.Millisecond
@@ -45,15 +43,6 @@ const floorNs = float64(Floor)
 
 // winsorise clamps sample x against a level m ≥ 0: min(x, Rho·m + Floor).
 func winsorise(x, m float64) float64 { return min(x, Rho*m+floorNs) }
-
-// clampS is the most a new S sample counts for against d:
-// mean + max((Rho−1)·mean, K·σ) + Floor. The σ term keeps a noisy key's
-// legitimate upper tail (a 5 ms key whose samples spread over 0–11 ms);
-// outliers can inflate σ, which is why the rise limit, not this clamp,
-// is what bounds an attack.
-func (d *dstat) clampS() float64 {
-	return d.mean + max((Rho-1)*d.mean, K*math.Sqrt(d.variance())) + floorNs
-}
 
 // riseLimit is the highest a confirmed level (a key's base, a class's
 // prior) may reach dt after it was level: (level + Floor)·4^(dt/H) − Floor,
