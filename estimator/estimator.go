@@ -91,8 +91,7 @@ type entry struct {
 	ref   bool // CLOCK reference bit
 	// st is the key's decayed mean of its samples as counted (winsorised
 	// while young), its mean held to its ceiling once the key is no longer
-	// young (see doc.go,
-	// Outliers).
+	// young (see doc.go, Outliers).
 	st dstat
 	// ceil is the highest st.mean may reach as of ceilAt (see ceiling).
 	ceil   float64
