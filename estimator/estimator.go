@@ -352,28 +352,28 @@ func (e *Estimator) observe(class int, key []byte, o *obs, now int64) {
 				// The fallback queueing sample is the measured time
 				// winsorised against what was expected, Q + Ŝ(key), less
 				// Ŝ(key): Q has no rise limit, so this clamp is its only
-				// bound. The S sample is not clamped here: a grown-up
-				// key's ceiling bounds it, and a heavy tail must reach S
-				// (see "Outliers" in doc.go).
+				// bound. The S sample is clamped below as a reported one
+				// is, not here: a heavy tail must reach S (see
+				// "Outliers" in doc.go).
 				m := winsorise(o.measured, o.q+en.st.mean)
 				sh.mu.qFb.add(max(0, m-en.st.mean))
 			}
 			if en.st.w > 0 {
-				// A grown-up key's sample counts as it is, and its mean
-				// is held to its ceiling (see ceiling): the rise limit,
-				// not a clamp on each sample, is what bounds an attack,
-				// and a clamp would keep a heavy tail out of the mean
-				// (see "Outliers" in doc.go). A young key may also rise
+				// A grown-up key's sample counts as at most Tail·mean +
+				// Floor, loose enough for a heavy tail's real cost, and
+				// its mean is held to its ceiling (see ceiling), which
+				// bounds the pace of any rise (see "Outliers" in doc.go).
+				// A young key may also rise
 				// freely up to what a new key's sample counts for in its
 				// class (Rho·prior + Floor; unbounded while the class is
 				// young too), and each of its samples is winsorised at
 				// Rho·mean + Floor: growth is then at most the ratio of
 				// weights (see YoungSamples).
 				lim := ceiling(en.ceil, en.ceilAt, &en.st, now, sn.invHalf)
-				x := o.s
+				x := tailClamp(o.s, en.st.mean)
 				if young(float64(en.n), en.first, now) {
 					lim = max(lim, priorCap)
-					x = winsorise(x, en.st.mean)
+					x = winsorise(o.s, en.st.mean)
 				}
 				cx = en.st.addUpTo(x, now, sn.invHalf, lim)
 				// The ceiling in force, or with no cap in force (a young

@@ -15,6 +15,15 @@ const (
 	// sample moves a mean of decayed weight w up by at most a factor
 	// 1 + 1/(w+1) (plus Floor/(w+1)).
 	Rho = 2.0
+	// Tail bounds a grown-up key's sample: it counts as at most
+	// Tail·m + Floor against the key's mean m. A sustained share s of
+	// requests costing c·m is then learned in full when s·Tail ≥ 1 (2% and
+	// more: a heavy tail is the key's real cost), and otherwise moves the
+	// mean to at most about m/(1 − s·Tail) (1%: 2×; 0.1%: 1.05×) however
+	// long it lasts. Issue 14's sweep URL (5 ms, 2% at 500 ms) is learned;
+	// a trickle of 12 s outliers among 10 ms requests is not (doc.go,
+	// Outliers).
+	Tail = 50.0
 	// Floor lets a zero or tiny estimate move at all: it is added to every
 	// clamp and to the rise limit.
 	Floor = time.Millisecond
@@ -25,7 +34,7 @@ const (
 	// Rho·prior + Floor of an established class (so a new key whose first
 	// samples came in low, fallback S = measured − Q can be 0, catches up
 	// with its class at once), and to nothing but winsorising at
-	// Rho·mean + Floor (no σ term) while its class is young too; a young
+	// Rho·mean + Floor while its class is young too; a young
 	// prior is not held at all. YoungTime exists for cold starts: the
 	// first completions are the shortest of everything dispatched
 	// together (step10x: a key of mean 80 ms began with samples of
@@ -44,11 +53,16 @@ const floorNs = float64(Floor)
 // winsorise clamps sample x against a level m ≥ 0: min(x, Rho·m + Floor).
 func winsorise(x, m float64) float64 { return min(x, Rho*m+floorNs) }
 
+// tailClamp clamps a grown-up key's sample x against its mean m ≥ 0:
+// min(x, Tail·m + Floor).
+func tailClamp(x, m float64) float64 { return min(x, Tail*m+floorNs) }
+
 // riseLimit is the highest a confirmed level (a key's base, a class's
 // prior) may reach dt after it was level: (level + Floor)·4^(dt/H) − Floor,
 // with invHalf = 1/H in 1/ns. That is, level + Floor may double every half
-// of a half-life (15 s by default): fast enough that the winsorised mean,
-// not this limit, is what slows the learning of a real rise (see doc.go),
+// of a half-life (15 s by default): twice the pace at which a decayed
+// mean closes a gap, so a real rise is learned about as fast as the
+// half-life allows (see doc.go),
 // slow enough that a burst of outliers lasting a few seconds moves a level
 // by a few percent. dt counts up to half a half-life: the time between
 // samples is what accrues, so after any idle period a burst can at most

@@ -485,3 +485,52 @@ func TestHeavyTailLearned(t *testing.T) {
 		})
 	}
 }
+
+// TestSustainedOutliersBounded pins Tail, found in review of the change
+// that let heavy tails in: with no per-sample bound on a grown-up key, a
+// steady 1% of 12 s samples among 10 ms ones took the key to 130 ms in
+// 5 min, and 1 per second of 1 h samples to 35 s; the rise limit bounds
+// only the pace. A sample now counts as at most Tail·m + Floor, so a
+// share s below 1/Tail moves the mean to about m/(1 − s·Tail) at most
+// however long it lasts (1%: 2×), while a share of 2% and more is learned
+// as the key's cost (TestHeavyTailLearned).
+func TestSustainedOutliersBounded(t *testing.T) {
+	for _, measured := range []bool{false, true} {
+		for _, out := range []time.Duration{12 * time.Second, time.Hour} {
+			t.Run(fmt.Sprintf("measured=%v/out=%v", measured, out), func(t *testing.T) {
+				c := newClock()
+				e := mustNew(t, Config{})
+				key := []byte("/search")
+				obs := func(d time.Duration) {
+					if measured {
+						e.ObserveMeasured(0, key, d, c.now())
+					} else {
+						e.Observe(0, key, d, -1, c.now())
+					}
+				}
+				for range 20 {
+					obs(10 * time.Millisecond)
+					c.advance(100 * time.Millisecond)
+				}
+				// 5 minutes at 100 requests/s, one of every 100 an outlier.
+				for i := range 30000 {
+					if i%100 == 99 {
+						obs(out)
+					} else {
+						obs(10 * time.Millisecond)
+					}
+					c.advance(10 * time.Millisecond)
+				}
+				e.Refresh(c.now())
+				got, _ := e.Estimate(0, key)
+				prior := e.ClassMean(0)
+				t.Logf("after 5 min of a 1%% share of %v: key %v, class prior %v", out, got, prior)
+				for _, s := range []time.Duration{got, prior} {
+					if s > 22*time.Millisecond {
+						t.Errorf("estimate %v after 5 min of a 1%% share of %v outliers, want at most 22ms (2.2×)", s, out)
+					}
+				}
+			})
+		}
+	}
+}
