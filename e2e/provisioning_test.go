@@ -58,14 +58,14 @@ func checkAutoscale(t *testing.T, res *scenario.AutoscaleResult) {
 }
 
 // TestAutoscaleClosedLoop is the short closed loop (scenario.ShortAutoscale,
-// about 100 s): one server at 1×, a 3× step, a stand-in autoscaler on
+// about 115 s): one server at 1×, a 3× step, a stand-in autoscaler on
 // sentry's /metrics that adds servers to the DNS name sentry follows after
 // 5 s and removes one per 5 s. The p95 bound is generous (a tenth of the
 // judged seconds may miss, for a machine shared with other work); the
 // long run (TestAutoscaleClosedLoopLong) holds the targets themselves.
 func TestAutoscaleClosedLoop(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs a closed loop for about 100 s")
+		t.Skip("runs a closed loop for about 115 s")
 	}
 	needLoopbackRange(t)
 	c := scenario.ShortAutoscale()

@@ -784,14 +784,19 @@ func fmtFloat(v float64) string {
 
 // ShortAutoscale is the lighter, shorter closed loop the e2e test runs
 // in CI: one server at 1× (55 req/s) and at most four, 10 s at 1×, 25 s at
-// 3×, 60 s at 1×, a 5 s provisioning delay, a 1 s poll and one scale-down
-// per 5 s (about 100 s). sentry's own time constants are unchanged (see
-// AutoscaleConfig), so most of the 60 s is sentry's servers-needed coming
-// down after the fall.
+// 3×, 75 s at 1×, a 5 s provisioning delay, a 1 s poll and one scale-down
+// per 5 s (about 115 s). sentry's own time constants are unchanged (see
+// AutoscaleConfig), so most of the 75 s is sentry's servers-needed coming
+// down after the fall: the predicted rate falls from about 150/s to under
+// λ_in (about 68/s for this farm's exponential 40 ms) some 55 s after it.
+// Decision: 75 s, not 60 s. With 60 s the last scale-down came at 94 s of
+// 95 once the estimator stopped clamping samples at m + max(m, 3σ): that
+// clamp had held the estimate of an exponential 40 ms near 37 ms, so λ_in
+// was near 80/s and the prediction crossed it 15 s sooner.
 func ShortAutoscale() AutoscaleConfig {
 	return AutoscaleConfig{
 		Base: 1, Max: 4, Rate: 55,
-		Before: 10 * time.Second, High: 25 * time.Second, After: 60 * time.Second,
+		Before: 10 * time.Second, High: 25 * time.Second, After: 75 * time.Second,
 		Delay: 5 * time.Second, Poll: time.Second, DownPeriod: 5 * time.Second, Stabilization: 5 * time.Second,
 	}
 }
