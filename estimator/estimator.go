@@ -363,12 +363,11 @@ func (e *Estimator) observe(class int, key []byte, o *obs, now int64) {
 				// Floor, loose enough for a heavy tail's real cost, and
 				// its mean is held to its ceiling (see ceiling), which
 				// bounds the pace of any rise (see "Outliers" in doc.go).
-				// A young key may also rise
-				// freely up to what a new key's sample counts for in its
-				// class (Rho·prior + Floor; unbounded while the class is
-				// young too), and each of its samples is winsorised at
-				// Rho·mean + Floor: growth is then at most the ratio of
-				// weights (see YoungSamples).
+				// A young key may also rise freely up to what a new key's
+				// sample counts for in its class (Rho·prior + Floor;
+				// unbounded while the class is young too), and each of
+				// its samples is winsorised at Rho·mean + Floor: growth is
+				// then at most the ratio of weights (see YoungSamples).
 				lim := ceiling(en.ceil, en.ceilAt, &en.st, now, sn.invHalf)
 				x := tailClamp(o.s, en.st.mean)
 				if young(float64(en.n), en.first, now) {

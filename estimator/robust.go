@@ -9,8 +9,8 @@ import (
 // they bound what any one client can do, and the bounds are written in
 // terms of the half-life, which is a setting.
 const (
-	// Rho bounds a sample's weight where no ceiling does: a young key's
-	// S sample, and the fallback queueing sample, count as at most
+	// Rho bounds a sample's weight where no ceiling holds it: a young
+	// key's S sample, and the fallback queueing sample, count as at most
 	// Rho·m + Floor against their level m (winsorising). With Rho = 2 one
 	// sample moves a mean of decayed weight w up by at most a factor
 	// 1 + 1/(w+1) (plus Floor/(w+1)).

@@ -437,7 +437,10 @@ func TestColdStartBatch(t *testing.T) {
 // clamp once counted a sample as at most m + max(m, 3σ) + Floor with σ
 // taken from the clamped samples, so the 500 ms tail never widened σ and
 // the estimate settled at 5.1 ms against a true mean of 14.9 ms: batch
-// admission let in three times what the farm could serve.
+// admission let in three times what the farm could serve. Now it is
+// within 12% from the first minute on (8% reported, 10% measured); on the
+// way, 8.4 ms after 10 s and 12.7 ms after 30 s, the ceiling's rise limit
+// and then the decayed mean's half-life setting the pace.
 func TestHeavyTailLearned(t *testing.T) {
 	const (
 		light, heavy = 5 * time.Millisecond, 500 * time.Millisecond
