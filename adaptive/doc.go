@@ -107,8 +107,9 @@
 //   - What the class completes, for the cut and the hold below, is the
 //     larger of its completion rate since its last run and over its last
 //     four Ticks (about one Timeout), when these reach further back.
-//     Decision: a farm completes at most its capacity over any window, so
-//     each rate is a lower bound on it and the larger is the closer. A
+//     Decision: a farm completes no more than its capacity, so each rate
+//     is a lower bound on it (up to a short window's noise, below) and
+//     the larger is the closer. A
 //     class runs every NReq (100) completions, about 140 ms at 700 req/s,
 //     and over so short a window a Poisson burst of slow requests
 //     (sert-sweep.yaml: 2% at 500 ms, which hold every slot for a few
@@ -117,7 +118,10 @@
 //     two seconds to climb back, 40–46% of those seconds' arrivals shed
 //     at 1× load, and termination then cut requests at a load it must
 //     leave alone. The longer window alone reads low on a ramp, whose
-//     completions grow. A class that runs on its Timeout (a slow farm,
+//     completions grow. (A short window can also read above the capacity,
+//     a run of light requests: 1,023/s over 140 ms on that farm of about
+//     805. The rule is then what it was before, the short window's, and
+//     the debt still drains the backlog.) A class that runs on its Timeout (a slow farm,
 //     as the capacity shift's 66/s) is measured since that run, as
 //     before; testdata/window.txt pins the rule.
 //   - Cut of a less important class (§3.3, same order: least important
