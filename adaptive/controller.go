@@ -56,12 +56,10 @@ type class struct {
 	allowed float64
 	debt    bool
 	// completed: the class's completions (Observe and Ended); marks: its
-	// count at the last limitMarks Ticks, oldest at next (the farm's
-	// marks, per class): the backlog rules' longer completion window
-	// (doneOver).
+	// count at the last limitMarks Ticks (the farm's marks, per class):
+	// the backlog rules' longer completion window (doneOver).
 	completed uint64
-	marks     [limitMarks]doneMark
-	next      int
+	marks     doneMarks
 
 	admitted, rejected atomic.Uint64
 }
@@ -93,19 +91,38 @@ type Controller struct {
 	// above it. 0: none. Tick sets it.
 	limit atomic.Int64
 	// marks: the completion count at the last limitMarks Ticks (guarded
-	// by mu), the completion rate the limit is measured on; next is the
-	// oldest.
-	marks [limitMarks]doneMark
-	next  int
+	// by mu), the completion rate the limit is measured on.
+	marks doneMarks
 	// hungry: the most important class the limit refused since the last
 	// Tick ([0]) and in the Tick period before ([1]); MaxClasses: none.
 	hungry [2]atomic.Int32
 }
 
-// doneMark is the farm's completion count at a Tick.
+// doneMark is a completion count (the farm's or a class's) at a Tick.
 type doneMark struct {
 	at   int64 // unix ns; 0: none yet
 	done uint64
+}
+
+// doneMarks is a ring of the last limitMarks marks; m[next] is the oldest.
+type doneMarks struct {
+	m    [limitMarks]doneMark
+	next int
+}
+
+// push records m and returns the oldest mark it replaced.
+func (r *doneMarks) push(m doneMark) doneMark {
+	old := r.m[r.next]
+	r.m[r.next] = m
+	r.next = (r.next + 1) % limitMarks
+	return old
+}
+
+// reset makes every mark m: a measurement that starts now.
+func (r *doneMarks) reset(m doneMark) {
+	for i := range r.m {
+		r.m[i] = m
+	}
 }
 
 var _ admission.Admitter = (*Controller)(nil)
@@ -261,8 +278,7 @@ func (c *Controller) Tick(now time.Time) {
 	// After the runs: a run at this Tick measures over the four Ticks
 	// before it (doneOver).
 	for _, cl := range c.classes {
-		cl.marks[cl.next] = doneMark{at: ns, done: cl.completed}
-		cl.next = (cl.next + 1) % limitMarks
+		cl.marks.push(doneMark{at: ns, done: cl.completed})
 	}
 }
 
@@ -664,9 +680,7 @@ const (
 // Called with c.mu held.
 func (c *Controller) setLimit(now int64) {
 	c.hungry[1].Store(c.hungry[0].Swap(MaxClasses))
-	old := c.marks[c.next]
-	c.marks[c.next] = doneMark{at: now, done: c.done}
-	c.next = (c.next + 1) % limitMarks
+	old := c.marks.push(doneMark{at: now, done: c.done})
 	if !c.cfg.InFlightLimit || old.at == 0 || now-old.at < int64(limitWindowMin) {
 		return
 	}
@@ -695,9 +709,7 @@ func (c *Controller) SetInFlight(n int64, done float64) {
 	now := c.cfg.Now().UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i := range c.marks {
-		c.marks[i] = doneMark{at: now, done: c.done}
-	}
+	c.marks.reset(doneMark{at: now, done: c.done})
 	if done > 0 { // false for NaN
 		c.limit.Store(max(InFlightMin, int64(math.Ceil(InFlightShare(c.cfg.Percentile)*done*c.minTarget()/1e9))))
 	}
@@ -776,12 +788,12 @@ func (c *Controller) measured(cl *class, now int64) (offered, admitted, done flo
 // the capacity shift's 66/s) is measured since that run, as before.
 func (c *Controller) doneOver(cl *class, now int64, short float64) float64 {
 	var old doneMark
-	for _, m := range cl.marks {
+	for _, m := range cl.marks.m {
 		if m.at > 0 && now-m.at <= int64(c.cfg.Timeout) && (old.at == 0 || m.at < old.at) {
 			old = m
 		}
 	}
-	if old.at == 0 || now-old.at < int64(limitWindowMin) || now-old.at <= now-cl.lastRun || cl.completed < old.done {
+	if old.at == 0 || now-old.at < int64(limitWindowMin) || now-old.at <= now-cl.lastRun {
 		return short
 	}
 	return max(short, float64(cl.completed-old.done)/(float64(now-old.at)/1e9))
@@ -903,9 +915,7 @@ func (c *Controller) Seed(i int, rate float64, hold time.Duration) {
 	cl.seenAt = cl.admAt + cl.rejected.Load()
 	cl.farmAdmAt, cl.farmDoneAt = adm, c.done
 	cl.holdUntil, cl.drainUntil = now+int64(max(hold, 0)), 0
-	for k := range cl.marks { // this controller's completions of the class start now
-		cl.marks[k] = doneMark{at: now, done: cl.completed}
-	}
+	cl.marks.reset(doneMark{at: now, done: cl.completed}) // this controller's completions of the class start now
 	c.setRate(cl, rate, false)
 }
 
