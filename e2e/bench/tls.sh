@@ -18,6 +18,9 @@
 #             "sentry-base" runs SENTRY_BASE_BIN, e.g. a build of an earlier
 #             commit, for a same-run comparison of two sentry builds)
 #   PATHS     paths to run               (default "h2 h1")
+#   ROUNDS    rounds of every peer and path (default 1); round r starts the
+#             peer list at its r-th peer (rotation), so each peer runs first
+#             equally often, and the table adds the median ratio over rounds
 #   SENTRY_BASE_BIN  the sentry binary sentry-base runs (default: this
 #             build, when SENTRY_BASE_ENV is set)
 #   SENTRY_BASE_ENV  environment for sentry-base, e.g. SENTRY_TLSLOOP=0: the
@@ -39,6 +42,7 @@ THREADS=${THREADS:-2}
 STREAMS=${STREAMS:-10}
 PEERS=${PEERS:-"nginx haproxy sentry"}
 PATHS=${PATHS:-"h2 h1"}
+ROUNDS=${ROUNDS:-1}
 OUT=${OUT:-$ROOT/e2e/bench/out-tls}
 WARMUP=1
 READY_WAIT=10
@@ -48,12 +52,12 @@ while [ $# -gt 0 ]; do
 	--quick) DURATION=3 ;;
 	--out) OUT=$2; shift ;;
 	--out=*) OUT=${1#--out=} ;;
-	-h | --help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "tls.sh: unknown argument: $1 (try --help)" >&2; exit 2 ;;
 	esac
 	shift
 done
-for v in DURATION CONNS THREADS STREAMS; do
+for v in DURATION CONNS THREADS STREAMS ROUNDS; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "tls.sh: $v must be a positive integer, got '${!v}'" >&2; exit 2; }
 done
 for p in $PEERS; do
@@ -221,7 +225,8 @@ EOF
 }
 
 # ---------------------------------------------------------------- load
-RESULTS=() # "peer|path|rps|p50ms|p99ms|bad|requests|cpu"
+RESULTS=() # "round|peer|path|rps|p50ms|p99ms|bad|requests|cpu"
+ROUND=1
 WARNINGS=()
 to_ms() {
 	awk -v v="$1" 'BEGIN { n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
@@ -242,7 +247,7 @@ run_load() {
 bench() {
 	local peer=$1 path=$2 port=$3 sid=$4 out t0 t1 cpu rps p50 p99 bad errs reqs url
 	url="https://$HOST:$port/"
-	out="$TMP/load-$peer-$path.txt"
+	out="$TMP/load-$peer-$path-r$ROUND.txt"
 	if [ "$path" = h2 ]; then
 		# h2load's own warm-up: connections and handshakes first, then
 		# DURATION seconds counted (CPU is measured over both).
@@ -276,20 +281,25 @@ bench() {
 		bad=$((${bad:-0} + ${errs:-0}))
 	fi
 	[ -n "$rps" ] && [ -n "$p99" ] && [ -n "$reqs" ] || { cat "$out" >&2; die "could not parse the $path output for $peer"; }
-	cp "$out" "$OUT/load-$peer-$path.txt"
-	[ "${bad:-0}" = 0 ] || WARNINGS+=("$peer $path: $bad of $reqs requests failed or were not 2xx (see $OUT/load-$peer-$path.txt)")
+	cp "$out" "$OUT/load-$peer-$path-r$ROUND.txt"
+	[ "${bad:-0}" = 0 ] || WARNINGS+=("round $ROUND, $peer $path: $bad of $reqs requests failed or were not 2xx (see $OUT/load-$peer-$path-r$ROUND.txt)")
 	cpu=$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", d / hz }')
-	RESULTS+=("$peer|$path|$rps|$p50|$p99|${bad:-0}|$reqs|$cpu")
+	RESULTS+=("$ROUND|$peer|$path|$rps|$p50|$p99|${bad:-0}|$reqs|$cpu")
 }
 
 # ---------------------------------------------------------------- run
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-log "output: $OUT; ${DURATION}s per run; $THREADS threads, $CONNS conns, $STREAMS streams; peers: $PEERS; paths: $PATHS"
+log "output: $OUT; ${DURATION}s per run; $THREADS threads, $CONNS conns, $STREAMS streams; peers: $PEERS; paths: $PATHS; rounds: $ROUNDS"
 start backend "$OUT/backend" -listen "$HOST:$BACKEND_PORT"
 BACKEND_PG=$STARTED_PGID
 wait_up backend "$BACKEND_PG" http "$BACKEND_PORT"
 
-for peer in $PEERS; do
+read -r -a PEER_LIST <<<"$PEERS"
+for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+order=()
+for ((i = 0; i < ${#PEER_LIST[@]}; i++)); do order+=("${PEER_LIST[$(((ROUND - 1 + i) % ${#PEER_LIST[@]}))]}"); done
+[ "$ROUNDS" -gt 1 ] && log "round $ROUND of $ROUNDS: ${order[*]}"
+for peer in "${order[@]}"; do
 	case "$peer" in
 	nginx)
 		write_nginx_conf
@@ -319,35 +329,71 @@ for peer in $PEERS; do
 	for path in $PATHS; do bench "$peer" "$path" "${PORT[$peer]}" "$pg"; done
 	stop "$peer" "$pg"
 done
+done
 stop backend "$BACKEND_PG"
 
 # ---------------------------------------------------------------- report
-get() { # get PEER PATH FIELD (2 req/s, 3 p50, 4 p99, 6 requests, 7 CPU s)
+get() { # get ROUND PEER PATH FIELD (3 req/s, 4 p50, 5 p99, 7 requests, 8 CPU s, 9 requests per CPU s)
 	local r
 	for r in "${RESULTS[@]}"; do
 		IFS='|' read -r -a f <<<"$r"
-		if [ "${f[0]}" = "$1" ] && [ "${f[1]}" = "$2" ]; then echo "${f[$3]}"; return; fi
+		if [ "${f[0]}" = "$1" ] && [ "${f[1]}" = "$2" ] && [ "${f[2]}" = "$3" ]; then
+			if [ "$4" = 9 ]; then
+				awk -v n="${f[7]}" -v c="${f[8]}" 'BEGIN { if (c > 0) printf "%.0f", n / c }'
+			else
+				echo "${f[$4]}"
+			fi
+			return
+		fi
 	done
+}
+# median of the numbers given (n/a and empty ones left out)
+median() { printf '%s\n' "$@" | { grep -E '^[0-9.]+$' || true; } | sort -n | awk '{ a[NR] = $1 } END {
+	if (NR == 0) { print "n/a"; exit }
+	if (NR % 2) printf "%.2f", a[(NR + 1) / 2]; else printf "%.2f", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+# ratio_row LABEL FIELD S OTHER: one row of the ratio table, every round
+# (and the median when there are several).
+ratio_row() {
+	local label=$1 fld=$2 s=$3 other=$4 path r line v
+	line="| $label"
+	for path in h2 h1; do
+		local vals=()
+		for ((r = 1; r <= ROUNDS; r++)); do
+			v=$(ratio "$(get "$r" "$s" "$path" "$fld")" "$(get "$r" "$other" "$path" "$fld")")
+			vals+=("$v")
+		done
+		if [ "$ROUNDS" -gt 1 ]; then
+			line="$line | $(median "${vals[@]}") (${vals[*]})"
+		else
+			line="$line | ${vals[0]}"
+		fi
+	done
+	echo "$line |"
 }
 {
 	echo "## TLS termination ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores; h2: h2load -c$CONNS -m$STREAMS -t$THREADS -D$DURATION; h1: wrk -t$THREADS -c$CONNS -d${DURATION}s)"
 	echo
-	echo "| peer | path | req/s | p50 ms | p99 ms | failed | proxy CPU s | req per CPU s |"
-	echo "|---|---|---:|---:|---:|---:|---:|---:|"
+	echo "| round | peer | path | req/s | p50 ms | p99 ms | failed | proxy CPU s | req per CPU s |"
+	echo "|---|---|---|---:|---:|---:|---:|---:|---:|"
 	for r in "${RESULTS[@]}"; do
-		IFS='|' read -r peer path rps p50 p99 bad reqs cpu <<<"$r"
-		printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$peer" "$path" "$rps" "$p50" "$p99" "$bad" "$cpu" \
+		IFS='|' read -r round peer path rps p50 p99 bad reqs cpu <<<"$r"
+		printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$round" "$peer" "$path" "$rps" "$p50" "$p99" "$bad" "$cpu" \
 			"$(awk -v n="$reqs" -v c="$cpu" 'BEGIN { if (c > 0) printf "%.0f", n / c; else print "n/a" }')"
 	done
 	echo
-	echo "| ratio | h2 | h1 |"
+	if [ "$ROUNDS" -gt 1 ]; then
+		echo "| ratio: median (each round) | h2 | h1 |"
+	else
+		echo "| ratio | h2 | h1 |"
+	fi
 	echo "|---|---:|---:|"
 	for s in sentry sentry-base; do
 		for other in nginx haproxy sentry; do
 			[ "$s" = "$other" ] && continue
-			[ -n "$(get "$s" h2 2)$(get "$s" h1 2)" ] && [ -n "$(get "$other" h2 2)$(get "$other" h1 2)" ] || continue
-			echo "| req/s $s/$other | $(ratio "$(get "$s" h2 2)" "$(get "$other" h2 2)") | $(ratio "$(get "$s" h1 2)" "$(get "$other" h1 2)") |"
-			echo "| p99 $s/$other (lower is better) | $(ratio "$(get "$s" h2 4)" "$(get "$other" h2 4)") | $(ratio "$(get "$s" h1 4)" "$(get "$other" h1 4)") |"
+			[ -n "$(get 1 "$s" h2 3)$(get 1 "$s" h1 3)" ] && [ -n "$(get 1 "$other" h2 3)$(get 1 "$other" h1 3)" ] || continue
+			ratio_row "req/s $s/$other" 3 "$s" "$other"
+			ratio_row "p99 $s/$other (lower is better)" 5 "$s" "$other"
+			ratio_row "req per CPU s $s/$other" 9 "$s" "$other"
 		done
 	done
 	if [ ${#WARNINGS[@]} -gt 0 ]; then
