@@ -895,9 +895,16 @@
 //     such a response, never reused. A body buffered whole was read to
 //     its end, so the connection stays, as on the loops.
 //
-// HTTP/2 limits: server.max_conns caps TLS connections in their handshake
-// or serving h2 (refused at accept, counted as too_many_conns), separately
-// from the HTTP/1.1 connections fasthttp counts; each h2 stream gets
+// HTTP/2 limits: server.max_conns is one cap on a listener's connections,
+// whoever holds them: the tlsListener's (in the TLS handshake, sniffed
+// for h2c, or serving h2), fasthttp's and the loops'
+// (frontend.heldElsewhere, evloop.Front.Conns). A TLS or h2c listener
+// refuses at accept, before any handshake work, counted as
+// too_many_conns; the loops check again when they accept or adopt (the
+// plain 503, or the sealed one for a connection adopted while the count
+// moved). TestConnCapShared and TestH2CConnCapShared pin it (with a cap
+// per holder, as before, a TLS listener could hold twice the cap). Each
+// h2 stream gets
 // server.body_timeout to read its body (buffered as on HTTP/1.1; no
 // body_min_rate, flow control is the h2 server's). An app's max_body_bytes is
 // applied before an h2 body is read, as on HTTP/1.1: a content-length over

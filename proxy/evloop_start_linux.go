@@ -51,7 +51,19 @@ func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
 		return ln, false
 	}
 	fe.fast = ff
+	fe.loops.Store(ff)
 	return ff.Handed, true
+}
+
+// plainOthers is a plain listener's client connections its loops do not
+// hold (server.max_conns counts them with the loops'): fasthttp's, and
+// with h2c those being sniffed or served over h2.
+func (fe *frontend) plainOthers() int {
+	n := int(fe.srv.GetOpenConnectionsCount())
+	if l := fe.sniffer.Load(); l != nil {
+		n += l.liveCount()
+	}
+	return n
 }
 
 // loopSettings is the loops' view of fe, with loopConfig's calls back into
@@ -63,7 +75,7 @@ func (fe *frontend) loopSettings(ln net.Listener, lfd int) evloop.Config {
 		Routes: &fe.route, IDs: p.ids, Log: p.log,
 		MaxHeader: sv.MaxHeaderBytes, MaxConns: sv.MaxConns, Idle: sv.IdleTimeout, Write: sv.WriteTimeout, Header: sv.ReadHeaderTimeout,
 		Linger: lingerTimeout, IdleGrace: idleGrace, Handoff: handoffQueue,
-		OtherConns:   func() int { return int(fe.srv.GetOpenConnectionsCount()) },
+		OtherConns:   fe.plainOthers,
 		BackendConns: func(u *pipeline.Upstream) int { return hostClient(u).ConnsCount() },
 		TooManyConns: func() { p.metrics.clientErrors.WithLabelValues(fe.addr, "too_many_conns").Inc() },
 		Access:       p.accessEntry,

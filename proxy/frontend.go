@@ -35,6 +35,11 @@ type frontend struct {
 	// connections already up keep theirs (tlsconf.go).
 	cert atomic.Pointer[tls.Certificate]
 	fast *evloop.Front // event loops (plain HTTP on Linux); nil if fasthttp serves alone
+	// loops and sniffer are fast and h2c for counting connections
+	// (otherConns): the accept loops read them while the listener is
+	// being set up, so they are published atomically.
+	loops   atomic.Pointer[evloop.Front]
+	sniffer atomic.Pointer[tlsListener]
 	// h2 streams: server.body_timeout for reading a request body and
 	// server.write_timeout (0 = none) for writing the response.
 	bodyTimeout, writeTimeout time.Duration
@@ -151,6 +156,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 			// (h2c.go); the loops hand a preface off like any head they
 			// do not serve.
 			fe.h2c = newTLSListener(ln, fe, nil, sv.ReadHeaderTimeout, sv.MaxConns, nil)
+			fe.sniffer.Store(fe.h2c)
 			ln = fe.h2c
 		}
 		ln = &drainListener{Listener: ln, fe: fe}
@@ -166,6 +172,18 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 }
 
 // setupH2 makes the x/net server of a TLS listener or an h2c one.
+// heldElsewhere is the listener's client connections that fasthttp and
+// the event loops hold now. server.max_conns is one cap on all of a
+// listener's connections: a tlsListener refuses at accept when these and
+// its own (handshaking, sniffing or on h2) reach it.
+func (fe *frontend) heldElsewhere() int {
+	n := int(fe.srv.GetOpenConnectionsCount())
+	if ff := fe.loops.Load(); ff != nil {
+		n += int(ff.Conns())
+	}
+	return n
+}
+
 func (fe *frontend) setupH2() error {
 	sv := fe.p.cur.Load().snap.Server
 	// No WriteByteTimeout: x/net's writes land in h2Out's buffer, which

@@ -564,6 +564,135 @@ func TestNoBackendIs503Even429Configured(t *testing.T) {
 	}
 }
 
+// waitCounter waits (bounded) until the listener's client-error counter
+// of reason reaches want: a refusal may reach the client before the
+// counter is written.
+func waitCounter(t *testing.T, h *harness, reason string, want float64) {
+	t.Helper()
+	v := 0.0
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if v = testutil.ToFloat64(h.p.metrics.clientErrors.WithLabelValues(h.addr, reason)); v >= want {
+			return
+		}
+	}
+	t.Errorf("%s counter = %v, want %v", reason, v, want)
+}
+
+// TestConnCapShared: server.max_conns is one cap on a TLS listener's
+// connections, HTTP/1.1 (on the loops or fasthttp) and h2 together: with
+// one of each open and the cap at 2, a third is refused at accept, and
+// once the h2 one closes a new one is taken again.
+func TestConnCapShared(t *testing.T) {
+	for _, e := range []Engine{EngineFastHTTP, EngineLoops} {
+		t.Run(e.String(), func(t *testing.T) {
+			be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+			cf, kf := writeTestCert(t)
+			h := startProxyOpts(t, []string{be}, Options{Engine: e}, func(s *policy.Snapshot, a *policy.App) {
+				a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+				s.Server.MaxConns = 2
+			})
+			h1 := dialH1(t, h.addr, nil)
+			if got := h1.get(t); got != "200 ok" {
+				t.Fatal(got)
+			}
+			h2c, err := tls.Dial("tcp", h.addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h2c.Close()
+			h2c.SetDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(h2c, http2.ClientPreface)
+			fr := http2.NewFramer(h2c, h2c)
+			fr.WriteSettings()
+			writeGet(t, fr, 1, "/")
+			for got := false; !got; {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("h2: %v", err)
+				}
+				if hf, ok := f.(*http2.HeadersFrame); ok && hf.StreamID == 1 {
+					got = true
+				}
+			}
+			if c, err := tls.Dial("tcp", h.addr, &tls.Config{InsecureSkipVerify: true}); err == nil {
+				c.Close()
+				t.Error("a third connection finished its handshake with max_conns 2 held by one HTTP/1.1 and one h2 connection")
+			}
+			waitCounter(t, h, "too_many_conns", 1)
+			if got := h1.get(t); got != "200 ok" {
+				t.Errorf("the HTTP/1.1 connection after the refusal: %q", got)
+			}
+			h2c.Close()
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				c, err := tls.Dial("tcp", h.addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+				if err == nil {
+					c.Close()
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no connection taken 5 s after the h2 one closed: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestH2CConnCapShared: on a plain listener with h2c, an h2c connection
+// and an HTTP/1.1 one count against the same server.max_conns: with the
+// cap at 2, a third connection gets no answer from a backend (the loops
+// answer 503, fasthttp's side closes it) and is counted.
+func TestH2CConnCapShared(t *testing.T) {
+	for _, e := range []Engine{EngineFastHTTP, EngineLoops} {
+		t.Run(e.String(), func(t *testing.T) {
+			be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+			h := startProxyOpts(t, []string{be}, Options{Engine: e, H2: H2Own}, func(s *policy.Snapshot, a *policy.App) {
+				a.H2C = true
+				s.Server.MaxConns = 2
+			})
+			c1, err := net.Dial("tcp", h.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c1.Close()
+			c1.SetDeadline(time.Now().Add(5 * time.Second))
+			br := bufio.NewReader(c1)
+			io.WriteString(c1, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+			if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("HTTP/1.1: %v %v", resp, err)
+			} else {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			_, fr := h2cRaw(t, h.addr)
+			writeGet(t, fr, 1, "/")
+			for got := false; !got; {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("h2c: %v", err)
+				}
+				if hf, ok := f.(*http2.HeadersFrame); ok && hf.StreamID == 1 {
+					got = true
+				}
+			}
+			c3, err := net.Dial("tcp", h.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c3.Close()
+			c3.SetDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(c3, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+			if resp, err := http.ReadResponse(bufio.NewReader(c3), nil); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 503 || !strings.Contains(string(b), "too many connections") {
+					t.Errorf("third connection: %d %q, want 503 too many connections or a close", resp.StatusCode, b)
+				}
+			}
+			waitCounter(t, h, "too_many_conns", 1)
+		})
+	}
+}
+
 // server.max_conns bounds TLS connections still in their handshake (and
 // h2 ones), not only the HTTP/1.1 connections fasthttp counts.
 func TestTLSConnCap(t *testing.T) {

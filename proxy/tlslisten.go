@@ -33,7 +33,7 @@ type tlsListener struct {
 	cfg          *tls.Config
 	h2           func(net.Conn) // serves one h2 connection; returns when it ends
 	timeout      time.Duration  // handshake deadline
-	maxConns     int            // cap on handshaking + h2 connections (server.max_conns)
+	maxConns     int            // server.max_conns: live and fe.heldElsewhere together
 	// adopt, when the event loops serve HTTP/1.1 over TLS
 	// (tlsloop_linux.go), takes a TLS 1.3 connection from here; false
 	// leaves it on crypto/tls and fasthttp.
@@ -84,17 +84,23 @@ func (l *tlsListener) acceptLoop() {
 			}
 			continue
 		}
+		held := 0
+		if l.maxConns > 0 {
+			held = l.fe.heldElsewhere()
+		}
 		l.mu.Lock()
-		full := l.maxConns > 0 && len(l.mu.live) >= l.maxConns
+		full := l.maxConns > 0 && len(l.mu.live)+held >= l.maxConns
 		if !full {
 			l.mu.live[c] = struct{}{}
 		}
 		l.mu.Unlock()
 		if full {
-			// server.max_conns also bounds connections in the TLS
-			// handshake or serving h2 (fasthttp counts only the
-			// HTTP/1.1 ones it is handed): refuse at once, before any
-			// handshake work.
+			// server.max_conns is one cap on the listener's
+			// connections: those here (in the TLS handshake, being
+			// sniffed for h2c, or serving h2) and those fasthttp and
+			// the loops hold. Refuse at once, before any handshake
+			// work; the loops' own check after a handshake (a sealed
+			// 503) is left for the connections accepted meanwhile.
 			c.Close()
 			l.fe.p.metrics.clientErrors.WithLabelValues(l.fe.addr, "too_many_conns").Inc()
 			continue

@@ -56,6 +56,7 @@ func (fe *frontend) startTLSLoops() {
 		return
 	}
 	fe.fast = ff
+	fe.loops.Store(ff)
 	l.adopt = fe.adoptTLS
 	l.pumpHanded(ff.Handed)
 }

@@ -187,6 +187,10 @@ func (ff *Front) Shutdown(ctx context.Context) {
 // handed off.
 func (ff *Front) Counts() (served, handed uint64) { return ff.served.Load(), ff.handed.Load() }
 
+// Conns is the client connections the loops hold now (server.max_conns
+// counts them beside the listener's others).
+func (ff *Front) Conns() int64 { return ff.conns.Load() }
+
 // IllegalTransitions is the number of illegal exchange-state transitions
 // the loops made (state.go): a bug counted, not a crash.
 func (ff *Front) IllegalTransitions() uint64 { return ff.illegal.Load() }

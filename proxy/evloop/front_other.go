@@ -15,5 +15,8 @@ func (ff *Front) Shutdown(context.Context) {}
 // Counts is zero: there are no loops.
 func (ff *Front) Counts() (served, handed uint64) { return 0, 0 }
 
+// Conns is zero: there are no loops.
+func (ff *Front) Conns() int64 { return 0 }
+
 // IllegalTransitions is zero: there are no loops.
 func (ff *Front) IllegalTransitions() uint64 { return 0 }
