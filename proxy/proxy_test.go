@@ -578,6 +578,22 @@ func waitCounter(t *testing.T, h *harness, reason string, want float64) {
 	t.Errorf("%s counter = %v, want %v", reason, v, want)
 }
 
+// getAnswered sends GET / as stream 1 and waits for its response HEADERS:
+// the connection is being served.
+func getAnswered(t *testing.T, fr *http2.Framer) {
+	t.Helper()
+	writeGet(t, fr, 1, "/")
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("h2: %v", err)
+		}
+		if hf, ok := f.(*http2.HeadersFrame); ok && hf.StreamID == 1 {
+			return
+		}
+	}
+}
+
 // TestConnCapShared: server.max_conns is one cap on a TLS listener's
 // connections, HTTP/1.1 (on the loops or fasthttp) and h2 together: with
 // one of each open and the cap at 2, a third is refused at accept, and
@@ -604,16 +620,7 @@ func TestConnCapShared(t *testing.T) {
 			io.WriteString(h2c, http2.ClientPreface)
 			fr := http2.NewFramer(h2c, h2c)
 			fr.WriteSettings()
-			writeGet(t, fr, 1, "/")
-			for got := false; !got; {
-				f, err := fr.ReadFrame()
-				if err != nil {
-					t.Fatalf("h2: %v", err)
-				}
-				if hf, ok := f.(*http2.HeadersFrame); ok && hf.StreamID == 1 {
-					got = true
-				}
-			}
+			getAnswered(t, fr)
 			if c, err := tls.Dial("tcp", h.addr, &tls.Config{InsecureSkipVerify: true}); err == nil {
 				c.Close()
 				t.Error("a third connection finished its handshake with max_conns 2 held by one HTTP/1.1 and one h2 connection")
@@ -664,16 +671,7 @@ func TestH2CConnCapShared(t *testing.T) {
 				resp.Body.Close()
 			}
 			_, fr := h2cRaw(t, h.addr)
-			writeGet(t, fr, 1, "/")
-			for got := false; !got; {
-				f, err := fr.ReadFrame()
-				if err != nil {
-					t.Fatalf("h2c: %v", err)
-				}
-				if hf, ok := f.(*http2.HeadersFrame); ok && hf.StreamID == 1 {
-					got = true
-				}
-			}
+			getAnswered(t, fr)
 			c3, err := net.Dial("tcp", h.addr)
 			if err != nil {
 				t.Fatal(err)
