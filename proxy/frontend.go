@@ -145,6 +145,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		// HTTP/1.1 over TLS 1.3 on loops of its own (tlsloop_linux.go).
 		// Under p.mu, as startFast below.
 		fe.startTLSLoops()
+		fe.tls.start()
 	}
 	if fe.tls == nil {
 		// The event loops take the listener; fasthttp serves what they
@@ -157,6 +158,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 			// do not serve.
 			fe.h2c = newTLSListener(ln, fe, nil, sv.ReadHeaderTimeout, sv.MaxConns, nil)
 			fe.sniffer.Store(fe.h2c)
+			fe.h2c.start()
 			ln = fe.h2c
 		}
 		ln = &drainListener{Listener: ln, fe: fe}

@@ -56,9 +56,16 @@ func newTLSListener(ln net.Listener, fe *frontend, cfg *tls.Config, timeout time
 	l := &tlsListener{Listener: ln, fe: fe, cfg: cfg, h2: h2, timeout: timeout, maxConns: maxConns,
 		conns: make(chan net.Conn), closed: make(chan struct{})}
 	l.mu.live = map[net.Conn]struct{}{}
+	return l
+}
+
+// start begins accepting. Decision: not in newTLSListener, so that
+// startTLSLoops sets adopt and handed, which the handshakes and Close
+// read, before any connection is taken (connections arriving meanwhile
+// wait in the kernel's backlog).
+func (l *tlsListener) start() {
 	l.wg.Add(1)
 	go l.acceptLoop()
-	return l
 }
 
 func (l *tlsListener) acceptLoop() {
