@@ -799,8 +799,11 @@
 // write; 2.0 reads: the backend response after one read that finds
 // nothing yet, and a share of the client's), nginx 4.1 and 0.67
 // (writev, write, recvfrom, epoll_ctl); the backend the same 4.1 and
-// 0.65 behind either. So the kernel work and the wake-ups are nginx's;
-// the 20-30% more CPU per request is user space: the reader-to-worker
+// 0.65 behind either. So sentry makes no more system calls or wake-ups
+// than nginx (what each costs in the kernel was not compared); the
+// 15-40% more CPU per request (0.71-0.87x nginx's requests per CPU
+// second in the three rounds of e2e/bench/README.md) is user space as
+// far as the Go profile sees: the reader-to-worker
 // hand-off, each worker's park on its backend read and the netpoll
 // wake-up, fasthttp's Request built from the stream and its Response
 // parsed and copied into the core, spread thin (no function above 3%).
@@ -808,10 +811,12 @@
 // before the first read (syscall.RawConn.Read returning false at once)
 // loses a readiness the poller already recorded, since the wait resets
 // it, and would hang until the deadline. GOMAXPROCS=1 gave about 10%
-// more requests per CPU second in two alternated runs each (about 31k
-// and 34k against 31k and 27k; the proxy used one core's worth either
-// way beside h2load and the backend), not a default to ship on a proxy
-// that has the machine to itself. Under h2load -c200 -m100 (20,000 streams at once against one
+// more requests per CPU second in two alternated runs each (h2load
+// -c64 -m10 -t2 --warm-up-time=1 -D6 by hand, without tls.sh's
+// per-request log, the rate times 7 s over the process's CPU seconds:
+// about 31k and 34k against 31k and 27k; the proxy used one core's
+// worth either way beside h2load and the backend), not a default to
+// ship on a proxy that has the machine to itself. Under h2load -c200 -m100 (20,000 streams at once against one
 // backend) about a sixth of the requests get 503: admission's batch test
 // (rejected_test), each answered in under 0.1 ms, not a fault.
 //
@@ -832,10 +837,13 @@
 // run on today's workers, writing through the core under the
 // connection's mutex and waking the loop to flush, so that no stream
 // falls back to a second implementation of the relay. The HTTP/1.1 TLS
-// path on the loops reaches 43-57k requests per CPU second with the
-// same backend exchange per request, against 20-28k for h2 on
-// goroutines; what that leaves after HPACK and framing is the
-// projection for the change, to be measured when it is built.
+// path on the loops reached 43-51k requests per CPU second with the same
+// backend exchange per request in the three rounds, against 20-22k for
+// h2 on goroutines (tls.sh counts h2load's one-second warm-up in h2's CPU
+// but not in its requests, which understates h2 by about a ninth at
+// DURATION=8; ratios between peers on one path are not affected); what
+// that leaves after HPACK and framing is the projection for the change,
+// to be measured when it is built.
 //
 // Conformance: h2spec v2.2.1 (145 cases) passes 145 over TLS and 144 over
 // h2c, where "invalid connection preface" is answered by the HTTP/1.1

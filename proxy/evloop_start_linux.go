@@ -59,7 +59,7 @@ func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
 // hold (server.max_conns counts them with the loops'): fasthttp's, and
 // with h2c those being sniffed or served over h2.
 func (fe *frontend) plainOthers() int {
-	n := int(fe.srv.GetOpenConnectionsCount())
+	n := fasthttpOpen(fe.srv)
 	if l := fe.sniffer.Load(); l != nil {
 		n += l.liveCount()
 	}

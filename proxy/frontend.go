@@ -36,8 +36,8 @@ type frontend struct {
 	cert atomic.Pointer[tls.Certificate]
 	fast *evloop.Front // event loops (plain HTTP on Linux); nil if fasthttp serves alone
 	// loops and sniffer are fast and h2c for counting connections
-	// (otherConns): the accept loops read them while the listener is
-	// being set up, so they are published atomically.
+	// (heldElsewhere, plainOthers): accept loops and the loops read them
+	// from their own goroutines, so they are published atomically.
 	loops   atomic.Pointer[evloop.Front]
 	sniffer atomic.Pointer[tlsListener]
 	// h2 streams: server.body_timeout for reading a request body and
@@ -173,19 +173,26 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	return nil
 }
 
-// setupH2 makes the x/net server of a TLS listener or an h2c one.
 // heldElsewhere is the listener's client connections that fasthttp and
 // the event loops hold now. server.max_conns is one cap on all of a
 // listener's connections: a tlsListener refuses at accept when these and
 // its own (handshaking, sniffing or on h2) reach it.
 func (fe *frontend) heldElsewhere() int {
-	n := int(fe.srv.GetOpenConnectionsCount())
+	n := fasthttpOpen(fe.srv)
 	if ff := fe.loops.Load(); ff != nil {
 		n += int(ff.Conns())
 	}
 	return n
 }
 
+// fasthttpOpen is the client connections fasthttp serves: its count
+// reads -1 until Serve has started, hence the clamp. An upgraded
+// connection (a WebSocket tunnel) leaves it.
+func fasthttpOpen(s *fasthttp.Server) int {
+	return max(0, int(s.GetOpenConnectionsCount()))
+}
+
+// setupH2 makes the x/net server of a TLS listener or an h2c one.
 func (fe *frontend) setupH2() error {
 	sv := fe.p.cur.Load().snap.Server
 	// No WriteByteTimeout: x/net's writes land in h2Out's buffer, which

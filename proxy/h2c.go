@@ -59,6 +59,7 @@ func (l *tlsListener) sniff(raw net.Conn) {
 		_ = l.fe.serveH2Conn(c)
 		return
 	}
+	l.leave(raw) // fasthttp counts it from now on (max_conns)
 	select {
 	case l.conns <- c:
 		handedOff = true

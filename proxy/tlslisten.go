@@ -91,12 +91,16 @@ func (l *tlsListener) acceptLoop() {
 			}
 			continue
 		}
+		// Behind the event loops (h2c on a plain listener), every
+		// connection here was taken by the loops under the same cap and
+		// handed off; refusing it now would cut a request already read.
+		capped := l.maxConns > 0 && (l.cfg != nil || l.fe.loops.Load() == nil)
 		held := 0
-		if l.maxConns > 0 {
+		if capped {
 			held = l.fe.heldElsewhere()
 		}
 		l.mu.Lock()
-		full := l.maxConns > 0 && len(l.mu.live)+held >= l.maxConns
+		full := capped && len(l.mu.live)+held >= l.maxConns
 		if !full {
 			l.mu.live[c] = struct{}{}
 		}
@@ -143,16 +147,13 @@ func (l *tlsListener) handshake(raw net.Conn) {
 		l.h2(tc)
 		return
 	}
-	if l.adopt != nil {
-		// Out of live first: the loops count it from now on, and
-		// max_conns must not count it twice.
-		l.mu.Lock()
-		delete(l.mu.live, raw)
-		l.mu.Unlock()
-		if l.adopt(tc, raw) {
-			handedOff = true
-			return
-		}
+	// Out of live first: the loops or fasthttp count it from now on, and
+	// max_conns must not count it twice (an accept meanwhile would be
+	// refused for a connection on its way).
+	l.leave(raw)
+	if l.adopt != nil && l.adopt(tc, raw) {
+		handedOff = true
+		return
 	}
 	select {
 	case l.conns <- (drainTLSConn{drainConn: &drainConn{Conn: tc, fe: l.fe}, tc: tc}):
@@ -193,6 +194,14 @@ func (l *tlsListener) pumpHanded(h net.Listener) {
 			}
 		}
 	}()
+}
+
+// leave takes c out of live: it is being handed to the loops or fasthttp,
+// which count it from then on. (Deleting again later is harmless.)
+func (l *tlsListener) leave(c net.Conn) {
+	l.mu.Lock()
+	delete(l.mu.live, c)
+	l.mu.Unlock()
 }
 
 // liveCount is the connections handshaking or serving h2 (max_conns

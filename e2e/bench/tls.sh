@@ -19,8 +19,9 @@
 #             commit, for a same-run comparison of two sentry builds)
 #   PATHS     paths to run               (default "h2 h1")
 #   ROUNDS    rounds of every peer and path (default 1); round r starts the
-#             peer list at its r-th peer (rotation), so each peer runs first
-#             equally often, and the table adds the median ratio over rounds
+#             peer list at its r-th peer (rotation: over a multiple of the
+#             peer count, each peer runs first equally often), and the
+#             table adds the median ratio over rounds (logs: last round's)
 #   SENTRY_BASE_BIN  the sentry binary sentry-base runs (default: this
 #             build, when SENTRY_BASE_ENV is set)
 #   SENTRY_BASE_ENV  environment for sentry-base, e.g. SENTRY_TLSLOOP=0: the
@@ -52,7 +53,7 @@ while [ $# -gt 0 ]; do
 	--quick) DURATION=3 ;;
 	--out) OUT=$2; shift ;;
 	--out=*) OUT=${1#--out=} ;;
-	-h | --help) sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "tls.sh: unknown argument: $1 (try --help)" >&2; exit 2 ;;
 	esac
 	shift

@@ -17,10 +17,11 @@
 // atomic.Pointer[pipeline.Route] swapped by a reload), the request-ID
 // source, the logger, and four calls back into proxy, none on the common
 // path: BackendConns (fasthttp's connections to a backend, asked when the
-// loop dials: max_conns_per_backend counts both), OtherConns (fasthttp's
-// client connections, asked on accept when max_conns is set),
-// TooManyConns (a refused connection's metric) and Access (an access-log
-// line, only when the route logs access). Decision: func fields, not an
+// loop dials: max_conns_per_backend counts both), OtherConns (the
+// listener's client connections the loops do not hold: fasthttp's, and
+// TLS handshakes, h2 and h2c ones; asked on accept or adoption when
+// max_conns is set), TooManyConns (a refused connection's metric) and
+// Access (an access-log line, only when the route logs access). Decision: func fields, not an
 // interface, because there are four and each is filled by one closure;
 // the request path itself (parse, decide, relay, complete) calls only
 // concrete types -- pipeline.App's methods, AppMetrics.Observe on

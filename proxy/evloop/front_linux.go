@@ -70,7 +70,7 @@ type Config struct {
 	Log    hclog.Logger
 
 	MaxHeader int           // server.max_header_bytes
-	MaxConns  int           // server.max_conns, shared with fasthttp's connections (OtherConns)
+	MaxConns  int           // server.max_conns, shared with the listener's other connections (OtherConns)
 	Idle      time.Duration // server.idle_timeout
 	Write     time.Duration // server.write_timeout (0: Idle)
 	Header    time.Duration // server.read_header_timeout
@@ -78,8 +78,10 @@ type Config struct {
 	IdleGrace time.Duration // draining: an idle connection's time for one more request
 	Handoff   int           // the hand-off queue's length (handoffListener)
 
-	// OtherConns is the client connections fasthttp holds on this
-	// listener (max_conns counts both).
+	// OtherConns is the listener's client connections the loops do not
+	// hold: fasthttp's, and those package proxy's TLS or h2c listener
+	// has in a handshake, being sniffed or on HTTP/2 (max_conns counts
+	// them all).
 	OtherConns func() int
 	// BackendConns is the fasthttp front end's connections to u
 	// (max_conns_per_backend counts both); asked when the loop dials.

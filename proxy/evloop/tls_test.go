@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -83,5 +84,31 @@ func TestTLSKeyUpdatePendingAtHandoff(t *testing.T) {
 	}
 	if !bytes.HasPrefix(got, []byte("HTTP/1.1 503 ")) {
 		t.Fatalf("client read %q, want the hand-off's 503 after the KeyUpdate", got)
+	}
+}
+
+// TestTLSAdoptRefusedAtCap: a connection adopted while the listener's
+// other connections already fill server.max_conns (one accepted while
+// the count moved: package proxy refuses the rest at accept) gets the
+// sealed 503, is counted and closed, and never becomes a client.
+func TestTLSAdoptRefusedAtCap(t *testing.T) {
+	h := newLoopScript(t)
+	h.l.ff.maxConns = 1
+	h.l.ff.cfg.OtherConns = func() int { return 1 }
+	fd := h.sys.open("c1", -1)
+	cli, srv := tlsPair(t)
+	h.l.adopt(adoption{fd: fd, peer: netip.MustParseAddr("192.0.2.1"), st: srv, cs: &tls.ConnectionState{}})
+	if (fd < len(h.l.cl) && h.l.cl[fd] != nil) || h.l.ff.conns.Load() != 0 {
+		t.Fatal("adopted past max_conns")
+	}
+	if f := h.sys.fds[fd]; !f.closed {
+		t.Error("not closed")
+	}
+	got, err := openAll(t, cli, h.sys.fds[fd].sent)
+	if err != nil || !bytes.HasPrefix(got, []byte("HTTP/1.1 503 ")) || !bytes.Contains(got, []byte("too many connections")) {
+		t.Errorf("client read %q (%v), want the sealed 503", got, err)
+	}
+	if !slices.Contains(h.out, "too many connections") {
+		t.Errorf("not counted; script output: %q", h.out)
 	}
 }
