@@ -473,6 +473,9 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 			inc := cfg.AdjI * x
 			if y > 0 && !growing {
 				inc += ScaledGain * y * rate * min(elapsed, 1)
+				if c.slowStart(offered, rate) {
+					inc = max(inc, SlowStartGain*rate*min(elapsed, 1))
+				}
 			}
 			c.setRate(cl, min(rate+inc, ceil), false)
 		}
@@ -519,6 +522,16 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 			}
 		}
 	}
+}
+
+// slowStart tells whether a class below its raise threshold may double
+// its rate per Timeout (doc.go, "The scaled rule"): it is offered more
+// than twice its rate, and the farm holds under half what the in-flight
+// limit allows, so the limit, not the percentile, is the brake. Only
+// with the in-flight limit in force. Called with c.mu held.
+func (c *Controller) slowStart(offered, rate float64) bool {
+	lim := c.limit.Load()
+	return lim > 0 && offered > 2*rate && 2*c.inFlight() < lim
 }
 
 // backlog is how many requests the farm holds beyond what it finishes

@@ -541,3 +541,29 @@ func TestInFlightFromOwner(t *testing.T) {
 		t.Errorf("Limit %d, %d; want 101, 101 (the owner's)", lim, in)
 	}
 }
+
+// TestSlowStartConditions: slow start needs the in-flight limit in
+// force, an offer of more than twice the rate, and the farm holding
+// under half the limit (testdata/slowstart.txt has it in a run).
+func TestSlowStartConditions(t *testing.T) {
+	c, err := New(Config{Targets: []time.Duration{time.Second}, Scaled: true, InFlightLimit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		limit, flight int64
+		offered, rate float64
+		want          bool
+	}{
+		{limit: 10, flight: 4, offered: 100, rate: 10, want: true},
+		{limit: 10, flight: 5, offered: 100, rate: 10, want: false}, // half the limit held
+		{limit: 10, flight: 0, offered: 20, rate: 10, want: false},  // offered only twice the rate
+		{limit: 0, flight: 0, offered: 100, rate: 10, want: false},  // no limit in force yet
+	} {
+		c.limit.Store(tc.limit)
+		c.flight.Store(tc.flight)
+		if got := c.slowStart(tc.offered, tc.rate); got != tc.want {
+			t.Errorf("limit %d, in flight %d, offered %v, rate %v: slow start %v, want %v", tc.limit, tc.flight, tc.offered, tc.rate, got, tc.want)
+		}
+	}
+}

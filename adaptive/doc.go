@@ -74,6 +74,21 @@
 //     QueueGrowth (1.1) times what completed since the class's last run:
 //     its queue is growing, and the percentile shows it only a response
 //     time later.
+//   - Slow start (SlowStartGain, with the in-flight limit only): in the
+//     same case (under err_i, the farm's queue not growing), when the
+//     class is offered more than twice its rate and the farm holds under
+//     half the in-flight limit, the increase is at least
+//     SlowStartGain (1)·rate per Timeout: ×2 a second, the limit the
+//     brake. Why: y reads the room under err_i, and a farm's own service
+//     time takes much of it before any queue forms. On flash-adaptive
+//     (exponential 100 ms service, 1 s target) the p95 with no queue is
+//     0.3 s, y about 0.4, so the crowd's class rose ×1.2 a second and
+//     took about 16 s from 10 to the farm's 320 requests/s (goodput
+//     0.34-0.43× capacity over six runs); with slow start it takes 9-10
+//     s (0.49-0.50× in two runs, members still admitted 100%, every
+//     judged second within the target). Twice ScaledGain instead gave
+//     0.46× and 0.41×: it scales with y too, which the first seconds'
+//     small samples keep low (testdata/slowstart.txt).
 //   - Ceiling, at every run: the rate is never above Headroom (4) × the
 //     class's offered rate since its last run + HeadroomMin (10/s). This
 //     replaces the initial rate of RateMax: a quiet class holds a rate
