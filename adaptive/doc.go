@@ -85,7 +85,7 @@
 //     0.3 s, y about 0.4, so the crowd's class rose ×1.2 a second and
 //     took about 16 s from 10 to the farm's 320 requests/s (goodput
 //     0.34-0.43× capacity over ten runs); with slow start it takes 9-10
-//     s (0.49-0.50× in two runs, members still admitted 100%, every
+//     s (0.47-0.50× in four runs, members admitted 99.9-100%, every
 //     judged second within the target). Twice ScaledGain instead gave
 //     0.46× and 0.41×: it scales with y too, which the first seconds'
 //     small samples keep low (testdata/slowstart.txt).
