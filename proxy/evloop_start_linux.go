@@ -50,7 +50,6 @@ func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
 		fe.p.log.Warn("event loop unavailable; serving with fasthttp only", "addr", fe.addr, "error", err)
 		return ln, false
 	}
-	fe.fast = ff
 	fe.loops.Store(ff)
 	return ff.Handed, true
 }

@@ -41,13 +41,13 @@ func fastOf(t *testing.T, h *harness) *evloop.Front {
 	h.p.mu.Lock()
 	fe := h.p.mu.fronts[h.addr]
 	h.p.mu.Unlock()
-	if fe == nil || fe.fast == nil {
+	if fe == nil || fe.loops.Load() == nil {
 		if fastDisabled {
 			t.Skip("event loop disabled (SENTRY_EVLOOP=0)")
 		}
 		t.Fatal("the listener has no event loop")
 	}
-	return fe.fast
+	return fe.loops.Load()
 }
 
 // loopDelta reports how the loop counters moved since it was made.
@@ -1293,7 +1293,7 @@ func TestHandoffBurstNeverDropped(t *testing.T) {
 	defer func() { handoffQueue = old }()
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	h := startProxy(t, []string{be}, nil)
-	if h.p.mu.fronts[h.addr].fast == nil {
+	if h.p.mu.fronts[h.addr].loops.Load() == nil {
 		t.Skip("event loops unavailable")
 	}
 	const n = 300
@@ -1338,7 +1338,7 @@ func TestHandoffBurstNeverDropped(t *testing.T) {
 	if got := ok.Load(); got != n {
 		t.Errorf("%d of %d handed-off connections were served", got, n)
 	}
-	if _, handed := h.p.mu.fronts[h.addr].fast.Counts(); handed < n/2 {
+	if _, handed := h.p.mu.fronts[h.addr].loops.Load().Counts(); handed < n/2 {
 		t.Errorf("%d hand-offs of %d connections (the test did not exercise the queue)", handed, n)
 	}
 }

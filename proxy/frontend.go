@@ -34,10 +34,10 @@ type frontend struct {
 	// files by every Apply (a SIGHUP): new handshakes take the new one,
 	// connections already up keep theirs (tlsconf.go).
 	cert atomic.Pointer[tls.Certificate]
-	fast *evloop.Front // event loops (plain HTTP on Linux); nil if fasthttp serves alone
-	// loops and sniffer are fast and h2c for counting connections
-	// (heldElsewhere, plainOthers): accept loops and the loops read them
-	// from their own goroutines, so they are published atomically.
+	// loops: the event loops (plain HTTP, and HTTP/1.1 over TLS 1.3, on
+	// Linux); nil if fasthttp serves alone. sniffer: h2c, for counting
+	// connections (plainOthers). Accept loops and the event loops read
+	// them from their own goroutines, so they are published atomically.
 	loops   atomic.Pointer[evloop.Front]
 	sniffer atomic.Pointer[tlsListener]
 	// h2 streams: server.body_timeout for reading a request body and
@@ -149,7 +149,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	}
 	if fe.tls == nil {
 		// The event loops take the listener; fasthttp serves what they
-		// hand off (see package proxy/evloop). Under p.mu: fe.fast is read
+		// hand off (see package proxy/evloop). Under p.mu: fe.loops is read
 		// under it (metrics) and by Shutdown once fe is published.
 		ln, _ = fe.startFast(ln)
 		if fe.h2 != nil {
@@ -242,9 +242,9 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		// The loops and fasthttp drain together; while draining, the
 		// loops hand nothing off (handoff closes instead).
 		var loopsDone chan struct{}
-		if fe.fast != nil {
+		if ff := fe.loops.Load(); ff != nil {
 			loopsDone = make(chan struct{})
-			go func() { defer close(loopsDone); fe.fast.Shutdown(ctx) }()
+			go func() { defer close(loopsDone); ff.Shutdown(ctx) }()
 		}
 		h2cDone := make(chan error, 1)
 		if fe.h2c != nil {
@@ -268,9 +268,9 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		// The loops (HTTP/1.1 over TLS 1.3, tlsloop_linux.go) drain
 		// beside them.
 		var loopsDone chan struct{}
-		if fe.fast != nil {
+		if ff := fe.loops.Load(); ff != nil {
 			loopsDone = make(chan struct{})
-			go func() { defer close(loopsDone); fe.fast.Shutdown(ctx) }()
+			go func() { defer close(loopsDone); ff.Shutdown(ctx) }()
 		}
 		fe.tls.Close()
 		errc := make(chan error, 1)

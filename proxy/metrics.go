@@ -172,11 +172,11 @@ func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	c.p.mu.Lock()
 	for addr, fe := range c.p.mu.fronts {
-		if fe.fast != nil {
-			served, handed := fe.fast.Counts()
+		if ff := fe.loops.Load(); ff != nil {
+			served, handed := ff.Counts()
 			ch <- prometheus.MustNewConstMetric(descLoopReqs, prometheus.CounterValue, float64(served), addr)
 			ch <- prometheus.MustNewConstMetric(descLoopHand, prometheus.CounterValue, float64(handed), addr)
-			ch <- prometheus.MustNewConstMetric(descLoopBad, prometheus.CounterValue, float64(fe.fast.IllegalTransitions()), addr)
+			ch <- prometheus.MustNewConstMetric(descLoopBad, prometheus.CounterValue, float64(ff.IllegalTransitions()), addr)
 		}
 	}
 	c.p.mu.Unlock()

@@ -578,6 +578,18 @@ func waitCounter(t *testing.T, h *harness, reason string, want float64) {
 	t.Errorf("%s counter = %v, want %v", reason, v, want)
 }
 
+// tlsCapProxy is a TLS proxy on engine e in front of a backend answering
+// "ok", with server.max_conns at max.
+func tlsCapProxy(t *testing.T, e Engine, max int) *harness {
+	t.Helper()
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	cf, kf := writeTestCert(t)
+	return startProxyOpts(t, []string{be}, Options{Engine: e}, func(s *policy.Snapshot, a *policy.App) {
+		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+		s.Server.MaxConns = max
+	})
+}
+
 // getAnswered sends GET / as stream 1 and waits for its response HEADERS:
 // the connection is being served.
 func getAnswered(t *testing.T, fr *http2.Framer) {
@@ -608,12 +620,7 @@ func getAnswered(t *testing.T, fr *http2.Framer) {
 func TestConnCapShared(t *testing.T) {
 	for _, e := range []Engine{EngineFastHTTP, EngineLoops} {
 		t.Run(e.String(), func(t *testing.T) {
-			be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-			cf, kf := writeTestCert(t)
-			h := startProxyOpts(t, []string{be}, Options{Engine: e}, func(s *policy.Snapshot, a *policy.App) {
-				a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
-				s.Server.MaxConns = 2
-			})
+			h := tlsCapProxy(t, e, 2)
 			h1 := dialH1(t, h.addr, nil)
 			if got := h1.get(t); got != "200 ok" {
 				t.Fatal(got)

@@ -55,7 +55,6 @@ func (fe *frontend) startTLSLoops() {
 		fe.p.log.Warn("event loop unavailable; HTTP/1.1 over TLS stays on crypto/tls", "addr", fe.addr, "error", err)
 		return
 	}
-	fe.fast = ff
 	fe.loops.Store(ff)
 	l.adopt = fe.adoptTLS
 	l.pumpHanded(ff.Handed)
@@ -67,7 +66,7 @@ func (fe *frontend) startTLSLoops() {
 // loop, and Go's descriptor closed -- without close_notify, the
 // connection goes on. False leaves tc as it was.
 func (fe *frontend) adoptTLS(tc *tls.Conn, raw net.Conn) bool {
-	ff := fe.fast
+	ff := fe.loops.Load()
 	if ff == nil || ff.Draining() {
 		return false
 	}

@@ -44,15 +44,15 @@ func loopCounts(t *testing.T, h *harness, e Engine) *loopDelta {
 	fe := h.p.mu.fronts[h.addr]
 	h.p.mu.Unlock()
 	if e == EngineFastHTTP {
-		if fe.fast != nil {
+		if fe.loops.Load() != nil {
 			t.Fatal("EngineFastHTTP: the TLS listener has loops")
 		}
 		return nil
 	}
-	if fe.fast == nil {
+	if fe.loops.Load() == nil {
 		t.Fatal("the TLS listener has no loops")
 	}
-	return countFrom(fe.fast)
+	return countFrom(fe.loops.Load())
 }
 
 func (d *loopDelta) checkIf(t *testing.T, served, handed uint64) {
@@ -507,12 +507,7 @@ func TestTLSLoopUpgrade(t *testing.T) {
 // handshake, a sealed 503, is left for connections accepted while the
 // count moved.)
 func TestTLSLoopConnCap(t *testing.T) {
-	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	cf, kf := writeTestCert(t)
-	h := startProxyOpts(t, []string{be}, Options{Engine: EngineLoops}, func(s *policy.Snapshot, a *policy.App) {
-		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
-		s.Server.MaxConns = 1
-	})
+	h := tlsCapProxy(t, EngineLoops, 1)
 	first := dialH1(t, h.addr, nil)
 	if got := first.get(t); got != "200 ok" {
 		t.Fatal(got)
