@@ -54,12 +54,12 @@ func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
 	return ff.Handed, true
 }
 
-// plainOthers is a plain listener's client connections its loops do not
-// hold (server.max_conns counts them with the loops'): fasthttp's, and
-// with h2c those being sniffed or served over h2.
-func (fe *frontend) plainOthers() int {
+// loopOthers is the listener's client connections its loops do not hold
+// (server.max_conns counts them with the loops'): fasthttp's, and those
+// its TLS or h2c listener has in a handshake, being sniffed or on h2.
+func (fe *frontend) loopOthers() int {
 	n := fasthttpOpen(fe.srv)
-	if l := fe.sniffer.Load(); l != nil {
+	if l := fe.gate.Load(); l != nil {
 		n += l.liveCount()
 	}
 	return n
@@ -74,7 +74,7 @@ func (fe *frontend) loopSettings(ln net.Listener, lfd int) evloop.Config {
 		Routes: &fe.route, IDs: p.ids, Log: p.log,
 		MaxHeader: sv.MaxHeaderBytes, MaxConns: sv.MaxConns, Idle: sv.IdleTimeout, Write: sv.WriteTimeout, Header: sv.ReadHeaderTimeout,
 		Linger: lingerTimeout, IdleGrace: idleGrace, Handoff: handoffQueue,
-		OtherConns:   fe.plainOthers,
+		OtherConns:   fe.loopOthers,
 		BackendConns: func(u *pipeline.Upstream) int { return hostClient(u).ConnsCount() },
 		TooManyConns: func() { p.metrics.clientErrors.WithLabelValues(fe.addr, "too_many_conns").Inc() },
 		Access:       p.accessEntry,

@@ -35,11 +35,12 @@ type frontend struct {
 	// connections already up keep theirs (tlsconf.go).
 	cert atomic.Pointer[tls.Certificate]
 	// loops: the event loops (plain HTTP, and HTTP/1.1 over TLS 1.3, on
-	// Linux); nil if fasthttp serves alone. sniffer: h2c, for counting
-	// connections (plainOthers). Accept loops and the event loops read
-	// them from their own goroutines, so they are published atomically.
-	loops   atomic.Pointer[evloop.Front]
-	sniffer atomic.Pointer[tlsListener]
+	// Linux); nil if fasthttp serves alone. gate: the tlsListener in
+	// front of fasthttp (TLS, or h2c), whose connections the loops count
+	// (loopOthers). Accept loops and the event loops read them from their
+	// own goroutines, so they are published atomically.
+	loops atomic.Pointer[evloop.Front]
+	gate  atomic.Pointer[tlsListener]
 	// h2 streams: server.body_timeout for reading a request body and
 	// server.write_timeout (0 = none) for writing the response.
 	bodyTimeout, writeTimeout time.Duration
@@ -126,6 +127,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		// TLS and the h2/HTTP/1.1 split happen in front of fasthttp, which
 		// cannot drain h2 (see tlsListener).
 		fe.tls = newTLSListener(ln, fe, tcfg, sv.ReadHeaderTimeout, sv.MaxConns, func(c net.Conn) { _ = fe.serveH2Conn(c) })
+		fe.gate.Store(fe.tls)
 		ln = fe.tls
 	}
 	if rt.TLS == nil && rt.H2C {
@@ -157,7 +159,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 			// (h2c.go); the loops hand a preface off like any head they
 			// do not serve.
 			fe.h2c = newTLSListener(ln, fe, nil, sv.ReadHeaderTimeout, sv.MaxConns, nil)
-			fe.sniffer.Store(fe.h2c)
+			fe.gate.Store(fe.h2c)
 			fe.h2c.start()
 			ln = fe.h2c
 		}

@@ -49,7 +49,6 @@ func (fe *frontend) startTLSLoops() {
 	}
 	cfg := fe.loopSettings(nil, -1)
 	l := fe.tls
-	cfg.OtherConns = func() int { return fasthttpOpen(fe.srv) + l.liveCount() }
 	ff, err := evloop.Start(cfg)
 	if err != nil {
 		fe.p.log.Warn("event loop unavailable; HTTP/1.1 over TLS stays on crypto/tls", "addr", fe.addr, "error", err)
