@@ -30,9 +30,7 @@ func (l *tlsListener) sniff(raw net.Conn) {
 		if !handedOff {
 			raw.Close()
 		}
-		l.mu.Lock()
-		delete(l.mu.live, raw)
-		l.mu.Unlock()
+		l.leave(raw)
 	}()
 	var buf [24]byte // len(h2Preface)
 	n := 0

@@ -132,9 +132,7 @@ func (l *tlsListener) handshake(raw net.Conn) {
 		if !handedOff {
 			raw.Close()
 		}
-		l.mu.Lock()
-		delete(l.mu.live, raw)
-		l.mu.Unlock()
+		l.leave(raw)
 	}()
 	tc := tls.Server(raw, l.cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
@@ -196,8 +194,8 @@ func (l *tlsListener) pumpHanded(h net.Listener) {
 	}()
 }
 
-// leave takes c out of live: it is being handed to the loops or fasthttp,
-// which count it from then on. (Deleting again later is harmless.)
+// leave takes c out of live: it is closed, or handed to the loops or
+// fasthttp, which count it from then on. A second call does nothing.
 func (l *tlsListener) leave(c net.Conn) {
 	l.mu.Lock()
 	delete(l.mu.live, c)
