@@ -136,6 +136,21 @@ type ownConn struct {
 	woken       bool // the read deadline was set in the past to wake the reader
 
 	suspect atomic.Bool // mirrors core.Suspect after each Feed
+
+	// Loop mode (h2loop_linux.go): an event loop reads, writes and times
+	// the connection; c is nil. loopWake asks the loop to take the
+	// output or look at the connection; inLoop is set while the loop
+	// holds mu (it flushes itself then); loopTake and loopEvs are Feed's
+	// (eventsLocked: streams the loop takes, events of its streams).
+	loop     bool
+	loopWake func()
+	inLoop   bool
+	loopTake func(*h2srv.Stream) bool
+	loopEvs  []h2srv.Event
+	// Feed's buffers, kept.
+	loopAll   []h2srv.Event
+	loopStart []*ownStream
+	loopCut   []*ownStream
 }
 
 // serveOwnConn serves one h2 connection (TLS with ALPN h2, or h2c with its
@@ -255,6 +270,9 @@ func (oc *ownConn) eventsLocked(evs []h2srv.Event, start, cut []*ownStream) ([]*
 	for _, e := range evs {
 		switch e.Kind {
 		case h2srv.EvRequest:
+			if oc.loopTake != nil && oc.loopTake(e.S) {
+				continue // the loop runs it
+			}
 			st := &ownStream{oc: oc, s: e.S}
 			st.afters = st.afterBuf[:0]
 			e.S.User = st
@@ -263,16 +281,22 @@ func (oc *ownConn) eventsLocked(evs []h2srv.Event, start, cut []*ownStream) ([]*
 		case h2srv.EvData:
 			if st, _ := e.S.User.(*ownStream); st != nil {
 				signal(st.dataSig)
+			} else if oc.loop && e.S.User != nil {
+				oc.loopEvs = append(oc.loopEvs, e)
 			}
 		case h2srv.EvWritable:
 			if st, _ := e.S.User.(*ownStream); st != nil {
 				signal(st.writeSig)
+			} else if oc.loop && e.S.User != nil {
+				oc.loopEvs = append(oc.loopEvs, e)
 			}
 		case h2srv.EvReset:
 			if st, _ := e.S.User.(*ownStream); st != nil {
 				signal(st.dataSig)
 				signal(st.writeSig)
 				cut = append(cut, st)
+			} else if oc.loop && e.S.User != nil {
+				oc.loopEvs = append(oc.loopEvs, e)
 			}
 		}
 	}
@@ -292,6 +316,9 @@ func signal(c chan struct{}) {
 // its start: a client that begins a head and never ends it holds a
 // stream no worker has, and no other timeout would end it.
 func (oc *ownConn) setIdleLocked(idle time.Duration, woken bool) {
+	if oc.loop {
+		return // the loop's sweep times the connection
+	}
 	if id, ok := oc.core.HeadPending(); ok {
 		if oc.headSince.IsZero() || id != oc.headID {
 			oc.headID, oc.headSince = id, time.Now()
@@ -320,11 +347,25 @@ func (oc *ownConn) setIdleLocked(idle time.Duration, woken bool) {
 
 // kickLocked starts the writer if there is output and it is not running.
 func (oc *ownConn) kickLocked() {
+	if oc.loop {
+		oc.loopKickLocked()
+		return
+	}
 	if oc.writing || oc.werr != nil || oc.ended || len(oc.core.Output()) == 0 {
 		return
 	}
 	oc.writing = true
 	go oc.writer()
+}
+
+// loopKickLocked is kickLocked in loop mode: a worker that left output
+// wakes the loop, which takes it (the loop itself flushes after its own
+// calls).
+func (oc *ownConn) loopKickLocked() {
+	if oc.inLoop || oc.ended || oc.loopWake == nil || len(oc.core.Output()) == 0 {
+		return
+	}
+	oc.loopWake()
 }
 
 // writer writes batches until the output is empty or a write fails. It
@@ -362,6 +403,12 @@ func (oc *ownConn) writer() {
 // for a wake-up, not the idle timeout).
 func (oc *ownConn) wakeLocked() {
 	if oc.ended {
+		return
+	}
+	if oc.loop {
+		if !oc.inLoop && oc.loopWake != nil {
+			oc.loopWake()
+		}
 		return
 	}
 	oc.woken = true
@@ -491,7 +538,9 @@ func (oc *ownConn) release(st *ownStream) {
 	if oc.held == 0 && oc.core.Active() == 0 && !oc.woken && !oc.ended {
 		// (A wake-up pending is left alone: the reader, woken, sets the
 		// deadline itself.)
-		if oc.core.GoingAway() || oc.werr != nil {
+		if oc.loop {
+			oc.wakeLocked() // the loop times the idle connection from now
+		} else if oc.core.GoingAway() || oc.werr != nil {
 			oc.wakeLocked() // the reader ends the connection
 		} else {
 			// Idle from now: the reader's Read times out at

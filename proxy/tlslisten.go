@@ -38,6 +38,9 @@ type tlsListener struct {
 	// (tlsloop_linux.go), takes a TLS 1.3 connection from here; false
 	// leaves it on crypto/tls and fasthttp.
 	adopt  func(tc *tls.Conn, raw net.Conn) bool
+	// adoptH2, when the event loops serve h2 over TLS (h2loop_linux.go),
+	// gives them a handshaken h2 connection; false leaves it here.
+	adoptH2 func(tc *tls.Conn, raw net.Conn) bool
 	handed net.Listener // the loops' hand-offs, fed to Accept (pumpHanded); nil without loops
 
 	conns  chan net.Conn // handshaken HTTP/1.1 connections for fasthttp
@@ -142,6 +145,16 @@ func (l *tlsListener) handshake(raw net.Conn) {
 		return
 	}
 	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+		if l.adoptH2 != nil {
+			// As for HTTP/1.1 below: out of live before the loops count
+			// it; back in if they do not take it.
+			l.leave(raw)
+			if l.adoptH2(tc, raw) {
+				handedOff = true
+				return
+			}
+			l.enter(raw)
+		}
 		l.h2(tc)
 		return
 	}
@@ -192,6 +205,13 @@ func (l *tlsListener) pumpHanded(h net.Listener) {
 			}
 		}
 	}()
+}
+
+// enter puts c back in live (an adoption the loops refused).
+func (l *tlsListener) enter(c net.Conn) {
+	l.mu.Lock()
+	l.mu.live[c] = struct{}{}
+	l.mu.Unlock()
 }
 
 // leave takes c out of live: it is closed, or handed to the loops or

@@ -5,6 +5,7 @@ package proxy
 import (
 	"crypto/tls"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"syscall"
@@ -56,6 +57,9 @@ func (fe *frontend) startTLSLoops() {
 	}
 	fe.loops.Store(ff)
 	l.adopt = fe.adoptTLS
+	if fe.p.useOwnH2() && !h2LoopDisabled {
+		l.adoptH2 = fe.adoptTLSH2
+	}
 	l.pumpHanded(ff.Handed)
 }
 
@@ -69,30 +73,41 @@ func (fe *frontend) adoptTLS(tc *tls.Conn, raw net.Conn) bool {
 	if ff == nil || ff.Draining() {
 		return false
 	}
-	sec, rest, err := tls13.Extract(tc)
-	if err != nil {
-		return false
-	}
-	st, err := tls13.New(sec, rest)
-	if err != nil {
-		return false
-	}
-	tcp, ok := raw.(*net.TCPConn)
+	fd, peer, st, cs, ok := takeTLS(tc, raw)
 	if !ok {
 		return false
 	}
-	fd, err := dupSocket(tcp)
-	if err != nil {
-		return false
-	}
-	cs := tc.ConnectionState()
-	peer := tcp.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	if !ff.Adopt(fd, peer, st, &cs) {
+	if !ff.Adopt(fd, peer, st, cs) {
 		unix.Close(fd)
 		return false
 	}
 	_ = raw.Close() // the loop's duplicate keeps the socket open
 	return true
+}
+
+// takeTLS takes tc's record state (tls13.Extract, which leaves tc
+// untouched when it refuses) and a non-blocking duplicate of its socket,
+// for a loop. False leaves tc as it was.
+func takeTLS(tc *tls.Conn, raw net.Conn) (fd int, peer netip.Addr, st *tls13.State, cs *tls.ConnectionState, ok bool) {
+	sec, rest, err := tls13.Extract(tc)
+	if err != nil {
+		return -1, peer, nil, nil, false
+	}
+	st, err = tls13.New(sec, rest)
+	if err != nil {
+		return -1, peer, nil, nil, false
+	}
+	tcp, isTCP := raw.(*net.TCPConn)
+	if !isTCP {
+		return -1, peer, nil, nil, false
+	}
+	fd, err = dupSocket(tcp)
+	if err != nil {
+		return -1, peer, nil, nil, false
+	}
+	state := tc.ConnectionState()
+	peer = tcp.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	return fd, peer, st, &state, true
 }
 
 // dupSocket duplicates c's descriptor (close-on-exec, non-blocking).

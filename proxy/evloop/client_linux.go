@@ -144,6 +144,9 @@ func (l *eventLoop) closeClient(c *cconn) {
 	if c.busy() {
 		l.abort(c, pipeline.OutClientGone)
 	}
+	if c.h2 != nil {
+		l.h2Close(c)
+	}
 	l.forget(c)
 	if c.tls != nil && c.linger == 0 {
 		l.closeNotify(c)
@@ -218,7 +221,11 @@ func (l *eventLoop) clientEvent(c *cconn, ev uint32) {
 		return
 	}
 	if ev&unix.EPOLLOUT != 0 {
-		l.flush(c)
+		if c.h2 != nil {
+			l.h2Flush(c) // and what the core holds since
+		} else {
+			l.flush(c)
+		}
 		if c.fd < 0 {
 			return
 		}
@@ -329,27 +336,9 @@ func (v *rawView) Cookie(name string) []byte {
 // serve runs one parsed request; false (before anything was done or
 // counted) means the fast path does not take it.
 func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
-	// Connection lists other than close/keep-alive, Upgrade, and a Host
-	// that is not plainly uri-host[:port] go to fasthttp, where the header
-	// policy's checks answer them (pipeline/headers.go; proxy/doc.go "The header policy").
-	if h.HostCount != 1 || h.Chunked || h.TeOther || h.Expect || h.Upgrade || h.ConnOther || h.N > l.ff.maxHeader ||
-		!pipeline.ValidHost(h.Host.Of(b)) {
+	a, cl, ok := l.takes(c, b, h)
+	if !ok {
 		return false
-	}
-	cl := h.ContentLength
-	if cl < 0 {
-		cl = 0
-	}
-	if int64(h.N)+cl > int64(c.n) {
-		return false // the body is not all here: fasthttp streams it
-	}
-	rt := l.ff.cfg.Routes.Load()
-	a := rt.Lookup(h.Host.Of(b))
-	if a == nil || !a.LoopOK {
-		return false
-	}
-	if a.BodyCap(cl) != pipeline.OutRelayed {
-		return false // fasthttp answers it (413)
 	}
 	ex := &c.ex
 	ex.a, ex.total, ex.start = a, h.N+int(cl), l.now
@@ -375,6 +364,34 @@ func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	}
 	l.admitted(c, d, b, h)
 	return true
+}
+
+// takes tells whether the loop serves the request parsed as h from b (all
+// of it in c.in), and for which app, with what body length.
+func (l *eventLoop) takes(c *cconn, b []byte, h *pipeline.RawHead) (*pipeline.App, int64, bool) {
+	// Connection lists other than close/keep-alive, Upgrade, and a Host
+	// that is not plainly uri-host[:port] go to fasthttp, where the header
+	// policy's checks answer them (pipeline/headers.go; proxy/doc.go "The header policy").
+	if h.HostCount != 1 || h.Chunked || h.TeOther || h.Expect || h.Upgrade || h.ConnOther || h.N > l.ff.maxHeader ||
+		!pipeline.ValidHost(h.Host.Of(b)) {
+		return nil, 0, false
+	}
+	cl := h.ContentLength
+	if cl < 0 {
+		cl = 0
+	}
+	if int64(h.N)+cl > int64(c.n) {
+		return nil, 0, false // the body is not all here: fasthttp streams it
+	}
+	rt := l.ff.cfg.Routes.Load()
+	a := rt.Lookup(h.Host.Of(b))
+	if a == nil || !a.LoopOK {
+		return nil, 0, false
+	}
+	if a.BodyCap(cl) != pipeline.OutRelayed {
+		return nil, 0, false // fasthttp answers it (413)
+	}
+	return a, cl, true
 }
 
 // forwarded reads what a trusted proxy sent (pipeline.PlanForwarding) into l.in and
@@ -446,7 +463,7 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
 		r = append(r, f.Line.Of(b)...)
 	}
 	var fw pipeline.Forwarding
-	l.fwd, fw = pipeline.PlanForwarding(l.fwd, in, c.peer, c.tls != nil, h.Host.Of(b), l.ff.cfg.IDs)
+	l.fwd, fw = pipeline.PlanForwarding(l.fwd, in, c.peer, c.tls != nil || c.str != nil, h.Host.Of(b), l.ff.cfg.IDs)
 	ex.id = append(ex.id[:0], fw.ID...)
 	r = append(append(append(r, "X-Forwarded-For: "...), fw.XFF...), "\r\n"...)
 	r = append(append(append(r, "X-Forwarded-Proto: "...), fw.Proto...), "\r\n"...)

@@ -37,8 +37,14 @@ type cconn struct {
 	linger  int64    // lingering close until (0: not lingering)
 	grace   int64    // draining: close if still idle at
 	tls     *tlsConn // TLS: records sealed and opened by the loop (tls_linux.go); nil for plain
+	h2      *h2Link  // HTTP/2 (h2_linux.go): the connection's streams are exchanges of their own
+	str     *h2str   // a stream connection (no socket, fd -1): one HTTP/2 stream the loop runs
 	ex      exch
 }
+
+// backlog tells whether response bytes wait for the client: in c.out, or,
+// for a stream, for its flow-control window.
+func (c *cconn) backlog() bool { return len(c.out) > 0 || c.str != nil && c.str.blocked }
 
 // busy tells whether an exchange is in progress on c (State).
 func (c *cconn) busy() bool { return c.ex.state != Idle }
@@ -161,6 +167,16 @@ type eventLoop struct {
 	adopting   []adoption
 	adoptShut  bool       // the loop has stopped: Adopt refuses
 	adoptSpare []adoption // the loop's own, swapped with adopting
+
+	// h2mu guards h2q: h2 connections a worker woke the loop for
+	// (h2_linux.go); taken alone, never with a connection's lock held by
+	// the loop.
+	h2mu     sync.Mutex
+	h2q      []*cconn
+	h2qSpare []*cconn
+	dirty    []*cconn         // h2 connections whose output is to be written this round
+	sh       pipeline.RawHead // a stream's response head, parsed again for HEADERS
+	dechunk  []byte           // a stream's chunked body, decoded
 }
 
 // unlisten takes the listening socket out of this loop's epoll set, once,
@@ -281,6 +297,7 @@ func (l *eventLoop) run() {
 			case fd == tagWake:
 				_, _ = l.sys.Read(l.efd, l.efdBuf[:])
 				l.takeAdopted()
+				l.takeH2Wakes()
 				l.pollParked()
 			case fd < len(l.cl) && l.cl[fd] != nil:
 				l.clientEvent(l.cl[fd], ev)
@@ -297,6 +314,9 @@ func (l *eventLoop) run() {
 		}
 		if l.nowNs >= l.nextSweep {
 			l.sweep()
+		}
+		if len(l.dirty) > 0 {
+			l.flushDirty()
 		}
 	}
 }
@@ -320,7 +340,7 @@ func (l *eventLoop) sweep() {
 		// While the client has not taken what was relayed, the backend
 		// is not read, so its idle deadline waits (the write timeout
 		// covers the client); flush restarts it.
-		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == Relaying && len(c.out) > 0) {
+		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == Relaying && c.backlog()) {
 			if ex.state == Connecting {
 				l.dialFailed(ex.b, errConnectTimeout)
 			} else if ex.state != Relaying {
@@ -359,6 +379,13 @@ func (l *eventLoop) sweep() {
 		case c.outAt != 0 && l.nowNs-c.outAt > int64(l.ff.write):
 			l.closeClient(c)
 			i--
+		case c.h2 != nil:
+			if !c.gotAny && l.ff.hdr > 0 && l.nowNs-c.lastNs > int64(l.ff.hdr) {
+				l.closeClient(c) // no preface within the read-header timeout
+				i--
+			} else if l.h2Sweep(c) {
+				i--
+			}
 		case c.grace != 0 && l.nowNs > c.grace && c.n == 0 && len(c.out) == 0:
 			l.lingerClose(c)
 		case !c.gotAny && l.ff.hdr > 0 && l.nowNs-c.lastNs > int64(l.ff.hdr):
@@ -427,6 +454,13 @@ func (l *eventLoop) startDrain() {
 	l.drainSeen = true
 	l.unlisten()
 	for _, c := range l.clients {
+		if c.h2 != nil {
+			// GOAWAY; the connection closes once its streams end (h2After).
+			c.closing = true
+			c.h2.d.GoAway()
+			l.h2Dirty(c)
+			continue
+		}
 		if c.busy() || len(c.out) > 0 {
 			c.closing = true
 		} else if c.linger == 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/estimator"
+	"github.com/sentry-proxy/sentry/proxy/h2srv"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
@@ -139,10 +140,10 @@ func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte) {
 		return
 	}
 	l.flush(c)
-	if c.fd < 0 {
+	if c.fd < 0 && c.str == nil {
 		return
 	}
-	if len(c.out) > 0 {
+	if c.backlog() {
 		// The client is slower than the backend: stop reading the
 		// backend until the client has taken this.
 		l.setBackendEvents(bc, bc.events&^(unix.EPOLLIN|unix.EPOLLRDHUP))
@@ -151,6 +152,10 @@ func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte) {
 
 // flush writes c.out; on EAGAIN it waits for EPOLLOUT.
 func (l *eventLoop) flush(c *cconn) {
+	if c.str != nil {
+		l.flushStream(c)
+		return
+	}
 	if c.tls != nil {
 		if !l.flushTLS(c) {
 			return
@@ -197,6 +202,14 @@ func (l *eventLoop) flush(c *cconn) {
 // after runs when an exchange has ended and its response is written: the
 // connection closes (Connection: close) or serves what is buffered next.
 func (l *eventLoop) after(c *cconn) {
+	switch {
+	case c.str != nil:
+		l.flushStream(c) // the end of the stream's response
+		return
+	case c.h2 != nil:
+		l.h2After(c)
+		return
+	}
 	if !c.busy() && len(c.out) == 0 {
 		// An idle connection keeps small buffers only.
 		if cap(c.out) > 4<<10 {
@@ -271,6 +284,17 @@ func (l *eventLoop) abort(c *cconn, o pipeline.Outcome) {
 		st = pipeline.StatusOf(pipeline.OutClientGone)
 	}
 	l.done(c, o, st)
+	if c.str != nil {
+		// A stream: RST_STREAM (CANCEL when the client went or stopped
+		// reading, INTERNAL_ERROR for a response cut short), the
+		// connection goes on.
+		code := h2srv.InternalError
+		if o == pipeline.OutClientGone {
+			code = h2srv.Cancel
+		}
+		l.streamEnd(c, code)
+		return
+	}
 	if c.fd >= 0 && o != pipeline.OutClientGone {
 		c.out = c.out[:0]
 		l.closeClient(c)
@@ -318,6 +342,9 @@ func (l *eventLoop) access(c *cconn, o pipeline.Outcome, status int) {
 		Start: ex.start, Duration: l.clock().Sub(ex.start), Client: ex.client, Proto: "HTTP/1.1",
 		Status: status, BytesIn: int64(ex.total), BytesOut: ex.outBytes, ID: ex.id,
 		App: ex.a, Outcome: o, Backend: ex.u, Upstrm: ex.upstrm,
+	}
+	if c.str != nil {
+		e.Proto = "HTTP/2.0"
 	}
 	e.Decided(&ex.t)
 	if c.in != nil && ex.total <= c.n {

@@ -40,6 +40,7 @@ type adoption struct {
 	peer netip.Addr
 	st   *tls13.State
 	cs   *tls.ConnectionState
+	h2   H2Conn // negotiated h2 (AdoptH2); nil for HTTP/1.1
 }
 
 // Adopt gives the loops a TLS 1.3 client connection whose handshake is
@@ -48,6 +49,10 @@ type adoption struct {
 // nothing, when the front is draining or stopped; the caller then closes
 // fd. The connection goes to the loop holding the fewest clients.
 func (ff *Front) Adopt(fd int, peer netip.Addr, st *tls13.State, cs *tls.ConnectionState) bool {
+	return ff.adoptQ(adoption{fd: fd, peer: peer, st: st, cs: cs})
+}
+
+func (ff *Front) adoptQ(a adoption) bool {
 	if ff.draining.Load() || ff.closing.Load() {
 		return false
 	}
@@ -57,7 +62,7 @@ func (ff *Front) Adopt(fd int, peer netip.Addr, st *tls13.State, cs *tls.Connect
 		l.adoptMu.Unlock()
 		return false
 	}
-	l.adopting = append(l.adopting, adoption{fd: fd, peer: peer, st: st, cs: cs})
+	l.adopting = append(l.adopting, a)
 	l.adoptMu.Unlock()
 	l.wake()
 	return true
@@ -84,13 +89,32 @@ func (l *eventLoop) adopt(a adoption) {
 	fd := a.fd
 	if max := l.ff.maxConns; max > 0 && l.ff.conns.Load()+int64(l.ff.cfg.OtherConns()) >= int64(max) {
 		l.ff.cfg.TooManyConns()
-		_, _ = l.sys.Write(fd, a.st.Seal(nil, tooManyConns))
+		if a.h2 == nil {
+			_, _ = l.sys.Write(fd, a.st.Seal(nil, tooManyConns))
+		}
 		l.sys.Close(fd)
+		if a.h2 != nil {
+			a.h2.Closed()
+		}
 		return
 	}
 	c := &cconn{fd: fd, peer: a.peer, lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP,
 		tls: &tlsConn{st: a.st, cs: a.cs}}
 	if !l.addClient(c) {
+		if a.h2 != nil {
+			a.h2.Closed()
+		}
+		return
+	}
+	if a.h2 != nil {
+		l.adoptH2(c, a.h2)
+		if a.st.Buffered() > 0 {
+			c.in = l.getBuf()
+			if l.openTLS(c) && c.n > 0 {
+				c.gotAny = true
+				l.h2Read(c)
+			}
+		}
 		return
 	}
 	if l.drainSeen {
@@ -119,6 +143,9 @@ func (l *eventLoop) refuseAdopted() {
 	l.adoptMu.Unlock()
 	for _, a := range q {
 		l.sys.Close(a.fd)
+		if a.h2 != nil {
+			a.h2.Closed()
+		}
 	}
 }
 
@@ -170,6 +197,10 @@ func (l *eventLoop) readTLS(c *cconn, ev uint32) {
 	}
 	c.lastNs = l.nowNs
 	c.gotAny = true
+	if c.h2 != nil {
+		l.h2Read(c)
+		return
+	}
 	if !c.busy() {
 		l.process(c)
 	}

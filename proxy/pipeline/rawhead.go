@@ -352,6 +352,18 @@ const (
 // Feed consumes b and returns how many bytes belong to the body and
 // whether the body ended there; ok is false on a malformed body.
 func (t *ChunkTracker) Feed(b []byte) (n int, done, ok bool) {
+	_, n, done, ok = t.feed(nil, b, false)
+	return n, done, ok
+}
+
+// Decode is Feed that also appends the body's data (the chunks' contents,
+// without sizes, extensions or trailers) to dst: what an HTTP/2 response
+// carries as DATA.
+func (t *ChunkTracker) Decode(dst, b []byte) (out []byte, n int, done, ok bool) {
+	return t.feed(dst, b, true)
+}
+
+func (t *ChunkTracker) feed(dst, b []byte, keep bool) (out []byte, n int, done, ok bool) {
 	for n < len(b) {
 		c := b[n]
 		switch t.state {
@@ -359,28 +371,28 @@ func (t *ChunkTracker) Feed(b []byte) (n int, done, ok bool) {
 			switch {
 			case '0' <= c && c <= '9', 'a' <= c && c <= 'f', 'A' <= c && c <= 'F':
 				if t.digits == 15 {
-					return n, false, false
+					return dst, n, false, false
 				}
 				t.digits++
 				t.size = t.size<<4 | int64(hexVal(c))
 			case t.digits == 0:
-				return n, false, false
+				return dst, n, false, false
 			case c == ';' || c == ' ' || c == '\t':
 				t.state = csExt
 			case c == '\r':
 				t.state = csSizeLF
 			default:
-				return n, false, false
+				return dst, n, false, false
 			}
 		case csExt:
 			if c == '\r' {
 				t.state = csSizeLF
 			} else if c < 0x20 && c != '\t' {
-				return n, false, false
+				return dst, n, false, false
 			}
 		case csSizeLF:
 			if c != '\n' {
-				return n, false, false
+				return dst, n, false, false
 			}
 			t.digits = 0
 			if t.size == 0 {
@@ -393,6 +405,9 @@ func (t *ChunkTracker) Feed(b []byte) (n int, done, ok bool) {
 			if k > t.size {
 				k = t.size
 			}
+			if keep {
+				dst = append(dst, b[n:n+int(k)]...)
+			}
 			n += int(k)
 			t.size -= k
 			if t.size == 0 {
@@ -401,12 +416,12 @@ func (t *ChunkTracker) Feed(b []byte) (n int, done, ok bool) {
 			continue
 		case csDataCR:
 			if c != '\r' {
-				return n, false, false
+				return dst, n, false, false
 			}
 			t.state = csDataLF
 		case csDataLF:
 			if c != '\n' {
-				return n, false, false
+				return dst, n, false, false
 			}
 			t.state = csSize
 		case csTrailerStart:
@@ -421,14 +436,14 @@ func (t *ChunkTracker) Feed(b []byte) (n int, done, ok bool) {
 			}
 		case csEndLF:
 			if c != '\n' {
-				return n, false, false
+				return dst, n, false, false
 			}
 			t.state = csDone
-			return n + 1, true, true
+			return dst, n + 1, true, true
 		}
 		n++
 	}
-	return n, false, true
+	return dst, n, false, true
 }
 
 func hexVal(c byte) byte {

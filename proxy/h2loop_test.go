@@ -1,0 +1,447 @@
+//go:build linux
+
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/sentry-proxy/sentry/control"
+	"github.com/sentry-proxy/sentry/policy"
+)
+
+// h2loop_test.go: HTTP/2 over TLS on the event loops (h2loop_linux.go,
+// evloop/h2_linux.go). The h2 tests over TLS elsewhere (drain, write
+// timeout, access log, OCSP, the guard) run on this path too, since it is
+// the default; these are the cases particular to it.
+
+// h2LoopProxy starts a TLS listener for backend be with the loops (h2 on
+// them), mod applied, and returns it with its loop counters.
+func h2LoopProxy(t *testing.T, be string, mod func(*policy.Snapshot, *policy.App)) (*harness, *loopDelta) {
+	t.Helper()
+	cf, kf := writeTestCert(t)
+	h := startProxyOpts(t, []string{be}, Options{Engine: EngineLoops, H2: H2Own}, func(s *policy.Snapshot, a *policy.App) {
+		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+		if mod != nil {
+			mod(s, a)
+		}
+	})
+	return h, loopCounts(t, h, EngineLoops)
+}
+
+// h2TLSRaw opens an h2 connection over TLS and sends the preface and
+// settings.
+func h2TLSRaw(t *testing.T, addr string, settings ...http2.Setting) (*tls.Conn, *http2.Framer) {
+	t.Helper()
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", addr,
+		&tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if p := c.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("ALPN %q", p)
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, http2.ClientPreface)
+	fr := http2.NewFramer(c, c)
+	fr.WriteSettings(settings...)
+	return c, fr
+}
+
+// writeHead sends a header block of fields (name, value pairs) on id.
+func writeHead(t *testing.T, fr *http2.Framer, id uint32, end bool, fields ...string) {
+	t.Helper()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for i := 0; i+1 < len(fields); i += 2 {
+		enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndStream: end, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// h2Answer is one stream's response as read off the wire.
+type h2Answer struct {
+	status  int
+	fields  []hpack.HeaderField
+	body    []byte
+	ended   bool
+	resetBy http2.ErrCode
+	reset   bool
+}
+
+func (a *h2Answer) field(name string) string {
+	for _, f := range a.fields {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+// readAnswers reads frames until every stream in ids has ended or been
+// reset, giving window back for what it reads (window true) or not.
+func readAnswers(t *testing.T, fr *http2.Framer, window bool, ids ...uint32) map[uint32]*h2Answer {
+	t.Helper()
+	out := map[uint32]*h2Answer{}
+	for _, id := range ids {
+		out[id] = &h2Answer{}
+	}
+	open := len(ids)
+	dec := hpack.NewDecoder(4096, nil)
+	for open > 0 {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading answers: %v", err)
+		}
+		a := out[f.Header().StreamID]
+		switch f := f.(type) {
+		case *http2.HeadersFrame:
+			fs, err := dec.DecodeFull(f.HeaderBlockFragment())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a != nil {
+				for _, hf := range fs {
+					if hf.Name == ":status" {
+						a.status, _ = strconv.Atoi(hf.Value)
+					} else {
+						a.fields = append(a.fields, hf)
+					}
+				}
+				if f.StreamEnded() {
+					a.ended = true
+					open--
+				}
+			}
+		case *http2.DataFrame:
+			if n := len(f.Data()); n > 0 && window {
+				fr.WriteWindowUpdate(0, uint32(n))
+				if !f.StreamEnded() {
+					fr.WriteWindowUpdate(f.StreamID, uint32(n))
+				}
+			}
+			if a != nil {
+				a.body = append(a.body, f.Data()...)
+				if f.StreamEnded() {
+					a.ended = true
+					open--
+				}
+			}
+		case *http2.RSTStreamFrame:
+			if a != nil && !a.ended && !a.reset {
+				a.reset, a.resetBy = true, f.ErrCode
+				open--
+			}
+		case *http2.GoAwayFrame:
+			t.Fatalf("GOAWAY %v while streams were open", f.ErrCode)
+		}
+	}
+	return out
+}
+
+// TestH2LoopServes: on one h2 connection over TLS, GETs run on the loop
+// and a POST with a body on a worker; both reach the backend as the header
+// policy says (Host from :authority, forged forwarding headers replaced,
+// cookie fields joined into one), and the answers come back with their
+// fields (hop-by-hop ones dropped) and bodies.
+func TestH2LoopServes(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Seen", strings.Join([]string{r.Method, r.URL.RequestURI(), r.Host,
+			strings.Join(r.Header.Values("Cookie"), "|"), r.Header.Get("X-Forwarded-For"),
+			r.Header.Get("X-Forwarded-Proto"), r.Header.Get("X-In"), strconv.Itoa(len(b))}, " "))
+		w.Header().Add("Set-Cookie", "a=1")
+		w.Header().Add("Set-Cookie", "b=2")
+		w.Header().Set("Keep-Alive", "timeout=5")
+		io.WriteString(w, "body:"+string(b))
+	})
+	h, d := h2LoopProxy(t, be, nil)
+	_, fr := h2TLSRaw(t, h.addr)
+	writeHead(t, fr, 1, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/g?q=1",
+		"cookie", "c=1", "x-in", "v", "cookie", "d=2", "x-forwarded-for", "6.6.6.6", "x-forwarded-proto", "http")
+	writeHead(t, fr, 3, false, ":method", "POST", ":scheme", "https", ":authority", "a.test", ":path", "/p",
+		"content-length", "5")
+	fr.WriteData(3, true, []byte("hello"))
+	writeHead(t, fr, 5, true, ":method", "HEAD", ":scheme", "https", ":authority", "a.test", ":path", "/h")
+	got := readAnswers(t, fr, true, 1, 3, 5)
+
+	g := got[1]
+	if g.status != 200 || string(g.body) != "body:" || g.field("x-seen") != "GET /g?q=1 a.test c=1; d=2 127.0.0.1 https v 0" {
+		t.Errorf("GET: %d %q %v", g.status, g.body, g.fields)
+	}
+	cookies := 0
+	for _, f := range g.fields {
+		if f.Name == "set-cookie" {
+			cookies++
+		}
+		if f.Name == "keep-alive" || f.Name == "connection" {
+			t.Errorf("GET: hop-by-hop field %q passed on", f.Name)
+		}
+	}
+	if cookies != 2 || g.field("x-request-id") == "" || g.field("content-length") != "5" {
+		t.Errorf("GET fields: %v", g.fields)
+	}
+	p := got[3]
+	if p.status != 200 || string(p.body) != "body:hello" || !strings.HasSuffix(p.field("x-seen"), " 5") {
+		t.Errorf("POST: %d %q %v", p.status, p.body, p.fields)
+	}
+	hd := got[5]
+	if hd.status != 200 || len(hd.body) != 0 || !hd.ended || hd.field("content-length") != "5" {
+		t.Errorf("HEAD: %d %q %v", hd.status, hd.body, hd.fields)
+	}
+	d.check(t, 2, 0) // the GET and the HEAD; the POST went to a worker
+}
+
+// TestH2LoopChunkedSlowReader: a chunked answer, larger than the client's
+// small stream window, reaches a client that opens the window a little at
+// a time, whole and decoded (no chunk framing in the DATA).
+func TestH2LoopChunkedSlowReader(t *testing.T) {
+	want := make([]byte, 300<<10)
+	for i := range want {
+		want[i] = byte('a' + i%26)
+	}
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		for off := 0; off < len(want); off += 10 << 10 {
+			w.Write(want[off : off+10<<10])
+			w.(http.Flusher).Flush()
+		}
+	})
+	h, d := h2LoopProxy(t, be, nil)
+	_, fr := h2TLSRaw(t, h.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1024})
+	writeHead(t, fr, 1, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/c")
+	a := readAnswers(t, fr, true, 1)[1]
+	if a.status != 200 || !bytes.Equal(a.body, want) {
+		t.Errorf("status %d, %d bytes (want %d), equal %v", a.status, len(a.body), len(want), bytes.Equal(a.body, want))
+	}
+	d.check(t, 1, 0)
+}
+
+// TestH2LoopResetCutsBackend: a stream the client resets while the backend
+// works is cut there too (the backend's request ends), and the connection
+// goes on serving.
+func TestH2LoopResetCutsBackend(t *testing.T) {
+	var cut atomic.Bool
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			select {
+			case <-r.Context().Done():
+				cut.Store(true)
+			case <-time.After(3 * time.Second):
+			}
+			return
+		}
+		io.WriteString(w, "fast")
+	})
+	h, d := h2LoopProxy(t, be, nil)
+	_, fr := h2TLSRaw(t, h.addr)
+	writeHead(t, fr, 1, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/slow")
+	time.Sleep(100 * time.Millisecond)
+	fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	writeHead(t, fr, 3, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/fast")
+	a := readAnswers(t, fr, true, 3)[3]
+	if a.status != 200 || string(a.body) != "fast" {
+		t.Errorf("after the reset: %d %q", a.status, a.body)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for !cut.Load() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !cut.Load() {
+		t.Error("the backend's request went on after the client reset its stream")
+	}
+	// The second stream came on a connection that has reset one stream
+	// in two (h2srv's Suspect): it went to a worker, which holds such
+	// streams a moment (h2guard.go).
+	d.check(t, 1, 0)
+}
+
+// TestH2LoopRespondsItself: answers sentry makes itself on a loop stream
+// (no backend reachable: 502) are HEADERS and DATA like any other, and the
+// connection goes on.
+func TestH2LoopRespondsItself(t *testing.T) {
+	dead := freeAddr(t) // nothing listens there
+	h, d := h2LoopProxy(t, dead, nil)
+	_, fr := h2TLSRaw(t, h.addr)
+	for _, id := range []uint32{1, 3} {
+		writeHead(t, fr, id, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/")
+		a := readAnswers(t, fr, true, id)[id]
+		if a.status != 502 && a.status != 503 || len(a.body) == 0 || a.field("content-type") == "" || a.field("x-request-id") == "" {
+			t.Errorf("stream %d: %d %q %v", id, a.status, a.body, a.fields)
+		}
+	}
+	d.check(t, 2, 0)
+}
+
+// TestH2LoopWindowStall: streams given no window are reset once
+// server.write_timeout passes without progress (the loop's sweep), and
+// the connection goes on serving a stream with a window.
+func TestH2LoopWindowStall(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 1<<20)
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+			w.Write(big)
+			return
+		}
+		io.WriteString(w, "small")
+	})
+	h, _ := h2LoopProxy(t, be, func(s *policy.Snapshot, _ *policy.App) { s.Server.WriteTimeout = 300 * time.Millisecond })
+	_, fr := h2TLSRaw(t, h.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	fr.WriteWindowUpdate(0, 1<<30)
+	start := time.Now()
+	writeHead(t, fr, 1, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/big")
+	a := readAnswers(t, fr, false, 1)[1]
+	if !a.reset || len(a.body) != 0 {
+		t.Fatalf("stalled stream: reset %v, %d bytes", a.reset, len(a.body))
+	}
+	if e := time.Since(start); e < 300*time.Millisecond {
+		t.Errorf("reset after %v, before write_timeout", e)
+	}
+	fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535})
+	writeHead(t, fr, 3, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/small")
+	if a := readAnswers(t, fr, true, 3)[3]; a.status != 200 || string(a.body) != "small" {
+		t.Errorf("after the stall: %d %q", a.status, a.body)
+	}
+}
+
+// TestH2LoopIdleTimeout: a connection without streams for
+// server.idle_timeout gets GOAWAY and is closed by the loop.
+func TestH2LoopIdleTimeout(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	h, _ := h2LoopProxy(t, be, func(s *policy.Snapshot, _ *policy.App) { s.Server.IdleTimeout = 300 * time.Millisecond })
+	c, fr := h2TLSRaw(t, h.addr)
+	writeHead(t, fr, 1, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/")
+	start := time.Now()
+	var sawEnd, sawGoAway bool
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			break // closed
+		}
+		switch f := f.(type) {
+		case *http2.DataFrame:
+			sawEnd = sawEnd || f.StreamEnded()
+		case *http2.GoAwayFrame:
+			sawGoAway = f.ErrCode == http2.ErrCodeNo && f.LastStreamID == 1
+		}
+	}
+	c.Close()
+	if !sawEnd || !sawGoAway {
+		t.Errorf("response ended %v, GOAWAY %v", sawEnd, sawGoAway)
+	}
+	if e := time.Since(start); e < 300*time.Millisecond || e > 5*time.Second {
+		t.Errorf("closed after %v (idle_timeout 300ms)", e)
+	}
+}
+
+// TestH2LoopOff: SENTRY_H2LOOP=0's switch leaves h2 over TLS on the
+// goroutine driver while HTTP/1.1 stays on the loops.
+func TestH2LoopOff(t *testing.T) {
+	old := h2LoopDisabled
+	h2LoopDisabled = true
+	defer func() { h2LoopDisabled = old }()
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	h, d := h2LoopProxy(t, be, nil)
+	_, fr := h2TLSRaw(t, h.addr)
+	writeHead(t, fr, 1, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/")
+	if a := readAnswers(t, fr, true, 1)[1]; a.status != 200 || string(a.body) != "ok" {
+		t.Errorf("%d %q", a.status, a.body)
+	}
+	d.check(t, 0, 0)
+}
+
+// TestH2LoopParked: streams whose class waits for its batch run park in
+// the loop like HTTP/1.1 requests (park_test.go's policy, over TLS): three
+// streams at once are relayed after their runs; a class the estimator has
+// learned to be too slow is rejected by its run (503, Retry-After); a
+// stream the client resets while parked leaves the queue, counted
+// client_gone, and never reaches the backend.
+func TestH2LoopParked(t *testing.T) {
+	rb := startRawBackend(t, func(_ *rawBackend, _, _ int, r *beReq, c net.Conn, _ *bufio.Reader) bool {
+		st := "cpu;dur=1"
+		if strings.HasPrefix(r.target, "/slow") {
+			st = "cpu;dur=600000"
+		}
+		body := "ok " + r.target
+		_, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nServer-Timing: %s\r\nContent-Length: %d\r\n\r\n%s", st, len(body), body)
+		return err == nil
+	})
+	cf, kf := writeTestCert(t)
+	addr := freeAddr(t)
+	pol := strings.Replace(fmt.Sprintf(parkPolicy, addr, rb.addr), "    backends:",
+		fmt.Sprintf("    tls: {cert: %q, key: %q}\n    backends:", cf, kf), 1)
+	snap, err := policy.Parse("<test>", []byte(pol))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.Discard})
+	m, err := control.NewManager(control.Options{Logger: log, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startProxySnap(t, addr, snap, Options{Engine: EngineLoops, H2: H2Own, Control: controlBuilder{m}, Registerer: reg, Logger: log})
+	d := loopCounts(t, h, EngineLoops)
+	decided := func(class, verdict string) float64 {
+		return metricValue(t, h.reg, "sentry_admission_decisions_total", map[string]string{"class": class, "verdict": verdict})
+	}
+	queued := func(class string) float64 {
+		return metricValue(t, h.reg, "sentry_batch_queue_length", map[string]string{"class": class})
+	}
+	get := func(fr *http2.Framer, id uint32, path string) {
+		writeHead(t, fr, id, true, ":method", "GET", ":scheme", "https", ":authority", "x", ":path", path)
+	}
+	_, fr := h2TLSRaw(t, h.addr)
+	get(fr, 1, "/a1")
+	get(fr, 3, "/a2")
+	get(fr, 5, "/a3")
+	got := readAnswers(t, fr, true, 1, 3, 5)
+	for id, a := range got {
+		if want := "ok /a" + strconv.Itoa(int(id+1)/2); a.status != 200 || string(a.body) != want {
+			t.Errorf("stream %d: %d %q, want 200 %q", id, a.status, a.body, want)
+		}
+	}
+	if v := decided("fast", "admitted"); v != 3 {
+		t.Errorf("decisions{fast,admitted} = %v, want 3", v)
+	}
+
+	get(fr, 7, "/slow/learn")
+	if a := readAnswers(t, fr, true, 7)[7]; a.status != 200 {
+		t.Fatalf("first slow request: %d %q", a.status, a.body)
+	}
+	get(fr, 9, "/slow/again")
+	a := readAnswers(t, fr, true, 9)[9]
+	if a.status != 503 || a.field("x-sentry-reject") != "rejected_test" || a.field("retry-after") == "" {
+		t.Errorf("second slow request: %d %q %v, want a 503 rejected_test", a.status, a.body, a.fields)
+	}
+
+	get(fr, 11, "/hold")
+	waitUntil(t, "the stream waits in hold's queue", func() bool { return queued("hold") == 1 })
+	fr.WriteRSTStream(11, http2.ErrCodeCancel)
+	waitUntil(t, "the stream leaves the queue", func() bool { return queued("hold") == 0 })
+	waitUntil(t, "client_gone is counted", func() bool { return decided("hold", "client_gone") == 1 })
+	for _, q := range rb.all() {
+		if q.target == "/slow/again" || q.target == "/hold" {
+			t.Errorf("%s reached the backend", q.target)
+		}
+	}
+	d.check(t, 6, 0)
+}
