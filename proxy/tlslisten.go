@@ -37,11 +37,11 @@ type tlsListener struct {
 	// adopt, when the event loops serve HTTP/1.1 over TLS
 	// (tlsloop_linux.go), takes a TLS 1.3 connection from here; false
 	// leaves it on crypto/tls and fasthttp.
-	adopt  func(tc *tls.Conn, raw net.Conn) bool
+	adopt func(tc *tls.Conn, raw net.Conn) bool
 	// adoptH2, when the event loops serve h2 over TLS (h2loop_linux.go),
 	// gives them a handshaken h2 connection; false leaves it here.
 	adoptH2 func(tc *tls.Conn, raw net.Conn) bool
-	handed net.Listener // the loops' hand-offs, fed to Accept (pumpHanded); nil without loops
+	handed  net.Listener // the loops' hand-offs, fed to Accept (pumpHanded); nil without loops
 
 	conns  chan net.Conn // handshaken HTTP/1.1 connections for fasthttp
 	closed chan struct{}
