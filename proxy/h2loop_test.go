@@ -445,3 +445,51 @@ func TestH2LoopParked(t *testing.T) {
 	}
 	d.check(t, 6, 0)
 }
+
+// TestH2LoopSlowReaderKeepsStream: a client that takes a large answer
+// slowly, opening its window a little at a time, for longer than
+// server.write_timeout in all, keeps its stream: the timeout runs from the
+// last progress, not from when the stream first waited.
+func TestH2LoopSlowReaderKeepsStream(t *testing.T) {
+	want := bytes.Repeat([]byte("0123456789abcdef"), 4<<10) // 64 KiB
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(want)))
+		w.Write(want)
+	})
+	h, _ := h2LoopProxy(t, be, func(s *policy.Snapshot, _ *policy.App) { s.Server.WriteTimeout = 150 * time.Millisecond })
+	// A 1 KiB window given back 15 ms after each frame: a backend read
+	// (up to 16 KiB) waits for window for about 240 ms, all the while
+	// making progress.
+	_, fr := h2TLSRaw(t, h.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 10})
+	start := time.Now()
+	writeHead(t, fr, 1, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/")
+	var got []byte
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("after %d bytes: %v", len(got), err)
+		}
+		if r, ok := f.(*http2.RSTStreamFrame); ok {
+			t.Fatalf("stream reset (%v) after %d bytes, %v", r.ErrCode, len(got), time.Since(start))
+		}
+		d, ok := f.(*http2.DataFrame)
+		if !ok {
+			continue
+		}
+		got = append(got, d.Data()...)
+		if d.StreamEnded() {
+			break
+		}
+		if n := len(d.Data()); n > 0 {
+			time.Sleep(15 * time.Millisecond)
+			fr.WriteWindowUpdate(0, uint32(n))
+			fr.WriteWindowUpdate(1, uint32(n))
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%d bytes, want %d", len(got), len(want))
+	}
+	if e := time.Since(start); e < 300*time.Millisecond {
+		t.Logf("took only %v: the test did not outlast write_timeout", e)
+	}
+}

@@ -356,7 +356,7 @@ func (l *eventLoop) sweep() {
 			i--
 			continue
 		}
-		if c.outAt != 0 && l.nowNs-c.outAt > int64(l.ff.write) {
+		if c.outAt != 0 && l.nowNs-c.outAt > int64(l.ff.write) && (c.str == nil || l.stalled(c)) {
 			l.abort(c, pipeline.OutClientGone)
 			l.closeClient(c)
 			i--

@@ -96,6 +96,7 @@ type h2str struct {
 	headOut bool // the response head is in the core
 	ended   bool // the response's end (or a reset) is in the core
 	blocked bool // response data waits for the client's window
+	pend    int  // what waited for window when the stream was last looked at (stalled)
 	chunked bool
 	ct      pipeline.ChunkTracker
 }
@@ -480,17 +481,45 @@ func (l *eventLoop) flushStream(c *cconn) {
 	if outFull {
 		h.outWait = true
 	}
-	if str.blocked {
-		if c.outAt == 0 {
-			c.outAt = l.nowNs
+	if pend > 0 {
+		// Waiting for the client's window: write_timeout runs (the
+		// sweep, stalled); waiting for the connection's output alone,
+		// the connection's own write timeout does.
+		if c.outAt == 0 || pend != str.pend {
+			c.outAt, str.pend = l.nowNs, pend
 		}
+	} else {
+		c.outAt = 0
+	}
+	if str.blocked {
 		return
 	}
-	c.outAt = 0
 	if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.state == Relaying && bc.events&unix.EPOLLIN == 0 {
 		l.setBackendEvents(bc, bc.events|unix.EPOLLIN|unix.EPOLLRDHUP)
 		c.ex.deadline = l.nowNs + c.ex.a.Shared.Idle.Load()
 	}
+}
+
+// stalled tells whether a stream connection whose write timeout has run
+// out made no progress meanwhile: the client took none of what waits for
+// its window. Progress restarts the timeout (as a worker's waitSent does).
+func (l *eventLoop) stalled(c *cconn) bool {
+	str := c.str
+	if str == nil {
+		return true
+	}
+	h := str.p.h2
+	h.d.Lock()
+	pend := 0
+	if !h.core.Closed(str.s) {
+		pend = h.core.Pending(str.s)
+	}
+	h.d.Unlock()
+	if pend > 0 && pend != str.pend {
+		str.pend, c.outAt = pend, l.nowNs
+		return false
+	}
+	return true
 }
 
 // streamBody is the DATA of body bytes b: b itself, or decoded from
