@@ -710,7 +710,8 @@
 // stream states and error codes of RFC 9113, the limits (128 streams,
 // header list size, CONTINUATION floods) and the rapid-reset rule h2Guard
 // applies to x/net (same counts, thresholds and metric). It has no
-// goroutine and no lock, so the event loops can drive it later.
+// goroutine and no lock, so the event loops drive it too (below, "HTTP/2
+// over TLS on the event loops").
 //
 // The driver (h2own.go), per connection: one reader goroutine feeds the
 // core under the connection's mutex and hands each request to a pooled
@@ -820,30 +821,56 @@
 // backend) about a sixth of the requests get 503: admission's batch test
 // (rejected_test), each answered in under 0.1 ms, not a fault.
 //
-// The plan for h2 on the event loops (not built). The loops already
-// take TLS 1.3 connections (Front.Adopt, tls13.State), and the h2 core
-// (no I/O, no goroutine, no lock) would run there unchanged. What
-// is missing is an exchange that is not the connection's: today exch
-// lives in cconn, the request is c.in and the response is c.out, and
-// every step (serve, relay, bind, startResponse, forward, flush, after,
-// done, abort, respond, the sweep) reaches the client through c. An h2
-// stream needs its own exch with its own request bytes (the stream's
-// head written as an HTTP/1.1 request by the header table, as h2.go
-// does through fasthttp today) and a response sink that feeds the
-// core's HEADERS and DATA within the stream's window (a closed window
-// stops reading that backend, as a full c.out does now), with the
-// connection's records sealed by the loop's flush. Streams the loop
-// cannot finish itself -- a body that streams, h2 or gRPC backends --
-// run on today's workers, writing through the core under the
-// connection's mutex and waking the loop to flush, so that no stream
-// falls back to a second implementation of the relay. The HTTP/1.1 TLS
-// path on the loops reached 43-51k requests per CPU second with the same
-// backend exchange per request in the three rounds, against 20-22k for
-// h2 on goroutines (tls.sh counts h2load's one-second warm-up in h2's CPU
-// but not in its requests, which understates h2 by about a ninth at
-// DURATION=8; ratios between peers on one path are not affected); what
-// that leaves after HPACK and framing is the projection for the change,
-// to be measured when it is built.
+// # HTTP/2 over TLS on the event loops (h2loop_linux.go, evloop/h2_linux.go)
+//
+// Decision: the event loops drive the sans-IO core, and each stream the
+// loop can finish itself is an exchange of the plain HTTP/1.1 path, not a
+// second relay. A TLS 1.3 connection that negotiated h2 is adopted by the
+// loops as an HTTP/1.1 one is (takeTLS, Front.AdoptH2), with an ownConn in
+// loop mode as its shared side (evloop.H2Conn): the loop opens the
+// records, feeds the core under ownConn.mu and writes the core's output,
+// sealed, once per loop round for every stream that answered in it. A new
+// stream is taken by the loop (evloop's takeStream, asked under the lock
+// from eventsLocked) when its request ended with its head (no body), the
+// connection is not suspect (h2guard's hold stays the workers'), and its
+// head, written as an HTTP/1.1 request by the header table's rules
+// (pipeline.H2Skip, Host from :authority, cookie fields joined), is one
+// the loops serve. Such a stream is a "stream connection": a cconn with no
+// socket whose c.in is that request and whose exchange -- admission,
+// parking for a batch run, relay, retries, termination, the access log
+// (protocol HTTP/2.0) -- is the plain path's, unchanged; what the exchange
+// writes to c.out, an HTTP/1.1 response, goes into the core as HEADERS
+// (connection-specific fields dropped, as the workers' copy drops them)
+// and DATA (a chunked body decoded), END_STREAM at the exchange's end. A
+// stream waiting for the client's window, or for the connection's output
+// (256 KiB unwritten), stops the reading of its backend as a full c.out
+// does; write_timeout runs from its last progress, then RST_STREAM. Every
+// other stream -- a body, a gRPC or h2 backend, an app the loops do not
+// serve -- runs on today's workers (serveOwnStream) through the same core:
+// a worker that leaves output wakes the loop (loopKickLocked, the loop's
+// eventfd), and waits for room as on a goroutine connection. The loop times
+// the connection (preface and header blocks within read_header_timeout,
+// idle_timeout with no stream, then GOAWAY; write_timeout on the socket),
+// drains it with GOAWAY, and after a connection error writes the GOAWAY
+// and closes lingering. TLS 1.2 and what tls13.Extract refuses stay on the
+// goroutine driver, as does everything with SENTRY_H2LOOP=0 (or the TLS
+// loops off: SENTRY_TLSLOOP=0, SENTRY_EVLOOP=0; EngineFastHTTP).
+//
+// Why this and not a per-stream exchange inside a connection's cconn: the
+// exchange code reaches its client through c everywhere (serve, relay,
+// startResponse, forward, flush, after, done, abort, respond, the sweep);
+// a stream connection keeps that true, and the few places where a stream
+// differs (flush, after, abort, the sweep's write timeout, the access
+// log's protocol) branch on c.str. The cost is one HTTP/1.1 head written
+// per request and one parsed per response, each under a microsecond
+// against the backend write's nine.
+//
+// Measured alone (2026-11-24, the build of this change against nginx in one
+// run; e2e/bench/README.md has the tables): see README.md, "TLS/h2
+// speed". Before it (the goroutine driver), 0.78-0.98x nginx by req/s and
+// 0.71-0.87x by requests per CPU second, with no more system calls or
+// wake-ups per request than nginx: the difference was user space --
+// hand-offs, parks, netpoll wake-ups and fasthttp's copies.
 //
 // Conformance: h2spec v2.2.1 (145 cases) passes 145 over TLS and 144 over
 // h2c, where "invalid connection preface" is answered by the HTTP/1.1

@@ -46,6 +46,10 @@ import (
 // unwritten, and the reader stops reading at ownReadLimit (a client that
 // sends PINGs or SETTINGS and reads nothing).
 //
+// In loop mode (h2loop_linux.go) an event loop is the reader and the
+// writer, and times the connection; the workers are the same, and the
+// loop runs the streams it can finish itself.
+//
 // Lock order: ownConn.mu, then ownStream.cmu; h2Workers.mu is taken alone.
 // Nothing else is called under ownConn.mu but the core, channel sends that
 // do not block, read deadlines (wake-ups) and the start of the writer

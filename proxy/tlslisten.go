@@ -10,7 +10,8 @@ import (
 )
 
 // tlsListener terminates TLS for a front end and splits connections by
-// ALPN: h2 connections are served here with x/net/http2, HTTP/1.1 ones are
+// ALPN: h2 connections are served here (sentry's own h2 server, h2own.go,
+// or x/net/http2's), HTTP/1.1 ones are
 // handed to fasthttp through Accept (in a drainConn). With cfg nil it is
 // the h2c listener of a plain front end instead (h2c.go): no TLS, the
 // split is by the first bytes, the HTTP/2 preface or not, and what it
@@ -26,7 +27,9 @@ import (
 //
 // With loops for TLS (tlsloop_linux.go), an HTTP/1.1 connection over TLS
 // 1.3 is given to them after its handshake (adopt) instead of to fasthttp;
-// what they hand back (pumpHanded) comes out of Accept like the rest.
+// what they hand back (pumpHanded) comes out of Accept like the rest. An h2
+// connection over TLS 1.3 is given to them too (adoptH2, h2loop_linux.go)
+// instead of being served here.
 type tlsListener struct {
 	net.Listener // the TCP listener
 	fe           *frontend

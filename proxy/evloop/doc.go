@@ -1,5 +1,6 @@
-// Package evloop is sentry's event-loop front end for HTTP/1.1 on Linux,
-// plain or over TLS 1.3 after a handshake done elsewhere: a few loops, each one goroutine around its own epoll set, that
+// Package evloop is sentry's event-loop front end on Linux for HTTP/1.1,
+// plain or over TLS 1.3, and for HTTP/2 over TLS 1.3, after a handshake
+// done elsewhere: a few loops, each one goroutine around its own epoll set, that
 // serve the common request themselves -- accept, read, parse, admission
 // (parking an exchange that waits for its batch run), relay to a backend
 // with retries, timers, drain -- and hand every other connection, with the
@@ -93,6 +94,31 @@
 // exchange ends (pullTLS, from process and after). The system calls per
 // request are the plain path's: one read, one write on each side.
 //
+// # HTTP/2 (h2_linux.go)
+//
+// An adopted TLS connection that negotiated h2 (Front.AdoptH2) carries an
+// h2Link: its records are opened as above, and the plaintext goes to the
+// connection's sans-IO core (package proxy/h2srv) through H2Conn, the
+// shared side package proxy implements (a lock around the core, and the
+// worker goroutines that run the streams the loop does not take). A
+// stream whose request ended with its head, for an app the loops serve,
+// is taken (takeStream): it becomes a stream connection, a cconn without
+// a socket (fd -1, str set) whose c.in is the head written as an HTTP/1.1
+// request, and its exchange is the plain one above, states and all. Only
+// the client side differs, in four places that look at c.str: flush
+// (flushStream: the HTTP/1.1 response in c.out goes into the core as
+// HEADERS and DATA, a chunked body decoded, END_STREAM at the end), after,
+// abort (RST_STREAM instead of a close) and the sweep's write timeout
+// (from the stream's last progress). A stream waiting for the client's
+// window or for the connection's output has a backlog (cconn.backlog), as
+// a plain client with c.out unwritten has: its backend is not read. When
+// its exchange ends the stream is released (streamEnd); the core sends
+// what still waits for window on its own. The connection's output is
+// written once per loop round (flushDirty), however many streams answered
+// in it. Workers wake the loop through a queue of connections (h2Wake,
+// under h2mu) and the eventfd. Lock order: the connection's lock (held by
+// the loop only around core calls), then h2mu, then efdMu.
+//
 // # Usage
 //
 // Package proxy (proxy/evloop_start_linux.go) builds a Config per plain
@@ -112,5 +138,6 @@
 // as the loop runs it; backend_linux.go the backend side and retries;
 // response_linux.go the response relay and the end of an exchange;
 // reply_linux.go the answers sentry writes itself; tls_linux.go adopted
-// TLS connections; state.go the State machine; sys_linux.go the kernel.
+// TLS connections; h2_linux.go HTTP/2 connections and their streams;
+// state.go the State machine; sys_linux.go the kernel.
 package evloop

@@ -2,9 +2,10 @@
 // without I/O: it is fed the bytes read from the connection, says what
 // came of them as events, and takes the response's frames into an output
 // buffer that its driver writes. It starts no goroutine and takes no lock,
-// so one driver can run it from a goroutine per connection (proxy/h2own.go,
+// so one driver runs it from a goroutine per connection (proxy/h2own.go,
 // serialising every call with the connection's mutex) and another from an
-// event loop later.
+// event loop (proxy/evloop/h2_linux.go, through the same mutex: the
+// loop's streams and the workers' share one connection).
 //
 // # Use
 //
