@@ -168,8 +168,8 @@
 // client slower than the backend pauses the backend read (backpressure, at
 // most one 16 KiB buffer per exchange). Timeouts are swept every 10 ms:
 // connect and response (idle-style, as below) give 502/504, a client write
-// with no progress for server.write_timeout (or idle_timeout if unset) is
-// cut, idle keep-alive connections close after idle_timeout. An
+// with no progress for server.write_timeout (0: no limit, as on every
+// engine) is cut, idle keep-alive connections close after idle_timeout. An
 // idempotent request whose connection broke before any response byte is
 // retried, a refused connect ejects the backend and tries another, and
 // max_conns_per_backend counts the loops' connections with fasthttp's. A

@@ -493,3 +493,123 @@ func TestH2LoopSlowReaderKeepsStream(t *testing.T) {
 		t.Logf("took only %v: the test did not outlast write_timeout", e)
 	}
 }
+
+// TestH2LoopTailStall: a response whose end waits for a window the client
+// never opens (a small body, in one backend read: the exchange is over)
+// is reset once write_timeout passes without progress, and the connection
+// then idles out (GOAWAY, close) instead of being held by that stream.
+func TestH2LoopTailStall(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hi") })
+	h, _ := h2LoopProxy(t, be, func(s *policy.Snapshot, _ *policy.App) {
+		s.Server.WriteTimeout = 300 * time.Millisecond
+		s.Server.IdleTimeout = 300 * time.Millisecond
+	})
+	c, fr := h2TLSRaw(t, h.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	start := time.Now()
+	writeHead(t, fr, 1, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/")
+	var reset, goAway time.Duration
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			break // closed
+		}
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			reset = time.Since(start)
+		case *http2.GoAwayFrame:
+			goAway = time.Since(start)
+		case *http2.DataFrame:
+			if len(f.Data()) > 0 {
+				t.Errorf("data sent without window")
+			}
+		}
+	}
+	c.Close()
+	if reset < 300*time.Millisecond || goAway < reset {
+		t.Errorf("reset after %v, GOAWAY after %v: want the reset after write_timeout, then GOAWAY", reset, goAway)
+	}
+	if e := time.Since(start); e > 5*time.Second {
+		t.Errorf("closed after %v", e)
+	}
+}
+
+// TestH2LoopManyFields: a backend head with as many fields as the loop's
+// parser takes reaches the h2 client whole (its HEADERS are made from the
+// backend's parsed head, not from a rewritten one parsed again).
+func TestH2LoopManyFields(t *testing.T) {
+	const n = 125 // with Date, Content-Length and Content-Type: pipeline.MaxRawFields
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; i < n; i++ {
+			w.Header().Set("X-F"+strconv.Itoa(i), strconv.Itoa(i))
+		}
+		io.WriteString(w, "many")
+	})
+	h, d := h2LoopProxy(t, be, nil)
+	_, fr := h2TLSRaw(t, h.addr)
+	writeHead(t, fr, 1, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/")
+	a := readAnswers(t, fr, true, 1)[1]
+	if a.status != 200 || string(a.body) != "many" || a.field("x-f0") != "0" || a.field("x-f124") != "124" {
+		t.Errorf("%d %q, %d fields", a.status, a.body, len(a.fields))
+	}
+	d.check(t, 1, 0)
+}
+
+// TestH2LoopPartialHeadTimesOut: a header block begun and never ended
+// (HEADERS without END_HEADERS, no CONTINUATION) gets GOAWAY and the
+// connection closes after read_header_timeout.
+func TestH2LoopPartialHeadTimesOut(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	h, _ := h2LoopProxy(t, be, func(s *policy.Snapshot, _ *policy.App) { s.Server.ReadHeaderTimeout = 300 * time.Millisecond })
+	c, fr := h2TLSRaw(t, h.addr)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	enc.WriteField(hpack.HeaderField{Name: ":method", Value: "GET"})
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	sawGoAway := false
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			break
+		}
+		if _, ok := f.(*http2.GoAwayFrame); ok {
+			sawGoAway = true
+		}
+	}
+	c.Close()
+	if e := time.Since(start); !sawGoAway || e < 250*time.Millisecond || e > 5*time.Second {
+		t.Errorf("GOAWAY %v, closed after %v (read_header_timeout 300ms)", sawGoAway, e)
+	}
+}
+
+// TestH2LoopResetNoAccessLine: a loop stream the client resets is counted
+// in the metrics but writes no access-log line, as on the workers' path;
+// a stream answered does.
+func TestH2LoopResetNoAccessLine(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(3 * time.Second):
+			}
+			return
+		}
+		io.WriteString(w, "fast")
+	})
+	path := t.TempDir() + "/access.log"
+	h, _ := h2LoopProxy(t, be, accessSnap(path, "text", 0, 0))
+	_, fr := h2TLSRaw(t, h.addr)
+	writeHead(t, fr, 1, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/fast")
+	readAnswers(t, fr, true, 1)
+	writeHead(t, fr, 3, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/slow")
+	time.Sleep(100 * time.Millisecond)
+	fr.WriteRSTStream(3, http2.ErrCodeCancel)
+	time.Sleep(200 * time.Millisecond)
+	h.p.ShutdownAll(t.Context())
+	lines := readLines(t, path)
+	if len(lines) != 1 || !strings.Contains(lines[0], "/fast") || !strings.Contains(lines[0], "HTTP/2.0") {
+		t.Errorf("access log: %q, want the one line of /fast over HTTP/2.0", lines)
+	}
+}

@@ -177,6 +177,7 @@ type eventLoop struct {
 	dirty    []*cconn         // h2 connections whose output is to be written this round
 	sh       pipeline.RawHead // a stream's response head, parsed again for HEADERS
 	dechunk  []byte           // a stream's chunked body, decoded
+	reqID    []byte           // the app's request-ID header name, for a stream's HEADERS
 }
 
 // unlisten takes the listening socket out of this loop's epoll set, once,
@@ -356,7 +357,7 @@ func (l *eventLoop) sweep() {
 			i--
 			continue
 		}
-		if c.outAt != 0 && l.nowNs-c.outAt > int64(l.ff.write) && (c.str == nil || l.stalled(c)) {
+		if c.outAt != 0 && l.ff.write > 0 && l.nowNs-c.outAt > int64(l.ff.write) && (c.str == nil || l.stalled(c)) {
 			l.abort(c, pipeline.OutClientGone)
 			l.closeClient(c)
 			i--
@@ -376,7 +377,7 @@ func (l *eventLoop) sweep() {
 				i--
 			}
 		case c.busy():
-		case c.outAt != 0 && l.nowNs-c.outAt > int64(l.ff.write):
+		case c.outAt != 0 && l.ff.write > 0 && l.nowNs-c.outAt > int64(l.ff.write):
 			l.closeClient(c)
 			i--
 		case c.h2 != nil:

@@ -72,7 +72,7 @@ type Config struct {
 	MaxHeader int           // server.max_header_bytes
 	MaxConns  int           // server.max_conns, shared with the listener's other connections (OtherConns)
 	Idle      time.Duration // server.idle_timeout
-	Write     time.Duration // server.write_timeout (0: Idle)
+	Write     time.Duration // server.write_timeout (0: no limit)
 	Header    time.Duration // server.read_header_timeout
 	Linger    time.Duration // a lingering close's limit (as the fasthttp front end's)
 	IdleGrace time.Duration // draining: an idle connection's time for one more request
@@ -111,7 +111,7 @@ type Front struct {
 	maxHeader int
 	maxConns  int
 	idle      time.Duration // server.idle_timeout
-	write     time.Duration // server.write_timeout (0: idle_timeout)
+	write     time.Duration // server.write_timeout (0: no limit)
 	hdr       time.Duration // server.read_header_timeout
 
 	next           atomic.Uint32 // Adopt's round robin
@@ -127,9 +127,6 @@ func Start(cfg Config) (*Front, error) {
 	}
 	ff := &Front{cfg: cfg, ln: cfg.Listener, lfd: cfg.LFD, Handed: newHandoffListener(addr, cfg.Handoff),
 		maxHeader: cfg.MaxHeader, maxConns: cfg.MaxConns, idle: cfg.Idle, write: cfg.Write, hdr: cfg.Header}
-	if ff.write <= 0 {
-		ff.write = ff.idle
-	}
 	for i := 0; i < cfg.Loops; i++ {
 		l, err := newEvloop(ff)
 		if err != nil {

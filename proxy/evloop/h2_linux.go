@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sentry-proxy/sentry/estimator"
 	"github.com/sentry-proxy/sentry/internal/tls13"
 	"github.com/sentry-proxy/sentry/proxy/h2srv"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
@@ -96,6 +97,7 @@ type h2str struct {
 	headOut bool // the response head is in the core
 	ended   bool // the response's end (or a reset) is in the core
 	blocked bool // response data waits for the client's window
+	tail    bool // the exchange ended; its last data waits for window (h2Sweep times it)
 	pend    int  // what waited for window when the stream was last looked at (stalled)
 	chunked bool
 	ct      pipeline.ChunkTracker
@@ -299,7 +301,10 @@ func (l *eventLoop) h2Events(c *cconn) {
 				l.streamEnd(sc, 0)
 			}
 		case h2srv.EvWritable:
-			if sc.str.started && sc.busy() {
+			switch {
+			case sc.str.tail:
+				l.streamEnd(sc, 0)
+			case sc.str.started && sc.busy():
 				l.flushStream(sc)
 			}
 		}
@@ -474,7 +479,17 @@ func (l *eventLoop) flushStream(c *cconn) {
 	c.out = c.out[:0]
 	l.h2Dirty(p)
 	if end {
-		l.streamEnd(c, 0)
+		if pend > 0 && !str.tail {
+			// The end waits for the client's window: the stream is
+			// kept (its EvWritable, a reset or write_timeout without
+			// progress ends it: h2Events, h2Sweep), so that a client
+			// that never opens its window cannot hold it for ever.
+			str.tail, str.pend, c.outAt = true, pend, l.nowNs
+			return
+		}
+		if pend == 0 {
+			l.streamEnd(c, 0)
+		}
 		return
 	}
 	str.blocked = pend > 0 || outFull
@@ -520,6 +535,49 @@ func (l *eventLoop) stalled(c *cconn) bool {
 		return false
 	}
 	return true
+}
+
+// streamHead is startResponse's head for a stream: the backend's head
+// (parsed as rh from data) rewritten as for an HTTP/1.1 client -- the same
+// fields dropped, Server-Timing stripped when strip, the request ID added
+// -- and without the connection-specific fields h2 forbids, queued as
+// HEADERS; with END_STREAM when no body follows.
+func (l *eventLoop) streamHead(c *cconn, data []byte, rh *pipeline.RawHead, strip bool) {
+	str, ex := c.str, &c.ex
+	h := str.p.h2
+	core := h.core
+	noBody := ex.mode == bodyNone || ex.mode == bodyLength && ex.remain == 0
+	l.reqID = append(l.reqID[:0], ex.a.ReqID...)
+	h.d.Lock()
+	core.Headers(rh.Status)
+	for i := 0; i < rh.NFields; i++ {
+		f := &rh.Fields[i]
+		switch rh.Kinds[i] {
+		case pipeline.KindConnection, pipeline.KindHopByHop, pipeline.KindUpgrade, pipeline.KindTransferEncoding:
+			continue
+		case pipeline.KindContentLength:
+			if rh.Chunked {
+				continue
+			}
+		case pipeline.KindServerTiming:
+			if strip {
+				if l.st = estimator.StripServerTiming(l.st[:0], f.Value.Of(data)); len(l.st) > 0 {
+					core.Field(f.Name.Of(data), l.st)
+				}
+				continue
+			}
+		case pipeline.KindOther:
+			if pipeline.EqFoldString(f.Name.Of(data), ex.a.ReqID) {
+				continue
+			}
+		}
+		core.Field(f.Name.Of(data), f.Value.Of(data))
+	}
+	core.Field(l.reqID, ex.id)
+	core.EndHeaders(str.s, noBody)
+	h.d.Unlock()
+	str.headOut, str.chunked, str.ended = true, rh.Chunked, noBody
+	l.h2Dirty(str.p)
 }
 
 // streamBody is the DATA of body bytes b: b itself, or decoded from
@@ -588,9 +646,10 @@ func (l *eventLoop) h2Close(c *cconn) {
 
 // h2Sweep is the sweep's look at an h2 connection with no timeout of the
 // plain kind pending: a header block that takes longer than
-// read_header_timeout (idle_timeout without one) closes it; idle for
-// idle_timeout with no stream, it gets GOAWAY and closes. It reports
-// whether c left the client list.
+// read_header_timeout (idle_timeout without one) gets GOAWAY and closes
+// it; a stream whose end has waited for window without progress for
+// write_timeout is reset; idle for idle_timeout with no stream, it gets
+// GOAWAY and closes. It reports whether c left the client list.
 func (l *eventLoop) h2Sweep(c *cconn) bool {
 	h := c.h2
 	st := h.d.Status()
@@ -603,12 +662,24 @@ func (l *eventLoop) h2Sweep(c *cconn) bool {
 			t = int64(l.ff.idle)
 		}
 		if t > 0 && l.nowNs-h.headAt > t {
-			l.closeClient(c)
-			return true
+			// GOAWAY, then the close once it is written (h2After).
+			h.d.GoAway()
+			h.failed = true
+			l.h2Flush(c)
+			return c.fd < 0
 		}
 		return false
 	}
 	h.headID = 0
+	if w := int64(l.ff.write); w > 0 {
+		for i := 0; i < len(h.streams); i++ {
+			sc := h.streams[i]
+			if sc.str.tail && l.nowNs-sc.outAt > w && l.stalled(sc) {
+				l.streamEnd(sc, h2srv.Cancel) // moves the last stream into i
+				i--
+			}
+		}
+	}
 	if idle := int64(l.ff.idle); idle > 0 && !st.Busy && len(h.streams) == 0 && len(c.out) == 0 && l.nowNs-c.lastNs > idle {
 		h.d.GoAway()
 		c.closing = true

@@ -55,6 +55,14 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	st := rh.FindKind(data, pipeline.KindServerTiming)
 	strip := a.Observe(&ex.t, admission.Result{ServerTiming: st, Measured: now.Sub(ex.dispatch), InService: ex.inService, End: now})
 
+	if c.str != nil {
+		// A stream: the head goes into the core as HEADERS at once
+		// (h2_linux.go), the body follows through c.out.
+		l.streamHead(c, data, rh, strip)
+		l.setState(c, Relaying)
+		l.forward(c, bc, data[rh.N:])
+		return
+	}
 	out := c.out[:0]
 	out = append(out, "HTTP/1.1"...)
 	le := 8
@@ -315,7 +323,9 @@ func (l *eventLoop) done(c *cconn, o pipeline.Outcome, status int) {
 	// The complete step's last part (package pipeline, pipeline.go): metrics, access log.
 	a, access := ex.a, l.ff.cfg.Routes.Load().Access
 	a.Complete(o, status, ex.u, ex.start, ex.t.Class)
-	if access {
+	if access && !(c.str != nil && o == pipeline.OutClientGone) {
+		// (A stream the client reset, or whose connection went, gets
+		// no line: metrics only, as on the workers' h2 path.)
 		l.access(c, o, status)
 	}
 	ex.lbb, ex.u, ex.a = nil, nil, nil

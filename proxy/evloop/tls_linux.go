@@ -89,13 +89,16 @@ func (l *eventLoop) adopt(a adoption) {
 	fd := a.fd
 	if max := l.ff.maxConns; max > 0 && l.ff.conns.Load()+int64(l.ff.cfg.OtherConns()) >= int64(max) {
 		l.ff.cfg.TooManyConns()
-		if a.h2 == nil {
-			_, _ = l.sys.Write(fd, a.st.Seal(nil, tooManyConns))
-		}
-		l.sys.Close(fd)
+		refusal := tooManyConns
 		if a.h2 != nil {
+			// h2: our SETTINGS and a GOAWAY (no stream processed: the
+			// client may retry elsewhere).
+			a.h2.GoAway()
+			refusal = a.h2.TakeOutput(nil)
 			a.h2.Closed()
 		}
+		_, _ = l.sys.Write(fd, a.st.Seal(nil, refusal))
+		l.sys.Close(fd)
 		return
 	}
 	c := &cconn{fd: fd, peer: a.peer, lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP,
