@@ -865,12 +865,27 @@
 // per request and one parsed per response, each under a microsecond
 // against the backend write's nine.
 //
-// Measured alone (2026-11-24, the build of this change against nginx in one
-// run; e2e/bench/README.md has the tables): see README.md, "TLS/h2
-// speed". Before it (the goroutine driver), 0.78-0.98x nginx by req/s and
-// 0.71-0.87x by requests per CPU second, with no more system calls or
-// wake-ups per request than nginx: the difference was user space --
-// hand-offs, parks, netpoll wake-ups and fasthttp's copies.
+// Measured alone (2026-11-24, `ROUNDS=3 DURATION=8 bash e2e/bench/tls.sh`,
+// every peer in each round, the order rotated; e2e/bench/README.md has the
+// tables): h2 over TLS 1.74x nginx by req/s by median (1.77, 1.74, 1.60),
+// p99 0.80x (0.63, 0.80, 0.98), 1.83x its requests per CPU second (49-55k
+// against 28-30k), 1.28x HAProxy. Before it (the goroutine driver),
+// 0.78-0.98x nginx by req/s and 0.71-0.87x by requests per CPU second, with
+// no more system calls or wake-ups per request than nginx: the difference
+// was user space -- hand-offs, parks, netpoll wake-ups and fasthttp's
+// copies. A profile of the loop under h2load -c64 -m10 (50k req/s alone):
+// system calls 54% of the CPU, the backend request's write(2) alone 42%;
+// the h2 side (feeding the core, HPACK, HEADERS and DATA, the record
+// layer) about 15%.
+//
+// Not on the loop (the workers serve them, as before): streams with a
+// request body (they could be taken once the body is in, as the plain
+// path takes a body that came with its head), h2 and gRPC backends, apps
+// the loops do not serve, connections suspect of rapid reset, TLS 1.2,
+// and h2c (a plain listener's h2 still goes to the goroutine driver).
+// Decision: bodies stay on the workers for now; their buffering, body
+// timeouts and min rate live there, and a second implementation in the
+// loop is what this design avoids.
 //
 // Conformance: h2spec v2.2.1 (145 cases) passes 145 over TLS and 144 over
 // h2c, where "invalid connection preface" is answered by the HTTP/1.1
