@@ -3,12 +3,8 @@
 package proxy
 
 import (
-	"crypto/tls"
-	"net"
 	"net/netip"
 	"os"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/proxy/evloop"
 	"github.com/sentry-proxy/sentry/proxy/h2srv"
@@ -27,27 +23,6 @@ import (
 // (SENTRY_H2LOOP=0): for comparison, and as an escape hatch. Turning the
 // TLS loops off (SENTRY_TLSLOOP=0, SENTRY_EVLOOP=0) turns it off too.
 var h2LoopDisabled = os.Getenv("SENTRY_H2LOOP") == "0"
-
-// adoptTLSH2 gives tc's h2 connection to the loops (as adoptTLS does an
-// HTTP/1.1 one). False leaves tc as it was, for serveOwnConn.
-func (fe *frontend) adoptTLSH2(tc *tls.Conn, raw net.Conn) bool {
-	ff := fe.loops.Load()
-	if ff == nil || ff.Draining() {
-		return false
-	}
-	fd, peer, st, cs, ok := takeTLS(tc, raw)
-	if !ok {
-		return false
-	}
-	oc := fe.newLoopOwnConn(peer)
-	if !ff.AdoptH2(fd, peer, st, cs, oc) {
-		unix.Close(fd)
-		oc.Closed()
-		return false
-	}
-	_ = raw.Close() // the loop's duplicate keeps the socket open
-	return true
-}
 
 // newLoopOwnConn makes the shared side of an h2 connection the loops serve.
 func (fe *frontend) newLoopOwnConn(peer netip.Addr) *ownConn {

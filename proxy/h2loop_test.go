@@ -3,7 +3,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"fmt"
@@ -16,12 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/sentry-proxy/sentry/control"
 	"github.com/sentry-proxy/sentry/policy"
 )
 
@@ -375,30 +371,10 @@ func TestH2LoopOff(t *testing.T) {
 // stream the client resets while parked leaves the queue, counted
 // client_gone, and never reaches the backend.
 func TestH2LoopParked(t *testing.T) {
-	rb := startRawBackend(t, func(_ *rawBackend, _, _ int, r *beReq, c net.Conn, _ *bufio.Reader) bool {
-		st := "cpu;dur=1"
-		if strings.HasPrefix(r.target, "/slow") {
-			st = "cpu;dur=600000"
-		}
-		body := "ok " + r.target
-		_, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nServer-Timing: %s\r\nContent-Length: %d\r\n\r\n%s", st, len(body), body)
-		return err == nil
-	})
 	cf, kf := writeTestCert(t)
-	addr := freeAddr(t)
-	pol := strings.Replace(fmt.Sprintf(parkPolicy, addr, rb.addr), "    backends:",
-		fmt.Sprintf("    tls: {cert: %q, key: %q}\n    backends:", cf, kf), 1)
-	snap, err := policy.Parse("<test>", []byte(pol))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.Discard})
-	m, err := control.NewManager(control.Options{Logger: log, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := startProxySnap(t, addr, snap, Options{Engine: EngineLoops, H2: H2Own, Control: controlBuilder{m}, Registerer: reg, Logger: log})
+	h, rb := startParkedWith(t, Options{Engine: EngineLoops, H2: H2Own}, func(pol string) string {
+		return strings.Replace(pol, "    backends:", fmt.Sprintf("    tls: {cert: %q, key: %q}\n    backends:", cf, kf), 1)
+	})
 	d := loopCounts(t, h, EngineLoops)
 	decided := func(class, verdict string) float64 {
 		return metricValue(t, h.reg, "sentry_admission_decisions_total", map[string]string{"class": class, "verdict": verdict})

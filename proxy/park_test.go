@@ -66,6 +66,13 @@ apps:
 // /slow and 1ms otherwise.
 func startParked(t *testing.T, e Engine) (*harness, *rawBackend) {
 	t.Helper()
+	return startParkedWith(t, Options{Engine: e}, nil)
+}
+
+// startParkedWith is startParked with opts (Engine, H2) and the policy
+// text changed by edit (nil: as is).
+func startParkedWith(t *testing.T, opts Options, edit func(string) string) (*harness, *rawBackend) {
+	t.Helper()
 	rb := startRawBackend(t, func(_ *rawBackend, _, _ int, r *beReq, c net.Conn, _ *bufio.Reader) bool {
 		st := "cpu;dur=1"
 		if strings.HasPrefix(r.target, "/slow") {
@@ -76,7 +83,11 @@ func startParked(t *testing.T, e Engine) (*harness, *rawBackend) {
 		return err == nil
 	})
 	addr := freeAddr(t)
-	snap, err := policy.Parse("<test>", []byte(fmt.Sprintf(parkPolicy, addr, rb.addr)))
+	pol := fmt.Sprintf(parkPolicy, addr, rb.addr)
+	if edit != nil {
+		pol = edit(pol)
+	}
+	snap, err := policy.Parse("<test>", []byte(pol))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +97,8 @@ func startParked(t *testing.T, e Engine) (*harness, *rawBackend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startProxySnap(t, addr, snap, Options{Engine: e, Control: controlBuilder{m}, Registerer: reg, Logger: log}), rb
+	opts.Control, opts.Registerer, opts.Logger = controlBuilder{m}, reg, log
+	return startProxySnap(t, addr, snap, opts), rb
 }
 
 // metricValue returns the value of the series name whose labels include

@@ -68,7 +68,14 @@ func (fe *frontend) startTLSLoops() {
 // leaves tc untouched when it refuses), the socket duplicated for the
 // loop, and Go's descriptor closed -- without close_notify, the
 // connection goes on. False leaves tc as it was.
-func (fe *frontend) adoptTLS(tc *tls.Conn, raw net.Conn) bool {
+func (fe *frontend) adoptTLS(tc *tls.Conn, raw net.Conn) bool { return fe.adoptTLSConn(tc, raw, false) }
+
+// adoptTLSH2 is adoptTLS for a connection that negotiated h2: its shared
+// side is an ownConn in loop mode (h2loop_linux.go). False leaves tc as
+// it was, for serveOwnConn.
+func (fe *frontend) adoptTLSH2(tc *tls.Conn, raw net.Conn) bool { return fe.adoptTLSConn(tc, raw, true) }
+
+func (fe *frontend) adoptTLSConn(tc *tls.Conn, raw net.Conn, h2 bool) bool {
 	ff := fe.loops.Load()
 	if ff == nil || ff.Draining() {
 		return false
@@ -77,7 +84,15 @@ func (fe *frontend) adoptTLS(tc *tls.Conn, raw net.Conn) bool {
 	if !ok {
 		return false
 	}
-	if !ff.Adopt(fd, peer, st, cs) {
+	if h2 {
+		oc := fe.newLoopOwnConn(peer)
+		if ok = ff.AdoptH2(fd, peer, st, cs, oc); !ok {
+			oc.Closed()
+		}
+	} else {
+		ok = ff.Adopt(fd, peer, st, cs)
+	}
+	if !ok {
 		unix.Close(fd)
 		return false
 	}
