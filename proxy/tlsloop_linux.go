@@ -73,7 +73,9 @@ func (fe *frontend) adoptTLS(tc *tls.Conn, raw net.Conn) bool { return fe.adoptT
 // adoptTLSH2 is adoptTLS for a connection that negotiated h2: its shared
 // side is an ownConn in loop mode (h2loop_linux.go). False leaves tc as
 // it was, for serveOwnConn.
-func (fe *frontend) adoptTLSH2(tc *tls.Conn, raw net.Conn) bool { return fe.adoptTLSConn(tc, raw, true) }
+func (fe *frontend) adoptTLSH2(tc *tls.Conn, raw net.Conn) bool {
+	return fe.adoptTLSConn(tc, raw, true)
+}
 
 func (fe *frontend) adoptTLSConn(tc *tls.Conn, raw net.Conn, h2 bool) bool {
 	ff := fe.loops.Load()
