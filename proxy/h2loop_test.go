@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -588,4 +589,112 @@ func TestH2LoopResetNoAccessLine(t *testing.T) {
 	if len(lines) != 1 || !strings.Contains(lines[0], "/fast") || !strings.Contains(lines[0], "HTTP/2.0") {
 		t.Errorf("access log: %q, want the one line of /fast over HTTP/2.0", lines)
 	}
+}
+
+// TestH2LoopMixedLoad: many streams at once on a few connections, GETs
+// (the loop's) and POSTs with bodies (the workers'), some reset by the
+// client mid-flight: every stream not reset gets its own answer whole, and
+// nothing is left held afterwards (bounded: 4 connections x 60 streams).
+func TestH2LoopMixedLoad(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.URL.Query().Get("slow") != "" {
+			time.Sleep(20 * time.Millisecond)
+		}
+		io.WriteString(w, r.URL.Path+":"+strconv.Itoa(len(b)))
+	})
+	h, _ := h2LoopProxy(t, be, nil)
+	fe := h.p.mu.fronts[h.addr]
+	var wg sync.WaitGroup
+	for conn := 0; conn < 4; conn++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", h.addr,
+				&tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(15 * time.Second))
+			io.WriteString(c, http2.ClientPreface)
+			fr := http2.NewFramer(c, c)
+			fr.WriteSettings()
+			var hb bytes.Buffer
+			enc := hpack.NewEncoder(&hb)
+			want := map[uint32]string{}
+			resetIDs := map[uint32]bool{}
+			for i := 0; i < 60; i++ {
+				id := uint32(2*i + 1)
+				path := "/s" + strconv.Itoa(conn) + "-" + strconv.Itoa(i)
+				q := ""
+				if i%5 == 0 {
+					q = "?slow=1"
+				}
+				post := i%3 == 0
+				method := "GET"
+				if post {
+					method = "POST"
+				}
+				hb.Reset()
+				for _, f := range [][2]string{{":method", method}, {":scheme", "https"}, {":authority", "a.test"}, {":path", path + q}} {
+					enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+				}
+				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndStream: !post, EndHeaders: true})
+				n := 0
+				if post {
+					n = 100 + i
+					fr.WriteData(id, true, bytes.Repeat([]byte("b"), n))
+				}
+				if i%7 == 3 {
+					fr.WriteRSTStream(id, http2.ErrCodeCancel)
+					resetIDs[id] = true
+					continue
+				}
+				want[id] = path + ":" + strconv.Itoa(n)
+			}
+			got := map[uint32][]byte{}
+			done := map[uint32]bool{}
+			dec := hpack.NewDecoder(4096, nil)
+			for len(done) < len(want) {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					t.Errorf("conn %d: %v after %d of %d streams", conn, err, len(done), len(want))
+					return
+				}
+				switch f := f.(type) {
+				case *http2.HeadersFrame:
+					dec.DecodeFull(f.HeaderBlockFragment())
+				case *http2.DataFrame:
+					if n := len(f.Data()); n > 0 {
+						fr.WriteWindowUpdate(0, uint32(n))
+					}
+					got[f.StreamID] = append(got[f.StreamID], f.Data()...)
+					if f.StreamEnded() && !resetIDs[f.StreamID] {
+						done[f.StreamID] = true
+					}
+				case *http2.RSTStreamFrame:
+					if !resetIDs[f.StreamID] {
+						t.Errorf("conn %d: stream %d reset by sentry (%v)", conn, f.StreamID, f.ErrCode)
+						done[f.StreamID] = true
+					}
+				}
+			}
+			for id, w := range want {
+				if string(got[id]) != w {
+					t.Errorf("conn %d stream %d: %q, want %q", conn, id, got[id], w)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Every connection closed by its client: the loops hold none, and no
+	// stream of theirs is left with a worker.
+	waitUntil(t, "the loops let the connections go", func() bool { return fe.heldElsewhere() == 0 })
+	waitUntil(t, "no h2 connection tracked", func() bool {
+		fe.own.mu.Lock()
+		defer fe.own.mu.Unlock()
+		return len(fe.own.conns) == 0
+	})
 }

@@ -525,6 +525,27 @@ func FuzzChunkTracker(f *testing.F) {
 				t.Fatalf("encoding %q split at %v: n=%d done=%v ok=%v, want end at %d", enc, cs, n, done, ok, len(enc))
 			}
 		}
+
+		// Decode (an h2 stream's DATA from a chunked body) gives back in
+		// exactly, however the encoding is split, and Feed's answers.
+		for _, cs := range [][]int{nil, everyByte(len(enc)), cuts(len(enc))} {
+			var tr ChunkTracker
+			var data []byte
+			at, total := 0, 0
+			var done, ok bool
+			for _, c := range append(cs, len(enc)) {
+				var n int
+				data, n, done, ok = tr.Decode(data, enc[at:c])
+				total += n
+				at = c
+				if !ok || done {
+					break
+				}
+			}
+			if !ok || !done || total != len(enc) || !bytes.Equal(data, in) {
+				t.Fatalf("decoding %q split at %v: %q (n=%d done=%v ok=%v), want %q", enc, cs, data, total, done, ok, in)
+			}
+		}
 	})
 }
 
