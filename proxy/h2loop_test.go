@@ -698,3 +698,120 @@ func TestH2LoopMixedLoad(t *testing.T) {
 		return len(fe.own.conns) == 0
 	})
 }
+
+// TestBackendConnWait: with max_conns_per_backend reached, a request waits
+// for a connection (at most timeouts.connect), on every engine, as
+// fasthttp's HostClient does: the loops give a connection an exchange
+// gives back to the first waiter, and answer 503 backend_busy only at the
+// deadline. Over h2 (many streams on one connection, where the loops
+// would otherwise reach the cap with few clients) and HTTP/1.1 alike.
+func TestBackendConnWait(t *testing.T) {
+	var delay atomic.Int64
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Duration(delay.Load()))
+		io.WriteString(w, "ok")
+	})
+	for _, e := range engines {
+		t.Run(e.String(), func(t *testing.T) {
+			cf, kf := writeTestCert(t)
+			h := startProxyOpts(t, []string{be}, Options{Engine: e, H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) {
+				a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+				a.MaxConnsPerBackend = 2
+				a.Timeouts.Connect = 300 * time.Millisecond
+			})
+			busy := func() float64 {
+				return metricValue(t, h.reg, "sentry_proxy_errors_total", map[string]string{"reason": "backend_busy"})
+			}
+			// Eight streams of 50 ms on two connections: they wait for
+			// each other, all within the connect timeout.
+			delay.Store(int64(50 * time.Millisecond))
+			_, fr := h2TLSRaw(t, h.addr)
+			ids := []uint32{1, 3, 5, 7, 9, 11, 13, 15}
+			for _, id := range ids {
+				writeHead(t, fr, id, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/w")
+			}
+			for id, a := range readAnswers(t, fr, true, ids...) {
+				if a.status != 200 || string(a.body) != "ok" {
+					t.Errorf("h2 stream %d: %d %q", id, a.status, a.body)
+				}
+			}
+			// HTTP/1.1 clients, four at once, as well.
+			var wg sync.WaitGroup
+			var failed atomic.Int32
+			tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+			defer tr.CloseIdleConnections()
+			cl := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+			for i := 0; i < 4; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					resp, err := cl.Get("https://" + h.addr + "/w1")
+					if err != nil || resp.StatusCode != 200 {
+						failed.Add(1)
+					}
+					if err == nil {
+						resp.Body.Close()
+					}
+				}()
+			}
+			wg.Wait()
+			if n := failed.Load(); n > 0 || busy() != 0 {
+				t.Errorf("%d HTTP/1.1 requests failed, backend_busy %v: want every request to wait its turn", n, busy())
+			}
+			// 500 ms each: the third and later wait past the 300 ms
+			// connect timeout and get 503 backend_busy.
+			delay.Store(int64(500 * time.Millisecond))
+			start := time.Now()
+			ids = []uint32{17, 19, 21, 23}
+			for _, id := range ids {
+				writeHead(t, fr, id, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/slow")
+			}
+			ok, rejected := 0, 0
+			for id, a := range readAnswers(t, fr, true, ids...) {
+				switch a.status {
+				case 200:
+					ok++
+				case 503:
+					rejected++
+				default:
+					t.Errorf("stream %d: %d %q", id, a.status, a.body)
+				}
+			}
+			if ok != 2 || rejected != 2 || busy() != 2 {
+				t.Errorf("%d answered, %d rejected, backend_busy %v: want 2, 2, 2", ok, rejected, busy())
+			}
+			if e := time.Since(start); e < 300*time.Millisecond {
+				t.Errorf("answered after %v, before the connect timeout", e)
+			}
+		})
+	}
+}
+
+// TestH2LoopLargeHead: a request head too large for a stream's small
+// buffer (2 KiB) is still served on the loop, from a full one; one too
+// large for that goes to a worker, and is served too.
+func TestH2LoopLargeHead(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, strconv.Itoa(len(r.Header.Get("X-Big"))))
+	})
+	h, d := h2LoopProxy(t, be, func(s *policy.Snapshot, _ *policy.App) { s.Server.MaxHeaderBytes = 64 << 10 })
+	_, fr := h2TLSRaw(t, h.addr)
+	for i, n := range []int{5000, 20000} {
+		id := uint32(2*i + 1)
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "a.test"}, {":path", "/"}, {"x-big", strings.Repeat("v", n)}} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		block := hb.Bytes()
+		first := min(len(block), 16000) // within the default frame size; CONTINUATION for the rest
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block[:first], EndStream: true, EndHeaders: first == len(block)})
+		if first < len(block) {
+			fr.WriteContinuation(id, true, block[first:])
+		}
+		if a := readAnswers(t, fr, true, id)[id]; a.status != 200 || string(a.body) != strconv.Itoa(n) {
+			t.Errorf("%d-byte field: %d %q", n, a.status, a.body)
+		}
+	}
+	d.check(t, 1, 0) // the 20000-byte head went to a worker
+}

@@ -38,6 +38,10 @@ func (l *eventLoop) dispatch(c *cconn, last *pipeline.Upstream) {
 		ex.inService = int(bk.Inflight())
 		bc, err := l.backendConn(u, ex.a)
 		if err == errBusy {
+			if wait := ex.a.Shared.Connect.Load(); wait > 0 {
+				l.waitConn(c, u, wait)
+				return
+			}
 			l.release(ex, true)
 			l.respond(c, ex.a, pipeline.OutBackendBusy, admission.Decision{})
 			return
@@ -55,6 +59,100 @@ func (l *eventLoop) dispatch(c *cconn, last *pipeline.Upstream) {
 }
 
 var errBusy = syscall.EBUSY
+
+// waitConn queues c's exchange for a connection to u, its backend picked,
+// as fasthttp's HostClient waits for a free connection (its
+// MaxConnWaitTimeout is timeouts.connect, wait here): a connection to u
+// that an exchange of this loop gives back goes to the first waiter
+// (finish), and the loop dials for waiters whenever the cap has room again
+// (dialWaiters: after a close here, and every sweep for the other loops'
+// and fasthttp's closes). At the deadline it is answered 503 backend_busy
+// (the sweep). Entries of exchanges that stopped waiting (answered,
+// aborted, bound) stay in the queue and are skipped.
+func (l *eventLoop) waitConn(c *cconn, u *pipeline.Upstream, wait int64) {
+	l.setState(c, Waiting)
+	c.ex.waitU = u
+	u.LoopWaiting.Add(1)
+	c.ex.deadline = l.nowNs + wait
+	l.connWait[u] = append(l.connWait[u], c)
+	l.activate(c)
+	// The other loops may hold the cap's connections idle: they close
+	// them when woken (shedIdle), and this loop dials on its next sweep.
+	for _, o := range l.ff.loops {
+		if o != l {
+			o.wake()
+		}
+	}
+}
+
+// shedIdle closes this loop's idle connections to backends for which
+// another loop's exchanges wait (max_conns_per_backend reached).
+func (l *eventLoop) shedIdle() {
+	for u, list := range l.idleBk {
+		if len(list) == 0 || u.LoopWaiting.Load() == 0 || len(l.connWait[u]) > 0 {
+			continue
+		}
+		for _, bc := range list {
+			l.closeBackend(bc)
+		}
+		delete(l.idleBk, u)
+	}
+}
+
+// nextWaiter takes the first exchange still waiting for u (nil: none).
+func (l *eventLoop) nextWaiter(u *pipeline.Upstream) *cconn {
+	q := l.connWait[u]
+	for len(q) > 0 {
+		c := q[0]
+		q[0] = nil
+		q = q[1:]
+		if c.ex.state == Waiting && c.ex.u == u {
+			l.connWait[u] = q
+			return c
+		}
+	}
+	delete(l.connWait, u)
+	return nil
+}
+
+// dialWaiters gives the exchanges waiting for a connection a new one while
+// the caps allow (max_conns_per_backend, counted as backendConn counts it).
+func (l *eventLoop) dialWaiters() {
+	l.waitKick = false
+	for u := range l.connWait {
+		for {
+			q := l.connWait[u]
+			if len(q) == 0 {
+				break
+			}
+			if c := q[0]; c.ex.state == Waiting && c.ex.u == u {
+				if max := c.ex.a.Policy.MaxConnsPerBackend; max > 0 && int(u.LoopConns.Load())+l.ff.cfg.BackendConns(u) >= max && len(l.idleBk[u]) == 0 {
+					break // no room yet
+				}
+			}
+			c := l.nextWaiter(u)
+			if c == nil {
+				break
+			}
+			ex := &c.ex
+			bc, err := l.backendConn(u, ex.a)
+			switch {
+			case err == errBusy:
+				// Taken meanwhile (fasthttp's side): back in the queue.
+				l.connWait[u] = append(l.connWait[u], c)
+			case err != nil:
+				if l.connectFailed(c, err) {
+					l.dispatch(c, u)
+				}
+			default:
+				l.bind(c, bc)
+			}
+			if err == errBusy {
+				break
+			}
+		}
+	}
+}
 
 // backendConn returns an idle connection to u or starts a new one.
 func (l *eventLoop) backendConn(u *pipeline.Upstream, a *pipeline.App) (*bconn, error) {
@@ -114,6 +212,9 @@ func (l *eventLoop) closeBackend(bc *bconn) {
 	l.sys.Close(bc.fd)
 	bc.fd = -1
 	bc.u.LoopConns.Add(-1)
+	if len(l.connWait[bc.u]) > 0 {
+		l.waitKick = true // room for a waiter: dialled at the end of the round
+	}
 	l.putBuf(bc.in)
 	bc.in = nil
 }
@@ -134,10 +235,7 @@ func (l *eventLoop) bind(c *cconn, bc *bconn) {
 		bc.in = l.getBuf()
 	}
 	bc.n = 0
-	if ex.activeIdx < 0 || ex.activeIdx >= len(l.active) || l.active[ex.activeIdx] != c {
-		ex.activeIdx = len(l.active)
-		l.active = append(l.active, c)
-	}
+	l.activate(c)
 	if bc.connecting {
 		bc.connecting = false // the exchange's state says it from here
 		l.setState(c, Connecting)
@@ -147,6 +245,15 @@ func (l *eventLoop) bind(c *cconn, bc *bconn) {
 	l.setState(c, Sending)
 	ex.deadline = l.nowNs + ex.a.Shared.Idle.Load()
 	l.send(bc)
+}
+
+// activate puts c in the loop's active list (the sweep's), once.
+func (l *eventLoop) activate(c *cconn) {
+	ex := &c.ex
+	if ex.activeIdx < 0 || ex.activeIdx >= len(l.active) || l.active[ex.activeIdx] != c {
+		ex.activeIdx = len(l.active)
+		l.active = append(l.active, c)
+	}
 }
 
 // send writes what is left of the request to bc.

@@ -122,6 +122,10 @@ func (l *eventLoop) setState(c *cconn, to State) {
 	if l.trace != nil {
 		l.trace(c, ex.state, to)
 	}
+	if ex.state == Waiting && to != Waiting && ex.waitU != nil {
+		ex.waitU.LoopWaiting.Add(-1)
+		ex.waitU = nil
+	}
 	ex.state = to
 }
 

@@ -81,6 +81,9 @@ type exch struct {
 	termCl *sert.Class
 	term   pipeline.Term
 	termAt int64
+	// waitU is the backend a Waiting exchange waits for a connection to
+	// (counted in its LoopWaiting while it waits).
+	waitU *pipeline.Upstream
 	// pend is the admission ticket of an exchange parked for its batch
 	// decision (nil otherwise); parkIdx is its place in parked.
 	pend    admission.Pending
@@ -132,7 +135,10 @@ type eventLoop struct {
 	active    []*cconn // with an exchange in progress
 	parked    []*cconn // with an exchange parked for its batch decision
 	idleBk    map[*pipeline.Upstream][]*bconn
+	connWait  map[*pipeline.Upstream][]*cconn // exchanges waiting for a connection (waitConn)
+	waitKick  bool                            // a connection closed with waiters: dialWaiters this round
 	bufs      [][]byte
+	small     [][]byte // smallBufSize buffers (stream connections' requests)
 	rawBufs   [][]byte // TLS record buffers of idle connections (idleTLS)
 	now       time.Time
 	nowNs     int64
@@ -204,7 +210,7 @@ func newEvloop(ff *Front) (*eventLoop, error) {
 		unix.Close(ep)
 		return nil, err
 	}
-	l := &eventLoop{ff: ff, ep: ep, efd: efd, sys: RawSys{}, clock: time.Now, idleBk: map[*pipeline.Upstream][]*bconn{}}
+	l := &eventLoop{ff: ff, ep: ep, efd: efd, sys: RawSys{}, clock: time.Now, idleBk: map[*pipeline.Upstream][]*bconn{}, connWait: map[*pipeline.Upstream][]*cconn{}}
 	if err := l.sys.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, unix.EPOLLIN, tagWake); err != nil {
 		l.closeFDs()
 		return nil, err
@@ -255,9 +261,29 @@ func (l *eventLoop) getBuf() []byte {
 }
 
 func (l *eventLoop) putBuf(b []byte) {
-	if b != nil && len(l.bufs) < 1024 {
+	switch {
+	case b == nil:
+	case cap(b) == smallBufSize:
+		if len(l.small) < 4096 {
+			l.small = append(l.small, b[:smallBufSize])
+		}
+	case len(l.bufs) < 1024:
 		l.bufs = append(l.bufs, b)
 	}
+}
+
+// smallBufSize is a stream connection's request buffer when its head fits
+// (most do): thousands of streams at once on a few h2 connections must
+// not each hold a 16 KiB buffer.
+const smallBufSize = 2 << 10
+
+func (l *eventLoop) getSmall() []byte {
+	if k := len(l.small); k > 0 {
+		b := l.small[k-1]
+		l.small = l.small[:k-1]
+		return b
+	}
+	return make([]byte, smallBufSize)
 }
 
 func (l *eventLoop) tick() {
@@ -300,6 +326,7 @@ func (l *eventLoop) run() {
 				l.takeAdopted()
 				l.takeH2Wakes()
 				l.pollParked()
+				l.shedIdle()
 			case fd < len(l.cl) && l.cl[fd] != nil:
 				l.clientEvent(l.cl[fd], ev)
 			case fd < len(l.bk) && l.bk[fd] != nil:
@@ -315,6 +342,9 @@ func (l *eventLoop) run() {
 		}
 		if l.nowNs >= l.nextSweep {
 			l.sweep()
+		}
+		if l.waitKick {
+			l.dialWaiters()
 		}
 		if len(l.dirty) > 0 {
 			l.flushDirty()
@@ -335,9 +365,21 @@ func (l *eventLoop) sweep() {
 			_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, l.ff.lfd, unix.EPOLLIN|unix.EPOLLEXCLUSIVE, tagListen)
 		}
 	}
+	if len(l.connWait) > 0 {
+		l.waitKick = true // the other loops' and fasthttp's closes: look for room
+	}
+	l.shedIdle()
 	for i := 0; i < len(l.active); i++ {
 		c := l.active[i]
 		ex := &c.ex
+		if ex.state == Waiting {
+			if l.nowNs > ex.deadline {
+				l.release(ex, true)
+				l.respond(c, ex.a, pipeline.OutBackendBusy, admission.Decision{})
+				i--
+			}
+			continue
+		}
 		// While the client has not taken what was relayed, the backend
 		// is not read, so its idle deadline waits (the write timeout
 		// covers the client); flush restarts it.

@@ -342,12 +342,18 @@ func (l *eventLoop) takeStream(c *cconn, s *h2srv.Stream) bool {
 	if a == nil || !a.LoopOK {
 		return false
 	}
-	buf := l.getBuf()
+	buf := l.getSmall()
 	b := appendH2Request(buf[:0], s, a.ReqID, a.LoadHeader)
-	if len(b) > len(buf) || cap(b) != cap(buf) {
+	if cap(b) != cap(buf) {
+		// Larger than a small buffer: a loop buffer, if it fits.
 		l.putBuf(buf)
-		return false
+		if len(b) > loopBufSize {
+			return false
+		}
+		buf = l.getBuf()
+		b = append(buf[:0], b...)
 	}
+	buf = buf[:cap(buf)]
 	sc := &cconn{fd: -1, peer: c.peer, in: buf, n: len(b), lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP}
 	sc.ex.activeIdx, sc.ex.parkIdx = -1, -1
 	if pipeline.ParseRequestHead(buf[:sc.n], &l.h) != pipeline.HeadOK {

@@ -11,6 +11,8 @@ package evloop
 //	 │                v                      v
 //	 │         connecting ⇄ sending         idle
 //	 │           (connected; retry: bind again, another backend)
+//	 │       waiting ──bind──> connecting, sending
+//	 │        (max_conns_per_backend reached: from admitting, or a retry)
 //	 │                         │ response head
 //	 │                         v
 //	 │                      relaying
@@ -40,6 +42,10 @@ const (
 	// Relaying: the response head went to the client; the body is
 	// relayed. Nothing but the end of the exchange follows.
 	Relaying
+	// Waiting: a backend is picked, but its connections are at
+	// max_conns_per_backend; the exchange waits (at most timeouts.connect)
+	// for one to be given back or for room to dial (waitConn).
+	Waiting
 	numStates
 )
 
@@ -50,6 +56,7 @@ var stateNames = [numStates]string{
 	Connecting: "connecting",
 	Sending:    "sending",
 	Relaying:   "relaying",
+	Waiting:    "waiting",
 }
 
 // String names the state (test and debug output).
@@ -63,11 +70,12 @@ func (s State) String() string {
 // transitions[from] is the set of states from may go to, as bits.
 var transitions = [numStates]uint8{
 	Idle:       1 << Admitting,
-	Admitting:  1<<Parked | 1<<Connecting | 1<<Sending | 1<<Idle,
+	Admitting:  1<<Parked | 1<<Connecting | 1<<Sending | 1<<Waiting | 1<<Idle,
 	Parked:     1<<Admitting | 1<<Idle,
-	Connecting: 1<<Sending | 1<<Connecting | 1<<Idle,
-	Sending:    1<<Relaying | 1<<Connecting | 1<<Sending | 1<<Idle,
+	Connecting: 1<<Sending | 1<<Connecting | 1<<Waiting | 1<<Idle,
+	Sending:    1<<Relaying | 1<<Connecting | 1<<Sending | 1<<Waiting | 1<<Idle,
 	Relaying:   1 << Idle,
+	Waiting:    1<<Connecting | 1<<Sending | 1<<Idle,
 }
 
 // Legal tells whether an exchange may go from s to to.

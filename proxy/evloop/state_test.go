@@ -8,11 +8,12 @@ import "testing"
 func TestExStateTransitions(t *testing.T) {
 	legal := []struct{ from, to State }{
 		{Idle, Admitting},
-		{Admitting, Parked}, {Admitting, Connecting}, {Admitting, Sending}, {Admitting, Idle},
+		{Admitting, Parked}, {Admitting, Connecting}, {Admitting, Sending}, {Admitting, Waiting}, {Admitting, Idle},
 		{Parked, Admitting}, {Parked, Idle},
-		{Connecting, Sending}, {Connecting, Connecting}, {Connecting, Idle},
-		{Sending, Relaying}, {Sending, Sending}, {Sending, Connecting}, {Sending, Idle},
+		{Connecting, Sending}, {Connecting, Connecting}, {Connecting, Waiting}, {Connecting, Idle},
+		{Sending, Relaying}, {Sending, Sending}, {Sending, Connecting}, {Sending, Waiting}, {Sending, Idle},
 		{Relaying, Idle},
+		{Waiting, Connecting}, {Waiting, Sending}, {Waiting, Idle},
 	}
 	ok := map[[2]State]bool{}
 	for _, tr := range legal {

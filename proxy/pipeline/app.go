@@ -130,8 +130,13 @@ type Upstream struct {
 	// backend (counted against max_conns_per_backend with Client's), its
 	// resolved address, and whether it has left the pool.
 	LoopConns atomic.Int32
-	sa        atomic.Pointer[loopAddr]
-	Closed    atomic.Bool
+	// LoopWaiting is the loops' exchanges waiting for a connection to
+	// this backend (max_conns_per_backend reached): while there are any,
+	// a loop closes its idle connections to it rather than keep them,
+	// so that the cap's room goes to whichever loop waits.
+	LoopWaiting atomic.Int32
+	sa          atomic.Pointer[loopAddr]
+	Closed      atomic.Bool
 	// Alert is a TLS alert the backend sent on a connection whose
 	// handshake had completed on sentry's side (TLS 1.3 refuses a client
 	// certificate that way, with the first response): the HTTP client
