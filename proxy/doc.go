@@ -172,7 +172,14 @@
 // engine) is cut, idle keep-alive connections close after idle_timeout. An
 // idempotent request whose connection broke before any response byte is
 // retried, a refused connect ejects the backend and tries another, and
-// max_conns_per_backend counts the loops' connections with fasthttp's. A
+// max_conns_per_backend counts the loops' connections with fasthttp's; at
+// the cap an exchange waits for a connection (state Waiting, at most
+// timeouts.connect, then 503 backend_busy), as fasthttp's HostClient
+// waits (MaxConnWaitTimeout): a connection given back goes to the first
+// waiter, and while another loop's exchanges wait a loop closes its idle
+// connections to that backend instead of keeping them (the multiplexed
+// h2 streams made the cap reachable from a few clients: at h2load -c200
+// -m100, 94% of answers were an immediate 503 before the wait). A
 // drain closes idle connections after idleGrace, answers in-flight ones
 // with Connection: close, and closes with a lingering close; while
 // draining the loops hand nothing off (fasthttp drains at the same time),

@@ -49,6 +49,8 @@
 //	 │                v                      v
 //	 │         connecting ⇄ sending         idle
 //	 │           (connected; retry: bind again, another backend)
+//	 │       waiting ──bind──> connecting, sending
+//	 │        (max_conns_per_backend reached: from admitting, or a retry)
 //	 │                         │ response head
 //	 │                         v
 //	 │                      relaying
