@@ -76,6 +76,7 @@ func (fe *frontend) loopSettings(ln net.Listener, lfd int) evloop.Config {
 		Linger: lingerTimeout, IdleGrace: idleGrace, Handoff: handoffQueue,
 		OtherConns:   fe.loopOthers,
 		BackendConns: func(u *pipeline.Upstream) int { return hostClient(u).ConnsCount() },
+		CloseIdle:    func(u *pipeline.Upstream) { hostClient(u).CloseIdleConnections() },
 		TooManyConns: func() { p.metrics.clientErrors.WithLabelValues(fe.addr, "too_many_conns").Inc() },
 		Access:       p.accessEntry,
 	}

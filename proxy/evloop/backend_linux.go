@@ -65,19 +65,61 @@ var errBusy = syscall.EBUSY
 // MaxConnWaitTimeout is timeouts.connect, wait here): a connection to u
 // that an exchange of this loop gives back goes to the first waiter
 // (finish), and the loop dials for waiters whenever the cap has room again
-// (dialWaiters: after a close here, and every sweep for the other loops'
-// and fasthttp's closes). At the deadline it is answered 503 backend_busy
-// (the sweep). Entries of exchanges that stopped waiting (answered,
-// aborted, bound) stay in the queue and are skipped.
+// (dialWaiters: after a close here, on a wake-up, and every sweep for the
+// other loops' and fasthttp's closes). At the deadline it is answered 503
+// backend_busy (the sweep). Entries of exchanges that stopped waiting
+// (answered, aborted, bound) stay in the queue and are skipped (waiter's
+// seq tells an entry from a later wait of the same connection's).
+//
+// Across loops: while another loop's exchanges wait, a loop keeps no idle
+// connection to u (shedIdle, finish), gives every other connection it gets
+// back to the others instead of its own waiters (giveTo), and the first
+// wait asks fasthttp to close its idle connections to u
+// (Config.CloseIdle): its pool counts against the same cap.
 func (l *eventLoop) waitConn(c *cconn, u *pipeline.Upstream, wait int64) {
-	l.setState(c, Waiting)
-	c.ex.waitU = u
-	u.LoopWaiting.Add(1)
-	c.ex.deadline = l.nowNs + wait
-	l.connWait[u] = append(l.connWait[u], c)
+	ex := &c.ex
+	l.setState(c, Waiting) // (a wait again, after a failed dial, ends the last one first)
+	ex.waitU = u
+	l.waitN[u]++
+	ex.waitSeq++
+	ex.deadline = l.nowNs + wait
+	l.connWait[u] = append(l.connWait[u], waiter{c: c, seq: ex.waitSeq})
 	l.activate(c)
-	// The other loops may hold the cap's connections idle: they close
-	// them when woken (shedIdle), and this loop dials on its next sweep.
+	if u.LoopWaiting.Add(1) == 1 {
+		// The other loops may hold the cap's connections idle: they
+		// close them when woken (shedIdle); fasthttp's pool too.
+		l.wakeOthers()
+		if f := l.ff.cfg.CloseIdle; f != nil {
+			f(u)
+		}
+	}
+}
+
+// waiter is an entry of a loop's queue for a backend connection.
+type waiter struct {
+	c   *cconn
+	seq uint32 // the exchange's waitSeq when queued
+}
+
+func (w waiter) live(u *pipeline.Upstream) bool {
+	return w.c.ex.state == Waiting && w.c.ex.waitU == u && w.c.ex.waitSeq == w.seq
+}
+
+// endWait is setState's part when an exchange leaves Waiting (or waits
+// again).
+func (l *eventLoop) endWait(ex *exch) {
+	u := ex.waitU
+	if u == nil {
+		return
+	}
+	ex.waitU = nil
+	u.LoopWaiting.Add(-1)
+	if l.waitN[u]--; l.waitN[u] <= 0 {
+		delete(l.waitN, u)
+	}
+}
+
+func (l *eventLoop) wakeOthers() {
 	for _, o := range l.ff.loops {
 		if o != l {
 			o.wake()
@@ -85,11 +127,17 @@ func (l *eventLoop) waitConn(c *cconn, u *pipeline.Upstream, wait int64) {
 	}
 }
 
-// shedIdle closes this loop's idle connections to backends for which
-// another loop's exchanges wait (max_conns_per_backend reached).
+// othersWait tells whether another loop's exchanges wait for u.
+func (l *eventLoop) othersWait(u *pipeline.Upstream) bool {
+	return int(u.LoopWaiting.Load()) > l.waitN[u]
+}
+
+// shedIdle closes this loop's idle connections to backends another loop's
+// exchanges wait for (max_conns_per_backend reached), and has the loop
+// look for room for its own waiters (dialWaiters).
 func (l *eventLoop) shedIdle() {
 	for u, list := range l.idleBk {
-		if len(list) == 0 || u.LoopWaiting.Load() == 0 || len(l.connWait[u]) > 0 {
+		if len(list) == 0 || l.waitN[u] > 0 || !l.othersWait(u) {
 			continue
 		}
 		for _, bc := range list {
@@ -97,59 +145,84 @@ func (l *eventLoop) shedIdle() {
 		}
 		delete(l.idleBk, u)
 	}
+	if len(l.connWait) > 0 {
+		l.waitKick = true
+	}
+}
+
+// headWaiter drops the stale entries at the head of u's queue and returns
+// the first live one, left in place (nil: none; the queue is gone).
+func (l *eventLoop) headWaiter(u *pipeline.Upstream) *cconn {
+	q := l.connWait[u]
+	for len(q) > 0 && !q[0].live(u) {
+		q[0] = waiter{}
+		q = q[1:]
+	}
+	if len(q) == 0 {
+		delete(l.connWait, u)
+		return nil
+	}
+	l.connWait[u] = q
+	return q[0].c
 }
 
 // nextWaiter takes the first exchange still waiting for u (nil: none).
 func (l *eventLoop) nextWaiter(u *pipeline.Upstream) *cconn {
-	q := l.connWait[u]
-	for len(q) > 0 {
-		c := q[0]
-		q[0] = nil
-		q = q[1:]
-		if c.ex.state == Waiting && c.ex.u == u {
-			l.connWait[u] = q
-			return c
+	c := l.headWaiter(u)
+	if c != nil {
+		q := l.connWait[u]
+		q[0] = waiter{}
+		if len(q) == 1 {
+			delete(l.connWait, u)
+		} else {
+			l.connWait[u] = q[1:]
 		}
 	}
-	delete(l.connWait, u)
-	return nil
+	return c
 }
 
-// dialWaiters gives the exchanges waiting for a connection a new one while
-// the caps allow (max_conns_per_backend, counted as backendConn counts it).
+// giveTo is finish's choice for a connection to u given back: this loop's
+// first waiter, or nil -- none, or, while another loop's exchanges wait
+// too, every other time (the connection is then closed for them), so that
+// a loop that holds the cap cannot starve another's waiters.
+func (l *eventLoop) giveTo(u *pipeline.Upstream) *cconn {
+	if l.waitN[u] == 0 {
+		return nil
+	}
+	if l.othersWait(u) {
+		if l.shareTurn = !l.shareTurn; l.shareTurn {
+			return nil
+		}
+	}
+	return l.nextWaiter(u)
+}
+
+// dialWaiters gives the exchanges waiting for a connection a new one, in
+// their order, while the cap has room (counted as backendConn counts it).
 func (l *eventLoop) dialWaiters() {
 	l.waitKick = false
 	for u := range l.connWait {
 		for {
-			q := l.connWait[u]
-			if len(q) == 0 {
-				break
-			}
-			if c := q[0]; c.ex.state == Waiting && c.ex.u == u {
-				if max := c.ex.a.Policy.MaxConnsPerBackend; max > 0 && int(u.LoopConns.Load())+l.ff.cfg.BackendConns(u) >= max && len(l.idleBk[u]) == 0 {
-					break // no room yet
-				}
-			}
-			c := l.nextWaiter(u)
+			c := l.headWaiter(u)
 			if c == nil {
 				break
 			}
 			ex := &c.ex
+			if max := ex.a.Policy.MaxConnsPerBackend; max > 0 && int(u.LoopConns.Load())+l.ff.cfg.BackendConns(u) >= max && len(l.idleBk[u]) == 0 {
+				break // no room yet
+			}
 			bc, err := l.backendConn(u, ex.a)
-			switch {
-			case err == errBusy:
-				// Taken meanwhile (fasthttp's side): back in the queue.
-				l.connWait[u] = append(l.connWait[u], c)
-			case err != nil:
+			if err == errBusy {
+				break // taken meanwhile (fasthttp's side); it keeps its place
+			}
+			l.nextWaiter(u) // c, off the queue
+			if err != nil {
 				if l.connectFailed(c, err) {
 					l.dispatch(c, u)
 				}
-			default:
-				l.bind(c, bc)
+				continue
 			}
-			if err == errBusy {
-				break
-			}
+			l.bind(c, bc)
 		}
 	}
 }

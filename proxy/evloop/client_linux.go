@@ -122,9 +122,8 @@ func (l *eventLoop) setState(c *cconn, to State) {
 	if l.trace != nil {
 		l.trace(c, ex.state, to)
 	}
-	if ex.state == Waiting && to != Waiting && ex.waitU != nil {
-		ex.waitU.LoopWaiting.Add(-1)
-		ex.waitU = nil
+	if ex.state == Waiting {
+		l.endWait(ex)
 	}
 	ex.state = to
 }

@@ -82,8 +82,10 @@ type exch struct {
 	term   pipeline.Term
 	termAt int64
 	// waitU is the backend a Waiting exchange waits for a connection to
-	// (counted in its LoopWaiting while it waits).
-	waitU *pipeline.Upstream
+	// (counted in its LoopWaiting and the loop's waitN while it waits);
+	// waitSeq numbers the exchange's waits (its queue entries, waiter).
+	waitU   *pipeline.Upstream
+	waitSeq uint32
 	// pend is the admission ticket of an exchange parked for its batch
 	// decision (nil otherwise); parkIdx is its place in parked.
 	pend    admission.Pending
@@ -135,8 +137,10 @@ type eventLoop struct {
 	active    []*cconn // with an exchange in progress
 	parked    []*cconn // with an exchange parked for its batch decision
 	idleBk    map[*pipeline.Upstream][]*bconn
-	connWait  map[*pipeline.Upstream][]*cconn // exchanges waiting for a connection (waitConn)
-	waitKick  bool                            // a connection closed with waiters: dialWaiters this round
+	connWait  map[*pipeline.Upstream][]waiter // exchanges waiting for a connection (waitConn)
+	waitN     map[*pipeline.Upstream]int      // how many of them are live
+	waitKick  bool                            // room may have come: dialWaiters this round
+	shareTurn bool                            // finish: own waiters and the other loops' in turn (giveTo)
 	bufs      [][]byte
 	small     [][]byte // smallBufSize buffers (stream connections' requests)
 	rawBufs   [][]byte // TLS record buffers of idle connections (idleTLS)
@@ -210,7 +214,8 @@ func newEvloop(ff *Front) (*eventLoop, error) {
 		unix.Close(ep)
 		return nil, err
 	}
-	l := &eventLoop{ff: ff, ep: ep, efd: efd, sys: RawSys{}, clock: time.Now, idleBk: map[*pipeline.Upstream][]*bconn{}, connWait: map[*pipeline.Upstream][]*cconn{}}
+	l := &eventLoop{ff: ff, ep: ep, efd: efd, sys: RawSys{}, clock: time.Now, idleBk: map[*pipeline.Upstream][]*bconn{},
+		connWait: map[*pipeline.Upstream][]waiter{}, waitN: map[*pipeline.Upstream]int{}}
 	if err := l.sys.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, unix.EPOLLIN, tagWake); err != nil {
 		l.closeFDs()
 		return nil, err
@@ -365,10 +370,7 @@ func (l *eventLoop) sweep() {
 			_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, l.ff.lfd, unix.EPOLLIN|unix.EPOLLEXCLUSIVE, tagListen)
 		}
 	}
-	if len(l.connWait) > 0 {
-		l.waitKick = true // the other loops' and fasthttp's closes: look for room
-	}
-	l.shedIdle()
+	l.shedIdle() // and look for room for this loop's waiters (the others' closes)
 	for i := 0; i < len(l.active); i++ {
 		c := l.active[i]
 		ex := &c.ex

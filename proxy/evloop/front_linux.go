@@ -86,6 +86,10 @@ type Config struct {
 	// BackendConns is the fasthttp front end's connections to u
 	// (max_conns_per_backend counts both); asked when the loop dials.
 	BackendConns func(u *pipeline.Upstream) int
+	// CloseIdle asks the fasthttp front end to close its idle connections
+	// to u (the loops' exchanges wait for room under
+	// max_conns_per_backend, which its pool counts in); may be nil.
+	CloseIdle func(u *pipeline.Upstream)
 	// TooManyConns counts a connection refused for max_conns
 	// (sentry_client_errors_total).
 	TooManyConns func()

@@ -254,15 +254,16 @@ func (l *eventLoop) finish(c *cconn) {
 		// early 413, say) still expects the rest: never reuse it.
 		if ex.bkClose || bc.fd < 0 || ex.sent < len(ex.req) {
 			l.closeBackend(bc)
-		} else if w := l.nextWaiter(bc.u); w != nil {
+		} else if w := l.giveTo(bc.u); w != nil {
 			// An exchange waits for a connection to this backend: it
 			// gets this one, as fasthttp's HostClient hands a released
 			// connection to its first waiter.
 			bc.n, bc.reused, bc.lastNs = 0, true, l.nowNs
 			l.bind(w, bc)
-		} else if bc.u.LoopWaiting.Load() > 0 {
+		} else if l.othersWait(bc.u) {
 			// Another loop's exchange waits for room under the cap.
 			l.closeBackend(bc)
+			l.wakeOthers()
 		} else {
 			bc.n, bc.reused, bc.lastNs = 0, true, l.nowNs
 			l.putBuf(bc.in)

@@ -75,7 +75,7 @@ var transitions = [numStates]uint8{
 	Connecting: 1<<Sending | 1<<Connecting | 1<<Waiting | 1<<Idle,
 	Sending:    1<<Relaying | 1<<Connecting | 1<<Sending | 1<<Waiting | 1<<Idle,
 	Relaying:   1 << Idle,
-	Waiting:    1<<Connecting | 1<<Sending | 1<<Idle,
+	Waiting:    1<<Connecting | 1<<Sending | 1<<Waiting | 1<<Idle,
 }
 
 // Legal tells whether an exchange may go from s to to.

@@ -13,7 +13,7 @@ func TestExStateTransitions(t *testing.T) {
 		{Connecting, Sending}, {Connecting, Connecting}, {Connecting, Waiting}, {Connecting, Idle},
 		{Sending, Relaying}, {Sending, Sending}, {Sending, Connecting}, {Sending, Waiting}, {Sending, Idle},
 		{Relaying, Idle},
-		{Waiting, Connecting}, {Waiting, Sending}, {Waiting, Idle},
+		{Waiting, Connecting}, {Waiting, Sending}, {Waiting, Waiting}, {Waiting, Idle},
 	}
 	ok := map[[2]State]bool{}
 	for _, tr := range legal {
