@@ -73,7 +73,8 @@ var errBusy = syscall.EBUSY
 //
 // Across loops: while another loop's exchanges wait, a loop keeps no idle
 // connection to u (shedIdle, finish), gives every other connection it gets
-// back to the others instead of its own waiters (giveTo), and the first
+// back to the others instead of its own waiters while it holds more than
+// its share of the cap (giveTo), and the first
 // wait asks fasthttp to close its idle connections to u
 // (Config.CloseIdle): its pool counts against the same cap.
 func (l *eventLoop) waitConn(c *cconn, u *pipeline.Upstream, wait int64) {
@@ -181,15 +182,18 @@ func (l *eventLoop) nextWaiter(u *pipeline.Upstream) *cconn {
 	return c
 }
 
-// giveTo is finish's choice for a connection to u given back: this loop's
-// first waiter, or nil -- none, or, while another loop's exchanges wait
-// too, every other time (the connection is then closed for them), so that
-// a loop that holds the cap cannot starve another's waiters.
-func (l *eventLoop) giveTo(u *pipeline.Upstream) *cconn {
+// giveTo is finish's choice for a connection to u given back (its app's
+// cap max): this loop's first waiter, or nil -- none, or, while another
+// loop's exchanges wait too and this loop holds more than its share of the
+// cap, every other time (the connection is then closed for them), so that
+// a loop that holds the cap cannot starve another's waiters. Within its
+// share a loop keeps its connections: closing and dialling again under a
+// steady overload would cost a connect per request.
+func (l *eventLoop) giveTo(u *pipeline.Upstream, max int) *cconn {
 	if l.waitN[u] == 0 {
 		return nil
 	}
-	if l.othersWait(u) {
+	if max > 0 && l.othersWait(u) && l.nconn[u] > max/len(l.ff.loops) {
 		if l.shareTurn = !l.shareTurn; l.shareTurn {
 			return nil
 		}
@@ -262,6 +266,7 @@ func (l *eventLoop) backendConn(u *pipeline.Upstream, a *pipeline.App) (*bconn, 
 		return nil, err
 	}
 	u.LoopConns.Add(1)
+	l.nconn[u]++
 	for fd >= len(l.bk) {
 		l.bk = append(l.bk, make([]*bconn, len(l.bk)+64)...)
 	}
@@ -285,6 +290,9 @@ func (l *eventLoop) closeBackend(bc *bconn) {
 	l.sys.Close(bc.fd)
 	bc.fd = -1
 	bc.u.LoopConns.Add(-1)
+	if l.nconn[bc.u]--; l.nconn[bc.u] <= 0 {
+		delete(l.nconn, bc.u)
+	}
 	if len(l.connWait[bc.u]) > 0 {
 		l.waitKick = true // room for a waiter: dialled at the end of the round
 	}

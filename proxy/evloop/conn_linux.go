@@ -139,6 +139,7 @@ type eventLoop struct {
 	idleBk    map[*pipeline.Upstream][]*bconn
 	connWait  map[*pipeline.Upstream][]waiter // exchanges waiting for a connection (waitConn)
 	waitN     map[*pipeline.Upstream]int      // how many of them are live
+	nconn     map[*pipeline.Upstream]int      // this loop's connections to each backend (giveTo's share)
 	waitKick  bool                            // room may have come: dialWaiters this round
 	shareTurn bool                            // finish: own waiters and the other loops' in turn (giveTo)
 	bufs      [][]byte
@@ -215,7 +216,7 @@ func newEvloop(ff *Front) (*eventLoop, error) {
 		return nil, err
 	}
 	l := &eventLoop{ff: ff, ep: ep, efd: efd, sys: RawSys{}, clock: time.Now, idleBk: map[*pipeline.Upstream][]*bconn{},
-		connWait: map[*pipeline.Upstream][]waiter{}, waitN: map[*pipeline.Upstream]int{}}
+		connWait: map[*pipeline.Upstream][]waiter{}, waitN: map[*pipeline.Upstream]int{}, nconn: map[*pipeline.Upstream]int{}}
 	if err := l.sys.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, unix.EPOLLIN, tagWake); err != nil {
 		l.closeFDs()
 		return nil, err

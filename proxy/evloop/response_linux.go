@@ -254,7 +254,7 @@ func (l *eventLoop) finish(c *cconn) {
 		// early 413, say) still expects the rest: never reuse it.
 		if ex.bkClose || bc.fd < 0 || ex.sent < len(ex.req) {
 			l.closeBackend(bc)
-		} else if w := l.giveTo(bc.u); w != nil {
+		} else if w := l.giveTo(bc.u, ex.a.Policy.MaxConnsPerBackend); w != nil {
 			// An exchange waits for a connection to this backend: it
 			// gets this one, as fasthttp's HostClient hands a released
 			// connection to its first waiter.

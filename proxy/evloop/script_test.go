@@ -102,7 +102,7 @@ func newLoopScript(t *testing.T) *loopScript {
 	h.sys.fds[4] = &scriptFD{name: "epoll"}
 	h.sys.fds[5] = &scriptFD{name: "eventfd"}
 	l := &eventLoop{ff: ff, ep: 4, efd: 5, sys: h.sys, clock: func() time.Time { return h.now }, idleBk: map[*pipeline.Upstream][]*bconn{},
-		connWait: map[*pipeline.Upstream][]waiter{}, waitN: map[*pipeline.Upstream]int{}}
+		connWait: map[*pipeline.Upstream][]waiter{}, waitN: map[*pipeline.Upstream]int{}, nconn: map[*pipeline.Upstream]int{}}
 	l.trace = func(c *cconn, from, to State) {
 		h.printf("%s: %v -> %v", h.sys.nameOf(c.fd), from, to)
 	}

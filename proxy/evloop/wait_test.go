@@ -16,7 +16,7 @@ import (
 // (shedIdle, finish).
 func TestWaitCounts(t *testing.T) {
 	ff := &Front{}
-	l := &eventLoop{ff: ff, connWait: map[*pipeline.Upstream][]waiter{}, waitN: map[*pipeline.Upstream]int{}}
+	l := &eventLoop{ff: ff, connWait: map[*pipeline.Upstream][]waiter{}, waitN: map[*pipeline.Upstream]int{}, nconn: map[*pipeline.Upstream]int{}}
 	ff.loops = []*eventLoop{l}
 	u1, u2 := &pipeline.Upstream{}, &pipeline.Upstream{}
 	c := &cconn{fd: -1}
