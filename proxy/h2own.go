@@ -272,8 +272,7 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 // to cancel (after the lock), readers and writers to wake.
 func (oc *ownConn) eventsLocked(evs []h2srv.Event, start, cut []*ownStream) ([]*ownStream, []*ownStream) {
 	for _, e := range evs {
-		switch e.Kind {
-		case h2srv.EvRequest:
+		if e.Kind == h2srv.EvRequest {
 			if oc.loopTake != nil && oc.loopTake(e.S) {
 				continue // the loop runs it
 			}
@@ -282,26 +281,27 @@ func (oc *ownConn) eventsLocked(evs []h2srv.Event, start, cut []*ownStream) ([]*
 			e.S.User = st
 			oc.held++
 			start = append(start, st)
+			continue
+		}
+		if e.S == nil {
+			continue // a connection's event (a GOAWAY from the client)
+		}
+		st, _ := e.S.User.(*ownStream)
+		if st == nil {
+			if oc.loop && e.S.User != nil {
+				oc.loopEvs = append(oc.loopEvs, e) // one of the loop's streams
+			}
+			continue
+		}
+		switch e.Kind {
 		case h2srv.EvData:
-			if st, _ := e.S.User.(*ownStream); st != nil {
-				signal(st.dataSig)
-			} else if oc.loop && e.S.User != nil {
-				oc.loopEvs = append(oc.loopEvs, e)
-			}
+			signal(st.dataSig)
 		case h2srv.EvWritable:
-			if st, _ := e.S.User.(*ownStream); st != nil {
-				signal(st.writeSig)
-			} else if oc.loop && e.S.User != nil {
-				oc.loopEvs = append(oc.loopEvs, e)
-			}
+			signal(st.writeSig)
 		case h2srv.EvReset:
-			if st, _ := e.S.User.(*ownStream); st != nil {
-				signal(st.dataSig)
-				signal(st.writeSig)
-				cut = append(cut, st)
-			} else if oc.loop && e.S.User != nil {
-				oc.loopEvs = append(oc.loopEvs, e)
-			}
+			signal(st.dataSig)
+			signal(st.writeSig)
+			cut = append(cut, st)
 		}
 	}
 	return start, cut

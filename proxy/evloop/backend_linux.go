@@ -130,7 +130,8 @@ func (l *eventLoop) wakeOthers() {
 
 // othersWait tells whether another loop's exchanges wait for u.
 func (l *eventLoop) othersWait(u *pipeline.Upstream) bool {
-	return int(u.LoopWaiting.Load()) > l.waitN[u]
+	n := int(u.LoopWaiting.Load())
+	return n > 0 && n > l.waitN[u]
 }
 
 // shedIdle closes this loop's idle connections to backends another loop's
@@ -190,8 +191,8 @@ func (l *eventLoop) nextWaiter(u *pipeline.Upstream) *cconn {
 // share a loop keeps its connections: closing and dialling again under a
 // steady overload would cost a connect per request.
 func (l *eventLoop) giveTo(u *pipeline.Upstream, max int) *cconn {
-	if l.waitN[u] == 0 {
-		return nil
+	if u.LoopWaiting.Load() == 0 || l.waitN[u] == 0 {
+		return nil // (nobody waits: the common case, one atomic load)
 	}
 	if max > 0 && l.othersWait(u) && l.nconn[u] > max/len(l.ff.loops) {
 		if l.shareTurn = !l.shareTurn; l.shareTurn {

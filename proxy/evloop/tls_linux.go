@@ -111,16 +111,7 @@ func (l *eventLoop) adopt(a adoption) {
 	}
 	if a.h2 != nil {
 		l.adoptH2(c, a.h2)
-		if a.st.Buffered() > 0 {
-			c.in = l.getBuf()
-			if l.openTLS(c) && c.n > 0 {
-				c.gotAny = true
-				l.h2Read(c)
-			}
-		}
-		return
-	}
-	if l.drainSeen {
+	} else if l.drainSeen {
 		// Queued just as the drain started (Adopt checked before it):
 		// treated as startDrain treats an idle connection.
 		c.grace = l.nowNs + int64(l.ff.cfg.IdleGrace)
@@ -132,8 +123,18 @@ func (l *eventLoop) adopt(a adoption) {
 		c.in = l.getBuf()
 		if l.openTLS(c) && c.n > 0 {
 			c.gotAny = true
-			l.process(c)
+			l.opened(c)
 		}
+	}
+}
+
+// opened acts on plaintext newly opened into c.in: the h2 core takes it,
+// or the next HTTP/1.1 request is served once no exchange runs.
+func (l *eventLoop) opened(c *cconn) {
+	if c.h2 != nil {
+		l.h2Read(c)
+	} else if !c.busy() {
+		l.process(c)
 	}
 }
 
@@ -200,13 +201,7 @@ func (l *eventLoop) readTLS(c *cconn, ev uint32) {
 	}
 	c.lastNs = l.nowNs
 	c.gotAny = true
-	if c.h2 != nil {
-		l.h2Read(c)
-		return
-	}
-	if !c.busy() {
-		l.process(c)
-	}
+	l.opened(c)
 }
 
 // openTLS opens the buffered records into c.in while there is room; false
