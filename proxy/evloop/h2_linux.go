@@ -8,7 +8,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sentry-proxy/sentry/estimator"
 	"github.com/sentry-proxy/sentry/internal/tls13"
 	"github.com/sentry-proxy/sentry/proxy/h2srv"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
@@ -544,10 +543,10 @@ func (l *eventLoop) stalled(c *cconn) bool {
 }
 
 // streamHead is startResponse's head for a stream: the backend's head
-// (parsed as rh from data) rewritten as for an HTTP/1.1 client -- the same
-// fields dropped, Server-Timing stripped when strip, the request ID added
-// -- and without the connection-specific fields h2 forbids, queued as
-// HEADERS; with END_STREAM when no body follows.
+// (parsed as rh from data) under the same response policy as for an
+// HTTP/1.1 client (respField, without the connection-specific fields h2
+// forbids), the request ID added, queued as HEADERS; with END_STREAM when
+// no body follows.
 func (l *eventLoop) streamHead(c *cconn, data []byte, rh *pipeline.RawHead, strip bool) {
 	str, ex := c.str, &c.ex
 	h := str.p.h2
@@ -557,27 +556,15 @@ func (l *eventLoop) streamHead(c *cconn, data []byte, rh *pipeline.RawHead, stri
 	h.d.Lock()
 	core.Headers(rh.Status)
 	for i := 0; i < rh.NFields; i++ {
-		f := &rh.Fields[i]
-		switch rh.Kinds[i] {
-		case pipeline.KindConnection, pipeline.KindHopByHop, pipeline.KindUpgrade, pipeline.KindTransferEncoding:
+		v, keep := l.respField(data, rh, i, strip, ex.a.ReqID, true)
+		if !keep {
 			continue
-		case pipeline.KindContentLength:
-			if rh.Chunked {
-				continue
-			}
-		case pipeline.KindServerTiming:
-			if strip {
-				if l.st = estimator.StripServerTiming(l.st[:0], f.Value.Of(data)); len(l.st) > 0 {
-					core.Field(f.Name.Of(data), l.st)
-				}
-				continue
-			}
-		case pipeline.KindOther:
-			if pipeline.EqFoldString(f.Name.Of(data), ex.a.ReqID) {
-				continue
-			}
 		}
-		core.Field(f.Name.Of(data), f.Value.Of(data))
+		f := &rh.Fields[i]
+		if v == nil {
+			v = f.Value.Of(data)
+		}
+		core.Field(f.Name.Of(data), v)
 	}
 	core.Field(l.reqID, ex.id)
 	core.EndHeaders(str.s, noBody)

@@ -71,28 +71,13 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	}
 	out = append(out, data[8:le+1]...)
 	for i := 0; i < rh.NFields; i++ {
-		f := &rh.Fields[i]
-		switch rh.Kinds[i] {
-		case pipeline.KindConnection, pipeline.KindHopByHop, pipeline.KindUpgrade:
-			continue
-		case pipeline.KindContentLength:
-			if rh.Chunked {
-				continue // Transfer-Encoding overrides it; not passed on (RFC 9112 §6.3)
-			}
-		case pipeline.KindServerTiming:
-			if strip {
-				l.st = estimator.StripServerTiming(l.st[:0], f.Value.Of(data))
-				if v := l.st; len(v) > 0 {
-					out = append(append(append(out, "Server-Timing: "...), v...), "\r\n"...)
-				}
-				continue
-			}
-		case pipeline.KindOther:
-			if pipeline.EqFoldString(f.Name.Of(data), a.ReqID) {
-				continue
-			}
+		switch v, keep := l.respField(data, rh, i, strip, a.ReqID, false); {
+		case !keep:
+		case v != nil:
+			out = append(append(append(out, "Server-Timing: "...), v...), "\r\n"...)
+		default:
+			out = append(out, rh.Fields[i].Line.Of(data)...)
 		}
-		out = append(out, f.Line.Of(data)...)
 	}
 	out = append(append(append(append(out, a.ReqID...), ": "...), ex.id...), "\r\n"...)
 	if c.closing {
@@ -102,6 +87,35 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	c.out = out
 	l.setState(c, Relaying)
 	l.forward(c, bc, data[rh.N:])
+}
+
+// respField is the response header policy for every client, field i of
+// the backend's head rh (in data): keep false drops it (hop-by-hop fields,
+// Content-Length beside chunked, the backend's request ID, and for an h2
+// client the connection-specific Transfer-Encoding too); a non-nil v is
+// the value that replaces it (Server-Timing stripped of what sentry reads,
+// when strip; a field it empties is dropped).
+func (l *eventLoop) respField(data []byte, rh *pipeline.RawHead, i int, strip bool, reqID string, h2 bool) (v []byte, keep bool) {
+	f := &rh.Fields[i]
+	switch rh.Kinds[i] {
+	case pipeline.KindConnection, pipeline.KindHopByHop, pipeline.KindUpgrade:
+		return nil, false
+	case pipeline.KindTransferEncoding:
+		return nil, !h2
+	case pipeline.KindContentLength:
+		// Transfer-Encoding overrides it; not passed on (RFC 9112 §6.3).
+		return nil, !rh.Chunked
+	case pipeline.KindServerTiming:
+		if strip {
+			l.st = estimator.StripServerTiming(l.st[:0], f.Value.Of(data))
+			return l.st, len(l.st) > 0
+		}
+	case pipeline.KindOther:
+		if pipeline.EqFoldString(f.Name.Of(data), reqID) {
+			return nil, false
+		}
+	}
+	return nil, true
 }
 
 // forward relays body bytes (already in bc.in) to the client, and ends the
