@@ -229,10 +229,10 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 }
 
-// readmeMetrics returns the metric names in the README's Metrics table.
-func readmeMetrics(t *testing.T) map[string]bool {
+// docMetrics returns the metric names in docs/metrics.md's tables.
+func docMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	f, err := os.Open("../README.md")
+	f, err := os.Open("../docs/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func readmeMetrics(t *testing.T) map[string]bool {
 		}
 	}
 	if len(out) < 10 {
-		t.Fatalf("found %d metrics in the README table", len(out))
+		t.Fatalf("found %d metrics in docs/metrics.md", len(out))
 	}
 	return out
 }
@@ -283,7 +283,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	if d.Title == "" || d.UID == "" || d.Schema == 0 {
 		t.Errorf("dashboard lacks title, uid or schemaVersion")
 	}
-	known := readmeMetrics(t)
+	known := docMetrics(t)
 	metricRE := regexp.MustCompile(`\bsentry_[a-z0-9_]+`)
 	ids := map[int]bool{}
 	var titles []string
@@ -312,7 +312,7 @@ func TestGrafanaDashboard(t *testing.T) {
 					base = strings.TrimSuffix(base, suf)
 				}
 				if !known[base] {
-					t.Errorf("panel %q uses %s, which is not in the README's Metrics table", p.Title, name)
+					t.Errorf("panel %q uses %s, which is not in docs/metrics.md", p.Title, name)
 				}
 			}
 		}

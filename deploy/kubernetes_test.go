@@ -350,11 +350,10 @@ func TestMonitoring(t *testing.T) {
 	if len(sms[0].Spec.Endpoints) != 1 || sms[0].Spec.Endpoints[0].Port != svcs[0].Spec.Ports[0].Name || sms[0].Spec.Endpoints[0].Path != "/metrics" {
 		t.Errorf("endpoints %+v", sms[0].Spec.Endpoints)
 	}
-	known := readmeMetrics(t)
-	// Rows listing several metrics name only the first; add the rest.
+	known := docMetrics(t)
 	for _, m := range []string{"sentry_sla_target_seconds", "sentry_upgrade_failures_total"} {
 		if !known[m] {
-			t.Fatalf("README table lacks %s", m)
+			t.Fatalf("docs/metrics.md lacks %s", m)
 		}
 	}
 	metricRe := regexp.MustCompile(`\bsentry_[a-z0-9_]+`)
@@ -368,7 +367,7 @@ func TestMonitoring(t *testing.T) {
 			expr := r.Expr.String()
 			for _, m := range metricRe.FindAllString(expr, -1) {
 				if !known[m] {
-					t.Errorf("alert %s uses %s, not in the README's metrics table", r.Alert, m)
+					t.Errorf("alert %s uses %s, not in docs/metrics.md", r.Alert, m)
 				}
 			}
 			if r.Annotations["summary"] == "" || r.Labels["severity"] == "" {

@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// TestRepoDocs: no doc cites a file, package, subcommand, flag, metric or
-// policy key that does not exist.
-func TestRepoDocs(t *testing.T) {
+// repo loads the real repository once per test.
+func repo(t *testing.T) *Repo {
+	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
@@ -18,6 +18,14 @@ func TestRepoDocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// TestRepoDocs: no doc cites a file, package, subcommand, flag, metric or
+// policy key that does not exist.
+func TestRepoDocs(t *testing.T) {
+	r := repo(t)
+	root := r.Root
 	docs, err := Docs(root)
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +41,111 @@ func TestRepoDocs(t *testing.T) {
 			n++
 		}
 	}
+	if r.Counts["key"] < 100 || r.Counts["metric"] < 100 || r.Counts["path"] < 100 || r.Counts["command"] < 10 || r.Counts["package"] < 20 {
+		t.Errorf("too few references checked (%v): is the check still reading the docs?", r.Counts)
+	}
 	t.Logf("%d docs, %d packages, %d subcommands, %d metrics; checked %v; %d problems", len(docs), len(r.Packages), len(r.Commands), len(r.Metrics), r.Counts, n)
+}
+
+// unexported are metric names the code defines that the sentry binary does
+// not export: collectors of library packages that sentry's wiring does not
+// register (control exports threshold mode's state itself, and gives the
+// admission mode switch no Registerer).
+var unexported = map[string]string{
+	"sentry_threshold_offered_server_seconds": "thresholdac.NewCollector, not used by control",
+	"sentry_admission_revert_after_seconds":   "admission.SwitchConfig.Registerer, left nil by control",
+}
+
+// TestMetricsDocumented: docs/metrics.md has a row for every metric the
+// binary registers, and only for those.
+func TestMetricsDocumented(t *testing.T) {
+	r := repo(t)
+	data, err := os.ReadFile(filepath.Join(r.Root, "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if name, ok := strings.CutPrefix(line, "| `sentry_"); ok {
+			name, _, _ = strings.Cut(name, "`")
+			rows["sentry_"+name] = true
+		}
+	}
+	for m := range r.Metrics {
+		if !rows[m] && unexported[m] == "" {
+			t.Errorf("docs/metrics.md has no row for %s", m)
+		}
+	}
+	for m := range rows {
+		if !r.Metrics[m] || unexported[m] != "" {
+			t.Errorf("docs/metrics.md has a row for %s, which sentry does not register", m)
+		}
+	}
+	for m := range unexported {
+		if !r.Metrics[m] {
+			t.Errorf("%s is listed as unexported but no longer defined: remove it from the list", m)
+		}
+	}
+}
+
+// TestLayout: the README's Layout table names every package.
+func TestLayout(t *testing.T) {
+	r := repo(t)
+	data, err := os.ReadFile(filepath.Join(r.Root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, layout, ok := strings.Cut(string(data), "\n## Layout\n")
+	if !ok {
+		t.Fatal("README.md has no Layout section")
+	}
+	layout, _, _ = strings.Cut(layout, "\n## ")
+	named := map[string]bool{}
+	for _, m := range spanRE.FindAllStringSubmatch(layout, -1) {
+		named[strings.TrimSuffix(m[1], "/")] = true
+	}
+	for p := range r.Packages {
+		if !named[p] {
+			t.Errorf("README.md's Layout table does not name the package %s", p)
+		}
+	}
+	for p := range named {
+		if !r.Packages[p] {
+			t.Errorf("README.md's Layout table names %s, which is not a package", p)
+		}
+	}
+}
+
+// TestDocSizes: the README stays a README (at most 15 KiB) and every
+// doc.go a design essay (at most 400 lines).
+func TestDocSizes(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() > 15*1024 {
+		t.Errorf("README.md is %d bytes, more than 15 KiB: move reference material to docs/", fi.Size())
+	}
+	docs, err := Docs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range docs {
+		if filepath.Base(rel) != "doc.go" {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(data), "\n"); n > 400 {
+			t.Errorf("%s has %d lines, more than 400", rel, n)
+		}
+	}
 }
 
 // fakeRepo is a small repository in a temporary directory: a package a/b
