@@ -39,8 +39,7 @@
 //   - The boundary err = err_i raises (the paper writes err < err_i), so
 //     a percentile at exactly half the target counts as well under it.
 //     The increase there is 2·(0.5 − 0.1) = 0.8 per second: c_i = −0.1
-//     makes it zero at err = c_i, as the paper says (issue 13's example
-//     "2·(0.5 + 0.1)" does not follow its own formula; the formula wins).
+//     makes it zero at err = c_i, as the paper's formula says.
 //   - Stale average: a class whose previous run is more than 5 timeouts
 //     old restarts cur from samp. A class held near RateMin admits one
 //     request every few seconds, and with α = 0.7 it would need about 8
@@ -54,10 +53,10 @@
 //
 // The paper's constants are absolute: an increase of at most about 1.6
 // requests/s per run, a lower class divided by 10, and an initial rate of
-// RateMax. On a farm of 320 requests/s a flash crowd run with them
-// (e2e/scenarios/flash-adaptive.yaml) reached 0.06× capacity as goodput:
-// the crowd arrived to a class still at RateMax (p95 near 3 s), was then
-// cut to the minimum, and climbed back for minutes. Scaled keeps the
+// RateMax. With them, a flash crowd on a farm of 320 requests/s
+// (e2e/scenarios/flash-adaptive.yaml) gets 0.06× capacity as goodput: the
+// crowd arrives to a class still at RateMax (p95 near 3 s), is cut to the
+// minimum, and climbs back for minutes. Scaled keeps the
 // paper's structure (the percentile, α, err, err_d, err_i, the bucket
 // emptied on a cut, the multiclass order and its no-increase rule) and
 // changes what each step is measured against, so that one setting serves
@@ -82,13 +81,13 @@
 //     brake. Why: y reads the room under err_i, and a farm's own service
 //     time takes much of it before any queue forms. On flash-adaptive
 //     (exponential 100 ms service, 1 s target) the p95 with no queue is
-//     0.3 s, y about 0.4, so the crowd's class rose ×1.2 a second and
-//     took about 16 s from 10 to the farm's 320 requests/s (goodput
-//     0.34-0.43× capacity over ten runs); with slow start it takes 9-10
-//     s (0.47-0.50× in four runs, members admitted 99.9-100%, every
-//     judged second within the target). Twice ScaledGain instead gave
-//     0.46× and 0.41×: it scales with y too, which the first seconds'
-//     small samples keep low (testdata/slowstart.txt).
+//     0.3 s and y about 0.4, so without slow start the crowd's class
+//     rises ×1.2 a second and takes about 16 s from 10 to the farm's 320
+//     requests/s (goodput 0.34-0.43× capacity); with it, 9-10 s
+//     (0.47-0.50×, every judged second within the target). Twice
+//     ScaledGain instead is no better (0.41-0.46×): it scales with y too,
+//     which the first seconds' small samples keep low
+//     (testdata/slowstart.txt).
 //   - Ceiling, at every run: the rate is never above Headroom (4) × the
 //     class's offered rate since its last run + HeadroomMin (10/s). This
 //     replaces the initial rate of RateMax: a quiet class holds a rate
@@ -111,8 +110,8 @@
 //     has finished the excess, then admits at the new rate; a debt is
 //     never larger than the backlog now: Tick lowers it when the farm
 //     finishes the excess sooner, as when termination cuts its queue --
-//     on sert-shift.yaml a debt kept at its first size held the class at
-//     zero for 18 s after the queue was gone); without a
+//     on sert-shift.yaml a debt kept at its first size would hold the
+//     class at zero for 18 s after the queue is gone); without a
 //     backlog, from its rate, as the paper cuts (a class its bucket
 //     limits completes what it admits, and cutting from that ratchets
 //     the rate down with every noisy second). Then no further cut of it
@@ -128,17 +127,17 @@
 //     class runs every NReq (100) completions, about 140 ms at 700 req/s,
 //     and over so short a window a Poisson burst of slow requests
 //     (sert-sweep.yaml: 2% at 500 ms, which hold every slot for a few
-//     hundred milliseconds) read as the farm's capacity: the hold took
-//     the class to 293 req/s of about 730 and the band increase needed
+//     hundred milliseconds) reads as the farm's capacity: the hold takes
+//     the class to 293 req/s of about 730 and the band increase needs
 //     two seconds to climb back, 40–46% of those seconds' arrivals shed
-//     at 1× load, and termination then cut requests at a load it must
+//     at 1× load, and termination then cuts requests at a load it must
 //     leave alone. The longer window alone reads low on a ramp, whose
 //     completions grow. (A short window can also read above the capacity,
 //     a run of light requests: 1,023/s over 140 ms on that farm of about
-//     805. The rule is then what it was before, the short window's, and
-//     the debt still drains the backlog.) A class that runs on its Timeout (a slow farm,
-//     as the capacity shift's 66/s) is measured since that run, as
-//     before; testdata/window.txt pins the rule.
+//     805; the larger is then the short window's, and the debt still
+//     drains the backlog.) A class that runs on its Timeout (a slow farm,
+//     as the capacity shift's 66/s) is measured since that run;
+//     testdata/window.txt pins the rule.
 //   - Cut of a less important class (§3.3, same order: least important
 //     above the minimum first, one per run): by adj_lo from its
 //     completions, min(rate, completions/s)/adj_lo, at most once per its
@@ -152,7 +151,7 @@
 //     backlog (as above). Decision: not on a backlog alone: a ramp's
 //     admissions outrun its completions and look
 //     like a backlog by Little's law, and held to its completions there a
-//     flash crowd's class was pinned at a few requests a second
+//     flash crowd's class would be pinned at a few requests a second
 //     (flash-adaptive.yaml: 0.29× capacity; 0.40× without the drain). Otherwise, between the thresholds, the band increase: the
 //     rate rises by BandGain (0.25)·y·rate per Timeout, y = (err_d −
 //     sErr)/(err_d − err_i) the room the last sample leaves under the
@@ -167,15 +166,15 @@
 //     important class that ran within Timeout (they share the farm). The
 //     most important class borrows nothing.
 //
-// Decision (issue 13's capacity shift, testdata/scaled.txt and
-// TestCapacityShift): the backlog drain and the band increase replaced
-// two rules that ratcheted the rate down. Holding a class to what it
+// Decision (the capacity shift; testdata/scaled.txt and
+// TestCapacityShift): the backlog drain and the band increase, not two
+// simpler rules that ratchet the rate down. Holding a class to what it
 // completes whatever the backlog, and giving up the farm's whole excess
-// of admissions over completions as a rate, took e2e/scenarios/shift.yaml
+// of admissions over completions as a rate, takes e2e/scenarios/shift.yaml
 // (2,000 req/s offered to a farm of 200, then 66.7 after every backend
-// became 3× slower) to RateMin within seconds, where a class admits too
+// becomes 3× slower) to RateMin within seconds, where a class admits too
 // few requests to measure its way back: 0.00× the new capacity as
-// goodput. With them the simulated shift is back within a 2 s target
+// goodput. With the drain and the band the simulated shift is back within a 2 s target
 // for good in 3 s or less in 15 of 20 seeded runs (median 2 s) at 0.95×
 // the new capacity on average; with a 1 s target (the new service's p95
 // alone is 0.72 s) a rate reaches about 0.86×, and a concurrency
@@ -211,33 +210,33 @@
 //
 // Why: the percentile sees a request only when it completes. When the
 // farm slows down (e2e/scenarios/shift.yaml: every backend 3× slower at
-// 10× load), the token bucket kept admitting at the old rate for the
-// response time it took the slowed requests to show, and the queue that
-// built then (166 requests waiting in the farm a second after the shift,
-// p95 2.9 s three seconds later) took the controller seconds to drain:
-// adaptive mode was back within the 1 s target 6 s after the shift, and
-// at 0.85× the new capacity. The completion rate drops at once, so the
-// limit follows the shift within a second, and nothing the old capacity
-// allowed is admitted meanwhile: back in 2 s, 1.02× the new capacity,
-// 2 of 25 seconds missed (docs/algorithms.md §7 has the runs). It is
-// the same idea as a concurrency limit (nginx limit_conn was at 1.03×
-// on that run) without knowing the farm's slots.
+// 10× load), the token bucket alone keeps admitting at the old rate for
+// the response time it takes the slowed requests to show, and the queue
+// that builds then (166 requests waiting in the farm a second after the
+// shift, p95 2.9 s three seconds later) takes the controller seconds to
+// drain: back within the 1 s target 6 s after the shift, at 0.85× the
+// new capacity. The completion rate drops at once, so the limit follows
+// the shift within a second, and nothing the old capacity allowed is
+// admitted meanwhile: back in 2 s, at 1.02× the new capacity
+// (docs/algorithms.md §7, docs/performance.md). It is the same idea as a
+// concurrency limit (nginx's limit_conn) without knowing the farm's
+// slots.
 //
 // Several classes: the limit alone would undo §3.3's order. It holds the
 // percentile under the target, so nothing cuts a less important class's
 // rate, and a shared limit admits in arrival order. So class i of L is
 // refused at limit·(1 + (L − 1 − i)/L): the least important at the
 // limit, each more important class a further limit/L that no less
-// important one can take (on flash-adaptive.yaml, with one limit for
-// all, the crowd filled it and 23 of the members' 864 requests were
-// refused: 97.3%); and once a class was refused at its own, for two
+// important one can take (with one limit for all, on flash-adaptive.yaml
+// the crowd fills it and 23 of the members' 864 requests are refused);
+// and once a class is refused at its own, for two
 // Ticks a less important class i is refused already at (L − i)/L of the
 // limit, so that what the farm frees goes to the more important classes
 // first. A lone class fills the whole limit.
 // TestPriorityGuaranteeInFlightLimit, TestInFlightLimitPriority and
 // testdata/limit.txt pin it.
 //
-// Decisions on the other ideas for issue 13's shift, by measurement:
+// Decisions on other ideas for the capacity shift:
 //
 //   - Censored samples (an in-flight request already older than the
 //     target counted as an over-target sample before it completes): not
@@ -266,25 +265,18 @@
 // the time it ran already shows in the percentile of the requests that
 // waited behind it. Counted as a sample at its cut time (at least the
 // termination threshold), the heavy share the controller cannot change
-// kept the percentile over the target and the rate of every request was
-// cut for it (issue 14: sert-shift in auto, 0.20× capacity during the
-// shift); testdata/ended.txt pins both.
+// keeps the percentile over the target and every class's rate is cut
+// for it (sert-shift.yaml in auto: 0.20× capacity during the shift);
+// testdata/ended.txt pins both.
 //
 // Config.Scaled false is the paper's rule exactly; the scripts in
 // testdata pin it with hand-computed numbers, and testdata/scaled.txt
 // pins the scaled rule's. sentry's policy picks with
 // admission.adaptive.rule (scaled by default, paper for comparison).
 //
-// What it gives (one run each on the 2-core test machine, with
-// `-peers sentry`, before the backlog rules): flash-adaptive.yaml's
-// goodput went from 0.06× to 0.35–0.39× capacity, with the members
-// admitted whole and the admitted p95 within the 1 s target in every
-// second with 20 samples or more (docs/algorithms.md §7 has the figures);
-// the crowd's rate takes 17–20 s to climb to the farm's capacity.
 // TestPriorityGuaranteeScaled's hard case (gold and silver alone offer
 // exactly the farm's capacity) keeps the farm full (100/s of 100/s; the
-// paper's rule 70/s) with gold's p90 within its target in every second
-// (before the backlog rules: 92/s, and three quarters of the seconds).
+// paper's rule 70/s) with gold's p90 within its target in every second.
 //
 // # Several classes (§3.3)
 //
@@ -310,7 +302,7 @@
 // constants cost: the lower classes' rates cycle over tens of seconds (a
 // cut by 10 per run while the smoothed percentile lags the drained queue,
 // then an additive climb of about 1.6 requests/s per run), and the farm
-// ran at about two thirds of its capacity.
+// runs at about two thirds of its capacity.
 //
 // # Concurrency and lock order
 //

@@ -56,7 +56,7 @@
 // behind it, and the class runs on its period grid again until a run
 // empties its queue. Every request admitted early would also pass a run
 // at that instant (a run's β ≥ 1 only adds to the load), so the SLA
-// bound holds as before. The cost is a few atomic loads per arrival.
+// bound holds. The cost is a few atomic loads per arrival.
 // testdata/early.txt walks through it; StrictPeriods restores the rule
 // that every request waits.
 //
@@ -96,11 +96,11 @@
 // decayed mean of the queueing they met, so after a load step it still
 // reads the light load before it for a second or more (a queued request
 // reports only when it finishes, and the mean has a half-life of
-// seconds). η fills at once, and with the old Q the test admits up to
+// seconds). η fills at once, and with that Q alone the test admits up to
 // η = P·(R_sla − d)/S − 1 per backend: a queue whose wait alone is the
 // budget, so the admitted p95 overshoots R_sla in the step's first
-// seconds (issue 15's closed loop, 2 × 4 slots, 40 ms, 0.65× → 1.95×:
-// 515 and 759 ms for 500 ms). Requests in flight beyond P' are waiting
+// seconds (the closed-loop autoscaling run, 2 × 4 slots, 40 ms, 0.65× →
+// 1.95×: 515 and 759 ms for 500 ms). Requests in flight beyond P' are waiting
 // and drain at P' per S, so that queue exists now, whatever Q says yet.
 // When sentry is its backends' only client Q settles to about the same
 // value once the load holds, so this changes the transient; Q alone still
@@ -108,9 +108,9 @@
 // in: the test is then one increasing function of the load after
 // admission for every class, only the budget differs, so a large batch of
 // a less important class filled to its budget leaves a more important
-// class its margin (taken before the batch, a bronze batch raised the
+// class its margin (taken before the batch, a bronze batch raises the
 // queue for gold's next test by its own size, which the bronze test never
-// charged: in e2e/scenarios/step10x.yaml gold was admitted 97.3%, 63
+// charged: in e2e/scenarios/step10x.yaml gold is then admitted 97.3%, 63
 // rejected by test, most in the step's first seconds; taken after, 100%
 // in the simulation). The price: a batch pays for its own
 // queue twice, as it would with a settled Q. P' uses the work a backend
@@ -120,8 +120,8 @@
 // (hand-computed) and step_test.go, the simulated farm with Q from the
 // real estimator: TestStepOvershootWithoutImpliedQueue reproduces the
 // overshoot with the paper's Q; TestStepAdmittedP95 holds every second's
-// p95 within R_sla at goodput ≥ 0.9× capacity (issue 15's step and
-// step10x's); TestStepKeepsGold keeps gold ≥ 99% beside a periodic class
+// p95 within R_sla at goodput ≥ 0.9× capacity (the autoscaling run's step
+// and step10x's); TestStepKeepsGold keeps gold ≥ 99% beside a periodic class
 // that steps to 9.8×.
 //
 // # Priority: the reserve
@@ -171,8 +171,8 @@
 //     its own size, so the reserve tests are judged at S' = max(S, sref_j),
 //     sref_j the largest mean S of the more important classes (State.MeanS).
 //     Judged at the small request's own size, a flood of 2 ms bronze
-//     requests filled the farm with a count 20 ms gold requests could not
-//     pass: gold admitted 15–24% (TestPriorityMixedSizes; now 100%).
+//     requests fills the farm with a count 20 ms gold requests cannot
+//     pass: gold admitted 15–24% (TestPriorityMixedSizes: 100% at S').
 //   - A floor (Config.ReserveFloor; the policy's default 0.25): a quiet
 //     more important class still has a quarter of its budget held, so its
 //     first requests after a pause do not meet a farm queued to the brim.
@@ -213,10 +213,10 @@
 // passes. A cascaded class is not tested, so it neither sets nor clears its
 // own mark; an n = 0 run sets none. An immediate (d = 0) class has no next
 // run: a failed test marks it until its next passing test, at most 1 s
-// after its last failure (every failure renews it). An earlier version marked only for the predicted drain; under a
-// flood of small less important requests that let them refill the farm
-// between two tests of the more important class, which then never got in
-// (priority inversion, seen in the demo). A request that would fail even
+// after its last failure (every failure renews it). Decision: not a mark
+// for the predicted drain only: under a flood of small less important
+// requests that lets them refill the farm between two tests of the more
+// important class, which then never gets in (priority inversion). A request that would fail even
 // on an idle farm (S > R_sla − d_i) sets no mark: its size, not the load,
 // is the cause. A late tick changes nothing: the failing class is due as
 // well and goes first.

@@ -115,17 +115,16 @@
 // service time: no cpu/io in Server-Timing and no measured time, or (c)
 // the service times the backends reported in Server-Timing add up to
 // more than jumpRatio (2) times the estimates their requests were
-// admitted with (Ticket.S). Decision (c), issue 13's capacity shift: when
+// admitted with (Ticket.S). Decision (c), the capacity shift: when
 // every backend becomes 3× slower, batch mode's percentile hovers at
 // R_sla (its test admits less as the estimator's averages rise over tens
 // of seconds), missing one window and meeting the next, so a rule on
-// the percentile alone fell back 14 s after the shift on one run of
+// the percentile alone falls back only 14 s after the shift on
 // e2e/scenarios/shift.yaml; the reported times say at once that the
 // estimates are a third of the truth. A sum over a window's completions,
 // not a share of them over 2×: a 3× slower exponential service puts only
-// e^(−2/3) ≈ 51% of single times over twice the old mean. In auto, one
-// run each of fig10.yaml (a Pareto size mix) and flash.yaml fell back
-// never. After
+// e^(−2/3) ≈ 51% of single times over twice the old mean. In auto,
+// fig10.yaml (a Pareto size mix) and flash.yaml never fall back. After
 // fallback.miss_windows (3) such windows in a row, auto switches to
 // adaptive (Switch.Fallback, logged at info with reason
 // percentile_missed, service_time_jump or no_service_time) and seeds each class
@@ -134,8 +133,8 @@
 // restarted and its cuts held for one response time (the window's
 // percentile), so the controller cuts from there rather than from
 // rate_max, and not for the late responses of batch's queue. (Seeded with
-// the admissions alone, after a capacity drop batch had already cut
-// below what the farm finished, and the controller took 10 s to climb
+// the admissions alone, after a capacity drop batch has already cut
+// below what the farm finishes, and the controller takes 10 s to climb
 // back: e2e/scenarios/shift.yaml.) A window whose
 // mode changed, or with too few completions, breaks the run. Auto returns
 // to batch after fallback.return_windows (10) calm windows in a row: fewer
@@ -196,9 +195,9 @@
 // percentile and the learner. The client got a 503, counted by the
 // termination controller's loss fraction; the time the request ran shows
 // in the response times of the requests that waited behind it. Counted as
-// a response time, the heavy share termination exists for made auto fall
-// back to adaptive on sert-shift.yaml, and adaptive cut every request's
-// rate for it (issue 14: 0.20× capacity during the shift).
+// a response time, the heavy share termination exists for would make auto
+// fall back to adaptive on sert-shift.yaml, and adaptive cut every
+// request's rate for it (0.20× capacity during the shift).
 //
 // # The degradation signal (load.go)
 //

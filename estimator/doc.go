@@ -42,9 +42,9 @@
 // A client can stretch what sentry measures (a trickled upload counts as
 // service time until the proxy times the backend alone), and a backend can
 // have a bad second. Without a bound, 3 samples of 12 s after 20 of 10 ms
-// took a key's and its class's mean past 1 s; the class was then rejected,
+// take a key's and its class's mean past 1 s; the class is then rejected,
 // rejected requests give no samples, and the time decay alone never
-// corrected it: decay lowers a statistic's weight, never its mean, so with
+// corrects it: decay lowers a statistic's weight, never its mean, so with
 // no samples a mean stays where it is. Three mechanisms, with Rho = 2,
 // Tail = 50, Z = 3, Floor = 1 ms, YoungSamples = 8 and YoungTime = 500 ms
 // (constants, robust.go):
@@ -61,18 +61,18 @@
 //     are never clamped: a too low estimate admits, and is corrected by
 //     the samples that admits.
 //
-//     Decision: what a grown-up key's sample may count for. The first
-//     version clamped it at m + max((Rho−1)·m, 3σ) + Floor with σ of the
-//     samples as clamped, and a heavy tail then never widened σ: one URL
-//     whose requests take 5 ms, or 500 ms for 2% of them (issue 14's
-//     sweep), settled at 5.1 ms against a true mean of 14.9 ms, and batch
-//     admission let in three times what the farm could serve. A σ of the
+//     Decision: what a grown-up key's sample may count for. Clamped at
+//     m + max((Rho−1)·m, 3σ) + Floor with σ of the samples as clamped, a
+//     heavy tail would never widen σ: one URL whose requests take 5 ms,
+//     or 500 ms for 2% of them (sert-sweep.yaml's mix), settles at 5.1 ms
+//     against a true mean of 14.9 ms, and batch admission lets in three
+//     times what the farm can serve. A σ of the
 //     raw samples does not fix that (3σ covers a tail 100× the mode only
-//     at a share of 10% or more). No clamp at all learned the tail, but a
-//     review found that the ceiling (2.) bounds only the pace of a
-//     sustained stream, not where it ends: a steady 1% of 12 s samples
-//     among 10 ms ones took a key to 130 ms in 5 minutes, one a second of
-//     1 h samples to 35 s. Tail·m + Floor sits between: a sustained share s
+//     at a share of 10% or more). No clamp at all would learn the tail,
+//     but the ceiling (2.) bounds only the pace of a sustained stream, not
+//     where it ends: a steady 1% of 12 s samples among 10 ms ones would
+//     take a key to 130 ms in 5 minutes, one a second of 1 h samples to
+//     35 s. Tail·m + Floor sits between: a sustained share s
 //     of requests costing c·m is learned in full when s·Tail ≥ 1 (2% and
 //     more: then it is the key's real cost, and termination, not the
 //     estimate, is the tool against it; docs/termination.md), and a
@@ -109,16 +109,17 @@
 //     t seconds: 300 outliers within 3 s leave a key of 20 samples of
 //     10 ms within 17%, spread over 12 s within 1.8×.
 //
-//     Decision (the first version got it wrong): the rise limit once
-//     held each step of the mean, from m over the time since the previous
-//     sample. That cut every honest upward step that came soon after the
-//     previous sample (or with an earlier timestamp, as concurrent
-//     completions do) and never a downward one, so a key with exponential
-//     service times of mean 80 ms was estimated at 45 ms after a minute
-//     and 66 ms at steady state (TestSkewedUnbiased); with the cold start
-//     below, step10x's bronze key sat at 12 ms, the parallelism learned
-//     from it (batchac: P ≈ inService·Ŝ/T) fell from 7.5 to 2.2, and gold,
-//     whose estimate was less wrong, failed its test at 1× capacity.
+//     Decision: the rise limit holds a ceiling, not each step of the
+//     mean. Held per step (from m over the time since the previous
+//     sample), it would cut every honest upward step that comes soon
+//     after the previous sample (or with an earlier timestamp, as
+//     concurrent completions do) and never a downward one: a key with
+//     exponential service times of mean 80 ms would be estimated at 45 ms
+//     after a minute and 66 ms at steady state (TestSkewedUnbiased); with
+//     the cold start below, step10x's bronze key would sit at 12 ms, the
+//     parallelism learned from it (batchac: P ≈ inService·Ŝ/T) fall from
+//     7.5 to 2.2, and gold, whose estimate is less wrong, fail its test at
+//     1× capacity.
 //
 //     A young key may rise freely up to Rho·prior + Floor of a class that
 //     is itself grown up (a path attacked after only 3 samples of 10 ms
@@ -129,9 +130,9 @@
 //     ms after the class's first sample ends near 10× (poison.txt). That
 //     is the price of cold starts: the first completions are the shortest
 //     of everything dispatched together (a batch class's first run sends
-//     dozens at once), and a key held from its 8th sample of 1–30 ms, for a
-//     mean of 80 ms, was still at 9 ms after 30 s (TestColdStartBatch; now
-//     70 ms).
+//     dozens at once): a key held from its 8th sample of 1–30 ms, for a
+//     mean of 80 ms, would still be at 9 ms after 30 s; young for
+//     YoungTime, it is at 70 ms (TestColdStartBatch).
 //
 //  3. Probes. Probe grants at most one request per class per
 //     Config.ProbeInterval (1 s) admission in place of a rejection, for a
@@ -150,7 +151,7 @@
 // tail's first samples come after the key is grown up when the tail takes
 // longer than YoungTime, and the 5 ms / 500 ms URL above, at 6 ms when it
 // grows up, is at 8.4 ms after 10 s, 12.7 ms after 30 s and within 10%
-// after about a minute. Falls are learned as before: 90% of the way in
+// after about a minute. Falls are learned at the decayed mean's pace: 90% of the way in
 // H·log2(10) ≈ 100 s. The price: for noisy keys in their first minute the
 // asymmetric limit biases the mean low (TestAccuracy's fallback case,
 // S ± 100% noise: worst error 8%, 3% without the limit).

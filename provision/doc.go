@@ -33,8 +33,8 @@
 // Poisson, 0 for evenly spaced arrivals; TestDispersion). Until 10 ticks
 // have been seen it reads 1. Decision: the variance comes from successive
 // differences of the per-tick rates, so a change of the rate level is not
-// read as burstiness (it was, at first: a 1× → 3× step read as c_a² ≈ 37
-// and kept servers needed high for minutes after the load fell;
+// read as burstiness (read that way, a 1× → 3× step reads as c_a² ≈ 37
+// and keeps servers needed high for minutes after the load falls;
 // TestDispersionLevelShift).
 //
 // Decision, parallelism: a backend runs P requests at full speed (the batch

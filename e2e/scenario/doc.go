@@ -129,7 +129,7 @@
 // every peer run with the same file and scaling (so peers can be run
 // separately).
 //
-// # Closed-loop autoscaling and several sentries (issue 15)
+// # Closed-loop autoscaling and several sentries
 //
 // Two runs are not scenario files, because the runner's farm is fixed and
 // its peer is one process. RunAutoscale (autoscale.go, e2e/cmd/autoscale)

@@ -74,7 +74,7 @@
 //     CONTINUATION frames, or more than MaxHeaderListSize + 64 KiB of
 //     encoded bytes, ends the connection with ENHANCE_YOUR_CALM (the
 //     CONTINUATION flood, CVE-2023-45288). Rapid reset
-//     (CVE-2023-44487): the same rule as x/net's guard had in
+//     (CVE-2023-44487): the same rule as x/net's guard in
 //     proxy/h2guard.go -- past ResetLimit RST_STREAM frames (100) that are
 //     also over a quarter of the streams whose request surfaced (refused
 //     or malformed heads do not count), GOAWAY(ENHANCE_YOUR_CALM)
