@@ -63,6 +63,7 @@ type Repo struct {
 	PolicyKey func(key string) bool
 
 	rootKeys map[string]bool // isRootKey's answers
+	keys     map[string]bool // policyKey's answers
 	ignore   []string        // .gitignore's patterns, loaded once
 	// Counts counts the references checked, by kind.
 	Counts map[string]int
@@ -463,11 +464,19 @@ var kindMismatch = regexp.MustCompile(`expected a (list|mapping)`)
 var policyRoots = []string{"", "apps[].", "apps[].classes[].", "apps[].classes[].rules[]."}
 
 func (r *Repo) policyKey(key string) bool {
+	if v, ok := r.keys[key]; ok {
+		return v
+	}
 	f := r.PolicyKey
 	if f == nil {
 		f = PolicyKeyExists
 	}
-	return f(key)
+	v := f(key)
+	if r.keys == nil {
+		r.keys = map[string]bool{}
+	}
+	r.keys[key] = v
+	return v
 }
 
 // firstKeys are the names a key can start with at one of policyRoots.

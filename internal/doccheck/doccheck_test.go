@@ -4,21 +4,32 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
-// repo loads the real repository once per test.
+var (
+	loadOnce sync.Once
+	loaded   *Repo
+	loadErr  error
+)
+
+// repo loads the real repository (go list, cmd/sentry's flags, the
+// metrics) once for the package's tests.
 func repo(t *testing.T) *Repo {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
+	loadOnce.Do(func() {
+		root, err := filepath.Abs(filepath.Join("..", ".."))
+		if err != nil {
+			loadErr = err
+			return
+		}
+		loaded, loadErr = Load(root)
+	})
+	if loadErr != nil {
+		t.Fatal(loadErr)
 	}
-	r, err := Load(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return loaded
 }
 
 // TestRepoDocs: no doc cites a file, package, subcommand, flag, metric or
