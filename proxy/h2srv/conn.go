@@ -194,7 +194,14 @@ type Conn struct {
 
 	goingAway bool
 	dec       *hpack.Decoder
-	hdr       hdrBlock
+	// The encoder's dynamic table size as the client knows it (4096 at
+	// first, RFC 7541 §4.2): lowered with the client's
+	// SETTINGS_HEADER_TABLE_SIZE, never raised (no entry is ever added,
+	// hpackenc.go). tableUpdate: the next header block written starts
+	// with a Dynamic Table Size Update to it.
+	encTable    uint32
+	tableUpdate bool
+	hdr         hdrBlock
 	// fieldSize is the size of the field being emitted, for tooLarge.
 
 	streams map[uint32]*Stream
@@ -215,7 +222,7 @@ type Conn struct {
 	flooded        bool
 	peerGoAway     bool
 
-	hbuf, scratch []byte
+	hbuf, scratch, block []byte
 }
 
 // NewConn returns a connection whose SETTINGS (and the connection
@@ -246,6 +253,7 @@ func NewConn(cfg Config) *Conn {
 		peerInitWin:  defaultWindow,
 		peerMaxFrame: defaultFrameSize,
 		recvWin:      int64(cfg.ConnWindow),
+		encTable:     defaultTableSize,
 	}
 	c.dec = hpack.NewDecoder(4096, c.onField)
 	c.dec.SetMaxStringLength(cfg.MaxHeaderListSize)
@@ -648,6 +656,14 @@ func (c *Conn) onSettings(id uint32, flags byte, p []byte) {
 					return
 				}
 			}
+		case settingHeaderTableSize:
+			// The encoder keeps no entries (hpackenc.go), so its table
+			// follows the setting down only: one update, to the
+			// smallest size set since the last block, which is also
+			// the final one (RFC 7541 §4.2).
+			if v < c.encTable {
+				c.encTable, c.tableUpdate = v, true
+			}
 		case settingMaxFrameSize:
 			if v < defaultFrameSize || v > maxFrameSizeMax {
 				c.connError(ProtocolError, "MAX_FRAME_SIZE")
@@ -655,9 +671,8 @@ func (c *Conn) onSettings(id uint32, flags byte, p []byte) {
 			}
 			c.peerMaxFrame = int(v)
 		}
-		// HEADER_TABLE_SIZE: the encoder keeps no dynamic table
-		// (hpackenc.go). MAX_CONCURRENT_STREAMS: the server pushes
-		// nothing. MAX_HEADER_LIST_SIZE: advisory. Others: ignored.
+		// MAX_CONCURRENT_STREAMS: the server pushes nothing.
+		// MAX_HEADER_LIST_SIZE: advisory. Others: ignored.
 	}
 	c.out = appendFrameHeader(c.out, 0, frameSettings, flagAck, 0)
 	c.drainBlocked()
@@ -1221,8 +1236,18 @@ func (c *Conn) EndTrailers(s *Stream) bool {
 }
 
 // writeBlock frames a header block: HEADERS, then CONTINUATION frames as
-// the client's MAX_FRAME_SIZE requires.
+// the client's MAX_FRAME_SIZE requires. The first block written after the
+// client lowered SETTINGS_HEADER_TABLE_SIZE starts with the table size
+// update it is owed: it is added here, where blocks take their place in
+// the output (after the SETTINGS acknowledgement), not where they are
+// built (trailers wait behind their data).
 func (c *Conn) writeBlock(s *Stream, b []byte, end bool) {
+	if c.tableUpdate {
+		c.tableUpdate = false
+		c.block = appendTableSize(c.block[:0], c.encTable)
+		c.block = append(c.block, b...)
+		b = c.block
+	}
 	typ := byte(frameHeaders)
 	var flags byte
 	if end {

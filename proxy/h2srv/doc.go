@@ -59,6 +59,16 @@
 //     without indexing, names indexed from the static table, Huffman when
 //     shorter (hpackenc.go says why). HEADERS are split into CONTINUATION
 //     frames at the client's MAX_FRAME_SIZE.
+//   - The table's size is still the client's to lower: when its
+//     SETTINGS_HEADER_TABLE_SIZE goes below the size in force (4096 at
+//     first), the first header block written after the acknowledgement
+//     starts with a Dynamic Table Size Update (RFC 7541 §4.2; nghttp2
+//     refuses a block without one). The encoder's size follows the
+//     setting down only -- an empty table has no use for more room -- so
+//     one update, to the smallest size set since the last block, is both
+//     the smallest and the final one the RFC asks for. It is added where
+//     a block takes its place in the output (writeBlock), so trailers
+//     built before the SETTINGS and sent after carry it too.
 //   - Flow control: DATA goes out as far as the client's connection and
 //     stream windows and its frame size allow; the rest waits in the
 //     stream and leaves as WINDOW_UPDATEs (or a larger

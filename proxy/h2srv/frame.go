@@ -75,6 +75,7 @@ const (
 	maxFrameSizeMax  = 1<<24 - 1
 	maxWindow        = 1<<31 - 1
 	defaultWindow    = 65535
+	defaultTableSize = 4096 // SETTINGS_HEADER_TABLE_SIZE's initial value
 )
 
 // appendFrameHeader appends a frame header.

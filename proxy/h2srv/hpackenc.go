@@ -11,10 +11,17 @@ import (
 // :status indexed when the static table has the code, as nginx encodes. No
 // dynamic table entry is ever added, so a header block can be encoded
 // whenever it is convenient (a stream's trailers while its data waits for
-// window) and the encoder needs no lock order with the output; the
-// peer's SETTINGS_HEADER_TABLE_SIZE does not matter. The cost is a few
-// bytes per repeated field, against a state per connection that would
-// also have to be shared by the event loops later.
+// window) and the encoder needs no lock order with the output. The cost is
+// a few bytes per repeated field, against a state per connection that
+// would also have to be shared by the event loops later.
+//
+// The table is empty, but its size is still part of the protocol: when
+// the client lowers SETTINGS_HEADER_TABLE_SIZE below the size in force,
+// the next header block must start with a Dynamic Table Size Update (RFC
+// 7541 §4.2), and decoders such as nghttp2's refuse a block without one
+// (COMPRESSION_ERROR). Conn tracks the size (encTable) and writeBlock
+// puts the update (appendTableSize) in front of the first block it
+// writes after the change.
 
 // staticName maps a lower-case field name to its static-table index
 // (RFC 7541 Appendix A): the names a response carries.
@@ -46,6 +53,11 @@ func appendInt(b []byte, first byte, n uint, v uint64) []byte {
 		v >>= 7
 	}
 	return append(b, byte(v))
+}
+
+// appendTableSize appends a Dynamic Table Size Update (RFC 7541 §6.3).
+func appendTableSize(b []byte, size uint32) []byte {
+	return appendInt(b, 0x20, 5, uint64(size))
 }
 
 // appendString appends s as an HPACK string literal, Huffman-coded when
