@@ -148,13 +148,25 @@ type h2Guard struct {
 
 	wmu     sync.Mutex
 	out     frameTracker
-	pending bool // GOAWAY to send at the next output frame boundary
-	sent    bool // GOAWAY sent: x/net's further output is dropped
+	onOut   func(h *[9]byte, off int) bool // outFrame, bound once
+	xnetGA  bool                           // x/net wrote a GOAWAY of its own
+	pending bool                           // GOAWAY to send at the next output frame boundary
+	sent    bool                           // GOAWAY sent: x/net's further output is dropped
 	closeAt sync.Once
 }
 
 func newH2Guard(c net.Conn, tc *tls.Conn, fe *frontend) *h2Guard {
-	return &h2Guard{Conn: c, tc: tc, fe: fe, preface: len(h2Preface)}
+	g := &h2Guard{Conn: c, tc: tc, fe: fe, preface: len(h2Preface)}
+	g.onOut = g.outFrame
+	return g
+}
+
+// outFrame notes a GOAWAY among x/net's output frames (under wmu).
+func (g *h2Guard) outFrame(h *[9]byte, _ int) bool {
+	if h[3] == 0x7 {
+		g.xnetGA = true
+	}
+	return true
 }
 
 func (g *h2Guard) Read(b []byte) (int, error) {
@@ -228,7 +240,16 @@ func (g *h2Guard) goAway() {
 	g.wmu.Unlock()
 }
 
+// writeGoAwayLocked writes GOAWAY(ENHANCE_YOUR_CALM) with the last stream
+// ID passed to x/net -- unless x/net sent a GOAWAY already (a graceful
+// shutdown): streams opened since were ignored by x/net, and a second
+// GOAWAY must not announce more than the first (RFC 9113 §6.8). The
+// close follows either way.
 func (g *h2Guard) writeGoAwayLocked() {
+	if g.xnetGA {
+		g.sent, g.pending = true, false
+		return
+	}
 	var f [17]byte
 	f[2] = 8   // length
 	f[3] = 0x7 // GOAWAY
@@ -246,14 +267,14 @@ func (g *h2Guard) Write(b []byte) (int, error) {
 	}
 	if !g.pending {
 		n, err := g.Conn.Write(b)
-		g.out.feed(b[:n], nil)
+		g.out.feed(b[:n], g.onOut)
 		return n, err
 	}
 	// Finish the frame in progress, then GOAWAY; the rest is dropped.
 	k := 0
 	if !g.out.boundary() {
 		k = g.out.toBoundary(b)
-		g.out.feed(b[:k], nil)
+		g.out.feed(b[:k], g.onOut)
 	}
 	if _, err := g.Conn.Write(b[:k]); err != nil {
 		return 0, err

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,6 +194,65 @@ func TestFrameTracker(t *testing.T) {
 		}
 		if headers != len(ends) {
 			t.Errorf("step %d: %d headers seen, want %d", step, headers, len(ends))
+		}
+	}
+}
+
+// goawayRec records what is written to it.
+type goawayRec struct {
+	net.Conn
+	mu  sync.Mutex
+	out bytes.Buffer
+}
+
+func (c *goawayRec) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.out.Write(b)
+}
+
+func (c *goawayRec) Close() error { return nil }
+
+// TestH2GuardGoAwayAfterXNet: x/net's server sent GOAWAY (a graceful
+// shutdown, last stream 3); the client then opened more streams and
+// reset them until the guard tripped. The guard's GOAWAY would announce
+// the last of them, more than x/net's (RFC 9113 §6.8 forbids a later
+// GOAWAY to grow); it sends none, and closes.
+func TestH2GuardGoAwayAfterXNet(t *testing.T) {
+	h := startProxyOpts(t, nil, Options{H2: H2XNet}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	h.p.mu.Lock()
+	fe := h.p.mu.fronts[h.addr]
+	h.p.mu.Unlock()
+	rc := &goawayRec{}
+	g := newH2Guard(rc, nil, fe)
+	var xnet bytes.Buffer
+	fr := http2.NewFramer(&xnet, nil)
+	fr.WriteGoAway(3, http2.ErrCodeNo, nil)
+	if _, err := g.Write(xnet.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	for id := uint32(5); id <= 9; id += 2 {
+		g.onFrame(&[9]byte{0, 0, 0, 0x1, 0x4, 0, 0, 0, byte(id)}, 9)
+	}
+	g.tripped.Store(true)
+	g.goAway()
+	fr = http2.NewFramer(nil, bytes.NewReader(rc.out.Bytes()))
+	var ids []uint32
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			break
+		}
+		if ga, ok := f.(*http2.GoAwayFrame); ok {
+			ids = append(ids, ga.LastStreamID)
+		}
+	}
+	if len(ids) == 0 || ids[0] != 3 {
+		t.Fatalf("GOAWAYs %v, want x/net's (3) first", ids)
+	}
+	for _, id := range ids[1:] {
+		if id > 3 {
+			t.Errorf("GOAWAY last-stream-ids %v: grew", ids)
 		}
 	}
 }

@@ -193,6 +193,7 @@ type Conn struct {
 	err     error
 
 	goingAway bool
+	goAwayID  uint32 // the first GOAWAY's last-stream-id
 	dec       *hpack.Decoder
 	// The encoder's dynamic table size as the client knows it (4096 at
 	// first, RFC 7541 §4.2): lowered with the client's
@@ -470,9 +471,15 @@ func (c *Conn) resetAll(code ErrCode) {
 	c.blocked = c.blocked[:0]
 }
 
+// writeGoAway writes GOAWAY with the last stream the client opened, or,
+// after an earlier GOAWAY, that one's: streams opened since were dropped
+// (onHeaders), and a later GOAWAY must not announce more (RFC 9113 §6.8).
 func (c *Conn) writeGoAway(code ErrCode) {
+	if !c.goingAway {
+		c.goAwayID = c.maxID
+	}
 	c.out = appendFrameHeader(c.out, 8, frameGoAway, 0, 0)
-	c.out = appendU32(c.out, c.maxID)
+	c.out = appendU32(c.out, c.goAwayID)
 	c.out = appendU32(c.out, uint32(code))
 	c.goingAway = true
 }

@@ -535,6 +535,49 @@ func TestGracefulGoAway(t *testing.T) {
 	}
 }
 
+// TestGoAwayLastIDNeverGrows: a GOAWAY after a graceful one (a
+// connection error once the drain began) announces no stream the first
+// did not: the client opened more streams meanwhile, which were dropped,
+// and a higher last-stream-id would tell it they were processed (RFC
+// 9113 §6.8: an endpoint MUST NOT increase it).
+func TestGoAwayLastIDNeverGrows(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		after func(cl *client)
+	}{
+		{"PING on a stream", func(cl *client) { cl.fr.WriteRawFrame(http2.FramePing, 0, 1, make([]byte, 8)) }},
+		{"rapid reset", func(cl *client) {
+			for id := uint32(9); id < 9+2*(defaultResetLimit+2); id += 2 {
+				cl.get(id, true)
+				cl.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newClient(t, Config{})
+			cl.start()
+			cl.get(1, true)
+			cl.get(3, true)
+			cl.feed()
+			cl.events()
+			cl.c.GoAway()
+			cl.get(5, true)
+			cl.get(7, true)
+			c.after(cl)
+			cl.feed()
+			var ids []uint32
+			for _, f := range cl.out() {
+				if f.typ == http2.FrameGoAway {
+					ids = append(ids, f.lastID)
+				}
+			}
+			if len(ids) != 2 || ids[0] != 3 || ids[1] > ids[0] || cl.err == nil {
+				t.Errorf("GOAWAY last-stream-ids %v (err %v), want 3 then at most 3", ids, cl.err)
+			}
+		})
+	}
+}
+
 func TestLimits(t *testing.T) {
 	t.Run("concurrent streams", func(t *testing.T) {
 		cl := newClient(t, Config{MaxConcurrentStreams: 3})

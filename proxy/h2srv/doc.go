@@ -96,7 +96,10 @@
 //     same read as its HEADERS is seen before the driver dispatches
 //     anything, since events are taken after the whole read is fed.
 //   - GoAway starts a graceful close: GOAWAY(NO_ERROR) with the last
-//     stream ID; later streams are decoded and dropped.
+//     stream ID; later streams are decoded and dropped. A GOAWAY after it
+//     (a connection error during the drain) repeats that ID: the dropped
+//     streams were not processed, and the last-stream-id never grows
+//     (RFC 9113 §6.8).
 //
 // # Memory and allocation
 //
