@@ -253,12 +253,16 @@
 // server.max_conns is one cap per listener over every holder: tlsListener
 // (handshakes, h2, sniffing h2c), fasthttp and the loops. 128 streams per
 // connection. Rapid reset: a stream reset before dispatch never reaches a
-// backend; a connection past 100 resets that make more than a quarter of
-// its streams gets GOAWAY (ENHANCE_YOUR_CALM); on a connection where more
-// than one stream in eight was reset, new streams wait 10 ms so that a reset
-// right behind them is seen. A stream reset after dispatch cuts its backend
-// exchange (abort.go). The h2srv core keeps these counts; h2guard.go does
-// the same for x/net's server.
+// backend; a connection past 100 recent resets that make more than a
+// quarter of its recent streams gets GOAWAY (ENHANCE_YOUR_CALM); on a
+// connection where more than one recent stream in eight was reset, new
+// streams wait 10 ms so that a reset right behind them is seen. Recent:
+// the counts decay with a 10 s time constant (h2srv.ResetMeter), so a
+// burst or a flood faster than 10 a second is cut and a long-lived
+// connection cancelling at a steady modest rate (a typeahead search) never
+// is. A stream reset after dispatch cuts its backend exchange (abort.go).
+// The h2srv core keeps these counts; h2guard.go does the same for x/net's
+// server.
 //
 // # Draining (Shutdown)
 //

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sentry-proxy/sentry/proxy/h2srv"
 )
 
 // HTTP/2 rapid reset (CVE-2023-44487) and its paced variant. What follows
@@ -25,14 +27,16 @@ import (
 //
 //   - h2Guard counts, on each connection, the streams the client opens
 //     (HEADERS for a new stream ID) and the ones it resets (RST_STREAM),
-//     by reading the frame headers as they pass to x/net. Once resets
-//     pass h2ResetLimit and are more than a quarter of the streams
-//     opened, it stops passing the client's frames on, sends GOAWAY with
-//     ENHANCE_YOUR_CALM (at a frame boundary of x/net's output, which it
-//     follows the same way) and closes the connection h2GoawayLinger
-//     later. The count never decays: a connection that resets streams
-//     as a habit is closed, paced or not; a browser cancelling a few
-//     dozen requests is not.
+//     by reading the frame headers as they pass to x/net, with the own
+//     server's rule (h2srv.ResetMeter): counts that decay with time
+//     constant h2ResetWindow. Once resets pass h2ResetLimit and are more
+//     than a quarter of the streams opened (both counted so), it stops
+//     passing the client's frames on, sends GOAWAY with ENHANCE_YOUR_CALM
+//     (at a frame boundary of x/net's output, which it follows the same
+//     way) and closes the connection h2GoawayLinger later. A flood, or
+//     resets paced faster than h2ResetLimit per h2ResetWindow, is cut; a
+//     long-lived connection that cancels at a steady modest rate (a
+//     typeahead search) is not.
 //
 //   - A stream's handler starts as x/net reads its HEADERS, before it has
 //     read the RST_STREAM that may follow in the same packet, so checking
@@ -45,6 +49,7 @@ import (
 // The count is sentry_client_errors_total{reason="h2_reset_flood"}.
 const (
 	h2ResetLimit   = 100
+	h2ResetWindow  = 10 * time.Second
 	h2GoawayLinger = 250 * time.Millisecond
 	h2MaxStreams   = 128 // concurrent streams per connection, as nginx
 	h2SuspectDelay = 10 * time.Millisecond
@@ -56,10 +61,7 @@ type h2GuardKey struct{}
 
 // suspect reports whether the connection resets streams often enough that
 // new ones wait before dispatch.
-func (g *h2Guard) suspect() bool {
-	r := g.resets.Load()
-	return r > 0 && r*8 > g.streams.Load()
-}
+func (g *h2Guard) suspect() bool { return g.susp.Load() }
 
 var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 
@@ -140,8 +142,9 @@ type h2Guard struct {
 	preface int // preface bytes still to pass
 	in      frameTracker
 	maxID   uint32
-	// streams opened and reset; read by handlers (suspect)
-	streams, resets atomic.Int64
+	meter   h2srv.ResetMeter // streams opened and reset, decaying
+	now     func() time.Time // the meter's clock
+	susp    atomic.Bool      // meter.Suspect, for the handlers (suspect)
 
 	tripped atomic.Bool
 	lastID  atomic.Uint32 // last stream ID passed to x/net, for GOAWAY
@@ -156,7 +159,8 @@ type h2Guard struct {
 }
 
 func newH2Guard(c net.Conn, tc *tls.Conn, fe *frontend) *h2Guard {
-	g := &h2Guard{Conn: c, tc: tc, fe: fe, preface: len(h2Preface)}
+	g := &h2Guard{Conn: c, tc: tc, fe: fe, preface: len(h2Preface), now: time.Now,
+		meter: h2srv.ResetMeter{Limit: h2ResetLimit, Window: h2ResetWindow}}
 	g.onOut = g.outFrame
 	return g
 }
@@ -198,12 +202,14 @@ func (g *h2Guard) onFrame(h *[9]byte, _ int) bool {
 	case 0x1: // HEADERS
 		if id > g.maxID {
 			g.maxID = id
-			g.streams.Add(1)
+			g.meter.Stream(g.now())
 			g.lastID.Store(id)
+			g.susp.Store(g.meter.Suspect())
 		}
 	case 0x3: // RST_STREAM
-		r := g.resets.Add(1)
-		if r > h2ResetLimit && r*4 > g.streams.Load() {
+		flood := g.meter.Reset(g.now())
+		g.susp.Store(g.meter.Suspect())
+		if flood {
 			g.tripped.Store(true)
 			return false
 		}

@@ -256,3 +256,37 @@ func TestH2GuardGoAwayAfterXNet(t *testing.T) {
 		}
 	}
 }
+
+// TestH2GuardResetRate: x/net's guard counts resets as a rate, as the own
+// server does (h2srv.ResetMeter): a connection cancelling five streams a
+// second for an hour of the manual clock is never cut; a burst of more
+// than h2ResetLimit resets after it is.
+func TestH2GuardResetRate(t *testing.T) {
+	h := startProxyOpts(t, nil, Options{H2: H2XNet}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	h.p.mu.Lock()
+	fe := h.p.mu.fronts[h.addr]
+	h.p.mu.Unlock()
+	g := newH2Guard(&goawayRec{}, nil, fe)
+	clock := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	g.now = func() time.Time { return clock }
+	frame := func(typ byte, id uint32) *[9]byte {
+		return &[9]byte{0, 0, 4, typ, 0, byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)}
+	}
+	id := uint32(1)
+	for i := 0; i < 5*3600; i++ {
+		clock = clock.Add(200 * time.Millisecond)
+		g.onFrame(frame(0x1, id), 9)
+		if !g.onFrame(frame(0x3, id), 9) {
+			t.Fatalf("cut after %d cancellations at 5 a second", i+1)
+		}
+		id += 2
+	}
+	for k := 0; k <= h2ResetLimit; k++ {
+		g.onFrame(frame(0x1, id), 9)
+		if !g.onFrame(frame(0x3, id), 9) {
+			return
+		}
+		id += 2
+	}
+	t.Errorf("a burst of %d resets after the steady hour was not cut", h2ResetLimit+1)
+}

@@ -33,6 +33,7 @@ func (fe *frontend) newLoopOwnConn(peer netip.Addr) *ownConn {
 		MaxConcurrentStreams: h2MaxStreams,
 		MaxHeaderListSize:    sv.MaxHeaderBytes,
 		ResetLimit:           h2ResetLimit,
+		ResetWindow:          h2ResetWindow,
 	})
 	fe.ownTrack(oc, true)
 	return oc

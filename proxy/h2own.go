@@ -172,6 +172,7 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 		MaxConcurrentStreams: h2MaxStreams,
 		MaxHeaderListSize:    sv.MaxHeaderBytes,
 		ResetLimit:           h2ResetLimit,
+		ResetWindow:          h2ResetWindow,
 	})
 	fe.ownTrack(oc, true)
 	defer fe.ownTrack(oc, false)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"strconv"
+	"time"
 
 	"golang.org/x/net/http2/hpack"
 )
@@ -25,11 +26,19 @@ type Config struct {
 	// ConnWindow is the connection's receive window: the body bytes
 	// buffered on the whole connection at most. Default 1 MiB.
 	ConnWindow int
-	// ResetLimit: past this many RST_STREAM frames, when they are also
-	// more than a quarter of the streams whose request surfaced, the connection is closed
-	// with GOAWAY(ENHANCE_YOUR_CALM) (rapid reset, CVE-2023-44487).
-	// Default 100. Negative: no limit.
+	// ResetLimit: past this many RST_STREAM frames within about
+	// ResetWindow, when they are also more than a quarter of the streams
+	// whose request surfaced in that time, the connection is closed with
+	// GOAWAY(ENHANCE_YOUR_CALM) (rapid reset, CVE-2023-44487; the rule is
+	// ResetMeter's). Default 100. Negative: no limit.
 	ResetLimit int
+	// ResetWindow is the time constant with which resets and streams are
+	// forgotten: a steady rate under ResetLimit per ResetWindow is never
+	// cut. Default 10 s.
+	ResetWindow time.Duration
+	// Now is the clock of the reset rule, read at most once per Feed.
+	// Default time.Now.
+	Now func() time.Time
 }
 
 const (
@@ -38,6 +47,7 @@ const (
 	defaultStreamWindow   = 256 << 10
 	defaultConnWindow     = 1 << 20
 	defaultResetLimit     = 100
+	defaultResetWindow    = 10 * time.Second
 	maxContinuations      = 128      // CONTINUATION frames per header block
 	maxHeaderBlockOverrun = 64 << 10 // encoded block bytes allowed past MaxHeaderListSize
 	maxKeptArena          = 16 << 10 // a freed stream keeps buffers up to this
@@ -219,8 +229,13 @@ type Conn struct {
 
 	events []Event
 
+	// The rapid-reset rule (ResetMeter), and its lifetime counts (Streams,
+	// Resets). now is the clock's reading for the Feed in progress.
+	meter          ResetMeter
 	opened, resets int64
 	flooded        bool
+	now            time.Time
+	nowSet         bool
 	peerGoAway     bool
 
 	hbuf, scratch, block []byte
@@ -247,6 +262,12 @@ func NewConn(cfg Config) *Conn {
 	if cfg.ResetLimit == 0 {
 		cfg.ResetLimit = defaultResetLimit
 	}
+	if cfg.ResetWindow <= 0 {
+		cfg.ResetWindow = defaultResetWindow
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	c := &Conn{
 		cfg:          cfg,
 		streams:      make(map[uint32]*Stream),
@@ -255,6 +276,7 @@ func NewConn(cfg Config) *Conn {
 		peerMaxFrame: defaultFrameSize,
 		recvWin:      int64(cfg.ConnWindow),
 		encTable:     defaultTableSize,
+		meter:        ResetMeter{Limit: cfg.ResetLimit, Window: cfg.ResetWindow},
 	}
 	c.dec = hpack.NewDecoder(4096, c.onField)
 	c.dec.SetMaxStringLength(cfg.MaxHeaderListSize)
@@ -315,16 +337,26 @@ func (c *Conn) GoingAway() bool { return c.goingAway }
 // PeerGoAway reports whether the client sent GOAWAY.
 func (c *Conn) PeerGoAway() bool { return c.peerGoAway }
 
-// Streams and Resets are the rapid-reset guard's counts: streams whose
-// request the consumer was given (EvRequest), and RST_STREAM frames the
-// client sent or stream errors it provoked on its streams.
+// Streams and Resets are what the rapid-reset rule counts, over the
+// connection's life: streams whose request the consumer was given
+// (EvRequest), and RST_STREAM frames the client sent or stream errors it
+// provoked on its streams. The rule itself counts them as a rate
+// (ResetMeter).
 func (c *Conn) Streams() int64 { return c.opened }
 func (c *Conn) Resets() int64  { return c.resets }
 
-// Suspect reports whether more than one stream in eight was reset: the
-// driver then waits a moment before dispatching a new stream, so that a
-// reset sent right behind its HEADERS is seen first.
-func (c *Conn) Suspect() bool { return c.resets > 0 && c.resets*8 > c.opened }
+// Suspect reports whether more than one recent stream in eight was reset
+// (ResetMeter): the driver then waits a moment before dispatching a new
+// stream, so that a reset sent right behind its HEADERS is seen first.
+func (c *Conn) Suspect() bool { return c.meter.Suspect() }
+
+// clock is the time for the reset rule, read once per Feed.
+func (c *Conn) clock() time.Time {
+	if !c.nowSet {
+		c.now, c.nowSet = c.cfg.Now(), true
+	}
+	return c.now
+}
 
 // Flooded reports whether the connection ended for resetting too many
 // streams (GOAWAY ENHANCE_YOUR_CALM).
@@ -339,6 +371,7 @@ func (c *Conn) Feed(b []byte) error {
 	if c.dead {
 		return c.err
 	}
+	c.nowSet = false
 	if c.preface < len(Preface) {
 		k := min(len(Preface)-c.preface, len(b))
 		if string(b[:k]) != Preface[c.preface:c.preface+k] {
@@ -510,12 +543,13 @@ func (c *Conn) streamError(id uint32, code ErrCode) {
 }
 
 // countReset counts one stream reset by the client, or provoked by it,
-// and applies the rapid-reset rule: past ResetLimit resets that are also
-// more than a quarter of the streams whose request surfaced, GOAWAY(ENHANCE_YOUR_CALM).
-// It reports whether the connection ended so.
+// and applies the rapid-reset rule (ResetMeter): past ResetLimit recent
+// resets that are also more than a quarter of the recent streams whose
+// request surfaced, GOAWAY(ENHANCE_YOUR_CALM). It reports whether the
+// connection ended so.
 func (c *Conn) countReset() bool {
 	c.resets++
-	if c.cfg.ResetLimit > 0 && c.resets > int64(c.cfg.ResetLimit) && c.resets*4 > c.opened {
+	if c.meter.Reset(c.clock()) {
 		c.flooded = true
 		c.connError(EnhanceYourCalm, "rapid reset")
 		return true
@@ -1035,6 +1069,7 @@ func (c *Conn) endBlock() {
 	// limit cost no work, and counting them would let a client buy
 	// resets with them (three bad heads per reset kept the rule off).
 	c.opened++
+	c.meter.Stream(c.clock())
 	c.events = append(c.events, Event{Kind: EvRequest, S: s})
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -21,6 +22,8 @@ type client struct {
 	hb  bytes.Buffer
 	enc *hpack.Encoder
 	err error
+	// clock is the Conn's (Config.Now): it moves only when a test says.
+	clock time.Time
 }
 
 // frame is one frame of the server's output, parsed.
@@ -37,7 +40,11 @@ type frame struct {
 }
 
 func newClient(t *testing.T, cfg Config) *client {
-	cl := &client{t: t, c: NewConn(cfg)}
+	cl := &client{t: t, clock: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	if cfg.Now == nil {
+		cfg.Now = func() time.Time { return cl.clock } // a manual clock
+	}
+	cl.c = NewConn(cfg)
 	cl.fr = http2.NewFramer(&cl.buf, nil)
 	cl.enc = hpack.NewEncoder(&cl.hb)
 	return cl
@@ -805,5 +812,102 @@ func TestHeadAllocations(t *testing.T) {
 	run()
 	if a := testing.AllocsPerRun(100, run); a > 0 {
 		t.Errorf("%.1f allocations per request", a)
+	}
+}
+
+// cancelling opens a stream and resets it once the consumer has it (a
+// typeahead search cancelling the last query), advancing the client's
+// clock by gap first. It reports whether the connection still stands.
+func (cl *client) cancelling(id uint32, gap time.Duration) bool {
+	cl.clock = cl.clock.Add(gap)
+	cl.get(id, true)
+	if cl.feed() != nil {
+		return false
+	}
+	held := cl.events()
+	cl.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+	err := cl.feed()
+	cl.events()
+	for _, e := range held {
+		if e.Kind == EvRequest {
+			cl.c.Release(e.S)
+		}
+	}
+	cl.out()
+	return err == nil
+}
+
+// TestResetRate: the rapid-reset rule counts a rate, not a lifetime. A
+// connection cancelling at a steady rate under ResetLimit per ResetWindow
+// (100 per 10 s) for an hour of the manual clock is never cut, while a
+// rate above it is, and so is a burst of more than ResetLimit resets at
+// the end of the long quiet hour.
+func TestResetRate(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		gap     time.Duration // between cancellations
+		span    time.Duration
+		wantCut bool
+	}{
+		{"typeahead, 5 a second for an hour", 200 * time.Millisecond, time.Hour, false},
+		{"9 a second for ten minutes", time.Second / 9, 10 * time.Minute, false},
+		{"11 a second", time.Second / 11, 10 * time.Minute, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newClient(t, Config{})
+			cl.start()
+			n := int(c.span / c.gap)
+			id := uint32(1)
+			i := 0
+			for ; i < n && cl.cancelling(id, c.gap); i++ {
+				id += 2
+			}
+			if cut := i < n; cut != c.wantCut || cut != cl.c.Flooded() {
+				t.Fatalf("cut after %d of %d cancellations (flooded %v), want cut %v", i, n, cl.c.Flooded(), c.wantCut)
+			}
+			if c.wantCut {
+				return
+			}
+			// A burst, at the end of the hour, is cut within ResetLimit+1
+			// resets.
+			for k := 0; k <= defaultResetLimit; k++ {
+				id += 2
+				if !cl.cancelling(id, 0) {
+					if !cl.c.Flooded() {
+						t.Fatalf("burst: ended by %v, not flooded", cl.err)
+					}
+					return
+				}
+			}
+			t.Fatalf("a burst of %d resets after the steady hour was not cut", defaultResetLimit+1)
+		})
+	}
+}
+
+// TestSuspicionFades: a connection that reset many of its streams is
+// suspect (new streams wait before dispatch), and stops being so once it
+// has behaved for a while.
+func TestSuspicionFades(t *testing.T) {
+	cl := newClient(t, Config{})
+	cl.start()
+	id := uint32(1)
+	for range 50 {
+		cl.cancelling(id, 0)
+		id += 2
+	}
+	if !cl.c.Suspect() || cl.c.Flooded() {
+		t.Fatalf("after 50 resets: suspect %v flooded %v", cl.c.Suspect(), cl.c.Flooded())
+	}
+	for range 10 {
+		cl.clock = cl.clock.Add(10 * time.Second)
+		cl.get(id, true)
+		cl.feed()
+		for _, e := range cl.events() {
+			cl.c.Release(e.S)
+		}
+		id += 2
+	}
+	if cl.c.Suspect() {
+		t.Errorf("still suspect after 100 s without a reset")
 	}
 }

@@ -84,17 +84,33 @@
 //     CONTINUATION frames, or more than MaxHeaderListSize + 64 KiB of
 //     encoded bytes, ends the connection with ENHANCE_YOUR_CALM (the
 //     CONTINUATION flood, CVE-2023-45288). Rapid reset
-//     (CVE-2023-44487): the same rule as x/net's guard in
-//     proxy/h2guard.go -- past ResetLimit RST_STREAM frames (100) that are
-//     also over a quarter of the streams whose request surfaced (refused
-//     or malformed heads do not count), GOAWAY(ENHANCE_YOUR_CALM)
-//     and Flooded. A stream error the client provokes on a stream it
-//     opened (a WINDOW_UPDATE of 0, DATA after END_STREAM, a window
-//     overflow: "MadeYouReset", CVE-2025-8671) counts as one of its
-//     resets. Suspect (over one stream in eight reset) tells the
-//     driver to hold new streams a moment. A reset that arrives in the
-//     same read as its HEADERS is seen before the driver dispatches
-//     anything, since events are taken after the whole read is fed.
+//     (CVE-2023-44487): the rule x/net's guard in proxy/h2guard.go
+//     applies too (ResetMeter, reset.go) -- past ResetLimit RST_STREAM
+//     frames (100) that are also over a quarter of the streams whose
+//     request surfaced (refused or malformed heads do not count),
+//     GOAWAY(ENHANCE_YOUR_CALM) and Flooded. A stream error the client
+//     provokes on a stream it opened (a WINDOW_UPDATE of 0, DATA after
+//     END_STREAM, a window overflow: "MadeYouReset", CVE-2025-8671)
+//     counts as one of its resets. Suspect (over one stream in eight
+//     reset) tells the driver to hold new streams a moment. A reset that
+//     arrives in the same read as its HEADERS is seen before the driver
+//     dispatches anything, since events are taken after the whole read
+//     is fed.
+//   - The rule counts a rate, not a lifetime: resets and streams decay
+//     exponentially with time constant ResetWindow (10 s), on the clock
+//     Config.Now (read once per Feed; tests drive a manual one). A
+//     steady ρ resets a second hold about ρ·ResetWindow, never more, so a
+//     long-lived connection that cancels as a habit (a typeahead search,
+//     a few a second) is never cut, however long it lives; a burst of 101
+//     resets, or a flood paced above ResetLimit per ResetWindow (10 a
+//     second), still is. (Envoy
+//     counts premature resets as a share of the connection's life;
+//     nginx counts none, but its keepalive_requests ends long lives.) A
+//     decaying count keeps the burst protection without making age a
+//     cause, and the limit and the ratio keep their form: a clock that
+//     does not move gives the lifetime rule. Suspicion fades the same way
+//     once the resets stop; a connection that keeps resetting more than
+//     one stream in eight stays suspect however slowly it does so.
 //   - GoAway starts a graceful close: GOAWAY(NO_ERROR) with the last
 //     stream ID; later streams are decoded and dropped. A GOAWAY after it
 //     (a connection error during the drain) repeats that ID: the dropped
