@@ -181,7 +181,10 @@
 // The loops take only heads that need nothing of steps 1–3 and hand the
 // rest to fasthttp, whose handle does them (headcheck.go); h2 streams apply
 // the same table to their fields (h2.go). Only the underscore spellings of
-// sentry's own headers are dropped: other names with '_' are legal.
+// sentry's own headers are dropped: other names with '_' are legal. An h2
+// field value with SP or HTAB at either end makes the request malformed
+// (RFC 9113 §8.2.1): the own server resets the stream with PROTOCOL_ERROR
+// (proxy/h2srv), x/net's bridge answers 400 (TestH2SpacedValuesEveryFront).
 //
 // # Request bodies (body.go)
 //

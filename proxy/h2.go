@@ -64,6 +64,11 @@ type h2Exchange interface {
 	suspect() bool
 	peer() netip.Addr
 	isTLS() bool
+	// wellFormed reports whether the head's field values are what RFC
+	// 9113 §8.2.1 allows: x/net's server takes values with leading or
+	// trailing whitespace, which the own server refuses (h2srv resets
+	// the stream with PROTOCOL_ERROR) before a stream exists.
+	wellFormed() bool
 	// method is :method; head sets the method, the request target
 	// (:path) and Host (:authority) on req.
 	method() []byte
@@ -176,10 +181,10 @@ func (fe *frontend) serveH2Stream(x h2Exchange) {
 		// Missing, or with userinfo (which fasthttp would turn into an
 		// Authorization header); the same check as HTTP/1.1's.
 		o, refused = pipeline.OutBadRequest, true
-	case !h2RequestLineOK(req):
+	case !h2RequestLineOK(req), !x.wellFormed():
 		// A method or target that would not make one HTTP/1.1 request
-		// line (x/net lets a spaced :method and :path through; the own
-		// server refuses them earlier, h2srv).
+		// line, or a field value with whitespace at an end (x/net lets
+		// them through; the own server refuses them earlier, h2srv).
 		o, refused = pipeline.OutBadRequest, true
 	case string(x.method()) == http.MethodConnect:
 		o, refused = pipeline.OutMethodNotAllowed, true
@@ -316,6 +321,24 @@ func (x *xnetExchange) peer() netip.Addr {
 func (x *xnetExchange) isTLS() bool { return x.r.TLS != nil }
 
 func (x *xnetExchange) method() []byte { return s2b(x.r.Method) }
+
+func (x *xnetExchange) wellFormed() bool {
+	spaced := func(v string) bool {
+		n := len(v)
+		return n > 0 && (v[0] == ' ' || v[0] == '\t' || v[n-1] == ' ' || v[n-1] == '\t')
+	}
+	if spaced(x.r.Host) {
+		return false
+	}
+	for _, vs := range x.r.Header {
+		for _, v := range vs {
+			if spaced(v) {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 func (x *xnetExchange) head(req *fasthttp.Request) {
 	r := x.r

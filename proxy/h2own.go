@@ -701,6 +701,7 @@ func (st *ownStream) suspect() bool    { return st.oc.suspect.Load() }
 func (st *ownStream) peer() netip.Addr { return st.oc.peer }
 func (st *ownStream) isTLS() bool      { return st.oc.isTLS }
 func (st *ownStream) method() []byte   { return st.s.Method() }
+func (st *ownStream) wellFormed() bool { return true } // h2srv checked the head
 
 func (st *ownStream) head(req *fasthttp.Request) {
 	req.Header.SetMethodBytes(st.s.Method())

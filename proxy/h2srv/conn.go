@@ -1183,8 +1183,13 @@ func validName(n string) bool {
 // validValue: no control character but HTAB (RFC 9113 §8.2.1 requires
 // refusing NUL, CR and LF; the others are not field-vchars in RFC 9110
 // §5.5 either, and the head is forwarded as HTTP/1.1: x/net refuses them
-// too).
+// too), and no SP or HTAB first or last (§8.2.1 again: an HTTP/1.1 parser
+// would strip it, so the value the backend sees would not be the one
+// checked here).
 func validValue(v string) bool {
+	if n := len(v); n > 0 && (v[0] == ' ' || v[0] == '\t' || v[n-1] == ' ' || v[n-1] == '\t') {
+		return false
+	}
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
 			return false

@@ -669,6 +669,14 @@ func TestMalformedRequests(t *testing.T) {
 		{"signed content-length", []string{":method", "GET", ":scheme", "https", ":path", "/", "content-length", "+0"}},
 		{"negative zero content-length", []string{":method", "GET", ":scheme", "https", ":path", "/", "content-length", "-0"}},
 		{"DEL in value", []string{":method", "GET", ":scheme", "https", ":path", "/", "x-a", "v\x7f"}},
+		// RFC 9113 §8.2.1: no leading or trailing SP or HTAB.
+		{"leading space in value", []string{":method", "GET", ":scheme", "https", ":path", "/", "x-a", " v"}},
+		{"trailing space in value", []string{":method", "GET", ":scheme", "https", ":path", "/", "x-a", "v "}},
+		{"leading tab in value", []string{":method", "GET", ":scheme", "https", ":path", "/", "x-a", "\tv"}},
+		{"trailing tab in value", []string{":method", "GET", ":scheme", "https", ":path", "/", "x-a", "v\t"}},
+		{"value all space", []string{":method", "GET", ":scheme", "https", ":path", "/", "x-a", " "}},
+		{"spaced authority", []string{":method", "GET", ":scheme", "https", ":authority", "a.test ", ":path", "/"}},
+		{"spaced scheme", []string{":method", "GET", ":scheme", " https", ":path", "/"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cl := newClient(t, Config{})
@@ -686,6 +694,16 @@ func TestMalformedRequests(t *testing.T) {
 			}
 		})
 	}
+	t.Run("spaced trailer", func(t *testing.T) {
+		cl := newClient(t, Config{})
+		cl.start()
+		cl.get(1, false)
+		cl.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: cl.block("x-t", "v "), EndStream: true, EndHeaders: true})
+		cl.feed()
+		if r := find(cl.out(), http2.FrameRSTStream); r == nil || r.code != http2.ErrCodeProtocol {
+			t.Errorf("answer %+v", r)
+		}
+	})
 	t.Run("content-length mismatch", func(t *testing.T) {
 		cl := newClient(t, Config{})
 		cl.start()

@@ -50,7 +50,8 @@
 //     without spaces or controls, "*" for OPTIONS only: the head becomes
 //     an HTTP/1.1 request line, and an absolute-form :path would carry a
 //     second authority), names lower case, values without controls but
-//     HTAB, connection-specific
+//     HTAB and without SP or HTAB at either end (RFC 9113 §8.2.1: the
+//     stream is reset with PROTOCOL_ERROR), connection-specific
 //     fields and a TE other than "trailers" refused, content-length
 //     checked against the DATA that comes. A head over MaxHeaderListSize
 //     is answered 431 here and never surfaces. Request trailers end the
