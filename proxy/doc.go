@@ -147,9 +147,12 @@
 // config in front of fasthttp (h2c.go): each connection fasthttp would
 // serve is read until its bytes leave or complete the 24-byte preface. A
 // preface goes to the h2 server with the bytes replayed
-// (internal/replayconn); anything else to fasthttp. The loops hand a
-// preface off like any head they do not take. The HTTP/1.1 Upgrade: h2c
-// handshake is not answered by sentry.
+// (internal/replayconn); anything else to fasthttp, except a first line
+// that is neither the preface nor an HTTP/1.x request line, an invalid
+// preface (RFC 9113 §3.4), which is closed without an answer
+// (TestH2CNeitherProtocol). The loops hand a preface off like any head
+// they do not take. The HTTP/1.1 Upgrade: h2c handshake is not answered by
+// sentry.
 //
 // # The header policy
 //

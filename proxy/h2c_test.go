@@ -347,3 +347,64 @@ func TestH2CDrain(t *testing.T) {
 		t.Logf("dial after drain: %v", err)
 	}
 }
+
+// exchangeRaw writes payload on a fresh connection to addr and returns
+// everything read until the server closes it (or 5 s pass: closed false).
+func exchangeRaw(t *testing.T, addr, payload string) (got string, closed bool) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, payload); err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(c)
+	var ne net.Error
+	return string(b), !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// TestH2CNeitherProtocol: on an h2c listener, a first line that is
+// neither the HTTP/2 preface nor an HTTP/1.x request line (no HTTP
+// version at its end) is an invalid preface (RFC 9113 §3.4): the
+// connection is closed without an answer, on both engines (h2spec's
+// "Sends invalid connection preface" expects exactly that). HTTP/1.1,
+// a request line split anywhere, and a listener without h2c (which
+// answers 400) are as before.
+func TestH2CNeitherProtocol(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok "+r.URL.Path) })
+	for _, eng := range h2cEngines {
+		t.Run(eng.name, func(t *testing.T) {
+			on := startProxyOpts(t, []string{be}, Options{Engine: eng.e}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+			off := startProxyOpts(t, []string{be}, Options{Engine: eng.e}, nil)
+			for _, p := range []string{"INVALID CONNECTION PREFACE\r\n\r\n", "GET /\r\n\r\n", "PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"} {
+				if got, closed := exchangeRaw(t, on.addr, p); got != "" || !closed {
+					t.Errorf("h2c on, %q: answered %q (closed %v), want a close without an answer", p, got, closed)
+				}
+				if got, _ := exchangeRaw(t, off.addr, p); !strings.HasPrefix(got, "HTTP/1.1 400 ") {
+					t.Errorf("h2c off, %q: answered %q, want 400", p, got)
+				}
+			}
+			if got, _ := exchangeRaw(t, on.addr, "GET /one HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 200 ") || !strings.HasSuffix(got, "ok /one") {
+				t.Errorf("HTTP/1.1 with h2c on: %q", got)
+			}
+			// A request line that comes in pieces is not judged before
+			// it ends.
+			c, err := net.DialTimeout("tcp", on.addr, 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			sc := &splitConn{Conn: c, pre: 30}
+			if _, err := sc.Write([]byte("GET /" + strings.Repeat("a", 40) + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := io.ReadAll(c); !strings.HasPrefix(string(b), "HTTP/1.1 200 ") {
+				t.Errorf("split request line: %q", b)
+			}
+		})
+	}
+}
