@@ -132,7 +132,7 @@
 // h2spec v2.2.1 (github.com/summerwind/h2spec) in strict mode (-S), 146
 // cases, against sentry with this server, over TLS (the loops' driver and
 // the goroutine one) and over h2c: all pass. On an h2c listener the
-// invalid-preface case is decided before this package sees a byte: a
+// invalid-preface case is decided before any byte reaches this core: a
 // first line that is neither the preface nor an HTTP/1.x request line
 // closes the connection (proxy/h2c.go). nghttp2's h2load with
 // --header-table-size=0 and 1024 holds the table-size update to its
