@@ -213,11 +213,9 @@ func (d *decoder) appFields(a *App, st *appState) []field {
 				}
 			},
 			get: func() *yaml.Node {
-				n := seqNode()
-				for i := range a.Classes {
-					n.Content = append(n.Content, emit(d.classFields(&a.Classes[i], &classPos{terminate: a.ClassTerminate(i)})))
-				}
-				return n
+				return emitList(len(a.Classes), false, func(i int) []field {
+					return d.classFields(&a.Classes[i], &classPos{terminate: a.ClassTerminate(i)})
+				})
 			},
 			kind: listOf(mapKind(func() []field { return d.classFields(&classify.ClassConfig{}, &classPos{}) }), 1, maxClasses),
 		}},

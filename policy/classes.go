@@ -150,14 +150,7 @@ func (d *decoder) classFields(c *classify.ClassConfig, cp *classPos) []field {
 		{"rules", val{
 			set: func(v *yaml.Node, p string) { c.Rules, cp.rulesOK = d.rules(v, p) },
 			get: func() *yaml.Node {
-				if len(c.Rules) == 0 {
-					return nil
-				}
-				n := seqNode()
-				for i := range c.Rules {
-					n.Content = append(n.Content, emit(d.ruleFields(&c.Rules[i], new(ruleState))))
-				}
-				return n
+				return emitList(len(c.Rules), true, func(i int) []field { return d.ruleFields(&c.Rules[i], new(ruleState)) })
 			},
 			kind: listOf(mapKind(func() []field { return d.ruleFields(&classify.Rule{}, new(ruleState)) }), 0, unbounded).orNull(),
 		}},
@@ -274,28 +267,14 @@ func (d *decoder) ruleFields(ru *classify.Rule, st *ruleState) []field {
 		{"headers", cond(val{
 			set: func(v *yaml.Node, p string) { ru.Headers = d.headerMatches(v, p) },
 			get: func() *yaml.Node {
-				if len(ru.Headers) == 0 {
-					return nil
-				}
-				n := seqNode()
-				for i := range ru.Headers {
-					n.Content = append(n.Content, emit(d.headerFields(&ru.Headers[i], new(headerState))))
-				}
-				return n
+				return emitList(len(ru.Headers), true, func(i int) []field { return d.headerFields(&ru.Headers[i], new(headerState)) })
 			},
 			kind: listOf(mapKind(func() []field { return d.headerFields(&classify.HeaderMatch{}, new(headerState)) }), 1, unbounded),
 		})},
 		{"cookies", cond(val{
 			set: func(v *yaml.Node, p string) { ru.Cookies = d.cookieMatches(v, p) },
 			get: func() *yaml.Node {
-				if len(ru.Cookies) == 0 {
-					return nil
-				}
-				n := seqNode()
-				for i := range ru.Cookies {
-					n.Content = append(n.Content, emit(d.cookieFields(&ru.Cookies[i])))
-				}
-				return n
+				return emitList(len(ru.Cookies), true, func(i int) []field { return d.cookieFields(&ru.Cookies[i]) })
 			},
 			kind: listOf(mapKind(func() []field { return d.cookieFields(&classify.CookieMatch{}) }), 1, unbounded),
 		})},

@@ -31,7 +31,9 @@ type val struct {
 	set func(v *yaml.Node, path string)
 	// get returns the value in force, in the policy's own words, or nil
 	// to leave the key out (an optional section that is off, an empty
-	// optional value).
+	// optional value). A value that may hold a credential is masked here,
+	// in a form that still reads back (webhookFields: the URL's password
+	// and query become xxxxx): the dump is served on /config.
 	get func() *yaml.Node
 	// kind describes what the key accepts.
 	kind *kind
@@ -162,6 +164,19 @@ func strSeq(ss []string) *yaml.Node {
 		n.Content = append(n.Content, strNode(s))
 	}
 	return n
+}
+
+// emitList writes a list of sections: fields(i) is entry i's table. An
+// empty list is left out when optional.
+func emitList(n int, optional bool, fields func(i int) []field) *yaml.Node {
+	if n == 0 && optional {
+		return nil
+	}
+	s := seqNode()
+	for i := 0; i < n; i++ {
+		s.Content = append(s.Content, emit(fields(i)))
+	}
+	return s
 }
 
 // emit writes a section: each field's key and value, in table order,

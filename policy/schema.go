@@ -97,11 +97,7 @@ func (d *decoder) topFields(s *Snapshot, m *meta) []field {
 		{"apps", val{
 			set: func(v *yaml.Node, p string) { d.apps(v, p, s, m) },
 			get: func() *yaml.Node {
-				n := seqNode()
-				for _, a := range s.Apps {
-					n.Content = append(n.Content, emit(d.appFields(a, newAppState(nil))))
-				}
-				return n
+				return emitList(len(s.Apps), false, func(i int) []field { return d.appFields(s.Apps[i], newAppState(nil)) })
 			},
 			kind: listOf(mapKind(func() []field { return d.appFields(defaultApp(), newAppState(nil)) }), 1, unbounded),
 		}.need("list at least one app")},

@@ -119,11 +119,7 @@ func (d *decoder) slaFields(s *SLA) []field {
 				}
 			},
 			get: func() *yaml.Node {
-				n := seqNode()
-				for i := range s.Targets {
-					n.Content = append(n.Content, emit(d.bandFields(&s.Targets[i], new(bandState))))
-				}
-				return n
+				return emitList(len(s.Targets), false, func(i int) []field { return d.bandFields(&s.Targets[i], new(bandState)) })
 			},
 			kind: listOf(mapKind(func() []field { return d.bandFields(&SLABand{}, new(bandState)) }), 1, unbounded),
 		}},
