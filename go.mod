@@ -9,6 +9,7 @@ require (
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.78.2
 	github.com/prometheus/client_golang v1.20.5
 	github.com/prometheus/client_model v0.6.1
+	github.com/santhosh-tekuri/jsonschema/v5 v5.3.1
 	github.com/valyala/fasthttp v1.58.0
 	golang.org/x/crypto v0.31.0
 	golang.org/x/net v0.33.0

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -24,8 +25,8 @@ func defaultClasses() []classify.ClassConfig {
 
 // classPos is where one class was written, for the checks across classes.
 type classPos struct {
-	path                        string // "apps[0].classes[2]"
-	line, nameLine, defaultLine int
+	path                 string // "apps[0].classes[2]"
+	at, name, defaultPos pos
 	// rulesOK: the rules decoded without error, so an empty Rules really
 	// means the class has none.
 	rulesOK bool
@@ -33,12 +34,12 @@ type classPos struct {
 	terminate *Terminate
 }
 
-// classes decodes an app's class list, with the line of each class. bad
-// reports that anything in it was reported, so that compiling the classes
-// (and the checks that need them) is skipped rather than adding follow-on
-// errors; with bad, the returned list is nil. terms is each class's
-// termination range (nil when no class declares one).
-func (d *decoder) classes(n *yaml.Node, path string) (out []classify.ClassConfig, lines []int, terms []*Terminate, bad bool) {
+// classes decodes an app's class list, with the position of each class.
+// bad reports that anything in it was reported, so that compiling the
+// classes (and the checks that need them) is skipped rather than adding
+// follow-on errors; with bad, the returned list is nil. terms is each
+// class's termination range (nil when no class declares one).
+func (d *decoder) classes(n *yaml.Node, path string) (out []classify.ClassConfig, at []pos, terms []*Terminate, bad bool) {
 	mark := d.reports
 	r := resolve(n)
 	switch {
@@ -52,7 +53,7 @@ func (d *decoder) classes(n *yaml.Node, path string) (out []classify.ClassConfig
 		d.errorf(n, path, "%d classes; at most %d", len(r.Content), maxClasses)
 		return nil, nil, nil, true
 	}
-	var pos []classPos
+	var ps []classPos
 	for i, e := range r.Content {
 		if !d.spend() {
 			return nil, nil, nil, true
@@ -60,7 +61,7 @@ func (d *decoder) classes(n *yaml.Node, path string) (out []classify.ClassConfig
 		c, cp, ok := d.class(e, path+"["+strconv.Itoa(i)+"]")
 		if ok {
 			out = append(out, c)
-			pos = append(pos, cp)
+			ps = append(ps, cp)
 		}
 	}
 	// Names and default flags that decoded are checked even when something
@@ -69,20 +70,20 @@ func (d *decoder) classes(n *yaml.Node, path string) (out []classify.ClassConfig
 		if out[i].Name != "" {
 			return fmt.Sprintf("class %q", out[i].Name)
 		}
-		return pos[i].path
+		return ps[i].path
 	}
 	names := map[string]int{}
 	def := -1
 	for i, c := range out {
 		if first, dup := names[c.Name]; dup {
-			d.add(pos[i].nameLine, "%s.name: class name %q is used twice (first at line %d)", pos[i].path, c.Name, pos[first].nameLine)
+			d.add(ps[i].name, "%s.name: class name %q is used twice (first at line %d)", ps[i].path, c.Name, ps[first].name.line)
 		} else if c.Name != "" {
 			names[c.Name] = i
 		}
 		if c.Default {
 			if def >= 0 {
-				d.add(pos[i].defaultLine, "%s.default: %s is marked default, but so is %s (line %d); only one class may take unmatched requests",
-					pos[i].path, label(i), label(def), pos[def].defaultLine)
+				d.add(ps[i].defaultPos, "%s.default: %s is marked default, but so is %s (line %d); only one class may take unmatched requests",
+					ps[i].path, label(i), label(def), ps[def].defaultPos.line)
 				continue
 			}
 			def = i
@@ -98,61 +99,65 @@ func (d *decoder) classes(n *yaml.Node, path string) (out []classify.ClassConfig
 		def = len(out) - 1
 	}
 	for i, c := range out {
-		if i == def || len(c.Rules) > 0 || !pos[i].rulesOK {
+		if i == def || len(c.Rules) > 0 || !ps[i].rulesOK {
 			continue
 		}
 		hint := fmt.Sprintf("the default class is %q, the last one, since none is marked default", out[def].Name)
 		if !implicit {
-			hint = fmt.Sprintf("the default class is %q (line %d)", out[def].Name, pos[def].defaultLine)
+			hint = fmt.Sprintf("the default class is %q (line %d)", out[def].Name, ps[def].defaultPos.line)
 		}
-		d.add(pos[i].line, "%s: class %q has no rules, so no request could reach it; give it rules, or make it the default class (%s)",
-			pos[i].path, c.Name, hint)
+		d.add(ps[i].at, "%s: class %q has no rules, so no request could reach it; give it rules, or make it the default class (%s)",
+			ps[i].path, c.Name, hint)
 	}
 	if d.reported(mark) {
 		return nil, nil, nil, true
 	}
 	any := false
-	for _, p := range pos {
-		lines = append(lines, p.line)
+	for _, p := range ps {
+		at = append(at, p.at)
 		terms = append(terms, p.terminate)
 		any = any || p.terminate != nil
 	}
 	if !any {
 		terms = nil
 	}
-	return out, lines, terms, false
+	return out, at, terms, false
 }
 
 // class decodes one entry of classes; ok is false when it is not a mapping.
-func (d *decoder) class(n *yaml.Node, path string) (c classify.ClassConfig, pos classPos, ok bool) {
-	pos = classPos{path: path, line: line(n), rulesOK: true}
-	sawName := false
-	if !d.mapping(n, path, []field{
-		{"name", func(v *yaml.Node, p string) {
-			sawName = true
-			pos.nameLine = line(v)
-			if s, ok := d.str(v, p); ok {
-				if err := checkName(s); err != nil {
-					d.errorf(v, p, "%v", err)
-					return
-				}
-				c.Name = s
-			}
-		}},
+func (d *decoder) class(n *yaml.Node, path string) (c classify.ClassConfig, cp classPos, ok bool) {
+	cp = classPos{path: path, at: posOf(n), rulesOK: true}
+	if !d.mapping(n, path, d.classFields(&c, &cp)) {
+		return c, cp, false
+	}
+	return c, cp, true
+}
+
+// classFields is a class's key table; pos notes where keys were written
+// and holds the class's terminate range.
+func (d *decoder) classFields(c *classify.ClassConfig, cp *classPos) []field {
+	name := d.textField(&c.Name, false, func(s string) (string, error) { return s, checkName(s) })
+	setName := name.set
+	name.set = func(v *yaml.Node, p string) { cp.name = posOf(v); setName(v, p) }
+	name.kind = &kind{t: kString, pattern: "^[a-z0-9_-]{1,63}$"}
+	def := d.boolField(&c.Default)
+	setDef := def.set
+	def.set = func(v *yaml.Node, p string) { cp.defaultPos = posOf(v); setDef(v, p) }
+	return []field{
+		{"name", name.need("")},
 		{"period", d.durationField(&c.Period, 0)},
-		{"default", func(v *yaml.Node, p string) {
-			pos.defaultLine = line(v)
-			d.boolField(&c.Default)(v, p)
+		{"default", def},
+		{"rules", val{
+			set: func(v *yaml.Node, p string) { c.Rules, cp.rulesOK = d.rules(v, p) },
+			get: func() *yaml.Node {
+				return emitList(len(c.Rules), true, func(i int) []field { return d.ruleFields(&c.Rules[i], new(ruleState)) })
+			},
+			kind: listOf(mapKind(func() []field { return d.ruleFields(&classify.Rule{}, new(ruleState)) }), 0, unbounded).orNull(),
 		}},
-		{"rules", func(v *yaml.Node, p string) { c.Rules, pos.rulesOK = d.rules(v, p) }},
-		{"terminate", func(v *yaml.Node, p string) { pos.terminate = d.terminate(v, p) }},
-	}) {
-		return c, pos, false
+		{"terminate", d.optional(func() bool { return cp.terminate != nil },
+			func() []field { return d.terminateFields(orNew(cp.terminate, newTerminate), new(terminateState)) },
+			func(v *yaml.Node, p string) { cp.terminate = d.terminate(v, p) })},
 	}
-	if !sawName {
-		d.errorf(n, path, "name is required")
-	}
-	return c, pos, true
 }
 
 // rules decodes a class's rules; ok is false when anything was reported.
@@ -181,36 +186,62 @@ func (d *decoder) rules(n *yaml.Node, path string) (out []classify.Rule, ok bool
 // ruleConditions lists the condition keys of a rule, for messages.
 const ruleConditions = "path, path_prefix, path_glob, path_regexp, methods, hosts, headers, cookies, networks, grpc_service or grpc_method"
 
+// ruleState is what a rule's keys note: how many conditions it has, and
+// which path condition it took.
+type ruleState struct {
+	conds    int
+	pathKey  string
+	pathLine int
+}
+
 // rule decodes one rule. Each check here mirrors one of classify.Compile's,
 // so that a problem is reported at the line of the value at fault.
 func (d *decoder) rule(n *yaml.Node, path string) (ru classify.Rule, ok bool) {
-	conds := 0
-	var pathKey string
-	var pathLine int
+	var st ruleState
+	if !d.mapping(n, path, d.ruleFields(&ru, &st)) {
+		return ru, false
+	}
+	if st.conds == 0 {
+		d.errorf(n, path, "a rule needs at least one condition (%s); a class that takes every request is the default class, without rules", ruleConditions)
+		return ru, false
+	}
+	return ru, true
+}
+
+func (d *decoder) ruleFields(ru *classify.Rule, st *ruleState) []field {
 	// onePath admits the first path condition and refuses any other.
 	onePath := func(key string, v *yaml.Node, p string) (string, bool) {
-		conds++
-		if pathKey != "" {
-			d.errorf(v, p, "%s is already given (line %d); a rule takes at most one of path, path_prefix, path_glob and path_regexp", pathKey, pathLine)
+		st.conds++
+		if st.pathKey != "" {
+			d.errorf(v, p, "%s is already given (line %d); a rule takes at most one of path, path_prefix, path_glob and path_regexp", st.pathKey, st.pathLine)
 			return "", false
 		}
-		pathKey, pathLine = key, line(v)
+		st.pathKey, st.pathLine = key, line(v)
 		return d.str(v, p)
 	}
 	pathField := func(key string, dst *string, check func(string) error) field {
-		return field{key, func(v *yaml.Node, p string) {
-			s, ok := onePath(key, v, p)
-			if !ok {
-				return
-			}
-			if err := check(s); err != nil {
-				d.errorf(v, p, "%v", err)
-				return
-			}
-			*dst = s
+		return field{key, val{
+			set: func(v *yaml.Node, p string) {
+				s, ok := onePath(key, v, p)
+				if !ok {
+					return
+				}
+				if err := check(s); err != nil {
+					d.errorf(v, p, "%v", err)
+					return
+				}
+				*dst = s
+			},
+			get:  optStr(dst),
+			kind: kindString,
 		}}
 	}
-	if !d.mapping(n, path, []field{
+	cond := func(v val) val { // a condition counts toward the rule's
+		set := v.set
+		v.set = func(n *yaml.Node, p string) { st.conds++; set(n, p) }
+		return v
+	}
+	return []field{
 		pathField("path", &ru.Path, func(s string) error { return checkRulePath(s, false) }),
 		pathField("path_prefix", &ru.PathPrefix, func(s string) error { return checkRulePath(s, false) }),
 		pathField("path_glob", &ru.PathGlob, func(s string) error { return checkRulePath(s, true) }),
@@ -223,52 +254,74 @@ func (d *decoder) rule(n *yaml.Node, path string) (ru classify.Rule, ok bool) {
 			}
 			return nil
 		}),
-		{"methods", func(v *yaml.Node, p string) { conds++; ru.Methods = d.methods(v, p) }},
-		{"hosts", func(v *yaml.Node, p string) { conds++; ru.Hosts = d.ruleHosts(v, p) }},
-		{"headers", func(v *yaml.Node, p string) { conds++; ru.Headers = d.headerMatches(v, p) }},
-		{"cookies", func(v *yaml.Node, p string) { conds++; ru.Cookies = d.cookieMatches(v, p) }},
-		{"networks", func(v *yaml.Node, p string) {
-			conds++
-			if d.nonEmpty(v, p, "networks") {
-				ru.Networks = d.trustedProxies(v, p)
-			}
-		}},
-		{"grpc_service", d.grpcName(&ru.GRPCService, &conds)},
-		{"grpc_method", d.grpcName(&ru.GRPCMethod, &conds)},
-		{"key", func(v *yaml.Node, p string) {
-			if s, ok := d.str(v, p); ok {
-				if s == "" {
-					d.errorf(v, p, "empty key; leave key out to key requests by their path")
-					return
+		{"methods", cond(val{
+			set:  func(v *yaml.Node, p string) { ru.Methods = d.methods(v, p) },
+			get:  optSeq(&ru.Methods),
+			kind: listOf(kindString, 1, unbounded),
+		})},
+		{"hosts", cond(val{
+			set:  func(v *yaml.Node, p string) { ru.Hosts = d.ruleHosts(v, p) },
+			get:  optSeq(&ru.Hosts),
+			kind: listOf(kindString, 1, unbounded),
+		})},
+		{"headers", cond(val{
+			set: func(v *yaml.Node, p string) { ru.Headers = d.headerMatches(v, p) },
+			get: func() *yaml.Node {
+				return emitList(len(ru.Headers), true, func(i int) []field { return d.headerFields(&ru.Headers[i], new(headerState)) })
+			},
+			kind: listOf(mapKind(func() []field { return d.headerFields(&classify.HeaderMatch{}, new(headerState)) }), 1, unbounded),
+		})},
+		{"cookies", cond(val{
+			set: func(v *yaml.Node, p string) { ru.Cookies = d.cookieMatches(v, p) },
+			get: func() *yaml.Node {
+				return emitList(len(ru.Cookies), true, func(i int) []field { return d.cookieFields(&ru.Cookies[i]) })
+			},
+			kind: listOf(mapKind(func() []field { return d.cookieFields(&classify.CookieMatch{}) }), 1, unbounded),
+		})},
+		{"networks", cond(val{
+			set: func(v *yaml.Node, p string) {
+				if d.nonEmpty(v, p, "networks") {
+					ru.Networks = d.trustedProxies(v, p)
 				}
-				ru.Key = s
+			},
+			get:  func() *yaml.Node { return prefixSeq(ru.Networks) },
+			kind: listOf(kindString, 1, unbounded),
+		})},
+		{"grpc_service", cond(d.grpcName(&ru.GRPCService))},
+		{"grpc_method", cond(d.grpcName(&ru.GRPCMethod))},
+		{"key", d.textField(&ru.Key, true, func(s string) (string, error) {
+			if s == "" {
+				return "", errors.New("empty key; leave key out to key requests by their path")
 			}
-		}},
-	}) {
-		return ru, false
+			return s, nil
+		})},
 	}
-	if conds == 0 {
-		d.errorf(n, path, "a rule needs at least one condition (%s); a class that takes every request is the default class, without rules", ruleConditions)
-		return ru, false
+}
+
+// optStr gets a string that is left out when empty.
+func optStr(s *string) func() *yaml.Node {
+	return func() *yaml.Node {
+		if *s == "" {
+			return nil
+		}
+		return strNode(*s)
 	}
-	return ru, true
+}
+
+// optSeq gets a list of strings that is left out when empty.
+func optSeq(ss *[]string) func() *yaml.Node {
+	return func() *yaml.Node {
+		if len(*ss) == 0 {
+			return nil
+		}
+		return strSeq(*ss)
+	}
 }
 
 // grpcName decodes a rule's grpc_service or grpc_method (checked as
 // classify.Compile does: classify.CheckGRPCPattern).
-func (d *decoder) grpcName(dst *string, conds *int) func(*yaml.Node, string) {
-	return func(v *yaml.Node, p string) {
-		*conds++
-		s, ok := d.str(v, p)
-		if !ok {
-			return
-		}
-		if err := classify.CheckGRPCPattern(s); err != nil {
-			d.errorf(v, p, "%v", err)
-			return
-		}
-		*dst = s
-	}
+func (d *decoder) grpcName(dst *string) val {
+	return d.textField(dst, true, func(s string) (string, error) { return s, classify.CheckGRPCPattern(s) })
 }
 
 // nonEmpty reports an absent or empty list, which as a condition would be
@@ -348,76 +401,55 @@ func (d *decoder) matchList(n *yaml.Node, path, key string, each func(e *yaml.No
 	}
 }
 
+// headerState is which of a header condition's value and regexp were
+// written.
+type headerState struct{ value, regexp bool }
+
 // headerMatches decodes a rule's header conditions.
 func (d *decoder) headerMatches(n *yaml.Node, path string) []classify.HeaderMatch {
 	var out []classify.HeaderMatch
 	d.matchList(n, path, "headers", func(e *yaml.Node, p string) {
 		var h classify.HeaderMatch
-		var sawName, sawValue, sawRegexp, bad bool
-		if !d.mapping(e, p, []field{
-			{"name", func(v *yaml.Node, p string) {
-				sawName = true
-				s, ok := d.str(v, p)
-				if !ok {
-					bad = true
-					return
-				}
-				name, err := parseHeaderName(s)
-				if err != nil {
-					d.errorf(v, p, "%v", err)
-					bad = true
-					return
-				}
-				h.Name = name
-			}},
-			{"value", func(v *yaml.Node, p string) {
-				sawValue = true
-				s, ok := d.str(v, p)
-				switch {
-				case !ok:
-					bad = true
-				case s == "":
-					d.errorf(v, p, "empty value; leave value out to require only that the header is present")
-					bad = true
-				default:
-					h.Value = s
-				}
-			}},
-			{"regexp", func(v *yaml.Node, p string) {
-				sawRegexp = true
-				s, ok := d.str(v, p)
-				if !ok {
-					bad = true
-					return
-				}
-				if s == "" {
-					d.errorf(v, p, "empty regexp; leave regexp out to require only that the header is present")
-					bad = true
-					return
-				}
-				if _, err := regexp.Compile(s); err != nil {
-					d.errorf(v, p, "invalid regexp %q: %v", s, strings.TrimPrefix(err.Error(), "error parsing regexp: "))
-					bad = true
-					return
-				}
-				h.Regexp = s
-			}},
-		}) {
+		var st headerState
+		mark := d.reports
+		if !d.mapping(e, p, d.headerFields(&h, &st)) {
 			return
 		}
-		if !sawName {
-			d.errorf(e, p, "name is required (the header's name)")
-			bad = true
-		}
-		if sawValue && sawRegexp {
+		if st.value && st.regexp {
 			d.errorf(e, p, "give value or regexp, not both")
-			bad = true
 		}
-		if !bad {
+		if !d.reported(mark) {
 			out = append(out, h)
 		}
 	})
 	return out
+}
+
+func (d *decoder) headerFields(h *classify.HeaderMatch, st *headerState) []field {
+	value := d.textField(&h.Value, true, func(s string) (string, error) {
+		if s == "" {
+			return "", errors.New("empty value; leave value out to require only that the header is present")
+		}
+		return s, nil
+	})
+	setValue := value.set
+	value.set = func(v *yaml.Node, p string) { st.value = true; setValue(v, p) }
+	re := d.textField(&h.Regexp, true, func(s string) (string, error) {
+		if s == "" {
+			return "", errors.New("empty regexp; leave regexp out to require only that the header is present")
+		}
+		if _, err := regexp.Compile(s); err != nil {
+			return "", fmt.Errorf("invalid regexp %q: %v", s, strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+		}
+		return s, nil
+	})
+	setRe := re.set
+	re.set = func(v *yaml.Node, p string) { st.regexp = true; setRe(v, p) }
+	return []field{
+		{"name", d.textField(&h.Name, false, parseHeaderName).need("the header's name")},
+		{"value", value},
+		{"regexp", re},
+	}
 }
 
 // cookieMatches decodes a rule's cookie conditions.
@@ -425,67 +457,52 @@ func (d *decoder) cookieMatches(n *yaml.Node, path string) []classify.CookieMatc
 	var out []classify.CookieMatch
 	d.matchList(n, path, "cookies", func(e *yaml.Node, p string) {
 		var c classify.CookieMatch
-		var sawName, bad bool
-		if !d.mapping(e, p, []field{
-			{"name", func(v *yaml.Node, p string) {
-				sawName = true
-				s, ok := d.str(v, p)
-				switch {
-				case !ok:
-					bad = true
-				case !isToken(s):
-					d.errorf(v, p, "%q is not a cookie name", s)
-					bad = true
-				default:
-					c.Name = s
-				}
-			}},
-			{"value", func(v *yaml.Node, p string) {
-				s, ok := d.str(v, p)
-				switch {
-				case !ok:
-					bad = true
-				case s == "":
-					d.errorf(v, p, "empty value; leave value out to require only that the cookie is set")
-					bad = true
-				default:
-					c.Value = s
-				}
-			}},
-		}) {
-			return
-		}
-		if !sawName {
-			d.errorf(e, p, "name is required (the cookie's name)")
-			bad = true
-		}
-		if !bad {
+		mark := d.reports
+		if d.mapping(e, p, d.cookieFields(&c)) && !d.reported(mark) {
 			out = append(out, c)
 		}
 	})
 	return out
 }
 
+// cookieFields is a cookie condition's key table.
+func (d *decoder) cookieFields(c *classify.CookieMatch) []field {
+	return []field{
+		{"name", d.textField(&c.Name, false, func(s string) (string, error) {
+			if !isToken(s) {
+				return "", fmt.Errorf("%q is not a cookie name", s)
+			}
+			return s, nil
+		}).need("the cookie's name")},
+		{"value", d.textField(&c.Value, true, func(s string) (string, error) {
+			if s == "" {
+				return "", errors.New("empty value; leave value out to require only that the cookie is set")
+			}
+			return s, nil
+		})},
+	}
+}
+
 // compileClasses runs classify.Compile on classes that decoded cleanly,
-// pos holding each class's line. The decoder's own checks should leave it
+// at holding each class's position. The decoder's own checks should leave it
 // nothing to find; should it find something, the error goes to the line of
-// the class it names, else to at (the classes key).
-func (d *decoder) compileClasses(classes []classify.ClassConfig, pos []int, at *yaml.Node, path string) {
+// the class it names, else to key (the classes key).
+func (d *decoder) compileClasses(classes []classify.ClassConfig, at []pos, key *yaml.Node, path string) {
 	_, err := classify.Compile(classes)
 	if err == nil {
 		return
 	}
 	msg := strings.TrimPrefix(err.Error(), "classify: ")
-	ln := line(at)
+	where := posOf(key)
 	// Compile stops at the first class at fault, and a name it repeats
 	// belongs to the later class: search from the end.
-	for i := min(len(classes), len(pos)) - 1; i >= 0; i-- {
+	for i := min(len(classes), len(at)) - 1; i >= 0; i-- {
 		if strings.HasPrefix(msg, fmt.Sprintf("class %q", classes[i].Name)) {
-			ln = pos[i]
+			where = at[i]
 			break
 		}
 	}
-	d.add(ln, "%s: %s", path, msg)
+	d.add(where, "%s: %s", path, msg)
 }
 
 // classNames lists the names of classes in order, as estimator.New takes

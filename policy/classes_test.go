@@ -91,10 +91,10 @@ func TestLibraryBackstops(t *testing.T) {
 		{Name: "gold", Rules: []classify.Rule{{Path: "/a"}}},
 		{Name: "gold"},
 	}
-	d.compileClasses(classes, []int{4, 7}, at, "apps[0].classes")
-	d.compileClasses([]classify.ClassConfig{{Name: "a", Rules: []classify.Rule{{}}}, {Name: "b"}}, []int{4, 7}, at, "apps[0].classes")
+	d.compileClasses(classes, []pos{{4, 0}, {7, 0}}, at, "apps[0].classes")
+	d.compileClasses([]classify.ClassConfig{{Name: "a", Rules: []classify.Rule{{}}}, {Name: "b"}}, []pos{{4, 0}, {7, 0}}, at, "apps[0].classes")
 	d.compileClasses(nil, nil, at, "apps[0].classes")
-	d.compileClasses([]classify.ClassConfig{{Name: "a"}}, []int{4}, at, "apps[0].classes") // valid
+	d.compileClasses([]classify.ClassConfig{{Name: "a"}}, []pos{{4, 0}}, at, "apps[0].classes") // valid
 	a := defaultApp()
 	a.Estimator.HalfLife = -time.Second
 	d.checkEstimator(a, []string{"default"}, &yaml.Node{Line: 9}, "apps[0].estimator")

@@ -52,20 +52,19 @@ func newDecoder(file, baseDir string, budget int) *decoder {
 	}
 }
 
-// field is one key of a mapping section: set decodes its value, which is
-// found at path (for messages).
-type field struct {
-	key string
-	set func(v *yaml.Node, path string)
+// errorf reports a problem at n's position, prefixed with path.
+func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
+	d.hintf(n, path, "", format, args...)
 }
 
-// errorf reports a problem at n's line, prefixed with path.
-func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
+// hintf is errorf with a suggestion (Error.Suggest): the word to write
+// instead, which the message also names.
+func (d *decoder) hintf(n *yaml.Node, path, suggest, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	if path != "" {
 		msg = path + ": " + msg
 	}
-	d.add(line(n), "%s", msg)
+	d.addHint(posOf(n), suggest, "%s", msg)
 }
 
 func line(n *yaml.Node) int {
@@ -73,6 +72,17 @@ func line(n *yaml.Node) int {
 		return 0
 	}
 	return n.Line
+}
+
+// pos is where something was written: 1-based line and column, 0 when
+// not known.
+type pos struct{ line, col int }
+
+func posOf(n *yaml.Node) pos {
+	if n == nil {
+		return pos{}
+	}
+	return pos{n.Line, n.Column}
 }
 
 func joinPath(path, key string) string {
@@ -89,7 +99,7 @@ func (d *decoder) spend() bool {
 	}
 	d.budget--
 	if d.budget == 0 {
-		d.add(0, "policy is too large or too deeply aliased; stopped reading")
+		d.add(pos{}, "policy is too large or too deeply aliased; stopped reading")
 		// What was not read would only produce follow-on errors.
 		d.full = true
 		return false
@@ -143,33 +153,59 @@ type pair struct {
 }
 
 // mapping walks the mapping n, calling each field's set for the keys
-// present, and reports unknown and duplicate keys. A null n (a key written
-// with nothing after it) is taken as an empty mapping. It reports false when
-// n is not a mapping at all.
+// present, and reports unknown and duplicate keys, and required keys that
+// are missing. A null n (a key written with nothing after it) is taken as
+// an empty mapping. It reports false when n is not a mapping at all.
 func (d *decoder) mapping(n *yaml.Node, path string, fields []field) bool {
 	r := resolve(n)
 	if isNull(r) {
+		d.missing(n, path, fields, nil)
 		return true
 	}
 	if r.Kind != yaml.MappingNode {
 		d.errorf(n, path, "expected a mapping, got %s", describe(r))
 		return false
 	}
+	var seen map[string]bool
 	for _, p := range d.pairs(r, path) {
 		key := p.key.Value
 		f := lookupField(fields, key)
 		if f == nil {
-			d.errorf(p.key, path, "unknown key %q%s", key, keyHint(key, fields))
+			hint, suggest := keyHint(key, fields)
+			d.hintf(p.key, path, suggest, "unknown key %q%s", key, hint)
 			continue
 		}
+		if f.required {
+			if seen == nil {
+				seen = map[string]bool{}
+			}
+			seen[f.key] = true
+		}
 		// Problems with the value as a whole (wrong kind, a required key
-		// missing inside it) are reported at the key's line: a block
-		// mapping or list starts on the line after its key.
+		// missing inside it) are reported at the key: a block mapping or
+		// list starts on the line after its key.
 		v := *p.value
-		v.Line = p.key.Line
+		if v.Line != p.key.Line {
+			v.Line, v.Column = p.key.Line, p.key.Column
+		}
 		f.set(&v, joinPath(path, key))
 	}
+	d.missing(n, path, fields, seen)
 	return true
+}
+
+// missing reports the required fields not in seen, at n.
+func (d *decoder) missing(n *yaml.Node, path string, fields []field, seen map[string]bool) {
+	for _, f := range fields {
+		if !f.required || seen[f.key] {
+			continue
+		}
+		if f.why == "" {
+			d.errorf(n, path, "%s is required", f.key)
+		} else {
+			d.errorf(n, path, "%s is required (%s)", f.key, f.why)
+		}
+	}
 }
 
 // lookupField finds key's field. A field key ending in '*' matches every key
@@ -184,21 +220,33 @@ func lookupField(fields []field, key string) *field {
 	return nil
 }
 
-// keyHint suggests the nearest known key, or lists them all.
-func keyHint(key string, fields []field) string {
-	best, bestD := "", math.MaxInt
+// keyHint suggests the nearest known key, or lists them all. suggest is
+// the key suggested, if any.
+func keyHint(key string, fields []field) (hint, suggest string) {
 	names := make([]string, len(fields))
 	for i, f := range fields {
 		names[i] = f.key
-		if dist := editDistance(strings.ToLower(key), f.key); dist < bestD {
-			best, bestD = f.key, dist
+	}
+	if best := nearest(strings.ToLower(key), names); best != "" {
+		return fmt.Sprintf(" (did you mean %q?)", best), best
+	}
+	sort.Strings(names)
+	return " (known keys: " + strings.Join(names, ", ") + ")", ""
+}
+
+// nearest returns the word of words closest to s by edit distance, when
+// it is close enough to be a likely slip, or "".
+func nearest(s string, words []string) string {
+	best, bestD := "", math.MaxInt
+	for _, w := range words {
+		if dist := editDistance(s, w); dist < bestD {
+			best, bestD = w, dist
 		}
 	}
 	if best != "" && bestD <= max(1, min(3, len(best)/3)) {
-		return fmt.Sprintf(" (did you mean %q?)", best)
+		return best
 	}
-	sort.Strings(names)
-	return " (known keys: " + strings.Join(names, ", ") + ")"
+	return ""
 }
 
 // pairs lists a mapping's key/value pairs with merge keys (<<) expanded:
@@ -519,67 +567,12 @@ func (d *decoder) enum(n *yaml.Node, path string, values ...string) (string, boo
 			return s, true
 		}
 	}
+	if best := nearest(strings.ToLower(s), values); best != "" {
+		d.hintf(n, path, best, "invalid value %q; valid: %s (did you mean %q?)", s, strings.Join(values, ", "), best)
+		return "", false
+	}
 	d.errorf(n, path, "invalid value %q; valid: %s", s, strings.Join(values, ", "))
 	return "", false
-}
-
-// Setters: field.set functions that store a decoded value in place, leaving
-// the default when the value is invalid (the error is already reported).
-
-func (d *decoder) durationField(dst *time.Duration, lo time.Duration) func(*yaml.Node, string) {
-	return func(v *yaml.Node, p string) {
-		if x, ok := d.duration(v, p, lo); ok {
-			*dst = x
-		}
-	}
-}
-
-func (d *decoder) intField(dst *int, lo, hi int64) func(*yaml.Node, string) {
-	return func(v *yaml.Node, p string) {
-		if x, ok := d.integer(v, p, lo, hi); ok {
-			*dst = int(x)
-		}
-	}
-}
-
-func (d *decoder) sizeField(dst *int64, lo, hi int64) func(*yaml.Node, string) {
-	return func(v *yaml.Node, p string) {
-		if x, ok := d.size(v, p, lo, hi); ok {
-			*dst = x
-		}
-	}
-}
-
-func (d *decoder) intSizeField(dst *int, lo, hi int64) func(*yaml.Node, string) {
-	return func(v *yaml.Node, p string) {
-		if x, ok := d.size(v, p, lo, hi); ok {
-			*dst = int(x)
-		}
-	}
-}
-
-func (d *decoder) numField(dst *float64, r numRange) func(*yaml.Node, string) {
-	return func(v *yaml.Node, p string) {
-		if x, ok := d.numberIn(v, p, r); ok {
-			*dst = x
-		}
-	}
-}
-
-func (d *decoder) boolField(dst *bool) func(*yaml.Node, string) {
-	return func(v *yaml.Node, p string) {
-		if x, ok := d.boolean(v, p); ok {
-			*dst = x
-		}
-	}
-}
-
-func (d *decoder) enumField(dst *string, values ...string) func(*yaml.Node, string) {
-	return func(v *yaml.Node, p string) {
-		if x, ok := d.enum(v, p, values...); ok {
-			*dst = x
-		}
-	}
 }
 
 // yamlLine matches the position yaml.v3 puts in its syntax errors.

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -33,26 +34,20 @@ var reservedHeaders = []string{
 	"x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "server-timing",
 }
 
-func (d *decoder) degradation(n *yaml.Node, path string, g *Degradation) {
-	d.mapping(n, path, []field{
+func (d *decoder) degradationFields(g *Degradation) []field {
+	return []field{
 		{"enabled", d.boolField(&g.Enabled)},
-		{"header", func(v *yaml.Node, p string) {
-			s, ok := d.str(v, p)
-			if !ok {
-				return
-			}
+		{"header", d.textField(&g.Header, false, func(s string) (string, error) {
 			h, err := parseHeaderName(s)
 			if err != nil {
-				d.errorf(v, p, "%v", err)
-				return
+				return "", err
 			}
-			if r := reservedName(h); r {
-				d.errorf(v, p, "%s is a header sentry manages itself; choose another name (default %s)", h, DefaultLoadHeader)
-				return
+			if reservedName(h) {
+				return "", fmt.Errorf("%s is a header sentry manages itself; choose another name (default %s)", h, DefaultLoadHeader)
 			}
-			g.Header = h
-		}},
-	})
+			return h, nil
+		})},
+	}
 }
 
 // checkDegradation ties the load header to the request ID header: they

@@ -11,10 +11,11 @@
 //     A syntax error is reported as one Error at the line yaml gives.
 //  2. The decoder walks the tree section by section, starting from a
 //     snapshot filled with every default (defaultSnapshot, defaultApp), and
-//     overwrites what the file sets. Each section is a table of keys; an
-//     unknown key, a duplicate key, a value of the wrong kind, a bad
-//     duration, address or enum, or a value out of range is reported with
-//     its line, and decoding goes on. Starting from the defaults, rather
+//     overwrites what the file sets. Each section is a table of keys (see
+//     "One table per section"); an unknown key, a duplicate key, a missing
+//     required key, a value of the wrong kind, a bad duration, address or
+//     enum, or a value out of range is reported with its line and column,
+//     and decoding goes on. Starting from the defaults, rather
 //     than filling zeros afterwards, lets an explicit 0 mean 0
 //     (write_timeout: 0 is "no timeout", failures: 0 is "passive checks
 //     off"). Values that a library will run are checked against what the
@@ -30,7 +31,9 @@
 //     identical TLS per address, no wildcard/specific address overlap, the
 //     admin address free — and derives Snapshot.Listeners.
 //  4. If anything was reported, Parse returns Errors, sorted by line, and
-//     no snapshot.
+//     no snapshot. An Error carries its file, line, column, message and,
+//     for a misspelt key or enum value, the word it most likely meant
+//     (Suggest), which `sentry check -format json` reports apart.
 //
 // Every problem in a file is reported in one pass. A section that failed is
 // marked in a side table (meta), so that cross-checks skip it instead of
@@ -45,18 +48,59 @@
 // not found in type policy.appFile"), and once a value has decoded its line
 // is gone, so a bad address, a port of 80800 or a duplicate host found by
 // validation could not be placed. Walking the yaml.Node tree keeps the line
-// of every key and value, lets each message say what to write instead
-// (use a unit, e.g. 250ms; did you mean "health"?), and handles
+// and column of every key and value, lets each message say what to write
+// instead (use a unit, e.g. 250ms; did you mean "health"?), and handles
 // unions such as listen (a string or a list) without custom unmarshalers.
 // YAML anchors, aliases and merge keys (<<) are supported; the walk is
 // bounded (nodeBudget) so a hostile file cannot expand exponentially.
 //
+// # One table per section
+//
+// Each section of the policy is one key table, a []field built by a
+// method such as rejectFields bound to the section's value. A row is one
+// key and says three things: how its value is read (set, which checks it
+// and reports at the value's line and column), how the value in force is
+// written back (get), and what it accepts (kind: a duration of at least
+// 1ms, an integer in a range, one of some names, a list, a section of its
+// own, and whether it is required). Three readers walk the same rows:
+//
+//   - the decoder (mapping): unknown keys, the did-you-mean hint, missing
+//     required keys and each value;
+//   - Dump (`sentry check -dump`, the admin /config): the policy in force
+//     as a policy file, in the policy's own keys and value forms, every
+//     default filled in, so that it can be read back (dump.go);
+//   - Schema (`sentry schema`, docs/policy.schema.json): the JSON Schema
+//     editors and CI use, with each key's type, range, enum and default
+//     (jsonschema.go).
+//
+// Decision: one source of truth, the decoder's own tables, and no second
+// list of names. A dump walked from the snapshot's Go fields speaks Go
+// (RequestBufferingOff, GRPCStatus 14), and a schema written by hand
+// drifts from the keys the decoder reads; either is wrong the day a key is
+// added. A rule that ties keys together (static or dns, err_i below err_d)
+// stays code after the table's mapping, in the section's decode method,
+// where it can name both lines; the schema does not say it, and the docs
+// do. Tests hold the three together without reading the tables: the
+// every-key policy (the dump of testdata/every-key.yaml, which turns each
+// optional section on) sets every key of the tables and of
+// docs/policy.md, and round-trips byte for byte and to the same snapshot;
+// every example round-trips; and the schema is checked against Parse key
+// by key with an independent JSON Schema validator: the same keys, every
+// value the decoder accepts accepted, no type error the schema lets
+// through, the same required keys.
+//
 // # Adding a section
 //
 // A section is a struct in snapshot.go (with its defaults in defaultApp or
-// defaultSnapshot) and one decoder method that decodes and range-checks it,
-// hooked in by one row of its parent's key table; see (*decoder).app. Rules
-// that tie two sections of an app together go at the end of that method.
+// defaultSnapshot), its key table (xxxFields), and, when some of its keys
+// are checked together, a decode method that runs d.mapping on the table
+// and then those checks; one row of its parent's table hooks it in (see
+// appFields). A key of a common kind is one row made by a helper
+// (durationField, intField, enumField, textField, section, optional ...);
+// a key with its own form writes its set, get and kind out. Run
+// `go run ./cmd/sentry schema > docs/policy.schema.json` and document the
+// key in docs/policy.md: the tests say what is missing. Rules that tie two
+// sections of an app together go at the end of (*decoder).app.
 // Defaults taken from a library are written out in full (see tuning.go),
 // so that a snapshot shows the values in use rather than zeros. A value
 // whose zero a library reads as "use the default" is refused as 0 in the
@@ -96,7 +140,7 @@
 //
 //	snap, err := policy.Load("/etc/sentry/policy.yaml")
 //	if err != nil {
-//		// err is a policy.Errors: one "FILE:LINE: message" per line.
+//		// err is a policy.Errors: one "FILE:LINE:COLUMN: message" per line.
 //		log.Fatal(err)
 //	}
 //	current.Store(snap)

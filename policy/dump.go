@@ -1,181 +1,50 @@
 package policy
 
 import (
-	"encoding"
-	"fmt"
-	"math"
-	"net/url"
-	"reflect"
-	"sort"
-	"strconv"
-	"strings"
-	"time"
-	"unicode"
+	"bytes"
 
 	"gopkg.in/yaml.v3"
 )
 
-// Dump writes the snapshot in force as YAML, for an operator to read what
-// sentry runs with after defaults and normalisation (`sentry check -dump`,
-// the admin listener's /config; nginx -T and Envoy's /config_dump answer
-// the same need).
+// dumpHeader opens every dump. It says what the document is, so that an
+// operator who finds one in a ticket or a backup knows what it holds.
+const dumpHeader = `# The policy as sentry runs it, with every default filled in: a valid
+# policy file, in the policy's own keys (docs/policy.md). Relative file
+# names are written absolute; a webhook URL's password and query are
+# masked (xxxxx).
+`
+
+// Dump writes the snapshot in force as a policy file (YAML), for an
+// operator to read what sentry runs with after defaults and normalisation
+// (`sentry check -dump`, the admin listener's /config; nginx -T and
+// `caddy adapt` answer the same need). Fed back to Parse, it gives a
+// snapshot that dumps to the same bytes.
 //
-// Decision: it is the snapshot itself, walked by reflection, not the
-// policy file's schema written back: every field a request is served with
-// appears, including the defaults the file left out and what validation
-// derived (listeners, partitions from the host name), under the field's
-// Go name in snake_case -- which is the policy key for nearly every field
-// (read_header_timeout, max_conns_per_backend, ...); where the two differ
-// (log.access's mapping is access_log, request_buffering: off is
-// request_buffering_off) the docs' table for the section says what the
-// key sets. Durations are written as "250ms", addresses and prefixes as
-// text. It is for reading, not meant to be fed back as a policy. What
-// could hold a credential is masked: a URL's password and query.
-// Fields dropped: Hash (the source's digest, a change detector) and
-// App.Index (the app's position); a listener names its apps rather than
-// repeating them.
+// Decision: the dump is written by the decoder's own key tables (each
+// field's get, keys.go), so it speaks the policy's vocabulary and cannot
+// name a key the decoder does not read. Every key that has a value is
+// written, defaults included; an optional section that is off (tls,
+// health.active, a webhook, a partition, a class's terminate) and an
+// optional value left empty are left out, as writing them would turn them
+// on. What Parse derives and no key sets is not written: the listeners
+// (they follow from the apps' listen addresses), the estimator's refresh
+// interval, the source's hash. Values are written in the policy's own
+// forms: durations as "250ms", sizes as "1MiB", enums by name
+// (request_buffering: off, grpc_status: unavailable), log.access as its
+// mapping. partition.index_from_hostname is kept as written, so that one
+// dump serves every replica, with the index in force in a comment.
 func Dump(s *Snapshot) ([]byte, error) {
-	n := dumpValue(reflect.ValueOf(s), "")
-	return yaml.Marshal(n)
-}
-
-var (
-	durationType = reflect.TypeOf(time.Duration(0))
-	textType     = reflect.TypeOf((*encoding.TextMarshaler)(nil)).Elem()
-	stringerType = reflect.TypeOf((*fmt.Stringer)(nil)).Elem()
-)
-
-// dumpValue turns v into a yaml.Node. field is v's Go field name ("" at
-// the top, in lists and maps), for the redaction of URLs.
-func dumpValue(v reflect.Value, field string) *yaml.Node {
-	scalar := func(s, tag string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: s, Tag: tag} }
-	null := scalar("null", "!!null")
-	if !v.IsValid() {
-		return null
+	d := newDecoder("", "", 0)
+	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{emit(d.topFields(s, &meta{}))}}
+	var b bytes.Buffer
+	b.WriteString(dumpHeader)
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
+		return nil, err
 	}
-	if v.Type() == durationType {
-		return scalar(time.Duration(v.Int()).String(), "!!str")
+	if err := enc.Close(); err != nil {
+		return nil, err
 	}
-	switch v.Kind() {
-	case reflect.Pointer, reflect.Interface:
-		if v.IsNil() {
-			return null
-		}
-		if a, ok := v.Interface().(*App); ok && field == "listener" {
-			return scalar(a.Name, "!!str") // a listener names its apps; they are dumped once, under apps
-		}
-		return dumpValue(v.Elem(), field)
-	}
-	if v.Type().Implements(textType) && v.Kind() != reflect.Struct || v.Kind() == reflect.Struct && v.Type().Implements(textType) {
-		b, err := v.Interface().(encoding.TextMarshaler).MarshalText()
-		if err == nil {
-			return scalar(string(b), "!!str")
-		}
-	}
-	switch v.Kind() {
-	case reflect.Bool:
-		return scalar(fmt.Sprint(v.Bool()), "!!bool")
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return scalar(fmt.Sprint(v.Int()), "!!int")
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return scalar(fmt.Sprint(v.Uint()), "!!int")
-	case reflect.Float32, reflect.Float64:
-		f := v.Float()
-		switch {
-		case math.IsInf(f, 1):
-			return scalar(".inf", "!!float")
-		case math.IsInf(f, -1):
-			return scalar("-.inf", "!!float")
-		case math.IsNaN(f):
-			return scalar(".nan", "!!float")
-		}
-		t := strconv.FormatFloat(f, 'f', -1, 64)
-		if !strings.Contains(t, ".") {
-			t += ".0" // so that it reads back as a float, without a tag
-		}
-		return scalar(t, "!!float")
-	case reflect.String:
-		s := v.String()
-		if field == "URL" {
-			s = redactURL(s)
-		}
-		return scalar(s, "!!str")
-	case reflect.Slice, reflect.Array:
-		if v.Kind() == reflect.Slice && v.IsNil() {
-			return null // not [] : for some fields (admin.allowed_hosts) nil and empty differ
-		}
-		n := &yaml.Node{Kind: yaml.SequenceNode}
-		elem := ""
-		if field == "listener" {
-			elem = field // a listener's apps, by name
-		}
-		for i := 0; i < v.Len(); i++ {
-			n.Content = append(n.Content, dumpValue(v.Index(i), elem))
-		}
-		return n
-	case reflect.Map:
-		n := &yaml.Node{Kind: yaml.MappingNode}
-		keys := v.MapKeys()
-		sort.Slice(keys, func(i, j int) bool { return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j]) })
-		for _, k := range keys {
-			n.Content = append(n.Content, scalar(fmt.Sprint(k), "!!str"), dumpValue(v.MapIndex(k), ""))
-		}
-		return n
-	case reflect.Struct:
-		t := v.Type()
-		n := &yaml.Node{Kind: yaml.MappingNode}
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			if !f.IsExported() || f.Name == "Hash" || t == reflect.TypeOf(App{}) && f.Name == "Index" {
-				continue
-			}
-			switch f.Type.Kind() {
-			case reflect.Func, reflect.Chan, reflect.UnsafePointer:
-				continue
-			}
-			name := f.Name
-			if t == reflect.TypeOf(Listener{}) && (name == "Apps" || name == "Default") {
-				name = "listener"
-			}
-			n.Content = append(n.Content, scalar(snake(f.Name), "!!str"), dumpValue(v.Field(i), name))
-		}
-		if len(n.Content) == 0 && v.Type().Implements(stringerType) {
-			return scalar(v.Interface().(fmt.Stringer).String(), "!!str")
-		}
-		return n
-	}
-	if v.Type().Implements(stringerType) {
-		return scalar(v.Interface().(fmt.Stringer).String(), "!!str")
-	}
-	return scalar(fmt.Sprint(v.Interface()), "!!str")
-}
-
-// redactURL masks a URL's password and query, which may carry a token.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL, not shown)"
-	}
-	if u.RawQuery != "" {
-		u.RawQuery = "xxxxx"
-	}
-	return u.Redacted()
-}
-
-// snake turns a Go field name into snake_case: ReadHeaderTimeout →
-// read_header_timeout, TLS → tls, RequestIDHeader → request_id_header.
-func snake(name string) string {
-	var b strings.Builder
-	r := []rune(name)
-	for i, c := range r {
-		if unicode.IsUpper(c) {
-			if i > 0 && (unicode.IsLower(r[i-1]) || unicode.IsDigit(r[i-1]) || i+1 < len(r) && unicode.IsLower(r[i+1])) {
-				b.WriteByte('_')
-			}
-			b.WriteRune(unicode.ToLower(c))
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
+	return b.Bytes(), nil
 }

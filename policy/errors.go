@@ -8,16 +8,24 @@ import (
 	"unicode/utf8"
 )
 
-// Error is one problem found in a policy, located by file and line.
-// Line is 0 when the problem has no line (for example a policy built from
-// command-line flags, or a YAML syntax error the parser could not place).
+// Error is one problem found in a policy, located by file, line and
+// column. Line is 0 when the problem has no line (for example a policy
+// built from command-line flags, or a YAML syntax error the parser could
+// not place); Column is 0 when only the line is known.
 type Error struct {
-	File string
-	Line int
-	Msg  string
+	File   string
+	Line   int
+	Column int
+	// Msg is the message, with the path of the key at fault first
+	// ("apps[0].timeouts.connect: ...") and any did-you-mean hint in it.
+	Msg string
+	// Suggest is the word the did-you-mean hint suggests (a key or an
+	// enum value), or "".
+	Suggest string
 }
 
-// Error formats e as "FILE:LINE: msg" (or "FILE: msg" when Line is 0).
+// Error formats e as "FILE:LINE:COLUMN: msg", leaving out what is not
+// known ("FILE:LINE: msg", "FILE: msg").
 func (e Error) Error() string {
 	var b strings.Builder
 	b.WriteString(e.File)
@@ -26,6 +34,10 @@ func (e Error) Error() string {
 			b.WriteByte(':')
 		}
 		b.WriteString(strconv.Itoa(e.Line))
+		if e.Column > 0 {
+			b.WriteByte(':')
+			b.WriteString(strconv.Itoa(e.Column))
+		}
 	}
 	if b.Len() > 0 {
 		b.WriteString(": ")
@@ -64,13 +76,18 @@ type collector struct {
 	reports int
 }
 
-func (c *collector) add(line int, format string, args ...any) {
+func (c *collector) add(p pos, format string, args ...any) {
+	c.addHint(p, "", format, args...)
+}
+
+// addHint is add with a did-you-mean suggestion (Error.Suggest).
+func (c *collector) addHint(p pos, suggest, format string, args ...any) {
 	c.reports++
 	if c.full {
 		return
 	}
 	msg := clipValues(fmt.Sprintf(format, args...))
-	k := strconv.Itoa(line) + ":" + msg
+	k := strconv.Itoa(p.line) + ":" + strconv.Itoa(p.col) + ":" + msg
 	if c.seen[k] {
 		return
 	}
@@ -83,7 +100,7 @@ func (c *collector) add(line int, format string, args ...any) {
 		c.full = true
 		return
 	}
-	c.errs = append(c.errs, Error{File: c.file, Line: line, Msg: msg})
+	c.errs = append(c.errs, Error{File: c.file, Line: p.line, Column: p.col, Msg: msg, Suggest: suggest})
 }
 
 // reported tells whether anything was reported since mark was taken from

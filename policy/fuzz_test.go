@@ -18,8 +18,9 @@ import (
 )
 
 // FuzzParse: Parse never panics, and what it returns is coherent: either a
-// snapshot that satisfies the invariants the proxy relies on, or a non-empty
-// Errors sorted by line, never both.
+// snapshot that satisfies the invariants the proxy relies on and whose dump
+// reads back to the same dump, or a non-empty Errors sorted by line, never
+// both.
 func FuzzParse(f *testing.F) {
 	for _, file := range exampleFiles(f) {
 		data, err := os.ReadFile(file)
@@ -67,7 +68,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("error %T %v is not a non-empty Errors", err, err)
 			}
 			for i, e := range es {
-				if e.Msg == "" || e.File != source || e.Line < 0 {
+				if e.Msg == "" || e.File != source || e.Line < 0 || e.Column < 0 || e.Column > 0 && e.Line == 0 {
 					t.Fatalf("bad error %#v", e)
 				}
 				if i > 0 && es[i-1].Line > e.Line {
@@ -77,6 +78,18 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		checkInvariants(t, s)
+		// The dump is a policy that reads back to itself.
+		out, err := Dump(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s2, err := Parse(source, out)
+		if err != nil {
+			t.Fatalf("the dump is not a valid policy:\n%v\n%s", err, out)
+		}
+		if out2, _ := Dump(s2); !bytes.Equal(out, out2) {
+			t.Fatalf("dump → parse → dump differs:\n%s\n---\n%s", out, out2)
+		}
 	})
 }
 
@@ -252,5 +265,17 @@ func FuzzAdaptive(f *testing.F) {
 			return
 		}
 		checkInvariants(t, s)
+		// The dump is a policy that reads back to itself.
+		out, err := Dump(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s2, err := Parse("fuzz.yaml", out)
+		if err != nil {
+			t.Fatalf("the dump is not a valid policy:\n%v\n%s", err, out)
+		}
+		if out2, _ := Dump(s2); !bytes.Equal(out, out2) {
+			t.Fatalf("dump → parse → dump differs:\n%s\n---\n%s", out, out2)
+		}
 	})
 }

@@ -18,9 +18,9 @@ func finish(s *Snapshot, m *meta, c *collector) {
 		}
 		return m.apps[i].path
 	}
-	at := func(ln, fallback int) int {
-		if ln > 0 {
-			return ln
+	at := func(p, fallback pos) pos {
+		if p.line > 0 {
+			return p
 		}
 		return fallback
 	}
@@ -31,8 +31,8 @@ func finish(s *Snapshot, m *meta, c *collector) {
 			continue
 		}
 		if j, dup := names[a.Name]; dup {
-			c.add(at(m.apps[i].nameLine, m.apps[i].line), "%s: duplicate app name %q (first at line %d)",
-				m.apps[i].path, a.Name, at(m.apps[j].nameLine, m.apps[j].line))
+			c.add(at(m.apps[i].name, m.apps[i].at), "%s: duplicate app name %q (first at line %d)",
+				m.apps[i].path, a.Name, at(m.apps[j].name, m.apps[j].at).line)
 			continue
 		}
 		names[a.Name] = i
@@ -45,19 +45,22 @@ func finish(s *Snapshot, m *meta, c *collector) {
 			continue
 		}
 		if defaulted >= 0 {
-			c.add(am.line, "%s: listen is required: %s (line %d) already takes the default address %s",
-				label(i), label(defaulted), m.apps[defaulted].line, DefaultListen)
+			c.add(am.at, "%s: listen is required: %s (line %d) already takes the default address %s",
+				label(i), label(defaulted), m.apps[defaulted].at.line, DefaultListen)
 			continue
 		}
 		defaulted = i
 		a.Listen = []string{DefaultListen}
-		am.listenLines = []int{0}
+		am.listens = []pos{{}}
 	}
 
-	type hostRef struct{ app, line int }
+	type hostRef struct {
+		app int
+		at  pos
+	}
 	type state struct {
 		l          *Listener
-		line       int // where the address first appears
+		at         pos // where the address first appears
 		tlsApp     int // the app whose TLS the listener took; -1: none yet
 		h2cApp     int // the first app on the address (whose h2c the listener took)
 		defaultApp int
@@ -67,10 +70,10 @@ func finish(s *Snapshot, m *meta, c *collector) {
 	for i, a := range s.Apps {
 		am := &m.apps[i]
 		for j, addr := range a.Listen {
-			ln := am.listenLine(j)
+			ln := am.listenPos(j)
 			st := byAddr[addr]
 			if st == nil {
-				st = &state{l: &Listener{Addr: addr, H2C: a.H2C}, line: ln, tlsApp: -1, h2cApp: i, defaultApp: -1, hosts: map[string]hostRef{}}
+				st = &state{l: &Listener{Addr: addr, H2C: a.H2C}, at: ln, tlsApp: -1, h2cApp: i, defaultApp: -1, hosts: map[string]hostRef{}}
 				byAddr[addr] = st
 				s.Listeners = append(s.Listeners, st.l)
 			}
@@ -82,20 +85,20 @@ func finish(s *Snapshot, m *meta, c *collector) {
 			case !sameTLS(st.l.TLS, a.TLS):
 				where := ln
 				if a.TLS != nil {
-					where = at(am.tlsLine, ln)
+					where = at(am.tls, ln)
 				}
 				c.add(where, "%s: %s on %s, but %s (line %d) has %s; apps sharing a listen address must use the same tls",
-					label(i), describeTLS(a.TLS), addr, label(st.tlsApp), m.apps[st.tlsApp].line, describeTLS(st.l.TLS))
+					label(i), describeTLS(a.TLS), addr, label(st.tlsApp), m.apps[st.tlsApp].at.line, describeTLS(st.l.TLS))
 			}
 			if a.H2C != st.l.H2C {
-				c.add(at(am.h2cLine, ln), "%s: h2c %v on %s, but %s (line %d) has h2c %v; apps sharing a listen address must agree on h2c",
-					label(i), a.H2C, addr, label(st.h2cApp), m.apps[st.h2cApp].line, st.l.H2C)
+				c.add(at(am.h2c, ln), "%s: h2c %v on %s, but %s (line %d) has h2c %v; apps sharing a listen address must agree on h2c",
+					label(i), a.H2C, addr, label(st.h2cApp), m.apps[st.h2cApp].at.line, st.l.H2C)
 			}
 			st.l.Apps = append(st.l.Apps, a)
 			if len(a.Hosts) == 0 && !am.hostsBad {
 				if st.defaultApp >= 0 {
 					c.add(ln, "%s: both %s (line %d) and %s have no hosts on %s; only one app per listen address can be the default (give the others hosts)",
-						label(i), label(st.defaultApp), m.apps[st.defaultApp].line, label(i), addr)
+						label(i), label(st.defaultApp), m.apps[st.defaultApp].at.line, label(i), addr)
 				} else {
 					st.defaultApp = i
 					st.l.Default = a
@@ -103,11 +106,11 @@ func finish(s *Snapshot, m *meta, c *collector) {
 			}
 			for k, h := range a.Hosts {
 				hl := ln
-				if k < len(am.hostLines) {
-					hl = at(am.hostLines[k], ln)
+				if k < len(am.hosts) {
+					hl = at(am.hosts[k], ln)
 				}
 				if ref, dup := st.hosts[h]; dup {
-					c.add(hl, "%s: host %q is already served on %s by %s (line %d)", label(i), h, addr, label(ref.app), ref.line)
+					c.add(hl, "%s: host %q is already served on %s by %s (line %d)", label(i), h, addr, label(ref.app), ref.at.line)
 					continue
 				}
 				st.hosts[h] = hostRef{i, hl}
@@ -116,16 +119,16 @@ func finish(s *Snapshot, m *meta, c *collector) {
 	}
 
 	overlapping(s.Listeners, func(x, y *Listener) {
-		c.add(byAddr[x.Addr].line, "listen %s overlaps %s (line %d): a wildcard address takes its port on every interface",
-			x.Addr, y.Addr, byAddr[y.Addr].line)
+		c.add(byAddr[x.Addr].at, "listen %s overlaps %s (line %d): a wildcard address takes its port on every interface",
+			x.Addr, y.Addr, byAddr[y.Addr].at.line)
 	})
 
 	if s.Admin.Listen != "" {
 		for _, l := range s.Listeners {
 			if l.Addr == s.Admin.Listen || overlaps(l.Addr, s.Admin.Listen) {
 				st := byAddr[l.Addr]
-				c.add(at(m.adminLine, st.line), "admin.listen %s conflicts with the app listen address %s (line %d)",
-					s.Admin.Listen, l.Addr, st.line)
+				c.add(at(m.admin, st.at), "admin.listen %s conflicts with the app listen address %s (line %d)",
+					s.Admin.Listen, l.Addr, st.at.line)
 			}
 		}
 	}

@@ -88,8 +88,8 @@ func TestOCSPStaple(t *testing.T) {
 				t.Fatalf("Parse: %v", err)
 			case c.err == "" && s.Apps[0].TLS.OCSPFile != c.file:
 				t.Fatalf("OCSPFile = %q", s.Apps[0].TLS.OCSPFile)
-			case c.err != "" && (err == nil || !strings.Contains(err.Error(), "7: apps[0].tls.ocsp: ") || !strings.Contains(err.Error(), c.err)):
-				t.Fatalf("Parse: %v, want line 7, apps[0].tls.ocsp and %q", err, c.err)
+			case c.err != "" && (err == nil || !strings.Contains(err.Error(), ":7:13: apps[0].tls.ocsp: ") || !strings.Contains(err.Error(), c.err)):
+				t.Fatalf("Parse: %v, want line 7 column 13, apps[0].tls.ocsp and %q", err, c.err)
 			}
 		})
 	}

@@ -81,7 +81,7 @@ func FromFlags(listen string, backends []string, admin string) (*Snapshot, error
 	default:
 		addr, err := parseListenAddr(admin)
 		if err != nil {
-			c.add(0, "-admin: %v", err)
+			c.add(pos{}, "-admin: %v", err)
 		} else {
 			s.Admin.Listen = addr
 		}
@@ -95,9 +95,9 @@ func FromFlags(listen string, backends []string, admin string) (*Snapshot, error
 			addr, err := parseListenAddr(l)
 			switch {
 			case err != nil:
-				c.add(0, "-listen: %v", err)
+				c.add(pos{}, "-listen: %v", err)
 			case seen[addr]:
-				c.add(0, "-listen: %s is given twice", addr)
+				c.add(pos{}, "-listen: %s is given twice", addr)
 			default:
 				seen[addr] = true
 				a.Listen = append(a.Listen, addr)
@@ -111,9 +111,9 @@ func FromFlags(listen string, backends []string, admin string) (*Snapshot, error
 			addr, err := parseBackendAddr(e)
 			switch {
 			case err != nil:
-				c.add(0, "-backend: %v", err)
+				c.add(pos{}, "-backend: %v", err)
 			case seen[addr]:
-				c.add(0, "-backend: %s is given twice", addr)
+				c.add(pos{}, "-backend: %s is given twice", addr)
 			default:
 				seen[addr] = true
 				a.Backends.Static = append(a.Backends.Static, addr)
@@ -121,7 +121,7 @@ func FromFlags(listen string, backends []string, admin string) (*Snapshot, error
 		}
 	}
 	if len(a.Backends.Static) == 0 && !hasPrefixErr(c, "-backend") {
-		c.add(0, "-backend: at least one backend address (host:port) is required")
+		c.add(pos{}, "-backend: at least one backend address (host:port) is required")
 	}
 
 	s.Apps = []*App{a}

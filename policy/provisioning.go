@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"math"
 	"net/url"
 	"strconv"
@@ -88,109 +89,135 @@ func defaultProvisioning() Provisioning {
 	}
 }
 
+// provisioningState is what the provisioning keys note.
+type provisioningState struct {
+	min, max     *yaml.Node
+	revenueGiven bool
+}
+
 // provisioning decodes an app's provisioning section. revenueGiven reports
 // whether revenue was written (otherwise it follows sla.revenue; see app).
 func (d *decoder) provisioning(n *yaml.Node, path string, pr *Provisioning) (revenueGiven bool) {
-	var minN, maxN *yaml.Node
-	d.mapping(n, path, []field{
+	var st provisioningState
+	d.mapping(n, path, d.provisioningFields(pr, &st))
+	if pr.MaxServers > 0 && pr.MaxServers < pr.MinServers {
+		at, p := st.max, joinPath(path, "max_servers")
+		if at == nil {
+			at, p = st.min, joinPath(path, "min_servers")
+		}
+		d.errorf(at, p, "max_servers %d is below min_servers %d; raise it, or 0 for no ceiling", pr.MaxServers, pr.MinServers)
+	}
+	return st.revenueGiven
+}
+
+func (d *decoder) provisioningFields(pr *Provisioning, st *provisioningState) []field {
+	revenue := d.numField(&pr.Revenue, atLeast(0))
+	setRevenue := revenue.set
+	revenue.set = func(v *yaml.Node, p string) { st.revenueGiven = true; setRevenue(v, p) }
+	return []field{
 		{"target", d.durationField(&pr.Target, 0)},
 		{"window", d.durationField(&pr.Window, time.Second)},
 		{"f_drop", d.numField(&pr.FDrop, numRange{lo: 0, hi: 1, loOpen: true, hiOpen: true})},
 		{"spacing", d.durationField(&pr.Spacing, time.Nanosecond)},
 		{"max_step", d.intField(&pr.MaxStep, 1, maxProvisionServers)},
-		{"min_servers", func(v *yaml.Node, p string) { minN = v; d.intField(&pr.MinServers, 0, maxProvisionServers)(v, p) }},
-		{"max_servers", func(v *yaml.Node, p string) { maxN = v; d.intField(&pr.MaxServers, 0, maxProvisionServers)(v, p) }},
-		{"webhook", func(v *yaml.Node, p string) { pr.Webhook = d.webhook(v, p) }},
-		{"revenue", func(v *yaml.Node, p string) { revenueGiven = true; d.numField(&pr.Revenue, atLeast(0))(v, p) }},
+		{"min_servers", noting(&st.min, d.intField(&pr.MinServers, 0, maxProvisionServers))},
+		{"max_servers", noting(&st.max, d.intField(&pr.MaxServers, 0, maxProvisionServers))},
+		{"webhook", d.optional(func() bool { return pr.Webhook != nil },
+			func() []field { return d.webhookFields(orNew(pr.Webhook, newWebhook)) },
+			func(v *yaml.Node, p string) { pr.Webhook = d.webhook(v, p) })},
+		{"revenue", revenue},
 		{"t_prov", d.durationField(&pr.TProv, time.Second)},
-	})
-	if pr.MaxServers > 0 && pr.MaxServers < pr.MinServers {
-		at, p := maxN, joinPath(path, "max_servers")
-		if at == nil {
-			at, p = minN, joinPath(path, "min_servers")
-		}
-		d.errorf(at, p, "max_servers %d is below min_servers %d; raise it, or 0 for no ceiling", pr.MaxServers, pr.MinServers)
 	}
-	return revenueGiven
 }
 
+func newWebhook() *Webhook { return &Webhook{Timeout: 5 * time.Second, Retries: 2} }
+
 func (d *decoder) webhook(n *yaml.Node, path string) *Webhook {
-	w := &Webhook{Timeout: 5 * time.Second, Retries: 2}
-	sawURL := false
-	ok := d.mapping(n, path, []field{
-		{"url", func(v *yaml.Node, p string) {
-			sawURL = true
-			s, ok := d.str(v, p)
-			if !ok {
-				return
-			}
-			u, err := url.Parse(s)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				d.errorf(v, p, "%q is not an http:// or https:// URL", s)
-				return
-			}
-			w.URL = s
-		}},
-		{"timeout", d.durationField(&w.Timeout, time.Millisecond)},
-		{"retries", d.intField(&w.Retries, 0, maxWebhookRetries)},
-	})
-	if !ok {
-		return nil
-	}
-	if !sawURL {
-		d.errorf(n, path, "url is required")
-		return nil
-	}
-	if w.URL == "" {
+	w := newWebhook()
+	if !d.mapping(n, path, d.webhookFields(w)) || w.URL == "" {
 		return nil
 	}
 	return w
 }
 
+func (d *decoder) webhookFields(w *Webhook) []field {
+	url := d.textField(&w.URL, false, func(s string) (string, error) {
+		u, err := url.Parse(s)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return "", fmt.Errorf("%q is not an http:// or https:// URL", s)
+		}
+		return s, nil
+	})
+	// The dump masks what may be a credential: the password and the query.
+	url.get = func() *yaml.Node { return strNode(redactURL(w.URL)) }
+	return []field{
+		{"url", url.need("")},
+		{"timeout", d.durationField(&w.Timeout, time.Millisecond)},
+		{"retries", d.intField(&w.Retries, 0, maxWebhookRetries)},
+	}
+}
+
+// partitionState is where the partition keys were written.
+type partitionState struct{ idx, from, count *yaml.Node }
+
 // partition decodes an app's partition section: {count, index} or
 // {count, index_from_hostname: true}.
 func (d *decoder) partition(n *yaml.Node, path string, pt *Partition) {
-	var idxN, fromN, countN *yaml.Node
-	ok := d.mapping(n, path, []field{
-		{"count", func(v *yaml.Node, p string) { countN = v; d.intField(&pt.Count, 1, maxPartitionCount)(v, p) }},
-		{"index", func(v *yaml.Node, p string) { idxN = v; d.intField(&pt.Index, 0, maxPartitionCount-1)(v, p) }},
-		{"index_from_hostname", func(v *yaml.Node, p string) { fromN = v; d.boolField(&pt.FromHostname)(v, p) }},
-	})
-	if !ok {
+	var st partitionState
+	if !d.mapping(n, path, d.partitionFields(pt, &st)) || st.count == nil {
 		return
 	}
-	if countN == nil {
-		d.errorf(n, path, "count is required")
-		return
-	}
-	if idxN != nil && fromN != nil && pt.FromHostname {
-		d.errorf(fromN, joinPath(path, "index_from_hostname"), "give index or index_from_hostname, not both")
+	if st.idx != nil && st.from != nil && pt.FromHostname {
+		d.errorf(st.from, joinPath(path, "index_from_hostname"), "give index or index_from_hostname, not both")
 		return
 	}
 	if pt.FromHostname {
 		host, err := d.hostname()
 		if err != nil {
-			d.errorf(fromN, joinPath(path, "index_from_hostname"), "cannot read the host name: %v", err)
+			d.errorf(st.from, joinPath(path, "index_from_hostname"), "cannot read the host name: %v", err)
 			return
 		}
 		i, err := HostnameOrdinal(host)
 		if err != nil {
-			d.errorf(fromN, joinPath(path, "index_from_hostname"), "%v", err)
+			d.errorf(st.from, joinPath(path, "index_from_hostname"), "%v", err)
 			return
 		}
 		if i >= pt.Count {
-			d.errorf(fromN, joinPath(path, "index_from_hostname"), "host name %q gives index %d, not below count %d", host, i, pt.Count)
+			d.errorf(st.from, joinPath(path, "index_from_hostname"), "host name %q gives index %d, not below count %d", host, i, pt.Count)
 			return
 		}
 		pt.Index = i
 		return
 	}
-	if idxN == nil {
+	if st.idx == nil {
 		d.errorf(n, path, "index is required (or index_from_hostname: true)")
 		return
 	}
 	if pt.Index >= pt.Count {
-		d.errorf(idxN, joinPath(path, "index"), "%d is out of range; must be below count %d", pt.Index, pt.Count)
+		d.errorf(st.idx, joinPath(path, "index"), "%d is out of range; must be below count %d", pt.Index, pt.Count)
+	}
+}
+
+func (d *decoder) partitionFields(pt *Partition, st *partitionState) []field {
+	idx := d.intField(&pt.Index, 0, maxPartitionCount-1)
+	idx.get = func() *yaml.Node {
+		if pt.Count == 0 || pt.FromHostname {
+			return nil // from the host name: the dump serves every replica
+		}
+		return intNode(int64(pt.Index))
+	}
+	from := d.boolField(&pt.FromHostname)
+	from.get = func() *yaml.Node {
+		n := boolNode(pt.FromHostname)
+		if pt.FromHostname {
+			n.LineComment = "# index " + strconv.Itoa(pt.Index) + " here"
+		}
+		return n
+	}
+	return []field{
+		{"count", noting(&st.count, d.intField(&pt.Count, 1, maxPartitionCount)).need("")},
+		{"index", noting(&st.idx, idx)},
+		{"index_from_hostname", noting(&st.from, from)},
 	}
 }
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"math"
 	"path/filepath"
 	"strconv"
@@ -43,32 +44,32 @@ func defaultSnapshot() *Snapshot {
 // decoding (listeners, duplicates). Snapshot carries no positions: it is
 // what the rest of sentry reads.
 type meta struct {
-	adminLine int
-	apps      []appMeta // parallel to Snapshot.Apps
+	admin pos       // where admin.listen was written
+	apps  []appMeta // parallel to Snapshot.Apps
 }
 
 type appMeta struct {
-	path     string // "apps[2]", for messages before the name is known
-	line     int    // the app's mapping
-	nameLine int
+	path string // "apps[2]", for messages before the name is known
+	at   pos    // the app's mapping
+	name pos
 	// listenGiven: the app has a listen key (even an invalid one), so it
 	// does not take the default address.
 	listenGiven bool
-	listenLines []int // parallel to App.Listen
-	hostLines   []int // parallel to App.Hosts
+	listens     []pos // parallel to App.Listen
+	hosts       []pos // parallel to App.Hosts
 	// hostsBad / tlsBad: the section had errors, so checks that depend on
 	// it are skipped rather than piling up follow-on errors.
 	hostsBad bool
 	tlsBad   bool
-	tlsLine  int
-	h2cLine  int // where h2c was written (0: absent)
+	tls      pos
+	h2c      pos // where h2c was written (0: absent)
 }
 
-func (m *appMeta) listenLine(j int) int {
-	if j < len(m.listenLines) && m.listenLines[j] > 0 {
-		return m.listenLines[j]
+func (m *appMeta) listenPos(j int) pos {
+	if j < len(m.listens) && m.listens[j].line > 0 {
+		return m.listens[j]
 	}
-	return m.line
+	return m.at
 }
 
 // top decodes the document root.
@@ -81,48 +82,73 @@ func (d *decoder) top(doc *yaml.Node, s *Snapshot, m *meta) {
 		}
 	}
 	if isNull(resolve(root)) {
-		d.add(max(1, line(root)), "the policy is empty; at least one app is required")
+		d.add(pos{max(1, line(root)), 0}, "the policy is empty; at least one app is required")
 		return
 	}
-	sawApps := false
-	ok := d.mapping(root, "", []field{
-		{"admin", func(v *yaml.Node, p string) { d.admin(v, p, &s.Admin, m) }},
-		{"log", func(v *yaml.Node, p string) { d.log(v, p, &s.Log) }},
-		{"server", func(v *yaml.Node, p string) { d.server(v, p, &s.Server) }},
-		{"apps", func(v *yaml.Node, p string) { sawApps = true; d.apps(v, p, s, m) }},
+	d.mapping(root, "", d.topFields(s, m))
+}
+
+// topFields is the top level's key table.
+func (d *decoder) topFields(s *Snapshot, m *meta) []field {
+	return []field{
+		{"admin", d.section(func() []field { return d.adminFields(&s.Admin, m) }, nil)},
+		{"log", d.section(func() []field { return d.logFields(&s.Log) }, nil)},
+		{"server", d.section(func() []field { return d.serverFields(&s.Server, new(serverState)) }, func(v *yaml.Node, p string) { d.server(v, p, &s.Server) })},
+		{"apps", val{
+			set: func(v *yaml.Node, p string) { d.apps(v, p, s, m) },
+			get: func() *yaml.Node {
+				return emitList(len(s.Apps), false, func(i int) []field { return d.appFields(s.Apps[i], newAppState(nil)) })
+			},
+			kind: listOf(mapKind(func() []field { return d.appFields(defaultApp(), newAppState(nil)) }), 1, unbounded),
+		}.need("list at least one app")},
 		// Extension keys, as in docker compose: ignored, so that they can
 		// hold anchors shared by apps (x-defaults: &defaults ...).
-		{"x-*", func(*yaml.Node, string) {}},
-	})
-	if ok && !sawApps {
-		d.errorf(root, "", "apps is required: list at least one app")
+		{"x-*", val{set: func(*yaml.Node, string) {}, kind: &kind{t: kAny}}},
 	}
 }
 
-func (d *decoder) admin(n *yaml.Node, path string, a *Admin, m *meta) {
-	d.mapping(n, path, []field{
-		{"listen", func(v *yaml.Node, p string) {
-			m.adminLine = line(v)
-			s, ok := d.str(v, p)
-			switch {
-			case !ok:
-			case s == "off":
-				a.Listen = ""
-			case s == "":
-				d.errorf(v, p, "empty address; write off to disable the admin listener")
-			default:
-				addr, err := parseListenAddr(s)
-				if err != nil {
-					d.errorf(v, p, "%v", err)
-					return
+func (d *decoder) adminFields(a *Admin, m *meta) []field {
+	return []field{
+		{"listen", val{
+			set: func(v *yaml.Node, p string) {
+				m.admin = posOf(v)
+				s, ok := d.str(v, p)
+				switch {
+				case !ok:
+				case s == "off":
+					a.Listen = ""
+				case s == "":
+					d.errorf(v, p, "empty address; write off to disable the admin listener")
+				default:
+					addr, err := parseListenAddr(s)
+					if err != nil {
+						d.errorf(v, p, "%v", err)
+						return
+					}
+					a.Listen = addr
 				}
-				a.Listen = addr
-			}
+			},
+			get: func() *yaml.Node {
+				if a.Listen == "" {
+					return strNode("off")
+				}
+				return strNode(a.Listen)
+			},
+			kind: kindString,
 		}},
-		{"allowed_hosts", func(v *yaml.Node, p string) { a.AllowedHosts = d.adminHosts(v, p) }},
+		{"allowed_hosts", val{
+			set: func(v *yaml.Node, p string) { a.AllowedHosts = d.adminHosts(v, p) },
+			get: func() *yaml.Node {
+				if a.AllowedHosts == nil {
+					return nil // the default: localhost and the machine's name
+				}
+				return strSeq(a.AllowedHosts)
+			},
+			kind: listOf(kindString, 0, unbounded).orNull(),
+		}},
 		{"pprof", d.boolField(&a.Pprof)},
 		{"ready_requires_backend", d.boolField(&a.ReadyRequiresBackend)},
-	})
+	}
 }
 
 // adminHosts decodes admin.allowed_hosts: host names or IPs as in an app's
@@ -160,70 +186,76 @@ func (d *decoder) adminHosts(n *yaml.Node, path string) []string {
 	return out
 }
 
-func (d *decoder) log(n *yaml.Node, path string, l *Log) {
-	d.mapping(n, path, []field{
+func (d *decoder) logFields(l *Log) []field {
+	access := func() []field { return d.accessFields(l) }
+	return []field{
 		{"level", d.enumField(&l.Level, "trace", "debug", "info", "warn", "error")},
 		{"format", d.enumField(&l.Format, "text", "json")},
-		{"access", func(v *yaml.Node, p string) { d.accessLog(v, p, l) }},
-	})
+		// log.access: a bool (the shorthand for enabled, with the
+		// defaults), or a mapping. The dump writes the mapping.
+		{"access", val{
+			set: func(v *yaml.Node, p string) {
+				if r := resolve(v); r != nil && r.Kind == yaml.ScalarNode && !isNull(r) {
+					if x, ok := d.boolean(v, p); ok {
+						l.Access = x
+					}
+					return
+				}
+				d.mapping(v, p, access())
+			},
+			get:  func() *yaml.Node { return emit(access()) },
+			kind: &kind{t: kUnion, alts: []*kind{kindBool, mapKind(access)}},
+		}},
+	}
 }
 
-// accessLog decodes log.access: a bool (the shorthand for enabled, with
-// the defaults), or a mapping.
-func (d *decoder) accessLog(n *yaml.Node, path string, l *Log) {
-	if r := resolve(n); r != nil && r.Kind == yaml.ScalarNode && !isNull(r) {
-		if x, ok := d.boolean(n, path); ok {
-			l.Access = x
-		}
-		return
-	}
+func (d *decoder) accessFields(l *Log) []field {
 	a := &l.AccessLog
-	d.mapping(n, path, []field{
+	return []field{
 		{"enabled", d.boolField(&l.Access)},
-		{"output", func(v *yaml.Node, p string) {
-			s, ok := d.str(v, p)
-			if !ok {
-				return
-			}
+		{"output", d.textField(&a.Output, false, func(s string) (string, error) {
 			if s != "stdout" && s != "stderr" && !filepath.IsAbs(s) {
-				d.errorf(v, p, "%q: write stdout, stderr or an absolute file path", s)
-				return
+				return "", fmt.Errorf("%q: write stdout, stderr or an absolute file path", s)
 			}
-			a.Output = s
-		}},
+			return s, nil
+		})},
 		{"format", d.enumField(&a.Format, "text", "json")},
 		{"rate", d.intField(&a.Rate, 0, 1<<30)},
 		{"reject_rate", d.intField(&a.RejectRate, 0, 1<<30)},
-	})
+	}
 }
 
+// serverState is where server's buffer sizes were written, for the check
+// that ties them.
+type serverState struct{ buf, total *yaml.Node }
+
 func (d *decoder) server(n *yaml.Node, path string, s *Server) {
+	var st serverState
+	d.mapping(n, path, d.serverFields(s, &st))
 	// request_buffer_total below request_buffer would answer 503 to every
 	// body between them: refused, at the line of whichever was set.
-	var bufN, totalN *yaml.Node
-	setBuf := d.sizeField(&s.RequestBuffer, 0, 1<<30)
-	setTotal := d.sizeField(&s.RequestBufferTotal, 0, math.MaxInt64)
-	defer func() {
-		if s.RequestBuffer > 0 && s.RequestBufferTotal > 0 && s.RequestBufferTotal < s.RequestBuffer && (bufN != nil || totalN != nil) {
-			at := totalN
-			if at == nil {
-				at = bufN
-			}
-			d.errorf(at, joinPath(path, "request_buffer_total"), "%d is smaller than request_buffer (%d): every body between them would get 503; raise it, or 0 for no cap", s.RequestBufferTotal, s.RequestBuffer)
+	if s.RequestBuffer > 0 && s.RequestBufferTotal > 0 && s.RequestBufferTotal < s.RequestBuffer && (st.buf != nil || st.total != nil) {
+		at := st.total
+		if at == nil {
+			at = st.buf
 		}
-	}()
-	d.mapping(n, path, []field{
+		d.errorf(at, joinPath(path, "request_buffer_total"), "%d is smaller than request_buffer (%d): every body between them would get 503; raise it, or 0 for no cap", s.RequestBufferTotal, s.RequestBuffer)
+	}
+}
+
+func (d *decoder) serverFields(s *Server, st *serverState) []field {
+	return []field{
 		{"read_header_timeout", d.durationField(&s.ReadHeaderTimeout, time.Nanosecond)},
 		{"body_timeout", d.durationField(&s.BodyTimeout, time.Nanosecond)},
 		{"idle_timeout", d.durationField(&s.IdleTimeout, time.Nanosecond)},
 		{"write_timeout", d.durationField(&s.WriteTimeout, 0)},
-		{"request_buffer", func(v *yaml.Node, p string) { bufN = v; setBuf(v, p) }},
-		{"request_buffer_total", func(v *yaml.Node, p string) { totalN = v; setTotal(v, p) }},
+		{"request_buffer", noting(&st.buf, d.sizeField(&s.RequestBuffer, 0, 1<<30))},
+		{"request_buffer_total", noting(&st.total, d.sizeField(&s.RequestBufferTotal, 0, math.MaxInt64))},
 		{"body_min_rate", d.sizeField(&s.BodyMinRate, 0, 1<<40)},
 		{"max_header_bytes", d.intSizeField(&s.MaxHeaderBytes, 1<<10, 16<<20)},
 		{"max_conns", d.intField(&s.MaxConns, 1, math.MaxInt32)},
 		{"shutdown_timeout", d.durationField(&s.ShutdownTimeout, time.Nanosecond)},
-	})
+	}
 }
 
 func (d *decoder) apps(n *yaml.Node, path string, s *Snapshot, m *meta) {
@@ -241,7 +273,7 @@ func (d *decoder) apps(n *yaml.Node, path string, s *Snapshot, m *meta) {
 			return
 		}
 		a := defaultApp()
-		am := appMeta{path: path + "[" + strconv.Itoa(i) + "]", line: line(e)}
+		am := appMeta{path: path + "[" + strconv.Itoa(i) + "]", at: posOf(e)}
 		if !d.app(e, am.path, a, &am) {
 			continue
 		}

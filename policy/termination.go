@@ -100,29 +100,32 @@ func (a *App) SertConfig() sert.Config {
 // a threshold but a typo.
 const maxTerminateUpper = time.Hour
 
+func newTerminate() *Terminate {
+	return &Terminate{Lower: DefaultTerminateLower, Upper: DefaultTerminateUpper}
+}
+
+// terminateState is where a terminate range's bounds were written.
+type terminateState struct{ lower, upper *yaml.Node }
+
 // terminate decodes a class's terminate section; nil after an error.
 func (d *decoder) terminate(n *yaml.Node, path string) *Terminate {
 	mark := d.reports
-	t := &Terminate{Lower: DefaultTerminateLower, Upper: DefaultTerminateUpper}
-	var lowerN, upperN *yaml.Node
-	if !d.mapping(n, path, []field{
-		{"lower", func(v *yaml.Node, p string) { lowerN = v; d.durationField(&t.Lower, time.Millisecond)(v, p) }},
-		{"upper", func(v *yaml.Node, p string) { upperN = v; d.durationField(&t.Upper, time.Millisecond)(v, p) }},
-		{"methods", func(v *yaml.Node, p string) { t.Methods = d.methods(v, p) }},
-	}) || d.reported(mark) {
+	t := newTerminate()
+	var st terminateState
+	if !d.mapping(n, path, d.terminateFields(t, &st)) || d.reported(mark) {
 		return nil
 	}
 	switch {
 	case t.Upper > maxTerminateUpper:
-		at := upperN
+		at := st.upper
 		if at == nil {
 			at = n
 		}
 		d.errorf(at, joinPath(path, "upper"), "%v is above %v; leave terminate out for no termination", t.Upper, maxTerminateUpper)
 	case t.Upper < t.Lower:
-		at, key := upperN, "upper"
+		at, key := st.upper, "upper"
 		if at == nil {
-			at, key = lowerN, "lower"
+			at, key = st.lower, "lower"
 		}
 		d.errorf(at, joinPath(path, key), "upper %v is below lower %v; the threshold moves from upper (no overload) down to lower", t.Upper, t.Lower)
 	}
@@ -132,40 +135,63 @@ func (d *decoder) terminate(n *yaml.Node, path string) *Terminate {
 	return t
 }
 
+func (d *decoder) terminateFields(t *Terminate, st *terminateState) []field {
+	return []field{
+		{"lower", noting(&st.lower, d.durationField(&t.Lower, time.Millisecond))},
+		{"upper", noting(&st.upper, d.durationField(&t.Upper, time.Millisecond))},
+		{"methods", val{
+			set: func(v *yaml.Node, p string) { t.Methods = d.methods(v, p) },
+			get: func() *yaml.Node {
+				if t.Methods == nil {
+					return nil // the default, GET and HEAD (sert)
+				}
+				return strSeq(t.Methods)
+			},
+			kind: listOf(kindString, 1, unbounded),
+		}},
+	}
+}
+
+// terminationState is where the water marks were written.
+type terminationState struct{ low, high *yaml.Node }
+
 // termination decodes the app's termination section.
 func (d *decoder) termination(n *yaml.Node, path string, t *Termination) {
 	mark := d.reports
-	var lowN, highN *yaml.Node
-	if !d.mapping(n, path, []field{
-		{"alpha", d.numField(&t.Alpha, above(0))},
-		{"low_water", func(v *yaml.Node, p string) {
-			lowN = v
-			d.numField(&t.LowWater, numRange{lo: 0, hi: 1, hiOpen: true})(v, p)
-		}},
-		{"high_water", func(v *yaml.Node, p string) {
-			highN = v
-			d.numField(&t.HighWater, numRange{lo: 0, hi: 1, loOpen: true})(v, p)
-		}},
-		{"interval", d.durationField(&t.Interval, time.Millisecond)},
-		{"min_arrivals", d.intField(&t.MinArrivals, 1, 1<<40)},
-		{"max_rise", func(v *yaml.Node, p string) {
-			if x, ok := d.numberIn(v, p, atLeast(0)); ok {
-				if x != 0 && !(x > 1) {
-					d.errorf(v, p, "%s would hold the threshold down for good; want 0 (no bound: the paper's rule) or a factor greater than 1", fmtNum(x))
-					return
-				}
-				t.MaxRise = x
-			}
-		}},
-	}) || d.reported(mark) {
+	var st terminationState
+	if !d.mapping(n, path, d.terminationFields(t, &st)) || d.reported(mark) {
 		return
 	}
 	if t.LowWater >= t.HighWater {
-		at, key := lowN, "low_water"
+		at, key := st.low, "low_water"
 		if at == nil {
-			at, key = highN, "high_water"
+			at, key = st.high, "high_water"
 		}
 		d.errorf(at, joinPath(path, key), "low_water %s must be below high_water %s (F falls from 1 at low water to 0 at high water)",
 			fmtNum(t.LowWater), fmtNum(t.HighWater))
+	}
+}
+
+func (d *decoder) terminationFields(t *Termination, st *terminationState) []field {
+	return []field{
+		{"alpha", d.numField(&t.Alpha, above(0))},
+		{"low_water", noting(&st.low, d.numField(&t.LowWater, numRange{lo: 0, hi: 1, hiOpen: true}))},
+		{"high_water", noting(&st.high, d.numField(&t.HighWater, numRange{lo: 0, hi: 1, loOpen: true}))},
+		{"interval", d.durationField(&t.Interval, time.Millisecond)},
+		{"min_arrivals", d.intField(&t.MinArrivals, 1, 1<<40)},
+		{"max_rise", val{
+			set: func(v *yaml.Node, p string) {
+				if x, ok := d.numberIn(v, p, atLeast(0)); ok {
+					if x != 0 && !(x > 1) {
+						d.errorf(v, p, "%s would hold the threshold down for good; want 0 (no bound: the paper's rule) or a factor greater than 1", fmtNum(x))
+						return
+					}
+					t.MaxRise = x
+				}
+			},
+			get: func() *yaml.Node { return numNode(t.MaxRise) },
+			// 0, or greater than 1: the schema says at least 0.
+			kind: numKind(atLeast(0)),
+		}},
 	}
 }

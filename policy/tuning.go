@@ -103,22 +103,53 @@ const (
 	maxWindows       = 3600
 )
 
-func (d *decoder) serverTiming(n *yaml.Node, path string, st *ServerTiming) {
-	d.mapping(n, path, []field{
+func (d *decoder) serverTimingFields(st *ServerTiming) []field {
+	return []field{
 		{"strip", d.boolField(&st.Strip)},
-	})
+	}
 }
 
-func (d *decoder) sla(n *yaml.Node, path string, s *SLA) {
-	d.mapping(n, path, []field{
+func (d *decoder) slaFields(s *SLA) []field {
+	return []field{
 		{"percentile", d.numField(&s.Percentile, numRange{lo: 0, hi: 100, loOpen: true, hiOpen: true})},
-		{"targets", func(v *yaml.Node, p string) {
-			if t, ok := d.slaTargets(v, p); ok {
-				s.Targets = t
-			}
+		{"targets", val{
+			set: func(v *yaml.Node, p string) {
+				if t, ok := d.slaTargets(v, p); ok {
+					s.Targets = t
+				}
+			},
+			get: func() *yaml.Node {
+				return emitList(len(s.Targets), false, func(i int) []field { return d.bandFields(&s.Targets[i], new(bandState)) })
+			},
+			kind: listOf(mapKind(func() []field { return d.bandFields(&SLABand{}, new(bandState)) }), 1, unbounded),
 		}},
 		{"revenue", d.numField(&s.Revenue, atLeast(0))},
-	})
+	}
+}
+
+// bandState is where a band's below was written, and whether it decoded.
+type bandState struct {
+	below   *yaml.Node
+	belowOK bool
+}
+
+func (d *decoder) bandFields(b *SLABand, st *bandState) []field {
+	return []field{
+		{"below", val{
+			set: func(v *yaml.Node, p string) {
+				st.below = v
+				b.Below, st.belowOK = d.numberIn(v, p, above(0))
+			},
+			get: func() *yaml.Node {
+				if b.Below == 0 { // the last band: no upper bound
+					return nil
+				}
+				return numNode(b.Below)
+			},
+			kind: numKind(above(0)),
+		}},
+		{"target", d.durationField(&b.Target, time.Nanosecond).need("the response-time target in this band, e.g. 1s")},
+	}
 }
 
 // slaTargets decodes the QoS table: bands in increasing order of below,
@@ -142,34 +173,21 @@ func (d *decoder) slaTargets(n *yaml.Node, path string) (out []SLABand, ok bool)
 		p := path + "[" + strconv.Itoa(i) + "]"
 		last := i == len(r.Content)-1
 		var b SLABand
-		var belowNode *yaml.Node
-		belowOK, sawTarget := false, false
-		if !d.mapping(e, p, []field{
-			{"below", func(v *yaml.Node, p string) {
-				belowNode = v
-				b.Below, belowOK = d.numberIn(v, p, above(0))
-			}},
-			{"target", func(v *yaml.Node, p string) {
-				sawTarget = true
-				d.durationField(&b.Target, time.Nanosecond)(v, p)
-			}},
-		}) {
+		var st bandState
+		if !d.mapping(e, p, d.bandFields(&b, &st)) {
 			continue
 		}
-		if !sawTarget {
-			d.errorf(e, p, "target is required (the response-time target in this band, e.g. 1s)")
-		}
 		switch {
-		case last && belowNode != nil:
-			d.errorf(belowNode, joinPath(p, "below"), "leave below out of the last band: it takes every rate above the band before it")
-		case !last && belowNode == nil:
+		case last && st.below != nil:
+			d.errorf(st.below, joinPath(p, "below"), "leave below out of the last band: it takes every rate above the band before it")
+		case !last && st.below == nil:
 			d.errorf(e, p, "below is required (the arrival rate in req/s under which this band applies); only the last band leaves it out")
-		case belowOK && prevLine > 0 && b.Below <= prev:
-			d.errorf(belowNode, joinPath(p, "below"), "below %s is not above the previous band's %s (line %d); list bands by increasing rate",
+		case st.belowOK && prevLine > 0 && b.Below <= prev:
+			d.errorf(st.below, joinPath(p, "below"), "below %s is not above the previous band's %s (line %d); list bands by increasing rate",
 				fmtNum(b.Below), fmtNum(prev), prevLine)
 		}
-		if belowOK {
-			prev, prevLine = b.Below, line(belowNode)
+		if st.belowOK {
+			prev, prevLine = b.Below, line(st.below)
 		}
 		out = append(out, b)
 	}
@@ -179,34 +197,49 @@ func (d *decoder) slaTargets(n *yaml.Node, path string) (out []SLABand, ok bool)
 	return out, true
 }
 
-// estimator decodes the estimator section. Each value is checked here, so
-// that its line is known; Parse then also hands the result to
-// estimator.New.
-func (d *decoder) estimator(n *yaml.Node, path string, c *estimator.Config) {
-	d.mapping(n, path, []field{
+// estimatorFields is the estimator section's key table. Each value is
+// checked here, so that its line is known; Parse then also hands the
+// result to estimator.New.
+func (d *decoder) estimatorFields(c *estimator.Config) []field {
+	return []field{
 		{"half_life", d.durationField(&c.HalfLife, time.Nanosecond)},
 		{"queue_half_life", d.durationField(&c.QueueHalfLife, time.Nanosecond)},
 		{"max_keys", d.intField(&c.MaxKeys, 1, maxEstimatorKeys)},
-		{"alpha", func(v *yaml.Node, p string) {
-			x, ok := d.numberIn(v, p, atLeast(0))
-			switch {
-			case !ok:
-			case x == 0:
-				d.errorf(v, p, "0 is out of range; must be greater than 0 (to ignore io time, use a tiny value such as 1e-9)")
-			default:
-				c.Alpha = x
-			}
+		{"alpha", val{
+			set: func(v *yaml.Node, p string) {
+				x, ok := d.numberIn(v, p, atLeast(0))
+				switch {
+				case !ok:
+				case x == 0:
+					d.errorf(v, p, "0 is out of range; must be greater than 0 (to ignore io time, use a tiny value such as 1e-9)")
+				default:
+					c.Alpha = x
+				}
+			},
+			get:  func() *yaml.Node { return numNode(c.Alpha) },
+			kind: numKind(above(0)),
 		}},
 		{"fit_alpha", d.boolField(&c.FitAlpha)},
-		{"buckets", func(v *yaml.Node, p string) {
-			if e, ok := d.bucketEdges(v, p); ok {
-				c.Edges = e
-			}
+		{"buckets", val{
+			set: func(v *yaml.Node, p string) {
+				if e, ok := d.bucketEdges(v, p); ok {
+					c.Edges = e
+				}
+			},
+			get: func() *yaml.Node {
+				n := seqNode()
+				n.Style = yaml.FlowStyle
+				for _, e := range c.Edges {
+					n.Content = append(n.Content, durNode(e))
+				}
+				return n
+			},
+			kind: listOf(&kind{t: kDuration, minDur: time.Nanosecond}, 1, maxBucketEdges),
 		}},
 		{"rate_window", d.durationField(&c.RateWindow, time.Nanosecond)},
 		{"rate_smoothing", d.durationField(&c.RateSmoothing, time.Nanosecond)},
 		{"probe_interval", d.durationField(&c.ProbeInterval, time.Nanosecond)},
-	})
+	}
 }
 
 // bucketEdges decodes the service-time bucket edges: positive durations in
@@ -248,64 +281,36 @@ func (d *decoder) bucketEdges(n *yaml.Node, path string) (out []time.Duration, o
 	return out, true
 }
 
-func (d *decoder) admission(n *yaml.Node, path string, a *Admission) {
-	modes := []string{
-		admission.ModeAuto.String(), admission.ModeBatch.String(),
-		admission.ModeThreshold.String(), admission.ModeAdaptive.String(), admission.ModeOff.String(),
-	}
-	d.mapping(n, path, []field{
-		{"mode", d.enumField(&a.Mode, modes...)},
+var admissionModes = []string{
+	admission.ModeAuto.String(), admission.ModeBatch.String(),
+	admission.ModeThreshold.String(), admission.ModeAdaptive.String(), admission.ModeOff.String(),
+}
+
+func (d *decoder) admissionFields(a *Admission) []field {
+	return []field{
+		{"mode", d.enumField(&a.Mode, admissionModes...)},
 		{"reserve", d.boolField(&a.Reserve)},
 		{"reserve_floor", d.numField(&a.ReserveFloor, numRange{lo: 0, hi: 1, hiOpen: true})},
-		{"batch", func(v *yaml.Node, p string) { d.batchAdmission(v, p, &a.Batch) }},
-		{"threshold", func(v *yaml.Node, p string) { d.thresholdAdmission(v, p, &a.Threshold) }},
-		{"switch", func(v *yaml.Node, p string) { d.modeSwitch(v, p, &a.Switch) }},
-		{"adaptive", func(v *yaml.Node, p string) { d.adaptiveAdmission(v, p, &a.Adaptive) }},
-		{"fallback", func(v *yaml.Node, p string) { d.fallback(v, p, &a.Fallback) }},
-	})
+		{"batch", d.section(func() []field { return d.batchFields(&a.Batch) }, nil)},
+		{"threshold", d.section(func() []field { return d.thresholdFields(&a.Threshold) }, nil)},
+		{"switch", d.section(func() []field { return d.switchFields(&a.Switch, new(switchState)) },
+			func(v *yaml.Node, p string) { d.modeSwitch(v, p, &a.Switch) })},
+		{"adaptive", d.section(func() []field { return d.adaptiveFields(&a.Adaptive, new(adaptiveState)) },
+			func(v *yaml.Node, p string) { d.adaptiveAdmission(v, p, &a.Adaptive) })},
+		{"fallback", d.section(func() []field { return d.fallbackFields(&a.Fallback) }, nil)},
+	}
 }
+
+// adaptiveState is where the adaptive keys checked together were written.
+type adaptiveState struct{ errI, errD, rateMin, rateMax, initial *yaml.Node }
 
 // adaptiveAdmission decodes admission.adaptive. Zero is refused where the
 // controller would read it as "default" (alpha, err_i, c_i, burst), so
 // that what the policy says is what runs.
 func (d *decoder) adaptiveAdmission(n *yaml.Node, path string, a *AdaptiveAdmission) {
 	mark := d.reports
-	var errINode, errDNode, minNode, maxNode, initNode *yaml.Node
-	if !d.mapping(n, path, []field{
-		{"nreq", d.intField(&a.NReq, 1, maxAdaptiveRuns)},
-		{"timeout", d.durationField(&a.Timeout, time.Millisecond)},
-		{"alpha", d.numField(&a.Alpha, numRange{lo: 0, hi: 1, loOpen: true, hiOpen: true})},
-		{"err_d", func(v *yaml.Node, p string) {
-			errDNode = v
-			d.numField(&a.ErrD, numRange{lo: -1, hi: 1e6})(v, p)
-		}},
-		{"err_i", func(v *yaml.Node, p string) {
-			errINode = v
-			d.numField(&a.ErrI, numRange{lo: -1, hi: 0, hiOpen: true})(v, p)
-		}},
-		{"adj_d", d.numField(&a.AdjD, numRange{lo: 1, hi: 1e6, loOpen: true})},
-		{"adj_i", d.numField(&a.AdjI, numRange{lo: 0, hi: 1e6, loOpen: true})},
-		{"c_i", d.numField(&a.CI, numRange{lo: -1e6, hi: 0, hiOpen: true})},
-		{"rate_min", func(v *yaml.Node, p string) {
-			minNode = v
-			d.numField(&a.RateMin, numRange{lo: 0, hi: 1e9, loOpen: true})(v, p)
-		}},
-		{"rate_max", func(v *yaml.Node, p string) {
-			maxNode = v
-			d.numField(&a.RateMax, numRange{lo: 0, hi: 1e9, loOpen: true})(v, p)
-		}},
-		{"adj_lo", d.numField(&a.AdjLo, numRange{lo: 1, hi: 1e6, loOpen: true})},
-		{"lc_thresh", d.intField(&a.LCThresh, 1, maxAdaptiveRuns)},
-		{"cut_all_lower", d.boolField(&a.CutAllLower)},
-		{"shared", d.boolField(&a.Shared)},
-		{"in_flight_limit", d.boolField(&a.InFlightLimit)},
-		{"rule", d.enumField(&a.Rule, AdaptiveRuleScaled, AdaptiveRulePaper)},
-		{"burst", d.durationField(&a.Burst, time.Millisecond)},
-		{"initial_rate", func(v *yaml.Node, p string) {
-			initNode = v
-			d.numField(&a.InitialRate, numRange{lo: 0, hi: 1e9})(v, p)
-		}},
-	}) || d.reported(mark) {
+	var st adaptiveState
+	if !d.mapping(n, path, d.adaptiveFields(a, &st)) || d.reported(mark) {
 		return
 	}
 	at := func(n *yaml.Node, key string, alt *yaml.Node, altKey string) (*yaml.Node, string) {
@@ -318,21 +323,21 @@ func (d *decoder) adaptiveAdmission(n *yaml.Node, path string, a *AdaptiveAdmiss
 		return nil, path
 	}
 	if a.ErrI >= a.ErrD {
-		nd, p := at(errINode, "err_i", errDNode, "err_d")
+		nd, p := at(st.errI, "err_i", st.errD, "err_d")
 		if nd == nil {
 			nd = n
 		}
 		d.errorf(nd, p, "err_i %s must be below err_d %s (the rate rises only well under the target, and is cut above it)", fmtNum(a.ErrI), fmtNum(a.ErrD))
 	}
 	if a.RateMax < a.RateMin {
-		nd, p := at(maxNode, "rate_max", minNode, "rate_min")
+		nd, p := at(st.rateMax, "rate_max", st.rateMin, "rate_min")
 		if nd == nil {
 			nd = n
 		}
 		d.errorf(nd, p, "rate_max %s is below rate_min %s", fmtNum(a.RateMax), fmtNum(a.RateMin))
 	}
 	if a.InitialRate != 0 && (a.InitialRate < a.RateMin || a.InitialRate > a.RateMax) {
-		d.errorf(initNode, joinPath(path, "initial_rate"), "%s is outside [rate_min %s, rate_max %s]; 0 means rate_max",
+		d.errorf(st.initial, joinPath(path, "initial_rate"), "%s is outside [rate_min %s, rate_max %s]; 0 means rate_max",
 			fmtNum(a.InitialRate), fmtNum(a.RateMin), fmtNum(a.RateMax))
 	}
 	if d.reported(mark) {
@@ -341,6 +346,29 @@ func (d *decoder) adaptiveAdmission(n *yaml.Node, path string, a *AdaptiveAdmiss
 	// Backstop: the library's own validation, with one placeholder class.
 	if _, err := adaptive.New(a.Config([]time.Duration{time.Second}, adaptive.DefaultPercentile)); err != nil {
 		d.errorf(n, path, "%s", strings.TrimPrefix(err.Error(), "adaptive: "))
+	}
+}
+
+func (d *decoder) adaptiveFields(a *AdaptiveAdmission, st *adaptiveState) []field {
+	return []field{
+		{"nreq", d.intField(&a.NReq, 1, maxAdaptiveRuns)},
+		{"timeout", d.durationField(&a.Timeout, time.Millisecond)},
+		{"alpha", d.numField(&a.Alpha, numRange{lo: 0, hi: 1, loOpen: true, hiOpen: true})},
+		{"err_d", noting(&st.errD, d.numField(&a.ErrD, numRange{lo: -1, hi: 1e6}))},
+		{"err_i", noting(&st.errI, d.numField(&a.ErrI, numRange{lo: -1, hi: 0, hiOpen: true}))},
+		{"adj_d", d.numField(&a.AdjD, numRange{lo: 1, hi: 1e6, loOpen: true})},
+		{"adj_i", d.numField(&a.AdjI, numRange{lo: 0, hi: 1e6, loOpen: true})},
+		{"c_i", d.numField(&a.CI, numRange{lo: -1e6, hi: 0, hiOpen: true})},
+		{"rate_min", noting(&st.rateMin, d.numField(&a.RateMin, numRange{lo: 0, hi: 1e9, loOpen: true}))},
+		{"rate_max", noting(&st.rateMax, d.numField(&a.RateMax, numRange{lo: 0, hi: 1e9, loOpen: true}))},
+		{"adj_lo", d.numField(&a.AdjLo, numRange{lo: 1, hi: 1e6, loOpen: true})},
+		{"lc_thresh", d.intField(&a.LCThresh, 1, maxAdaptiveRuns)},
+		{"cut_all_lower", d.boolField(&a.CutAllLower)},
+		{"shared", d.boolField(&a.Shared)},
+		{"in_flight_limit", d.boolField(&a.InFlightLimit)},
+		{"rule", d.enumField(&a.Rule, AdaptiveRuleScaled, AdaptiveRulePaper)},
+		{"burst", d.durationField(&a.Burst, time.Millisecond)},
+		{"initial_rate", noting(&st.initial, d.numField(&a.InitialRate, numRange{lo: 0, hi: 1e9}))},
 	}
 }
 
@@ -358,67 +386,72 @@ func (a AdaptiveAdmission) Config(targets []time.Duration, percentile float64) a
 	}
 }
 
-// fallback decodes admission.fallback.
-func (d *decoder) fallback(n *yaml.Node, path string, f *Fallback) {
-	d.mapping(n, path, []field{
+func (d *decoder) fallbackFields(f *Fallback) []field {
+	return []field{
 		{"enabled", d.boolField(&f.Enabled)},
 		{"miss_windows", d.intField(&f.MissWindows, 1, maxWindows)},
 		{"no_timing_share", d.numField(&f.NoTimingShare, numRange{lo: 0, hi: 1, loOpen: true})},
 		{"return_windows", d.intField(&f.ReturnWindows, 1, maxWindows)},
 		{"return_ratio", d.numField(&f.ReturnRatio, numRange{lo: 0, hi: 1, loOpen: true})},
-	})
+	}
 }
 
-func (d *decoder) batchAdmission(n *yaml.Node, path string, b *BatchAdmission) {
-	d.mapping(n, path, []field{
+func (d *decoder) batchFields(b *BatchAdmission) []field {
+	return []field{
 		{"queue_cap", d.intField(&b.QueueCap, 1, maxQueueCap)},
 		{"all_or_nothing", d.boolField(&b.AllOrNothing)},
 		{"strict_periods", d.boolField(&b.StrictPeriods)},
 		{"implied_queue", d.boolField(&b.ImpliedQueue)},
-		{"parallelism", func(v *yaml.Node, p string) {
-			x, ok := d.number(v, p)
-			switch {
-			case !ok:
-			case x != 0 && (x < 1 || x > maxParallelism):
-				d.errorf(v, p, "%s is out of range; use 0 to learn it, or a value from 1 to %d", fmtNum(x), maxParallelism)
-			default:
-				b.Parallelism = x
-			}
+		{"parallelism", val{
+			set: func(v *yaml.Node, p string) {
+				x, ok := d.number(v, p)
+				switch {
+				case !ok:
+				case x != 0 && (x < 1 || x > maxParallelism):
+					d.errorf(v, p, "%s is out of range; use 0 to learn it, or a value from 1 to %d", fmtNum(x), maxParallelism)
+				default:
+					b.Parallelism = x
+				}
+			},
+			get: func() *yaml.Node { return numNode(b.Parallelism) },
+			// 0, or 1 to maxParallelism: the schema says the whole range.
+			kind: numKind(numRange{lo: 0, hi: maxParallelism}),
 		}},
-	})
+	}
 }
 
-func (d *decoder) thresholdAdmission(n *yaml.Node, path string, t *ThresholdAdmission) {
-	d.mapping(n, path, []field{
+func (d *decoder) thresholdFields(t *ThresholdAdmission) []field {
+	return []field{
 		{"recompute", d.durationField(&t.Recompute, time.Nanosecond)},
 		{"capacity", d.numField(&t.Capacity, atLeast(0))},
-	})
+	}
 }
+
+// switchState is where the CPU bounds were written.
+type switchState struct{ high, low *yaml.Node }
 
 func (d *decoder) modeSwitch(n *yaml.Node, path string, s *ModeSwitch) {
 	mark := d.reports
-	var highNode, lowNode *yaml.Node
-	if !d.mapping(n, path, []field{
-		{"cpu_high", func(v *yaml.Node, p string) {
-			highNode = v
-			d.numField(&s.CPUHigh, numRange{lo: 0, hi: 1, loOpen: true})(v, p)
-		}},
-		{"cpu_low", func(v *yaml.Node, p string) {
-			lowNode = v
-			d.numField(&s.CPULow, numRange{lo: 0, hi: 1, loOpen: true, hiOpen: true})(v, p)
-		}},
-		{"hold", d.durationField(&s.Hold, time.Nanosecond)},
-		{"revert_after", d.durationField(&s.RevertAfter, time.Nanosecond)},
-	}) || d.reported(mark) {
+	var st switchState
+	if !d.mapping(n, path, d.switchFields(s, &st)) || d.reported(mark) {
 		return
 	}
 	if s.CPULow >= s.CPUHigh {
-		at, key := lowNode, "cpu_low"
+		at, key := st.low, "cpu_low"
 		if at == nil {
-			at, key = highNode, "cpu_high"
+			at, key = st.high, "cpu_high"
 		}
 		d.errorf(at, joinPath(path, key), "cpu_low %s must be below cpu_high %s (the switch back to batch needs a lower utilisation than the switch away)",
 			fmtNum(s.CPULow), fmtNum(s.CPUHigh))
+	}
+}
+
+func (d *decoder) switchFields(s *ModeSwitch, st *switchState) []field {
+	return []field{
+		{"cpu_high", noting(&st.high, d.numField(&s.CPUHigh, numRange{lo: 0, hi: 1, loOpen: true}))},
+		{"cpu_low", noting(&st.low, d.numField(&s.CPULow, numRange{lo: 0, hi: 1, loOpen: true, hiOpen: true}))},
+		{"hold", d.durationField(&s.Hold, time.Nanosecond)},
+		{"revert_after", d.durationField(&s.RevertAfter, time.Nanosecond)},
 	}
 }
 

@@ -1220,8 +1220,9 @@ apps:
 }
 
 // TestThreeErrors is the acceptance case: a misspelt key, a bad duration and
-// a bad address give exactly three FILE:LINE errors, in line order, and
-// nothing that follows from them.
+// a bad address give exactly three FILE:LINE:COLUMN errors, in line order,
+// and nothing that follows from them; the column is the key's for an
+// unknown key, the value's for a bad value.
 func TestThreeErrors(t *testing.T) {
 	src := `apps:
   - name: shop
@@ -1238,9 +1239,9 @@ func TestThreeErrors(t *testing.T) {
 		t.Fatalf("got %d errors, want 3:\n%v", len(es), err)
 	}
 	want := []string{
-		`/etc/sentry/policy.yaml:3: apps[0].listen: invalid address "127.0.0.1:99999": port "99999" is not a number from 1 to 65535`,
-		`/etc/sentry/policy.yaml:6: apps[0]: unknown key "balanse" (did you mean "balance"?)`,
-		`/etc/sentry/policy.yaml:8: apps[0].timeouts.connect: duration "250" has no unit; use a unit, e.g. 250ms or 250s`,
+		`/etc/sentry/policy.yaml:3:13: apps[0].listen: invalid address "127.0.0.1:99999": port "99999" is not a number from 1 to 65535`,
+		`/etc/sentry/policy.yaml:6:5: apps[0]: unknown key "balanse" (did you mean "balance"?)`,
+		`/etc/sentry/policy.yaml:8:16: apps[0].timeouts.connect: duration "250" has no unit; use a unit, e.g. 250ms or 250s`,
 	}
 	for i, w := range want {
 		if got := es[i].Error(); got != w {
@@ -1281,17 +1282,18 @@ func TestErrorFormat(t *testing.T) {
 		e    Error
 		want string
 	}{
-		{Error{"p.yaml", 3, "bad"}, "p.yaml:3: bad"},
-		{Error{"<flags>", 0, "-backend: bad"}, "<flags>: -backend: bad"},
-		{Error{"", 7, "bad"}, "7: bad"},
-		{Error{"", 0, "bad"}, "bad"},
+		{Error{File: "p.yaml", Line: 3, Column: 5, Msg: "bad"}, "p.yaml:3:5: bad"},
+		{Error{File: "p.yaml", Line: 3, Msg: "bad"}, "p.yaml:3: bad"},
+		{Error{File: "<flags>", Msg: "-backend: bad"}, "<flags>: -backend: bad"},
+		{Error{Line: 7, Column: 1, Msg: "bad"}, "7:1: bad"},
+		{Error{Msg: "bad"}, "bad"},
 	} {
 		if got := tc.e.Error(); got != tc.want {
 			t.Errorf("%#v.Error() = %q, want %q", tc.e, got, tc.want)
 		}
 	}
-	es := Errors{{"f", 1, "a"}, {"f", 2, "b"}}
-	if got := es.Error(); got != "f:1: a\nf:2: b" {
+	es := Errors{{File: "f", Line: 1, Column: 3, Msg: "a"}, {File: "f", Line: 2, Msg: "b"}}
+	if got := es.Error(); got != "f:1:3: a\nf:2: b" {
 		t.Errorf("Errors.Error() = %q", got)
 	}
 }

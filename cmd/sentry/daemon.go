@@ -178,8 +178,8 @@ func (d *daemon) serveAdmin(addr string, ln net.Listener) {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	// The policy in force, defaults filled in (policy.Dump), as
-	// `sentry check -dump` prints a file's.
+	// The policy in force as a policy file, defaults filled in
+	// (policy.Dump): the document `sentry check -dump` prints for a file.
 	mux.HandleFunc("/config", func(w http.ResponseWriter, r *http.Request) {
 		out, err := policy.Dump(d.proxy.Snapshot())
 		if err != nil {

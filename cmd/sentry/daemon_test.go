@@ -407,7 +407,7 @@ func TestReadyRequiresBackend(t *testing.T) {
 }
 
 // TestAdminConfig: /config on the admin listener shows the policy in
-// force, defaults filled in, and follows a reload.
+// force as a valid policy, defaults filled in, and follows a reload.
 func TestAdminConfig(t *testing.T) {
 	be := backendServer(t, "one")
 	l1, a1 := freeAddr(t), freeAddr(t)
@@ -427,6 +427,17 @@ func TestAdminConfig(t *testing.T) {
 	}
 	if c := get(); !strings.Contains(c, "max_conns: 77") || !strings.Contains(c, "read_header_timeout: 10s") || !strings.Contains(c, "name: web") {
 		t.Errorf("/config:\n%s", c)
+	}
+	// The same document as `sentry check -dump`: a valid policy that reads
+	// back to itself.
+	c := get()
+	want, _ := policy.Dump(d.proxy.Snapshot())
+	back, err := policy.Parse("config.yaml", []byte(c))
+	if c != string(want) || err != nil {
+		t.Fatalf("/config is not the dump of the policy in force, or not a policy (%v):\n%s", err, c)
+	}
+	if again, _ := policy.Dump(back); string(again) != c {
+		t.Errorf("/config does not read back to itself:\n%s\n---\n%s", c, again)
 	}
 	if err := d.reload(parse(t, fmt.Sprintf(pol, a1, 88, l1, be))); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ package main
 import (
 	"fmt"
 	"os"
+
+	"github.com/sentry-proxy/sentry/policy"
 )
 
 const usage = `sentry: an admission-control reverse proxy for web farms.
@@ -19,11 +21,15 @@ Usage:
   sentry run -listen ADDR -backend ADDR [-backend ADDR ...] [-admin ADDR]
         Run a quick policy without a file: one app on ADDR (default
         127.0.0.1:8080) relaying to the backends; admin on 127.0.0.1:9901.
-  sentry check -config FILE [-dump]
-        Validate a policy. Prints every error as FILE:LINE: message; exit 1
-        if there is any. -dump prints the policy as sentry would run it,
-        defaults filled in (the admin listener's /config shows the one in
-        force).
+  sentry check -config FILE [-dump] [-format text|json]
+        Validate a policy. Prints every error as FILE:LINE:COLUMN: message
+        (-format json: one JSON report with file, line, column, message and
+        did_you_mean); exit 1 if there is any. -dump prints the policy as
+        sentry would run it: a valid policy file with every default filled
+        in (the admin listener's /config shows the one in force).
+  sentry schema
+        Print the policy's JSON Schema, for editors and CI (the repository
+        keeps it as docs/policy.schema.json).
   sentry reload -config FILE (-pidfile FILE | -pid PID) [-timeout D]
         Validate the policy, send SIGHUP to the running sentry and wait for
         it to apply the policy; exit 1 if the file is invalid or the
@@ -58,6 +64,13 @@ func realMain(args []string) int {
 		return cmdReload(args[1:])
 	case "demo":
 		return cmdDemo(args[1:])
+	case "schema":
+		if len(args) > 1 {
+			fmt.Fprintln(os.Stderr, "usage: sentry schema")
+			return 2
+		}
+		os.Stdout.Write(policy.Schema())
+		return 0
 	case "version", "-version", "--version":
 		fmt.Println("sentry", version())
 		return 0
