@@ -40,6 +40,14 @@ func (m *model) slowdown(k int) float64 {
 	return f
 }
 
+// free reports whether k more requests each find a slot of their own:
+// the load after them, η + ⌈k/n⌉ per backend, is at most P, so the
+// stretch max(1, (η + ⌈k/n⌉)/P) stays 1 for every request in service and
+// the queue η implies stays empty. It is the farm side of the
+// work-conserving rule (doc.go, Work conservation): admitted there, the k
+// requests slow down nobody already admitted, whatever their own size.
+func (m *model) free(k int) bool { return m.slowdown(k) <= 1 }
+
 // qAt is the queueing delay the test charges a batch of k requests of
 // inherent service time s: the estimate Q, but never less than the backend
 // queue the in-flight count implies once the batch is in,
