@@ -93,7 +93,7 @@ type Decision struct {
 	// estimate, or its estimate plus the measured queue, exceeds the
 	// budget) -- made because admitting it harmed nobody: the farm had
 	// idle capacity and nothing waited (the work-conserving rule,
-	// docs/algorithms.md §0; each mode's doc.go gives its condition).
+	// docs/algorithms.md §10; each mode's doc.go gives its condition).
 	// Set only with Verdict Admit. The owner counts and logs it, and the
 	// request's completion is kept out of the SLA feedback (its time is
 	// its own service time, which no admission decision can change).
