@@ -32,8 +32,8 @@
 //   - The goroutine is owned: New starts it, Close stops it. Close flushes
 //     what is buffered and returns once it is written or its timeout has
 //     passed; the goroutine exits when the output accepts the last batch
-//     or, for an output Close may close (Options.CloseOut), when closing
-//     it makes the stuck write fail. A write blocked on a descriptor in
+//     or, for an output the writer owns (one that implements io.Closer),
+//     when Close closes it and so makes the stuck write fail. A write blocked on a descriptor in
 //     blocking mode that the process does not own (a stuck stdout) cannot
 //     be interrupted: the goroutine stays in it until the reader comes
 //     back or the process exits, and Close returns after its timeout.
@@ -56,6 +56,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Defaults.
@@ -73,10 +75,6 @@ type Options struct {
 	// Chunk is the most bytes one write call carries (always whole lines;
 	// a longer line goes alone). Default DefaultChunk.
 	Chunk int
-	// CloseOut: the writer owns the output and closes it (if it is an
-	// io.Closer) when it stops, and when SetOutput replaces it. Default
-	// false (stdout and stderr are not ours to close).
-	CloseOut bool
 	// Now is the clock for Stalled. Default time.Now.
 	Now func() time.Time
 }
@@ -85,28 +83,39 @@ type Options struct {
 // Write never blocks on the output and always reports success (a dropped
 // line is counted, not returned as an error, since a logger has nothing
 // better to do with one).
+//
+// An output that implements io.Closer belongs to the Writer: it is closed
+// when SetOutput replaces it (after any write to it in progress) and when
+// the Writer stops. Wrap one that is not the Writer's to hide its Close:
+// New(struct{ io.Writer }{os.Stdout}, …).
 type Writer struct {
 	size, chunk int
-	closeOut    bool
 	now         func() time.Time
 
 	mu struct {
 		sync.Mutex
-		buf    []byte    // pending whole lines
-		out    io.Writer // where the goroutine writes the next batch
-		old    []io.Writer
+		buf   []byte    // pending whole lines
+		taken uint64    // bytes accepted since New
+		out   io.Writer // the output of the lines appended from now on
+		// cuts are the SetOutput calls since the goroutine last took the
+		// buffer: from buf[cut.at] on, lines go to cut.out.
+		cuts   []cut
 		closed bool
 	}
 	kick chan struct{} // one slot: "there is something to write"
 	stop chan struct{} // closed by Close
 	done chan struct{} // closed when the goroutine returns
 
-	spare   []byte       // the goroutine's: the buffer it wrote last
-	since   atomic.Int64 // unix ns when the write in progress started; 0: none
+	spare   []byte                 // the goroutine's: the buffer it wrote last
+	cur     io.Writer              // the goroutine's: the output it writes to
+	curBox  atomic.Pointer[outBox] // cur, for Close to unblock
+	cuts    []cut                  // the goroutine's: spare for mu.cuts
+	since   atomic.Int64           // unix ns when the write in progress started; 0: none
 	full    atomic.Uint64
 	failed  atomic.Uint64
 	written atomic.Uint64
-	pending atomic.Int64 // bytes in mu.buf (for scrapes without the lock)
+	pending atomic.Int64  // bytes in mu.buf (for scrapes without the lock)
+	settled atomic.Uint64 // bytes the goroutine is done with (written or failed)
 }
 
 // New starts a Writer on out; its goroutine runs until Close.
@@ -120,9 +129,10 @@ func New(out io.Writer, o Options) *Writer {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	w := &Writer{size: o.Size, chunk: o.Chunk, closeOut: o.CloseOut, now: o.Now,
+	w := &Writer{size: o.Size, chunk: o.Chunk, now: o.Now,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	w.mu.out = out
+	w.mu.out, w.cur = out, out
+	w.curBox.Store(&outBox{out})
 	// Room for the usual batch from the start: no allocation per line in
 	// steady state, and none at all below initialCap bytes per batch.
 	n := min(o.Size, initialCap)
@@ -132,35 +142,46 @@ func New(out io.Writer, o Options) *Writer {
 }
 
 // Write appends p, one or more whole lines, to the buffer, or drops it
-// whole when it does not fit (counted: Dropped). It never blocks on the
-// output and always returns len(p), nil. After Close, p is discarded
-// uncounted. It allocates only while the buffer grows to its working size.
+// whole when it does not fit (counted in Stats.Full). It never blocks on
+// the output and always returns len(p), nil. After Close, p is discarded
+// uncounted. It allocates only while the buffer grows past its initial
+// size.
 func (w *Writer) Write(p []byte) (int, error) {
+	w.TryWrite(p)
+	return len(p), nil
+}
+
+// TryWrite is Write that tells whether p was kept: false when the buffer
+// had no room for it (counted in Stats.Full) or the Writer is closed.
+func (w *Writer) TryWrite(p []byte) bool {
 	w.mu.Lock()
 	switch {
 	case w.mu.closed:
 		w.mu.Unlock()
-		return len(p), nil
+		return false
 	case len(w.mu.buf)+len(p) > w.size:
 		w.mu.Unlock()
 		w.full.Add(uint64(max(1, bytes.Count(p, nl))))
-		return len(p), nil
+		return false
 	}
 	w.mu.buf = append(w.mu.buf, p...)
+	w.mu.taken += uint64(len(p))
 	w.pending.Store(int64(len(w.mu.buf)))
 	w.mu.Unlock()
 	select {
 	case w.kick <- struct{}{}:
 	default:
 	}
-	return len(p), nil
+	return true
 }
 
 var nl = []byte{'\n'}
 
-// SetOutput makes out the output from the next batch on. The output it
-// replaces is closed (with CloseOut) once the goroutine has finished any
-// write to it, so a reopen after log rotation never cuts a line.
+// SetOutput makes out the output of the lines written from now on; the
+// lines already buffered still go to the output they were written for.
+// The output it replaces is closed, if it is an io.Closer, once the
+// goroutine has written those lines to it, so a reopen after log rotation
+// neither cuts a line nor moves one to the new file.
 func (w *Writer) SetOutput(out io.Writer) {
 	w.mu.Lock()
 	if w.mu.closed {
@@ -168,7 +189,7 @@ func (w *Writer) SetOutput(out io.Writer) {
 		w.closeOutput(out)
 		return
 	}
-	w.mu.old = append(w.mu.old, w.mu.out)
+	w.mu.cuts = append(w.mu.cuts, cut{at: len(w.mu.buf), out: out})
 	w.mu.out = out
 	w.mu.Unlock()
 	select {
@@ -179,8 +200,8 @@ func (w *Writer) SetOutput(out io.Writer) {
 
 // Close stops taking lines, flushes what is buffered and stops the
 // goroutine. It returns once the buffer is written, or after timeout if
-// the output is stuck; then, with CloseOut, it closes the output, which
-// ends a write blocked on a pollable file (a FIFO, a socket). It reports
+// the output is stuck; then it closes the output if it is an io.Closer,
+// which ends a write blocked on a pollable file (a FIFO, a socket). It reports
 // whether everything was flushed. Close is idempotent.
 func (w *Writer) Close(timeout time.Duration) bool {
 	w.mu.Lock()
@@ -196,21 +217,33 @@ func (w *Writer) Close(timeout time.Duration) bool {
 		return true
 	case <-t.C:
 	}
-	// Stuck: unblock a pollable output; the goroutine then drops the rest.
-	w.mu.Lock()
-	out := w.mu.out
-	w.mu.Unlock()
-	w.closeOutput(out)
+	// Stuck: unblock a pollable output; the goroutine then drops the rest
+	// (and closes the outputs it has not reached yet).
+	w.closeOutput(w.curBox.Load().w)
 	return false
+}
+
+// Sync waits until every line accepted before the call has been written
+// (or refused by the output), at most timeout, and reports whether it
+// was. It polls; it is for tests and tools, not for a serving path.
+func (w *Writer) Sync(timeout time.Duration) bool {
+	w.mu.Lock()
+	target := w.mu.taken
+	w.mu.Unlock()
+	deadline := time.Now().Add(timeout)
+	for w.settled.Load() < target {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return true
 }
 
 // Done is closed when the goroutine has returned.
 func (w *Writer) Done() <-chan struct{} { return w.done }
 
 func (w *Writer) closeOutput(out io.Writer) {
-	if !w.closeOut {
-		return
-	}
 	if c, ok := out.(io.Closer); ok {
 		_ = c.Close()
 	}
@@ -241,6 +274,14 @@ func (w *Writer) Stats() Stats {
 	return Stats{Written: w.written.Load(), Full: w.full.Load(), Failed: w.failed.Load(), Buffered: w.pending.Load()}
 }
 
+type outBox struct{ w io.Writer }
+
+// cut is a SetOutput in the buffer: from byte at on, lines go to out.
+type cut struct {
+	at  int
+	out io.Writer
+}
+
 func (w *Writer) run() {
 	defer close(w.done)
 	for {
@@ -250,25 +291,28 @@ func (w *Writer) run() {
 		}
 		for {
 			w.mu.Lock()
-			batch, out, closed := w.mu.buf, w.mu.out, w.mu.closed
-			old := w.mu.old
-			w.mu.old = nil
-			w.mu.buf = w.spare[:0]
+			batch, cuts, closed := w.mu.buf, w.mu.cuts, w.mu.closed
+			w.mu.buf, w.mu.cuts = w.spare[:0], w.cuts[:0]
 			w.pending.Store(0)
 			w.mu.Unlock()
-			for _, o := range old {
-				w.closeOutput(o)
-			}
-			if len(batch) == 0 {
+			if len(batch) == 0 && len(cuts) == 0 {
 				w.spare = batch
 				if closed {
-					w.closeOutput(out)
+					w.closeOutput(w.cur)
 					return
 				}
 				break
 			}
-			w.flush(out, batch)
-			w.spare = batch[:0]
+			prev := 0
+			for _, c := range cuts {
+				w.flush(w.cur, batch[prev:c.at])
+				w.closeOutput(w.cur)
+				w.cur, prev = c.out, c.at
+				w.curBox.Store(&outBox{c.out})
+			}
+			w.flush(w.cur, batch[prev:])
+			clear(cuts)
+			w.spare, w.cuts = batch[:0], cuts[:0]
 		}
 	}
 }
@@ -291,10 +335,62 @@ func (w *Writer) flush(out io.Writer, batch []byte) {
 		w.since.Store(w.now().UnixNano())
 		_, err := out.Write(c)
 		w.since.Store(0)
+		w.settled.Add(uint64(n))
 		if err != nil {
 			w.failed.Add(lines)
 			continue
 		}
 		w.written.Add(lines)
+	}
+}
+
+// Collector exports Writers' state at scrape time, one set of series per
+// log name ("access", "process"):
+//
+//	sentry_log_lines_written_total{log}
+//	sentry_log_lines_dropped_total{log,reason}  reason: buffer_full, write_error
+//	sentry_log_buffered_bytes{log}
+//	sentry_log_output_stalled_seconds{log}      how long the write in progress has been blocked
+//
+// A Writer that is nil (a log never turned on) exports nothing.
+type Collector struct {
+	logs []string
+	get  []func() *Writer
+}
+
+var (
+	descWritten = prometheus.NewDesc("sentry_log_lines_written_total", "Log lines the log's writer goroutine has written to its output.", []string{"log"}, nil)
+	descDropped = prometheus.NewDesc("sentry_log_lines_dropped_total", "Log lines lost by the log's writer: buffer_full (the output did not keep up, or is stuck; the line was never buffered), write_error (the output refused it).", []string{"log", "reason"}, nil)
+	descBuf     = prometheus.NewDesc("sentry_log_buffered_bytes", "Bytes of log lines waiting for the log's writer goroutine.", []string{"log"}, nil)
+	descStalled = prometheus.NewDesc("sentry_log_output_stalled_seconds", "How long the log's current write to its output has been blocked (0: not writing). A reader that stopped reading shows as a value that keeps growing; serving is not affected.", []string{"log"}, nil)
+)
+
+// Add exports the Writer get returns, as log.
+func (c *Collector) Add(log string, get func() *Writer) {
+	c.logs = append(c.logs, log)
+	c.get = append(c.get, get)
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descWritten
+	ch <- descDropped
+	ch <- descBuf
+	ch <- descStalled
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for i, log := range c.logs {
+		w := c.get[i]()
+		if w == nil {
+			continue
+		}
+		st := w.Stats()
+		ch <- prometheus.MustNewConstMetric(descWritten, prometheus.CounterValue, float64(st.Written), log)
+		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(st.Full), log, "buffer_full")
+		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(st.Failed), log, "write_error")
+		ch <- prometheus.MustNewConstMetric(descBuf, prometheus.GaugeValue, float64(st.Buffered), log)
+		ch <- prometheus.MustNewConstMetric(descStalled, prometheus.GaugeValue, w.Stalled().Seconds(), log)
 	}
 }

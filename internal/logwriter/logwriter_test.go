@@ -154,7 +154,7 @@ func TestLongLineAlone(t *testing.T) {
 }
 
 // TestCloseStuckPollable: Close with a reader that never comes back returns
-// after its timeout; with CloseOut it closes the output, which ends a write
+// after its timeout; it closes the output (an io.Closer, the writer's), which ends a write
 // blocked on a pipe (pollable), so the goroutine returns: nothing leaks.
 func TestCloseStuckPollable(t *testing.T) {
 	r, wr, err := os.Pipe()
@@ -163,7 +163,7 @@ func TestCloseStuckPollable(t *testing.T) {
 	}
 	defer r.Close()
 	base := runtime.NumGoroutine()
-	w := New(wr, Options{Size: 1 << 20, CloseOut: true})
+	w := New(wr, Options{Size: 1 << 20})
 	big := bytes.Repeat([]byte("y"), 1023)
 	big = append(big, '\n')
 	for range 512 { // 512 KiB: more than a pipe holds
@@ -198,11 +198,11 @@ func TestCloseStuckPollable(t *testing.T) {
 }
 
 // TestSetOutput: lines after SetOutput go to the new output; the old one
-// is closed (CloseOut) only after the write to it in progress is done.
+// is closed (an io.Closer: the writer's) only after the write to it in progress is done.
 func TestSetOutput(t *testing.T) {
 	a := &closeRecorder{gate: newGate(false)}
 	b := &closeRecorder{gate: newGate(true)}
-	w := New(a, Options{CloseOut: true})
+	w := New(a, Options{})
 	w.Write([]byte("to a\n"))
 	<-a.entered // stuck in a write to a
 	w.SetOutput(b)
