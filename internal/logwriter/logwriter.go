@@ -352,7 +352,8 @@ func (w *Writer) flush(out io.Writer, batch []byte) {
 //	sentry_log_buffered_bytes{log}
 //	sentry_log_output_stalled_seconds{log}      how long the write in progress has been blocked
 //
-// A Writer that is nil (a log never turned on) exports nothing.
+// A Writer that is nil (a log never turned on) exports nothing. Log names
+// must be unique in a registry.
 type Collector struct {
 	logs []string
 	get  []func() *Writer
@@ -371,13 +372,11 @@ func (c *Collector) Add(log string, get func() *Writer) {
 	c.get = append(c.get, get)
 }
 
-// Describe implements prometheus.Collector.
-func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descWritten
-	ch <- descDropped
-	ch <- descBuf
-	ch <- descStalled
-}
+// Describe implements prometheus.Collector. It describes nothing: the
+// Collector is unchecked, so that each owner of a log (the proxy its
+// access log, cmd/sentry the process log) registers its own into one
+// registry; their series differ by the log label.
+func (c *Collector) Describe(chan<- *prometheus.Desc) {}
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
