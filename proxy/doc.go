@@ -77,9 +77,14 @@
 // rejections cannot make the log grow with it; dropped lines are
 // counted. Every answer carries a request ID, a rejection's too (made
 // where the reply is written), and the line has the same ID. Decision:
-// the writer formats and writes under one mutex, one write call per line,
-// unbuffered, so a crash loses no line and lines never interleave; under
-// a flood the buckets, not the lock, bound its cost.
+// writing never blocks serving. The line is formatted under the log's
+// mutex and copied into a bounded buffer (internal/logwriter) that one
+// goroutine of the Proxy's writes to the output, in whole-line chunks of
+// at most PIPE_BUF, so lines never interleave; when the output is slow or
+// its reader stuck, the buffer fills and lines are dropped and counted
+// (reason buffer_full) while every request is served. The buffered lines
+// are lost on a crash and flushed, for at most 2 s, on a graceful stop
+// (accesslog.go has the reasons; docs/operations.md, Logs).
 //
 // Both import-graph rules are pinned by TestImportGraph in
 // proxy/pipeline and proxy/evloop.
