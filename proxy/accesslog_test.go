@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -309,6 +310,30 @@ func TestAccessLogH2(t *testing.T) {
 			if !strings.Contains(lines[i], w) || strings.Contains(lines[i], " id=-") {
 				t.Errorf("line %d %q lacks %q", i, lines[i], w)
 			}
+		}
+	}
+}
+
+// TestAccessLogWriteAllocs: with the log on, a line costs no allocation
+// once the buffers have grown (formatting into the log's buffer, the copy
+// into the writer's), whatever the writer's goroutine is doing.
+func TestAccessLogWriteAllocs(t *testing.T) {
+	m, err := newMetrics(prometheus.NewRegistry(), &Proxy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := logwriter.New(io.Discard, logwriter.Options{})
+	defer out.Close(time.Second)
+	now := time.Unix(1000, 0)
+	for _, format := range []string{"text", "json"} {
+		l := newAccessLog(policy.AccessLog{Output: "stdout", Format: format}, m, func() time.Time { return now }, out)
+		e := &pipeline.AccessEntry{App: &pipeline.App{Name: "web"}, Outcome: pipeline.OutRelayed, Class: -1, Start: now, Status: 200,
+			Method: []byte("GET"), URI: []byte("/a?q=1"), Proto: "HTTP/1.1", Host: []byte("x"), Agent: []byte("probe/1.0")}
+		for range 100 {
+			l.write(e)
+		}
+		if n := testing.AllocsPerRun(1000, func() { l.write(e) }); n != 0 {
+			t.Errorf("%s: %v allocs per line", format, n)
 		}
 	}
 }
