@@ -106,16 +106,20 @@ type Writer struct {
 	stop chan struct{} // closed by Close
 	done chan struct{} // closed when the goroutine returns
 
-	spare   []byte                 // the goroutine's: the buffer it wrote last
-	cur     io.Writer              // the goroutine's: the output it writes to
-	curBox  atomic.Pointer[outBox] // cur, for Close to unblock
-	cuts    []cut                  // the goroutine's: spare for mu.cuts
-	since   atomic.Int64           // unix ns when the write in progress started; 0: none
-	full    atomic.Uint64
-	failed  atomic.Uint64
-	written atomic.Uint64
-	pending atomic.Int64  // bytes in mu.buf (for scrapes without the lock)
-	settled atomic.Uint64 // bytes the goroutine is done with (written or failed)
+	spare  []byte                 // the goroutine's: the buffer it wrote last
+	cur    io.Writer              // the goroutine's: the output it writes to
+	curBox atomic.Pointer[outBox] // cur, for Close to unblock
+	// abandoned: Close timed out; what is left is dropped (counted as
+	// failed), not written, so that a later output as stuck as the last
+	// cannot hold the goroutine.
+	abandoned atomic.Bool
+	cuts      []cut        // the goroutine's: spare for mu.cuts
+	since     atomic.Int64 // unix ns when the write in progress started; 0: none
+	full      atomic.Uint64
+	failed    atomic.Uint64
+	written   atomic.Uint64
+	pending   atomic.Int64  // bytes in mu.buf (for scrapes without the lock)
+	settled   atomic.Uint64 // bytes the goroutine is done with (written or failed)
 }
 
 // New starts a Writer on out; its goroutine runs until Close.
@@ -219,6 +223,7 @@ func (w *Writer) Close(timeout time.Duration) bool {
 	}
 	// Stuck: unblock a pollable output; the goroutine then drops the rest
 	// (and closes the outputs it has not reached yet).
+	w.abandoned.Store(true)
 	w.closeOutput(w.curBox.Load().w)
 	return false
 }
@@ -332,6 +337,11 @@ func (w *Writer) flush(out io.Writer, batch []byte) {
 		c := batch[:n]
 		batch = batch[n:]
 		lines := uint64(max(1, bytes.Count(c, nl)))
+		if w.abandoned.Load() {
+			w.settled.Add(uint64(n))
+			w.failed.Add(lines)
+			continue
+		}
 		w.since.Store(w.now().UnixNano())
 		_, err := out.Write(c)
 		w.since.Store(0)

@@ -272,3 +272,45 @@ func BenchmarkWrite(b *testing.B) {
 		w.Write(l)
 	}
 }
+
+// TestCloseStuckThenStuckAgain: Close times out on a stuck pipe while a
+// SetOutput to a second stuck pipe waits behind it: once the first write
+// fails, the rest is dropped, not written to the second, and the
+// goroutine returns.
+func TestCloseStuckThenStuckAgain(t *testing.T) {
+	var files []*os.File
+	pipe := func() *os.File {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, r)
+		return w
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	w := New(pipe(), Options{Size: 1 << 20})
+	big := append(bytes.Repeat([]byte("z"), 1023), '\n')
+	for range 256 { // 256 KiB: more than a pipe holds
+		w.Write(big)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for w.Stalled() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	second := pipe()
+	w.SetOutput(second)
+	for range 256 {
+		w.Write(big)
+	}
+	if w.Close(200 * time.Millisecond) {
+		t.Fatal("Close reported a flush")
+	}
+	waitDone(t, w)
+	if _, err := second.Write([]byte("x")); err == nil {
+		t.Fatal("the second output was left open")
+	}
+}
