@@ -421,10 +421,10 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decisi
 		return admission.Decision{Verdict: admission.Admit}
 	}
 	// The work-conserving rule (doc.go, Work conservation): a slot is
-	// free and nothing of any class waits, so admitting the request slows
-	// down nobody; it only misses its own target. No mark: nothing failed
-	// that the load explains.
-	if m.free(1) && !waiting(s.classes) {
+	// free, the backends are not queueing and nothing of any class waits,
+	// so admitting the request slows down nobody; it only misses its own
+	// target. No mark: nothing failed that the load explains.
+	if m.free(1) && m.quiet(own) && !waiting(s.classes) {
 		return admittedOver
 	}
 	wait := m.drain(sNs, lim)
@@ -468,10 +468,11 @@ func (c *Controller) early(s *snapshot, idx, n int, sNs float64) (ok, over bool)
 		return false, false
 	}
 	m := c.model(s, n)
-	if m.admits(1, sNs, m.bound(cl, float64(cl.period), cl.dAbove)) {
+	b := m.bound(cl, float64(cl.period), cl.dAbove)
+	if m.admits(1, sNs, b) {
 		return true, false
 	}
-	if m.free(1) && !waiting(s.classes) {
+	if m.free(1) && m.quiet(b.own) && !waiting(s.classes) {
 		return true, true
 	}
 	return false, false
@@ -479,8 +480,9 @@ func (c *Controller) early(s *snapshot, idx, n int, sNs float64) (ok, over bool)
 
 // Spare tells whether one more request of class class would harm nobody
 // now (doc.go, Work conservation): a backend slot is free for it
-// (η + 1 ≤ P), no request of any class waits in a queue, and no more
-// important class holds a cascade mark. It looks at no service time: a
+// (η + 1 ≤ P), the measured queue is at most a tenth of R_sla (the
+// budget of a class without a period), no request of any class waits in
+// a queue, and no more important class holds a cascade mark. It looks at no service time: a
 // request admitted there slows down no request in service, whatever its
 // own size. It decides nothing and counts nothing; threshold mode admits
 // a request the room test refuses when Spare holds (package control). It
@@ -499,7 +501,7 @@ func (c *Controller) Spare(class int) bool {
 		return false
 	}
 	m := c.model(s, n)
-	return m.free(1)
+	return m.free(1) && m.quiet(m.rsla)
 }
 
 // Room tells, for one request of class class and estimated service time sz,
@@ -727,7 +729,7 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 		} else {
 			k = rc.m.largestPrefix(prefix, b)
 		}
-		if k < beta && !others && rc.m.free(beta) {
+		if k < beta && !others && rc.m.free(beta) && rc.m.quiet(own) {
 			// The work-conserving rule (doc.go, Work conservation): the
 			// whole batch finds free slots and nothing else waits; the
 			// rest fails only its own budget. Admit it, marked.

@@ -449,21 +449,24 @@ func (a *App) Inflight() int64 { return a.pool.Load().Inflight() }
 
 // Idle is adaptive mode's view of "admitting one more request harms
 // nobody" (adaptive.Config.Idle; adaptive's doc.go, "Work conservation"):
-// a backend has nothing in service and the next request goes to it. With
-// least-loaded balancing that is fewer requests in flight than healthy
-// backends; with round robin or p2c, which may send it to a busy one,
-// only an empty farm. It uses no slot count or service time: adaptive
-// mode runs where those may be wrong.
+// a backend has nothing in service and the next request goes to it, and
+// the backends are not queueing (the measured queue Q is at most a tenth
+// of R_sla, as batchac's rule has it: the in-flight count sees only
+// sentry's own requests). With least-loaded balancing the first is fewer
+// requests in flight than healthy backends; with round robin or p2c,
+// which may send it to a busy one, only an empty farm. It uses no slot
+// count or service time: adaptive mode runs where those may be wrong.
 func (a *App) Idle() bool {
 	p := a.pool.Load()
 	n := p.Healthy()
 	if n <= 0 {
 		return false
 	}
-	if a.cfg.Load().leastLoaded {
-		return p.Inflight() < int64(n)
+	switch in := p.Inflight(); {
+	case a.cfg.Load().leastLoaded && in >= int64(n), !a.cfg.Load().leastLoaded && in > 0:
+		return false
 	}
-	return p.Inflight() <= 0
+	return a.Q() <= time.Duration(a.rsla.Load())/10
 }
 func (a *App) Healthy() int           { return a.pool.Load().Healthy() }
 func (a *App) RSLA() time.Duration    { return time.Duration(a.rsla.Load()) }
