@@ -914,7 +914,9 @@ func (c *Controller) SetTargets(ts []time.Duration) error {
 			c.classes[i].target = float64(t)
 		}
 	}
-	c.cfg.Targets = append(c.cfg.Targets[:0], ts...)
+	// In place: the slice header is never written after New, so Classes
+	// reads its length without the lock (a scrape, the owner's monitor).
+	copy(c.cfg.Targets, ts)
 	c.mu.Unlock()
 	return nil
 }
