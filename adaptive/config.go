@@ -99,6 +99,18 @@ type Config struct {
 	// would hold the limit shut. It must be safe for concurrent use and
 	// cheap (Admit calls it). Default nil.
 	InFlight func() int64
+	// Idle, when set, tells whether one more request would harm nobody
+	// now (doc.go, "Work conservation"): the owner knows the farm (sentry:
+	// a backend with nothing in service). A request its token or the
+	// in-flight limit refuses is then admitted anyway, marked
+	// admission.Decision.OverTarget. Nil: the farm holds nothing admitted
+	// and not completed (the in-flight count above is 0 or less). It must
+	// be safe for concurrent use and cheap (Admit calls it, only to
+	// refuse). Set NoIdle to turn the rule off.
+	Idle func() bool
+	// NoIdle turns the work-conserving rule off: a request without a token
+	// is refused even on an idle farm (the paper's rule). Default false.
+	NoIdle bool
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }

@@ -22,6 +22,9 @@ type class struct {
 		last   int64 // unix ns
 	}
 	rate atomic.Uint64 // float64 bits, requests per second
+	// overTarget counts the admissions by the work-conserving rule (also
+	// in admitted).
+	overTarget atomic.Uint64
 
 	// Guarded by Controller.mu.
 	samples  []float64 // ns, at most NReq
@@ -182,6 +185,9 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 	if lim := c.limit.Load(); lim > 0 && c.overLimit(c.at(r.Class), lim) {
 		// The in-flight limit (doc.go): the farm holds what it finishes
 		// within a share of the target; no token is taken.
+		if c.idle() {
+			return c.admitOver(cl)
+		}
 		cl.rejected.Add(1)
 		return admission.Decision{Verdict: admission.RejectAdaptive, RetryAfter: time.Second}
 	}
@@ -201,8 +207,34 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 	}
 	wait := (1 - b.tokens) / rate // seconds until a token
 	b.Unlock()
+	if c.idle() {
+		return c.admitOver(cl)
+	}
 	cl.rejected.Add(1)
 	return admission.Decision{Verdict: admission.RejectAdaptive, RetryAfter: c.retryAfter(wait)}
+}
+
+// idle tells whether a request refused by its token or the in-flight
+// limit harms nobody if admitted (doc.go, "Work conservation"):
+// Config.Idle, else nothing admitted is in flight.
+func (c *Controller) idle() bool {
+	switch {
+	case c.cfg.NoIdle:
+		return false
+	case c.cfg.Idle != nil:
+		return c.cfg.Idle()
+	}
+	return c.inFlight() <= 0
+}
+
+// admitOver admits a request by the work-conserving rule: no token is
+// taken (the bucket keeps its debt), it counts as admitted and in flight,
+// and its completion should come as Ended (no sample).
+func (c *Controller) admitOver(cl *class) admission.Decision {
+	c.flight.Add(1)
+	cl.admitted.Add(1)
+	cl.overTarget.Add(1)
+	return admission.Decision{Verdict: admission.Admit, OverTarget: true}
 }
 
 func (c *Controller) retryAfter(secs float64) time.Duration {
@@ -838,6 +870,9 @@ type ClassState struct {
 	LC       int
 	Admitted uint64
 	Rejected uint64
+	// OverTarget counts the admissions by the work-conserving rule (doc.go,
+	// "Work conservation"); they are in Admitted too.
+	OverTarget uint64
 }
 
 // State returns class i's state.
@@ -847,7 +882,7 @@ func (c *Controller) State(i int) ClassState {
 	st := ClassState{
 		Rate: math.Float64frombits(cl.rate.Load()), Cur: time.Duration(cl.cur), Sample: time.Duration(cl.lastSamp),
 		Err: cl.err, Samples: len(cl.samples), Runs: cl.runs, LC: cl.lc,
-		Admitted: cl.admitted.Load(), Rejected: cl.rejected.Load(),
+		Admitted: cl.admitted.Load(), Rejected: cl.rejected.Load(), OverTarget: cl.overTarget.Load(),
 	}
 	c.mu.Unlock()
 	cl.bucket.Lock()
@@ -879,7 +914,9 @@ func (c *Controller) SetTargets(ts []time.Duration) error {
 			c.classes[i].target = float64(t)
 		}
 	}
-	c.cfg.Targets = append(c.cfg.Targets[:0], ts...)
+	// In place: the slice header is never written after New, so Classes
+	// reads its length without the lock (a scrape, the owner's monitor).
+	copy(c.cfg.Targets, ts)
 	c.mu.Unlock()
 	return nil
 }

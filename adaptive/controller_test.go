@@ -567,3 +567,32 @@ func TestSlowStartConditions(t *testing.T) {
 		}
 	}
 }
+
+// TestSetTargetsClassesRace: Classes, read without the lock (a scrape, the
+// owner's monitor), may run while SetTargets replaces the targets; under
+// -race this failed when SetTargets rewrote the slice header.
+func TestSetTargetsClassesRace(t *testing.T) {
+	c, err := New(Config{Targets: []time.Duration{time.Second, 2 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 1000 {
+			if err := c.SetTargets([]time.Duration{time.Duration(i+1) * time.Millisecond, time.Second}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for range 1000 {
+		if n := c.Classes(); n != 2 {
+			t.Fatalf("Classes %d", n)
+		}
+	}
+	<-done
+	if ts := c.Config().Targets; ts[0] != time.Second || ts[1] != time.Second {
+		t.Fatalf("targets %v after the last SetTargets", ts)
+	}
+}

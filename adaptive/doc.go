@@ -278,6 +278,29 @@
 // exactly the farm's capacity) keeps the farm full (100/s of 100/s; the
 // paper's rule 70/s) with gold's p90 within its target in every second.
 //
+// # Work conservation
+//
+// Principle (docs/algorithms.md §10): a request is never refused while
+// admitting it harms nobody. Decision: a request the empty bucket or the
+// in-flight limit refuses is admitted anyway, marked
+// admission.Decision.OverTarget, when the farm is idle for it:
+// Config.Idle, which the owner answers (sentry: a backend has nothing in
+// service and the next request goes to it -- in flight < healthy backends
+// with least-loaded balancing, an empty farm otherwise -- and the measured
+// queue is at most a tenth of the target); without one, the
+// farm holds nothing admitted (the in-flight count ≤ 0). The condition
+// uses no slot count and no service time, which adaptive mode cannot
+// trust. No token is taken and no debt added: the rate keeps governing
+// the load the farm queues. The request counts as admitted and in flight
+// (State.OverTarget counts it apart), and its completion should come as
+// Ended, without a sample: the percentile measures what the rate does to
+// the farm's queue, and a request that met no queue says nothing of it
+// (counted, a class longer than its target would also flag itself over
+// target, and cut every less important class, at no load). Under load no
+// backend is idle, so every verdict is the bucket's and the limit's as
+// before: the scripts and simulations are unchanged with the default
+// Idle, and testdata/idle.txt pins the rule (NoIdle turns it off).
+//
 // # Several classes (§3.3)
 //
 // While class c is over target (err > err_d at its last run), no less

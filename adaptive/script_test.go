@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,9 +22,17 @@ import (
 //	advance D                         move the clock; then Tick
 //	admit class=I n=N                 n requests: how many were admitted
 //	state                             every class: rate, tokens, cur (ms), err, runs, lc, samples
+//	farm idle=true|false              what Config.Idle answers (the owner's view of the
+//	                                  farm; false until set: the scripts' samples are
+//	                                  not paired with admissions, so the own count says nothing)
+//	admitted class=I                  the class's admissions and those over target
+//
+// An admission by the work-conserving rule (Decision.OverTarget) prints as
+// "over_target N" after the admit count.
 func TestScripts(t *testing.T) {
 	scripttest.RunAll(t, "testdata/*.txt", func(t *testing.T, path string) scripttest.Exec {
 		var c *Controller
+		var idle atomic.Bool
 		ck := &clock{t: time.Unix(1000, 0)}
 		return func(line int, cmd string) []string {
 			fields := strings.Fields(cmd)
@@ -45,7 +54,8 @@ func TestScripts(t *testing.T) {
 			has := func(k string) bool { _, ok := args[k]; return ok }
 			switch fields[0] {
 			case "init":
-				cfg := Config{Now: ck.now}
+				cfg := Config{Now: ck.now, Idle: idle.Load}
+				idle.Store(false)
 				for _, s := range strings.Split(args["targets"], ",") {
 					d, err := time.ParseDuration(s)
 					if err != nil {
@@ -120,19 +130,31 @@ func TestScripts(t *testing.T) {
 				return out
 			case "admit":
 				cl, n := int(num("class")), int(num("n"))
-				ok, last := 0, admission.Decision{}
+				ok, over, last := 0, 0, admission.Decision{}
 				for i := 0; i < n; i++ {
 					if d := c.Admit(&admission.Request{Class: cl}); d.Verdict == admission.Admit {
 						ok++
+						if d.OverTarget {
+							over++
+						}
 					} else {
 						last = d
 					}
 				}
 				out := []string{fmt.Sprintf("admitted %d of %d", ok, n)}
+				if over > 0 {
+					out[0] += fmt.Sprintf(" over_target %d", over)
+				}
 				if ok < n {
 					out = append(out, fmt.Sprintf("rejected: %v retry_after=%v", last.Verdict, last.RetryAfter))
 				}
 				return out
+			case "farm":
+				idle.Store(args["idle"] == "true")
+				return nil
+			case "admitted":
+				st := c.State(int(num("class")))
+				return []string{fmt.Sprintf("admitted=%d over_target=%d rejected=%d", st.Admitted, st.OverTarget, st.Rejected)}
 			case "limit":
 				lim, in := c.Limit()
 				return []string{fmt.Sprintf("limit=%d in_flight=%d", lim, in)}

@@ -88,6 +88,16 @@ type Decision struct {
 	// it into the request's Ticket, so that the outcome goes back to the
 	// controller that admitted the request even after a switch.
 	Mode Mode
+	// OverTarget marks an admission the mode's own test would have
+	// refused -- the request alone misses its class's target (its
+	// estimate, or its estimate plus the measured queue, exceeds the
+	// budget) -- made because admitting it harmed nobody: the farm had
+	// idle capacity and nothing waited (the work-conserving rule,
+	// docs/algorithms.md §10; each mode's doc.go gives its condition).
+	// Set only with Verdict Admit. The owner counts and logs it, and the
+	// request's completion is kept out of the SLA feedback (its time is
+	// its own service time, which no admission decision can change).
+	OverTarget bool
 }
 
 // Admitter decides whether a request may go to a backend. Admit may block,
@@ -150,6 +160,10 @@ type Ticket struct {
 	// requests batch mode admitted must not read as the adaptive
 	// controller's (its backlog count would go short by them).
 	Mode Mode
+	// OverTarget is Decision.OverTarget: the request was admitted by the
+	// work-conserving rule, over its own target. Its completion feeds the
+	// estimator, not the SLA windows.
+	OverTarget bool
 }
 
 // Result is how a relayed exchange ended, as its ticket is told.

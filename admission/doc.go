@@ -25,6 +25,15 @@
 // percentile missing R_sla while batch admits, or most responses without
 // a service time, for k windows; back after N calm windows).
 //
+// Work conservation (docs/algorithms.md §10): no mode refuses a request
+// while admitting it would cost no admitted request its SLA. A request
+// that misses only its own target is admitted when it harms nobody, and
+// the Decision says so (OverTarget, carried into the Ticket); each mode's
+// package gives its condition (batchac, thresholdac, adaptive). Switch and
+// Switched add no rejection of their own: auto mode's decisions are those
+// of the mode in force, so the rule holds through every switch; ModeOff
+// admits everything.
+//
 // Usage:
 //
 //	var a admission.Admitter = admission.AdmitAll{}

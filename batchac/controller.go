@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,10 @@ type classState struct {
 	// test. Zero means no mark.
 	cascadeUntil atomic.Int64
 	decisions    [maxVerdicts]atomic.Uint64
-	wait         waitHist
+	// overTarget counts the admissions made by the work-conserving rule
+	// (also counted in decisions[Admit]).
+	overTarget atomic.Uint64
+	wait       waitHist
 }
 
 // class is a class as configured in one snapshot.
@@ -107,6 +111,18 @@ func (s *snapshot) bucket(b int) int {
 		return s.buckets - 1
 	}
 	return b
+}
+
+// waiting reports whether any request of any of classes waits in a queue.
+// It reads every queue's length (one atomic load per bucket); only the
+// work-conserving rule calls it, after a test has failed.
+func waiting(classes []*class) bool {
+	for _, cl := range classes {
+		if cl.queueLen() != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // cascadeMark returns the latest cascade mark among classes (the classes
@@ -297,8 +313,8 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 		if n <= 0 {
 			return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend})
 		}
-		if c.early(s, idx, n, sNs) {
-			return c.count(cl, admitted)
+		if ok, over := c.early(s, idx, n, sNs); ok {
+			return c.count(cl, admitDecision(over))
 		}
 		q := cl.queues[s.bucket(r.Bucket)]
 		w := c.waiters.Get().(*waiter)
@@ -351,6 +367,9 @@ func (c *Controller) await(q *queue, w *waiter, gone <-chan struct{}) admission.
 
 func (c *Controller) count(cl *class, d admission.Decision) admission.Decision {
 	cl.decisions[d.Verdict].Add(1)
+	if d.OverTarget {
+		cl.overTarget.Add(1)
+	}
 	return d
 }
 
@@ -401,6 +420,13 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decisi
 		}
 		return admission.Decision{Verdict: admission.Admit}
 	}
+	// The work-conserving rule (doc.go, Work conservation): a slot is
+	// free, the backends are not queueing and nothing of any class waits,
+	// so admitting the request slows down nobody; it only misses its own
+	// target. No mark: nothing failed that the load explains.
+	if m.free(1) && m.quiet(own) && !waiting(s.classes) {
+		return admittedOver
+	}
 	wait := m.drain(sNs, lim)
 	if lim < own && m.fits(1, sNs, own) {
 		// It fits the class's own budget: the room is held for more
@@ -427,20 +453,55 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decisi
 // run (doc.go, Early admission): nothing of its class waits (so it
 // overtakes no one), no more important class holds a cascade mark, and a
 // batch of one passes the test its run would apply now (budget R_sla − d_i
-// and the reserve). A failing arrival is not rejected here: it queues and
-// its run decides, as with StrictPeriods. It allocates nothing and counts
-// nothing.
-func (c *Controller) early(s *snapshot, idx, n int, sNs float64) bool {
+// and the reserve) -- or fails it only for its own size while a slot is
+// free and nothing of any class waits (over: the work-conserving rule,
+// doc.go, Work conservation). A failing arrival is not rejected here: it
+// queues and its run decides, as with StrictPeriods. It allocates nothing
+// and counts nothing.
+func (c *Controller) early(s *snapshot, idx, n int, sNs float64) (ok, over bool) {
 	cl := s.classes[idx]
 	if s.strict || cl.queueLen() != 0 {
-		return false
+		return false, false
 	}
 	// The clock is read only when a mark is set (most arrivals find none).
 	if until := cascadeMark(s.classes[:idx]); until != 0 && until > c.now().UnixNano() {
+		return false, false
+	}
+	m := c.model(s, n)
+	b := m.bound(cl, float64(cl.period), cl.dAbove)
+	if m.admits(1, sNs, b) {
+		return true, false
+	}
+	if m.free(1) && m.quiet(b.own) && !waiting(s.classes) {
+		return true, true
+	}
+	return false, false
+}
+
+// Spare tells whether one more request of class class would harm nobody
+// now (doc.go, Work conservation): a backend slot is free for it
+// (η + 1 ≤ P), the measured queue is at most a tenth of R_sla (the
+// budget of a class without a period), no request of any class waits in
+// a queue, and no more important class holds a cascade mark. It looks at no service time: a
+// request admitted there slows down no request in service, whatever its
+// own size. It decides nothing and counts nothing; threshold mode admits
+// a request the room test refuses when Spare holds (package control). It
+// does not allocate.
+func (c *Controller) Spare(class int) bool {
+	s := c.snap.Load()
+	n := c.st.Healthy()
+	if n <= 0 {
+		return false
+	}
+	idx := s.classIndex(class)
+	if until := cascadeMark(s.classes[:idx]); until != 0 && until > c.now().UnixNano() {
+		return false
+	}
+	if waiting(s.classes) {
 		return false
 	}
 	m := c.model(s, n)
-	return m.admits(1, sNs, m.bound(cl, float64(cl.period), cl.dAbove))
+	return m.free(1) && m.quiet(m.rsla)
 }
 
 // Room tells, for one request of class class and estimated service time sz,
@@ -591,8 +652,15 @@ func (c *Controller) police(rc *runCtx, order []*class, i int, heads []*waiter) 
 	until := cascadeMark(order[:i])
 	cascaded := until > rc.now
 	failed := false
-	for _, h := range heads {
-		if h != nil && c.decide(rc, cl, h, cascaded, until) {
+	for j, h := range heads {
+		if h == nil {
+			continue
+		}
+		// Anything else waiting -- a later bucket of this run, or a
+		// queued request of any class -- rules out the work-conserving
+		// rule for this batch.
+		others := slices.ContainsFunc(heads[j+1:], func(w *waiter) bool { return w != nil }) || waiting(order)
+		if c.decide(rc, cl, h, cascaded, until, others) {
 			failed = true
 		}
 	}
@@ -606,14 +674,28 @@ func (c *Controller) police(rc *runCtx, order []*class, i int, heads []*waiter) 
 	}
 }
 
-var admitted = admission.Decision{Verdict: admission.Admit}
+var (
+	admitted = admission.Decision{Verdict: admission.Admit}
+	// admittedOver is an admission by the work-conserving rule: the
+	// request fails its class's own budget, but admitting it harms nobody.
+	admittedOver = admission.Decision{Verdict: admission.Admit, OverTarget: true}
+)
+
+func admitDecision(over bool) admission.Decision {
+	if over {
+		return admittedOver
+	}
+	return admitted
+}
 
 // decide tests one bucket's batch (the list from head) of class cl and
 // sends every waiter its decision. It reports whether the class's own test
 // rejected anything (a rejection only for the reserve held for more
-// important classes is not a failure of cl). Called with c.run held and no
-// queue lock.
-func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, until int64) bool {
+// important classes is not a failure of cl). others tells that something
+// else waits (a later bucket of the run, a queued request of any class):
+// then the work-conserving rule does not apply. Called with c.run held and
+// no queue lock.
+func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, until int64, others bool) bool {
 	batch, prefix := c.run.batch[:0], c.run.prefix[:0]
 	var sum float64
 	// Read every link before the first send: a waiter that got its
@@ -625,6 +707,7 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 	}
 	beta := len(batch)
 	k := 0
+	over := beta // batch[over:k] are admitted by the work-conserving rule
 	var reject admission.Decision
 	var b bound
 	if !rc.noBackend {
@@ -646,7 +729,13 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 		} else {
 			k = rc.m.largestPrefix(prefix, b)
 		}
-		if k < beta {
+		if k < beta && !others && rc.m.free(beta) && rc.m.quiet(own) {
+			// The work-conserving rule (doc.go, Work conservation): the
+			// whole batch finds free slots and nothing else waits; the
+			// rest fails only its own budget. Admit it, marked.
+			over, k = k, beta
+			rc.m.load += int64(k)
+		} else if k < beta {
 			rest := sum
 			if k > 0 {
 				rest -= prefix[k-1]
@@ -669,9 +758,12 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 	}
 	for j, w := range batch {
 		wk := w.wk // read before the send: the waiter may be reused at once
-		if j < k {
+		switch {
+		case j < k && j >= over:
+			w.ch <- admittedOver
+		case j < k:
 			w.ch <- admitted
-		} else {
+		default:
 			w.ch <- reject
 		}
 		if wk != nil {
@@ -872,8 +964,8 @@ func (c *Controller) Park(r *admission.Request, wk admission.Waker) (d admission
 		if n <= 0 {
 			return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend}), nil, true
 		}
-		if c.early(s, idx, n, sNs) {
-			return c.count(cl, admitted), nil, true
+		if ok, over := c.early(s, idx, n, sNs); ok {
+			return c.count(cl, admitDecision(over)), nil, true
 		}
 		q := cl.queues[s.bucket(r.Bucket)]
 		w := c.waiters.Get().(*waiter)

@@ -280,7 +280,7 @@ func TestConcurrent(t *testing.T) {
 func TestRunNoLeak(t *testing.T) {
 	base := runtime.NumGoroutine()
 	st := newFakeState(1, 0, 0, time.Second)
-	c, err := New(st, Config{Classes: []ClassConfig{{Name: "gold", Period: time.Hour}}})
+	c, err := New(st, Config{Classes: []ClassConfig{{Name: "gold", Period: time.Hour}}, StrictPeriods: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -197,6 +197,43 @@
 // admitted in order every second, gold alone above capacity, and gold
 // rising from 0 to 0.9× in one step.
 //
+// # Work conservation
+//
+// Principle (docs/algorithms.md §10): never refuse a request whose
+// admission would cost no admitted request its SLA. The test refuses a
+// request that misses its own budget even on an idle farm (S > R_sla − d,
+// or Q + S > R_sla − d); admitted there, it would only miss its own target.
+// Decision: k requests of class i that fail only the class's own budget
+// are admitted, marked admission.Decision.OverTarget, when all of
+//
+//	η + ⌈k/n⌉ ≤ P                  (model.free: a slot each; the stretch stays 1)
+//	Q ≤ (R_sla − d_i)/10           (model.quiet: the backends are not queueing)
+//	no queue of any class holds a request
+//	no class more important than i holds a cascade mark
+//
+// hold. With a slot each, no request in service is slowed (the model's
+// stretch max(1, m/P) stays 1) and the queue η implies stays empty; with
+// nothing queued it overtakes no one; a mark means a more important class
+// failed under load and has a claim on the room. A free slot already
+// passes the reserve's fill test (slack ≥ 0), so only RejectTest becomes
+// an admission. Where: early admission and testNow (k = 1), and a run's
+// decide for the rest of a batch, only when the whole batch fits
+// (η + ⌈β/n⌉ ≤ P before it) and no later bucket of the run waits; the
+// prefix the test passes stays a plain admission. An admission by the
+// rule sets and clears no mark. Q is in the condition because η counts
+// only sentry's own requests: a measured queue means the backends are
+// queueing for a reason the slot count cannot see (another client or
+// sentry, a P set too high), and a request on a "free" slot would delay
+// the requests waiting there; a tenth of the budget counts as none, since
+// Server-Timing's service time leaves out the network and the backend's
+// overhead (testdata/overtarget.txt has both cases). Spare exposes
+// the condition (k = 1) for threshold mode. Under overload η ≥ P or
+// something queues, so every verdict is the test's: the existing scripts
+// are unchanged, and testdata/overtarget.txt and overtarget_run.txt pin
+// the rule. Counted per class (classState.overTarget, beside the admitted
+// count); package control exports sentry_admitted_over_target_total and
+// logs the WARN.
+//
 // # The cascade
 //
 // When class i fails — any of its buckets rejects anything by test — every

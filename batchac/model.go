@@ -40,6 +40,28 @@ func (m *model) slowdown(k int) float64 {
 	return f
 }
 
+// free reports whether k more requests each find a slot of their own:
+// the load after them, η + ⌈k/n⌉ per backend, is at most P, so the
+// stretch max(1, (η + ⌈k/n⌉)/P) stays 1 for every request in service and
+// the queue η implies stays empty. It is the farm side of the
+// work-conserving rule (doc.go, Work conservation): admitted there, the k
+// requests slow down nobody already admitted, whatever their own size.
+func (m *model) free(k int) bool { return m.slowdown(k) <= 1 }
+
+// quietShare is the measured queue, as a share of a class's budget, that
+// still counts as none for the work-conserving rule (model.quiet).
+const quietShare = 0.1
+
+// quiet reports whether the measured queue Q says the backends are not
+// queueing, for a class whose budget is own (R_sla − d): Q ≤ own/10.
+// Why Q at all: the slot count sees only sentry's own requests, and Q is
+// the one signal of a backend that queues for another reason -- another
+// client, another sentry, a P set too high -- where a request on a "free"
+// slot would delay the ones already waiting there. Why a tenth rather
+// than 0: Server-Timing's service time leaves out the network and the
+// backend's own overhead, so Q is rarely exactly 0 on an idle farm.
+func (m *model) quiet(own float64) bool { return m.q <= quietShare*own }
+
 // qAt is the queueing delay the test charges a batch of k requests of
 // inherent service time s: the estimate Q, but never less than the backend
 // queue the in-flight count implies once the batch is in,

@@ -48,7 +48,8 @@ import (
 //	decisions                 decision counters per class
 //	maxwait                   the longest wait per class so far
 //
-// A decision prints as "id: verdict [retry_after=] [waited=]"; waited is the
+// A decision prints as "id: verdict [over_target] [retry_after=] [waited=]"
+// (over_target: admitted by the work-conserving rule); waited is the
 // manual-clock time between arrival and decision, omitted when zero.
 //
 // Run with -rewrite to regenerate the expected output.
@@ -238,6 +239,9 @@ func (h *harness) exec(line string) []string {
 				if n := cl.decisions[v].Load(); n > 0 {
 					parts = append(parts, fmt.Sprintf("%s=%d", v, n))
 				}
+			}
+			if n := cl.overTarget.Load(); n > 0 {
+				parts = append(parts, fmt.Sprintf("over_target=%d", n))
 			}
 			if len(parts) == 0 {
 				parts = []string{"-"}
@@ -437,6 +441,9 @@ func (h *harness) format(r scriptResult) string {
 	a := h.arrivals[r.id]
 	a.decided = true
 	s := r.id + ": " + r.d.Verdict.String()
+	if r.d.OverTarget {
+		s += " over_target"
+	}
 	if r.d.RetryAfter != 0 {
 		s += " retry_after=" + r.d.RetryAfter.String()
 	}

@@ -87,6 +87,7 @@ func TestAdaptiveModeAdmitsByBucket(t *testing.T) {
 	m, reg, ck, _ := manualManager(t)
 	pool := &fakePool{}
 	pool.healthy.Store(1)
+	pool.inflight.Store(1) // busy: on an idle farm the work-conserving rule admits without a token
 	ac := adaptiveApp("adaptive")
 	ac.Admission.Adaptive.InitialRate = 10 // 100ms of it: one token
 	a, err := m.Build(ac, pool)
@@ -421,6 +422,7 @@ func TestAdaptiveShared(t *testing.T) {
 	m, _, ck, _ := manualManager(t)
 	pool := &fakePool{}
 	pool.healthy.Store(1)
+	pool.inflight.Store(1) // busy: on an idle farm the work-conserving rule admits without a token
 	ac := adaptiveApp("adaptive")
 	ac.Admission.Adaptive.Shared = true
 	ac.Admission.Adaptive.InitialRate = 10 // 100ms of it: one token

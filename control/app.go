@@ -69,6 +69,9 @@ type App struct {
 	win struct {
 		n, over, noTiming, admits, probes atomic.Int64
 		estS, gotS                        atomic.Int64
+		// spare counts the window's admissions by the work-conserving
+		// rule: like a probe's, not admissions by the test.
+		spare atomic.Int64
 	}
 	fb fallbackState // the fall-back rule: the monitor's (lock order: fb, then the Switch's)
 
@@ -109,6 +112,13 @@ type classStats struct {
 	admits   atomic.Int64  // admissions this interval, drained by the monitor
 	admRate  atomic.Uint64 // float64 bits: admissions per second over the last interval
 	doneRate atomic.Uint64 // float64 bits: completions per second over the last interval
+	// over counts the admissions made by the work-conserving rule
+	// (admission.Decision.OverTarget), in every mode; overWarned is when
+	// the last WARN about them was logged (unix ns) and overLogged the
+	// count at that time (overtarget.go).
+	over       atomic.Uint64
+	overWarned atomic.Int64
+	overLogged atomic.Uint64
 }
 
 // appConfig is the part of the policy read per request; immutable.
@@ -121,6 +131,9 @@ type appConfig struct {
 	percentile float64
 	revenue    float64
 	fallback   policy.Fallback
+	// leastLoaded: the pool sends a request to the backend with the
+	// fewest in flight, so any backend idle takes the next one (Idle).
+	leastLoaded bool
 }
 
 // Classes returns the class names, most important first.
@@ -246,11 +259,19 @@ func (a *App) threshold(r *admission.Request) admission.Decision {
 	if a.pool.Load().Healthy() <= 0 {
 		return admission.Decision{Verdict: admission.RejectNoBackend}
 	}
+	//
+	// The work-conserving rule (thresholdac's doc.go): a request the room
+	// test refuses -- it misses its own target even on a free slot -- is
+	// admitted, marked, when admitting it harms nobody (batchac.Spare: a
+	// slot free, nothing queued, no mark above). The pair is not asked:
+	// it sheds load, and a free slot has none to shed.
 	room, free := a.batch.Room(r.Class, r.S)
 	thr := a.thr.Load()
 	switch {
 	case free:
 		return admission.Decision{Verdict: admission.Admit}
+	case !room && a.batch.Spare(r.Class):
+		return admission.Decision{Verdict: admission.Admit, OverTarget: true}
 	case !room:
 		return admission.Decision{Verdict: admission.RejectThreshold, RetryAfter: thresholdac.RetryAfter(thr.Period())}
 	case thr.Within(r.Class):
@@ -277,6 +298,10 @@ func (a *App) account(mode admission.Mode, class int, key []byte, s time.Duratio
 		a.win.admits.Add(1)
 		if cs := *a.classes.Load(); uint(class) < uint(len(cs)) {
 			cs[class].admits.Add(1)
+			if d.OverTarget {
+				a.win.spare.Add(1)
+				a.overTarget(cs[class], mode, s)
+			}
 		}
 	} else {
 		a.rejects.Add(1)
@@ -336,7 +361,13 @@ func (a *App) Done(tk *admission.Ticket, r admission.Result) {
 	// restarts it at 0) below zero, so its backlog read short by them
 	// until the next Seed; and after a return to batch mode the
 	// controller's own requests went uncounted.
+	//
+	// An over-target admission completes as Ended (no sample): the
+	// controller's percentile measures what its rate does to the queue,
+	// and such a request met none (adaptive's doc.go, Work conservation).
 	switch {
+	case tk.Mode == admission.ModeAdaptive && tk.OverTarget:
+		a.adp.Load().Ended(class)
 	case tk.Mode == admission.ModeAdaptive:
 		a.adp.Load().Observe(class, latency)
 	case a.sw.Load().Mode() == admission.ModeAdaptive:
@@ -345,16 +376,26 @@ func (a *App) Done(tk *admission.Ticket, r admission.Result) {
 		// SetInFlight): a completion without a sample.
 		a.adp.Load().Ended(class)
 	}
-	a.win.n.Add(1)
-	if !t.HasS() && r.Measured <= 0 {
-		a.win.noTiming.Add(1)
-	}
-	if latency > time.Duration(a.rsla.Load()) {
-		a.win.over.Add(1)
-	}
-	if tk.S > 0 && t.HasS() {
-		a.win.estS.Add(int64(tk.S))
-		a.win.gotS.Add(int64(t.S(a.est.Alpha())))
+	// A request the work-conserving rule admitted (Ticket.OverTarget) was
+	// known to miss its target when it was admitted, on a farm with a
+	// free slot: its time is its own service time, which says nothing of
+	// the load. It feeds the estimator, the parallelism model and its
+	// class's percentile, not the SLA feedback -- the admitted percentile
+	// (the capacity learner) and auto's fall-back window -- or, counted
+	// there, a class whose requests are longer than its target would cut
+	// the learned capacity, and tip auto into adaptive mode, at no load.
+	if !tk.OverTarget {
+		a.win.n.Add(1)
+		if !t.HasS() && r.Measured <= 0 {
+			a.win.noTiming.Add(1)
+		}
+		if latency > time.Duration(a.rsla.Load()) {
+			a.win.over.Add(1)
+		}
+		if tk.S > 0 && t.HasS() {
+			a.win.estS.Add(int64(tk.S))
+			a.win.gotS.Add(int64(t.S(a.est.Alpha())))
+		}
 	}
 	a.est.ObserveTiming(class, tk.Key, t, r.Measured, now)
 	a.lastObs.Store(now.UnixNano())
@@ -365,7 +406,9 @@ func (a *App) Done(tk *admission.Ticket, r admission.Result) {
 	if tk.S > 0 && r.InService > 0 {
 		a.batch.ObserveService(r.InService, tk.S, r.Measured)
 	}
-	a.lat.add(latency)
+	if !tk.OverTarget {
+		a.lat.add(latency)
+	}
 	if cs := *a.classes.Load(); uint(class) < uint(len(cs)) {
 		cs[class].lat.add(latency)
 		if latency <= time.Duration(a.rsla.Load()) {
@@ -402,7 +445,29 @@ func (a *App) Q() time.Duration {
 	}
 	return time.Duration(float64(q) * math.Exp2(-float64(age-int64(time.Second))/float64(hl)))
 }
-func (a *App) Inflight() int64        { return a.pool.Load().Inflight() }
+func (a *App) Inflight() int64 { return a.pool.Load().Inflight() }
+
+// Idle is adaptive mode's view of "admitting one more request harms
+// nobody" (adaptive.Config.Idle; adaptive's doc.go, "Work conservation"):
+// a backend has nothing in service and the next request goes to it, and
+// the backends are not queueing (the measured queue Q is at most a tenth
+// of R_sla, as batchac's rule has it: the in-flight count sees only
+// sentry's own requests). With least-loaded balancing the first is fewer
+// requests in flight than healthy backends; with round robin or p2c,
+// which may send it to a busy one, only an empty farm. It uses no slot
+// count or service time: adaptive mode runs where those may be wrong.
+func (a *App) Idle() bool {
+	p := a.pool.Load()
+	n := p.Healthy()
+	if n <= 0 {
+		return false
+	}
+	switch in := p.Inflight(); {
+	case a.cfg.Load().leastLoaded && in >= int64(n), !a.cfg.Load().leastLoaded && in > 0:
+		return false
+	}
+	return a.Q() <= time.Duration(a.rsla.Load())/10
+}
 func (a *App) Healthy() int           { return a.pool.Load().Healthy() }
 func (a *App) RSLA() time.Duration    { return time.Duration(a.rsla.Load()) }
 func (a *App) Rate(class int) float64 { return a.est.Rate(class, a.now()) }

@@ -46,6 +46,9 @@ func BenchmarkAppParkCancel(b *testing.B) {
 	pool.healthy.Store(3)
 	ac := testApp("batch")
 	ac.Classes[1].Period = time.Hour
+	// Every arrival parks: an hour's period leaves no budget, and on this
+	// idle farm the work-conserving rule would admit it at once.
+	ac.Admission.Batch.StrictPeriods = true
 	a, err := m.Build(ac, pool)
 	if err != nil {
 		b.Fatal(err)

@@ -35,6 +35,25 @@
 // as a blocking Admit that saw its client go. So a request counts the same
 // whichever front end asked and whether it waited.
 //
+// # Work conservation (overtarget.go)
+//
+// Every mode admits a request that misses only its own target when
+// admitting it harms nobody (docs/algorithms.md §10): batchac does so
+// itself, threshold mode's guard asks batchac.Spare, adaptive mode asks
+// App.Idle (a backend with nothing in service, Q ≤ R_sla/10). account sees the mark
+// (Decision.OverTarget) once per request and counts it per class,
+// sentry_admitted_over_target_total{app,class}, and logs one WARN per
+// class at most once a minute (a compare-and-swap on the last time picks
+// the one caller that logs) with the count since the last. Done keeps such
+// a completion (Ticket.OverTarget) out of the SLA feedback -- the admitted
+// percentile the capacity learner reads, auto's fall-back window, adaptive
+// mode's percentile (Ended) -- and the fall-back rule does not count it as
+// an admission by the test: its time is its own service time, known to be
+// over the target when it was admitted, so it says nothing of the load,
+// and counted it would cut the learned capacity and tip auto into
+// adaptive mode with the farm idle. It still feeds the estimator, the
+// parallelism model and its class's own percentile gauge.
+//
 // # Once per second (monitor)
 //
 //   - R_sla follows the app's measured arrival rate through the QoS table

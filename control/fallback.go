@@ -31,6 +31,7 @@ func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Dur
 	defer a.fb.Unlock()
 	cn, over, noTiming := a.win.n.Swap(0), a.win.over.Swap(0), a.win.noTiming.Swap(0)
 	admits, probes := a.win.admits.Swap(0), a.win.probes.Swap(0)
+	probes += a.win.spare.Swap(0) // admitted by the work-conserving rule, not by the test
 	estS, gotS := a.win.estS.Swap(0), a.win.gotS.Swap(0)
 	sw := a.sw.Load()
 	mode := sw.Mode()
@@ -186,6 +187,7 @@ func (a *App) startAdaptive(ac *policy.App, names []string, percentile float64) 
 	// releases it, where the controller's own count sees only the
 	// requests that got a response (adaptive.Config.InFlight).
 	cfg.InFlight = a.Inflight
+	cfg.Idle = a.Idle
 	c, err := adaptive.New(cfg)
 	if err != nil {
 		return fmt.Errorf("adaptive: %w", err)

@@ -97,7 +97,8 @@ func (m *Manager) Build(ac *policy.App, pool Pool) (*App, error) {
 		return nil, err
 	}
 	cfg := &appConfig{cls: cls, names: cls.Names(), sla: ac.SLA, mode: mode, strip: ac.ServerTiming.Strip,
-		percentile: ac.SLA.Percentile, revenue: ac.SLA.Revenue, fallback: ac.Admission.Fallback}
+		percentile: ac.SLA.Percentile, revenue: ac.SLA.Revenue, fallback: ac.Admission.Fallback,
+		leastLoaded: ac.Balance == policy.LeastLoaded}
 	if cfg.percentile <= 0 || cfg.percentile >= 100 {
 		cfg.percentile = 95
 	}
@@ -361,12 +362,13 @@ var (
 	descThrP     = prometheus.NewDesc("sentry_threshold_admit_probability", "Threshold mode's admit probability p for class i.", []string{"app"}, nil)
 	descProbes   = prometheus.NewDesc("sentry_admission_probes_total", "Rejections resting on the service-time estimate that a probe overrode, so the estimate keeps learning while its class is rejected.", []string{"app"}, nil)
 	descThrK     = prometheus.NewDesc("sentry_threshold_capacity_server_seconds", "Threshold mode's capacity K = n × per-server capacity (0 while unknown).", []string{"app"}, nil)
+	descOver     = prometheus.NewDesc("sentry_admitted_over_target_total", "Requests admitted although their own service time misses their class's target, because admitting them harmed nobody (a free slot, nothing waiting): the work-conserving rule, in every admission mode.", []string{"app", "class"}, nil)
 	descLoad     = prometheus.NewDesc("sentry_farm_load", "The farm's load as the batch model predicts it, the degradation signal's value: (Q + max(1, (η+1)/P)·S̄)/R_sla (load.go).", []string{"app"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMode, descSwitches, descCPU, descRSLA, descQuant, descCQuant, descRevenue, descMet,
-		descCap, descThr, descThrP, descThrK, descProbes, descLoad} {
+		descCap, descThr, descThrP, descThrK, descProbes, descLoad, descOver} {
 		ch <- d
 	}
 }
@@ -415,6 +417,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			met := float64(cs[i].met.Load())
 			counter(descMet, met, a.name, name)
 			counter(descRevenue, met*cfg.revenue, a.name, name)
+			counter(descOver, float64(cs[i].over.Load()), a.name, name)
 		}
 		cap, _ := capacityOf{a}.PerServer()
 		gauge(descCap, cap, a.name)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sentry-proxy/sentry/internal/logwriter"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
@@ -21,27 +22,53 @@ import (
 // and no-backend answers) and one for every other line, each refilled at
 // its rate (lines/s) with a burst of one second's worth. A line that
 // finds its bucket empty is dropped and counted
-// (sentry_access_log_dropped_total{kind}); so under a flood the log's own
-// rate is bounded by rate + reject_rate whatever the request rate, and the
-// counters say how much was left out. Below the rates every line is
-// written. Decision: a token bucket rather than "1 in N", because the
-// bound then holds for any load, and a quiet service logs everything.
+// (sentry_access_log_dropped_total{kind,reason="sampled"}); so under a
+// flood the log's own rate is bounded by rate + reject_rate whatever the
+// request rate, and the counters say how much was left out. Below the
+// rates every line is written. Decision: a token bucket rather than "1 in
+// N", because the bound then holds for any load, and a quiet service logs
+// everything.
 //
-// Lock order: mu only; the line is formatted and written under it (one
-// write call per line, so lines never interleave), the clock read outside.
+// Writing never blocks serving. Decision (issue 29: with a synchronous
+// write under this lock, a reader of stdout or a FIFO that stopped
+// reading stopped every serving loop within seconds, while /healthz kept
+// answering): write formats the line and copies it into a bounded buffer
+// (internal/logwriter, 1 MiB), and one goroutine of the Proxy's writes
+// the buffer to the output in chunks of whole lines. When the output does
+// not keep up, or is stuck, the buffer fills and further lines are
+// dropped and counted (reason="buffer_full"); the requests are served as
+// before. HAProxy (a ring or syslog) and Envoy (a flush thread) work the
+// same way; nginx, writing access_log synchronously, stalls. The writer
+// outlives policy reloads (its counters with it): a reload or SIGUSR1
+// that opens the output again hands the new file to it (SetOutput), and it
+// closes the old one once any write to it in progress has finished, so a
+// rotation never cuts a line. Crash safety: the lines still buffered are
+// lost on a crash (with a live reader, the last moments'; with a stuck
+// one, what could not have been written anyway); a graceful stop flushes
+// them after the drain (Proxy.Close), for at most accessFlushTimeout, so a
+// stuck reader cannot hold the exit. The writer's state is exported as
+// sentry_log_*{log="access"} (lines written and lost, bytes buffered, how
+// long the current write has been blocked) and shown on /status.
+//
+// Lock order: mu, then the writer's (a leaf); the line is formatted into
+// mu.buf and copied into the writer under them, the clock read outside.
+// Nothing is allocated per line once the buffers have grown.
 type accessLog struct {
 	cfg     policy.AccessLog
 	now     func() time.Time
 	lines   [2]prometheus.Counter // by kind: other, rejected
-	dropped [2]prometheus.Counter
+	sampled [2]prometheus.Counter // dropped by the token buckets
+	full    [2]prometheus.Counter // dropped: the writer's buffer was full
+	out     *logwriter.Writer     // the Proxy's; shared by every accessLog it makes
 	mu      struct {
 		sync.Mutex
-		w       io.Writer
-		f       *os.File // nil: stdout or stderr
 		buf     []byte
 		buckets [2]bucket
 	}
 }
+
+// accessFlushTimeout bounds the flush of the access log when sentry stops.
+const accessFlushTimeout = 2 * time.Second
 
 const (
 	kindOther = iota
@@ -49,6 +76,12 @@ const (
 )
 
 var accessKinds = [2]string{kindOther: "other", kindRejected: "rejected"}
+
+// Reasons for sentry_access_log_dropped_total, a fixed set.
+const (
+	dropSampled = "sampled"     // the kind's token bucket was empty (log.access rate, reject_rate)
+	dropFull    = "buffer_full" // the writer's buffer was full: the output is slow or stuck
+)
 
 // bucket is a token bucket of lines; rate 0 never empties.
 type bucket struct {
@@ -74,70 +107,60 @@ func (b *bucket) take(now time.Time) bool {
 	return true
 }
 
-// openAccessLog opens cfg's output. A file is opened for append (created
-// 0640 if missing).
-func openAccessLog(cfg policy.AccessLog, m *metrics, now func() time.Time) (*accessLog, error) {
-	l := &accessLog{cfg: cfg, now: now}
+// newAccessLog makes the access log for cfg, writing through out.
+func newAccessLog(cfg policy.AccessLog, m *metrics, now func() time.Time, out *logwriter.Writer) *accessLog {
+	l := &accessLog{cfg: cfg, now: now, out: out}
 	for k, name := range accessKinds {
 		l.lines[k] = m.accessLines.WithLabelValues(name)
-		l.dropped[k] = m.accessDropped.WithLabelValues(name)
+		l.sampled[k] = m.accessDropped.WithLabelValues(name, dropSampled)
+		l.full[k] = m.accessDropped.WithLabelValues(name, dropFull)
 	}
 	l.mu.buckets[kindOther].rate = float64(cfg.Rate)
 	l.mu.buckets[kindRejected].rate = float64(cfg.RejectRate)
-	w, f, err := openOutput(cfg.Output)
-	if err != nil {
-		return nil, err
-	}
-	l.mu.w, l.mu.f = w, f
-	return l, nil
+	return l
 }
 
-func openOutput(out string) (io.Writer, *os.File, error) {
+// openOutput opens an access log output: stdout or stderr (wrapped, so
+// that the writer, which closes the outputs it replaces, never closes
+// them), or a file opened for append (created 0640 if missing).
+func openOutput(out string) (io.Writer, error) {
 	switch out {
 	case "", "stdout":
-		return os.Stdout, nil, nil
+		return struct{ io.Writer }{os.Stdout}, nil
 	case "stderr":
-		return os.Stderr, nil, nil
+		return struct{ io.Writer }{os.Stderr}, nil
 	}
 	f, err := os.OpenFile(out, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return f, f, nil
+	return f, nil
 }
 
-// reopen opens the output file again (SIGUSR1, after logrotate moved it).
-// Standard streams are left alone.
+// closeOutput closes an output opened by openOutput and never handed to
+// the writer (a policy refused after it was opened).
+func closeOutput(w io.Writer) {
+	if c, ok := w.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+// reopen opens the output file again (SIGUSR1, after logrotate moved it)
+// and hands it to the writer, which closes the old one after its write in
+// progress. Standard streams are left alone.
 func (l *accessLog) reopen() error {
 	if l.cfg.Output == "stdout" || l.cfg.Output == "stderr" || l.cfg.Output == "" {
 		return nil
 	}
-	w, f, err := openOutput(l.cfg.Output)
+	w, err := openOutput(l.cfg.Output)
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
-	old := l.mu.f
-	l.mu.w, l.mu.f = w, f
-	l.mu.Unlock()
-	if old != nil {
-		return old.Close()
-	}
+	l.out.SetOutput(w)
 	return nil
 }
 
-// close closes a file output.
-func (l *accessLog) close() {
-	l.mu.Lock()
-	f := l.mu.f
-	l.mu.f, l.mu.w = nil, io.Discard
-	l.mu.Unlock()
-	if f != nil {
-		_ = f.Close()
-	}
-}
-
-// write logs e, unless its bucket is empty.
+// write logs e, unless its bucket is empty or the writer's buffer is full.
 func (l *accessLog) write(e *pipeline.AccessEntry) {
 	kind := kindOther
 	if e.Outcome == pipeline.OutRejected || e.Outcome == pipeline.OutNoBackend {
@@ -147,7 +170,7 @@ func (l *accessLog) write(e *pipeline.AccessEntry) {
 	l.mu.Lock()
 	if !l.mu.buckets[kind].take(now) {
 		l.mu.Unlock()
-		l.dropped[kind].Inc()
+		l.sampled[kind].Inc()
 		return
 	}
 	if l.cfg.Format == "json" {
@@ -155,8 +178,12 @@ func (l *accessLog) write(e *pipeline.AccessEntry) {
 	} else {
 		l.mu.buf = appendText(l.mu.buf[:0], e)
 	}
-	_, _ = l.mu.w.Write(l.mu.buf)
+	kept := l.out.TryWrite(l.mu.buf)
 	l.mu.Unlock()
+	if !kept {
+		l.full[kind].Inc()
+		return
+	}
 	l.lines[kind].Inc()
 }
 

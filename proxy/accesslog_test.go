@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/http2"
 
+	"github.com/sentry-proxy/sentry/internal/logwriter"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
@@ -28,6 +30,15 @@ func accessSnap(path, format string, rate, rejectRate int) func(*policy.Snapshot
 		a.Admission.Mode = "batch"
 		s.Log.Access = true
 		s.Log.AccessLog = policy.AccessLog{Output: path, Format: format, Rate: rate, RejectRate: rejectRate}
+	}
+}
+
+// syncAccess waits until the access log's writer has written every line
+// logged so far (it writes from its own goroutine).
+func syncAccess(t *testing.T, p *Proxy) {
+	t.Helper()
+	if out := p.accessOut.Load(); out != nil && !out.Sync(5*time.Second) {
+		t.Fatal("the access log's writer did not catch up in 5s")
 	}
 }
 
@@ -65,6 +76,7 @@ func TestAccessLogLines(t *testing.T) {
 				if len(okID) != 32 || len(rejID) != 32 || okID == rejID {
 					t.Fatalf("request IDs %q, %q: every answer needs its own", okID, rejID)
 				}
+				syncAccess(t, h.p)
 				lines := readLines(t, path)
 				if len(lines) != 2 {
 					t.Fatalf("%d lines, want 2:\n%s", len(lines), strings.Join(lines, "\n"))
@@ -147,6 +159,7 @@ func TestAccessLogFlood(t *testing.T) {
 			for id := range ids {
 				sent[id] = true
 			}
+			syncAccess(t, h.p)
 			lines := readLines(t, path)
 			bound := int(rejectRate*(1+took.Seconds())) + 1
 			if len(lines) > bound || len(lines) < rejectRate {
@@ -159,7 +172,7 @@ func TestAccessLogFlood(t *testing.T) {
 				}
 			}
 			written := testutil.ToFloat64(h.p.metrics.accessLines.WithLabelValues("rejected"))
-			dropped := testutil.ToFloat64(h.p.metrics.accessDropped.WithLabelValues("rejected"))
+			dropped := testutil.ToFloat64(h.p.metrics.accessDropped.WithLabelValues("rejected", dropSampled))
 			if int(written) != len(lines) || int(written+dropped) != n {
 				t.Errorf("written %v, dropped %v, lines %d, requests %d", written, dropped, len(lines), n)
 			}
@@ -190,11 +203,13 @@ func TestAccessLogSampling(t *testing.T) {
 	}
 	now := time.Unix(1000, 0)
 	path := filepath.Join(t.TempDir(), "a.log")
-	l, err := openAccessLog(policy.AccessLog{Output: path, Format: "text", Rate: 5, RejectRate: 3}, m, func() time.Time { return now })
+	f, err := openOutput(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.close()
+	out := logwriter.New(f, logwriter.Options{})
+	defer out.Close(time.Second)
+	l := newAccessLog(policy.AccessLog{Output: path, Format: "text", Rate: 5, RejectRate: 3}, m, func() time.Time { return now }, out)
 	app := &pipeline.App{Name: "web"}
 	flood := func(o pipeline.Outcome, k int) {
 		for range k {
@@ -203,18 +218,20 @@ func TestAccessLogSampling(t *testing.T) {
 	}
 	flood(pipeline.OutRejected, 100)
 	flood(pipeline.OutRelayed, 100)
+	out.Sync(5 * time.Second)
 	if n := len(readLines(t, path)); n != 3+5 {
 		t.Errorf("%d lines at one instant, want 8 (reject_rate 3 + rate 5)", n)
 	}
 	now = now.Add(time.Second)
 	flood(pipeline.OutNoBackend, 100) // counted as a rejection
+	out.Sync(5 * time.Second)
 	if n := len(readLines(t, path)); n != 8+3 {
 		t.Errorf("%d lines a second later, want 11", n)
 	}
-	if d := testutil.ToFloat64(m.accessDropped.WithLabelValues("rejected")); d != 200-6 {
+	if d := testutil.ToFloat64(m.accessDropped.WithLabelValues("rejected", dropSampled)); d != 200-6 {
 		t.Errorf("rejected dropped %v, want 194", d)
 	}
-	if d := testutil.ToFloat64(m.accessDropped.WithLabelValues("other")); d != 95 {
+	if d := testutil.ToFloat64(m.accessDropped.WithLabelValues("other", dropSampled)); d != 95 {
 		t.Errorf("other dropped %v, want 95", d)
 	}
 }
@@ -236,6 +253,7 @@ func TestAccessLogReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	getWith(t, c, h.url("/after"), "gold")
+	syncAccess(t, h.p)
 	old, cur := readLines(t, path+".1"), readLines(t, path)
 	if len(old) != 2 || len(cur) != 1 || !strings.Contains(cur[0], "/after") {
 		t.Errorf("rotated %q, current %q", old, cur)
@@ -279,6 +297,7 @@ func TestAccessLogH2(t *testing.T) {
 	if ok.ProtoMajor != 2 || ok.StatusCode != 200 || rej.StatusCode != 503 {
 		t.Fatalf("proto %d, statuses %d %d", ok.ProtoMajor, ok.StatusCode, rej.StatusCode)
 	}
+	syncAccess(t, h.p)
 	lines := readLines(t, path)
 	if len(lines) != 2 {
 		t.Fatalf("%d lines, want 2:\n%s", len(lines), strings.Join(lines, "\n"))
@@ -291,6 +310,30 @@ func TestAccessLogH2(t *testing.T) {
 			if !strings.Contains(lines[i], w) || strings.Contains(lines[i], " id=-") {
 				t.Errorf("line %d %q lacks %q", i, lines[i], w)
 			}
+		}
+	}
+}
+
+// TestAccessLogWriteAllocs: with the log on, a line costs no allocation
+// once the buffers have grown (formatting into the log's buffer, the copy
+// into the writer's), whatever the writer's goroutine is doing.
+func TestAccessLogWriteAllocs(t *testing.T) {
+	m, err := newMetrics(prometheus.NewRegistry(), &Proxy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := logwriter.New(io.Discard, logwriter.Options{})
+	defer out.Close(time.Second)
+	now := time.Unix(1000, 0)
+	for _, format := range []string{"text", "json"} {
+		l := newAccessLog(policy.AccessLog{Output: "stdout", Format: format}, m, func() time.Time { return now }, out)
+		e := &pipeline.AccessEntry{App: &pipeline.App{Name: "web"}, Outcome: pipeline.OutRelayed, Class: -1, Start: now, Status: 200,
+			Method: []byte("GET"), URI: []byte("/a?q=1"), Proto: "HTTP/1.1", Host: []byte("x"), Agent: []byte("probe/1.0")}
+		for range 100 {
+			l.write(e)
+		}
+		if n := testing.AllocsPerRun(1000, func() { l.write(e) }); n != 0 {
+			t.Errorf("%s: %v allocs per line", format, n)
 		}
 	}
 }

@@ -283,9 +283,13 @@
 //
 // Every engine fills one pipeline.AccessEntry per exchange and hands it to
 // one writer, only when the route logs access: with the log off nothing of
-// it runs. The writer formats text or JSON and writes one line per call
-// under its mutex, unbuffered, after two token buckets (rate and
-// reject_rate) so that a flood of rejections cannot grow the log with it.
+// it runs. The writer formats text or JSON under its mutex, after two
+// token buckets (rate and reject_rate) so that a flood of rejections
+// cannot grow the log with it, and copies the line into a bounded buffer
+// (internal/logwriter) that one goroutine writes out in whole lines.
+// Decision: writing never blocks serving; when the reader is stuck the
+// buffer fills and lines are dropped and counted (docs/operations.md,
+// Logs).
 //
 // # Concurrency
 //

@@ -404,23 +404,36 @@ func TestH2LoopParked(t *testing.T) {
 	if a := readAnswers(t, fr, true, 7)[7]; a.status != 200 {
 		t.Fatalf("first slow request: %d %q", a.status, a.body)
 	}
-	get(fr, 9, "/slow/again")
-	a := readAnswers(t, fr, true, 9)[9]
+	// On an idle farm with nothing waiting, the work-conserving rule
+	// (docs/algorithms.md §10) admits it over its target.
+	get(fr, 9, "/slow/idle")
+	if a := readAnswers(t, fr, true, 9)[9]; a.status != 200 {
+		t.Fatalf("slow request on an idle farm: %d %q, want admitted over target", a.status, a.body)
+	}
+	// With a request waiting (hold's, parked for its minute), the run's
+	// verdict is the test's: rejected.
+	_, fr2 := h2TLSRaw(t, h.addr)
+	get(fr2, 1, "/hold/wait")
+	waitUntil(t, "a stream waits in hold's queue", func() bool { return queued("hold") == 1 })
+	get(fr, 11, "/slow/again")
+	a := readAnswers(t, fr, true, 11)[11]
 	if a.status != 503 || a.field("x-sentry-reject") != "rejected_test" || a.field("retry-after") == "" {
 		t.Errorf("second slow request: %d %q %v, want a 503 rejected_test", a.status, a.body, a.fields)
 	}
+	fr2.WriteRSTStream(1, http2.ErrCodeCancel)
+	waitUntil(t, "hold's queue empties", func() bool { return queued("hold") == 0 })
 
-	get(fr, 11, "/hold")
+	get(fr, 13, "/hold")
 	waitUntil(t, "the stream waits in hold's queue", func() bool { return queued("hold") == 1 })
-	fr.WriteRSTStream(11, http2.ErrCodeCancel)
+	fr.WriteRSTStream(13, http2.ErrCodeCancel)
 	waitUntil(t, "the stream leaves the queue", func() bool { return queued("hold") == 0 })
-	waitUntil(t, "client_gone is counted", func() bool { return decided("hold", "client_gone") == 1 })
+	waitUntil(t, "client_gone is counted", func() bool { return decided("hold", "client_gone") == 2 })
 	for _, q := range rb.all() {
-		if q.target == "/slow/again" || q.target == "/hold" {
+		if q.target == "/slow/again" || q.target == "/hold" || q.target == "/hold/wait" {
 			t.Errorf("%s reached the backend", q.target)
 		}
 	}
-	d.check(t, 6, 0)
+	d.check(t, 8, 0) // 3 fast, 3 slow, 2 held
 }
 
 // TestH2LoopSlowReaderKeepsStream: a client that takes a large answer
@@ -585,6 +598,7 @@ func TestH2LoopResetNoAccessLine(t *testing.T) {
 	fr.WriteRSTStream(3, http2.ErrCodeCancel)
 	time.Sleep(200 * time.Millisecond)
 	h.p.ShutdownAll(t.Context())
+	syncAccess(t, h.p)
 	lines := readLines(t, path)
 	if len(lines) != 1 || !strings.Contains(lines[0], "/fast") || !strings.Contains(lines[0], "HTTP/2.0") {
 		t.Errorf("access log: %q, want the one line of /fast over HTTP/2.0", lines)

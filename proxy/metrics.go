@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/internal/logwriter"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
@@ -63,14 +64,16 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 		}, []string{"listener", "reason"}),
 		accessLines: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sentry_access_log_lines_total",
-			Help: "Access-log lines written, by kind (rejected: admission rejections and no-backend answers; other).",
+			Help: "Access-log lines logged (handed to the log's writer), by kind (rejected: admission rejections and no-backend answers; other).",
 		}, []string{"kind"}),
 		accessDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sentry_access_log_dropped_total",
-			Help: "Access-log lines dropped by sampling (log.access rate, reject_rate), by kind.",
-		}, []string{"kind"}),
+			Help: "Access-log lines dropped, by kind and reason: sampled (log.access rate, reject_rate), buffer_full (the output is slow or stuck; serving goes on).",
+		}, []string{"kind", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.admitted, m.decisions, m.errors, m.clientErrors, m.accessLines, m.accessDropped, &backendCollector{p: p}} {
+	logs := &logwriter.Collector{}
+	logs.Add("access", p.accessOut.Load)
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.admitted, m.decisions, m.errors, m.clientErrors, m.accessLines, m.accessDropped, &backendCollector{p: p}, logs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

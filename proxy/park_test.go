@@ -213,15 +213,31 @@ func TestParkedBothEngines(t *testing.T) {
 				if resp.StatusCode != 200 || body != "ok /slow/learn" {
 					t.Fatalf("first slow request (S unknown yet): %d %q", resp.StatusCode, body)
 				}
+				// On an idle farm with nothing waiting, the work-conserving
+				// rule (docs/algorithms.md §10) admits it over its target.
+				resp, body = c.do("GET /slow/idle HTTP/1.1\r\nHost: x\r\n\r\n")
+				if resp.StatusCode != 200 || body != "ok /slow/idle" {
+					t.Fatalf("slow request on an idle farm: %d %q, want admitted over target", resp.StatusCode, body)
+				}
+				if v := metricValue(t, h.reg, "sentry_admitted_over_target_total", map[string]string{"class": "slow"}); v != 1 {
+					t.Errorf("sentry_admitted_over_target_total{slow} = %v, want 1", v)
+				}
+				// With a request waiting (hold's, parked for its minute),
+				// the run's verdict is the test's: rejected.
+				c2 := dialProxy(t, h.addr)
+				c2.write("GET /hold/wait HTTP/1.1\r\nHost: x\r\n\r\n")
+				waitUntil(t, "a request waits in hold's queue", func() bool { return queued("hold") == 1 })
 				resp, body = c.do("GET /slow/again HTTP/1.1\r\nHost: x\r\n\r\n")
+				c2.c.Close()
+				waitUntil(t, "hold's queue empties", func() bool { return queued("hold") == 0 })
 				if resp.StatusCode != 503 || resp.Header.Get("X-Sentry-Reject") != "rejected_test" || body != "sentry: overloaded, retry later\n" {
 					t.Fatalf("second slow request: %d %q %v, want a 503 rejected_test", resp.StatusCode, body, resp.Header)
 				}
 				if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
 					t.Errorf("Retry-After %q, want whole seconds ≥ 1", resp.Header.Get("Retry-After"))
 				}
-				if v := waited("slow"); v != 2 {
-					t.Errorf("batch waits of slow = %v, want 2 (the rejection came from a run)", v)
+				if v := waited("slow"); v != 3 {
+					t.Errorf("batch waits of slow = %v, want 3 (the rejection came from a run)", v)
 				}
 				if v := decided("slow", "rejected_test"); v != 1 {
 					t.Errorf("decisions{slow,rejected_test} = %v, want 1", v)
@@ -242,7 +258,8 @@ func TestParkedBothEngines(t *testing.T) {
 				waitUntil(t, "the request waits in hold's queue", func() bool { return queued("hold") == 1 })
 				c.c.Close()
 				waitUntil(t, "the request leaves the queue", func() bool { return queued("hold") == 0 })
-				waitUntil(t, "client_gone is counted", func() bool { return decided("hold", "client_gone") == 1 })
+				// The second client_gone: the first was /hold/wait's above.
+				waitUntil(t, "client_gone is counted", func() bool { return decided("hold", "client_gone") == 2 })
 				if n := backendSaw("/hold"); n != 0 {
 					t.Errorf("a request whose client left reached the backend")
 				}
@@ -255,9 +272,10 @@ func TestParkedBothEngines(t *testing.T) {
 				if v := gatherCounter(t, h.reg, "sentry_evloop_handoffs_total", h.addr); v != handed {
 					t.Errorf("sentry_evloop_handoffs_total rose by %v, want 0: a parked request was handed off", v-handed)
 				}
-				// 3 fast, 2 pipelined, 2 slow, 1 after the rejection, 1 gone.
-				if v := gatherCounter(t, h.reg, "sentry_evloop_requests_total", h.addr); v-served != 9 {
-					t.Errorf("sentry_evloop_requests_total rose by %v, want 9", v-served)
+				// 3 fast, 2 pipelined, 3 slow, 1 waiting, 1 after the
+				// rejection, 1 gone.
+				if v := gatherCounter(t, h.reg, "sentry_evloop_requests_total", h.addr); v-served != 11 {
+					t.Errorf("sentry_evloop_requests_total rose by %v, want 11", v-served)
 				}
 			}
 
@@ -279,7 +297,7 @@ func TestParkedBothEngines(t *testing.T) {
 					return
 				}
 				waitUntil(t, "the request leaves the queue", func() bool { return queued("hold") == 0 })
-				waitUntil(t, "client_gone is counted", func() bool { return decided("hold", "client_gone") == 2 })
+				waitUntil(t, "client_gone is counted", func() bool { return decided("hold", "client_gone") == 3 })
 				if n := backendSaw("/hold"); n != 0 {
 					t.Errorf("a request cancelled by the drain reached the backend")
 				}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/sentry-proxy/sentry/internal/logwriter"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
@@ -97,6 +99,10 @@ type Proxy struct {
 	cur atomic.Pointer[state]
 	// access is the access log (policy log.access); nil when off.
 	access atomic.Pointer[accessLog]
+	// accessOut is the access log's writer (its own goroutine; see
+	// accessLog): made when the log is first turned on, kept across
+	// reloads, stopped by Close. Set under mu; read by the metrics.
+	accessOut atomic.Pointer[logwriter.Writer]
 
 	bufs bodyBuffers // buffered request bodies (server.request_buffer_total)
 
@@ -182,21 +188,21 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	old := p.cur.Load()
 	// The access log first: a file that cannot be opened refuses the
 	// policy before anything changed.
-	var newAcc *accessLog
+	var newOut io.Writer // the access log's output, opened anew
 	oldAcc := p.access.Load()
 	if snap.Log.Access && (oldAcc == nil || oldAcc.cfg != snap.Log.AccessLog) {
-		l, err := openAccessLog(snap.Log.AccessLog, p.metrics, time.Now)
+		w, err := openOutput(snap.Log.AccessLog.Output)
 		if err != nil {
 			return fmt.Errorf("log.access: %w", err)
 		}
-		newAcc = l
+		newOut = w
 	}
 	// Certificates next, for the same reason: a pair that no longer loads
 	// refuses the policy; the new ones are stored only once it applies.
 	certs, err := p.loadCerts(snap)
 	if err != nil {
-		if newAcc != nil {
-			newAcc.close()
+		if newOut != nil {
+			closeOutput(newOut)
 		}
 		return err
 	}
@@ -207,8 +213,8 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	for _, ac := range snap.Apps {
 		a, err := p.buildApp(ac)
 		if err != nil {
-			if newAcc != nil {
-				newAcc.close()
+			if newOut != nil {
+				closeOutput(newOut)
 			}
 			return fmt.Errorf("app %s: %w", ac.Name, err)
 		}
@@ -268,16 +274,23 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 			}
 		}
 	}
-	switch {
-	case newAcc != nil:
-		p.access.Store(newAcc)
+	// The access log: one writer for the Proxy's life; a new output is
+	// handed to it, and it closes the old one after any write to it in
+	// progress. A request that loaded the old accessLog a moment ago still
+	// writes through the same writer.
+	switch out := p.accessOut.Load(); {
+	case newOut != nil && out == nil:
+		out = logwriter.New(newOut, logwriter.Options{})
+		p.accessOut.Store(out)
+		p.access.Store(newAccessLog(snap.Log.AccessLog, p.metrics, time.Now, out))
+	case newOut != nil:
+		out.SetOutput(newOut)
+		p.access.Store(newAccessLog(snap.Log.AccessLog, p.metrics, time.Now, out))
 	case !snap.Log.Access:
 		p.access.Store(nil)
-	}
-	if oldAcc != nil && oldAcc != p.access.Load() {
-		// A request that loaded it a moment ago may still write: its
-		// line goes to io.Discard.
-		oldAcc.close()
+		if out != nil && oldAcc != nil {
+			out.SetOutput(io.Discard) // closes a file output
+		}
 	}
 	p.cur.Store(st)
 	for addr, fe := range p.mu.fronts {
@@ -531,8 +544,14 @@ func (p *Proxy) Close() {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
-	if l := p.access.Swap(nil); l != nil {
-		l.close()
+	// The access log last: every exchange has ended (ShutdownAll), so its
+	// lines are in the buffer; flushed for at most accessFlushTimeout.
+	p.access.Store(nil)
+	if out := p.accessOut.Load(); out != nil {
+		if !out.Close(accessFlushTimeout) {
+			p.log.Warn("access log: the output did not take the last lines in time; they are lost",
+				"timeout", accessFlushTimeout, "buffered_bytes", out.Stats().Buffered)
+		}
 	}
 	if p.opts.Control != nil {
 		p.opts.Control.Retain(nil)

@@ -47,6 +47,23 @@ type Snapshot struct {
 	// Time is when the registry was gathered, Unix seconds.
 	Time float64 `json:"time"`
 	Apps []App   `json:"apps"`
+	// Logs are sentry's log writers (sentry_log_*), by name ("access",
+	// "process"), sorted; empty when none exports.
+	Logs []Log `json:"logs"`
+}
+
+// Log is one log writer's state (internal/logwriter). A stuck reader
+// shows as a StalledSeconds that grows; serving is not affected, and
+// /healthz does not fail for it (docs/operations.md, Logs).
+type Log struct {
+	Name string `json:"name"`
+	// StalledSeconds is how long the current write to the output has been
+	// blocked; 0 when the writer is idle.
+	StalledSeconds float64 `json:"stalled_seconds"`
+	// BufferedBytes are waiting to be written.
+	BufferedBytes float64 `json:"buffered_bytes"`
+	// Dropped lines, cumulative: the buffer was full or the output failed.
+	Dropped float64 `json:"dropped"`
 }
 
 // App is one app's state.
@@ -102,7 +119,7 @@ func Collect(g prometheus.Gatherer, opts Options) (*Snapshot, error) {
 	if len(mfs) == 0 && err != nil {
 		return nil, err
 	}
-	b := builder{apps: map[string]*App{}}
+	b := builder{apps: map[string]*App{}, logs: map[string]*Log{}}
 	for _, mf := range mfs {
 		name := mf.GetName()
 		if !strings.HasPrefix(name, "sentry_") {
@@ -121,6 +138,7 @@ func Collect(g prometheus.Gatherer, opts Options) (*Snapshot, error) {
 
 type builder struct {
 	apps    map[string]*App
+	logs    map[string]*Log
 	classes map[[2]string]*Class
 	bes     map[[2]string]*Backend
 }
@@ -180,6 +198,22 @@ func (b *builder) add(family string, m *dto.Metric) {
 		l[lp.GetName()] = lp.GetValue()
 	}
 	app, v := l["app"], value(m)
+	if name := l["log"]; name != "" {
+		lg := b.logs[name]
+		if lg == nil {
+			lg = &Log{Name: name}
+			b.logs[name] = lg
+		}
+		switch family {
+		case "sentry_log_output_stalled_seconds":
+			lg.StalledSeconds = v
+		case "sentry_log_buffered_bytes":
+			lg.BufferedBytes = v
+		case "sentry_log_lines_dropped_total":
+			lg.Dropped += v
+		}
+		return
+	}
 	if app == "" {
 		return
 	}
@@ -233,7 +267,11 @@ func (b *builder) finish(now time.Time, snap *policy.Snapshot) *Snapshot {
 		}
 		return r
 	}
-	out := &Snapshot{Time: float64(now.UnixMilli()) / 1000, Apps: []App{}}
+	out := &Snapshot{Time: float64(now.UnixMilli()) / 1000, Apps: []App{}, Logs: []Log{}}
+	for _, lg := range b.logs {
+		out.Logs = append(out.Logs, *lg)
+	}
+	slices.SortFunc(out.Logs, func(x, y Log) int { return cmp.Compare(x.Name, y.Name) })
 	for _, a := range b.apps {
 		a.Percentile = pct[a.Name]
 		if a.Percentile <= 0 || a.Percentile >= 100 {

@@ -312,3 +312,23 @@ func TestRoutes(t *testing.T) {
 		t.Errorf("empty: %s", b)
 	}
 }
+
+// TestCollectLogs: the log writers' state (sentry_log_*) reaches
+// /status.json, so a stuck log reader shows there (docs/operations.md).
+func TestCollectLogs(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	stalled := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_log_output_stalled_seconds"}, []string{"log"})
+	dropped := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sentry_log_lines_dropped_total"}, []string{"log", "reason"})
+	reg.MustRegister(stalled, dropped)
+	stalled.WithLabelValues("process").Set(0)
+	stalled.WithLabelValues("access").Set(12.5)
+	dropped.WithLabelValues("access", "buffer_full").Add(40)
+	dropped.WithLabelValues("access", "write_error").Add(2)
+	s, err := Collect(reg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Logs) != 2 || s.Logs[0].Name != "access" || s.Logs[0].StalledSeconds != 12.5 || s.Logs[0].Dropped != 42 || s.Logs[1].Name != "process" {
+		t.Fatalf("logs %+v", s.Logs)
+	}
+}

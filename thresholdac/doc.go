@@ -46,6 +46,29 @@
 // rounded up to whole seconds, at least 1s: the pair cannot change before
 // the next recompute, and Retry-After has one-second resolution.
 //
+// # Work conservation
+//
+// Principle (docs/algorithms.md §10): a request is never refused while
+// admitting it harms nobody. The pair (i, p) sheds load; on a free slot
+// there is none to shed. Threshold mode in sentry runs behind the batch
+// model's guard (package control, App.threshold), which decides, in order:
+//
+//	free slot within the class's own budget   → admit (batchac Room: free)
+//	no room, and batchac Spare                → admit, Decision.OverTarget
+//	no room                                   → RejectThreshold
+//	class within the threshold class          → admit
+//	otherwise                                 → this package's draw
+//
+// Spare is batch mode's condition for k = 1: η + 1 ≤ P (a slot free, no
+// request in service slowed), a measured queue Q ≤ R_sla/10 (the backends
+// are not queueing), no batch queue holds a request, and no more
+// important class holds a cascade mark. So a class whose requests are
+// longer than the target is admitted one free slot at a time, counted and
+// warned about by the owner, and refused as soon as the farm's slots are
+// taken -- exactly where the room test refused it before; every verdict
+// under load is unchanged. This package's own Admit knows no farm state
+// and is not changed.
+//
 // # Capacity
 //
 // Per-server capacity is either configured (Config.PerServer) or learned

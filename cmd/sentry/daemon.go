@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sentry-proxy/sentry/control"
+	"github.com/sentry-proxy/sentry/internal/logwriter"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy"
 	"github.com/sentry-proxy/sentry/status"
@@ -57,14 +59,39 @@ type daemon struct {
 	upgradeFailures prometheus.Counter
 }
 
-// newLogger builds the root logger from the policy's log section.
-func newLogger(l policy.Log) hclog.Logger {
+// newLogger builds the root logger from the policy's log section, writing
+// to out.
+func newLogger(l policy.Log, out io.Writer) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
 		Name:       "sentry",
 		Level:      hclog.LevelFromString(l.Level),
 		JSONFormat: l.Format == "json",
-		Output:     os.Stderr,
+		Output:     out,
 	})
+}
+
+// Process log output. Decision (issue 29): sentry's own log goes to stderr
+// through a bounded buffer written by its own goroutine
+// (internal/logwriter), never by the goroutine that logs. Log calls happen
+// on the serving path -- a backend ejected or unreachable (lb, proxy), an
+// over-target admission (control), the http.Server and fasthttp error
+// logs bridged to hclog -- and hclog writes under its own lock, so with a
+// synchronous stderr one stuck reader (a full pipe, a runtime that stopped
+// reading) stopped every loop that logged, and then every loop waiting
+// for that lock. With the buffer full, lines are dropped and counted
+// (sentry_log_lines_dropped_total{log="process"}). Crash safety: buffered
+// lines are lost on a crash (the Go runtime's own panic report goes to fd
+// 2 directly and is not); a graceful exit flushes for at most
+// processLogFlush.
+const (
+	processLogSize  = 256 << 10
+	processLogFlush = 2 * time.Second
+)
+
+// newProcessLogOutput starts the process log's writer on stderr (not
+// closed by it: stderr is not the writer's).
+func newProcessLogOutput() *logwriter.Writer {
+	return logwriter.New(struct{ io.Writer }{os.Stderr}, logwriter.Options{Size: processLogSize})
 }
 
 func startDaemon(snap *policy.Snapshot, log hclog.Logger, listen listenFunc, extra map[string]http.Handler) (*daemon, error) {

@@ -19,6 +19,7 @@ import (
 	"github.com/cloudflare/tableflip"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/sentry-proxy/sentry/internal/logwriter"
 	"github.com/sentry-proxy/sentry/policy"
 )
 
@@ -102,7 +103,12 @@ func cmdRun(args []string) int {
 	}
 	// Old and new process log to the same stream during an upgrade; the
 	// pid tells them apart.
-	log := newLogger(snap.Log).With("pid", os.Getpid())
+	logOut := newProcessLogOutput()
+	// Runs after the defers below (the background goroutines have ended):
+	// every line logged before the return is flushed, for at most
+	// processLogFlush.
+	defer logOut.Close(processLogFlush)
+	log := newLogger(snap.Log, logOut).With("pid", os.Getpid())
 	var lf listenFunc
 	if upg != nil {
 		lf = upgraderListen(upg, log)
@@ -112,6 +118,9 @@ func cmdRun(args []string) int {
 		log.Error("start failed", "error", err)
 		return 1
 	}
+	logs := &logwriter.Collector{}
+	logs.Add("process", func() *logwriter.Writer { return logOut })
+	d.reg.MustRegister(logs)
 	if upg != nil {
 		// Ready writes the PID file and tells the previous process, if
 		// any, to stop accepting and drain.

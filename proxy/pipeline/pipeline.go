@@ -100,6 +100,7 @@ func (a *App) Admitted(t *Ticket, d admission.Decision) Outcome {
 	a.decision(t.Class, d.Verdict)
 	t.verdict, t.decided = d.Verdict, true
 	t.Ticket.Mode = d.Mode // the completion goes back to the mode that admitted
+	t.Ticket.OverTarget = d.OverTarget
 	switch d.Verdict {
 	case admission.Admit:
 		return OutRelayed
