@@ -29,7 +29,7 @@
 // while admitting it would cost no admitted request its SLA. A request
 // that misses only its own target is admitted when it harms nobody, and
 // the Decision says so (OverTarget, carried into the Ticket); each mode's
-// package gives its condition (batchac, thresholdac, adaptive). Switch and
+// condition is in its own doc (batchac, thresholdac, adaptive). Switch and
 // Switched add no rejection of their own: auto mode's decisions are those
 // of the mode in force, so the rule holds through every switch; ModeOff
 // admits everything.
