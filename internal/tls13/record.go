@@ -245,8 +245,12 @@ func (st *State) GiveBuffer(b []byte) bool {
 // Filled records n bytes read into RawSpace.
 func (st *State) Filled(n int) { st.rn += n }
 
-// Buffered is the ciphertext and plaintext held, not yet read.
-func (st *State) Buffered() int { return st.rn - st.pOff }
+// Buffered is what is held and not yet read: ciphertext not yet opened
+// and plaintext opened but not yet read (a record whose plaintext did not
+// fit the last Read). While it is not 0 a Read may return data without
+// any more read from the socket -- whose readiness, once its bytes are
+// all in raw, no poller reports again.
+func (st *State) Buffered() int { return st.rn - st.pOff + len(st.plain) }
 
 // Read copies opened application data into p. It opens the buffered
 // records as needed; (0, nil) means a whole record has not arrived yet

@@ -160,8 +160,21 @@ func (l *eventLoop) readTLS(c *cconn, ev uint32) {
 	if c.in == nil {
 		c.in = l.getBuf()
 	}
-	if !l.openTLS(c) {
+	if before := c.n; !l.openTLS(c) {
 		return
+	} else if c.n > before {
+		// What the state held opens now: acted on at once, as if just
+		// read -- nothing opened may wait in c.in for a socket event,
+		// which bytes already taken from the socket never bring.
+		c.lastNs = l.nowNs
+		c.gotAny = true
+		l.opened(c)
+		if c.fd < 0 {
+			return
+		}
+		if c.in == nil {
+			c.in = l.getBuf() // process gave it back: idle again
+		}
 	}
 	if k := len(l.rawBufs); k > 0 && t.st.GiveBuffer(l.rawBufs[k-1]) {
 		l.rawBufs = l.rawBufs[:k-1]

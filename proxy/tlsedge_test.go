@@ -1,0 +1,165 @@
+//go:build linux
+
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// tlsedge_test.go: TLS edges over real sockets -- records split and
+// coalesced at the loop's buffer boundaries, floods of records without
+// data, the alerts a failing connection gets.
+
+// batchConn holds what is written to it while batching, and sends it in
+// one write(2) on flush: records a client seals one by one reach the
+// server in one segment, read by one read(2).
+type batchConn struct {
+	net.Conn
+	mu       sync.Mutex
+	batching bool
+	buf      []byte
+}
+
+func (b *batchConn) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.batching {
+		b.buf = append(b.buf, p...)
+		return len(p), nil
+	}
+	return b.Conn.Write(p)
+}
+
+func (b *batchConn) batch() {
+	b.mu.Lock()
+	b.batching = true
+	b.mu.Unlock()
+}
+
+func (b *batchConn) flush(t *testing.T) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.batching = false
+	if _, err := b.Conn.Write(b.buf); err != nil {
+		t.Fatal(err)
+	}
+	b.buf = nil
+}
+
+// dialBatched dials addr over TLS 1.3 with ALPN proto, records of up to
+// 16 KiB from the start (no dynamic sizing), writes batched on demand.
+func dialBatched(t *testing.T, addr, proto string) (*tls.Conn, *batchConn) {
+	t.Helper()
+	raw, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc := &batchConn{Conn: raw}
+	tc := tls.Client(bc, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{proto},
+		MinVersion: tls.VersionTLS13, DynamicRecordSizingDisabled: true})
+	t.Cleanup(func() { tc.Close() })
+	_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != proto {
+		t.Fatalf("ALPN %q, want %q", p, proto)
+	}
+	return tc, bc
+}
+
+// TestH2BodyAtRecordBoundary: an h2 request whose HEADERS and DATA come
+// in two records read at once, their plaintext together just over the
+// loop's 16 KiB buffer, is answered. The DATA's last bytes were left
+// opened in the record state with nothing more to come from the client
+// (it waits for the answer): the loop slept on a socket with nothing to
+// report. Sizes around the boundary, on both h2 paths.
+func TestH2BodyAtRecordBoundary(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		io.WriteString(w, strconv.Itoa(len(b)))
+	})
+	for _, loop := range []bool{true, false} {
+		t.Run(fmt.Sprintf("h2loop=%v", loop), func(t *testing.T) {
+			old := h2LoopDisabled
+			h2LoopDisabled = !loop
+			defer func() { h2LoopDisabled = old }()
+			h, _ := h2LoopProxy(t, be, nil)
+			for _, size := range []int{16250, 16300, 16320, 16330, 16340, 16345, 16350, 16360, 16375, 16384} {
+				tc, bc := dialBatched(t, h.addr, "h2")
+				io.WriteString(tc, http2.ClientPreface)
+				fr := http2.NewFramer(tc, tc)
+				fr.WriteSettings()
+				// The settings exchange first: nothing the client sends
+				// after the request may wake the loop.
+				for acked, got := false, false; !acked || !got; {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if sf, ok := f.(*http2.SettingsFrame); ok {
+						if sf.IsAck() {
+							acked = true
+						} else {
+							got = true
+							fr.WriteSettingsAck()
+						}
+					}
+				}
+				bc.batch()
+				writeHead(t, fr, 1, false, ":method", "POST", ":scheme", "https", ":authority", "a.test", ":path", "/",
+					"content-length", strconv.Itoa(size))
+				fr.WriteData(1, true, bytes.Repeat([]byte{'d'}, size))
+				bc.flush(t)
+				_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
+				a := readAnswers(t, fr, true, 1)[1]
+				if a.status != 200 || string(a.body) != strconv.Itoa(size) {
+					t.Fatalf("size %d: %d %q", size, a.status, a.body)
+				}
+				tc.Close()
+			}
+		})
+	}
+}
+
+// TestTLSPipelinedAtRecordBoundary: HTTP/1.1 requests pipelined in two
+// records read at once, the first two requests filling the loop's 16 KiB
+// buffer exactly and the third left opened in the record state: all
+// three are answered, with nothing more from the client.
+func TestTLSPipelinedAtRecordBoundary(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.String(), func(t *testing.T) {
+			h := tlsLoopProxy(t, e, func(r *http.Request) string { return r.URL.Path })
+			tc, bc := dialBatched(t, h.addr, "http/1.1")
+			reqA := "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+			reqC := "GET /c HTTP/1.1\r\nHost: x\r\n\r\n"
+			headB := "GET /b HTTP/1.1\r\nHost: x\r\nX-Pad: "
+			pad := 16384 - len(reqA) - len(headB) - len("\r\n\r\n")
+			reqB := headB + string(bytes.Repeat([]byte{'p'}, pad)) + "\r\n\r\n"
+			bc.batch()
+			io.WriteString(tc, reqA)
+			io.WriteString(tc, reqB+reqC) // two records: 16 KiB and the rest
+			bc.flush(t)
+			_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
+			br := bufio.NewReader(tc)
+			for _, want := range []string{"/a", "/b", "/c"} {
+				if st, b := readResp(t, br); st != 200 || b != want {
+					t.Fatalf("%d %q, want 200 %q", st, b, want)
+				}
+			}
+		})
+	}
+}
