@@ -95,13 +95,20 @@
 // HTTP/1.1 over TLS 1.3 runs on the event loops (tlsloop_linux.go, package
 // internal/tls13). Profiles of the goroutine path put its cost in the
 // parking and waking around the system calls, not in the crypto, which is
-// what the loops remove. After the handshake, tls13.Extract reads the
-// traffic secrets, sequence numbers and any ciphertext read past Finished
-// from the *tls.Conn by reflection, read-only, refusing anything half done.
-// Decision: reflection rather than Config.KeyLogWriter, which gives the
-// secrets but not the sequence numbers or the leftover bytes. Because that
-// layout is Go's to change, tls13.SelfTest runs once per process against
-// crypto/tls; on failure every connection stays on crypto/tls. The
+// what the loops remove. The handshake runs over a tls13.Tap, a net.Conn
+// under crypto/tls that gives it what it reads a record at a time (so it
+// stops at the client's Finished, and what the Tap read past it is the
+// leftover) and keeps the protected records both ways; the traffic secrets
+// come from Config.KeyLogWriter (a Config copy per TLS 1.3 handshake,
+// tls13.TapConfig), and Take opens each kept record to learn which key
+// sealed it, so the write sequence number is proved record by record.
+// Decision: documented APIs only, no reflection into crypto/tls (the
+// tls13 package doc says why); what Take cannot prove stays on crypto/tls.
+// tls13.SelfTest runs once per process over every handshake shape (full,
+// resumed, HelloRetryRequest, client certificate); on failure every
+// connection stays on crypto/tls. A read error ends a connection with the
+// fatal alert RFC 8446 §6.2 names, and at most 16 records without data in
+// a row (empty ones, KeyUpdates) are taken, as crypto/tls does. The
 // connection's socket is duplicated for a loop and Go's copy closed without
 // close_notify (adoptTLS). A TLS listener gets loops of its own with no
 // listening socket (evloop.Front.Adopt), so drain, metrics and max_conns

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sentry-proxy/sentry/internal/tls13"
 	"github.com/sentry-proxy/sentry/policy"
 )
 
@@ -33,17 +34,22 @@ import (
 //     rotates it every 24 hours, accepting tickets under the previous keys
 //     for 7 days. The key is per process: after a restart or an upgrade
 //     (SIGUSR2) clients make a full handshake once.
+//   - Key log: a TLS 1.3 handshake that runs over a tls13.Tap (the
+//     listener's, when loops take its connections over) gets a copy of
+//     this configuration whose KeyLogWriter is the Tap's (tls13.TapConfig),
+//     which is how the loops learn the traffic secrets. Nothing is written
+//     anywhere; other handshakes use this configuration as it is.
 //   - OCSP stapling is not done (it needs a fetcher and a cache of its
 //     own; most browsers no longer ask for it).
 func (fe *frontend) tlsConfig() *tls.Config {
-	return &tls.Config{
+	return tls13.TapConfig(&tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		CipherSuites: tls12Suites,
 		NextProtos:   []string{"h2", "http/1.1"},
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return fe.cert.Load(), nil
 		},
-	}
+	})
 }
 
 // tls12Suites are the TLS 1.2 cipher suites offered (see tlsConfig).

@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/sentry-proxy/sentry/internal/tls13"
 )
 
 // tlsListener terminates TLS for a front end and splits connections by
@@ -38,12 +40,13 @@ type tlsListener struct {
 	timeout      time.Duration  // handshake deadline
 	maxConns     int            // server.max_conns: live and fe.heldElsewhere together
 	// adopt, when the event loops serve HTTP/1.1 over TLS
-	// (tlsloop_linux.go), takes a TLS 1.3 connection from here; false
+	// (tlsloop_linux.go), takes a TLS 1.3 connection from here, whose
+	// handshake ran over tap (the record state is taken from it); false
 	// leaves it on crypto/tls and fasthttp.
-	adopt func(tc *tls.Conn, raw net.Conn) bool
+	adopt func(tc *tls.Conn, raw net.Conn, tap *tls13.Tap) bool
 	// adoptH2, when the event loops serve h2 over TLS (h2loop_linux.go),
 	// gives them a handshaken h2 connection; false leaves it here.
-	adoptH2 func(tc *tls.Conn, raw net.Conn) bool
+	adoptH2 func(tc *tls.Conn, raw net.Conn, tap *tls13.Tap) bool
 	handed  net.Listener // the loops' hand-offs, fed to Accept (pumpHanded); nil without loops
 
 	conns  chan net.Conn // handshaken HTTP/1.1 connections for fasthttp
@@ -140,7 +143,17 @@ func (l *tlsListener) handshake(raw net.Conn) {
 		}
 		l.leave(raw)
 	}()
-	tc := tls.Server(raw, l.cfg)
+	// With loops to take it over, the handshake runs over a Tap, from
+	// which the loops take the record state (package internal/tls13); a
+	// connection they do not take goes on over the Tap released, which
+	// then passes everything through.
+	var tap *tls13.Tap
+	conn := raw
+	if l.adopt != nil || l.adoptH2 != nil {
+		tap = tls13.NewTap(raw, true)
+		conn = tap
+	}
+	tc := tls.Server(conn, l.cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()
@@ -152,11 +165,14 @@ func (l *tlsListener) handshake(raw net.Conn) {
 			// As for HTTP/1.1 below: out of live before the loops count
 			// it; back in if they do not take it.
 			l.leave(raw)
-			if l.adoptH2(tc, raw) {
+			if l.adoptH2(tc, raw, tap) {
 				handedOff = true
 				return
 			}
 			l.enter(raw)
+		}
+		if tap != nil {
+			tap.Release()
 		}
 		l.h2(tc)
 		return
@@ -165,9 +181,12 @@ func (l *tlsListener) handshake(raw net.Conn) {
 	// max_conns must not count it twice (an accept meanwhile would be
 	// refused for a connection on its way).
 	l.leave(raw)
-	if l.adopt != nil && l.adopt(tc, raw) {
+	if l.adopt != nil && l.adopt(tc, raw, tap) {
 		handedOff = true
 		return
+	}
+	if tap != nil {
+		tap.Release()
 	}
 	select {
 	case l.conns <- (drainTLSConn{drainConn: &drainConn{Conn: tc, fe: l.fe}, tc: tc}):

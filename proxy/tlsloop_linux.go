@@ -21,7 +21,7 @@ import (
 // goroutines; a TLS 1.3 connection that did not negotiate h2 is then
 // given to a Front of loops of its own (no listening socket: Adopt), which
 // seals and opens its records (package internal/tls13). TLS 1.2, h2 and
-// whatever Extract refuses stay where they were.
+// whatever the Tap cannot prove (Take) stay where they were.
 
 // tlsLoopDisabled keeps HTTP/1.1 over TLS on crypto/tls and fasthttp for
 // EngineAuto (SENTRY_TLSLOOP=0): for comparison, and as an escape hatch.
@@ -64,25 +64,27 @@ func (fe *frontend) startTLSLoops() {
 }
 
 // adoptTLS gives tc's connection to the loops if it is TLS 1.3 with a
-// suite they handle: its record state is taken (tls13.Extract, which
-// leaves tc untouched when it refuses), the socket duplicated for the
-// loop, and Go's descriptor closed -- without close_notify, the
-// connection goes on. False leaves tc as it was.
-func (fe *frontend) adoptTLS(tc *tls.Conn, raw net.Conn) bool { return fe.adoptTLSConn(tc, raw, false) }
+// suite they handle: its record state is taken from tap, the Tap its
+// handshake ran over (which leaves tc untouched when it refuses), the
+// socket duplicated for the loop, and Go's descriptor closed -- without
+// close_notify, the connection goes on. False leaves tc as it was.
+func (fe *frontend) adoptTLS(tc *tls.Conn, raw net.Conn, tap *tls13.Tap) bool {
+	return fe.adoptTLSConn(tc, raw, tap, false)
+}
 
 // adoptTLSH2 is adoptTLS for a connection that negotiated h2: its shared
 // side is an ownConn in loop mode (h2loop_linux.go). False leaves tc as
 // it was, for serveOwnConn.
-func (fe *frontend) adoptTLSH2(tc *tls.Conn, raw net.Conn) bool {
-	return fe.adoptTLSConn(tc, raw, true)
+func (fe *frontend) adoptTLSH2(tc *tls.Conn, raw net.Conn, tap *tls13.Tap) bool {
+	return fe.adoptTLSConn(tc, raw, tap, true)
 }
 
-func (fe *frontend) adoptTLSConn(tc *tls.Conn, raw net.Conn, h2 bool) bool {
+func (fe *frontend) adoptTLSConn(tc *tls.Conn, raw net.Conn, tap *tls13.Tap, h2 bool) bool {
 	ff := fe.loops.Load()
-	if ff == nil || ff.Draining() {
+	if ff == nil || ff.Draining() || tap == nil {
 		return false
 	}
-	fd, peer, st, cs, ok := takeTLS(tc, raw)
+	fd, peer, st, cs, ok := takeTLS(tc, raw, tap)
 	if !ok {
 		return false
 	}
@@ -102,11 +104,11 @@ func (fe *frontend) adoptTLSConn(tc *tls.Conn, raw net.Conn, h2 bool) bool {
 	return true
 }
 
-// takeTLS takes tc's record state (tls13.Extract, which leaves tc
-// untouched when it refuses) and a non-blocking duplicate of its socket,
-// for a loop. False leaves tc as it was.
-func takeTLS(tc *tls.Conn, raw net.Conn) (fd int, peer netip.Addr, st *tls13.State, cs *tls.ConnectionState, ok bool) {
-	sec, rest, err := tls13.Extract(tc)
+// takeTLS takes tc's record state (from tap, which leaves tc untouched
+// when it refuses) and a non-blocking duplicate of its socket, for a
+// loop. False leaves tc as it was.
+func takeTLS(tc *tls.Conn, raw net.Conn, tap *tls13.Tap) (fd int, peer netip.Addr, st *tls13.State, cs *tls.ConnectionState, ok bool) {
+	sec, rest, err := tap.Take(tc)
 	if err != nil {
 		return -1, peer, nil, nil, false
 	}

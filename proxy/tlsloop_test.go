@@ -208,15 +208,7 @@ func dialRecords(t *testing.T, addr string) *clientRecords {
 	raw.SetDeadline(time.Now().Add(10 * time.Second))
 	// No session cache: the server sends no ticket the client would
 	// have to read as a post-handshake message.
-	tc := tls.Client(raw, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS13})
-	if err := tc.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	sec, rest, err := tls13.Extract(tc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := tls13.New(sec, rest)
+	st, _, err := tls13.Client(raw, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,9 @@ import (
 	"time"
 )
 
-// TestSelfTest: Extract's reading of crypto/tls holds for this Go: data
-// both ways, a KeyUpdate each way, close_notify.
+// TestSelfTest: the Tap follows this Go's crypto/tls in every handshake
+// shape (full, resumed, HelloRetryRequest, client certificate): data both
+// ways, a KeyUpdate each way, close_notify.
 func TestSelfTest(t *testing.T) {
 	if err := selfTest(); err != nil {
 		t.Fatal(err)
@@ -255,14 +256,15 @@ func openSSLSuite(t *testing.T, cert tls.Certificate, suite string) {
 	}
 	defer raw.Close()
 	_ = raw.SetDeadline(time.Now().Add(10 * time.Second))
-	srv := tls.Server(raw, &tls.Config{Certificates: []tls.Certificate{cert}})
+	tap := NewTap(raw, true)
+	srv := tls.Server(tap, TapConfig(&tls.Config{Certificates: []tls.Certificate{cert}}))
 	if err := srv.Handshake(); err != nil {
 		t.Fatal(err)
 	}
 	if got := tls.CipherSuiteName(srv.ConnectionState().CipherSuite); got != suite {
 		t.Fatalf("negotiated %s", got)
 	}
-	sec, rest, err := Extract(srv)
+	sec, rest, err := tap.Take(srv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,9 +343,9 @@ func (c *CoalescingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// TestExtractLeftover: what crypto/tls read past the Finished (the
-// client's first record) is handed over and opened first.
-func TestExtractLeftover(t *testing.T) {
+// TestTapLeftover: what the Tap read past the Finished (the client's
+// first record, in the same segment) is handed over and opened first.
+func TestTapLeftover(t *testing.T) {
 	cert, err := throwawayCert()
 	if err != nil {
 		t.Fatal(err)
@@ -374,16 +376,17 @@ func TestExtractLeftover(t *testing.T) {
 	}
 	defer raw.Close()
 	raw.SetDeadline(time.Now().Add(10 * time.Second))
-	srv := tls.Server(raw, &tls.Config{Certificates: []tls.Certificate{cert}})
+	tap := NewTap(raw, true)
+	srv := tls.Server(tap, TapConfig(&tls.Config{Certificates: []tls.Certificate{cert}}))
 	if err := srv.Handshake(); err != nil {
 		t.Fatal(err)
 	}
-	sec, rest, err := Extract(srv)
+	sec, rest, err := tap.Take(srv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rest) == 0 {
-		t.Fatal("crypto/tls read nothing past the Finished")
+		t.Fatal("the Tap read nothing past the Finished")
 	}
 	st, err := New(sec, rest)
 	if err != nil {
