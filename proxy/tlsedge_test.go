@@ -11,11 +11,15 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/sentry-proxy/sentry/internal/tls13"
 )
 
 // tlsedge_test.go: TLS edges over real sockets -- records split and
@@ -159,6 +163,116 @@ func TestTLSPipelinedAtRecordBoundary(t *testing.T) {
 				if st, b := readResp(t, br); st != 200 || b != want {
 					t.Fatalf("%d %q, want 200 %q", st, b, want)
 				}
+			}
+		})
+	}
+}
+
+// corruptConn flips the last byte (the tag) of the next record written
+// once armed: the server cannot authenticate it.
+type corruptConn struct {
+	net.Conn
+	armed atomic.Bool
+}
+
+func (c *corruptConn) Write(p []byte) (int, error) {
+	if c.armed.CompareAndSwap(true, false) {
+		q := append([]byte(nil), p...)
+		q[len(q)-1] ^= 1
+		return c.Conn.Write(q)
+	}
+	return c.Conn.Write(p)
+}
+
+// TestTLSAlertToRealClient: Go's crypto/tls client, whose record fails
+// to authenticate, reads the bad_record_mac alert sentry sends before it
+// closes: on the loops (HTTP/1.1 and h2), after a hand-off to fasthttp
+// (tls13.Conn), and on the old path (crypto/tls's own).
+func TestTLSAlertToRealClient(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	h, _ := h2LoopProxy(t, be, nil)
+	for _, tc := range []struct {
+		name, proto, before string
+	}{
+		{"loop", "http/1.1", ""},
+		{"h2 loop", "h2", http2.ClientPreface},
+		{"handed off", "http/1.1", "GET / HTTP/1.1\r\nHost: x\r\n"}, // a partial head: fasthttp's
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw, err := net.DialTimeout("tcp", h.addr, 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cc := &corruptConn{Conn: raw}
+			c := tls.Client(cc, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{tc.proto}, MinVersion: tls.VersionTLS13})
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			if err := c.Handshake(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.before != "" {
+				io.WriteString(c, tc.before)
+				time.Sleep(50 * time.Millisecond) // on its own, so that the loop hands it off first (not a timing assertion)
+			}
+			cc.armed.Store(true)
+			io.WriteString(c, "x")
+			_, err = io.ReadAll(c)
+			if err == nil || !strings.Contains(err.Error(), "remote error: tls: bad record MAC") {
+				t.Fatalf("client read error %v, want the bad_record_mac alert", err)
+			}
+		})
+	}
+}
+
+// TestTLSUselessFloodCutOff: a client sending 100,000 records without
+// data (empty ones, or KeyUpdates) is cut off with unexpected_message,
+// on the loops and on a connection handed to fasthttp; another
+// connection of the same listener is served meanwhile.
+func TestTLSUselessFloodCutOff(t *testing.T) {
+	h := tlsLoopProxy(t, EngineLoops, func(*http.Request) string { return "ok" })
+	for _, tc := range []struct {
+		name, before string
+		keyUpdate    bool
+	}{
+		{"empty", "", false},
+		{"key updates", "", true},
+		{"empty, handed off", "GET / HTTP/1.1\r\nHost: x\r\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialRecords(t, h.addr)
+			if tc.before != "" {
+				c.send(t, tc.before)
+				time.Sleep(50 * time.Millisecond) // not a timing assertion: see TestTLSAlertToRealClient
+			}
+			// 100,000 records, sealed and sent a thousand at a time
+			// until a write fails (sentry closed).
+			go func() {
+				var flood []byte
+				for range 100 {
+					flood = flood[:0]
+					for range 1000 {
+						if tc.keyUpdate {
+							c.st.RequestKeyUpdate()
+							flood = c.st.Seal(flood, nil)
+						} else {
+							flood = c.st.SealEmpty(flood)
+						}
+					}
+					if _, err := c.raw.Write(flood); err != nil {
+						return
+					}
+				}
+			}()
+			other := dialH1(t, h.addr, nil)
+			if got := other.get(t); got != "200 ok" {
+				t.Errorf("another connection got %q", got)
+			}
+			var err error
+			for err == nil {
+				_, err = c.read(make([]byte, 1024))
+			}
+			if err != tls13.PeerAlert(10) {
+				t.Fatalf("client read error %v, want unexpected_message (10)", err)
 			}
 		})
 	}

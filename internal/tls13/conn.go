@@ -52,6 +52,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 				return 0, werr
 			}
 		}
+		if err != nil && err != io.EOF {
+			c.alert()
+		}
 		if n > 0 || err != nil {
 			return n, err
 		}
@@ -70,6 +73,17 @@ func (c *Conn) Read(p []byte) (int, error) {
 			}
 			return 0, rerr
 		}
+	}
+}
+
+// alert sends the fatal alert a read error calls for (State.Alert), best
+// effort, before the caller closes the connection.
+func (c *Conn) alert() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.wb = c.st.Alert(c.wb[:0]); len(c.wb) > 0 {
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(closeNotifyWait))
+		_, _ = c.Conn.Write(c.wb)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash"
 	"io"
 	"sync/atomic"
@@ -41,15 +42,60 @@ const (
 const (
 	hsNewSessionTicket = 4
 	hsKeyUpdate        = 24
-	alertCloseNotify   = 0
+	hsHeaderLen        = 4
 )
 
-// Errors Read returns. A clean close_notify is io.EOF.
+// Alert descriptions (RFC 8446 §6).
+const (
+	alertCloseNotify       = 0
+	alertUnexpectedMessage = 10
+	alertBadRecordMAC      = 20
+	alertRecordOverflow    = 22
+	alertIllegalParameter  = 47
+	alertDecodeError       = 50
+	alertProtocolVersion   = 70
+	alertLevelFatal        = 2
+	alertLevelWarning      = 1
+)
+
+// MaxUseless is how many records in a row may carry no application data
+// (empty application_data records, KeyUpdates) before the connection is
+// refused, with unexpected_message: each costs an AEAD open and a
+// KeyUpdate a key derivation, and a client could otherwise keep a loop
+// busy with them while every other connection on it waits. crypto/tls's
+// limit (maxUselessRecords), for the same reason.
+const MaxUseless = 16
+
+// PeerAlert is the error Read returns for an alert the peer sent (other
+// than close_notify): its description (RFC 8446 §6). errors.Is(err,
+// ErrAlert) holds for every one.
+type PeerAlert uint8
+
+func (a PeerAlert) Error() string        { return fmt.Sprintf("tls13: peer sent alert %d", uint8(a)) }
+func (a PeerAlert) Is(target error) bool { return target == ErrAlert }
+
+// alertError is a read error that ends the connection with a fatal
+// alert of ours (RFC 8446 §6.2), which Alert seals.
+type alertError struct {
+	desc byte
+	msg  string
+}
+
+func (e *alertError) Error() string { return e.msg }
+
+// Errors Read returns. A clean close_notify is io.EOF. Every one but the
+// peer's own alert (a PeerAlert, which is ErrAlert: nothing is sent back
+// to it, §6) calls for a fatal alert of ours: Alert seals it.
 var (
-	ErrAlert       = errors.New("tls13: peer sent an alert")
-	ErrProtocol    = errors.New("tls13: protocol error")
-	ErrOverflow    = errors.New("tls13: record overflow")
-	ErrDecrypt     = errors.New("tls13: record authentication failed")
+	ErrAlert    = errors.New("tls13: peer sent an alert")
+	ErrProtocol = error(&alertError{alertUnexpectedMessage, "tls13: protocol error"})
+	ErrDecode   = error(&alertError{alertDecodeError, "tls13: malformed message"})
+	ErrIllegal  = error(&alertError{alertIllegalParameter, "tls13: illegal parameter"})
+	ErrVersion  = error(&alertError{alertProtocolVersion, "tls13: record version not 0x0303"})
+	ErrOverflow = error(&alertError{alertRecordOverflow, "tls13: record overflow"})
+	ErrDecrypt  = error(&alertError{alertBadRecordMAC, "tls13: record authentication failed"})
+	ErrUseless  = error(&alertError{alertUnexpectedMessage, "tls13: too many records without data"})
+	// Not read errors.
 	ErrUnsupported = errors.New("tls13: unsupported connection")
 	ErrShutdown    = errors.New("tls13: write after close_notify")
 )
@@ -160,6 +206,12 @@ type State struct {
 	plain []byte // opened application data not yet read (inside raw)
 	pOff  int    // where plain starts in raw
 	rerr  error  // sticky
+	// A handshake message begun in one record and not yet ended (only a
+	// KeyUpdate is accepted): its first hn bytes.
+	hs [hsHeaderLen + 1]byte
+	hn int
+	// useless: records in a row that carried no application data.
+	useless int
 
 	// updateDue: the peer asked for our KeyUpdate (update_requested);
 	// the next Seal sends it first.
@@ -285,7 +337,7 @@ func (st *State) Read(p []byte) (int, error) {
 
 // openOne opens the record at the start of the buffered ciphertext, if
 // it is whole: application data becomes st.plain, control records are
-// acted on.
+// acted on. Errors carry the alert they call for (alertError).
 func (st *State) openOne() (bool, error) {
 	b := st.raw[st.pOff:st.rn]
 	if len(b) < headerLen {
@@ -296,18 +348,19 @@ func (st *State) openOne() (bool, error) {
 	}
 	typ, n := b[0], int(binary.BigEndian.Uint16(b[3:5]))
 	if typ != typeApplicationData {
-		// After the handshake every record is protected (a
-		// change_cipher_spec is allowed only during it, §5).
+		// After the handshake every record is protected: a
+		// change_cipher_spec is allowed only during it (§5), and
+		// anything else unprotected is unexpected too.
 		return false, ErrProtocol
 	}
 	if b[1] != 3 || b[2] != 3 {
-		return false, ErrProtocol
+		return false, ErrVersion
 	}
 	if n > maxCiphertext {
 		return false, ErrOverflow
 	}
-	if n < tagLen+1 {
-		return false, ErrProtocol
+	if n < tagLen {
+		return false, ErrDecrypt // too short to authenticate
 	}
 	if len(b) < headerLen+n {
 		return false, nil
@@ -333,23 +386,34 @@ func (st *State) openOne() (bool, error) {
 		i--
 	}
 	if i < 0 {
-		return false, ErrProtocol
+		return false, ErrProtocol // no content type (§5.4)
 	}
 	inner, content := pt[i], pt[:i]
+	if st.hn > 0 && inner != typeHandshake {
+		// A handshake message is not interleaved with other records
+		// (§5.1).
+		return false, ErrProtocol
+	}
+	if inner == typeApplicationData && len(content) > 0 {
+		st.useless = 0
+		st.plain = content
+		return true, nil
+	}
+	// A record with no application data: bounded, however valid.
+	if st.useless++; st.useless > MaxUseless {
+		return false, ErrUseless
+	}
 	switch inner {
 	case typeApplicationData:
-		if len(content) > 0 {
-			st.plain = content
-		}
-		return true, nil
+		return true, nil // empty: allowed (§5.4), carries nothing
 	case typeAlert:
 		if len(content) != 2 {
-			return false, ErrProtocol
+			return false, ErrDecode // one alert, whole, per record (§5.1)
 		}
 		if content[1] == alertCloseNotify {
 			return false, io.EOF
 		}
-		return false, ErrAlert
+		return false, PeerAlert(content[1])
 	case typeHandshake:
 		if len(content) == 0 {
 			// No zero-length handshake fragments, padded or not (§5.1).
@@ -360,36 +424,38 @@ func (st *State) openOne() (bool, error) {
 	return false, ErrProtocol
 }
 
-// handshake acts on post-handshake messages from the client: KeyUpdate.
-// A KeyUpdate must end its record (§5.1); a message split across records
-// is refused (Go's and OpenSSL's clients never split these).
+// handshake acts on post-handshake messages from the client: KeyUpdate,
+// the only one a client may send here (NewSessionTicket is the
+// server's; no post-handshake authentication was offered). A message may
+// come in fragments over several records (§5.1), kept in st.hs; a
+// KeyUpdate changes the key, so it must end its record.
 func (st *State) handshake(m []byte) error {
 	for len(m) > 0 {
-		if len(m) < 4 {
+		k := copy(st.hs[st.hn:], m)
+		st.hn += k
+		m = m[k:]
+		if st.hn >= 1 && st.hs[0] != hsKeyUpdate {
 			return ErrProtocol
 		}
-		typ, n := m[0], int(m[1])<<16|int(m[2])<<8|int(m[3])
-		if len(m) < 4+n {
-			return ErrProtocol
+		if st.hn >= hsHeaderLen && (st.hs[1] != 0 || st.hs[2] != 0 || st.hs[3] != 1) {
+			return ErrDecode // a KeyUpdate's body is one byte
 		}
-		body := m[4 : 4+n]
-		m = m[4+n:]
-		switch typ {
-		case hsKeyUpdate:
-			if n != 1 || body[0] > 1 || len(m) > 0 {
-				return ErrProtocol
-			}
-			if err := st.in.next(st.s); err != nil {
-				return err
-			}
-			if body[0] == 1 {
-				st.updateDue.Store(true)
-			}
-		default:
-			// A NewSessionTicket is the server's to send; anything else
-			// after the handshake is unexpected too (no
-			// post-handshake authentication was offered).
-			return ErrProtocol
+		if st.hn < len(st.hs) {
+			return nil // m is spent: the rest comes in the next record
+		}
+		req := st.hs[hsHeaderLen]
+		st.hn = 0
+		if req > 1 {
+			return ErrIllegal // update_not_requested or update_requested (§4.6.3)
+		}
+		if len(m) > 0 {
+			return ErrProtocol // a key change ends its record (§5.1)
+		}
+		if err := st.in.next(st.s); err != nil {
+			return err
+		}
+		if req == 1 {
+			st.updateDue.Store(true)
 		}
 	}
 	return nil
@@ -445,7 +511,27 @@ func (st *State) CloseNotify(wire []byte) []byte {
 	if st.closed {
 		return wire
 	}
-	wire = st.sealRecord(wire, []byte{1, alertCloseNotify}, typeAlert)
+	wire = st.sealRecord(wire, []byte{alertLevelWarning, alertCloseNotify}, typeAlert)
+	st.closed = true
+	return wire
+}
+
+// Alert appends the fatal alert the read error calls for (RFC 8446
+// §6.2: bad_record_mac, record_overflow, decode_error, unexpected_message,
+// illegal_parameter, protocol_version), sealed under the current write
+// key, and closes the write side: nothing is sealed after it, a
+// close_notify included. With no such error (none yet, a clean
+// close_notify, the peer's own alert, which gets no answer) it appends
+// nothing, and closes the write side all the same: the caller is
+// closing the connection.
+func (st *State) Alert(wire []byte) []byte {
+	if st.closed {
+		return wire
+	}
+	var ae *alertError
+	if errors.As(st.rerr, &ae) {
+		wire = st.sealRecord(wire, []byte{alertLevelFatal, ae.desc}, typeAlert)
+	}
 	st.closed = true
 	return wire
 }

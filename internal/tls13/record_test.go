@@ -119,47 +119,151 @@ func countRecords(w []byte) int {
 	return n
 }
 
-// TestOpenRefuses: a tampered record, an unprotected record, an
-// oversized one, a NewSessionTicket from the client, an alert.
+// alertIn opens the one record in wire with cli (the server's peer) and
+// returns the alert it carries (-1: none).
+func alertIn(t *testing.T, cli *State, wire []byte) int {
+	t.Helper()
+	if len(wire) == 0 {
+		return -1
+	}
+	n := headerLen + (int(wire[3])<<8 | int(wire[4]))
+	if len(wire) != n {
+		t.Fatalf("%d bytes sent, want one record", len(wire))
+	}
+	pt, err := cli.in.aead.Open(nil, cli.in.nonceFor(), wire[headerLen:], wire[:headerLen])
+	if err != nil {
+		t.Fatalf("the alert does not open under the write key: %v", err)
+	}
+	if len(pt) != 3 || pt[2] != typeAlert || pt[0] != alertLevelFatal {
+		t.Fatalf("not a fatal alert: %x", pt)
+	}
+	return int(pt[1])
+}
+
+// TestOpenRefuses: what a record layer must refuse, each with its alert
+// (RFC 8446 §6.2), sealed under the current write key.
 func TestOpenRefuses(t *testing.T) {
-	cases := map[string]func(cli *State) []byte{
-		"tampered": func(cli *State) []byte { w := cli.Seal(nil, []byte("x")); w[7] ^= 1; return w },
-		"plain":    func(*State) []byte { return []byte{typeHandshake, 3, 3, 0, 1, 0} },
-		"ccs":      func(*State) []byte { return []byte{typeChangeCipherSpec, 3, 3, 0, 1, 1} },
-		"overflow": func(*State) []byte { return []byte{typeApplicationData, 3, 3, 0x41, 0x01} },
-		"ticket": func(cli *State) []byte {
+	keyUpdate := func(req byte) []byte { return []byte{hsKeyUpdate, 0, 0, 1, req} }
+	cases := []struct {
+		name  string
+		mk    func(cli *State) []byte
+		alert int
+	}{
+		{"tampered", func(cli *State) []byte { w := cli.Seal(nil, []byte("x")); w[7] ^= 1; return w }, alertBadRecordMAC},
+		{"too short to authenticate", func(*State) []byte { return []byte{typeApplicationData, 3, 3, 0, 15} }, alertBadRecordMAC},
+		{"plain", func(*State) []byte { return []byte{typeHandshake, 3, 3, 0, 1, 0} }, alertUnexpectedMessage},
+		{"ccs", func(*State) []byte { return []byte{typeChangeCipherSpec, 3, 3, 0, 1, 1} }, alertUnexpectedMessage},
+		{"record version", func(*State) []byte { return []byte{typeApplicationData, 3, 1, 0, 20} }, alertProtocolVersion},
+		{"overflow", func(*State) []byte { return []byte{typeApplicationData, 3, 3, 0x41, 0x01} }, alertRecordOverflow},
+		{"ticket", func(cli *State) []byte {
 			return cli.sealRecord(nil, []byte{hsNewSessionTicket, 0, 0, 1, 0}, typeHandshake)
-		},
-		"alert": func(cli *State) []byte { return cli.sealRecord(nil, []byte{2, 40}, typeAlert) },
-		"big plaintext": func(cli *State) []byte {
+		}, alertUnexpectedMessage},
+		{"key update, long", func(cli *State) []byte {
+			return cli.sealRecord(nil, []byte{hsKeyUpdate, 0, 0, 2, 0, 0}, typeHandshake)
+		}, alertDecodeError},
+		{"key update, bad request", func(cli *State) []byte { return cli.sealRecord(nil, keyUpdate(2), typeHandshake) }, alertIllegalParameter},
+		{"key update, not at the record's end", func(cli *State) []byte {
+			return cli.sealRecord(nil, append(keyUpdate(0), keyUpdate(0)...), typeHandshake)
+		}, alertUnexpectedMessage},
+		{"handshake fragment, then data", func(cli *State) []byte {
+			w := cli.sealRecord(nil, keyUpdate(0)[:2], typeHandshake)
+			return cli.Seal(w, []byte("x"))
+		}, alertUnexpectedMessage},
+		{"alert, long", func(cli *State) []byte { return cli.sealRecord(nil, []byte{2, 40, 0}, typeAlert) }, alertDecodeError},
+		{"peer's alert", func(cli *State) []byte { return cli.sealRecord(nil, []byte{2, 40}, typeAlert) }, -1},
+		{"big plaintext", func(cli *State) []byte {
 			return cli.sealRecord(nil, make([]byte, MaxPlaintext+1), typeApplicationData)
-		},
+		}, alertRecordOverflow},
 		// §5.4: the whole TLSInnerPlaintext (content, type, padding)
 		// is at most 2^14+1 bytes, padding included.
-		"padded past the limit": func(cli *State) []byte {
+		{"padded past the limit", func(cli *State) []byte {
 			inner := append(make([]byte, MaxPlaintext), typeApplicationData)
 			inner = append(inner, make([]byte, 100)...)
 			return cli.sealRecord(nil, inner, 0) // 0: one more byte of padding
-		},
+		}, alertRecordOverflow},
 		// §5.1: no zero-length handshake fragments, padded or not.
-		"empty handshake": func(cli *State) []byte { return cli.sealRecord(nil, nil, typeHandshake) },
-		"padded empty handshake": func(cli *State) []byte {
+		{"empty handshake", func(cli *State) []byte { return cli.sealRecord(nil, nil, typeHandshake) }, alertUnexpectedMessage},
+		{"padded empty handshake", func(cli *State) []byte {
 			return cli.sealRecord(nil, []byte{typeHandshake, 0, 0}, 0)
-		},
-		"all padding": func(cli *State) []byte {
-			w := cli.sealRecord(nil, nil, 0)
-			return w
-		},
+		}, alertUnexpectedMessage},
+		{"all padding", func(cli *State) []byte { return cli.sealRecord(nil, nil, 0) }, alertUnexpectedMessage},
+		{"tag only", func(cli *State) []byte {
+			w := []byte{typeApplicationData, 3, 3, 0, tagLen}
+			return cli.out.aead.Seal(w, cli.out.nonceFor(), nil, w)
+		}, alertUnexpectedMessage},
 	}
-	for name, mk := range cases {
+	for _, tc := range cases {
 		cli, srv := pair(t, tls.TLS_AES_128_GCM_SHA256)
-		_, err := deliver(t, srv, mk(cli))
+		_, err := deliver(t, srv, tc.mk(cli))
 		if err == nil || err == io.EOF {
-			t.Errorf("%s: err %v", name, err)
+			t.Errorf("%s: err %v", tc.name, err)
+			continue
 		}
 		// Sticky: the next read fails too.
 		if _, err2 := srv.Read(make([]byte, 10)); err2 == nil {
-			t.Errorf("%s: not sticky", name)
+			t.Errorf("%s: not sticky", tc.name)
+		}
+		if got := alertIn(t, cli, srv.Alert(nil)); got != tc.alert {
+			t.Errorf("%s (%v): alert %d, want %d", tc.name, err, got, tc.alert)
+		}
+		// Nothing is sealed after the alert.
+		if w := srv.Seal(nil, []byte("late")); len(w) != 0 {
+			t.Errorf("%s: sealed after the alert", tc.name)
+		}
+	}
+}
+
+// TestUselessRecords: records without application data are bounded in a
+// row (MaxUseless), empty ones and KeyUpdates alike; data resets the
+// count.
+func TestUselessRecords(t *testing.T) {
+	keyUpdate := []byte{hsKeyUpdate, 0, 0, 1, 1}
+	useless := func(cli *State, w []byte, i int) []byte {
+		if i%3 == 1 {
+			w = cli.sealRecord(w, keyUpdate, typeHandshake)
+			_ = cli.out.next(cli.s)
+			return w
+		}
+		return cli.SealEmpty(w)
+	}
+	cli, srv := pair(t, tls.TLS_AES_128_GCM_SHA256)
+	var w []byte
+	for round := 0; round < 3; round++ {
+		for i := 0; i < MaxUseless; i++ {
+			w = useless(cli, w, i)
+		}
+		w = cli.Seal(w, []byte("data"))
+	}
+	got, err := deliver(t, srv, w)
+	if err != nil || string(got) != "datadatadata" {
+		t.Fatalf("%d in a row between data: %q %v", MaxUseless, got, err)
+	}
+	w = nil
+	for i := 0; i <= MaxUseless; i++ {
+		w = useless(cli, w, i)
+	}
+	w = cli.Seal(w, []byte("late"))
+	if got, err := deliver(t, srv, w); err != ErrUseless || len(got) != 0 {
+		t.Fatalf("%d in a row: %q %v, want %v", MaxUseless+1, got, err, ErrUseless)
+	}
+	if a := alertIn(t, cli, srv.Alert(nil)); a != alertUnexpectedMessage {
+		t.Fatalf("alert %d", a)
+	}
+}
+
+// TestKeyUpdateFragments: a KeyUpdate split over records (§5.1 allows
+// any handshake message to be) is put together and applied.
+func TestKeyUpdateFragments(t *testing.T) {
+	for split := 1; split < 5; split++ {
+		cli, srv := pair(t, tls.TLS_AES_128_GCM_SHA256)
+		m := []byte{hsKeyUpdate, 0, 0, 1, 0}
+		w := cli.sealRecord(nil, m[:split], typeHandshake)
+		w = cli.sealRecord(w, m[split:], typeHandshake)
+		_ = cli.out.next(cli.s)
+		w = cli.Seal(w, []byte("after"))
+		got, err := deliver(t, srv, w)
+		if err != nil || string(got) != "after" {
+			t.Errorf("split at %d: %q %v", split, got, err)
 		}
 	}
 }

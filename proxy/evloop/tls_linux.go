@@ -227,9 +227,9 @@ func (l *eventLoop) openTLS(c *cconn) bool {
 		c.n += m
 		if err != nil {
 			if err != io.EOF {
-				// No close_notify after a failure: the state is
-				// marked closed without sending one.
-				_ = st.CloseNotify(nil)
+				// The fatal alert the failure calls for, instead of
+				// a close_notify (RFC 8446 §6.2).
+				l.tlsAlert(c)
 			}
 			l.closeClient(c)
 			return false
@@ -243,6 +243,24 @@ func (l *eventLoop) openTLS(c *cconn) bool {
 		return c.fd >= 0
 	}
 	return true
+}
+
+// tlsAlert writes the fatal alert a read error calls for (tls13.State's
+// Alert), after whatever sealed bytes are still unwritten, best effort:
+// one write, the connection closing next. The state seals nothing more.
+func (l *eventLoop) tlsAlert(c *cconn) {
+	t := c.tls
+	t.wire = t.st.Alert(t.wire)
+	for len(t.wire) > 0 {
+		m, err := l.sys.Write(c.fd, t.wire)
+		if err == unix.EINTR {
+			continue
+		}
+		if m > 0 {
+			t.wire = t.wire[:copy(t.wire, t.wire[m:])]
+		}
+		return
+	}
 }
 
 // pullTLS moves records opened or buffered since c.in filled into it,

@@ -165,3 +165,78 @@ func TestTLSPipelinedAllServed(t *testing.T) {
 		t.Fatalf("client read %d answers, want 3:\n%q", n, got)
 	}
 }
+
+// TestTLSUselessFlood: a client sending 100,000 records that carry no
+// data -- empty application_data records, or KeyUpdates asking for ours
+// -- is cut off after tls13.MaxUseless of them in a row, with an
+// unexpected_message alert, having cost the loop one read of them: the
+// rest is never read.
+func TestTLSUselessFlood(t *testing.T) {
+	for _, kind := range []string{"empty", "keyupdate"} {
+		// The flood, sealed once (tlsPair's secrets are fixed: a fresh
+		// pair reads it).
+		cli, _ := tlsPair(t)
+		wire := cli.Seal(nil, []byte("PRI")) // some data first: the count is of records in a row
+		for range 100000 {
+			if kind == "empty" {
+				wire = cli.SealEmpty(wire)
+			} else {
+				cli.RequestKeyUpdate()
+				wire = cli.Seal(wire, nil)
+			}
+		}
+		for _, h2 := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/h2=%v", kind, h2), func(t *testing.T) {
+				cli, srv := tlsPair(t)
+				h := newLoopScript(t)
+				fd := h.sys.open("c1", -1)
+				a := adoption{fd: fd, peer: netip.MustParseAddr("192.0.2.1"), st: srv, cs: &tls.ConnectionState{}}
+				if h2 {
+					a.h2 = &recH2{core: h2srv.NewConn(h2srv.Config{})}
+				}
+				h.l.adopt(a)
+				deliver(t, h, fd, wire, len(wire))
+				f := h.sys.fds[fd]
+				if !f.closed {
+					t.Fatal("the connection is still open")
+				}
+				if read := len(wire) - len(f.in); read > tls13.MaxRecord {
+					t.Errorf("the loop read %d bytes of the flood, more than one record buffer", read)
+				}
+				got, err := openAll(t, cli, f.sent)
+				if err != tls13.PeerAlert(10) {
+					t.Fatalf("client read %q then %v, want unexpected_message (10)", got, err)
+				}
+			})
+		}
+	}
+}
+
+// TestTLSAlertOnBadRecord: a record that fails to authenticate gets
+// bad_record_mac, sealed under the current key, before the close; one
+// too long gets record_overflow.
+func TestTLSAlertOnBadRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mk    func(cli *tls13.State) []byte
+		alert tls13.PeerAlert
+	}{
+		{"tampered", func(cli *tls13.State) []byte { w := cli.Seal(nil, []byte("GET / HTTP/1.1\r\n")); w[9] ^= 1; return w }, 20},
+		{"overflow", func(*tls13.State) []byte { return []byte{23, 3, 3, 0x41, 0x01} }, 22},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cli, srv := tlsPair(t)
+			h := newLoopScript(t)
+			fd := h.sys.open("c1", -1)
+			h.l.adopt(adoption{fd: fd, peer: netip.MustParseAddr("192.0.2.1"), st: srv, cs: &tls.ConnectionState{}})
+			deliver(t, h, fd, tc.mk(cli), 1<<20)
+			f := h.sys.fds[fd]
+			if !f.closed {
+				t.Fatal("the connection is still open")
+			}
+			if got, err := openAll(t, cli, f.sent); err != tc.alert {
+				t.Fatalf("client read %q then %v, want alert %d", got, err, uint8(tc.alert))
+			}
+		})
+	}
+}
