@@ -28,8 +28,12 @@ import (
 // SENTRY_EVLOOP=0 turns it off too.
 var tlsLoopDisabled = os.Getenv("SENTRY_TLSLOOP") == "0"
 
-// selfTestWarn logs a failed tls13.SelfTest once per process.
-var selfTestWarn sync.Once
+// selfTestWarn logs a failed tls13.SelfTest once per process;
+// takeWarn, once per process, a TLS 1.3 connection with a suite the loops
+// handle whose record state Take could not prove (it stays on crypto/tls:
+// safe, but a sign that this Go's crypto/tls does something the Tap does
+// not follow).
+var selfTestWarn, takeWarn sync.Once
 
 // startTLSLoops starts the loops of a TLS front end (fe.tls set) when the
 // engine allows and the record layer passed its self-test.
@@ -84,7 +88,7 @@ func (fe *frontend) adoptTLSConn(tc *tls.Conn, raw net.Conn, tap *tls13.Tap, h2 
 	if ff == nil || ff.Draining() || tap == nil {
 		return false
 	}
-	fd, peer, st, cs, ok := takeTLS(tc, raw, tap)
+	fd, peer, st, cs, ok := fe.takeTLS(tc, raw, tap)
 	if !ok {
 		return false
 	}
@@ -107,9 +111,14 @@ func (fe *frontend) adoptTLSConn(tc *tls.Conn, raw net.Conn, tap *tls13.Tap, h2 
 // takeTLS takes tc's record state (from tap, which leaves tc untouched
 // when it refuses) and a non-blocking duplicate of its socket, for a
 // loop. False leaves tc as it was.
-func takeTLS(tc *tls.Conn, raw net.Conn, tap *tls13.Tap) (fd int, peer netip.Addr, st *tls13.State, cs *tls.ConnectionState, ok bool) {
+func (fe *frontend) takeTLS(tc *tls.Conn, raw net.Conn, tap *tls13.Tap) (fd int, peer netip.Addr, st *tls13.State, cs *tls.ConnectionState, ok bool) {
 	sec, rest, err := tap.Take(tc)
 	if err != nil {
+		if err != tls13.ErrUnsupported { // TLS 1.2 or a suite the layer lacks: expected
+			takeWarn.Do(func() {
+				fe.p.log.Warn("a TLS 1.3 connection stays on crypto/tls: its record state could not be proved", "error", err)
+			})
+		}
 		return -1, peer, nil, nil, false
 	}
 	st, err = tls13.New(sec, rest)

@@ -506,6 +506,23 @@ func (st *State) SealEmpty(wire []byte) []byte {
 	return st.sealRecord(wire, nil, typeApplicationData)
 }
 
+// SealRaw appends one record whose inner plaintext is content, then the
+// content type typ (a content ending in zeros with typ 0 is padding),
+// sealed as it is, unchecked; NextWriteKey moves the write side to its
+// next traffic secret, as sending a KeyUpdate does. For tests and tools
+// that must send what a correct peer would not: fragments, malformed or
+// unexpected messages.
+func (st *State) SealRaw(wire, content []byte, typ byte) []byte {
+	return st.sealRecord(wire, content, typ)
+}
+
+// NextWriteKey: see SealRaw.
+func (st *State) NextWriteKey() {
+	if err := st.out.next(st.s); err != nil {
+		panic("tls13: " + err.Error()) // the suite's key size: cannot fail
+	}
+}
+
 // CloseNotify appends a close_notify alert; nothing is sealed after it.
 func (st *State) CloseNotify(wire []byte) []byte {
 	if st.closed {
