@@ -46,7 +46,9 @@ func sealOpen(st *State, wire, buf []byte) int {
 }
 
 func BenchmarkRecordAES128Small(b *testing.B) { benchSealOpen(b, tls.TLS_AES_128_GCM_SHA256, 128) }
-func BenchmarkRecordAES128Full(b *testing.B)  { benchSealOpen(b, tls.TLS_AES_128_GCM_SHA256, MaxPlaintext) }
+func BenchmarkRecordAES128Full(b *testing.B) {
+	benchSealOpen(b, tls.TLS_AES_128_GCM_SHA256, MaxPlaintext)
+}
 func BenchmarkRecordChaChaSmall(b *testing.B) {
 	benchSealOpen(b, tls.TLS_CHACHA20_POLY1305_SHA256, 128)
 }
