@@ -10,6 +10,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -274,6 +277,77 @@ func TestTLSUselessFloodCutOff(t *testing.T) {
 			if err != tls13.PeerAlert(10) {
 				t.Fatalf("client read error %v, want unexpected_message (10)", err)
 			}
+		})
+	}
+}
+
+// TestTLSLoopOpenSSLShapes: OpenSSL's s_client, in the handshake shapes
+// the loops take over from crypto/tls -- a full handshake, one resumed
+// from its session (-sess_out, -sess_in), one after a HelloRetryRequest
+// (-groups offering first a group Go lacks) -- sends a request, a
+// KeyUpdate asking for ours (K) and another request; both are answered
+// on the loops.
+func TestTLSLoopOpenSSLShapes(t *testing.T) {
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("no openssl")
+	}
+	h := tlsLoopProxy(t, EngineLoops, func(r *http.Request) string { return r.URL.Path })
+	dir := t.TempDir()
+	sess := filepath.Join(dir, "sess.pem")
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		resumed bool
+		hrr     bool
+	}{
+		{"full", []string{"-sess_out", sess}, false, false},
+		{"resumed", []string{"-sess_in", sess}, true, false},
+		{"hello retry", []string{"-groups", "x448:P-256"}, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := loopCounts(t, h, EngineLoops)
+			msgs := filepath.Join(dir, "msg-"+strings.ReplaceAll(tc.name, " ", "-"))
+			args := append([]string{"s_client", "-quiet", "-no_ign_eof", "-crlf", "-tls1_3", "-connect", h.addr, "-msg", "-msgfile", msgs}, tc.args...)
+			cmd := exec.Command("openssl", args...)
+			stdin, _ := cmd.StdinPipe()
+			stdout, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+			br := bufio.NewReader(stdout)
+			io.WriteString(stdin, "GET /one HTTP/1.1\nHost: x\n\n")
+			if st, b := readResp(t, br); st != 200 || b != "/one" {
+				t.Fatalf("%d %q", st, b)
+			}
+			io.WriteString(stdin, "K\n")
+			// s_client takes a whole stdin read as the command when it
+			// starts with K: the request must come in a read of its own
+			// (not a timing assertion: see tls13's TestOpenSSLClient).
+			time.Sleep(300 * time.Millisecond)
+			io.WriteString(stdin, "GET /two HTTP/1.1\nHost: x\n\n")
+			if st, b := readResp(t, br); st != 200 || b != "/two" {
+				t.Fatalf("after the KeyUpdate: %d %q", st, b)
+			}
+			stdin.Close()
+			_ = cmd.Wait()
+			m, err := os.ReadFile(msgs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// -msg's lines: ">>> TLS 1.3, Handshake [length 00dc], ClientHello".
+			if !strings.Contains(string(m), "], ServerHello\n") {
+				t.Fatalf("no handshake in s_client's messages:\n%s", m)
+			}
+			hellos := strings.Count(string(m), "], ClientHello\n")
+			if hrr := hellos == 2; hrr != tc.hrr {
+				t.Errorf("%d ClientHellos, want a HelloRetryRequest: %v", hellos, tc.hrr)
+			}
+			// A resumed handshake has no server Certificate.
+			if resumed := !strings.Contains(string(m), "], Certificate\n"); resumed != tc.resumed {
+				t.Errorf("resumed %v, want %v", resumed, tc.resumed)
+			}
+			d.check(t, 2, 0)
 		})
 	}
 }
