@@ -41,8 +41,8 @@ type Tap struct {
 	server bool
 
 	// Reading: rbuf[roff:] was read from the socket and not yet given to
-	// crypto/tls; rin is the record being given (its header in rhdr as it
-	// passes, rpos bytes of it given so far).
+	// crypto/tls; of the record being given, rpos bytes are given so far
+	// and its header is in rhdr once they pass.
 	rbuf []byte
 	roff int
 	rhdr [headerLen]byte
@@ -310,6 +310,9 @@ func (t *Tap) Release() {
 	t.pass = true
 	t.inRecs, t.outRecs = nil, nil
 	t.secrets = [4][]byte{}
+	if t.roff == len(t.rbuf) {
+		t.rbuf, t.roff = nil, 0 // no read buffer kept for the connection's life
+	}
 }
 
 // SyscallConn reaches the socket (peer-gone checks, descriptors).

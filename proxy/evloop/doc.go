@@ -75,8 +75,9 @@
 //
 // A Front started with no listening socket (Config.LFD -1) serves a TLS
 // listener's HTTP/1.1 connections: package proxy does the handshake with
-// crypto/tls in its own goroutine, takes the record state out of the
-// *tls.Conn (package internal/tls13) and calls Front.Adopt with a
+// crypto/tls in its own goroutine, takes the record state from the
+// tls13.Tap the handshake ran over (package internal/tls13) and calls
+// Front.Adopt with a
 // duplicate of the socket; the loops take adopted connections in turn,
 // from a queue each loop drains when its eventfd wakes it. Such a
 // connection carries a tlsConn: readTLS reads ciphertext and opens every
@@ -89,11 +90,17 @@
 // except the forwarding plan (X-Forwarded-Proto: https), the hand-off (a
 // tls13.Conn over the same record state, the plaintext already opened
 // replayed first), the refusals written at adoption or hand-off (sealed)
-// and the closes (close_notify before a close or a lingering close,
-// none after a record failure). A KeyUpdate the client asks for is sent
-// at once; records the client sent while an exchange was in progress and
-// c.in was full wait in the record state and are opened when the
-// exchange ends (pullTLS, from process and after). The system calls per
+// and the closes (close_notify before a close or a lingering close; after
+// a record failure the fatal alert it calls for instead, tlsAlert). A
+// KeyUpdate the client asks for is sent at once; records the client sent
+// while an exchange was in progress and c.in was full wait in the record
+// state and are opened when the exchange ends (pullTLS, from process and
+// after). Invariant: the loop never waits for the socket while the record
+// state holds plaintext or a whole record (tls13.State.Buffered counts
+// both): bytes already read are never reported by epoll again. readTLS
+// acts on whatever its first open yields, h2Read opens until only part of
+// a record is left, and pullTLS runs before the next request is looked
+// for. The system calls per
 // request are the plain path's: one read, one write on each side.
 //
 // # HTTP/2 (h2_linux.go)
