@@ -213,9 +213,12 @@ func TestTLSAlertToRealClient(t *testing.T) {
 			if err := c.Handshake(); err != nil {
 				t.Fatal(err)
 			}
+			d := loopCounts(t, h, EngineLoops)
 			if tc.before != "" {
 				io.WriteString(c, tc.before)
-				time.Sleep(50 * time.Millisecond) // on its own, so that the loop hands it off first (not a timing assertion)
+				if tc.name == "handed off" {
+					d.waitHanded(t, 1) // the bad record is then fasthttp's to read
+				}
 			}
 			cc.armed.Store(true)
 			io.WriteString(c, "x")
@@ -242,10 +245,11 @@ func TestTLSUselessFloodCutOff(t *testing.T) {
 		{"empty, handed off", "GET / HTTP/1.1\r\nHost: x\r\n", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			d := loopCounts(t, h, EngineLoops)
 			c := dialRecords(t, h.addr)
 			if tc.before != "" {
 				c.send(t, tc.before)
-				time.Sleep(50 * time.Millisecond) // not a timing assertion: see TestTLSAlertToRealClient
+				d.waitHanded(t, 1) // the flood is then fasthttp's to read
 			}
 			// 100,000 records, sealed and sent a thousand at a time
 			// until a write fails (sentry closed).
