@@ -48,8 +48,8 @@
 //     proved record by record rather than assumed -- a wrong one would
 //     reuse an AES-GCM nonce.
 //
-// This holds in every shape crypto/tls's server handshake takes
-// (handshake_server_tls13.go): without client certificates Go sends its
+// This holds in every shape crypto/tls's TLS 1.3 server handshake takes:
+// without client certificates Go sends its
 // ticket in its first flight, right after its Finished and under the
 // application key, before reading the client's Finished; with them it
 // sends the ticket after reading the client's certificate; a
