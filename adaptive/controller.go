@@ -27,12 +27,15 @@ type class struct {
 	overTarget atomic.Uint64
 
 	// Guarded by Controller.mu.
-	samples  []float64 // ns, at most NReq
-	tickMark int       // len(samples) at the last Tick (a slow start drops the ones before)
-	// recent: the class's completions since the last Tick with a
+	samples []float64 // ns, at most NReq
+	// windowMark is len(samples) when the slow start's window began (a
+	// step drops the ones before).
+	windowMark int
+	// recent: the class's completions in the slow start's window with a
 	// response time (Observe and ObserveIdle), those over the slow
 	// start's bound (1 + err_i)·target, and the sum of their times (ns):
-	// the slow start's evidence (slowStart).
+	// the slow start's evidence (slowStart). The window begins anew at
+	// the Tick that judges it (slowStartSamples of them).
 	recent struct {
 		n, over int
 		sum     float64
@@ -344,12 +347,16 @@ func (c *Controller) Tick(now time.Time) {
 		}
 	}
 	// After the runs: a run at this Tick measures over the four Ticks
-	// before it (doneOver), and the slow start on the completions after
-	// it.
+	// before it (doneOver), and the slow start judges the completions
+	// after it once it has enough of them: its window begins anew when
+	// it was judged, and a class with fewer keeps counting (a class at
+	// 30 requests a second takes about three Ticks).
 	for _, cl := range c.classes {
 		cl.marks.push(doneMark{at: ns, done: cl.completed})
-		cl.tickMark = len(cl.samples)
-		cl.recent.n, cl.recent.over, cl.recent.sum = 0, 0, 0
+		if cl.recent.n >= slowStartSamples(c.cfg.Percentile) {
+			cl.windowMark = len(cl.samples)
+			cl.recent.n, cl.recent.over, cl.recent.sum = 0, 0, 0
+		}
 	}
 }
 
@@ -420,7 +427,7 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 	elapsed := float64(now-cl.lastRun) / float64(cfg.Timeout)
 	cl.lastRun = now
 	cl.runs++
-	cl.samples, cl.tickMark = cl.samples[:0], 0
+	cl.samples, cl.windowMark = cl.samples[:0], 0
 	cl.ended = 0
 	cl.lastSamp = samp
 	if cl.hasCur && !stale {
@@ -590,10 +597,11 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 // slowStartStep is the slow start at a Tick for class i (doc.go, "Slow
 // start"): when it applies (slowStart), the class's rate rises ×g, at
 // most to its ceiling, its smoothed percentile restarts at no more than
-// the raise threshold, and the samples that predate the last Tick are
+// the raise threshold, the samples that predate the window it judged are
 // dropped (after an overload, those of the requests in flight when it
-// ended). The class's run marks stay: its next run measures since its
-// last. It reports whether it stepped. Called with c.mu held.
+// ended), and a new window begins. The class's run marks stay: its next
+// run measures since its last. It reports whether it stepped. Called
+// with c.mu held.
 func (c *Controller) slowStartStep(i int, now int64) bool {
 	g := c.slowStart(i, now)
 	if g <= 0 {
@@ -610,7 +618,9 @@ func (c *Controller) slowStartStep(i int, now int64) bool {
 		cl.cur, cl.hasCur = bound, true
 	}
 	cl.err = (cl.cur - cl.target) / cl.target
-	cl.samples = append(cl.samples[:0], cl.samples[min(cl.tickMark, len(cl.samples)):]...)
+	cl.samples = append(cl.samples[:0], cl.samples[min(cl.windowMark, len(cl.samples)):]...)
+	cl.windowMark = len(cl.samples)
+	cl.recent.n, cl.recent.over, cl.recent.sum = 0, 0, 0
 	return true
 }
 
@@ -619,9 +629,10 @@ func (c *Controller) slowStartStep(i int, now int64) bool {
 // when the rule does not apply. It applies under the scaled rule with the
 // in-flight limit in force, when
 //
-//   - the class completed at least slowStartSamples requests since the
-//     last Tick, with a token or by the work-conserving rule, and their
-//     p-th percentile is at most (1 + err_i)·target: far under it;
+//   - the class completed at least slowStartSamples requests in the
+//     window (since the Tick that last judged one), with a token or by
+//     the work-conserving rule, and their p-th percentile is at most
+//     (1 + err_i)·target: far under it;
 //   - the class was refused something since its last run (its bucket or
 //     the limit turned a request away, or the work-conserving rule
 //     admitted one over its rate): it asks for more than its rate;
@@ -1109,7 +1120,7 @@ func (c *Controller) Seed(i int, rate float64, hold time.Duration) {
 	// (SetInFlight).
 	c.flight.Store(0)
 	cl := c.class(i)
-	cl.samples, cl.ended, cl.tickMark = cl.samples[:0], 0, 0
+	cl.samples, cl.ended, cl.windowMark = cl.samples[:0], 0, 0
 	cl.recent.n, cl.recent.over, cl.recent.sum = 0, 0, 0
 	cl.hasCur, cl.cur, cl.err, cl.over, cl.lc = false, 0, 0, false, 0
 	cl.lastRun = now

@@ -594,7 +594,9 @@ func TestSlowStartConditions(t *testing.T) {
 
 // TestSlowStartRestartsAverage: a step restarts a smoothed percentile
 // above the bound at the bound, and drops the samples that came before
-// the last Tick (the requests in flight when an overload ended).
+// the window it judged (after an overload, the requests in flight when
+// it ended); a window with fewer than 20 completions carries over to the
+// next Tick.
 func TestSlowStartRestartsAverage(t *testing.T) {
 	c, ck := newCtl(t, Config{Targets: []time.Duration{time.Second}, Percentile: 95, Scaled: true, InFlightLimit: true,
 		NReq: 100000, InitialRate: 10, Burst: time.Second})
@@ -615,25 +617,32 @@ func TestSlowStartRestartsAverage(t *testing.T) {
 		ck.add(250 * time.Millisecond)
 		c.Tick(ck.now())
 	}
+	slow := make([]time.Duration, 20)
+	for i := range slow {
+		slow[i] = 2 * time.Second
+	}
 	for range 4 { // the limit in force; the first run at 1 s
 		quarter(5, 0)
 	}
-	quarter(0, 0, 2*time.Second)
-	quarter(0, 0, 2*time.Second)
-	quarter(0, 0, 2*time.Second)
-	quarter(0, 0, 2*time.Second) // the run at 2 s: cur 0.7·100 ms + 0.3·2 s
-	st := c.State(0)
+	for range 4 {
+		quarter(0, 0, slow...) // judged at each Tick: far over
+	}
+	st := c.State(0) // the run at 2 s: cur 0.7·100 ms + 0.3·2 s
 	if st.Cur != 670*time.Millisecond || st.Runs != 2 {
 		t.Fatalf("before: %+v, want cur 670ms after 2 runs", st)
 	}
-	quarter(0, 0, 2*time.Second, 2*time.Second) // 2 samples left from before the Tick
+	quarter(0, 0, slow...) // 20 samples waiting, judged: the window begins after them
 	rate := c.State(0).Rate
 	for range 30 { // refused by the bucket: the class asks for more
 		c.Admit(&admission.Request{Class: 0})
 	}
-	quarter(0, 25, 10*time.Millisecond)
+	quarter(0, 10, 10*time.Millisecond) // 11 completions: not yet judged
+	if st := c.State(0); st.Rate != rate || st.Samples != 21 {
+		t.Fatalf("after 11 completions: %+v, want no step yet", st)
+	}
+	quarter(0, 15) // 26 in the window: a step
 	st = c.State(0)
 	if st.Cur != 500*time.Millisecond || st.Samples != 1 || st.Runs != 2 || st.Rate <= 2*rate {
-		t.Errorf("after the step: %+v (rate before %v), want cur 500ms, the one sample after the Tick, no run, the rate more than doubled", st, rate)
+		t.Errorf("after the step: %+v (rate before %v), want cur 500ms, the one sample of the window, no run, the rate more than doubled", st, rate)
 	}
 }

@@ -257,11 +257,16 @@
 // until loss. Here the in-flight limit plays the window's ceiling, and
 // the step is as large as the limit allows.
 //
-// At each Tick (every Timeout/4), for each class, the completions since
-// the last Tick -- with a token (Observe) and by the work-conserving rule
-// (ObserveIdle: no sample of the percentile, but a response time) -- are
-// counted: n, those over the bound (1 + err_i)·target (half the target),
-// and the sum of their times. The class's rate is multiplied by
+// For each class, its completions -- with a token (Observe) and by the
+// work-conserving rule (ObserveIdle: no sample of the percentile, but a
+// response time) -- are counted in a window: n, those over the bound
+// (1 + err_i)·target (half the target), and the sum of their times. At
+// each Tick (every Timeout/4) a window of at least 1/(1 − p/100) of them
+// (20 at the 95th: the fewest whose p-th percentile is not their
+// largest) is judged and a new one begins; a smaller one carries over to
+// the next Tick (a class at 30 requests a second is judged about every
+// three Ticks, one at 1,600 at every Tick). The class's rate is
+// multiplied by
 //
 //	g = L / max(1, X·R̄, F)
 //
@@ -272,10 +277,8 @@
 // count by Little's law, F the check that it is not higher now -- when
 // all of:
 //
-//   - n ≥ 1/(1 − p/100) (20 at the 95th: the fewest whose p-th
-//     percentile is not their largest) and the p-th percentile by rank is
-//     at most the bound (at least ⌈p/100·n⌉ of them under it): far under
-//     the target;
+//   - the window's p-th percentile by rank is at most the bound (at
+//     least ⌈p/100·n⌉ of them under it): far under the target;
 //   - g > SlowStartRoom (2): the farm holds under half of what the limit
 //     allows;
 //   - the class was refused something since its last run (by its bucket
@@ -285,10 +288,14 @@
 //
 // Then its smoothed percentile restarts at no more than the bound (it
 // described the overload, as a stale average does), and the samples
-// waiting for its next run that came before the last Tick are dropped
+// waiting for its next run that came before the window are dropped
 // (those of the requests in flight when the overload ended: 500 ms ones
 // for half a second after a size shift). The run marks stay: the next
 // run measures since the last. Where the Tick steps, it makes no run.
+// The window is short at high rates, so that the stragglers of an
+// overload's end leave it within a Tick, and as long as 20 completions
+// take at low rates (a flash crowd's class, cut to a few dozen requests
+// a second).
 //
 // Why g: a step to L/F is what the in-flight limit would let through
 // anyway at the measured response times; beyond it the limit refuses.
