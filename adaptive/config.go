@@ -141,12 +141,11 @@ const (
 	// the smoothed and the last percentile, whichever is less: at most
 	// ×1.5 a second, whatever the farm's size.
 	ScaledGain = 0.5
-	// SlowStartGain: under the same conditions, a class offered more
-	// than twice its rate while the farm holds under half its in-flight
-	// limit rises by SlowStartGain·rate per Timeout instead, if that is
-	// more: ×2 a second, as a TCP slow start, the in-flight limit the
-	// brake (doc.go, "The scaled rule").
-	SlowStartGain = 1.0
+	// SlowStartRoom: the slow start (doc.go, "Slow start") applies while
+	// the in-flight limit is more than SlowStartRoom times the farm's mean
+	// in-flight count: the farm holds under half of what the limit
+	// allows, so the limit, not the percentile, is the brake.
+	SlowStartRoom = 2
 	// QueueGrowth: the proportional increase is skipped while the farm
 	// (every class together) admitted more than QueueGrowth times what
 	// completed since the class's last run: its queue is growing, and the

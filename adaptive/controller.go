@@ -27,10 +27,22 @@ type class struct {
 	overTarget atomic.Uint64
 
 	// Guarded by Controller.mu.
-	samples  []float64 // ns, at most NReq
-	ended    int       // admitted requests ended without a sample since the last run (Ended)
-	lastRun  int64     // unix ns
-	cur      float64   // smoothed percentile, ns; 0 before the first run
+	samples []float64 // ns, at most NReq
+	// windowMark is len(samples) when the slow start's window began (a
+	// step drops the ones before).
+	windowMark int
+	// recent: the class's completions in the slow start's window with a
+	// response time (Observe and ObserveIdle), those over the slow
+	// start's bound (1 + err_i)·target, and the sum of their times (ns):
+	// the slow start's evidence (slowStart). The window begins anew at
+	// the Tick that judges it (slowStartSamples of them).
+	recent struct {
+		n, over int
+		sum     float64
+	}
+	ended    int     // admitted requests ended without a sample since the last run (Ended)
+	lastRun  int64   // unix ns
+	cur      float64 // smoothed percentile, ns; 0 before the first run
 	err      float64
 	hasCur   bool
 	over     bool  // over target at its last run
@@ -41,6 +53,9 @@ type class struct {
 	// admitted+rejected and admitted at the last run (the scaled rule's
 	// offered and admission rates since that run).
 	seenAt, admAt uint64
+	// refusedAt: rejected plus admitted over target at the last run (the
+	// slow start's test that the class asks for more than its rate).
+	refusedAt uint64
 	// The farm's admissions and completions (every class) at the last run.
 	farmAdmAt, farmDoneAt uint64
 	// holdUntil: the scaled rule makes no further cut of this class before
@@ -263,6 +278,7 @@ func (c *Controller) Observe(class int, rt time.Duration) {
 	cl.completed++
 	c.flight.Add(-1)
 	cl.samples = append(cl.samples, float64(max(rt, 0)))
+	c.observeRecent(cl, float64(max(rt, 0)))
 	if len(cl.samples) >= c.cfg.NReq {
 		c.run(idx, now, 0)
 	}
@@ -288,6 +304,26 @@ func (c *Controller) Ended(class int) {
 	c.mu.Unlock()
 }
 
+// ObserveIdle records the completion of a request of class that the
+// work-conserving rule admitted (Decision.OverTarget: it met a farm with
+// an idle backend), with its response time rt. Like Ended, it is a
+// completion without a sample of the percentile -- such a request met no
+// queue, so its time says nothing of what the rate does to the farm's --
+// but its time is evidence for the slow start that the farm is fast now
+// (doc.go, "Slow start"): when the rate was cut low, such requests are
+// most of what completes.
+func (c *Controller) ObserveIdle(class int, rt time.Duration) {
+	idx := c.at(class)
+	c.mu.Lock()
+	cl := c.classes[idx]
+	c.done++
+	c.flight.Add(-1)
+	cl.ended++
+	cl.completed++
+	c.observeRecent(cl, float64(max(rt, 0)))
+	c.mu.Unlock()
+}
+
 // Tick runs the controller of every class that has at least one sample
 // and has not run for Timeout. The owner calls it periodically (Run does,
 // every Timeout/4); tests call it on a manual clock.
@@ -298,6 +334,9 @@ func (c *Controller) Tick(now time.Time) {
 	c.setLimit(ns)
 	c.forgive()
 	for i, cl := range c.classes {
+		if c.slowStartStep(i, ns) {
+			continue
+		}
 		if ns-cl.lastRun < int64(c.cfg.Timeout) {
 			continue
 		}
@@ -308,9 +347,16 @@ func (c *Controller) Tick(now time.Time) {
 		}
 	}
 	// After the runs: a run at this Tick measures over the four Ticks
-	// before it (doneOver).
+	// before it (doneOver), and the slow start judges the completions
+	// after it once it has enough of them: its window begins anew when
+	// it was judged, and a class with fewer keeps counting (a class at
+	// 30 requests a second takes about three Ticks).
 	for _, cl := range c.classes {
 		cl.marks.push(doneMark{at: ns, done: cl.completed})
+		if cl.recent.n >= slowStartSamples(c.cfg.Percentile) {
+			cl.windowMark = len(cl.samples)
+			cl.recent.n, cl.recent.over, cl.recent.sum = 0, 0, 0
+		}
 	}
 }
 
@@ -352,16 +398,21 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 	// request every few seconds); its cur describes an overload long gone,
 	// so this run restarts the average from samp, as the first run does.
 	stale := now-cl.lastRun > staleRuns*int64(cfg.Timeout)
+	// samp: the Percentile-th of the samples, by sorting (the paper takes
+	// the (0.9·nreq)-th).
+	s := append(c.scratch[:0], cl.samples...)
+	if len(s) == 0 {
+		s = append(s, borrowed) // Tick's borrowed sample (scaled rule)
+	}
+	slices.Sort(s)
+	samp := c.percentile(s)
+	c.scratch = s[:0]
 	offered, _, done := c.measured(cl, now)
 	// capDone: the class's completion rate the backlog rules hold and cut
 	// it to (doneOver).
 	capDone := c.doneOver(cl, now, done)
-	cl.admAt = cl.admitted.Load()
-	cl.seenAt = cl.admAt + cl.rejected.Load()
-	var farmAdm uint64
-	for _, x := range c.classes {
-		farmAdm += x.admitted.Load()
-	}
+	cl.mark()
+	farmAdm := c.farmAdmitted()
 	// The farm's queue grows when, since this class's last run, every
 	// class together admitted more than QueueGrowth times what completed.
 	farmIn, farmOut := float64(farmAdm-cl.farmAdmAt), float64(c.done-cl.farmDoneAt)
@@ -376,18 +427,8 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 	elapsed := float64(now-cl.lastRun) / float64(cfg.Timeout)
 	cl.lastRun = now
 	cl.runs++
-	// samp: the Percentile-th of the samples, by sorting (the paper takes
-	// the (0.9·nreq)-th).
-	s := append(c.scratch[:0], cl.samples...)
-	if len(s) == 0 {
-		s = append(s, borrowed) // Tick's borrowed sample (scaled rule)
-	}
-	cl.samples = cl.samples[:0]
+	cl.samples, cl.windowMark = cl.samples[:0], 0
 	cl.ended = 0
-	slices.Sort(s)
-	k := int(math.Ceil(cfg.Percentile/100*float64(len(s)))) - 1
-	samp := s[max(0, min(k, len(s)-1))]
-	c.scratch = s[:0]
 	cl.lastSamp = samp
 	if cl.hasCur && !stale {
 		cl.cur = cfg.Alpha*cl.cur + (1-cfg.Alpha)*samp
@@ -505,9 +546,6 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 			inc := cfg.AdjI * x
 			if y > 0 && !growing {
 				inc += ScaledGain * y * rate * min(elapsed, 1)
-				if c.slowStart(offered, rate) {
-					inc = max(inc, SlowStartGain*rate*min(elapsed, 1))
-				}
 			}
 			c.setRate(cl, min(rate+inc, ceil), false)
 		}
@@ -556,14 +594,143 @@ func (c *Controller) run(i int, now int64, borrowed float64) {
 	}
 }
 
-// slowStart tells whether a class below its raise threshold may double
-// its rate per Timeout (doc.go, "The scaled rule"): it is offered more
-// than twice its rate, and the farm holds under half what the in-flight
-// limit allows, so the limit, not the percentile, is the brake. Only
-// with the in-flight limit in force. Called with c.mu held.
-func (c *Controller) slowStart(offered, rate float64) bool {
+// slowStartStep is the slow start at a Tick for class i (doc.go, "Slow
+// start"): when it applies (slowStart), the class's rate rises ×g, at
+// most to its ceiling, its smoothed percentile restarts at no more than
+// the raise threshold, the samples that predate the window it judged are
+// dropped (after an overload, those of the requests in flight when it
+// ended), and a new window begins. The class's run marks stay: its next
+// run measures since its last. It reports whether it stepped. Called
+// with c.mu held.
+func (c *Controller) slowStartStep(i int, now int64) bool {
+	g := c.slowStart(i, now)
+	if g <= 0 {
+		return false
+	}
+	cfg := &c.cfg
+	cl := c.classes[i]
+	offered, _, _ := c.measured(cl, now)
+	rate := math.Float64frombits(cl.rate.Load())
+	ceil := max(cfg.RateMin, Headroom*offered+HeadroomMin, rate)
+	c.setRate(cl, min(rate*g, ceil), false)
+	bound := (1 + cfg.ErrI) * cl.target
+	if !cl.hasCur || cl.cur > bound {
+		cl.cur, cl.hasCur = bound, true
+	}
+	cl.err = (cl.cur - cl.target) / cl.target
+	cl.samples = append(cl.samples[:0], cl.samples[min(cl.windowMark, len(cl.samples)):]...)
+	cl.windowMark = len(cl.samples)
+	cl.recent.n, cl.recent.over, cl.recent.sum = 0, 0, 0
+	return true
+}
+
+// slowStart is the slow start's step for class i at a Tick at now
+// (doc.go, "Slow start"): the factor by which its rate may rise, or 0
+// when the rule does not apply. It applies under the scaled rule with the
+// in-flight limit in force, when
+//
+//   - the class completed at least slowStartSamples requests in the
+//     window (since the Tick that last judged one), with a token or by
+//     the work-conserving rule, and their p-th percentile is at most
+//     (1 + err_i)·target: far under it;
+//   - the class was refused something since its last run (its bucket or
+//     the limit turned a request away, or the work-conserving rule
+//     admitted one over its rate): it asks for more than its rate;
+//   - no more important class is over its target (§3.3);
+//   - the farm's queue is not growing: since the class's last run every
+//     class together admitted at most QueueGrowth times what completed;
+//   - the in-flight limit is more than SlowStartRoom times the farm's
+//     in-flight count: the larger of the count now and, by Little's law,
+//     its completion rate since the class's last run times the mean time
+//     of those completions (at least one request).
+//
+// The step is that ratio, limit/in flight: the rise the in-flight limit
+// would let through at the measured response times. Called with c.mu
+// held.
+func (c *Controller) slowStart(i int, now int64) float64 {
+	cfg := &c.cfg
+	cl := c.classes[i]
 	lim := c.limit.Load()
-	return lim > 0 && offered > 2*rate && 2*c.inFlight() < lim
+	secs := float64(now-cl.lastRun) / 1e9
+	r := cl.recent
+	if !cfg.Scaled || lim <= 0 || secs <= 0 || r.n < slowStartSamples(cfg.Percentile) || c.raiseBlocked(i, now) {
+		return 0
+	}
+	// The p-th percentile by rank (as a run takes it) is at most the
+	// bound when at least ⌈p/100·n⌉ of the n times are.
+	if r.n-r.over < int(math.Ceil(cfg.Percentile/100*float64(r.n))) {
+		return 0
+	}
+	if cl.rejected.Load()+cl.overTarget.Load() == cl.refusedAt {
+		return 0 // refused nothing since its last run
+	}
+	in, out := float64(c.farmAdmitted()-cl.farmAdmAt), float64(c.done-cl.farmDoneAt)
+	if in > QueueGrowth*out {
+		return 0
+	}
+	g := float64(lim) / max(1, out/secs*r.sum/float64(r.n)/1e9, float64(c.inFlight()))
+	if g <= SlowStartRoom {
+		return 0
+	}
+	return g
+}
+
+// raiseBlocked tells whether §3.3 forbids class i an increase at now: a
+// more important class is over its target, or flagged i within Timeout.
+// Called with c.mu held.
+func (c *Controller) raiseBlocked(i int, now int64) bool {
+	cl := c.classes[i]
+	if cl.noRaise != 0 && now-cl.noRaise <= int64(c.cfg.Timeout) {
+		return true
+	}
+	for _, hi := range c.classes[:i] {
+		if hi.over {
+			return true
+		}
+	}
+	return false
+}
+
+// slowStartSamples is the fewest completions the slow start judges for
+// the percentile p: 1/(1 − p/100) (20 at the 95th), the fewest whose p-th
+// percentile is not their largest, so that one straggler does not stand
+// for it.
+func slowStartSamples(p float64) int {
+	return int(math.Ceil(1/(1-p/100) - 1e-9))
+}
+
+// observeRecent counts a completion of class cl with the response time
+// rt (ns) for the slow start. Called with c.mu held.
+func (c *Controller) observeRecent(cl *class, rt float64) {
+	cl.recent.n++
+	cl.recent.sum += rt
+	if rt > (1+c.cfg.ErrI)*cl.target {
+		cl.recent.over++
+	}
+}
+
+// percentile is the Percentile-th of the sorted samples s (not empty),
+// by rank (the paper takes the (0.9·nreq)-th).
+func (c *Controller) percentile(s []float64) float64 {
+	k := int(math.Ceil(c.cfg.Percentile/100*float64(len(s)))) - 1
+	return s[max(0, min(k, len(s)-1))]
+}
+
+// farmAdmitted is every class's admissions so far.
+func (c *Controller) farmAdmitted() uint64 {
+	var n uint64
+	for _, x := range c.classes {
+		n += x.admitted.Load()
+	}
+	return n
+}
+
+// mark records the class's counts at a run (or a Seed): what its offered,
+// admission and refusal rates since then are measured from.
+func (cl *class) mark() {
+	cl.admAt = cl.admitted.Load()
+	cl.seenAt = cl.admAt + cl.rejected.Load()
+	cl.refusedAt = cl.rejected.Load() + cl.overTarget.Load()
 }
 
 // backlog is how many requests the farm holds beyond what it finishes
@@ -948,21 +1115,18 @@ func (c *Controller) Seed(i int, rate float64, hold time.Duration) {
 	now := c.cfg.Now().UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var adm uint64
-	for _, x := range c.classes {
-		adm += x.admitted.Load()
-	}
+	adm := c.farmAdmitted()
 	// The count of outstanding requests restarts at 0 (c.done itself
 	// stays monotonic: the classes' farmDoneAt are marks on it); the
 	// owner may then set it to what the other mode left in flight
 	// (SetInFlight).
 	c.flight.Store(0)
 	cl := c.class(i)
-	cl.samples, cl.ended = cl.samples[:0], 0
+	cl.samples, cl.ended, cl.windowMark = cl.samples[:0], 0, 0
+	cl.recent.n, cl.recent.over, cl.recent.sum = 0, 0, 0
 	cl.hasCur, cl.cur, cl.err, cl.over, cl.lc = false, 0, 0, false, 0
 	cl.lastRun = now
-	cl.admAt = cl.admitted.Load()
-	cl.seenAt = cl.admAt + cl.rejected.Load()
+	cl.mark()
 	cl.farmAdmAt, cl.farmDoneAt = adm, c.done
 	cl.holdUntil, cl.drainUntil = now+int64(max(hold, 0)), 0
 	cl.marks.reset(doneMark{at: now, done: cl.completed}) // this controller's completions of the class start now

@@ -542,28 +542,52 @@ func TestInFlightFromOwner(t *testing.T) {
 	}
 }
 
-// TestSlowStartConditions: slow start needs the in-flight limit in
-// force, an offer of more than twice the rate, and the farm holding
-// under half the limit (testdata/slowstart.txt has it in a run).
+// TestSlowStartConditions: the slow start's step (doc.go, "Slow start")
+// is limit / in flight, and 0 unless every condition holds
+// (testdata/slowstart.txt has it at Ticks).
 func TestSlowStartConditions(t *testing.T) {
-	c, err := New(Config{Targets: []time.Duration{time.Second}, Scaled: true, InFlightLimit: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ck := &clock{t: time.Unix(1000, 0)}
 	for _, tc := range []struct {
-		limit, flight int64
-		offered, rate float64
-		want          bool
+		name                  string
+		limit, flight         int64
+		n, over               int
+		mean                  time.Duration
+		refused, grow, higher bool
+		want                  float64
 	}{
-		{limit: 10, flight: 4, offered: 100, rate: 10, want: true},
-		{limit: 10, flight: 5, offered: 100, rate: 10, want: false}, // half the limit held
-		{limit: 10, flight: 0, offered: 20, rate: 10, want: false},  // offered only twice the rate
-		{limit: 0, flight: 0, offered: 100, rate: 10, want: false},  // no limit in force yet
+		{name: "applies", limit: 20, n: 40, mean: 10 * time.Millisecond, refused: true, want: 20},
+		{name: "in flight now", limit: 20, flight: 5, n: 40, mean: 10 * time.Millisecond, refused: true, want: 4},
+		// 40 completions over 0.5 s × 100 ms: 8 in flight by Little's law.
+		{name: "Little's law", limit: 20, n: 40, mean: 100 * time.Millisecond, refused: true, want: 2.5},
+		{name: "half the limit", limit: 20, flight: 10, n: 40, mean: 10 * time.Millisecond, refused: true},
+		{name: "no limit yet", n: 40, mean: 10 * time.Millisecond, refused: true},
+		{name: "19 completions", limit: 20, n: 19, mean: 10 * time.Millisecond, refused: true},
+		{name: "2 of 40 over the bound", limit: 20, n: 40, over: 2, mean: 10 * time.Millisecond, refused: true, want: 20},
+		{name: "3 of 40 over the bound", limit: 20, n: 40, over: 3, mean: 10 * time.Millisecond, refused: true},
+		{name: "refused nothing", limit: 20, n: 40, mean: 10 * time.Millisecond},
+		{name: "queue growing", limit: 20, n: 40, mean: 10 * time.Millisecond, refused: true, grow: true},
+		{name: "more important over target", limit: 20, n: 40, mean: 10 * time.Millisecond, refused: true, higher: true},
 	} {
+		c, err := New(Config{Targets: []time.Duration{time.Second, time.Second}, Percentile: 95, Scaled: true, InFlightLimit: true, Now: ck.now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := ck.now().Add(500 * time.Millisecond).UnixNano()
+		cl := c.classes[1]
 		c.limit.Store(tc.limit)
 		c.flight.Store(tc.flight)
-		if got := c.slowStart(tc.offered, tc.rate); got != tc.want {
-			t.Errorf("limit %d, in flight %d, offered %v, rate %v: slow start %v, want %v", tc.limit, tc.flight, tc.offered, tc.rate, got, tc.want)
+		cl.recent.n, cl.recent.over, cl.recent.sum = tc.n, tc.over, float64(tc.n)*float64(tc.mean)
+		c.done = uint64(tc.n) // completed since the class's last run (its marks are at 0)
+		cl.admitted.Store(uint64(tc.n))
+		if tc.grow {
+			cl.admitted.Store(uint64(2 * tc.n))
+		}
+		if tc.refused {
+			cl.rejected.Store(1)
+		}
+		c.classes[0].over = tc.higher
+		if got := c.slowStart(1, now); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: step %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
@@ -594,5 +618,60 @@ func TestSetTargetsClassesRace(t *testing.T) {
 	<-done
 	if ts := c.Config().Targets; ts[0] != time.Second || ts[1] != time.Second {
 		t.Fatalf("targets %v after the last SetTargets", ts)
+	}
+}
+
+// TestSlowStartRestartsAverage: a step restarts a smoothed percentile
+// above the bound at the bound, and drops the samples that came before
+// the window it judged (after an overload, the requests in flight when
+// it ended); a window with fewer than 20 completions carries over to the
+// next Tick.
+func TestSlowStartRestartsAverage(t *testing.T) {
+	c, ck := newCtl(t, Config{Targets: []time.Duration{time.Second}, Percentile: 95, Scaled: true, InFlightLimit: true,
+		NReq: 100000, InitialRate: 10, Burst: time.Second})
+	quarter := func(admit, idle int, samples ...time.Duration) {
+		for range admit {
+			if d := c.Admit(&admission.Request{Class: 0}); d.Verdict == admission.Admit && !d.OverTarget {
+				c.Observe(0, 100*time.Millisecond)
+			} else if d.Verdict == admission.Admit {
+				c.ObserveIdle(0, 100*time.Millisecond)
+			}
+		}
+		for range idle {
+			c.ObserveIdle(0, 10*time.Millisecond)
+		}
+		for _, s := range samples {
+			c.Observe(0, s)
+		}
+		ck.add(250 * time.Millisecond)
+		c.Tick(ck.now())
+	}
+	slow := make([]time.Duration, 20)
+	for i := range slow {
+		slow[i] = 2 * time.Second
+	}
+	for range 4 { // the limit in force; the first run at 1 s
+		quarter(5, 0)
+	}
+	for range 4 {
+		quarter(0, 0, slow...) // judged at each Tick: far over
+	}
+	st := c.State(0) // the run at 2 s: cur 0.7·100 ms + 0.3·2 s
+	if st.Cur != 670*time.Millisecond || st.Runs != 2 {
+		t.Fatalf("before: %+v, want cur 670ms after 2 runs", st)
+	}
+	quarter(0, 0, slow...) // 20 samples waiting, judged: the window begins after them
+	rate := c.State(0).Rate
+	for range 30 { // refused by the bucket: the class asks for more
+		c.Admit(&admission.Request{Class: 0})
+	}
+	quarter(0, 10, 10*time.Millisecond) // 11 completions: not yet judged
+	if st := c.State(0); st.Rate != rate || st.Samples != 21 {
+		t.Fatalf("after 11 completions: %+v, want no step yet", st)
+	}
+	quarter(0, 15) // 26 in the window: a step
+	st = c.State(0)
+	if st.Cur != 500*time.Millisecond || st.Samples != 1 || st.Runs != 2 || st.Rate <= 2*rate {
+		t.Errorf("after the step: %+v (rate before %v), want cur 500ms, the one sample of the window, no run, the rate more than doubled", st, rate)
 	}
 }

@@ -73,21 +73,8 @@
 //     QueueGrowth (1.1) times what completed since the class's last run:
 //     its queue is growing, and the percentile shows it only a response
 //     time later.
-//   - Slow start (SlowStartGain, with the in-flight limit only): in the
-//     same case (under err_i, the farm's queue not growing), when the
-//     class is offered more than twice its rate and the farm holds under
-//     half the in-flight limit, the increase is at least
-//     SlowStartGain (1)·rate per Timeout: ×2 a second, the limit the
-//     brake. Why: y reads the room under err_i, and a farm's own service
-//     time takes much of it before any queue forms. On flash-adaptive
-//     (exponential 100 ms service, 1 s target) the p95 with no queue is
-//     0.3 s and y about 0.4, so without slow start the crowd's class
-//     rises ×1.2 a second and takes about 16 s from 10 to the farm's 320
-//     requests/s (goodput 0.34-0.43× capacity); with it, 9-10 s
-//     (0.47-0.50×, every judged second within the target). Twice
-//     ScaledGain instead is no better (0.41-0.46×): it scales with y too,
-//     which the first seconds' small samples keep low
-//     (testdata/slowstart.txt).
+//   - Slow start: see its own section below; it acts at Ticks, between
+//     runs, when the farm has room.
 //   - Ceiling, at every run: the rate is never above Headroom (4) × the
 //     class's offered rate since its last run + HeadroomMin (10/s). This
 //     replaces the initial rate of RateMax: a quiet class holds a rate
@@ -255,6 +242,88 @@
 //     say nothing of this controller's rate), and the controller's own
 //     give samples whatever the mode at their completion.
 //
+// # Slow start
+//
+// A rule beyond the paper, for the end of an overload: the
+// farm's capacity is back (a size shift or a slowdown is over, a backend
+// returned), the class's rate is still where the overload cut it, and
+// the controller climbs back with the increase above, at most ×1.5 a
+// second, once per run -- and a class cut to a few dozen requests a
+// second runs once per Timeout, on samples that for half a second still
+// include the requests the overload left in flight. A size shift's end
+// (SERT's farm, 1.2× load) took 5 s to give the farm its goodput back.
+// TCP's answer is a slow start: a window that doubles each round trip
+// until loss. Here the in-flight limit plays the window's ceiling, and
+// the step is as large as the limit allows.
+//
+// For each class, its completions -- with a token (Observe) and by the
+// work-conserving rule (ObserveIdle: no sample of the percentile, but a
+// response time) -- are counted in a window: n, those over the bound
+// (1 + err_i)·target (half the target), and the sum of their times. At
+// each Tick (every Timeout/4) a window of at least 1/(1 − p/100) of them
+// (20 at the 95th: the fewest whose p-th percentile is not their
+// largest) is judged and a new one begins; a smaller one carries over to
+// the next Tick (a class at 30 requests a second is judged about every
+// three Ticks, one at 1,600 at every Tick). The class's rate is
+// multiplied by
+//
+//	g = L / max(1, X·R̄, F)
+//
+// (at most to its ceiling, Headroom × its offered rate + HeadroomMin, or
+// its rate if higher), where L is the in-flight limit, X the farm's
+// completion rate since the class's last run, R̄ the mean of the counted
+// times and F the farm's in-flight count now -- X·R̄ its mean in-flight
+// count by Little's law, F the check that it is not higher now -- when
+// all of:
+//
+//   - the window's p-th percentile by rank is at most the bound (at
+//     least ⌈p/100·n⌉ of them under it): far under the target;
+//   - g > SlowStartRoom (2): the farm holds under half of what the limit
+//     allows;
+//   - the class was refused something since its last run (by its bucket
+//     or the limit; an admission over target counts): it asks for more;
+//   - the farm's queue is not growing (QueueGrowth, as the increase);
+//   - no more important class is over its target (§3.3).
+//
+// Then its smoothed percentile restarts at no more than the bound (it
+// described the overload, as a stale average does), and the samples
+// waiting for its next run that came before the window are dropped
+// (those of the requests in flight when the overload ended: 500 ms ones
+// for half a second after a size shift). The run marks stay: the next
+// run measures since the last. Where the Tick steps, it makes no run.
+// The window is short at high rates, so that the stragglers of an
+// overload's end leave it within a Tick, and as long as 20 completions
+// take at low rates (a flash crowd's class, cut to a few dozen requests
+// a second).
+//
+// Why g: a step to L/F is what the in-flight limit would let through
+// anyway at the measured response times; beyond it the limit refuses.
+// So the rate never outruns the brake, and the brake follows the farm:
+// L is Little's law on the farm's completions over the last second, and
+// grows as they do. Once the farm holds half the limit, the rule stops,
+// and the increase and the cuts above govern again. Why the
+// work-conserving rule's completions count: when the rate was cut low,
+// most of what completes was admitted over target (an idle backend), and
+// with the token samples alone a class at 30/s would wait seconds for 20
+// of them; such a request met no queue, so it says nothing of what the
+// rate does to a queue (no sample), but its time does say that the farm
+// is fast now. Why the percentile by rank over a Tick's completions: it
+// is the controller's own test; over 20 completions it reads a farm
+// where 10% take twice the target (the shift itself) as far under in
+// about a third of the windows, and then the room test holds the rule
+// back (the in-flight count is at the limit while the slow requests
+// hold it); a stricter count (half the share) refused, in simulation,
+// the window after a size shift's end on 2 stray heavy requests of 74.
+//
+// What it gives: in the simulation of the size shift's end
+// (TestSizeShiftEnd; control's testdata/recovery-size.txt for every
+// mode) the second after the end is at about the farm's capacity (0.85–
+// 1.14× over six seeds; 0.22× on average without the rule); a flash crowd's class
+// climbs by the limit's room per Tick instead of ×2 a second. Only with
+// the scaled rule and the in-flight limit (sentry's defaults): without
+// a limit nothing brakes a step. testdata/slowstart.txt pins the step
+// and its conditions.
+//
 // # Terminated requests
 //
 // A request cut by selective early termination (package sert) before its
@@ -293,10 +362,11 @@
 // trust. No token is taken and no debt added: the rate keeps governing
 // the load the farm queues. The request counts as admitted and in flight
 // (State.OverTarget counts it apart), and its completion should come as
-// Ended, without a sample: the percentile measures what the rate does to
-// the farm's queue, and a request that met no queue says nothing of it
-// (counted, a class longer than its target would also flag itself over
-// target, and cut every less important class, at no load). Under load no
+// ObserveIdle, without a sample: the percentile measures what the rate
+// does to the farm's queue, and a request that met no queue says nothing
+// of it (counted, a class longer than its target would also flag itself
+// over target, and cut every less important class, at no load); its
+// time is only the slow start's evidence that the farm is fast. Under load no
 // backend is idle, so every verdict is the bucket's and the limit's as
 // before: the scripts and simulations are unchanged with the default
 // Idle, and testdata/idle.txt pins the rule (NoIdle turns it off).

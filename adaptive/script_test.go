@@ -19,6 +19,7 @@ import (
 //	observe class=I n=N rt=D          n samples of rt each (a run may follow)
 //	observe class=I n=N step=D        n samples 1·step, 2·step, ..., n·step
 //	end class=I n=N                   n admitted requests ended without a sample (Ended: cut by termination)
+//	idle class=I n=N rt=D             n requests admitted over target completed in rt (ObserveIdle)
 //	advance D                         move the clock; then Tick
 //	admit class=I n=N                 n requests: how many were admitted
 //	state                             every class: rate, tokens, cur (ms), err, runs, lc, samples
@@ -107,6 +108,11 @@ func TestScripts(t *testing.T) {
 				}
 				if r := c.State(cl).Runs; r != runs {
 					return []string{fmt.Sprintf("ran: %d", r-runs)}
+				}
+				return nil
+			case "idle":
+				for i := 0; i < int(num("n")); i++ {
+					c.ObserveIdle(int(num("class")), dur("rt"))
 				}
 				return nil
 			case "end":

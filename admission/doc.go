@@ -23,7 +23,9 @@
 // between batch and adaptive on the health of the batch model, which the
 // caller judges (package control's doc.go gives the rule: the admitted
 // percentile missing R_sla while batch admits, or most responses without
-// a service time, for k windows; back after N calm windows).
+// a service time, for k windows; back after N calm windows, whose
+// reported service times agree with the estimates, N doubled after a
+// relapse).
 //
 // Work conservation (docs/algorithms.md §10): no mode refuses a request
 // while admitting it would cost no admitted request its SLA. A request

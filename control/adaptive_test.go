@@ -563,3 +563,107 @@ func TestFallbackOnServiceTimeJump(t *testing.T) {
 		t.Errorf("log %q", out)
 	}
 }
+
+// TestReturnNeedsAgreeingEstimates: a window in adaptive mode is calm
+// only if the service times the backends report agree with the
+// estimates their requests were admitted with (not 2× more): the
+// fall-back's service_time_jump has cleared. Returning while the
+// estimator still lags a slower farm would have batch admit three times
+// what the farm finishes.
+func TestReturnNeedsAgreeingEstimates(t *testing.T) {
+	m, _, ck, logs := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	a, err := m.Build(adaptiveApp("auto"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := func(mode admission.Mode, reported string) {
+		now := ck.now()
+		for i := 0; i < 30; i++ { // 100ms from arrival: the p95 is met
+			a.Done(&admission.Ticket{Class: 0, Key: []byte("/x"), S: 5 * time.Millisecond, Arrival: now.Add(-100 * time.Millisecond), Mode: mode},
+				admission.Result{ServerTiming: []byte(reported), Measured: 20 * time.Millisecond, InService: 1, End: now})
+		}
+		ck.add(time.Second)
+		a.tick(ck.now(), time.Second)
+	}
+	for i := 0; i < 4; i++ { // the first window after Build counts for no mode
+		for j := 0; j < 25; j++ {
+			a.Admit(&admission.Request{Class: 0, S: 5 * time.Millisecond})
+		}
+		window(admission.ModeBatch, "cpu;dur=15")
+	}
+	if a.Mode() != admission.ModeAdaptive {
+		t.Fatalf("mode %v after 3 windows of service times 3× the estimates", a.Mode())
+	}
+	for i := 0; i < 12; i++ {
+		window(admission.ModeAdaptive, "cpu;dur=15") // the percentile met, the estimates a third of the truth
+	}
+	if a.Mode() != admission.ModeAdaptive {
+		t.Fatalf("returned to batch while the reported times are 3× the estimates")
+	}
+	for i := 0; i < 9; i++ {
+		window(admission.ModeAdaptive, "cpu;dur=6")
+	}
+	if a.Mode() != admission.ModeAdaptive {
+		t.Fatalf("returned after 9 calm windows")
+	}
+	window(admission.ModeAdaptive, "cpu;dur=6")
+	if a.Mode() != admission.ModeBatch || !strings.Contains(logs.String(), "reason=model_usable") {
+		t.Fatalf("mode %v after 10 windows of agreeing estimates, want batch", a.Mode())
+	}
+}
+
+// TestReturnRelapseBackoff: a fall-back within a minute of the last
+// return to batch (a relapse) doubles the calm windows the next return
+// needs, up to 16× fallback.return_windows; one after a longer calm
+// restarts from return_windows.
+func TestReturnRelapseBackoff(t *testing.T) {
+	m, _, ck, logs := manualManager(t)
+	pool := &fakePool{}
+	pool.healthy.Store(1)
+	ac := adaptiveApp("auto")
+	ac.Admission.Fallback.ReturnWindows = 2
+	a, err := m.Build(ac, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fallBack := func() {
+		t.Helper()
+		for i := 0; i < 3; i++ {
+			runWindow(t, a, ck, 30, 30, 2*time.Second, true)
+		}
+		if a.Mode() != admission.ModeAdaptive {
+			t.Fatalf("mode %v after 3 missed windows", a.Mode())
+		}
+	}
+	calm := func(n int) int { // calm windows until batch, at most n
+		t.Helper()
+		for i := 1; i <= n; i++ {
+			runWindow(t, a, ck, 0, 30, 100*time.Millisecond, true)
+			if a.Mode() == admission.ModeBatch {
+				return i
+			}
+		}
+		return -1
+	}
+	runWindow(t, a, ck, 30, 30, 100*time.Millisecond, true) // the first window after Build counts for no mode
+	fallBack()
+	if got := calm(100); got != 2 {
+		t.Fatalf("first return after %d calm windows, want 2", got)
+	}
+	for _, want := range []int{4, 8, 16, 32, 32} {
+		fallBack() // within a minute of the return: a relapse
+		if got := calm(100); got != want {
+			t.Fatalf("return after %d calm windows, want %d", got, want)
+		}
+	}
+	if !strings.Contains(logs.String(), "return_windows=32") {
+		t.Errorf("the doubled wait not logged:\n%s", logs.String())
+	}
+	ck.add(time.Minute)
+	fallBack()
+	if got := calm(100); got != 2 {
+		t.Fatalf("return after %d calm windows a minute after the last, want 2", got)
+	}
+}

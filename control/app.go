@@ -33,6 +33,9 @@ type App struct {
 	log  hclog.Logger
 	now  func() time.Time
 	pool atomic.Pointer[poolRef]
+	// noLoops: the controllers' goroutines are not started (Manager's,
+	// for tests on a manual clock).
+	noLoops bool
 
 	cfg     atomic.Pointer[appConfig]
 	est     *estimator.Estimator
@@ -362,12 +365,14 @@ func (a *App) Done(tk *admission.Ticket, r admission.Result) {
 	// until the next Seed; and after a return to batch mode the
 	// controller's own requests went uncounted.
 	//
-	// An over-target admission completes as Ended (no sample): the
-	// controller's percentile measures what its rate does to the queue,
-	// and such a request met none (adaptive's doc.go, Work conservation).
+	// An over-target admission completes without a sample
+	// (ObserveIdle): the controller's percentile measures what its rate
+	// does to the queue, and such a request met none (adaptive's doc.go,
+	// Work conservation); its time counts only as the slow start's
+	// evidence that the farm is fast (adaptive's doc.go, Slow start).
 	switch {
 	case tk.Mode == admission.ModeAdaptive && tk.OverTarget:
-		a.adp.Load().Ended(class)
+		a.adp.Load().ObserveIdle(class, latency)
 	case tk.Mode == admission.ModeAdaptive:
 		a.adp.Load().Observe(class, latency)
 	case a.sw.Load().Mode() == admission.ModeAdaptive:

@@ -47,12 +47,14 @@
 // the one caller that logs) with the count since the last. Done keeps such
 // a completion (Ticket.OverTarget) out of the SLA feedback -- the admitted
 // percentile the capacity learner reads, auto's fall-back window, adaptive
-// mode's percentile (Ended) -- and the fall-back rule does not count it as
-// an admission by the test: its time is its own service time, known to be
-// over the target when it was admitted, so it says nothing of the load,
-// and counted it would cut the learned capacity and tip auto into
-// adaptive mode with the farm idle. It still feeds the estimator, the
-// parallelism model and its class's own percentile gauge.
+// mode's percentile (ObserveIdle: a completion without a sample) -- and
+// the fall-back rule does not count it as an admission by the test: its
+// time is its own service time, known to be over the target when it was
+// admitted, so it says nothing of the load, and counted it would cut the
+// learned capacity and tip auto into adaptive mode with the farm idle.
+// It still feeds the estimator, the parallelism model, its class's own
+// percentile gauge, and adaptive mode's slow start, as evidence that the
+// farm is fast.
 //
 // # Once per second (monitor)
 //
@@ -155,17 +157,53 @@
 // the admissions alone, after a capacity drop batch has already cut
 // below what the farm finishes, and the controller takes 10 s to climb
 // back: e2e/scenarios/shift.yaml.) A window whose
-// mode changed, or with too few completions, breaks the run. Auto returns
-// to batch after fallback.return_windows (10) calm windows in a row: fewer
-// than 20 completions, or the window's admitted percentile (histogram,
-// which errs high) within return_ratio (0.8) × R_sla with usable service
-// times (reason model_usable). Under a sustained overload the controller
-// holds the percentile near R_sla, not under 0.8 × R_sla, so auto stays in
-// adaptive mode until the load falls; a model still wrong costs
-// miss_windows seconds of misses at the next overload. Threshold mode is
-// the CPU rule's alone: the fall-back starts only from batch mode, and the
-// CPU rule does not act in adaptive mode (a token bucket is cheaper than
-// threshold mode's draw).
+// mode changed, or with too few completions, breaks the run.
+//
+// The return, once the fall-back's reasons have cleared. A window in
+// adaptive mode is calm when it had fewer than 20 completions, or its
+// admitted percentile (histogram, which errs high) is within
+// return_ratio (0.8) × R_sla, its responses carry usable service times,
+// and the service times the backends reported add up to no more than
+// jumpRatio (2) times the estimates their requests were admitted with:
+// the estimator has caught up with a slower farm, or the farm is fast
+// again. Auto returns to batch after fallback.return_windows (3) calm
+// windows in a row (reason model_usable). A fall-back less than
+// relapseWithin (1 min) after the last return is a relapse: it doubles
+// the calm windows the next return needs, up to maxReturnFactor (16) ×
+// return_windows (logged as return_windows with the fall-back); one
+// after a longer calm restarts from return_windows. Decision: the
+// return is prompt, as the end of an overload asks (a fixed ten windows
+// held auto in adaptive mode for ten seconds after a size shift's end
+// while batch was fit again), and the backoff bounds what
+// a model still wrong under a lasting overload costs: miss_windows
+// seconds of misses per relapse, at most one relapse per 3, 6, 12, ...,
+// 48 calm windows, where a fixed wait of 10 windows costs 3 in every 13
+// s. The estimates' agreement keeps auto in adaptive mode while the
+// estimator lags a slower farm (its averages follow over tens of
+// seconds): without it, after a capacity shift, the percentile adaptive
+// mode holds would read calm and batch would admit three times what the
+// farm finishes (TestReturnNeedsAgreeingEstimates,
+// TestReturnRelapseBackoff). Threshold mode is the CPU rule's alone: the
+// fall-back starts only from batch mode, and the CPU rule does not act
+// in adaptive mode (a token bucket is cheaper than threshold mode's
+// draw).
+//
+// # The end of an event (recovery)
+//
+// When an overload event ends -- a size shift, a slowdown, a backend
+// out -- every mode must give the farm its goodput back within a
+// second. Batch and threshold mode admit from the farm's present load
+// (η, n, Q), so they follow at once: n when the balancer takes a
+// backend back, η as the farm drains. Adaptive mode's rate, cut during
+// the event, climbs back by its slow start (package adaptive), which
+// counts the completions the work-conserving rule admitted (Done reports
+// them as ObserveIdle) as evidence that the farm is fast. Auto returns
+// to batch as above. recsim_test.go simulates the whole App on a manual
+// clock in front of a farm through an event and its end;
+// testdata/recovery-*.txt print the climb second by second for every
+// mode, and TestRecoveryEveryMode holds the second after the end at
+// about the capacity, with no more seconds over the target than the
+// same run without the event.
 //
 // # Decisions
 //

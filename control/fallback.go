@@ -22,7 +22,24 @@ type fallbackState struct {
 	sync.Mutex
 	bad, calm int            // consecutive windows against / for the batch model
 	last      admission.Mode // the mode at the previous window's end
+	// wait is how many calm windows the next return to batch needs:
+	// fallback.return_windows, doubled by each relapse (a fall-back
+	// within relapseWithin of the last return), at most maxReturnFactor
+	// times it. 0: not set yet (return_windows).
+	wait int
+	// returned is when auto last returned to batch (zero: never).
+	returned time.Time
 }
+
+// The relapse backoff of auto's return to batch (doc.go, "Adaptive mode
+// and auto's fall-back"): a fall-back less than relapseWithin after the
+// last return doubles the calm windows the next return needs, up to
+// maxReturnFactor × fallback.return_windows; a later one restarts from
+// return_windows.
+const (
+	relapseWithin   = time.Minute
+	maxReturnFactor = 16
+)
 
 // fallbackWindow drains the window's counts and applies auto's rule for
 // one window (n completions, admitted percentile q from the histogram).
@@ -81,9 +98,15 @@ func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Dur
 			reason = "no_service_time"
 		}
 		a.seedAdaptive(q)
+		wait := f.ReturnWindows
+		if !a.fb.returned.IsZero() && now.Sub(a.fb.returned) < relapseWithin {
+			wait = min(2*max(a.fb.wait, f.ReturnWindows), maxReturnFactor*f.ReturnWindows)
+		}
 		if sw.Fallback(now, admission.ModeAdaptive, reason, "windows", a.fb.bad, "over_share", float64(over)/float64(cn),
-			"no_timing_share", noTimingShare, "service_over_estimate", ratio(gotS, estS), "rsla", rsla.String(), "percentile", cfg.percentile) {
+			"no_timing_share", noTimingShare, "service_over_estimate", ratio(gotS, estS), "rsla", rsla.String(), "percentile", cfg.percentile,
+			"return_windows", wait) {
 			a.fb.last = admission.ModeAdaptive
+			a.fb.wait = wait
 			// The requests batch mode left in flight are the farm's load:
 			// the controller counts them (their completions come to it
 			// as Ended, Done), for its backlog and in-flight limit.
@@ -95,17 +118,29 @@ func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Dur
 		}
 		a.fb.bad = 0
 	case admission.ModeAdaptive:
-		calm := cn < minSamples || n > 0 && float64(q) <= f.ReturnRatio*float64(rsla) && noTimingShare <= f.NoTimingShare
+		// Calm: the fall-back's reasons have cleared. The admitted
+		// percentile is well within R_sla, the responses carry service
+		// times, and those the backends reported agree with the
+		// estimates they were admitted with (not jumpRatio times more:
+		// the estimator has caught up with a slower farm, or the farm is
+		// fast again).
+		jumped := estS > 0 && float64(gotS) > jumpRatio*float64(estS)
+		calm := cn < minSamples || n > 0 && float64(q) <= f.ReturnRatio*float64(rsla) && noTimingShare <= f.NoTimingShare && !jumped
 		if !calm {
 			a.fb.calm = 0
 			return
 		}
-		if a.fb.calm++; a.fb.calm < f.ReturnWindows {
+		wait := a.fb.wait
+		if wait < f.ReturnWindows {
+			wait = f.ReturnWindows
+		}
+		if a.fb.calm++; a.fb.calm < wait {
 			return
 		}
 		if sw.Fallback(now, admission.ModeBatch, "model_usable", "windows", a.fb.calm, "percentile_seconds", q.Seconds(),
-			"rsla", rsla.String(), "no_timing_share", noTimingShare) {
+			"rsla", rsla.String(), "no_timing_share", noTimingShare, "service_over_estimate", ratio(gotS, estS)) {
 			a.fb.last = admission.ModeBatch
+			a.fb.returned = now
 		}
 		a.fb.calm = 0
 	default:
@@ -213,8 +248,10 @@ func (a *App) startAdaptive(ac *policy.App, names []string, percentile float64) 
 	ctx, cancel := context.WithCancel(a.ctx)
 	a.mu.adpCancel, a.mu.adpCfg, a.mu.adpNames = cancel, ac.Admission.Adaptive, append([]string(nil), names...)
 	a.adp.Store(c)
-	a.wg.Add(1)
-	go func() { defer a.wg.Done(); _ = c.Run(ctx) }()
+	if !a.noLoops {
+		a.wg.Add(1)
+		go func() { defer a.wg.Done(); _ = c.Run(ctx) }()
+	}
 	return nil
 }
 

@@ -43,6 +43,10 @@ type Manager struct {
 	// noMonitor leaves out each app's once-per-second monitor, for tests
 	// that drive App.tick on a manual clock themselves.
 	noMonitor bool
+	// noLoops leaves out the batch, threshold and adaptive controllers'
+	// own goroutines too, for simulations that tick every one of them on
+	// a manual clock (deterministic runs).
+	noLoops bool
 }
 
 // NewManager returns a manager; its metrics go to opts.Registerer.
@@ -165,7 +169,7 @@ func batchConfig(ac *policy.App, cls *classify.Classifier, est *estimator.Estima
 }
 
 func (m *Manager) create(ac *policy.App, pool Pool, cfg *appConfig, est *estimator.Estimator, bcfg batchac.Config) (*App, error) {
-	a := &App{name: ac.Name, log: m.log.With("app", ac.Name), now: m.opts.Now, est: est}
+	a := &App{name: ac.Name, log: m.log.With("app", ac.Name), now: m.opts.Now, est: est, noLoops: m.noLoops}
 	a.pool.Store(&poolRef{pool})
 	a.cfg.Store(cfg)
 	a.setClasses(cfg.names)
@@ -204,8 +208,10 @@ func (m *Manager) create(ac *policy.App, pool Pool, cfg *appConfig, est *estimat
 		return nil, err
 	}
 	a.setProvisioning(ac.Provisioning)
-	a.wg.Add(1)
-	go func() { defer a.wg.Done(); b.Run(a.ctx) }()
+	if !m.noLoops {
+		a.wg.Add(1)
+		go func() { defer a.wg.Done(); b.Run(a.ctx) }()
+	}
 	if !m.noMonitor {
 		a.wg.Add(1)
 		go a.monitor()
@@ -234,8 +240,10 @@ func (a *App) startThreshold(ac *policy.App, classes int) error {
 	ctx, cancel := context.WithCancel(a.ctx)
 	a.mu.thrCancel, a.mu.thrCfg, a.mu.nClasses = cancel, ac.Admission.Threshold, classes
 	a.thr.Store(t)
-	a.wg.Add(1)
-	go func() { defer a.wg.Done(); t.Run(ctx) }()
+	if !a.noLoops {
+		a.wg.Add(1)
+		go func() { defer a.wg.Done(); t.Run(ctx) }()
+	}
 	return nil
 }
 

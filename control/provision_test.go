@@ -49,6 +49,7 @@ func TestProvisioningModelAndTrigger(t *testing.T) {
 	nowNs.Store(time.Unix(1000, 0).UnixNano())
 	clock := func() time.Time { return time.Unix(0, nowNs.Load()) }
 	m, reg := newManager(t, clock)
+	m.noMonitor = true // driveProvisioning ticks; the monitor's own ticks would race it
 	pool := &fakePool{}
 	pool.healthy.Store(1)
 	ac := testApp("batch")
@@ -156,6 +157,7 @@ func TestProvisioningHandler(t *testing.T) {
 	nowNs.Store(time.Unix(1000, 0).UnixNano())
 	clock := func() time.Time { return time.Unix(0, nowNs.Load()) }
 	m, _ := newManager(t, clock)
+	m.noMonitor = true // driveProvisioning ticks; the monitor's own ticks would race it
 	build := func(name string, revenue float64) *App {
 		pool := &fakePool{}
 		pool.healthy.Store(1)
@@ -241,6 +243,7 @@ func TestProvisioningHangingWebhook(t *testing.T) {
 	nowNs.Store(time.Unix(1000, 0).UnixNano())
 	clock := func() time.Time { return time.Unix(0, nowNs.Load()) }
 	m, _ := newManager(t, clock)
+	m.noMonitor = true // driveProvisioning ticks; the monitor's own ticks would race it
 	pool := &fakePool{}
 	pool.healthy.Store(1)
 	ac := testApp("batch")

@@ -30,8 +30,15 @@ type backendCold struct {
 	// backend or a success ends an ejection.
 	mu struct {
 		sync.Mutex
-		rise int // consecutive successful probes while down
-		fall int // consecutive failed probes while up
+		rise int32 // consecutive successful probes while down
+		fall int32 // consecutive failed probes while up
+		// wait is the trial wait of the backend's current (or last)
+		// passive ejection: TrialWait, doubled by each failed trial up
+		// to the cooldown; 0 once it has rejoined (pool.go, failed).
+		wait int64 // ns
+		// trialAt is when that wait ends (unix ns; 0: none): from then a
+		// successful Reach or active probe ends the ejection (endWait).
+		trialAt int64
 	}
 }
 
@@ -46,11 +53,10 @@ type Backend struct {
 	// backend is published and never changed by the pool.
 	Attachment any
 
+	// backendCold fills the second line exactly (128 bytes in all): Go
+	// places objects of such a size class at multiples of it, so each
+	// Backend starts a line. TestLayout checks.
 	backendCold
-	// Round the size up to whole cache lines (128 bytes): Go places objects
-	// of such a size class at multiples of it, so each Backend starts a
-	// line. TestLayout checks.
-	_ [8]byte
 }
 
 // Addr returns the backend's address.

@@ -43,19 +43,70 @@
 //
 // # Health
 //
-// Passive: Failures consecutive Release(b, false) eject b until now+Cooldown
-// (an atomic int64 of unix nanoseconds). A success resets the count. The
-// count is not reset by the ejection, so after the cooldown the backend is
-// half-open: pickable, its next failure ejects it again at once and its next
-// success ends the ejection ("backend rejoined"). Results of requests picked
-// before the ejection that land during the cooldown neither extend nor end
-// it. Eject is a failed Release that ejects at once, for failures that are
-// unambiguous (connection refused). Active: Run probes every member each Interval, each probe bounded by
-// Timeout; Fall failures in a row mark a backend down, Rise successes mark
-// it up. The two are independent; a backend is pickable only if neither
-// applies. New backends start up: with active checks they go down after
-// Fall failed probes, and Run probes at once when it starts. Turning a
-// check off in Reconfigure clears the state it had set.
+// Passive: Failures consecutive Release(b, false) eject b (an atomic int64
+// of unix nanoseconds, ejectedUntil). A success resets the count. The
+// count is not reset by the ejection, so once tried again the backend is
+// half-open: pickable, its next failure ejects it again at once and its
+// next success ends the ejection ("backend rejoined"). Results of
+// requests picked before the ejection that land while it lasts neither
+// extend nor end it. Eject is a failed Release that ejects at once, for
+// failures that are unambiguous (connection refused), and leaves the
+// backend half-open like any ejection. Active: Run probes every member
+// each Interval, each probe bounded by Timeout; Fall failures in a row
+// mark a backend down, Rise successes mark it up. A backend is pickable
+// only if neither says otherwise. New backends start up: with active
+// checks they go down after Fall failed probes, and Run probes at once
+// when it starts. Turning a check off in Reconfigure clears the state it
+// had set.
+//
+// The return of an ejected backend. A backend is ejected because it
+// failed; what matters next is how soon a backend that answers again
+// gets its share back, and what a backend that keeps failing costs the
+// clients whose requests try it. Each ejection has a trial wait:
+// TrialWait (1 s) after a first ejection, twice the last wait after each
+// failed trial (a half-open backend ejected again), at most Cooldown; a
+// rejoin restarts it. Within the wait the backend is never tried. After
+// it:
+//
+//   - with Reach (the proxy's: a connection as relaying makes one, TLS
+//     included) or active checks, the backend stays out until a test
+//     says it answers: Run calls Reach every ReachInterval (1 s) for each
+//     ejected backend whose wait is over, and the first success, or the
+//     first passing active probe, makes it half-open (endWait, "backend
+//     half-open"); at the latest it is half-open when Cooldown ends;
+//   - with neither, it is half-open when the wait ends, and its next
+//     request is the trial.
+//
+// A backend in active checks' transition -- its rise count started while
+// down, or its fall count while up -- is probed again every
+// Interval/FastDivisor (HAProxy's fastinter) until it changes state or
+// the count breaks, so with Rise 2 a returning backend is up a tenth of
+// an interval after its first passing probe, not an interval later.
+//
+// Decision, against the references: HAProxy has no health state without
+// checks (its `observe layer4|layer7` needs `check`: errors mark a server
+// down, and only checks bring it back), and gives a returning server
+// traffic when its rise checks pass. Envoy's outlier detection ejects for
+// base_ejection_time times the number of ejections and returns the host
+// when the time is up, or at the first passing active check
+// (successful_active_health_check_uneject_host, true by default). nginx
+// (max_fails, fail_timeout) sends one client request after fail_timeout.
+// A fixed cooldown, as nginx's, makes a backend that returns wait for
+// the cooldown's end: with a 10 s cooldown, a killed backend restarted
+// was used again 4 s after it answered, a third of the farm idle while
+// clients were turned away. A trial by a client request
+// after a short wait is free when the connection is refused (the proxy
+// retries a failed connect on another backend) but costs a client the
+// connect timeout when a host is gone without a reset. So the test is a
+// connection of sentry's own, every second, which costs no client
+// anything whatever the failure; the request that follows it is the
+// trial, and the wait that doubles after each failed trial (Envoy's
+// multiplied ejection time) bounds what a backend that accepts
+// connections but fails requests costs: one request at 1, 3, 7, 15, ...
+// s and then one per cooldown. With active checks the probe is the test
+// too, as Envoy's uneject rule. Tests: TestPassiveEjectionAndTrialWait,
+// TestReachEndsEjection, TestProbeEndsEjection, TestTransitionProbes,
+// TestRunProbesTransitionsFast.
 //
 // # Membership
 //
@@ -79,9 +130,9 @@
 //
 // # Goroutines
 //
-// Pool.Run owns two loops (active checks, DNS) that run on a timer plus a
-// wake-up from Reconfigure, and the probe goroutines of each round (at most
-// 32 at a time). It returns only once all of them have stopped; a round
+// Pool.Run owns three loops (active checks, the Reach of ejected
+// backends, DNS) that run on a timer plus a wake-up from Reconfigure, and
+// the probe goroutines of each round (at most 32 at a time). It returns only once all of them have stopped; a round
 // cut short by cancellation changes no health state. Probe and Resolve
 // must honour their context. Registry.Run owns the Run of every pool in
 // the registry, including pools added later, and stops a pool's Run when
@@ -113,6 +164,7 @@
 //	pool := reg.Pool(app.Name, lb.Options{
 //		Algorithm: lb.LeastLoaded,
 //		Failures:  3, Cooldown: 10 * time.Second,
+//		Reach:     func(ctx context.Context, addr string) error { return dialAndClose(ctx, addr) },
 //		Active:    &lb.Active{Interval: 5 * time.Second, Timeout: time.Second, Rise: 2, Fall: 3, Probe: probe},
 //		Attach:    func(addr string) any { return newBackendClient(addr) },
 //		Detach:    func(addr string, c any) { c.(*backendClient).CloseIdleConnections() },

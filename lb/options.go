@@ -31,6 +31,22 @@ const (
 	DefaultResolveInterval = 5 * time.Second
 )
 
+// The return of an ejected backend (doc.go, "Health").
+const (
+	// TrialWait is the trial wait after a first ejection: the backend is
+	// not tried again before it (nor after a failed trial before twice
+	// its last wait), whatever Reach or the active probes say.
+	TrialWait = time.Second
+	// ReachInterval is how often Run calls Reach for each ejected
+	// backend whose trial wait is over.
+	ReachInterval = time.Second
+	// FastDivisor: a backend whose active checks are counting towards a
+	// change (rise successes while down, fall failures while up) is
+	// probed every Interval/FastDivisor until the change is made or the
+	// count breaks (HAProxy's fastinter).
+	FastDivisor = 10
+)
+
 // Active configures active health checks.
 type Active struct {
 	// Interval between two probe rounds. Zero means DefaultActiveInterval.
@@ -69,14 +85,25 @@ type Options struct {
 	Algorithm Algorithm
 
 	// Failures is the number of consecutive failed relays (Release with
-	// ok=false) that eject a backend for Cooldown. Zero disables passive
-	// health checking.
+	// ok=false) that eject a backend. Zero disables passive health
+	// checking.
 	Failures int
-	// Cooldown is how long an ejected backend stays out. After it, the
-	// backend is half-open: pickable, and its next failure ejects it again
-	// while its next success clears the ejection. Zero means the backend is
-	// pickable again at once (but still half-open).
+	// Cooldown is the longest an ejected backend stays out (doc.go,
+	// "Health"). It is tried again after its trial wait -- TrialWait
+	// after a first ejection, twice its last wait after each failed
+	// trial, at most Cooldown -- at the first Reach or active probe that
+	// succeeds after the wait, or when the wait ends if the pool has
+	// neither; at the latest when Cooldown ends. Tried, it is half-open:
+	// pickable, and its next failure ejects it again while its next
+	// success clears the ejection. Zero means the backend is pickable
+	// again at once (but still half-open).
 	Cooldown time.Duration
+	// Reach, when set, tests whether an ejected backend answers again (a
+	// connection to it, as relaying makes one): Run calls it every
+	// ReachInterval for each ejected backend whose trial wait is over, and
+	// the first success ends the ejection. It must return soon after ctx
+	// is done (its deadline is ReachInterval). Optional.
+	Reach func(ctx context.Context, addr string) error
 
 	// Active, when non-nil, enables active health checks run by Run.
 	Active *Active
@@ -121,6 +148,7 @@ type config struct {
 	alg             Algorithm
 	failures        int64
 	cooldown        int64 // nanoseconds
+	reach           func(ctx context.Context, addr string) error
 	active          *Active
 	resolve         func(ctx context.Context) ([]string, error)
 	resolveInterval time.Duration
@@ -137,6 +165,7 @@ func newConfig(o Options) *config {
 		alg:             o.Algorithm,
 		failures:        int64(o.Failures),
 		cooldown:        int64(o.Cooldown),
+		reach:           o.Reach,
 		resolve:         o.Resolve,
 		resolveInterval: o.ResolveInterval,
 		part:            o.Partition,

@@ -256,6 +256,11 @@ func (p *Pool) failed(cfg *config, b *Backend, force bool) {
 	if n < cfg.failures && !force {
 		return
 	}
+	if force && n < cfg.failures {
+		// Half-open after it like any ejected backend: its next failure
+		// ejects it again at once.
+		b.consec.CompareAndSwap(n, cfg.failures)
+	}
 	now := cfg.now().UnixNano()
 	b.mu.Lock()
 	prev := b.ejectedUntil.Load()
@@ -265,11 +270,43 @@ func (p *Pool) failed(cfg *config, b *Backend, force bool) {
 		b.mu.Unlock() // already ejected: late failures do not extend it
 		return
 	}
-	b.ejectedUntil.Store(now + cfg.cooldown)
+	// The trial wait (doc.go, "Health"): TrialWait after a first
+	// ejection; a backend that fails its trial (prev != 0: ejected
+	// before and not rejoined) waits twice its last wait, up to the
+	// cooldown. With a way to test it (Reach or active checks) it stays
+	// out until a test after the wait succeeds, or the cooldown ends;
+	// without, it is half-open when the wait ends.
+	wait := min(int64(TrialWait), cfg.cooldown)
+	if prev != 0 {
+		wait = min(max(2*b.mu.wait, wait), cfg.cooldown)
+	}
+	until := now + wait
+	if cfg.reach != nil || cfg.active != nil {
+		until = now + cfg.cooldown
+	}
+	b.mu.wait, b.mu.trialAt = wait, now+wait
+	b.ejectedUntil.Store(until)
 	b.mu.Unlock()
 	p.refresh()
 	cfg.log.Warn("backend ejected", "backend", b.addr, "consecutive_failures", n,
-		"cooldown", time.Duration(cfg.cooldown), "half_open", prev != 0)
+		"trial_after", time.Duration(wait), "cooldown", time.Duration(cfg.cooldown), "half_open", prev != 0)
+}
+
+// endWait ends b's passive ejection at now, making it half-open, when its
+// trial wait is over: a Reach or an active probe (what) found it
+// answering. Its next relay decides: a failure ejects it again with a
+// doubled wait, a success ends the ejection.
+func (p *Pool) endWait(b *Backend, now int64, what string) {
+	b.mu.Lock()
+	ok := b.ejectedUntil.Load() > now && b.mu.trialAt != 0 && b.mu.trialAt <= now
+	if ok {
+		b.ejectedUntil.Store(now)
+	}
+	b.mu.Unlock()
+	if ok {
+		p.refresh()
+		p.cfg.Load().log.Info("backend half-open", "backend", b.addr, "after", what)
+	}
 }
 
 // succeeded resets the failure count; after the cooldown it also ends the
@@ -289,6 +326,7 @@ func (p *Pool) succeeded(b *Backend) {
 	rejoined := b.ejectedUntil.CompareAndSwap(u, 0)
 	if rejoined {
 		b.consec.Store(0)
+		b.mu.wait, b.mu.trialAt = 0, 0
 	}
 	b.mu.Unlock()
 	if rejoined {

@@ -158,7 +158,11 @@ func TestP2CPrefersLessLoaded(t *testing.T) {
 	}
 }
 
-func TestPassiveEjectionAndCooldown(t *testing.T) {
+// TestPassiveEjectionAndTrialWait: failures in a row eject a backend for
+// its trial wait (doc.go, "Health"): TrialWait after a first ejection,
+// twice its last after each failed trial, at most the cooldown; a
+// success in half-open ends the ejection and restarts the wait.
+func TestPassiveEjectionAndTrialWait(t *testing.T) {
 	clk := newClock()
 	var logs syncBuffer
 	p := NewPool(Options{
@@ -180,9 +184,10 @@ func TestPassiveEjectionAndCooldown(t *testing.T) {
 	checkAvail(t, p)
 	mustEqual(t, "failures counted", a.Failures(), uint64(5))
 	until := a.EjectedUntil()
-	mustEqual(t, "ejected until", until, clk.Now().Add(10*time.Second))
-	if !strings.Contains(logs.String(), "backend ejected") || !strings.Contains(logs.String(), "app=shop") {
-		t.Fatalf("ejection not logged with app:\n%s", logs.String())
+	mustEqual(t, "ejected until (the first trial wait)", until, clk.Now().Add(TrialWait))
+	if !strings.Contains(logs.String(), "backend ejected") || !strings.Contains(logs.String(), "app=shop") ||
+		!strings.Contains(logs.String(), "trial_after=1s") {
+		t.Fatalf("ejection not logged with app and trial wait:\n%s", logs.String())
 	}
 	for range 20 {
 		b := p.Pick()
@@ -194,24 +199,31 @@ func TestPassiveEjectionAndCooldown(t *testing.T) {
 
 	// Late failures and late successes (requests picked before the
 	// ejection) neither extend nor end it.
-	clk.Advance(5 * time.Second)
+	clk.Advance(TrialWait / 2)
 	p.Release(take(p, a), false)
 	p.Release(take(p, a), true)
 	mustEqual(t, "ejected until after late results", a.EjectedUntil(), until)
-	clk.Advance(5*time.Second - 1)
-	mustEqual(t, "healthy 1ns before cooldown end", a.Healthy(), false)
+	clk.Advance(TrialWait/2 - 1)
+	mustEqual(t, "healthy 1ns before the wait's end", a.Healthy(), false)
 
-	// Cooldown over: half-open. One failure ejects again at once.
+	// Wait over: half-open. Each failed trial doubles the wait, up to
+	// the cooldown: 2, 4, 8, 10, 10 s.
 	clk.Advance(1)
-	mustEqual(t, "healthy at cooldown end", a.Healthy(), true)
+	mustEqual(t, "healthy at the wait's end", a.Healthy(), true)
 	mustEqual(t, "pool healthy", p.Healthy(), 2)
 	checkAvail(t, p)
-	p.Release(take(p, a), false)
-	mustEqual(t, "healthy after half-open failure", a.Healthy(), false)
-	mustEqual(t, "re-ejected until", a.EjectedUntil(), clk.Now().Add(10*time.Second))
+	for _, want := range []time.Duration{2, 4, 8, 10, 10} {
+		p.Release(take(p, a), false)
+		mustEqual(t, "healthy after a failed trial", a.Healthy(), false)
+		mustEqual(t, "re-ejected until", a.EjectedUntil(), clk.Now().Add(want*time.Second))
+		clk.Advance(want*time.Second - 1)
+		mustEqual(t, "healthy 1ns before the wait's end", a.Healthy(), false)
+		clk.Advance(1)
+		mustEqual(t, "healthy at the wait's end", a.Healthy(), true)
+	}
 
-	// Half-open again; a success ends the ejection and resets the count.
-	clk.Advance(10 * time.Second)
+	// Half-open; a success ends the ejection, resets the count and the
+	// wait.
 	got := p.Pick()
 	for got != a {
 		p.Release(got, true)
@@ -225,7 +237,15 @@ func TestPassiveEjectionAndCooldown(t *testing.T) {
 	p.Release(take(p, a), false)
 	p.Release(take(p, a), false)
 	mustEqual(t, "healthy after 2 failures post-rejoin", a.Healthy(), true)
+	p.Release(take(p, a), false)
+	mustEqual(t, "ejected again: the first wait", a.EjectedUntil(), clk.Now().Add(TrialWait))
 	mustEqual(t, "inflight", p.Inflight(), int64(0))
+
+	// A cooldown below TrialWait caps the first wait too.
+	p = NewPool(Options{Failures: 1, Cooldown: 300 * time.Millisecond, Now: clk.Now}, addrList(1))
+	b := p.Backends()[0]
+	p.Release(take(p, b), false)
+	mustEqual(t, "ejected until (cooldown 300ms)", b.EjectedUntil(), clk.Now().Add(300*time.Millisecond))
 }
 
 func TestPassiveDisabled(t *testing.T) {

@@ -2,6 +2,7 @@ package lb
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,13 +22,14 @@ func (p *Pool) Run(ctx context.Context) {
 	}
 	defer p.running.Store(false)
 	var wg sync.WaitGroup
+	wg.Go(func() { p.activeLoop(ctx) })
 	wg.Go(func() {
 		p.every(ctx, func(c *config) time.Duration {
-			if c.active == nil {
+			if c.reach == nil || c.failures == 0 {
 				return 0
 			}
-			return c.active.Interval
-		}, p.checkOnce)
+			return ReachInterval
+		}, p.reachOnce)
 	})
 	p.every(ctx, func(c *config) time.Duration {
 		if c.resolve == nil {
@@ -62,18 +64,101 @@ func (p *Pool) every(ctx context.Context, interval func(*config) time.Duration, 
 	}
 }
 
-// checkOnce runs one round of active probes over the current members
-// concurrently (at most maxProbers at a time), waits for all of them and
-// then applies rise/fall. A round cut short by ctx changes nothing.
-func (p *Pool) checkOnce(ctx context.Context) {
+// activeLoop runs the active checks until ctx is done: a round over every
+// member each Interval (at once when it starts and after a Reconfigure),
+// and between them, while some backend is in transition (its rise or
+// fall count started), a round over those alone every
+// Interval/FastDivisor (HAProxy's fastinter): a backend that answers
+// again is up within a fraction of an interval of its first good probe,
+// not rise intervals later.
+func (p *Pool) activeLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var full time.Time // when the last round over every member started
+	wake := true
+	for ctx.Err() == nil {
+		reconf := p.reconfigured() // before loading cfg, so no change is missed
+		var tick <-chan time.Time
+		if a := p.cfg.Load().active; a != nil {
+			if now := time.Now(); wake || now.Sub(full) >= a.Interval {
+				full = now
+				p.check(ctx, false)
+			} else {
+				p.check(ctx, true)
+			}
+			wake = false
+			d := a.Interval - time.Since(full)
+			if p.inTransition() {
+				d = min(d, a.Interval/FastDivisor)
+			}
+			timer.Reset(max(d, 0))
+			tick = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-reconf:
+			wake = true
+		case <-tick:
+		}
+	}
+}
+
+// inTransition tells whether some member's active checks are counting
+// towards a change.
+func (p *Pool) inTransition() bool {
+	for _, b := range p.members.Load().list {
+		if b.transitional() {
+			return true
+		}
+	}
+	return false
+}
+
+// transitional: b's rise count started while it is down, or its fall
+// count while it is up.
+func (b *Backend) transitional() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.down.Load() {
+		return b.mu.rise > 0
+	}
+	return b.mu.fall > 0
+}
+
+// checkOnce runs one round of active probes over the current members.
+func (p *Pool) checkOnce(ctx context.Context) { p.check(ctx, false) }
+
+// check runs one round of active probes over the current members (only
+// those in transition, with transitional) concurrently (at most
+// maxProbers at a time), waits for all of them and then applies
+// rise/fall. A round cut short by ctx changes nothing.
+func (p *Pool) check(ctx context.Context, transitional bool) {
 	p.checkMu.Lock()
 	defer p.checkMu.Unlock()
 	cfg := p.cfg.Load()
 	a := cfg.active
 	bs := p.members.Load().list
+	if transitional {
+		bs = slices.DeleteFunc(slices.Clone(bs), func(b *Backend) bool { return !b.transitional() })
+	}
 	if a == nil || len(bs) == 0 {
 		return
 	}
+	errs := probeAll(ctx, bs, a.Timeout, a.Probe)
+	if ctx.Err() != nil {
+		return
+	}
+	for i, b := range bs {
+		p.observeProbe(cfg, b, errs[i])
+	}
+}
+
+// probeAll calls probe for every backend of bs concurrently (at most
+// maxProbers at a time), each bounded by timeout, and returns their
+// errors in order.
+func probeAll(ctx context.Context, bs []*Backend, timeout time.Duration, probe func(context.Context, string) error) []error {
 	errs := make([]error, len(bs))
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -84,18 +169,49 @@ func (p *Pool) checkOnce(ctx context.Context) {
 				if i >= len(bs) {
 					return
 				}
-				pctx, cancel := context.WithTimeout(ctx, a.Timeout)
-				errs[i] = a.Probe(pctx, bs[i].addr)
+				pctx, cancel := context.WithTimeout(ctx, timeout)
+				errs[i] = probe(pctx, bs[i].addr)
 				cancel()
 			}
 		})
 	}
 	wg.Wait()
+	return errs
+}
+
+// reachOnce calls Reach for every member within a passive ejection whose
+// trial wait is over, concurrently, and ends the ejection of each that
+// answers (endWait). A round cut short by ctx changes nothing.
+func (p *Pool) reachOnce(ctx context.Context) {
+	cfg := p.cfg.Load()
+	if cfg.reach == nil {
+		return
+	}
+	now := cfg.now().UnixNano()
+	var due []*Backend
+	for _, b := range p.members.Load().list {
+		if b.ejectedUntil.Load() <= now {
+			continue
+		}
+		b.mu.Lock()
+		t := b.mu.trialAt
+		b.mu.Unlock()
+		if t != 0 && t <= now {
+			due = append(due, b)
+		}
+	}
+	if len(due) == 0 {
+		return
+	}
+	errs := probeAll(ctx, due, ReachInterval, cfg.reach)
 	if ctx.Err() != nil {
 		return
 	}
-	for i, b := range bs {
-		p.observeProbe(cfg, b, errs[i])
+	now = cfg.now().UnixNano()
+	for i, b := range due {
+		if errs[i] == nil {
+			p.endWait(b, now, "reach")
+		}
 	}
 }
 
@@ -112,9 +228,13 @@ func (p *Pool) observeProbe(cfg *config, b *Backend, err error) {
 		return
 	}
 	if err == nil {
+		// A good probe also ends a passive ejection whose trial wait is
+		// over (Envoy's successful_active_health_check_uneject_host);
+		// applied after b.mu is released.
+		defer p.endWait(b, cfg.now().UnixNano(), "probe")
 		b.mu.fall = 0
 		if b.down.Load() {
-			if b.mu.rise++; b.mu.rise >= a.Rise {
+			if b.mu.rise++; int(b.mu.rise) >= a.Rise {
 				b.mu.rise = 0
 				b.down.Store(false)
 				changed = true
@@ -123,7 +243,7 @@ func (p *Pool) observeProbe(cfg *config, b *Backend, err error) {
 	} else {
 		b.mu.rise = 0
 		if !b.down.Load() {
-			if b.mu.fall++; b.mu.fall >= a.Fall {
+			if b.mu.fall++; int(b.mu.fall) >= a.Fall {
 				b.mu.fall = 0
 				b.down.Store(true)
 				changed = true

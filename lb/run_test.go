@@ -333,3 +333,145 @@ func TestRunWaitsForSlowProbes(t *testing.T) {
 	mustEqual(t, "healthy (a cancelled round changes nothing)", p.Healthy(), 4)
 	waitGoroutines(t, before)
 }
+
+// TestReachEndsEjection: with Reach, an ejected backend stays out until
+// a Reach after its trial wait succeeds (or the cooldown ends); a failed
+// trial doubles the wait the next Reach must wait for. The issue this
+// fixes: a backend killed and restarted was used again only when its
+// cooldown (10 s) ended, seconds after it came back.
+func TestReachEndsEjection(t *testing.T) {
+	clk := newClock()
+	fp := newFakeProbe()
+	var logs syncBuffer
+	p := NewPool(Options{Failures: 3, Cooldown: 10 * time.Second, Now: clk.Now, Reach: fp.probe, Logger: testLogger(&logs)}, addrList(2))
+	a := p.Backends()[0]
+	ctx := context.Background()
+
+	fp.set(a.Addr(), true) // killed: connections refused
+	p.Eject(take(p, a))
+	mustEqual(t, "ejected until the cooldown's end", a.EjectedUntil(), clk.Now().Add(10*time.Second))
+	p.reachOnce(ctx)
+	mustEqual(t, "reached within the trial wait", fp.calls.Load(), int64(0))
+	clk.Advance(TrialWait)
+	p.reachOnce(ctx)
+	mustEqual(t, "reached after the wait", fp.calls.Load(), int64(1))
+	mustEqual(t, "healthy while it refuses", a.Healthy(), false)
+	clk.Advance(ReachInterval)
+	fp.set(a.Addr(), false) // restarted
+	p.reachOnce(ctx)
+	mustEqual(t, "healthy at the first Reach that answers", a.Healthy(), true)
+	mustEqual(t, "pool healthy", p.Healthy(), 2)
+	checkAvail(t, p)
+	if !strings.Contains(logs.String(), "backend half-open") || !strings.Contains(logs.String(), "after=reach") {
+		t.Fatalf("half-open not logged:\n%s", logs.String())
+	}
+	calls := fp.calls.Load()
+	p.reachOnce(ctx)
+	mustEqual(t, "reached while half-open", fp.calls.Load(), calls)
+
+	// Its trial fails (it accepts connections but fails requests): out
+	// again, and a Reach ends it only after twice the wait.
+	p.Release(take(p, a), false)
+	mustEqual(t, "healthy after a failed trial", a.Healthy(), false)
+	mustEqual(t, "ejected until the cooldown's end", a.EjectedUntil(), clk.Now().Add(10*time.Second))
+	clk.Advance(TrialWait)
+	p.reachOnce(ctx)
+	mustEqual(t, "half-open after one wait; the second is twice", a.Healthy(), false)
+	clk.Advance(TrialWait)
+	p.reachOnce(ctx)
+	mustEqual(t, "half-open after the doubled wait", a.Healthy(), true)
+	p.Release(take(p, a), true)
+	mustEqual(t, "rejoined", a.EjectedUntil(), time.Time{})
+
+	// Passive checks off: nothing is reached.
+	q := NewPool(Options{Now: clk.Now, Reach: fp.probe}, addrList(1))
+	q.Eject(take(q, q.Backends()[0]))
+	calls = fp.calls.Load()
+	q.reachOnce(ctx)
+	mustEqual(t, "reached with passive checks off", fp.calls.Load(), calls)
+}
+
+// TestProbeEndsEjection: with active checks, a good probe after the
+// trial wait ends a passive ejection (Envoy's
+// successful_active_health_check_uneject_host); one within the wait
+// does not.
+func TestProbeEndsEjection(t *testing.T) {
+	clk := newClock()
+	fp := newFakeProbe()
+	p := NewPool(Options{Failures: 1, Cooldown: 10 * time.Second, Now: clk.Now,
+		Active: &Active{Interval: time.Hour, Rise: 2, Fall: 3, Probe: fp.probe}}, addrList(2))
+	a := p.Backends()[0]
+	ctx := context.Background()
+	p.Eject(take(p, a))
+	mustEqual(t, "ejected until the cooldown's end", a.EjectedUntil(), clk.Now().Add(10*time.Second))
+	p.checkOnce(ctx)
+	mustEqual(t, "healthy after a good probe within the wait", a.Healthy(), false)
+	clk.Advance(TrialWait)
+	p.checkOnce(ctx)
+	mustEqual(t, "healthy after a good probe after the wait", a.Healthy(), true)
+	checkAvail(t, p)
+}
+
+// TestTransitionProbes: a backend whose rise (or fall) count has started
+// is in transition, and a transitional round probes it alone.
+func TestTransitionProbes(t *testing.T) {
+	fp := newFakeProbe()
+	p := NewPool(Options{Active: &Active{Interval: time.Hour, Rise: 2, Fall: 2, Probe: fp.probe}}, addrList(3))
+	a, b := p.Backends()[0], p.Backends()[1]
+	ctx := context.Background()
+	p.checkOnce(ctx)
+	mustEqual(t, "in transition, all up", p.inTransition(), false)
+	fp.set(a.Addr(), true)
+	p.checkOnce(ctx)
+	mustEqual(t, "in transition after a's first failure", p.inTransition(), true)
+	calls := fp.calls.Load()
+	p.check(ctx, true)
+	mustEqual(t, "probes of a transitional round", fp.calls.Load()-calls, int64(1))
+	mustEqual(t, "a down after its second failure", a.Down(), true)
+	mustEqual(t, "in transition, a down", p.inTransition(), false)
+	fp.set(a.Addr(), false)
+	fp.set(b.Addr(), true)
+	p.checkOnce(ctx)
+	mustEqual(t, "in transition: a rising, b falling", p.inTransition(), true)
+	calls = fp.calls.Load()
+	p.check(ctx, true)
+	mustEqual(t, "probes of a transitional round", fp.calls.Load()-calls, int64(2))
+	mustEqual(t, "a up", a.Down(), false)
+	mustEqual(t, "b down", b.Down(), true)
+}
+
+// TestRunProbesTransitionsFast: Run probes a backend in transition every
+// Interval/FastDivisor, so a returning backend is up a fraction of an
+// interval after its first good probe (HAProxy's fastinter), while the
+// others wait for the next whole round.
+func TestRunProbesTransitionsFast(t *testing.T) {
+	fp := newFakeProbe()
+	fp.called = make(chan string, 64)
+	p := NewPool(Options{Active: &Active{Interval: 20 * time.Second, Timeout: time.Second, Rise: 2, Fall: 1, Probe: fp.probe}}, addrList(2))
+	a := p.Backends()[0]
+	fp.set(a.Addr(), true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("a down after the first round", a.Down)
+	fp.set(a.Addr(), false)
+	// The next whole round is 20 s away; a reconfigure with the same
+	// options runs one now: a's first good probe starts its rise.
+	p.Reconfigure(Options{Active: &Active{Interval: 20 * time.Second, Timeout: time.Second, Rise: 2, Fall: 1, Probe: fp.probe}})
+	start := time.Now()
+	waitFor("a up", func() bool { return !a.Down() })
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("a up %v after its first good probe, want about 2 s (Interval/FastDivisor)", d)
+	}
+}

@@ -105,7 +105,7 @@ func TestDefaults(t *testing.T) {
 			Switch:       ModeSwitch{CPUHigh: 0.85, CPULow: 0.6, Hold: 2 * time.Second, RevertAfter: 30 * time.Second},
 			Adaptive: AdaptiveAdmission{NReq: 100, Timeout: time.Second, Alpha: 0.7, ErrD: 0, ErrI: -0.5, AdjD: 1.2, AdjI: 2,
 				CI: -0.1, RateMin: 0.05, RateMax: 5000, AdjLo: 10, LCThresh: 20, Burst: 100 * time.Millisecond, Rule: AdaptiveRuleScaled, InFlightLimit: true},
-			Fallback: Fallback{Enabled: true, MissWindows: 3, NoTimingShare: 0.5, ReturnWindows: 10, ReturnRatio: 0.8},
+			Fallback: Fallback{Enabled: true, MissWindows: 3, NoTimingShare: 0.5, ReturnWindows: 3, ReturnRatio: 0.8},
 		},
 		Termination: Termination{Alpha: 4, LowWater: 0.05, HighWater: 0.15, Interval: 10 * time.Second, MinArrivals: 100, MaxRise: 2},
 		Degradation: Degradation{Header: "Sentry-Load"},

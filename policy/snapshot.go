@@ -341,7 +341,10 @@ type ActiveHealth struct {
 type PassiveHealth struct {
 	// Failures in a row that eject a backend; 0 disables. Default 3.
 	Failures int
-	// Cooldown is how long an ejected backend stays out. Default 10s.
+	// Cooldown is the longest an ejected backend stays out (lb.Options.
+	// Cooldown: it is tried after a trial wait from 1 s, doubled by each
+	// failed try up to Cooldown, at the first connection or passing
+	// probe). Default 10s.
 	Cooldown time.Duration
 }
 
@@ -463,8 +466,10 @@ type Fallback struct {
 	// window counts against the model, in (0, 1]. Default 0.5.
 	NoTimingShare float64
 	// ReturnWindows: consecutive calm windows in adaptive mode (the
-	// percentile within ReturnRatio·R_sla and service times usable)
-	// before auto returns to batch. Default 10.
+	// percentile within ReturnRatio·R_sla, service times usable and in
+	// agreement with the estimates) before auto returns to batch; a
+	// fall-back within a minute of a return doubles it, up to 16×.
+	// Default 3.
 	ReturnWindows int
 	// ReturnRatio: a window is calm when the admitted percentile is at
 	// most ReturnRatio·R_sla, in (0, 1]. Default 0.8.

@@ -89,7 +89,7 @@ func defaultAdmission() Admission {
 const (
 	DefaultFallbackMissWindows   = 3
 	DefaultFallbackNoTimingShare = 0.5
-	DefaultFallbackReturnWindows = 10
+	DefaultFallbackReturnWindows = 3
 	DefaultFallbackReturnRatio   = 0.8
 )
 

@@ -432,6 +432,13 @@ func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
 			p.metrics.deleteBackend(appName, addr)
 		},
 	}
+	if o.Failures > 0 {
+		// An ejected backend is tried again at the first connection that
+		// succeeds after its trial wait (lb's doc.go, "Health"): a
+		// connection as relaying makes one, closed at once.
+		tlsCfg := &sh.TLS
+		o.Reach = func(ctx context.Context, addr string) error { return reach(ctx, addr, connect, tlsCfg) }
+	}
 	if h := ac.Health.Active; h != nil {
 		path := h.Path
 		probe := p.opts.Probe
@@ -501,6 +508,28 @@ func newHostClient(addr string, maxConns int, connect, idle *atomic.Int64, tlsCf
 // streamThreshold: responses with bodies above this size (or chunked) are
 // streamed to the client instead of buffered.
 const streamThreshold = 64 << 10
+
+// reach tells whether addr answers a connection (lb.Options.Reach): a TCP
+// connection and, for a TLS backend, its handshake, within the connect
+// timeout and ctx; closed at once.
+func reach(ctx context.Context, addr string, connect *atomic.Int64, tlsCfg *atomic.Pointer[tls.Config]) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(connect.Load()))
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if cfg := tlsCfg.Load(); cfg != nil {
+		tc, err := tlsClient(ctx, c, addr, cfg)
+		if err != nil {
+			return err
+		}
+		return tc.Close()
+	}
+	return nil
+}
 
 // httpProbe is the default active health check: GET path, 2xx/3xx is up.
 // It dials as relaying does (dialer: TLS to a TLS backend, within the

@@ -264,3 +264,69 @@ func HAProxyQueueTimeout(sc *Scenario) time.Duration {
 	}
 	return max((sla - c.MeanService).Round(time.Millisecond), time.Millisecond)
 }
+
+// HAProxyCheck is the haproxy peer's health checking, mirroring the
+// sentry fragment's health.active (docs/policy.md, apps[].health): the
+// same probe path, interval, timeout, rise and fall, and fastinter at a
+// tenth of the interval, as sentry probes a backend in transition (lb's
+// doc.go, "Health"). nil when the fragment has no active checks: the
+// peer then has no health state, as before.
+type HAProxyCheck struct {
+	Path                string
+	Inter, Fast, Timeout time.Duration
+	Rise, Fall          int
+}
+
+// haproxyCheck reads the fragment's health.active, with sentry's
+// defaults for the keys it leaves out.
+func haproxyCheck(sc *Scenario) (*HAProxyCheck, error) {
+	var frag struct {
+		Health struct {
+			Active *struct {
+				Path     string        `yaml:"path"`
+				Interval time.Duration `yaml:"interval"`
+				Timeout  time.Duration `yaml:"timeout"`
+				Rise     int           `yaml:"rise"`
+				Fall     int           `yaml:"fall"`
+			} `yaml:"active"`
+		} `yaml:"health"`
+	}
+	if sc.Sentry.Kind != yaml.MappingNode {
+		return nil, nil
+	}
+	if err := sc.Sentry.Decode(&frag); err != nil {
+		return nil, &Error{File: sc.Source, Line: sc.Sentry.Line, Msg: fmt.Sprintf("sentry.health: %v", err)}
+	}
+	a := frag.Health.Active
+	if a == nil {
+		return nil, nil
+	}
+	c := &HAProxyCheck{Path: a.Path, Inter: a.Interval, Timeout: a.Timeout, Rise: a.Rise, Fall: a.Fall}
+	if c.Path == "" {
+		c.Path = "/"
+	}
+	if c.Inter <= 0 {
+		c.Inter = 5 * time.Second
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = time.Second
+	}
+	if c.Rise <= 0 {
+		c.Rise = 2
+	}
+	if c.Fall <= 0 {
+		c.Fall = 3
+	}
+	c.Fast = max(c.Inter/10, time.Millisecond)
+	return c, nil
+}
+
+// hasKill tells whether the scenario kills a server.
+func hasKill(sc *Scenario) bool {
+	for _, e := range sc.Events {
+		if e.Kill != nil {
+			return true
+		}
+	}
+	return false
+}

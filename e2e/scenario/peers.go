@@ -433,12 +433,17 @@ func HAProxyConfig(sc *Scenario, listen string, backends []string, pidFile strin
 			why += fmt.Sprintf(" minus the mean service time %v", sc.MinSLA()-qt)
 		}
 	}
+	check, err := haproxyCheck(sc)
+	if err != nil {
+		return nil, err
+	}
 	var b bytes.Buffer
 	err = haproxyTmpl.Execute(&b, map[string]any{
 		"Scenario": sc.Name, "Listen": listen, "Backends": backends, "PerServer": per,
 		"QueueTimeout": qt.Milliseconds(), "QueueWhy": why, "PidFile": pidFile,
 		"ServerTimeout": serverTimeout(sc).Milliseconds(),
 		"Classes":       classes, "Ordered": ordered, "Default": def,
+		"Check": check, "Redispatch": hasKill(sc),
 	})
 	return b.Bytes(), err
 }
@@ -472,7 +477,20 @@ defaults
     # the SLA any more, so it is refused rather than served late.
     # Here: {{.QueueWhy}}.
     timeout queue {{.QueueTimeout}}ms
+{{- if .Redispatch}}
+    # The scenario kills a server: a request whose connection is refused
+    # is tried once more, on another server.
+    retries 1
+    option redispatch
+{{- else}}
     retries 0
+{{- end}}
+{{- with .Check}}
+    # Health checks as the sentry policy's health.active; a server in
+    # transition is checked at fastinter, as sentry does.
+    option httpchk GET {{.Path}}
+    timeout check {{.Timeout.Milliseconds}}ms
+{{- end}}
 
 frontend fe
     bind {{.Listen}}
@@ -502,7 +520,7 @@ backend farm
     balance leastconn
     http-reuse safe
 {{- range $i, $b := .Backends}}
-    server s{{$i}} {{$b}} maxconn {{$.PerServer}}
+    server s{{$i}} {{$b}} maxconn {{$.PerServer}}{{with $.Check}} check inter {{.Inter.Milliseconds}}ms fastinter {{.Fast.Milliseconds}}ms rise {{.Rise}} fall {{.Fall}}{{end}}
 {{- end}}
 `))
 

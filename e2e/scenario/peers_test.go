@@ -254,6 +254,51 @@ classes:
 
 // Every scenario file's classes translate for the haproxy peer, and the
 // multi-class ones get priorities.
+// TestHAProxyHealthChecks: a fragment with health.active gives the
+// haproxy peer the same checks (path, interval, rise, fall, timeout) and
+// fastinter at a tenth of the interval; a scenario that kills a server
+// gives it one retry on another server; without either, neither.
+func TestHAProxyHealthChecks(t *testing.T) {
+	src := minimal + `events: [{at: 2s, kill: 1}, {at: 5s, restart: 1}]
+sentry:
+  sla: {targets: [{target: 500ms}]}
+  health: {active: {path: /healthz, interval: 1s, rise: 2}}
+`
+	sc, err := Parse("t.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg, err := HAProxyConfig(sc, "127.0.0.1:1000", []string{"127.0.0.1:2000", "127.0.0.1:2001"}, filepath.Join(dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"option httpchk GET /healthz", "timeout check 1000ms", "option redispatch", "retries 1",
+		"server s1 127.0.0.1:2001 maxconn 4 check inter 1000ms fastinter 100ms rise 2 fall 3"} {
+		if !strings.Contains(string(cfg), want) {
+			t.Errorf("config lacks %q:\n%s", want, cfg)
+		}
+	}
+	if lookBin("haproxy") == nil {
+		p := filepath.Join(dir, "haproxy.cfg")
+		os.WriteFile(p, cfg, 0o644)
+		if out, err := exec.Command("haproxy", "-c", "-f", p).CombinedOutput(); err != nil {
+			t.Fatalf("haproxy -c: %v\n%s\n%s", err, out, cfg)
+		}
+	}
+	plain, err := Parse("t.yaml", []byte(withSentry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = HAProxyConfig(plain, "127.0.0.1:1000", []string{"127.0.0.1:2000"}, filepath.Join(dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(cfg), "check") || strings.Contains(string(cfg), "redispatch") || !strings.Contains(string(cfg), "retries 0") {
+		t.Errorf("checks or retries without health.active or a kill:\n%s", cfg)
+	}
+}
+
 func TestScenarioFilesHAProxy(t *testing.T) {
 	files, _ := filepath.Glob("../scenarios/*.yaml")
 	if len(files) == 0 {

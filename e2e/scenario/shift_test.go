@@ -101,6 +101,41 @@ func TestRecovery(t *testing.T) {
 	}
 }
 
+// TestRecoveryToCapacity: the seconds from a phase's start to the first
+// second whose goodput (by completion) reached 95% of the phase's
+// capacity, and the goodput over its first 6 seconds against it.
+func TestRecoveryToCapacity(t *testing.T) {
+	ms := time.Millisecond
+	var rs []load.Result
+	// Goodput per second 2, 5, 9, 10, 10, 3, 10, 10 against a capacity of
+	// 10/s; each second also has one late answer (not goodput).
+	for sec, n := range []int{2, 5, 9, 10, 10, 3, 10, 10} {
+		for i := 0; i < n; i++ {
+			rs = append(rs, ok(0, time.Duration(sec)*time.Second+time.Duration(i)*ms, 10*ms))
+		}
+		rs = append(rs, ok(0, time.Duration(sec)*time.Second+500*ms, 300*ms))
+	}
+	rep := report(rs...)
+	slas := []time.Duration{100 * ms, time.Second}
+	s := Aggregate(rep, slas, nil, 8, 8)
+	ps := SummarizePhases(rep, s, slas, 10, []Phase{
+		{Name: "all", Start: 0, End: 8 * time.Second, Recovery: true},
+		{Name: "late", Start: time.Second, End: 8 * time.Second, Recovery: true},
+		{Name: "short", Start: 5 * time.Second, End: 8 * time.Second, Recovery: true},
+	})
+	for i, want := range []struct {
+		to    int
+		early float64
+	}{{3, 39.0 / 60}, {2, 47.0 / 60}, {1, 23.0 / 30}} {
+		if r := ps[i].Recovery; r == nil || r.ToCapacity != want.to || math.Abs(r.Early-want.early) > 1e-9 {
+			t.Errorf("phase %s: %+v, want to capacity %d s, first 6 s %.3f", ps[i].Name, r, want.to, want.early)
+		}
+	}
+	if r := SummarizePhases(rep, s, slas, 20, []Phase{{Name: "x", Start: 0, End: 8 * time.Second, Recovery: true}})[0].Recovery; r.ToCapacity != -1 {
+		t.Errorf("capacity 20/s never reached: %+v", r)
+	}
+}
+
 // TestSentryModePeers: sentry-auto, sentry-batch and sentry-adaptive set
 // admission.mode and keep the rest of the fragment's admission section;
 // sentry-shared also sets admission.adaptive.shared; the scenario's

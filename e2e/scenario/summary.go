@@ -317,17 +317,53 @@ type Recovery struct {
 	// WorstP95 is the largest per-second p95 (any class, judged seconds)
 	// over its SLA: the overshoot. 0 when no second was judged.
 	WorstP95Ratio float64
+	// ToCapacity: seconds from the phase's start to the first second of
+	// the phase whose goodput (all classes, counted when the responses
+	// finished) reached RecoveryShare of the phase's capacity: the time
+	// an event's end takes to give the farm's goodput back (issue 31).
+	// 0 when the phase's first second reached it; -1 never, or no
+	// capacity.
+	ToCapacity int
+	// Early is the goodput over the phase's first RecoveryWindow seconds
+	// (fewer when the phase or the run is shorter), per second, over the
+	// phase's capacity; 0 without a capacity.
+	Early float64
 }
 
 // RecoveryRun is how many judged seconds in a row must meet the SLA for
 // Recovery.First.
 const RecoveryRun = 3
 
+// RecoveryShare and RecoveryWindow: Recovery.ToCapacity is the time to
+// RecoveryShare of the capacity, Recovery.Early the goodput over the
+// phase's first RecoveryWindow seconds (issue 31's targets: 0.95× within
+// 1 s of an event's end, and the 6 s after it against HAProxy's).
+const (
+	RecoveryShare  = 0.95
+	RecoveryWindow = 6
+)
+
 // recovery works out a phase's Recovery over the series' seconds
-// [t0, t1).
-func recovery(s *Series, t0, t1 int) *Recovery {
+// [t0, t1), against the phase's capacity (requests per second; 0 if
+// unknown).
+func recovery(s *Series, t0, t1 int, capacity float64) *Recovery {
 	nc := len(s.Classes)
-	r := &Recovery{Seconds: -1, First: -1}
+	r := &Recovery{Seconds: -1, First: -1, ToCapacity: -1}
+	if capacity > 0 {
+		good, n := 0, 0
+		for t := max(t0, 0); t < min(t1, s.Seconds); t++ {
+			g := s.At(t, nc).Goodput
+			if r.ToCapacity < 0 && float64(g) >= RecoveryShare*capacity {
+				r.ToCapacity = t - t0
+			}
+			if n < RecoveryWindow {
+				good, n = good+g, n+1
+			}
+		}
+		if n > 0 {
+			r.Early = float64(good) / float64(n) / capacity
+		}
+	}
 	lastMiss := t0 - 1
 	runStart, run := -1, 0
 	for t := max(t0, 0); t < min(t1, s.Seconds); t++ {
@@ -404,7 +440,7 @@ func SummarizePhases(rep *load.Report, s *Series, slas []time.Duration, capacity
 		t1 := int((ph.End + time.Second - 1) / time.Second)
 		judgeSeconds(p.Classes, s, t0, t1)
 		if ph.Recovery {
-			p.Recovery = recovery(s, t0, t1)
+			p.Recovery = recovery(s, t0, t1, p.Capacity)
 		}
 		p.GoodputOverCapacity = p.Total().GoodputOverCapacity
 		if len(s.Classes) > 1 {
@@ -678,7 +714,9 @@ func writeRecovery(b *strings.Builder, sc *Scenario, peers []PeerSummary) {
 		if ph.Capacity == PhaseCapacityEvents {
 			b.WriteString(" (the farm's after the events up to the phase's start)")
 		}
-		b.WriteString(".\n\n| peer | back within SLA | for good | missed / judged s | worst p95 / SLA | goodput/s | capacity | goodput / capacity |\n|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(b, ". \"To %.0f%%\" is the seconds from the phase's start to the first second whose goodput (counted when the responses finished) reached %.0f%% of that capacity (0: the phase's first second did); \"first %d s\" the goodput over the phase's first %d seconds against it.",
+			100*RecoveryShare, 100*RecoveryShare, RecoveryWindow, RecoveryWindow)
+		b.WriteString("\n\n| peer | back within SLA | for good | missed / judged s | worst p95 / SLA | to 95% | first 6 s | goodput/s | capacity | goodput / capacity |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for i := range peers {
 			var p *PhaseSummary
 			for j := range peers[i].Phases {
@@ -689,8 +727,14 @@ func writeRecovery(b *strings.Builder, sc *Scenario, peers []PeerSummary) {
 			if p == nil {
 				continue
 			}
-			back, good, missed, worst := "–", "–", "–", "–"
+			back, good, missed, worst, toCap, early := "–", "–", "–", "–", "–", "–"
 			if r := p.Recovery; r != nil {
+				if p.Capacity > 0 {
+					toCap, early = "never", fmt.Sprintf("%.2f", r.Early)
+					if r.ToCapacity >= 0 {
+						toCap = fmt.Sprintf("%d s", r.ToCapacity)
+					}
+				}
 				back, good = "never", "never"
 				if r.First >= 0 {
 					back = fmt.Sprintf("%d s", r.First)
@@ -703,7 +747,7 @@ func writeRecovery(b *strings.Builder, sc *Scenario, peers []PeerSummary) {
 					worst = fmt.Sprintf("%.2f×", r.WorstP95Ratio)
 				}
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %.1f | %.0f | %.2f |\n", peers[i].Peer, back, good, missed, worst,
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %.1f | %.0f | %.2f |\n", peers[i].Peer, back, good, missed, worst, toCap, early,
 				p.Total().GoodputRate, p.Capacity, p.GoodputOverCapacity)
 		}
 	}
