@@ -60,7 +60,7 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 		// (h2_linux.go), the body follows through c.out.
 		l.streamHead(c, data, rh, strip)
 		l.setState(c, Relaying)
-		l.forward(c, bc, data[rh.N:])
+		l.forward(c, bc, data[rh.N:], false)
 		return
 	}
 	out := c.out[:0]
@@ -86,7 +86,7 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	out = append(out, "\r\n"...)
 	c.out = out
 	l.setState(c, Relaying)
-	l.forward(c, bc, data[rh.N:])
+	l.forward(c, bc, data[rh.N:], true)
 }
 
 // respField is the response header policy for every client, field i of
@@ -119,8 +119,10 @@ func (l *eventLoop) respField(data []byte, rh *pipeline.RawHead, i int, strip bo
 }
 
 // forward relays body bytes (already in bc.in) to the client, and ends the
-// exchange at the end of the body.
-func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte) {
+// exchange at the end of the body. held says that nothing of the response
+// has gone to the client yet (its head is still in c.out): a malformed
+// body is then answered 502 instead of cut.
+func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte, held bool) {
 	ex := &c.ex
 	done := false
 	switch ex.mode {
@@ -140,6 +142,14 @@ func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte) {
 	case bodyChunked:
 		n, end, ok := ex.ct.Feed(data)
 		if !ok {
+			if held {
+				// The head has not left: the client gets a 502 (the
+				// backend connection is closed, never reused), as for
+				// a malformed head.
+				c.out = c.out[:0]
+				l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})
+				return
+			}
 			l.abort(c, pipeline.OutBackendFailed)
 			return
 		}

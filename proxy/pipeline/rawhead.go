@@ -345,6 +345,7 @@ const (
 	csDataLF
 	csTrailerStart
 	csTrailerLine
+	csTrailerLF
 	csEndLF
 	csDone
 )
@@ -425,15 +426,31 @@ func (t *ChunkTracker) feed(dst, b []byte, keep bool) (out []byte, n int, done, 
 			}
 			t.state = csSize
 		case csTrailerStart:
-			if c == '\r' {
+			// A trailer line ends in CRLF, as a head's line does (RFC
+			// 9112 §7.1.2, §2.2): a bare LF is not taken for a line's
+			// end -- a parser that did would read what follows as
+			// something else than we do -- and a line starts with a
+			// field name (no obs-fold, no controls).
+			switch {
+			case c == '\r':
 				t.state = csEndLF
-			} else {
+			case tcharTable[c]:
 				t.state = csTrailerLine
+			default:
+				return dst, n, false, false
 			}
 		case csTrailerLine:
-			if c == '\n' {
-				t.state = csTrailerStart
+			switch {
+			case c == '\r':
+				t.state = csTrailerLF
+			case c < 0x20 && c != '\t' || c == 0x7f:
+				return dst, n, false, false
 			}
+		case csTrailerLF:
+			if c != '\n' {
+				return dst, n, false, false
+			}
+			t.state = csTrailerStart
 		case csEndLF:
 			if c != '\n' {
 				return dst, n, false, false
