@@ -534,7 +534,7 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 		if ab != nil {
 			ab.attach(req)
 		}
-		err := hostClient(u).Do(req, resp)
+		err := doBackend(hostClient(u), req, resp)
 		if ab != nil {
 			if err != nil || !resp.IsBodyStream() {
 				ab.ab.unbind()
@@ -601,4 +601,23 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 		last = u
 		resp.Reset()
 	}
+}
+
+// doBackend is HostClient.Do, except for a HEAD that takes the last
+// connection under max_conns_per_backend: HostClient hands a connection
+// given back straight to its first waiter, whose request goes out at
+// once, so a body the backend wrongly sends late with its answer to a
+// HEAD would be read as that waiter's response. Such a HEAD asks the
+// backend to close after its answer (a waiter then dials), as the loops
+// close theirs (evloop finish). fasthttp does not let the same be done
+// for a 204 or 304, known only once the connection is handed on
+// (knownDifferences, "stray-body").
+func doBackend(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) error {
+	if !req.Header.IsHead() || hc.MaxConns <= 0 || req.Header.ConnectionClose() || hc.ConnsCount()+1 < hc.MaxConns {
+		return hc.Do(req, resp)
+	}
+	req.Header.SetConnectionClose()
+	err := hc.Do(req, resp)
+	req.Header.ResetConnectionClose() // the backend's, not the client's connection
+	return err
 }

@@ -278,6 +278,18 @@ func (l *eventLoop) finish(c *cconn) {
 		// early 413, say) still expects the rest: never reuse it.
 		if ex.bkClose || bc.fd < 0 || ex.sent < len(ex.req) {
 			l.closeBackend(bc)
+		} else if ex.mode == bodyNone && bc.u.LoopWaiting.Load() > 0 {
+			// An answer without a body (HEAD, 204, 304) from a backend
+			// that wrongly sends one anyway: its bytes may come after
+			// the head. Handed straight to a waiting exchange, whose
+			// request goes out at once, they would be read as that
+			// exchange's response; closed, the connection makes room
+			// under the cap for the waiter instead. (Kept idle, a late
+			// stray body closes it: backendEvent.)
+			l.closeBackend(bc)
+			if l.othersWait(bc.u) {
+				l.wakeOthers()
+			}
 		} else if w := l.giveTo(bc.u, ex.a.Policy.MaxConnsPerBackend); w != nil {
 			// An exchange waits for a connection to this backend: it
 			// gets this one, as fasthttp's HostClient hands a released

@@ -47,7 +47,7 @@ func init() { strictStates = true }
 //	backend-hangup b1 [reset]   the backend closes (or resets)
 //	advance 10ms                the clock moves; the loop sweeps its timers
 //	decide admit|reject         the parked requests' batch run decides (wakes the loop)
-//	set park=true|false client-cap=N dial=refuse|progress|now terminate=[LB,]UB|off
+//	set park=true|false client-cap=N dial=refuse|progress|now terminate=[LB,]UB|off max-conns=N
 //	term                        the class's threshold, terminations and reclaimed time
 //	state c1                    the exchange state of c1
 //	failures                    each backend's passive-health failures
@@ -252,6 +252,9 @@ func (h *loopScript) exec(line int, cmd string) []string {
 				h.sys.dial = v
 			case "terminate":
 				h.terminate(line, v)
+			case "max-conns":
+				n, _ := strconv.Atoi(v)
+				h.l.ff.cfg.Routes.Load().Default.Policy.MaxConnsPerBackend = n
 			default:
 				h.t.Fatalf("line %d: set %s: unknown", line, k)
 			}
@@ -327,6 +330,11 @@ func (h *loopScript) exec(line int, cmd string) []string {
 		h.printf("%s: %v", fields[1], c.ex.state)
 	default:
 		h.t.Fatalf("line %d: unknown command %q", line, cmd)
+	}
+	// The end of a round, as run does it: exchanges waiting for a
+	// connection get one where the cap has room again.
+	if h.l.waitKick {
+		h.l.dialWaiters()
 	}
 	return h.out
 }
