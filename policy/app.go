@@ -109,6 +109,11 @@ func (d *decoder) app(n *yaml.Node, path string, a *App, m *appMeta) bool {
 				a.RequestBufferingOff = s == "off"
 			}
 		}},
+		{"response_buffering", func(v *yaml.Node, p string) {
+			if s, ok := d.enum(v, p, "on", "off"); ok {
+				a.ResponseBufferingOff = s == "off"
+			}
+		}},
 		{"max_conns_per_backend", d.intField(&a.MaxConnsPerBackend, 1, 1<<20)},
 		{"request_id_header", func(v *yaml.Node, p string) {
 			if s, ok := d.str(v, p); ok {

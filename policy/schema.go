@@ -25,16 +25,20 @@ func defaultSnapshot() *Snapshot {
 		Admin: Admin{Listen: DefaultAdminListen},
 		Log:   Log{Level: "info", Format: "text", AccessLog: AccessLog{Output: "stdout", Format: "text", Rate: 1000, RejectRate: 100}},
 		Server: Server{
-			ReadHeaderTimeout:  10 * time.Second,
-			BodyTimeout:        5 * time.Minute,
-			IdleTimeout:        60 * time.Second,
-			WriteTimeout:       60 * time.Second,
-			RequestBuffer:      1 << 20,
-			RequestBufferTotal: 256 << 20,
-			BodyMinRate:        1 << 10,
-			MaxHeaderBytes:     16 << 10,
-			MaxConns:           100000,
-			ShutdownTimeout:    30 * time.Second,
+			ReadHeaderTimeout:     10 * time.Second,
+			BodyTimeout:           5 * time.Minute,
+			IdleTimeout:           60 * time.Second,
+			WriteTimeout:          60 * time.Second,
+			RequestBuffer:         1 << 20,
+			RequestBufferTotal:    256 << 20,
+			ResponseBuffer:        1 << 20,
+			ResponseBufferTotal:   256 << 20,
+			ResponseTempFile:      1 << 30,
+			ResponseTempFileTotal: 1 << 30,
+			BodyMinRate:           1 << 10,
+			MaxHeaderBytes:        16 << 10,
+			MaxConns:              100000,
+			ShutdownTimeout:       30 * time.Second,
 		},
 	}
 }
@@ -212,6 +216,32 @@ func (d *decoder) server(n *yaml.Node, path string, s *Server) {
 			d.errorf(at, joinPath(path, "request_buffer_total"), "%d is smaller than request_buffer (%d): every body between them would get 503; raise it, or 0 for no cap", s.RequestBufferTotal, s.RequestBuffer)
 		}
 	}()
+	// The same for the responses' totals; and a memory buffer below one
+	// block would hold nothing.
+	var rbufN, rtotalN, rfileN, rftotalN *yaml.Node
+	setRBuf := d.sizeField(&s.ResponseBuffer, 0, 1<<30)
+	setRTotal := d.sizeField(&s.ResponseBufferTotal, 0, math.MaxInt64)
+	setRFile := d.sizeField(&s.ResponseTempFile, 0, math.MaxInt64)
+	setRFTotal := d.sizeField(&s.ResponseTempFileTotal, 0, math.MaxInt64)
+	defer func() {
+		if rbufN != nil && s.ResponseBuffer > 0 && s.ResponseBuffer < 16<<10 {
+			d.errorf(rbufN, joinPath(path, "response_buffer"), "%d is below 16KiB, the step memory is taken in: it would hold nothing; 0 turns buffering off", s.ResponseBuffer)
+		}
+		if s.ResponseBuffer > 0 && s.ResponseBufferTotal > 0 && s.ResponseBufferTotal < s.ResponseBuffer && (rbufN != nil || rtotalN != nil) {
+			at := rtotalN
+			if at == nil {
+				at = rbufN
+			}
+			d.errorf(at, joinPath(path, "response_buffer_total"), "%d is smaller than response_buffer (%d): no response could fill its buffer; raise it, or 0 for no cap", s.ResponseBufferTotal, s.ResponseBuffer)
+		}
+		if s.ResponseTempFile > 0 && s.ResponseTempFileTotal > 0 && s.ResponseTempFileTotal < s.ResponseTempFile && (rfileN != nil || rftotalN != nil) {
+			at := rftotalN
+			if at == nil {
+				at = rfileN
+			}
+			d.errorf(at, joinPath(path, "response_temp_file_total"), "%d is smaller than response_temp_file (%d): no response could fill its file; raise it, or 0 for no cap", s.ResponseTempFileTotal, s.ResponseTempFile)
+		}
+	}()
 	d.mapping(n, path, []field{
 		{"read_header_timeout", d.durationField(&s.ReadHeaderTimeout, time.Nanosecond)},
 		{"body_timeout", d.durationField(&s.BodyTimeout, time.Nanosecond)},
@@ -219,6 +249,21 @@ func (d *decoder) server(n *yaml.Node, path string, s *Server) {
 		{"write_timeout", d.durationField(&s.WriteTimeout, 0)},
 		{"request_buffer", func(v *yaml.Node, p string) { bufN = v; setBuf(v, p) }},
 		{"request_buffer_total", func(v *yaml.Node, p string) { totalN = v; setTotal(v, p) }},
+		{"response_buffer", func(v *yaml.Node, p string) { rbufN = v; setRBuf(v, p) }},
+		{"response_buffer_total", func(v *yaml.Node, p string) { rtotalN = v; setRTotal(v, p) }},
+		{"response_temp_file", func(v *yaml.Node, p string) { rfileN = v; setRFile(v, p) }},
+		{"response_temp_file_total", func(v *yaml.Node, p string) { rftotalN = v; setRFTotal(v, p) }},
+		{"response_temp_dir", func(v *yaml.Node, p string) {
+			s2, ok := d.str(v, p)
+			if !ok {
+				return
+			}
+			if s2 != "" && !filepath.IsAbs(s2) {
+				d.errorf(v, p, "%q: write an absolute directory path, or leave it out for the system's", s2)
+				return
+			}
+			s.ResponseTempDir = s2
+		}},
 		{"body_min_rate", d.sizeField(&s.BodyMinRate, 0, 1<<40)},
 		{"max_header_bytes", d.intSizeField(&s.MaxHeaderBytes, 1<<10, 16<<20)},
 		{"max_conns", d.intField(&s.MaxConns, 1, math.MaxInt32)},
