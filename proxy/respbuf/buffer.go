@@ -33,14 +33,15 @@ type Buffer struct {
 	wi     int
 	memN   int64 // bytes in memory
 
-	fd       int   // the temporary file (valid when hasFile)
-	hasFile  bool  //
-	noFile   bool  // a temporary file failed: none for this response
-	fr, fw   int64 // the file's read and write offsets
-	fsize    int64 // the file's size as charged
-	counted  bool  // in Budget.responses
-	full     bool  // a refusal was counted (once per response)
-	totalHit bool  // the last refusal was the process's budget
+	fd       int    // the temporary file (valid when hasFile)
+	hasFile  bool   //
+	noFile   bool   // a temporary file failed: none for this response
+	fr, fw   int64  // the file's read and write offsets
+	fsize    int64  // the file's size as charged
+	over     []byte // after the file: what Hold kept past the limits (a file write failed)
+	counted  bool   // in Budget.responses
+	full     bool   // a refusal was counted (once per response)
+	totalHit bool   // the last refusal was the process's budget
 }
 
 // Start readies r for a response under b's limits, making temporary files
@@ -55,7 +56,7 @@ func (r *Buffer) Start(b *Budget, fs Files) {
 func (r *Buffer) Started() bool { return r.b != nil }
 
 // Len is the bytes r holds.
-func (r *Buffer) Len() int64 { return r.memN + r.fw - r.fr }
+func (r *Buffer) Len() int64 { return r.memN + r.fw - r.fr + int64(len(r.over)) }
 
 // InFile tells whether r holds bytes in its temporary file.
 func (r *Buffer) InFile() bool { return r.fw > r.fr }
@@ -107,6 +108,8 @@ func (r *Buffer) fileTake(n int64) int64 {
 	if !r.hasFile {
 		fd, err := r.fs.TempFile(r.lim.Dir)
 		if err != nil {
+			r.b.file.Add(-r.fsize)
+			r.fsize = 0
 			r.fileFailed()
 			return 0
 		}
@@ -142,6 +145,10 @@ func (r *Buffer) refused() {
 // takes them all: false when the limits cannot give it (counted once per
 // response; the caller then waits for its client, as without a buffer).
 func (r *Buffer) Reserve(n int) bool {
+	if len(r.over) > 0 {
+		r.refused()
+		return false
+	}
 	need := int64(n)
 	if r.fw == r.fr {
 		for need > int64(r.memFree()) {
@@ -160,6 +167,10 @@ func (r *Buffer) Reserve(n int) bool {
 
 // Write stores as much of p as the limits allow and returns how much.
 func (r *Buffer) Write(p []byte) int {
+	if len(r.over) > 0 {
+		r.refused()
+		return 0
+	}
 	n := 0
 	if r.fw == r.fr {
 		for n < len(p) {
@@ -192,6 +203,22 @@ func (r *Buffer) Write(p []byte) int {
 	}
 	r.count()
 	return n
+}
+
+// Hold stores all of p: what the limits allow as Write does, and the rest
+// in memory past them, uncharged, read after everything else. Only a
+// temporary file that failed under a Reserve leaves any such rest: a
+// caller that reserves before it reads (an event loop: at most one read)
+// bounds it, and it is never more than that read.
+func (r *Buffer) Hold(p []byte) {
+	n := 0
+	if len(r.over) == 0 {
+		n = r.Write(p)
+	}
+	if n < len(p) {
+		r.over = append(r.over, p[n:]...)
+		r.count()
+	}
 }
 
 // count puts r in the budget's count of responses holding bytes.
@@ -235,6 +262,13 @@ func (r *Buffer) Read(p []byte) (int, error) {
 		}
 		if err != nil {
 			return n, err
+		}
+	}
+	if n < len(p) && len(r.over) > 0 && r.memN == 0 && r.fw == r.fr {
+		m := copy(p[n:], r.over)
+		n += m
+		if r.over = r.over[m:]; len(r.over) == 0 {
+			r.over = nil
 		}
 	}
 	return n, nil

@@ -366,3 +366,32 @@ func TestStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestBufferHold: bytes a failing file cannot take after a Reserve are
+// kept, in order, past the limits, and nothing more is taken until they
+// are read.
+func TestBufferHold(t *testing.T) {
+	b := NewBudget(Limits{Mem: BlockSize, File: 1 << 20})
+	fs := newMemFiles()
+	fs.failAt = 100
+	var r Buffer
+	r.Start(b, fs)
+	in := pattern(3*BlockSize, 4)
+	if !r.Reserve(2 * BlockSize) {
+		t.Fatal("no room")
+	}
+	r.Hold(in[:2*BlockSize]) // a block in memory, 100 bytes in the file, the rest past the limits
+	if r.Len() != 2*BlockSize {
+		t.Fatalf("holds %d", r.Len())
+	}
+	if r.Reserve(1) || r.Write(in[2*BlockSize:]) != 0 {
+		t.Fatal("took more behind bytes held past the limits")
+	}
+	if out := drain(t, &r, 3000); !bytes.Equal(out, in[:2*BlockSize]) {
+		t.Fatal("out of order")
+	}
+	r.Close()
+	if st := b.Stats(); st.Mem != 0 || st.File != 0 || st.MemHigh > BlockSize || fs.open() != 0 {
+		t.Errorf("%+v", st)
+	}
+}
