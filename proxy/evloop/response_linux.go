@@ -40,6 +40,7 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 		c.closing = true
 	}
 	ex.bkClose = rh.ConnClose || rh.Minor == 0 && !rh.ConnKeepAlive
+	ex.buffer = l.bufferable(c, data, rh)
 	// The first response byte disarms termination (one goroutine: the
 	// loop's own sweep is the only other party, so Disarm always wins
 	// here).
@@ -111,8 +112,8 @@ func (l *eventLoop) respField(data []byte, rh *pipeline.RawHead, i int, strip bo
 			return l.st, len(l.st) > 0
 		}
 	case pipeline.KindOther:
-		if pipeline.EqFoldString(f.Name.Of(data), reqID) {
-			return nil, false
+		if n := f.Name.Of(data); pipeline.EqFoldString(n, reqID) || pipeline.IsAccelBuffering(n) {
+			return nil, false // (X-Accel-Buffering is read, not passed on, as nginx does)
 		}
 	}
 	return nil, true
@@ -159,40 +160,80 @@ func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte, held bool) {
 		data, done = data[:n], end
 	}
 	ex.outBytes += int64(len(data))
-	c.out = append(c.out, data...)
 	bc.n = 0
+	waiting := ex.buffer && c.waiting()
+	if waiting {
+		// The client has not taken what came before: this waits in the
+		// response buffer (room reserved it before the read).
+		l.hold(c, data)
+	} else {
+		c.out = append(c.out, data...)
+	}
 	if done {
 		// The exchange is recorded before its last bytes go out (as on
 		// the fasthttp path): a client that has the response sees it in
-		// the metrics.
+		// the metrics. The backend connection is released now, whatever
+		// still waits for the client.
 		l.finish(c)
-		if c.fd >= 0 {
+		if c.fd >= 0 && !waiting {
 			l.flush(c)
 		}
 		return
 	}
-	l.flush(c)
+	if !waiting {
+		l.flush(c)
+	}
 	if c.fd < 0 && c.str == nil {
 		return
 	}
-	if c.backlog() {
-		// The client is slower than the backend: stop reading the
-		// backend until the client has taken this.
+	if c.backlog() && ex.b == bc && !l.room(c) {
+		// The client is slower than the backend and no buffer can
+		// take more: stop reading the backend until the client has
+		// taken some (resumeBackend).
 		l.setBackendEvents(bc, bc.events&^(unix.EPOLLIN|unix.EPOLLRDHUP))
 	}
 }
 
-// flush writes c.out; on EAGAIN it waits for EPOLLOUT.
+// flush writes c.out, and after it what the response buffer holds; on
+// EAGAIN it waits for EPOLLOUT.
 func (l *eventLoop) flush(c *cconn) {
 	if c.str != nil {
 		l.flushStream(c)
 		return
 	}
-	if c.tls != nil {
-		if !l.flushTLS(c) {
+	for {
+		if c.tls != nil {
+			if !l.flushTLS(c) {
+				l.resumeBackend(c) // the buffer may have room again
+				return
+			}
+		} else if !l.writeOut(c) {
+			if c.fd >= 0 {
+				l.resumeBackend(c)
+			}
 			return
 		}
+		if !c.buffered() || !l.refill(c) {
+			break
+		}
 	}
+	if c.fd < 0 {
+		return
+	}
+	c.outAt = 0
+	if c.events&unix.EPOLLOUT != 0 {
+		l.setClientEvents(c, c.events&^unix.EPOLLOUT)
+	}
+	if c.busy() {
+		l.resumeBackend(c)
+		return
+	}
+	l.after(c)
+}
+
+// writeOut writes c.out to c's socket: true when all of it went, false
+// when the rest waits for EPOLLOUT or c was closed.
+func (l *eventLoop) writeOut(c *cconn) bool {
 	for len(c.out) > 0 {
 		m, err := l.sys.Write(c.fd, c.out)
 		if err == unix.EINTR {
@@ -203,11 +244,11 @@ func (l *eventLoop) flush(c *cconn) {
 				c.outAt = l.nowNs
 			}
 			l.setClientEvents(c, c.events|unix.EPOLLOUT)
-			return
+			return false
 		}
 		if m <= 0 {
 			l.closeClient(c)
-			return
+			return false
 		}
 		if m < len(c.out) {
 			c.outAt = l.nowNs
@@ -217,18 +258,7 @@ func (l *eventLoop) flush(c *cconn) {
 		}
 		c.out = c.out[:0]
 	}
-	c.outAt = 0
-	if c.events&unix.EPOLLOUT != 0 {
-		l.setClientEvents(c, c.events&^unix.EPOLLOUT)
-	}
-	if c.busy() {
-		if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.state == Relaying && bc.events&unix.EPOLLIN == 0 {
-			l.setBackendEvents(bc, bc.events|unix.EPOLLIN|unix.EPOLLRDHUP)
-			c.ex.deadline = l.nowNs + c.ex.a.Shared.Idle.Load()
-		}
-		return
-	}
-	l.after(c)
+	return true
 }
 
 // after runs when an exchange has ended and its response is written: the
@@ -243,7 +273,9 @@ func (l *eventLoop) after(c *cconn) {
 		return
 	}
 	if !c.busy() && len(c.out) == 0 {
-		// An idle connection keeps small buffers only.
+		// An idle connection keeps small buffers only (and no
+		// response buffer: its memory and file go back).
+		l.dropResp(c)
 		if cap(c.out) > 4<<10 {
 			c.out = nil
 		}
@@ -349,6 +381,7 @@ func (l *eventLoop) abort(c *cconn, o pipeline.Outcome) {
 		l.streamEnd(c, code)
 		return
 	}
+	l.dropResp(c) // the rest of the response is not sent
 	if c.fd >= 0 && o != pipeline.OutClientGone {
 		c.out = c.out[:0]
 		l.closeClient(c)
