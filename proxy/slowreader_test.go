@@ -1,0 +1,374 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/respbuf"
+)
+
+// Slow readers must cost sentry, not the farm (docs/buffering.md): clients
+// that ask for large responses and never read them must not hold the
+// backend's workers, nor its connections under max_conns_per_backend,
+// while they do. Each test here runs a backend with a few workers (a
+// semaphore, as a thread pool), lets slow clients ask for large
+// responses and read nothing, then checks that the backend finished
+// writing every one of them (its workers are free), that normal requests
+// are all answered, and that sentry held the rest within its budget.
+
+// workerBackend is an HTTP/1.1 backend with workers handlers: a request
+// waits for a free one, and keeps it until its response is written.
+type workerBackend struct {
+	addr     string
+	sem      chan struct{}
+	bigDone  atomic.Int64 // large responses written to their end
+	bigStart atomic.Int64
+}
+
+func startWorkerBackend(t *testing.T, workers int) *workerBackend {
+	t.Helper()
+	wb := &workerBackend{sem: make(chan struct{}, workers)}
+	chunk := []byte(strings.Repeat("0123456789abcdef", 4096)) // 64 KiB
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case wb.sem <- struct{}{}:
+		case <-r.Context().Done():
+			return
+		}
+		defer func() { <-wb.sem }()
+		if r.URL.Path != "/big" {
+			w.Header().Set("Content-Length", "2")
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		wb.bigStart.Add(1)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		for n > 0 {
+			k := min(n, len(chunk))
+			if _, err := w.Write(chunk[:k]); err != nil {
+				return
+			}
+			n -= k
+		}
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush() // the last bytes are out: the worker is free
+		}
+		wb.bigDone.Add(1)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &http.Server{Handler: h}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Close() })
+	wb.addr = ln.Addr().String()
+	return wb
+}
+
+// slowTestLimits are the budget the slow-reader tests give sentry: small
+// enough in memory that the large responses go to temporary files.
+func slowTestLimits(t *testing.T) func(*policy.Snapshot) {
+	dir := t.TempDir()
+	return func(s *policy.Snapshot) {
+		s.Server.ResponseBuffer = 1 << 20
+		s.Server.ResponseBufferTotal = 32 << 20
+		s.Server.ResponseTempFile = 1 << 30
+		s.Server.ResponseTempFileTotal = 4 << 30
+		s.Server.ResponseTempDir = dir
+		s.Server.WriteTimeout = time.Minute
+	}
+}
+
+// slowClient asks for size bytes over a connection whose receive buffer
+// is small, and never reads.
+func slowReader(t *testing.T, addr string, size int, useTLS bool) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second, Control: nil}
+	raw, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = raw.(*net.TCPConn).SetReadBuffer(4096)
+	t.Cleanup(func() { raw.Close() })
+	c := raw
+	if useTLS {
+		tc := tls.Client(raw, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS13})
+		_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := tc.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		c = tc
+	}
+	if _, err := fmt.Fprintf(c, "GET /big?n=%d HTTP/1.1\r\nHost: x\r\n\r\n", size); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// eventually waits (at most limit, polling) for cond.
+func eventually(limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// normalRequests sends n requests for a small response, each on its own
+// connection, at once, and reports those not answered 200 within limit.
+func normalRequests(t *testing.T, n int, limit time.Duration, get func() (int, error)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			code, err := get()
+			switch {
+			case err != nil:
+				errs <- fmt.Sprintf("no answer after %v: %v", time.Since(start).Round(time.Millisecond), err)
+			case code != 200:
+				errs <- fmt.Sprintf("status %d after %v", code, time.Since(start).Round(time.Millisecond))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Errorf("normal request: %s", e)
+	}
+}
+
+func getSmall(addr string, limit time.Duration, useTLS bool) func() (int, error) {
+	return func() (int, error) {
+		var c net.Conn
+		var err error
+		if useTLS {
+			c, err = tls.DialWithDialer(&net.Dialer{Timeout: limit}, "tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+		} else {
+			c, err = net.DialTimeout("tcp", addr, limit)
+		}
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(limit))
+		if _, err := io.WriteString(c, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return 0, err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return 0, err
+		}
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, err
+	}
+}
+
+// checkBudget checks that sentry's response buffers stayed within their
+// limits, and once the slow clients are gone, gave every byte back (the
+// temporary files closed).
+func checkBudget(t *testing.T, h *harness, release func()) {
+	t.Helper()
+	st := h.p.resp.Stats()
+	lim := h.p.resp.Limits()
+	if st.MemHigh > lim.MemTotal || st.FileHigh > lim.FileTotal {
+		t.Errorf("buffers past the budget: memory %d of %d, files %d of %d", st.MemHigh, lim.MemTotal, st.FileHigh, lim.FileTotal)
+	}
+	t.Logf("budget: %+v", st)
+	release()
+	if !eventually(10*time.Second, func() bool { s := h.p.resp.Stats(); return s.Mem == 0 && s.File == 0 && s.Responses == 0 }) {
+		t.Errorf("buffers not given back once the slow clients left: %+v", h.p.resp.Stats())
+	}
+}
+
+// TestSlowReadersSpareTheFarm: 8 clients that never read a 64 MB response
+// from a 4-worker backend, and 50 that never read 8 MB ones, with and
+// without max_conns_per_backend, on both engines and over TLS: the
+// backend writes every response to its end (its workers are free), and
+// normal requests are all answered.
+func TestSlowReadersSpareTheFarm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves about 1 GB through loopback")
+	}
+	cases := []struct {
+		name     string
+		clients  int
+		size     int
+		maxConns int
+	}{
+		{"8x64MB", 8, 64 << 20, 0},
+		{"50x8MB", 50, 8 << 20, 0},
+		{"50x8MB-maxconns20", 50, 8 << 20, 20},
+	}
+	for _, c := range cases {
+		for _, e := range engines {
+			for _, useTLS := range []bool{false, true} {
+				name := c.name + "/" + e.String()
+				if useTLS {
+					name += "/tls"
+				}
+				t.Run(name, func(t *testing.T) { slowReaders(t, e, useTLS, c.clients, c.size, c.maxConns) })
+			}
+		}
+	}
+}
+
+func slowReaders(t *testing.T, e Engine, useTLS bool, clients, size, maxConns int) {
+	wb := startWorkerBackend(t, 4)
+	limits := slowTestLimits(t)
+	var cf, kf string
+	if useTLS {
+		cf, kf = writeTestCert(t)
+	}
+	h := startProxyOpts(t, []string{wb.addr}, Options{Engine: e}, func(s *policy.Snapshot, a *policy.App) {
+		limits(s)
+		if maxConns > 0 {
+			a.MaxConnsPerBackend = maxConns
+		}
+		a.Timeouts.Connect = 5 * time.Second
+		a.Timeouts.Response = 30 * time.Second
+		if useTLS {
+			a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+		}
+	})
+	var conns []net.Conn
+	for i := 0; i < clients; i++ {
+		conns = append(conns, slowReader(t, h.addr, size, useTLS))
+	}
+	// Every large response is written by the backend to its end, though
+	// no client reads: the workers are free again.
+	if !eventually(60*time.Second, func() bool { return wb.bigDone.Load() == int64(clients) }) {
+		t.Fatalf("the backend finished %d of %d large responses (started %d): its workers are held by clients that do not read",
+			wb.bigDone.Load(), clients, wb.bigStart.Load())
+	}
+	normalRequests(t, 5, 10*time.Second, getSmall(h.addr, 10*time.Second, useTLS))
+	checkBudget(t, h, func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+}
+
+// TestSlowReadersSpareTheFarmH2: the same over HTTP/2 over TLS: each slow
+// client opens its own connection, asks for a large response and reads
+// nothing (not even frames); normal requests come over another h2
+// connection.
+func TestSlowReadersSpareTheFarmH2(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves about 0.5 GB through loopback")
+	}
+	for _, c := range []struct {
+		name              string
+		clients, size, mc int
+	}{
+		{"8x64MB", 8, 64 << 20, 0},
+		{"50x8MB-maxconns20", 50, 8 << 20, 20},
+	} {
+		// On the loops (their stream connections) and on the h2 workers
+		// (EngineFastHTTP keeps TLS and h2 off the loops: serveH2, the
+		// fasthttp path's serve).
+		for _, e := range engines {
+			t.Run(c.name+"/"+e.String(), func(t *testing.T) {
+				wb := startWorkerBackend(t, 4)
+				limits := slowTestLimits(t)
+				cf, kf := writeTestCert(t)
+				h := startProxyOpts(t, []string{wb.addr}, Options{Engine: e}, func(s *policy.Snapshot, a *policy.App) {
+					limits(s)
+					if c.mc > 0 {
+						a.MaxConnsPerBackend = c.mc
+					}
+					a.Timeouts.Connect = 5 * time.Second
+					a.Timeouts.Response = 30 * time.Second
+					a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+				})
+				var conns []net.Conn
+				for i := 0; i < c.clients; i++ {
+					conns = append(conns, slowH2Client(t, h.addr, c.size))
+				}
+				if !eventually(60*time.Second, func() bool { return wb.bigDone.Load() == int64(c.clients) }) {
+					t.Fatalf("the backend finished %d of %d large responses (started %d)", wb.bigDone.Load(), c.clients, wb.bigStart.Load())
+				}
+				tr := &http2.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+				defer tr.CloseIdleConnections()
+				cl := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+				normalRequests(t, 5, 10*time.Second, func() (int, error) {
+					resp, err := cl.Get("https://" + h.addr + "/small")
+					if err != nil {
+						return 0, err
+					}
+					_, err = io.ReadAll(resp.Body)
+					resp.Body.Close()
+					return resp.StatusCode, err
+				})
+				checkBudget(t, h, func() {
+					for _, c := range conns {
+						c.Close()
+					}
+				})
+			})
+		}
+	}
+}
+
+// slowH2Client opens an h2 connection over TLS, asks for size bytes on
+// one stream and never reads anything from the connection again.
+func slowH2Client(t *testing.T, addr string, size int) net.Conn {
+	t.Helper()
+	raw, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = raw.(*net.TCPConn).SetReadBuffer(4096)
+	t.Cleanup(func() { raw.Close() })
+	c := tls.Client(raw, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS13})
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := c.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if c.ConnectionState().NegotiatedProtocol != "h2" {
+		t.Fatal("h2 not negotiated")
+	}
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var hb strings.Builder
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "x"}, {":path", "/big?n=" + strconv.Itoa(size)}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte(hb.String()), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c
+}
+
+var _ = respbuf.BlockSize
