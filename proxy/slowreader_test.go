@@ -11,9 +11,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
@@ -96,16 +98,26 @@ func slowTestLimits(t *testing.T) func(*policy.Snapshot) {
 	}
 }
 
-// slowClient asks for size bytes over a connection whose receive buffer
+// smallWindowDialer dials with a small receive buffer set before the
+// connect (so the window offered is small from the start): a client that
+// does not read holds little in its kernel.
+var smallWindowDialer = net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	if err != nil {
+		return err
+	}
+	return serr
+}}
+
+// slowReader asks for size bytes over a connection whose receive buffer
 // is small, and never reads.
 func slowReader(t *testing.T, addr string, size int, useTLS bool) net.Conn {
 	t.Helper()
-	d := net.Dialer{Timeout: 5 * time.Second, Control: nil}
-	raw, err := d.Dial("tcp", addr)
+	raw, err := smallWindowDialer.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = raw.(*net.TCPConn).SetReadBuffer(4096)
 	t.Cleanup(func() { raw.Close() })
 	c := raw
 	if useTLS {
@@ -338,11 +350,10 @@ func TestSlowReadersSpareTheFarmH2(t *testing.T) {
 // one stream and never reads anything from the connection again.
 func slowH2Client(t *testing.T, addr string, size int) net.Conn {
 	t.Helper()
-	raw, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	raw, err := smallWindowDialer.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = raw.(*net.TCPConn).SetReadBuffer(4096)
 	t.Cleanup(func() { raw.Close() })
 	c := tls.Client(raw, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS13})
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -372,3 +383,62 @@ func slowH2Client(t *testing.T, addr string, size int) net.Conn {
 }
 
 var _ = respbuf.BlockSize
+
+// TestStalledClientBuffered: a client that stops reading a buffered
+// response does not hold its backend, which writes the whole body at its
+// own speed (its connection released, the exchange recorded as relayed);
+// the client is still cut after server.write_timeout without progress,
+// and the buffer is given back. Both engines.
+func TestStalledClientBuffered(t *testing.T) {
+	const size = 8 << 20
+	for _, e := range engines {
+		t.Run(e.String(), func(t *testing.T) {
+			chunk := make([]byte, 64<<10)
+			backendDone := make(chan error, 1)
+			rb := startRawBackend(t, func(_ *rawBackend, _, _ int, q *beReq, c net.Conn, _ *bufio.Reader) bool {
+				if q.target == "/small" {
+					_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+					return err == nil
+				}
+				_, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", size)
+				for off := 0; off < size && err == nil; off += len(chunk) {
+					_, err = c.Write(chunk)
+				}
+				backendDone <- err
+				return err == nil
+			})
+			limits := slowTestLimits(t)
+			h := startProxyOpts(t, []string{rb.addr}, Options{Engine: e}, func(s *policy.Snapshot, a *policy.App) {
+				limits(s)
+				s.Server.WriteTimeout = time.Second
+			})
+			c := slowReader(t, h.addr, 0, false)
+			select {
+			case err := <-backendDone:
+				if err != nil {
+					t.Fatalf("the backend was cut: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the backend could not write its response: the client that reads nothing holds it")
+			}
+			resp, body := rawRequest(t, h.addr, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n")
+			if resp.StatusCode != 200 || body != "ok" {
+				t.Fatalf("next request: %d %q", resp.StatusCode, body)
+			}
+			// The client, which takes nothing, is cut after the write
+			// timeout: what was buffered for it is given back, and it
+			// never gets the whole body.
+			if !eventually(10*time.Second, func() bool { s := h.p.resp.Stats(); return s.Mem == 0 && s.File == 0 && s.Responses == 0 }) {
+				t.Fatalf("buffers left: %+v", h.p.resp.Stats())
+			}
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			n, err := io.Copy(io.Discard, c)
+			if n >= size || err != nil {
+				t.Errorf("the client read %d bytes and then %v; want fewer than the body, then the connection closed", n, err)
+			}
+			if v := testutil.ToFloat64(h.p.metrics.errors.WithLabelValues("web", "backend_timeout")); v != 0 {
+				t.Errorf("errors{backend_timeout} = %v", v)
+			}
+		})
+	}
+}
