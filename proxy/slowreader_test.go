@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -201,8 +202,10 @@ func getSmall(addr string, limit time.Duration, useTLS bool) func() (int, error)
 }
 
 // checkBudget checks that sentry's response buffers stayed within their
-// limits, and once the slow clients are gone, gave every byte back (the
-// temporary files closed).
+// limits (the budget's high-water marks, and the metrics that export
+// them), and once the slow clients are gone, gave every byte back: no
+// descriptor of a temporary file left open, and none with a name in the
+// directory.
 func checkBudget(t *testing.T, h *harness, release func()) {
 	t.Helper()
 	st := h.p.resp.Stats()
@@ -210,11 +213,77 @@ func checkBudget(t *testing.T, h *harness, release func()) {
 	if st.MemHigh > lim.MemTotal || st.FileHigh > lim.FileTotal {
 		t.Errorf("buffers past the budget: memory %d of %d, files %d of %d", st.MemHigh, lim.MemTotal, st.FileHigh, lim.FileTotal)
 	}
+	if m := gaugeValue(t, h, "sentry_response_buffer_bytes_max", `store="memory"`); m != float64(st.MemHigh) || m == 0 {
+		t.Errorf("sentry_response_buffer_bytes_max{store=memory} = %v, budget's high-water %d", m, st.MemHigh)
+	}
+	if n := gaugeValue(t, h, "sentry_response_buffer_spilled_total"); n == 0 || n != float64(st.Spilled) {
+		t.Errorf("sentry_response_buffer_spilled_total = %v, %d spilled", n, st.Spilled)
+	}
+	if open := tempFDs(t, lim.Dir); open == 0 {
+		t.Errorf("no temporary file open in %s while responses are held", lim.Dir)
+	}
 	t.Logf("budget: %+v", st)
 	release()
 	if !eventually(10*time.Second, func() bool { s := h.p.resp.Stats(); return s.Mem == 0 && s.File == 0 && s.Responses == 0 }) {
 		t.Errorf("buffers not given back once the slow clients left: %+v", h.p.resp.Stats())
 	}
+	if !eventually(5*time.Second, func() bool { return tempFDs(t, lim.Dir) == 0 }) {
+		t.Errorf("%d temporary files still open", tempFDs(t, lim.Dir))
+	}
+	if ents, _ := os.ReadDir(lim.Dir); len(ents) != 0 {
+		t.Errorf("temporary files with names left in %s: %v", lim.Dir, ents)
+	}
+	if v := gaugeValue(t, h, "sentry_response_buffer_bytes", `store="file"`); v != 0 {
+		t.Errorf("sentry_response_buffer_bytes{store=file} = %v after the clients left", v)
+	}
+}
+
+// tempFDs counts the process's descriptors open on files in dir.
+func tempFDs(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, dir+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+// gaugeValue is the value of the one series of metric name whose labels
+// include every "k=\"v\"" in want (0 if none).
+func gaugeValue(t *testing.T, h *harness, name string, want ...string) float64 {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			var b strings.Builder
+			for _, l := range m.GetLabel() {
+				fmt.Fprintf(&b, "%s=%q ", l.GetName(), l.GetValue())
+			}
+			for _, w := range want {
+				if !strings.Contains(b.String(), w) {
+					continue next
+				}
+			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 // TestSlowReadersSpareTheFarm: 8 clients that never read a 64 MB response
@@ -438,6 +507,42 @@ func TestStalledClientBuffered(t *testing.T) {
 			}
 			if v := testutil.ToFloat64(h.p.metrics.errors.WithLabelValues("web", "backend_timeout")); v != 0 {
 				t.Errorf("errors{backend_timeout} = %v", v)
+			}
+		})
+	}
+}
+
+// TestResponseBudgetBound: more slow readers than the budget can hold,
+// and no temporary files: memory never passes response_buffer_total (the
+// budget's high-water mark), the responses that found it full go on at
+// their clients' pace (counted as "total"), and everything is given back
+// when the clients leave. Both engines.
+func TestResponseBudgetBound(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.String(), func(t *testing.T) {
+			wb := startWorkerBackend(t, 64)
+			h := startProxyOpts(t, []string{wb.addr}, Options{Engine: e}, func(s *policy.Snapshot, a *policy.App) {
+				s.Server.ResponseBuffer = 1 << 20
+				s.Server.ResponseBufferTotal = 4 << 20
+				s.Server.ResponseTempFile = 0
+				a.Timeouts.Response = 30 * time.Second
+			})
+			var conns []net.Conn
+			for i := 0; i < 20; i++ {
+				conns = append(conns, slowReader(t, h.addr, 8<<20, false))
+			}
+			if !eventually(20*time.Second, func() bool { return h.p.resp.Stats().FullTotal > 0 && wb.bigStart.Load() == 20 }) {
+				t.Fatalf("the budget was never found full: %+v (started %d)", h.p.resp.Stats(), wb.bigStart.Load())
+			}
+			st := h.p.resp.Stats()
+			if st.MemHigh > 4<<20 || st.FileHigh != 0 || st.Spilled != 0 {
+				t.Errorf("%+v: past the budget, or a file made with none allowed", st)
+			}
+			for _, c := range conns {
+				c.Close()
+			}
+			if !eventually(10*time.Second, func() bool { s := h.p.resp.Stats(); return s.Mem == 0 && s.Responses == 0 }) {
+				t.Errorf("buffers not given back: %+v", h.p.resp.Stats())
 			}
 		})
 	}
