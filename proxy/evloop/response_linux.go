@@ -257,6 +257,9 @@ func (l *eventLoop) writeOut(c *cconn) bool {
 			continue
 		}
 		c.out = c.out[:0]
+		if c.outAt != 0 {
+			c.outAt = l.nowNs // progress: the write timeout starts again (flush may refill c.out)
+		}
 	}
 	return true
 }
