@@ -582,3 +582,136 @@ func TestResponseBudgetBound(t *testing.T) {
 		})
 	}
 }
+
+// TestResponseTempDirChecked: a policy whose response_temp_dir cannot
+// hold a temporary file is refused when applied (a reload keeps the
+// policy in force), and the budget's limits follow a reload.
+func TestResponseTempDirChecked(t *testing.T) {
+	h := startProxy(t, []string{"127.0.0.1:1"}, nil)
+	bad := testSnap(h.addr, []string{"127.0.0.1:1"}, func(s *policy.Snapshot, _ *policy.App) {
+		s.Server.ResponseTempDir = t.TempDir() + "/missing"
+	})
+	if err := h.p.Apply(bad); err == nil || !strings.Contains(err.Error(), "response_temp_dir") {
+		t.Fatalf("Apply with a missing response_temp_dir: %v", err)
+	}
+	if got := h.p.resp.Limits().Dir; got != "" {
+		t.Errorf("limits changed by a refused policy: dir %q", got)
+	}
+	dir := t.TempDir()
+	good := testSnap(h.addr, []string{"127.0.0.1:1"}, func(s *policy.Snapshot, _ *policy.App) {
+		s.Server.ResponseTempDir = dir
+		s.Server.ResponseBuffer = 64 << 10
+	})
+	if err := h.p.Apply(good); err != nil {
+		t.Fatal(err)
+	}
+	if l := h.p.resp.Limits(); l.Dir != dir || l.Mem != 64<<10 {
+		t.Errorf("limits after reload: %+v", l)
+	}
+	// Buffering off: no directory is asked of.
+	off := testSnap(h.addr, []string{"127.0.0.1:1"}, func(s *policy.Snapshot, _ *policy.App) {
+		s.Server.ResponseTempDir = dir + "/missing"
+		s.Server.ResponseBuffer = 0
+	})
+	if err := h.p.Apply(off); err != nil || h.p.resp.On() {
+		t.Errorf("buffering off: %v, on %v", err, h.p.resp.On())
+	}
+}
+
+// TestH2StalledWindowBuffered: an h2 client that reads its connection but
+// never opens its stream's window: the backend still writes the whole
+// response (buffered), and after server.write_timeout without progress
+// the stream is reset (the buffer given back); the connection goes on,
+// and another stream on it is answered. On the loops and the workers.
+func TestH2StalledWindowBuffered(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.String(), func(t *testing.T) {
+			wb := startWorkerBackend(t, 4)
+			limits := slowTestLimits(t)
+			cf, kf := writeTestCert(t)
+			h := startProxyOpts(t, []string{wb.addr}, Options{Engine: e}, func(s *policy.Snapshot, a *policy.App) {
+				limits(s)
+				s.Server.WriteTimeout = time.Second
+				a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+			})
+			raw, err := net.DialTimeout("tcp", h.addr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			c := tls.Client(raw, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+				t.Fatal(err)
+			}
+			fr := http2.NewFramer(c, c)
+			fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+			if err := fr.WriteSettings(); err != nil {
+				t.Fatal(err)
+			}
+			request := func(id uint32, path string) {
+				var hb strings.Builder
+				enc := hpack.NewEncoder(&hb)
+				for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "x"}, {":path", path}} {
+					_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+				}
+				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: []byte(hb.String()), EndStream: true, EndHeaders: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			request(1, "/big?n="+strconv.Itoa(8<<20))
+			// Read frames (the connection is read; only the window stays
+			// shut) until stream 1 is reset.
+			var got1 int
+			reset := false
+			for !reset {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("reading frames (%d bytes of stream 1 so far): %v", got1, err)
+				}
+				switch f := f.(type) {
+				case *http2.DataFrame:
+					if f.StreamID == 1 {
+						got1 += len(f.Data())
+					}
+				case *http2.RSTStreamFrame:
+					if f.StreamID == 1 {
+						reset = true
+					}
+				case *http2.SettingsFrame:
+					if !f.IsAck() {
+						_ = fr.WriteSettingsAck()
+					}
+				}
+			}
+			if wb.bigDone.Load() != 1 {
+				t.Errorf("the backend did not finish the response (%d)", wb.bigDone.Load())
+			}
+			if got1 >= 8<<20 {
+				t.Errorf("stream 1 got %d bytes with its window shut", got1)
+			}
+			if !eventually(5*time.Second, func() bool { s := h.p.resp.Stats(); return s.Mem == 0 && s.File == 0 && s.Responses == 0 }) {
+				t.Errorf("buffers left after the reset: %+v", h.p.resp.Stats())
+			}
+			// The connection goes on: its window opened again for
+			// another stream, which is answered.
+			_ = fr.WriteWindowUpdate(0, 1<<20)
+			request(3, "/small")
+			for {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("stream 3: %v", err)
+				}
+				if d, ok := f.(*http2.DataFrame); ok && d.StreamID == 3 {
+					if string(d.Data()) != "ok" {
+						t.Errorf("stream 3: %q", d.Data())
+					}
+					break
+				}
+				if r, ok := f.(*http2.RSTStreamFrame); ok && r.StreamID == 3 {
+					t.Fatalf("stream 3 reset: %v", r.ErrCode)
+				}
+			}
+		})
+	}
+}
