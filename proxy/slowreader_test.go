@@ -21,7 +21,6 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/sentry-proxy/sentry/policy"
-	"github.com/sentry-proxy/sentry/proxy/respbuf"
 )
 
 // Slow readers must cost sentry, not the farm (docs/buffering.md): clients
@@ -229,10 +228,10 @@ func checkBudget(t *testing.T, h *harness, release func()) {
 	if st.MemHigh > lim.MemTotal || st.FileHigh > lim.FileTotal {
 		t.Errorf("buffers past the budget: memory %d of %d, files %d of %d", st.MemHigh, lim.MemTotal, st.FileHigh, lim.FileTotal)
 	}
-	if m := gaugeValue(t, h, "sentry_response_buffer_bytes_max", `store="memory"`); m != float64(st.MemHigh) || m == 0 {
+	if m := metricValue(t, h.reg, "sentry_response_buffer_bytes_max", map[string]string{"store": "memory"}); m != float64(st.MemHigh) || m == 0 {
 		t.Errorf("sentry_response_buffer_bytes_max{store=memory} = %v, budget's high-water %d", m, st.MemHigh)
 	}
-	if n := gaugeValue(t, h, "sentry_response_buffer_spilled_total"); n == 0 || n != float64(st.Spilled) {
+	if n := metricValue(t, h.reg, "sentry_response_buffer_spilled_total", nil); n == 0 || n != float64(st.Spilled) {
 		t.Errorf("sentry_response_buffer_spilled_total = %v, %d spilled", n, st.Spilled)
 	}
 	if open := tempFDs(t, lim.Dir); open == 0 {
@@ -249,7 +248,7 @@ func checkBudget(t *testing.T, h *harness, release func()) {
 	if ents, _ := os.ReadDir(lim.Dir); len(ents) != 0 {
 		t.Errorf("temporary files with names left in %s: %v", lim.Dir, ents)
 	}
-	if v := gaugeValue(t, h, "sentry_response_buffer_bytes", `store="file"`); v != 0 {
+	if v := metricValue(t, h.reg, "sentry_response_buffer_bytes", map[string]string{"store": "file"}); v != 0 {
 		t.Errorf("sentry_response_buffer_bytes{store=file} = %v after the clients left", v)
 	}
 }
@@ -268,38 +267,6 @@ func tempFDs(t *testing.T, dir string) int {
 		}
 	}
 	return n
-}
-
-// gaugeValue is the value of the one series of metric name whose labels
-// include every "k=\"v\"" in want (0 if none).
-func gaugeValue(t *testing.T, h *harness, name string, want ...string) float64 {
-	t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			var b strings.Builder
-			for _, l := range m.GetLabel() {
-				fmt.Fprintf(&b, "%s=%q ", l.GetName(), l.GetValue())
-			}
-			for _, w := range want {
-				if !strings.Contains(b.String(), w) {
-					continue next
-				}
-			}
-			if g := m.GetGauge(); g != nil {
-				return g.GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }
 
 // TestSlowReadersSpareTheFarm: 8 clients that never read a 64 MB response
@@ -334,7 +301,10 @@ func TestSlowReadersSpareTheFarm(t *testing.T) {
 	}
 }
 
-func slowReaders(t *testing.T, e Engine, useTLS bool, clients, size, maxConns int) {
+// slowProxy starts a 4-worker backend and sentry (engine e, TLS or not,
+// max_conns_per_backend maxConns if set) in front of it, with
+// slowTestLimits.
+func slowProxy(t *testing.T, e Engine, useTLS bool, maxConns int) (*harness, *workerBackend) {
 	wb := startWorkerBackend(t, 4)
 	limits := slowTestLimits(t)
 	var cf, kf string
@@ -352,16 +322,31 @@ func slowReaders(t *testing.T, e Engine, useTLS bool, clients, size, maxConns in
 			a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
 		}
 	})
+	return h, wb
+}
+
+func slowReaders(t *testing.T, e Engine, useTLS bool, clients, size, maxConns int) {
+	h, wb := slowProxy(t, e, useTLS, maxConns)
+	slowPhase(t, h, wb, clients, func() net.Conn { return slowReader(t, h.addr, size, useTLS) },
+		getSmall(h.addr, 15*time.Second, useTLS))
+}
+
+// slowPhase is a slow-reader test's course: clients slow clients (made
+// by slow), normal requests (get) once the backend is busy with them,
+// the backend's workers seen free (every large response written to its
+// end), normal requests again, and the budget checked and given back.
+func slowPhase(t *testing.T, h *harness, wb *workerBackend, clients int, slow func() net.Conn, get func() (int, error)) {
+	t.Helper()
 	var conns []net.Conn
 	for i := 0; i < clients; i++ {
-		conns = append(conns, slowReader(t, h.addr, size, useTLS))
+		conns = append(conns, slow())
 	}
 	// Once the backend is busy with them, normal requests come: each is
 	// answered (the backend's workers are not held by the slow clients).
 	if !eventually(30*time.Second, func() bool { return wb.bigStart.Load() >= 4 }) {
 		t.Fatalf("the slow clients' requests did not reach the backend (%d)", wb.bigStart.Load())
 	}
-	normalRequests(t, 5, 15*time.Second, getSmall(h.addr, 15*time.Second, useTLS))
+	normalRequests(t, 5, 15*time.Second, get)
 	// Every large response is written by the backend to its end, though
 	// no client reads: the workers are free again. (At
 	// max_conns_per_backend a request that waited timeouts.connect for a
@@ -372,7 +357,7 @@ func slowReaders(t *testing.T, e Engine, useTLS bool, clients, size, maxConns in
 			wb.bigDone.Load(), clients, wb.bigStart.Load(), busy(h))
 	}
 	// And after them, as many again.
-	normalRequests(t, 5, 15*time.Second, getSmall(h.addr, 15*time.Second, useTLS))
+	normalRequests(t, 5, 15*time.Second, get)
 	checkBudget(t, h, func() {
 		for _, c := range conns {
 			c.Close()
@@ -405,22 +390,7 @@ func TestSlowReadersSpareTheFarmH2(t *testing.T) {
 }
 
 func slowH2Readers(t *testing.T, e Engine, clients, size, maxConns int) {
-	wb := startWorkerBackend(t, 4)
-	limits := slowTestLimits(t)
-	cf, kf := writeTestCert(t)
-	h := startProxyOpts(t, []string{wb.addr}, Options{Engine: e}, func(s *policy.Snapshot, a *policy.App) {
-		limits(s)
-		if maxConns > 0 {
-			a.MaxConnsPerBackend = maxConns
-		}
-		a.Timeouts.Connect = 20 * time.Second // a request waits this long for a connection at the cap
-		a.Timeouts.Response = 30 * time.Second
-		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
-	})
-	var conns []net.Conn
-	for i := 0; i < clients; i++ {
-		conns = append(conns, slowH2Client(t, h.addr, size))
-	}
+	h, wb := slowProxy(t, e, true, maxConns)
 	tr := &http2.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr, Timeout: 15 * time.Second}
@@ -433,21 +403,7 @@ func slowH2Readers(t *testing.T, e Engine, clients, size, maxConns int) {
 		resp.Body.Close()
 		return resp.StatusCode, err
 	}
-	// Normal requests while the backend is busy with the slow clients'
-	// responses, and after them: every one answered.
-	if !eventually(30*time.Second, func() bool { return wb.bigStart.Load() >= 4 }) {
-		t.Fatalf("the slow clients' requests did not reach the backend (%d)", wb.bigStart.Load())
-	}
-	normalRequests(t, 5, 15*time.Second, get)
-	if !allAnswered(t, h, wb, clients) {
-		t.Fatalf("the backend finished %d of %d large responses (started %d, %v refused at the cap)", wb.bigDone.Load(), clients, wb.bigStart.Load(), busy(h))
-	}
-	normalRequests(t, 5, 15*time.Second, get)
-	checkBudget(t, h, func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	})
+	slowPhase(t, h, wb, clients, func() net.Conn { return slowH2Client(t, h.addr, size) }, get)
 }
 
 // slowH2Client opens an h2 connection over TLS, asks for size bytes on
@@ -485,8 +441,6 @@ func slowH2Client(t *testing.T, addr string, size int) net.Conn {
 	_ = c.SetDeadline(time.Time{})
 	return c
 }
-
-var _ = respbuf.BlockSize
 
 // TestStalledClientBuffered: a client that stops reading a buffered
 // response does not hold its backend, which writes the whole body at its
