@@ -669,3 +669,51 @@ func TestH2StalledWindowBuffered(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamingResponsesNotBuffered: server-sent events, gRPC-Web and a
+// backend's "X-Accel-Buffering: no" go to a slow client as they come,
+// never into a buffer (the backend is paced by the client, as nginx
+// does); X-Accel-Buffering is not passed on. Both engines.
+func TestStreamingResponsesNotBuffered(t *testing.T) {
+	const size = 4 << 20
+	for _, c := range []struct{ name, header string }{
+		{"event-stream", "Content-Type: text/event-stream"},
+		{"grpc-web", "Content-Type: application/grpc-web+proto"},
+		{"accel-no", "X-Accel-Buffering: no"},
+	} {
+		for _, e := range engines {
+			t.Run(c.name+"/"+e.String(), func(t *testing.T) {
+				started := make(chan struct{}, 1)
+				rb := startRawBackend(t, func(_ *rawBackend, _, _ int, q *beReq, conn net.Conn, _ *bufio.Reader) bool {
+					if q.target == "/small" {
+						_, err := fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\n%s\r\nContent-Length: 2\r\n\r\nok", c.header)
+						return err == nil
+					}
+					_, err := fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\n%s\r\nContent-Length: %d\r\n\r\n", c.header, size)
+					started <- struct{}{}
+					chunk := make([]byte, 64<<10)
+					for off := 0; off < size && err == nil; off += len(chunk) {
+						_, err = conn.Write(chunk)
+					}
+					return err == nil
+				})
+				limits := slowTestLimits(t)
+				h := startProxyOpts(t, []string{rb.addr}, Options{Engine: e}, func(s *policy.Snapshot, _ *policy.App) { limits(s) })
+				resp, body := rawRequest(t, h.addr, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n")
+				if resp.StatusCode != 200 || body != "ok" || resp.Header.Get("X-Accel-Buffering") != "" {
+					t.Fatalf("small: %d %q %v", resp.StatusCode, body, resp.Header)
+				}
+				slowReader(t, h.addr, 0, false) // (the backend ignores the size)
+				<-started
+				// The backend writes as the client (which reads nothing)
+				// lets it: nothing of it is ever held in a buffer.
+				for i := 0; i < 50; i++ {
+					if st := h.p.resp.Stats(); st.Responses != 0 || st.MemHigh != 0 {
+						t.Fatalf("a streaming response was buffered: %+v", st)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			})
+		}
+	}
+}
