@@ -970,8 +970,9 @@ func TestH2HeaderPolicy(t *testing.T) {
 var knownDifferences = map[string]string{
 	"half-close": "a loop takes a FIN from the client while its request is relayed as the client leaving " +
 		"(499, as nginx does by default) and closes; fasthttp answers the request",
-	"latency-to-last-byte": "a loop observes a relayed request's latency at its last byte; fasthttp at the " +
-		"response head when the body streams (over 64 KiB)",
+	"latency-to-last-byte": "a loop observes a relayed request's latency at the last byte it reads from the " +
+		"backend (with response buffering, the backend's pace, not the client's); fasthttp at the response head " +
+		"when the body streams (over 64 KiB)",
 	"drain-parked": "a drain that runs out of time closes a loop's connection with a request parked for its " +
 		"batch run, which cancels it (client_gone); fasthttp's shutdown leaves its handler waiting until the " +
 		"run, or the controller's Close, decides it",
