@@ -25,6 +25,12 @@ const refillSize = 64 << 10
 // was parsed from data, may be held back: buffering is on, for its app,
 // and the response is not a stream (respbuf.Streams).
 func (l *eventLoop) bufferable(c *cconn, data []byte, rh *pipeline.RawHead) bool {
+	if c.rb != nil && c.rb.Started() {
+		// (Empty: a response starts only once the last one is written.)
+		// Each response starts its buffer afresh, under the limits of
+		// the moment.
+		c.rb.Close()
+	}
 	b := l.ff.cfg.Resp
 	return c.ex.mode != bodyNone && b.On() && !c.ex.a.Policy.ResponseBufferingOff &&
 		!respbuf.Streams(rh.ContentType.Of(data), rh.AccelBuffering.Of(data))
