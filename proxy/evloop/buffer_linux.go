@@ -18,8 +18,10 @@ import (
 // backend is paused, as without a buffer, only when the buffer cannot
 // take one more read (room).
 
-// refillSize is how much of the buffer goes into c.out at a time.
-const refillSize = 64 << 10
+// refillSize is how much of the buffer goes into c.out at a time: three
+// TLS records, whose sealed bytes then fit the 64 KiB a TLS connection
+// keeps for them (flushTLS).
+const refillSize = 48 << 10
 
 // bufferable tells whether the response of c's exchange, whose head rh
 // was parsed from data, may be held back: buffering is on, for its app,
