@@ -22,6 +22,7 @@ import (
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/sentry-proxy/sentry/proxy/respbuf"
 	"github.com/sentry-proxy/sentry/sert"
 )
 
@@ -105,6 +106,10 @@ type Proxy struct {
 	accessOut atomic.Pointer[logwriter.Writer]
 
 	bufs bodyBuffers // buffered request bodies (server.request_buffer_total)
+	// resp is the response buffers' account (server.response_buffer and
+	// the rest), one for every engine: the event loops get it in their
+	// Config, the goroutine front ends use it in serve (respbody.go).
+	resp *respbuf.Budget
 
 	tunnelCount atomic.Int64  // open Upgrade tunnels
 	stopTunnels chan struct{} // closed when draining runs out of time
@@ -136,7 +141,8 @@ func New(opts Options, snap *policy.Snapshot) (*Proxy, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
-	p := &Proxy{opts: opts, log: opts.Logger.Named("proxy"), ids: pipeline.NewIDSource(), stopTunnels: make(chan struct{})}
+	p := &Proxy{opts: opts, log: opts.Logger.Named("proxy"), ids: pipeline.NewIDSource(), stopTunnels: make(chan struct{}),
+		resp: respbuf.NewBudget(respbuf.Limits{})}
 	p.mu.fronts = map[string]*frontend{}
 	p.mu.shared = map[string]*pipeline.AppShared{}
 	p.mu.running = map[*lb.Pool]context.CancelFunc{}
@@ -206,8 +212,22 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 		}
 		return err
 	}
+	// The temporary files' directory must take one (a policy whose
+	// directory cannot is refused before anything changed).
+	sv := &snap.Server
+	rl := respbuf.Limits{Mem: sv.ResponseBuffer, MemTotal: sv.ResponseBufferTotal,
+		File: sv.ResponseTempFile, FileTotal: sv.ResponseTempFileTotal, Dir: sv.ResponseTempDir}
+	if rl.Mem > 0 && rl.File > 0 && (old == nil || *p.resp.Limits() != rl) {
+		if err := respbuf.CheckDir(rl.Dir); err != nil {
+			if newOut != nil {
+				closeOutput(newOut)
+			}
+			return fmt.Errorf("server.response_temp_dir: cannot make a temporary file there: %w", err)
+		}
+	}
 	st := &state{snap: snap, routes: map[string]*pipeline.Route{}}
 	p.bufs.cap.Store(snap.Server.RequestBufferTotal)
+	p.resp.SetLimits(rl)
 	byName := map[string]*pipeline.App{}
 	names := make([]string, 0, len(snap.Apps))
 	for _, ac := range snap.Apps {

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/sentry-proxy/sentry/proxy/respbuf"
 )
 
 // front_linux.go is the event-loop front end for HTTP/1.1 listeners (TLS
@@ -77,6 +78,10 @@ type Config struct {
 	Linger    time.Duration // a lingering close's limit (as the fasthttp front end's)
 	IdleGrace time.Duration // draining: an idle connection's time for one more request
 	Handoff   int           // the hand-off queue's length (handoffListener)
+	// Resp is the process's response buffers (server.response_buffer and
+	// the rest), shared with every other front end; nil: responses are
+	// not buffered.
+	Resp *respbuf.Budget
 
 	// OtherConns is the listener's client connections the loops do not
 	// hold: fasthttp's, and those package proxy's TLS or h2c listener

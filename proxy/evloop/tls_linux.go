@@ -307,6 +307,9 @@ func (l *eventLoop) flushTLS(c *cconn) bool {
 			continue
 		}
 		t.wire = t.wire[:0]
+		if c.outAt != 0 {
+			c.outAt = l.nowNs // progress (flush may refill c.out)
+		}
 	}
 	c.out = c.out[:0]
 	t.sealed = 0
