@@ -36,6 +36,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("Log = %+v, want %+v", s.Log, want)
 	}
 	wantServer := Server{
+		Engine:                EngineLoops,
 		ReadHeaderTimeout:     10 * time.Second,
 		BodyTimeout:           5 * time.Minute,
 		IdleTimeout:           60 * time.Second,
@@ -143,6 +144,7 @@ log:
   format: json
   access: true
 server:
+  engine: portable
   read_header_timeout: 3s
   body_timeout: 1m
   idle_timeout: 90s
@@ -272,7 +274,7 @@ apps:
 	if want := (Log{Level: "debug", Format: "json", Access: true, AccessLog: AccessLog{Output: "stdout", Format: "text", Rate: 1000, RejectRate: 100}}); s.Log != want {
 		t.Errorf("Log = %+v", s.Log)
 	}
-	wantServer := Server{ReadHeaderTimeout: 3 * time.Second, BodyTimeout: time.Minute, IdleTimeout: 90 * time.Second,
+	wantServer := Server{Engine: EnginePortable, ReadHeaderTimeout: 3 * time.Second, BodyTimeout: time.Minute, IdleTimeout: 90 * time.Second,
 		WriteTimeout: 2 * time.Minute, RequestBuffer: 64 << 10, RequestBufferTotal: 0, BodyMinRate: 100,
 		ResponseBuffer: 64 << 10, ResponseTempFile: 10 << 20, ResponseTempDir: "/var/lib/sentry/tmp",
 		MaxHeaderBytes: 32 << 10, MaxConns: 500, ShutdownTimeout: 5 * time.Second}

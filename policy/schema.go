@@ -26,6 +26,7 @@ func defaultSnapshot() *Snapshot {
 		Admin: Admin{Listen: DefaultAdminListen},
 		Log:   Log{Level: "info", Format: "text", AccessLog: AccessLog{Output: "stdout", Format: "text", Rate: 1000, RejectRate: 100}},
 		Server: Server{
+			Engine:                EngineLoops,
 			ReadHeaderTimeout:     10 * time.Second,
 			BodyTimeout:           5 * time.Minute,
 			IdleTimeout:           60 * time.Second,
@@ -268,6 +269,7 @@ func (d *decoder) server(n *yaml.Node, path string, s *Server) {
 
 func (d *decoder) serverFields(s *Server, st *serverState) []field {
 	return []field{
+		{"engine", d.enumField(&s.Engine, EngineLoops, EnginePortable)},
 		{"read_header_timeout", d.durationField(&s.ReadHeaderTimeout, time.Nanosecond)},
 		{"body_timeout", d.durationField(&s.BodyTimeout, time.Nanosecond)},
 		{"idle_timeout", d.durationField(&s.IdleTimeout, time.Nanosecond)},

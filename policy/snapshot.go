@@ -89,6 +89,11 @@ type AccessLog struct {
 
 // Server holds front-end settings shared by every listener.
 type Server struct {
+	// Engine is the front end's engine, one for every listener of the
+	// process: EngineLoops (default) or EnginePortable. Read when the
+	// process starts; a reload that changes it applies after a restart or
+	// an upgrade.
+	Engine string
 	// ReadHeaderTimeout bounds reading a request's headers. Default 10s.
 	ReadHeaderTimeout time.Duration
 	// BodyTimeout bounds reading a request body once its headers are in.
@@ -313,6 +318,18 @@ type Backends struct {
 	// ProtoH2 (HTTP/2 over TLS; needs TLS).
 	Protocol string
 }
+
+// Engines (server.engine).
+const (
+	// EngineLoops serves HTTP/1.1, HTTP/1.1 over TLS 1.3 and h2 over TLS
+	// 1.3 on event loops (epoll) where the system has them, Linux; on
+	// other systems it is EnginePortable.
+	EngineLoops = "loops"
+	// EnginePortable serves every connection on goroutines (fasthttp
+	// for HTTP/1.1, crypto/tls, sentry's h2 server on its goroutine
+	// driver), on every system.
+	EnginePortable = "portable"
+)
 
 // Backend protocols (backends.protocol).
 const (

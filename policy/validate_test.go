@@ -195,6 +195,8 @@ apps:
 log:
   level: verbose
   format: xml
+server:
+  engine: fasthttp
 apps:
   - name: a
     balance: fastest
@@ -202,7 +204,8 @@ apps:
 `, []string{
 			`2: log.level: invalid value "verbose"; valid: trace, debug, info, warn, error`,
 			`3: log.format: invalid value "xml"; valid: text, json`,
-			`6: apps[0].balance: invalid value "fastest"; valid: least_loaded, round_robin, p2c`,
+			`5: server.engine: invalid value "fasthttp"; valid: loops, portable`,
+			`8: apps[0].balance: invalid value "fastest"; valid: least_loaded, round_robin, p2c`,
 		}},
 
 		{"yes is not a bool", `
