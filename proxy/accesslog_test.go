@@ -63,9 +63,9 @@ func TestAccessLogLines(t *testing.T) {
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
 	for _, e := range engines {
 		for _, format := range []string{"text", "json"} {
-			t.Run(e.String()+"/"+format, func(t *testing.T) {
+			t.Run(e+"/"+format, func(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "access.log")
-				h := startProxyOpts(t, []string{be}, Options{Control: &fakeControl{}, Engine: e}, accessSnap(path, format, 0, 0))
+				h := startEngine(t, e, []string{be}, Options{Control: &fakeControl{}}, accessSnap(path, format, 0, 0))
 				c := &http.Client{}
 				ok := getWith(t, c, h.url("/a?q=1"), "gold")
 				rej := getWith(t, c, h.url("/b"), "bronze")
@@ -131,10 +131,10 @@ func TestAccessLogLines(t *testing.T) {
 func TestAccessLogFlood(t *testing.T) {
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "access.log")
 			const n, conns, rejectRate = 500, 5, 20
-			h := startProxyOpts(t, []string{be}, Options{Control: &fakeControl{}, Engine: e}, accessSnap(path, "text", 1000, rejectRate))
+			h := startEngine(t, e, []string{be}, Options{Control: &fakeControl{}}, accessSnap(path, "text", 1000, rejectRate))
 			began := time.Now()
 			var wg sync.WaitGroup
 			ids := make(chan string, n)

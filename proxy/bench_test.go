@@ -40,10 +40,16 @@ func benchClient(addr string) *fasthttp.HostClient {
 // client goroutines share the process's Ps with the event loops, which
 // block in epoll_wait and must get a P back on every wake-up: ns/op here
 // (≈ 100 µs on 2 cores) is that hand-off, not the loop's cost, and is 2x
-// what fasthttp alone shows in the same benchmark (SENTRY_EVLOOP=0).
-func BenchmarkRelay(b *testing.B) {
+// what the portable engine shows (BenchmarkRelayPortable).
+func BenchmarkRelay(b *testing.B) { benchRelay(b, policy.EngineLoops) }
+
+// BenchmarkRelayPortable is BenchmarkRelay on the portable engine
+// (fasthttp alone).
+func BenchmarkRelayPortable(b *testing.B) { benchRelay(b, policy.EnginePortable) }
+
+func benchRelay(b *testing.B, e string) {
 	be := fastBackend(b)
-	h := startProxy(&testing.T{}, []string{be}, nil)
+	h := startEngine(&testing.T{}, e, []string{be}, Options{}, nil)
 	defer func() { b.StopTimer(); h.close() }() // the drain's grace is not relay time
 	c := benchClient(h.addr)
 	b.ReportAllocs()

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +51,7 @@ func TestBufferChargedAsBytesArrive(t *testing.T) {
 	const buf = 4 * bodyStep
 	// The fasthttp engine: a loop keeps a body that came with its head in
 	// its own read buffer (not this account) until it hands it off.
-	h := startProxyOpts(t, []string{cb.addr}, Options{Engine: EngineFastHTTP}, func(s *policy.Snapshot, _ *policy.App) {
+	h := startEngine(t, policy.EnginePortable, []string{cb.addr}, Options{}, func(s *policy.Snapshot, _ *policy.App) {
 		s.Server.RequestBuffer = buf
 		s.Server.RequestBufferTotal = 3 * buf
 		s.Server.BodyMinRate = 0
@@ -81,7 +80,7 @@ func TestBufferChargedAsBytesArrive(t *testing.T) {
 func TestLargeLengthBodyBufferedFirst(t *testing.T) {
 	cb := newCountingBackend(t)
 	const lim, total, first = 2 * bodyStep, 4 * bodyStep, 9 << 10
-	h := startProxyOpts(t, []string{cb.addr}, Options{Engine: EngineFastHTTP}, func(s *policy.Snapshot, _ *policy.App) {
+	h := startEngine(t, policy.EnginePortable, []string{cb.addr}, Options{}, func(s *policy.Snapshot, _ *policy.App) {
 		s.Server.RequestBuffer = lim
 		s.Server.BodyMinRate = 0
 	})
@@ -125,9 +124,9 @@ func TestEmptyBodyGivesMeasuredSample(t *testing.T) {
 	cb := newCountingBackend(t)
 	for _, e := range engines {
 		for _, mode := range []sendMode{oneWrite, splitLine} {
-			t.Run(e.String()+"/"+mode.String(), func(t *testing.T) {
+			t.Run(e+"/"+mode.String(), func(t *testing.T) {
 				ctl := &fakeControl{}
-				h := startProxyOpts(t, []string{cb.addr}, Options{Control: ctl, Engine: e}, func(_ *policy.Snapshot, a *policy.App) {
+				h := startEngine(t, e, []string{cb.addr}, Options{Control: ctl}, func(_ *policy.Snapshot, a *policy.App) {
 					a.Admission.Mode = "batch"
 				})
 				r := &rig{h: h, engine: e}
@@ -144,70 +143,5 @@ func TestEmptyBodyGivesMeasuredSample(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// readCounter is a request body that counts what was read of it.
-type readCounter struct {
-	r io.Reader
-	n int
-}
-
-func (rc *readCounter) Read(p []byte) (int, error) {
-	n, err := rc.r.Read(p)
-	rc.n += n
-	return n, err
-}
-func (rc *readCounter) Close() error { return nil }
-
-// TestH2BodyFramingBeforeRead: on h2, max_body_bytes is applied before the
-// body is read, as on HTTP/1.1: a content-length over it is 413, a body
-// without one 411 (as a chunked HTTP/1.1 body), and nothing is read or
-// sent. An h2 request's trailers are never copied to the backend request.
-func TestH2BodyFramingBeforeRead(t *testing.T) {
-	r := startRig(t, EngineFastHTTP, "limits") // max_body_bytes: 100
-	r.h.p.mu.Lock()
-	fe := r.h.p.mu.fronts[r.h.addr]
-	r.h.p.mu.Unlock()
-	serve := func(path string, body string, cl int64, trailer http.Header) (*httptest.ResponseRecorder, *readCounter) {
-		rc := &readCounter{r: strings.NewReader(body)}
-		req := httptest.NewRequest("POST", "https://"+r.h.addr+path, nil)
-		req.Body, req.ContentLength, req.Trailer = rc, cl, trailer
-		req.Host = "a.test"
-		req.RemoteAddr = "192.0.2.7:4444"
-		w := httptest.NewRecorder()
-		fe.serveH2(w, req)
-		return w, rc
-	}
-	for _, c := range []struct {
-		name   string
-		cl     int64
-		status int
-	}{
-		{"content-length over max_body_bytes", 200, 413},
-		{"no content-length", -1, 411},
-	} {
-		tag := fmt.Sprintf("/h2b-%d", pathSeq.Add(1))
-		w, rc := serve(tag, strings.Repeat("b", 50), c.cl, nil)
-		if w.Code != c.status || rc.n != 0 {
-			t.Errorf("%s: status %d, %d body bytes read; want %d, none read", c.name, w.Code, rc.n, c.status)
-		}
-		if n := len(r.received(tag)); n != 0 {
-			t.Errorf("%s: backend received %d requests", c.name, n)
-		}
-	}
-	tag := fmt.Sprintf("/h2b-%d", pathSeq.Add(1))
-	w, _ := serve(tag, "hello", 5, http.Header{"X-Forwarded-Host": {"evil.example"}, "X-Trail": {"t"}, "Upgrade": {"h2c"}})
-	if w.Code != 200 {
-		t.Fatalf("POST with trailers: %d", w.Code)
-	}
-	got := r.received(tag)
-	if len(got) != 1 {
-		t.Fatalf("backend received %d requests", len(got))
-	}
-	wantForwarding(t, got[0], &http.Response{Header: w.Header()}, "192.0.2.7", "https", "a.test", "")
-	wantAbsent(t, got[0], "X-Trail", "Upgrade")
-	if len(got[0].trailer) != 0 || string(got[0].body) != "hello" {
-		t.Errorf("backend body %q trailers %q", got[0].body, got[0].trailer)
 	}
 }

@@ -158,12 +158,12 @@ func (f *fakeControl) Load(time.Time) float64 { return 0.937 }
 
 func startControlled(t *testing.T, ctl *fakeControl, be string) *harness {
 	t.Helper()
-	return startControlledOn(t, EngineAuto, ctl, be)
+	return startControlledOn(t, policy.EngineLoops, ctl, be)
 }
 
-func startControlledOn(t *testing.T, e Engine, ctl *fakeControl, be string) *harness {
+func startControlledOn(t *testing.T, e string, ctl *fakeControl, be string) *harness {
 	t.Helper()
-	return startProxyOpts(t, []string{be}, Options{Control: ctl, Engine: e}, func(_ *policy.Snapshot, a *policy.App) { a.Admission.Mode = "batch" })
+	return startEngine(t, e, []string{be}, Options{Control: ctl}, func(_ *policy.Snapshot, a *policy.App) { a.Admission.Mode = "batch" })
 }
 
 // TestAdmissionPath runs the pipeline (package pipeline) on each engine: the
@@ -172,11 +172,11 @@ func startControlledOn(t *testing.T, e Engine, ctl *fakeControl, be string) *har
 // counted, the same verdict counts and the same rejection.
 func TestAdmissionPath(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) { testAdmissionPath(t, e) })
+		t.Run(e, func(t *testing.T) { testAdmissionPath(t, e) })
 	}
 }
 
-func testAdmissionPath(t *testing.T, e Engine) {
+func testAdmissionPath(t *testing.T, e string) {
 	var hits int
 	var mu sync.Mutex
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sentry-proxy/sentry/policy"
 )
 
 // resultCounts returns the latency histogram's sample count per result
@@ -72,9 +74,9 @@ func slowDownload(t *testing.T, size, first int) (*rawBackend, chan struct{}) {
 // then.
 func TestAbandonedDownload(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			rb, release := slowDownload(t, 4<<20, 20000)
-			h := startProxyOpts(t, []string{rb.addr}, Options{Engine: e}, nil)
+			h := startEngine(t, e, []string{rb.addr}, Options{}, nil)
 			c := dialProxy(t, h.addr)
 			c.write("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
 			resp, err := http.ReadResponse(c.br, nil)
@@ -87,7 +89,7 @@ func TestAbandonedDownload(t *testing.T) {
 			c.c.Close() // the client leaves with the body in flight
 			close(release)
 			want, code := "error", "code=4xx" // 499
-			if e == EngineFastHTTP {
+			if e == policy.EnginePortable {
 				want, code = "relayed", "code=2xx"
 			}
 			deadline := time.Now().Add(5 * time.Second)

@@ -72,8 +72,28 @@
 // whose connections other loops wait for keeps none idle, and one holding
 // more than its share of the cap gives the rest back.
 //
-// Options.Engine picks the engine (EngineAuto, EngineLoops,
-// EngineFastHTTP); SENTRY_EVLOOP=0 turns the loops off under EngineAuto.
+// # Engines
+//
+// The policy key server.engine picks the engine, one for the process
+// (engine.go): loops, the default, as above, or portable, goroutines for
+// every connection -- fasthttp for HTTP/1.1, crypto/tls, and sentry's h2
+// server on its goroutine driver. Portable is the only engine of systems
+// without the loops (elsewhere than Linux, loops runs portable, with a
+// warning). The key is read when the Proxy is made (Proxy.Engine) and
+// shown in /config and in sentry_build_info's engine label; the loops
+// hold listening sockets and adopted connections, so a reload that
+// changes it applies after a restart or an upgrade (the daemon warns).
+//
+// Decision: one key, and no switch per protocol. At most one front-end
+// path per protocol per platform: on Linux the loops are that path for
+// HTTP/1.1, HTTP/1.1 over TLS 1.3 and h2 over TLS 1.3, each with the
+// portable path behind it for what the loops do not take; portable is
+// the one path of other systems, kept selectable on Linux as the escape
+// hatch and the reference the table below compares with. A value that
+// kept TLS or h2 on goroutines while HTTP/1.1 ran on the loops would be a
+// third combination to test, and buys nothing the two do not: it is not
+// offered. No environment variable chooses the engine.
+//
 // One request table runs on every engine (engines_test.go, whole and with
 // the request line split, which forces a hand-off). The differences a client
 // can see are listed in knownDifferences, each with the test that pins it: a
@@ -119,12 +139,12 @@
 // proxy/h2srv: bytes in, events and frames out, no goroutine, no lock) and
 // two drivers. On goroutines (h2own.go), one reader feeds the core and
 // hands each request to a pooled worker, and one writer writes whatever is
-// ready in one TLS record and one write. x/net/http2's server, whose
-// goroutine per stream and per flush cost about half the requests per CPU
-// second, stays selectable for comparison (SENTRY_H2_SERVER=xnet, with
-// h2out.go and h2guard.go). A stream runs the fasthttp path's serve(): the
+// ready in one TLS record and one write. Decision: not x/net/http2's
+// server, whose goroutine per stream and per flush cost about half the
+// requests per CPU second; x/net is the HTTP/2 backends' transport only
+// (h2backend.go). A stream runs the fasthttp path's serve(): the
 // worker builds a pooled fasthttp request from the stream's head
-// (serveH2Stream).
+// (serveH2Stream, h2.go).
 //
 // # HTTP/2 over TLS on the event loops
 //
@@ -145,8 +165,8 @@
 // (a request body, h2 or gRPC backends, an app the loops do not serve) runs
 // on the workers through the same core, and a worker that leaves output
 // wakes the loop. Bodies stay on the workers because their buffering,
-// timeouts and minimum rate live there. TLS 1.2, h2c and SENTRY_H2LOOP=0
-// stay on the goroutine driver.
+// timeouts and minimum rate live there. TLS 1.2, h2c and the portable
+// engine stay on the goroutine driver.
 //
 // # h2c on plain listeners
 //
@@ -193,8 +213,8 @@
 // the same table to their fields (h2.go). Only the underscore spellings of
 // sentry's own headers are dropped: other names with '_' are legal. An h2
 // field value with SP or HTAB at either end makes the request malformed
-// (RFC 9113 §8.2.1): the own server resets the stream with PROTOCOL_ERROR
-// (proxy/h2srv), x/net's bridge answers 400 (TestH2SpacedValuesEveryFront).
+// (RFC 9113 §8.2.1): the h2 server resets the stream with PROTOCOL_ERROR
+// (proxy/h2srv; TestH2SpacedValuesEveryFront).
 //
 // # Request bodies (body.go)
 //
@@ -274,8 +294,7 @@
 // burst or a flood faster than 10 a second is cut and a long-lived
 // connection cancelling at a steady modest rate (a typeahead search) never
 // is. A stream reset after dispatch cuts its backend exchange (abort.go).
-// The h2srv core keeps these counts; h2guard.go does the same for x/net's
-// server.
+// The h2srv core keeps these counts; the drivers add the suspect delay.
 //
 // # Draining (Shutdown)
 //

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -36,9 +35,6 @@ import (
 // loop does not serve itself it hands to fasthttp, and what it serves
 // follows the same header table (doc.go, "The header policy").
 
-// engines are the HTTP/1.1 front ends of plain listeners.
-var engines = []Engine{EngineLoops, EngineFastHTTP}
-
 type sendMode int
 
 const (
@@ -58,7 +54,7 @@ func (m sendMode) String() string {
 type rig struct {
 	h      *harness
 	rb     *rawBackend
-	engine Engine
+	engine string
 	tls    bool // the listener terminates TLS (startRigTLS)
 }
 
@@ -113,27 +109,25 @@ func tableBackend(_ *rawBackend, _, _ int, r *beReq, c net.Conn, _ *bufio.Reader
 	return err == nil
 }
 
-func startRig(t testing.TB, e Engine, cfg string) *rig {
+func startRig(t testing.TB, e string, cfg string) *rig {
 	t.Helper()
 	rb := startRawBackend(t, tableBackend)
 	var ctl *fakeControl
 	opts, mod := rigConfigs[cfg](&ctl)
-	opts.Engine = e
-	h := startProxyOpts(t, []string{rb.addr}, opts, mod)
+	h := startEngine(t, e, []string{rb.addr}, opts, mod)
 	return &rig{h: h, rb: rb, engine: e}
 }
 
-// startRigTLS is startRig with the listener terminating TLS: on
-// EngineLoops, HTTP/1.1 over TLS 1.3 is the loops' (tlsloop_linux.go), on
-// EngineFastHTTP crypto/tls's and fasthttp's.
-func startRigTLS(t *testing.T, e Engine, cfg string) *rig {
+// startRigTLS is startRig with the listener terminating TLS: on the
+// loops engine, HTTP/1.1 over TLS 1.3 is the loops' (tlsloop_linux.go),
+// on the portable engine crypto/tls's and fasthttp's.
+func startRigTLS(t *testing.T, e string, cfg string) *rig {
 	t.Helper()
 	rb := startRawBackend(t, tableBackend)
 	var ctl *fakeControl
 	opts, mod := rigConfigs[cfg](&ctl)
-	opts.Engine = e
 	cf, kf := writeTestCert(t)
-	h := startProxyOpts(t, []string{rb.addr}, opts, func(s *policy.Snapshot, a *policy.App) {
+	h := startEngine(t, e, []string{rb.addr}, opts, func(s *policy.Snapshot, a *policy.App) {
 		if mod != nil {
 			mod(s, a)
 		}
@@ -160,7 +154,7 @@ func (r *rig) send(t *testing.T, mode sendMode, raw string) *tconn {
 		return c
 	}
 	var d *loopDelta
-	if r.engine == EngineLoops {
+	if r.engine == policy.EngineLoops {
 		d = countFrom(fastOf(t, r.h))
 	}
 	c.write(raw[:2])
@@ -538,7 +532,7 @@ func requestTable() []tableCase {
 func TestRequestTable(t *testing.T) {
 	cases := requestTable()
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			rigs := map[string]*rig{}
 			for _, c := range cases {
 				if rigs[c.cfg] == nil {
@@ -571,7 +565,7 @@ func TestRequestTableTLS(t *testing.T) {
 		}
 	}
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			rigs := map[string]*rig{}
 			for _, c := range cases {
 				if rigs[c.cfg] == nil {
@@ -639,7 +633,7 @@ func runCase(t *testing.T, r *rig, mode sendMode, c tableCase) {
 // answered in order, each forwarded once.
 func TestPipeliningBothEngines(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			r := startRig(t, e, "plain")
 			tag := fmt.Sprintf("/pipe%d", pathSeq.Add(1))
 			c := dialProxy(t, r.h.addr)
@@ -669,10 +663,10 @@ func TestPipeliningBothEngines(t *testing.T) {
 // §3.2.2), on every engine.
 func TestAbsoluteFormRoutesByTarget(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			ra := startRawBackend(t, tableBackend)
 			rb := startRawBackend(t, tableBackend)
-			h := startProxyOpts(t, []string{ra.addr}, Options{Engine: e}, func(s *policy.Snapshot, app *policy.App) {
+			h := startEngine(t, e, []string{ra.addr}, Options{}, func(s *policy.Snapshot, app *policy.App) {
 				app.Hosts = []string{"a.test"}
 				second := *app
 				second.Name, second.Hosts, second.Backends = "b", []string{"b.test"}, policy.Backends{Static: []string{rb.addr}}
@@ -725,7 +719,7 @@ func FuzzHeaderPolicy(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	rigs := map[Engine]*rig{}
+	rigs := map[string]*rig{}
 	for _, e := range engines {
 		rigs[e] = startRig(f, e, "plain")
 	}
@@ -846,7 +840,7 @@ func TestLoadHeaderEveryEngine(t *testing.T) {
 		}
 	}
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			r := startRig(t, e, "degrade")
 			tag := fmt.Sprintf("/load-%d-%s", pathSeq.Add(1), e)
 			resp, _ := rawRequest(t, r.h.addr, "GET "+tag+" HTTP/1.1\r\nHost: x\r\nX-Class: gold\r\nX-Farm-Load: 0.00\r\nx_farm_load: 0\r\nx-farm-load: 9; class=gold\r\n\r\n")
@@ -870,19 +864,19 @@ func TestLoadHeaderEveryEngine(t *testing.T) {
 		})
 	}
 	t.Run("h2", func(t *testing.T) {
-		r := startRig(t, EngineFastHTTP, "degrade")
-		r.h.p.mu.Lock()
-		fe := r.h.p.mu.fronts[r.h.addr]
-		r.h.p.mu.Unlock()
+		rb := startRawBackend(t, tableBackend)
+		var ctl *fakeControl
+		opts, mod := rigConfigs["degrade"](&ctl)
+		h := startProxyOpts(t, []string{rb.addr}, opts, func(s *policy.Snapshot, a *policy.App) {
+			mod(s, a)
+			a.H2C = true
+		})
+		r := &rig{h: h, rb: rb}
 		tag := fmt.Sprintf("/load-h2-%d", pathSeq.Add(1))
-		req := httptest.NewRequest("GET", "https://"+r.h.addr+tag, nil)
-		req.Host = "a.test"
-		req.RemoteAddr = "192.0.2.7:4444"
-		req.Header = http.Header{"X-Class": {"gold"}, "X-Farm-Load": {"0.00", "1"}, "X_farm_load": {"2"}}
-		w := httptest.NewRecorder()
-		fe.serveH2(w, req)
-		if w.Code != 200 {
-			t.Fatalf("status %d", w.Code)
+		st, _ := h2cExchange1(t, h.addr, ":method", "GET", ":scheme", "http", ":authority", "a.test", ":path", tag,
+			"x-class", "gold", "x-farm-load", "0.00", "x-farm-load", "1", "x_farm_load", "2")
+		if st != 200 {
+			t.Fatalf("status %d", st)
 		}
 		got := r.received(tag)
 		if len(got) != 1 {
@@ -890,79 +884,6 @@ func TestLoadHeaderEveryEngine(t *testing.T) {
 		}
 		check(t, got[0])
 	})
-}
-
-// TestH2HeaderPolicy drives the h2 handler with requests as x/net/http2
-// hands them over (Host from ":authority", any "host" header still in
-// Header) and checks what the backend received: ":authority" wins over a
-// host header, forwarding headers are replaced whatever their number or
-// spelling, hop-by-hop ones are dropped, and a Host with userinfo or a
-// CONNECT is refused.
-func TestH2HeaderPolicy(t *testing.T) {
-	r := startRig(t, EngineFastHTTP, "plain")
-	r.h.p.mu.Lock()
-	fe := r.h.p.mu.fronts[r.h.addr]
-	r.h.p.mu.Unlock()
-	serve := func(method, authority, path string, hdr http.Header) *httptest.ResponseRecorder {
-		req := httptest.NewRequest(method, "https://"+r.h.addr+path, nil)
-		req.Host = authority
-		req.RemoteAddr = "192.0.2.7:4444"
-		req.Header = hdr
-		w := httptest.NewRecorder()
-		fe.serveH2(w, req)
-		return w
-	}
-	tag := fmt.Sprintf("/h2-%d", pathSeq.Add(1))
-	w := serve("GET", "a.test", tag, http.Header{
-		"Host":              {"evil.test"},
-		"X-Forwarded-For":   {"6.6.6.6", "7.7.7.7"},
-		"X_forwarded_for":   {"5.5.5.5"},
-		"X-Forwarded-Host":  {"evil"},
-		"X-Forwarded-Proto": {"http"},
-		"X-Request-Id":      {"forged"},
-		"Keep-Alive":        {"300"},
-		"X-Keep":            {"yes"},
-		"Sentry-Load":       {"0.00"},
-		"Sentry_load":       {"3"},
-	})
-	if w.Code != 200 {
-		t.Fatalf("status %d %q", w.Code, w.Body.String())
-	}
-	got := r.received(tag)
-	if len(got) != 1 {
-		t.Fatalf("backend received %d requests", len(got))
-	}
-	q := got[0]
-	if h := q.header.Get("Host"); h != "a.test" {
-		t.Errorf("backend Host = %q, want :authority a.test", h)
-	}
-	resp := &http.Response{Header: w.Header()}
-	wantForwarding(t, q, resp, "192.0.2.7", "https", "a.test", "")
-	wantAbsent(t, q, "Keep-Alive")
-	if q.header.Get("X-Keep") != "yes" {
-		t.Errorf("end-to-end X-Keep dropped")
-	}
-	for _, k := range []string{"Keep-Alive", "Proxy-Authenticate"} {
-		if v := w.Header().Get(k); v != "" {
-			t.Errorf("response hop-by-hop %s reached the client: %q", k, v)
-		}
-	}
-
-	tag = fmt.Sprintf("/h2-%d", pathSeq.Add(1))
-	if w := serve("GET", "user:pw@a.test", tag, http.Header{}); w.Code != 400 {
-		t.Errorf("authority with userinfo: %d, want 400", w.Code)
-	}
-	if w := serve("CONNECT", "a.test:443", tag, http.Header{}); w.Code != 405 {
-		t.Errorf("CONNECT: %d, want 405", w.Code)
-	}
-	if n := len(r.received(tag)); n != 0 {
-		t.Errorf("backend received %d refused requests", n)
-	}
-	for _, reason := range []string{"bad_request", "method_not_allowed"} {
-		if v := testutil.ToFloat64(r.h.p.metrics.clientErrors.WithLabelValues(r.h.addr, reason)); v != 1 {
-			t.Errorf("sentry_client_errors_total{reason=%q} = %v, want 1", reason, v)
-		}
-	}
 }
 
 // knownDifferences are the behaviours where the engines differ on
@@ -990,7 +911,7 @@ var knownDifferences = map[string]string{
 // TestHalfCloseDuringRelay pins knownDifferences["half-close"].
 func TestHalfCloseDuringRelay(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			arrived := make(chan struct{}, 1)
 			release := make(chan struct{})
 			rb := startRawBackend(t, func(_ *rawBackend, _, _ int, q *beReq, c net.Conn, _ *bufio.Reader) bool {
@@ -1002,7 +923,7 @@ func TestHalfCloseDuringRelay(t *testing.T) {
 				_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 				return err == nil
 			})
-			h := startProxyOpts(t, []string{rb.addr}, Options{Engine: e}, nil)
+			h := startEngine(t, e, []string{rb.addr}, Options{}, nil)
 			c := dialProxy(t, h.addr)
 			c.write("GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
 			select {
@@ -1013,7 +934,7 @@ func TestHalfCloseDuringRelay(t *testing.T) {
 			if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
 				t.Fatal(err)
 			}
-			if e == EngineFastHTTP {
+			if e == policy.EnginePortable {
 				close(release)
 				resp, body, err := c.read("GET")
 				if err != nil || resp.StatusCode != 200 || body != "ok" {
@@ -1060,12 +981,12 @@ func relayedCount(t *testing.T, h *harness) uint64 {
 // handler ended at the head) and a loop has not (it observes at the end).
 func TestLatencyToLastByte(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			// first is more than fasthttp's 16 KiB write buffer, so its
 			// front end flushes the head before the body is complete.
 			const size, first = 100000, 20000
 			rb, release := slowDownload(t, size, first)
-			h := startProxyOpts(t, []string{rb.addr}, Options{Engine: e}, nil)
+			h := startEngine(t, e, []string{rb.addr}, Options{}, nil)
 			c := dialProxy(t, h.addr)
 			c.write("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
 			resp, err := http.ReadResponse(c.br, nil)
@@ -1076,7 +997,7 @@ func TestLatencyToLastByte(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := uint64(0) // loops: not yet
-			if e == EngineFastHTTP {
+			if e == policy.EnginePortable {
 				want = 1
 			}
 			if n := relayedCount(t, h); n != want {

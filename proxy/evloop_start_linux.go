@@ -4,7 +4,6 @@ package proxy
 
 import (
 	"net"
-	"os"
 	"runtime"
 	"syscall"
 
@@ -16,22 +15,16 @@ import (
 // plain listener and gives them their Config: the one place package proxy
 // meets the loops.
 
-// fastDisabled turns the event loop off (SENTRY_EVLOOP=0) for EngineAuto:
-// every connection is served by fasthttp. For comparison and as an escape
-// hatch.
-var fastDisabled = os.Getenv("SENTRY_EVLOOP") == "0"
+// loopsAvailable: this system has the event loops (engine.go).
+const loopsAvailable = true
 
 // startFast starts the loops on ln and returns the listener fasthttp
-// serves (connections handed off by the loops). ok is false when the event
-// loop cannot be used; fasthttp then serves ln itself.
+// serves (connections handed off by the loops). ok is false when the
+// engine is portable or the event loop cannot be used; fasthttp then
+// serves ln itself.
 func (fe *frontend) startFast(ln net.Listener) (net.Listener, bool) {
-	switch fe.p.opts.Engine {
-	case EngineFastHTTP:
+	if !fe.p.loops() {
 		return ln, false
-	case EngineAuto:
-		if fastDisabled {
-			return ln, false
-		}
 	}
 	sc, ok := ln.(syscall.Conn)
 	if !ok {

@@ -42,10 +42,7 @@ func fastOf(t *testing.T, h *harness) *evloop.Front {
 	fe := h.p.mu.fronts[h.addr]
 	h.p.mu.Unlock()
 	if fe == nil || fe.loops.Load() == nil {
-		if fastDisabled {
-			t.Skip("event loop disabled (SENTRY_EVLOOP=0)")
-		}
-		t.Fatal("the listener has no event loop")
+		t.Fatalf("the listener has no event loop (engine %s)", h.p.Engine())
 	}
 	return fe.loops.Load()
 }
@@ -1289,16 +1286,13 @@ func (s *syncBuf) String() string {
 // two parts (so each is handed off to fasthttp) larger than the hand-off
 // queue: every one is served; none is closed for want of room.
 func TestHandoffBurstNeverDropped(t *testing.T) {
-	if fastDisabled {
-		t.Skip("event loops disabled")
-	}
 	old := handoffQueue
 	handoffQueue = 2
 	defer func() { handoffQueue = old }()
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	h := startProxy(t, []string{be}, nil)
 	if h.p.mu.fronts[h.addr].loops.Load() == nil {
-		t.Skip("event loops unavailable")
+		t.Fatal("the listener has no event loop")
 	}
 	const n = 300
 	conns := make([]net.Conn, 0, n)

@@ -47,10 +47,10 @@ func deadAddr(t *testing.T) string {
 // is 503 with its own body and X-Sentry-Reject: no_backend, not the app's
 // overload body.
 func TestNoBackendNamed(t *testing.T) {
-	for _, e := range []Engine{EngineAuto, EngineFastHTTP} {
-		t.Run(e.String(), func(t *testing.T) {
+	for _, e := range []string{policy.EngineLoops, policy.EnginePortable} {
+		t.Run(e, func(t *testing.T) {
 			dead := deadAddr(t)
-			h := startProxyOpts(t, []string{dead}, Options{Engine: e}, nil)
+			h := startEngine(t, e, []string{dead}, Options{}, nil)
 			// The first request finds the connect refused and ejects the
 			// only backend (502); the next finds none healthy.
 			for i := 0; i < 2; i++ {
@@ -81,12 +81,12 @@ func TestNoBackendNamed(t *testing.T) {
 // request tries it. A backend whose name does not resolve takes the same
 // path (fasthttp resolves on each dial).
 func TestUnreachableWarnedOnce(t *testing.T) {
-	for _, e := range []Engine{EngineAuto, EngineFastHTTP} {
-		t.Run(e.String(), func(t *testing.T) {
+	for _, e := range []string{policy.EngineLoops, policy.EnginePortable} {
+		t.Run(e, func(t *testing.T) {
 			addr := deadAddr(t)
 			var out lockedBuf
 			log := hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &out})
-			h := startProxyOpts(t, []string{addr}, Options{Engine: e, Logger: log}, func(_ *policy.Snapshot, a *policy.App) {
+			h := startEngine(t, e, []string{addr}, Options{Logger: log}, func(_ *policy.Snapshot, a *policy.App) {
 				a.Health.Passive.Failures = 0
 			})
 			get := func() int {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"github.com/sentry-proxy/sentry/proxy/evloop"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
-	"golang.org/x/net/http2"
 )
 
 // frontend is one listening address.
@@ -24,11 +22,12 @@ type frontend struct {
 	addr  string
 	route atomic.Pointer[pipeline.Route]
 	srv   *fasthttp.Server
-	h2    *http2.Server
-	h2cfg *http.Server
 	tls   *tlsListener // nil for plain HTTP
-	// h2c splits a plain listener's connections between x/net (HTTP/2
-	// preface) and fasthttp (h2c.go); nil without apps[].h2c.
+	// h2 is set when the listener serves HTTP/2: over TLS (ALPN), or
+	// h2c with apps[].h2c. h2c splits a plain listener's connections
+	// between the h2 server (HTTP/2 preface) and fasthttp (h2c.go); nil
+	// without apps[].h2c.
+	h2  bool
 	h2c *tlsListener
 	// cert is the listener's certificate (TLS only), reloaded from its
 	// files by every Apply (a SIGHUP): new handshakes take the new one,
@@ -121,19 +120,15 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		}
 		fe.cert.Store(&cert)
 		tcfg := fe.tlsConfig()
-		if err := fe.setupH2(); err != nil {
-			return err
-		}
+		fe.setupH2()
 		// TLS and the h2/HTTP/1.1 split happen in front of fasthttp, which
 		// cannot drain h2 (see tlsListener).
-		fe.tls = newTLSListener(ln, fe, tcfg, sv.ReadHeaderTimeout, sv.MaxConns, func(c net.Conn) { _ = fe.serveH2Conn(c) })
+		fe.tls = newTLSListener(ln, fe, tcfg, sv.ReadHeaderTimeout, sv.MaxConns, fe.serveOwnConn)
 		fe.gate.Store(fe.tls)
 		ln = fe.tls
 	}
 	if rt.TLS == nil && rt.H2C {
-		if err := fe.setupH2(); err != nil {
-			return err
-		}
+		fe.setupH2()
 	}
 	p.mu.Lock()
 	if _, dup := p.mu.fronts[addr]; dup {
@@ -154,8 +149,8 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		// hand off (see package proxy/evloop). Under p.mu: fe.loops is read
 		// under it (metrics) and by Shutdown once fe is published.
 		ln, _ = fe.startFast(ln)
-		if fe.h2 != nil {
-			// h2c: a preface is served by x/net, the rest by fasthttp
+		if fe.h2 {
+			// h2c: a preface is served by the h2 server, the rest by fasthttp
 			// (h2c.go); the loops hand a preface off like any head they
 			// do not serve.
 			fe.h2c = newTLSListener(ln, fe, nil, sv.ReadHeaderTimeout, sv.MaxConns, nil)
@@ -194,22 +189,12 @@ func fasthttpOpen(s *fasthttp.Server) int {
 	return max(0, int(s.GetOpenConnectionsCount()))
 }
 
-// setupH2 makes the x/net server of a TLS listener or an h2c one.
-func (fe *frontend) setupH2() error {
+// setupH2 readies a TLS listener or an h2c one for HTTP/2: its streams'
+// body and write timeouts.
+func (fe *frontend) setupH2() {
 	sv := fe.p.cur.Load().snap.Server
-	// No WriteByteTimeout: x/net's writes land in h2Out's buffer, which
-	// applies write_timeout itself (a connection that accepts no bytes
-	// for write_timeout is closed, the same idle rule as HTTP/1.1).
-	fe.h2 = &http2.Server{IdleTimeout: sv.IdleTimeout, MaxConcurrentStreams: h2MaxStreams}
-	fe.h2cfg = &http.Server{ReadHeaderTimeout: sv.ReadHeaderTimeout, IdleTimeout: sv.IdleTimeout,
-		MaxHeaderBytes: sv.MaxHeaderBytes, ErrorLog: fe.p.log.Named("h2").StandardLogger(nil)}
-	// ConfigureServer ties fe.h2's connections to fe.h2cfg, whose
-	// Shutdown then sends them GOAWAY (see Shutdown).
-	if err := http2.ConfigureServer(fe.h2cfg, fe.h2); err != nil {
-		return fmt.Errorf("listener %s: %w", fe.addr, err)
-	}
+	fe.h2 = true
 	fe.bodyTimeout, fe.writeTimeout = sv.BodyTimeout, sv.WriteTimeout
-	return nil
 }
 
 // noBodyLimit: bodies stream, and fasthttp's MaxRequestBodySize only
@@ -252,7 +237,7 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		if fe.h2c != nil {
 			// h2c connections drain the h2 way (GOAWAY), beside
 			// fasthttp's.
-			go func() { h2cDone <- fe.h2c.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx); fe.ownGoAway() }) }()
+			go func() { h2cDone <- fe.h2c.drain(ctx, fe.ownGoAway) }()
 		} else {
 			h2cDone <- nil
 		}
@@ -277,7 +262,7 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		fe.tls.Close()
 		errc := make(chan error, 1)
 		go func() { errc <- fe.srv.ShutdownWithContext(ctx) }()
-		err = fe.tls.drain(ctx, func() { _ = fe.h2cfg.Shutdown(ctx); fe.ownGoAway() })
+		err = fe.tls.drain(ctx, fe.ownGoAway)
 		if herr := <-errc; herr != nil {
 			err = herr
 		}

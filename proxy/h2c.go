@@ -14,9 +14,9 @@ import (
 // fasthttp would have accepted -- from the socket, or handed off by the
 // event loops, which never serve a preface themselves (their parser takes
 // HTTP/1.1 only) -- is first read until its bytes either leave the HTTP/2
-// preface or complete it. A complete preface is served by serveH2Conn, the
-// TLS h2 path (same pipeline, admission, header policy, rapid-reset guard,
-// gRPC rejection), with the bytes read replayed; anything else goes on to
+// preface or complete it. A complete preface is served by serveOwnConn, as
+// a TLS listener's h2 connections are (same pipeline, admission, header
+// policy, rapid-reset guard, gRPC rejection), with the bytes read replayed; anything else goes on to
 // fasthttp with its bytes replayed, as before. The HTTP/1.1 Upgrade: h2c
 // dance is not supported: such a request is relayed as HTTP/1.1 (gRPC
 // clients use prior knowledge). Without h2c a preface gets 400, as ever.
@@ -70,7 +70,7 @@ func (l *tlsListener) sniff(raw net.Conn) {
 	if n >= len(h2Preface) && preface() {
 		// Served here, out of fasthttp's sight and drained the h2 way
 		// (GOAWAY), as a TLS listener's h2 connections.
-		_ = l.fe.serveH2Conn(c)
+		l.fe.serveOwnConn(c)
 		return
 	}
 	l.leave(raw) // fasthttp counts it from now on (max_conns)
@@ -80,6 +80,9 @@ func (l *tlsListener) sniff(raw net.Conn) {
 	case <-l.closed:
 	}
 }
+
+// h2Preface is the HTTP/2 client connection preface (RFC 9113 §3.4).
+var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 
 // sniffBuf is how much sniff reads at most before it decides: the preface,
 // or a first request line, whole in the usual first read.

@@ -28,12 +28,7 @@ import (
 
 // h2c (HTTP/2 with prior knowledge) on plain listeners: apps[].h2c,
 // h2c.go. Every test runs on both engines: the event loops (which hand a
-// preface off) and fasthttp alone.
-
-var h2cEngines = []struct {
-	name string
-	e    Engine
-}{{"loops", EngineAuto}, {"fasthttp", EngineFastHTTP}}
+// preface off) and the portable engine (fasthttp alone).
 
 // h2cClient is an HTTP/2 client with prior knowledge over plain TCP;
 // wrap, if set, wraps each connection it dials.
@@ -55,10 +50,10 @@ func h2cClient(wrap func(net.Conn) net.Conn) *http.Client {
 // pushback, on both engines.
 func TestH2CGRPCFrontEnd(t *testing.T) {
 	be := startGRPCBackend(t, nil)
-	for _, eng := range h2cEngines {
-		t.Run(eng.name, func(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e, func(t *testing.T) {
 			ctl := &fakeControl{retryAfter: 40 * time.Millisecond}
-			h := startProxyOpts(t, []string{be}, Options{Control: ctl, Engine: eng.e}, func(_ *policy.Snapshot, a *policy.App) {
+			h := startEngine(t, e, []string{be}, Options{Control: ctl}, func(_ *policy.Snapshot, a *policy.App) {
 				a.Admission.Mode = "batch"
 				a.H2C = true
 				a.Backends.Protocol = policy.ProtoH2C
@@ -163,10 +158,10 @@ func TestH2CPlainHTTP(t *testing.T) {
 		proto.Store(r.Header.Get("X-Forwarded-Proto"))
 		io.WriteString(w, "ok "+r.URL.Path)
 	})
-	for _, eng := range h2cEngines {
-		t.Run(eng.name, func(t *testing.T) {
-			on := startProxyOpts(t, []string{be}, Options{Engine: eng.e}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
-			off := startProxyOpts(t, []string{be}, Options{Engine: eng.e}, nil)
+	for _, e := range engines {
+		t.Run(e, func(t *testing.T) {
+			on := startEngine(t, e, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+			off := startEngine(t, e, []string{be}, Options{}, nil)
 
 			for _, split := range []bool{false, true} {
 				var wrap func(net.Conn) net.Conn
@@ -233,9 +228,9 @@ func TestH2CPlainHTTP(t *testing.T) {
 // engines: a preface then gets 400, HTTP/1.1 is still served.
 func TestH2CReloadOff(t *testing.T) {
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	for _, eng := range h2cEngines {
-		t.Run(eng.name, func(t *testing.T) {
-			h := startProxyOpts(t, []string{be}, Options{Engine: eng.e}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	for _, e := range engines {
+		t.Run(e, func(t *testing.T) {
+			h := startEngine(t, e, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
 			cl := h2cClient(nil)
 			resp, err := cl.Get("http://" + h.addr + "/")
 			if err != nil || resp.StatusCode != 200 {
@@ -270,9 +265,9 @@ func TestH2CRapidReset(t *testing.T) {
 		}
 		io.WriteString(w, "ok")
 	})
-	for _, eng := range h2cEngines {
-		t.Run(eng.name, func(t *testing.T) {
-			h := startProxyOpts(t, []string{be}, Options{Engine: eng.e}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	for _, e := range engines {
+		t.Run(e, func(t *testing.T) {
+			h := startEngine(t, e, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
 			c, err := net.DialTimeout("tcp", h.addr, 2*time.Second)
 			if err != nil {
 				t.Fatal(err)
@@ -375,10 +370,10 @@ func exchangeRaw(t *testing.T, addr, payload string) (got string, closed bool) {
 // answers 400) are as before.
 func TestH2CNeitherProtocol(t *testing.T) {
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok "+r.URL.Path) })
-	for _, eng := range h2cEngines {
-		t.Run(eng.name, func(t *testing.T) {
-			on := startProxyOpts(t, []string{be}, Options{Engine: eng.e}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
-			off := startProxyOpts(t, []string{be}, Options{Engine: eng.e}, nil)
+	for _, e := range engines {
+		t.Run(e, func(t *testing.T) {
+			on := startEngine(t, e, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+			off := startEngine(t, e, []string{be}, Options{}, nil)
 			for _, p := range []string{"INVALID CONNECTION PREFACE\r\n\r\n", "GET /\r\n\r\n", "PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"} {
 				if got, closed := exchangeRaw(t, on.addr, p); got != "" || !closed {
 					t.Errorf("h2c on, %q: answered %q (closed %v), want a close without an answer", p, got, closed)

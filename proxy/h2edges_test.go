@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -18,11 +17,11 @@ import (
 
 // h2edges_test.go: protocol edges of HTTP/2 as independent clients meet
 // them (nghttp2's strict HPACK decoder, h2spec), run on every h2 front
-// end: the loops over TLS, the goroutine driver over TLS
-// (SENTRY_H2LOOP=0), h2c, and x/net's server over both.
+// end: over TLS on the loops and on the goroutine driver (the portable
+// engine), and h2c.
 
 // h2Fronts names the h2 front ends.
-var h2Fronts = []string{"tls-loop", "tls-goroutine", "h2c", "xnet-tls", "xnet-h2c"}
+var h2Fronts = []string{"tls-loop", "tls-portable", "h2c"}
 
 // startH2Front starts a proxy for backend be serving h2 the front's way.
 func startH2Front(t *testing.T, front, be string) *harness {
@@ -31,23 +30,13 @@ func startH2Front(t *testing.T, front, be string) *harness {
 	case "tls-loop":
 		h, _ := h2LoopProxy(t, be, nil)
 		return h
-	case "tls-goroutine":
-		old := h2LoopDisabled
-		h2LoopDisabled = true
-		defer func() { h2LoopDisabled = old }()
-		h, _ := h2LoopProxy(t, be, nil)
-		return h
-	case "h2c", "xnet-h2c":
-		srv := H2Own
-		if front == "xnet-h2c" {
-			srv = H2XNet
-		}
-		return startProxyOpts(t, []string{be}, Options{H2: srv}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
-	case "xnet-tls":
+	case "tls-portable":
 		cf, kf := writeTestCert(t)
-		return startProxyOpts(t, []string{be}, Options{H2: H2XNet}, func(_ *policy.Snapshot, a *policy.App) {
+		return startEngine(t, policy.EnginePortable, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) {
 			a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
 		})
+	case "h2c":
+		return startProxyOpts(t, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
 	}
 	t.Fatalf("unknown front %q", front)
 	return nil
@@ -57,8 +46,7 @@ func startH2Front(t *testing.T, front, be string) *harness {
 // settings.
 func dialH2Front(t *testing.T, front, addr string, settings ...http2.Setting) (net.Conn, *http2.Framer) {
 	t.Helper()
-	switch front {
-	case "h2c", "xnet-h2c":
+	if front == "h2c" {
 		return h2cRaw(t, addr, settings...)
 	}
 	return h2TLSRaw(t, addr, settings...)
@@ -148,7 +136,7 @@ func tableUpdates(b []byte) []uint64 {
 
 // h2Try sends one request (fields: name, value pairs) on stream id and
 // says how it was answered: "status N", "rst CODE" or "goaway CODE". dec
-// is the connection's decoder (x/net's server indexes response fields).
+// is the connection's decoder (the server may index response fields).
 func h2Try(t *testing.T, fr *http2.Framer, dec *hpack.Decoder, id uint32, fields ...string) string {
 	t.Helper()
 	writeHead(t, fr, id, true, fields...)
@@ -177,12 +165,10 @@ func h2Try(t *testing.T, fr *http2.Framer, dec *hpack.Decoder, id uint32, fields
 }
 
 // TestH2SpacedValuesEveryFront: a field value with leading or trailing
-// SP or HTAB makes the request malformed (RFC 9113 §8.2.1): the own
-// server's front ends -- the loops' streams, the goroutine driver, h2c --
-// reset the stream with PROTOCOL_ERROR (§8.1.1), and x/net's server,
-// which takes such values, has the request refused with 400 by the
-// bridge. None reaches the backend; the connection goes on serving, and
-// whitespace inside a value is fine.
+// SP or HTAB makes the request malformed (RFC 9113 §8.2.1): every front
+// end -- the loops' streams, the goroutine driver, h2c -- resets the
+// stream with PROTOCOL_ERROR (§8.1.1). None reaches the backend; the
+// connection goes on serving, and whitespace inside a value is fine.
 func TestH2SpacedValuesEveryFront(t *testing.T) {
 	var hits atomic.Int64
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
@@ -194,10 +180,7 @@ func TestH2SpacedValuesEveryFront(t *testing.T) {
 			h := startH2Front(t, front, be)
 			_, fr := dialH2Front(t, front, h.addr)
 			dec := hpack.NewDecoder(4096, nil)
-			want := "rst PROTOCOL_ERROR"
-			if strings.HasPrefix(front, "xnet") {
-				want = "status 400"
-			}
+			const want = "rst PROTOCOL_ERROR"
 			before := hits.Load()
 			id := uint32(1)
 			for _, v := range []string{" v", "v ", "\tv", "v\t", " ", "\t"} {

@@ -4,7 +4,6 @@ package proxy
 
 import (
 	"net/netip"
-	"os"
 
 	"github.com/sentry-proxy/sentry/proxy/evloop"
 	"github.com/sentry-proxy/sentry/proxy/h2srv"
@@ -18,11 +17,6 @@ import (
 // every other stream runs here on the h2 workers (serveOwnStream),
 // exactly as on a goroutine connection, its output taken by the loop,
 // which the worker wakes (loopKickLocked).
-
-// h2LoopDisabled keeps h2 over TLS on the goroutine driver
-// (SENTRY_H2LOOP=0): for comparison, and as an escape hatch. Turning the
-// TLS loops off (SENTRY_TLSLOOP=0, SENTRY_EVLOOP=0) turns it off too.
-var h2LoopDisabled = os.Getenv("SENTRY_H2LOOP") == "0"
 
 // newLoopOwnConn makes the shared side of an h2 connection the loops serve.
 func (fe *frontend) newLoopOwnConn(peer netip.Addr) *ownConn {

@@ -32,13 +32,13 @@ import (
 func h2LoopProxy(t *testing.T, be string, mod func(*policy.Snapshot, *policy.App)) (*harness, *loopDelta) {
 	t.Helper()
 	cf, kf := writeTestCert(t)
-	h := startProxyOpts(t, []string{be}, Options{Engine: EngineLoops, H2: H2Own}, func(s *policy.Snapshot, a *policy.App) {
+	h := startEngine(t, policy.EngineLoops, []string{be}, Options{}, func(s *policy.Snapshot, a *policy.App) {
 		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
 		if mod != nil {
 			mod(s, a)
 		}
 	})
-	return h, loopCounts(t, h, EngineLoops)
+	return h, loopCounts(t, h, policy.EngineLoops)
 }
 
 // h2TLSRaw opens an h2 connection over TLS and sends the preface and
@@ -349,20 +349,20 @@ func TestH2LoopIdleTimeout(t *testing.T) {
 	}
 }
 
-// TestH2LoopOff: SENTRY_H2LOOP=0's switch leaves h2 over TLS on the
-// goroutine driver while HTTP/1.1 stays on the loops.
-func TestH2LoopOff(t *testing.T) {
-	old := h2LoopDisabled
-	h2LoopDisabled = true
-	defer func() { h2LoopDisabled = old }()
+// TestH2PortableTLS: on the portable engine, h2 over TLS is served by the
+// goroutine driver: the TLS listener has no loops.
+func TestH2PortableTLS(t *testing.T) {
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	h, d := h2LoopProxy(t, be, nil)
+	cf, kf := writeTestCert(t)
+	h := startEngine(t, policy.EnginePortable, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) {
+		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+	})
+	loopCounts(t, h, policy.EnginePortable)
 	_, fr := h2TLSRaw(t, h.addr)
 	writeHead(t, fr, 1, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/")
 	if a := readAnswers(t, fr, true, 1)[1]; a.status != 200 || string(a.body) != "ok" {
 		t.Errorf("%d %q", a.status, a.body)
 	}
-	d.check(t, 0, 0)
 }
 
 // TestH2LoopParked: streams whose class waits for its batch run park in
@@ -373,10 +373,10 @@ func TestH2LoopOff(t *testing.T) {
 // client_gone, and never reaches the backend.
 func TestH2LoopParked(t *testing.T) {
 	cf, kf := writeTestCert(t)
-	h, rb := startParkedWith(t, Options{Engine: EngineLoops, H2: H2Own}, func(pol string) string {
+	h, rb := startParkedWith(t, policy.EngineLoops, func(pol string) string {
 		return strings.Replace(pol, "    backends:", fmt.Sprintf("    tls: {cert: %q, key: %q}\n    backends:", cf, kf), 1)
 	})
-	d := loopCounts(t, h, EngineLoops)
+	d := loopCounts(t, h, policy.EngineLoops)
 	decided := func(class, verdict string) float64 {
 		return metricValue(t, h.reg, "sentry_admission_decisions_total", map[string]string{"class": class, "verdict": verdict})
 	}
@@ -726,9 +726,9 @@ func TestBackendConnWait(t *testing.T) {
 		io.WriteString(w, "ok")
 	})
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			cf, kf := writeTestCert(t)
-			h := startProxyOpts(t, []string{be}, Options{Engine: e, H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) {
+			h := startEngine(t, e, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) {
 				a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
 				a.MaxConnsPerBackend = 2
 				a.Timeouts.Connect = 300 * time.Millisecond

@@ -20,20 +20,20 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// h2own.go: the goroutine driver of sentry's own HTTP/2 server (package
-// proxy/h2srv is its sans-IO core), the default h2 server of TLS and h2c
-// listeners (H2Server). Per connection:
+// h2own.go: the goroutine driver of sentry's HTTP/2 server (package
+// proxy/h2srv is its sans-IO core), the h2 server of TLS and h2c
+// listeners. Per connection:
 //
 //   - one reader goroutine reads, feeds the core under the connection's
 //     mutex and acts on its events: a request head is handed to a pooled
 //     worker goroutine (h2Workers) that runs the request path
-//     (serveH2Stream, as for x/net's streams); body bytes and resets wake
+//     (serveH2Stream, h2.go); body bytes and resets wake
 //     the stream's reader; a reset cancels the stream's context (ownStream
 //     is the context: cancelled, it cuts the backend exchange, abort.go);
 //   - the workers write responses through the core, under the same mutex,
 //     into the connection's output buffer;
 //   - one writer goroutine, started when there is output and gone when it
-//     is all written (as h2Out's), writes everything ready in one TLS
+//     is all written, writes everything ready in one TLS
 //     record and one write(2), under server.write_timeout as an idle
 //     timeout.
 //
@@ -56,41 +56,26 @@ import (
 // goroutine; stream cancellation (abortable.abort, context callbacks) runs
 // after it is released.
 
-// H2Server selects the h2 server of TLS and h2c listeners.
-type H2Server uint8
-
+// The h2 server's limits (doc.go, "HTTP/2 limits"). Rapid reset
+// (CVE-2023-44487) and its paced variant are the core's to detect
+// (h2srv.ResetMeter: counts of streams opened and reset that decay with
+// time constant h2ResetWindow; past h2ResetLimit resets that are more than
+// a quarter of the streams, GOAWAY with ENHANCE_YOUR_CALM, counted as
+// sentry_client_errors_total{reason="h2_reset_flood"}). The driver adds
+// the suspect delay: on a connection where more than one stream in eight
+// was reset, a new stream waits h2SuspectDelay before dispatch
+// (serveH2Stream) and is dropped if reset meanwhile, so that a reset
+// right behind its HEADERS is seen; a connection that resets nothing, or
+// rarely, pays nothing. After a connection error, teardown reads and
+// drops the client's bytes for h2GoawayLinger, so that the close is a FIN
+// and the GOAWAY is read.
 const (
-	// H2Auto is sentry's own server (h2own.go), unless the environment
-	// has SENTRY_H2_SERVER=xnet (a diagnostic switch: x/net's server, for
-	// comparison).
-	H2Auto H2Server = iota
-	// H2Own is sentry's own server whatever the environment says.
-	H2Own
-	// H2XNet is golang.org/x/net/http2's server (h2.go's bridge).
-	H2XNet
+	h2ResetLimit   = 100
+	h2ResetWindow  = 10 * time.Second
+	h2GoawayLinger = 250 * time.Millisecond
+	h2MaxStreams   = 128 // concurrent streams per connection, as nginx
+	h2SuspectDelay = 10 * time.Millisecond
 )
-
-// String names the server (test and log output).
-func (s H2Server) String() string {
-	switch s {
-	case H2Own:
-		return "own"
-	case H2XNet:
-		return "xnet"
-	}
-	return "auto"
-}
-
-// useOwnH2 reports whether the proxy serves h2 with its own server.
-func (p *Proxy) useOwnH2() bool {
-	switch p.opts.H2 {
-	case H2Own:
-		return true
-	case H2XNet:
-		return false
-	}
-	return os.Getenv("SENTRY_H2_SERVER") != "xnet"
-}
 
 const (
 	// ownOutLimit: a worker waits while this much output waits to be
@@ -107,6 +92,9 @@ const (
 	ownReadBuf = 16 << 10
 	// ownSpare: the largest output buffer kept for the next batch.
 	ownSpare = 32 << 10
+	// ownCloseWait: at teardown, what is buffered (a GOAWAY, the end of
+	// the last response) is written for at most this long.
+	ownCloseWait = time.Second
 )
 
 var (
@@ -481,7 +469,7 @@ func (oc *ownConn) teardown(connErr bool) {
 	oc.mu.Lock()
 	if oc.writing {
 		// A writer stuck on a client that reads nothing is cut short.
-		_ = oc.c.SetWriteDeadline(time.Now().Add(h2OutCloseWait))
+		_ = oc.c.SetWriteDeadline(time.Now().Add(ownCloseWait))
 		for oc.writing {
 			oc.cond.Wait()
 		}
@@ -559,7 +547,7 @@ func (oc *ownConn) release(st *ownStream) {
 // ---------------------------------------------------------------- streams
 
 // ownStream is one stream of an ownConn, as the request path sees it
-// (h2Exchange), and its context: done when the stream is reset or the
+// (serveH2Stream), and its context: done when the stream is reset or the
 // connection ends.
 type ownStream struct {
 	oc *ownConn
@@ -701,7 +689,6 @@ func (st *ownStream) suspect() bool    { return st.oc.suspect.Load() }
 func (st *ownStream) peer() netip.Addr { return st.oc.peer }
 func (st *ownStream) isTLS() bool      { return st.oc.isTLS }
 func (st *ownStream) method() []byte   { return st.s.Method() }
-func (st *ownStream) wellFormed() bool { return true } // h2srv checked the head
 
 func (st *ownStream) head(req *fasthttp.Request) {
 	req.Header.SetMethodBytes(st.s.Method())
@@ -866,7 +853,10 @@ func (st *ownStream) trailerFields() {
 	}
 }
 
-func (st *ownStream) writer() h2BodyWriter { return st }
+// writer is the response body's writer (the stream itself); its failed
+// tells whether a write to the client failed (rather than the backend's
+// side).
+func (st *ownStream) writer() *ownStream { return st }
 
 func (st *ownStream) failed() bool { return st.bad }
 
@@ -977,7 +967,7 @@ func (st *ownStream) endLocked(truncated bool) {
 		return
 	}
 	if truncated || st.hdr == nil {
-		// Cut short (x/net's ErrAbortHandler gives INTERNAL_ERROR), or
+		// Cut short (net/http's ErrAbortHandler gives INTERNAL_ERROR), or
 		// ended without an answer (reset before it got one).
 		core.ResetStream(st.s, h2srv.InternalError)
 		return

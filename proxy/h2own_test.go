@@ -20,13 +20,11 @@ import (
 	"github.com/sentry-proxy/sentry/policy"
 )
 
-// h2Servers are the two h2 servers, for tests that run on both.
-var h2Servers = []H2Server{H2Own, H2XNet}
-
-// TestH2ServersServeAlike: a GET and a POST with a body, over h2c, give
-// the same answer and reach the backend the same way on both servers
-// (Options.H2 selects one).
-func TestH2ServersServeAlike(t *testing.T) {
+// TestH2cServesAlike: a GET and a POST with a body, over h2c, give the
+// same answer and reach the backend the same way on both engines (the
+// loops hand the preface off to the h2 server; the portable engine's
+// fasthttp listener finds it itself).
+func TestH2cServesAlike(t *testing.T) {
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		w.Header().Set("X-Seen", r.Method+" "+r.URL.RequestURI()+" "+r.Header.Get("X-In")+" "+strconv.Itoa(len(b)))
@@ -34,9 +32,9 @@ func TestH2ServersServeAlike(t *testing.T) {
 		w.Header().Add("Set-Cookie", "b=2")
 		io.WriteString(w, "body:"+string(b))
 	})
-	for _, srv := range h2Servers {
-		t.Run(srv.String(), func(t *testing.T) {
-			h := startProxyOpts(t, []string{be}, Options{H2: srv}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	for _, e := range engines {
+		t.Run(e, func(t *testing.T) {
+			h := startEngine(t, e, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
 			cl := h2cClient(nil)
 			defer cl.CloseIdleConnections()
 			req, _ := http.NewRequest("GET", "http://"+h.addr+"/g?q=1", nil)
@@ -95,7 +93,7 @@ func writeGet(t *testing.T, fr *http2.Framer, id uint32, path string) {
 // server.idle_timeout gets GOAWAY and is closed.
 func TestOwnH2IdleTimeout(t *testing.T) {
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(s *policy.Snapshot, a *policy.App) {
+	h := startProxyOpts(t, []string{be}, Options{}, func(s *policy.Snapshot, a *policy.App) {
 		a.H2C = true
 		s.Server.IdleTimeout = 300 * time.Millisecond
 	})
@@ -141,7 +139,7 @@ func TestOwnH2WindowStallTimesOut(t *testing.T) {
 			io.WriteString(w, "small")
 		}
 	})
-	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(s *policy.Snapshot, a *policy.App) {
+	h := startProxyOpts(t, []string{be}, Options{}, func(s *policy.Snapshot, a *policy.App) {
 		a.H2C = true
 		s.Server.WriteTimeout = 300 * time.Millisecond
 	})
@@ -185,7 +183,7 @@ func TestOwnH2WindowStallTimesOut(t *testing.T) {
 // server would read on and buffer every answer).
 func TestOwnH2StopsReadingUnreadAnswers(t *testing.T) {
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) {})
-	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(s *policy.Snapshot, a *policy.App) { a.H2C = true })
+	h := startProxyOpts(t, []string{be}, Options{}, func(s *policy.Snapshot, a *policy.App) { a.H2C = true })
 	c, _ := h2cRaw(t, h.addr)
 	_ = c.(*net.TCPConn).SetReadBuffer(4 << 10)
 	ping := make([]byte, 0, 17*4096)
@@ -314,15 +312,16 @@ func h2cExchange1(t *testing.T, addr string, fields ...string) (int, http.Header
 	}
 }
 
-// TestH2HeaderPolicyOnTheWire is TestH2HeaderPolicy sent as frames, on
-// both h2 servers: ":authority" wins over a host field, forwarding fields
-// are replaced whatever their number or spelling, the load header is
-// dropped, a userinfo authority is 400 and CONNECT 405.
+// TestH2HeaderPolicyOnTheWire: on both engines, over h2c, ":authority"
+// wins over a host field, forwarding fields are replaced whatever their
+// number or spelling, the load header is dropped, the backend's
+// hop-by-hop response fields do not reach the client, a userinfo
+// authority is 400 and CONNECT 405.
 func TestH2HeaderPolicyOnTheWire(t *testing.T) {
 	rb := startRawBackend(t, tableBackend)
-	for _, srv := range h2Servers {
-		t.Run(srv.String(), func(t *testing.T) {
-			h := startProxyOpts(t, []string{rb.addr}, Options{H2: srv}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	for _, e := range engines {
+		t.Run(e, func(t *testing.T) {
+			h := startEngine(t, e, []string{rb.addr}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
 			r := &rig{h: h, rb: rb}
 			tag := fmt.Sprintf("/h2w-%d", pathSeq.Add(1))
 			st, hdr := h2cExchange1(t, h.addr, ":method", "GET", ":scheme", "http", ":authority", "a.test", ":path", tag,
@@ -344,6 +343,11 @@ func TestH2HeaderPolicyOnTheWire(t *testing.T) {
 			if q.header.Get("X-Keep") != "yes" {
 				t.Errorf("end-to-end X-Keep dropped")
 			}
+			for _, k := range []string{"Keep-Alive", "Proxy-Authenticate"} {
+				if v := hdr.Get(k); v != "" {
+					t.Errorf("response hop-by-hop %s reached the client: %q", k, v)
+				}
+			}
 			tag = fmt.Sprintf("/h2w-%d", pathSeq.Add(1))
 			if st, _ := h2cExchange1(t, h.addr, ":method", "GET", ":scheme", "http", ":authority", "user:pw@a.test", ":path", tag); st != 400 {
 				t.Errorf("authority with userinfo: %d, want 400", st)
@@ -358,15 +362,17 @@ func TestH2HeaderPolicyOnTheWire(t *testing.T) {
 	}
 }
 
-// TestH2BodyFramingOnTheWire is TestH2BodyFramingBeforeRead sent as
-// frames, on both h2 servers: with max_body_bytes 100, a content-length of
-// 200 is 413 and a body without content-length 411, answered before the
-// body comes (none is sent) and never relayed; a body within the limit is.
+// TestH2BodyFramingOnTheWire: on h2, max_body_bytes is applied before the
+// body is read, as on HTTP/1.1, on both engines: with max_body_bytes 100,
+// a content-length of 200 is 413 and a body without content-length 411
+// (as a chunked HTTP/1.1 body), answered before the body comes (none is
+// sent) and never relayed; a body within the limit is. An h2 request's
+// trailers are never copied to the backend request.
 func TestH2BodyFramingOnTheWire(t *testing.T) {
 	rb := startRawBackend(t, tableBackend)
-	for _, srv := range h2Servers {
-		t.Run(srv.String(), func(t *testing.T) {
-			h := startProxyOpts(t, []string{rb.addr}, Options{H2: srv}, func(s *policy.Snapshot, a *policy.App) {
+	for _, e := range engines {
+		t.Run(e, func(t *testing.T) {
+			h := startEngine(t, e, []string{rb.addr}, Options{}, func(s *policy.Snapshot, a *policy.App) {
 				a.H2C = true
 				a.MaxBodyBytes = 100
 			})
@@ -385,7 +391,7 @@ func TestH2BodyFramingOnTheWire(t *testing.T) {
 				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
 				return fr
 			}
-			status := func(fr *http2.Framer) int {
+			answer := func(fr *http2.Framer) (int, http.Header) {
 				dec := hpack.NewDecoder(4096, nil)
 				for {
 					f, err := fr.ReadFrame()
@@ -394,15 +400,19 @@ func TestH2BodyFramingOnTheWire(t *testing.T) {
 					}
 					if hf, ok := f.(*http2.HeadersFrame); ok && hf.StreamID == 1 {
 						fs, _ := dec.DecodeFull(hf.HeaderBlockFragment())
+						n, hdr := 0, http.Header{}
 						for _, x := range fs {
 							if x.Name == ":status" {
-								n, _ := strconv.Atoi(x.Value)
-								return n
+								n, _ = strconv.Atoi(x.Value)
+							} else {
+								hdr.Add(x.Name, x.Value)
 							}
 						}
+						return n, hdr
 					}
 				}
 			}
+			status := func(fr *http2.Framer) int { n, _ := answer(fr); return n }
 			for _, c := range []struct {
 				cl   string
 				want int
@@ -424,37 +434,55 @@ func TestH2BodyFramingOnTheWire(t *testing.T) {
 			if got := r.received(tag); len(got) != 1 || string(got[0].body) != "hello" {
 				t.Errorf("relayed %+v", got)
 			}
+			// Trailers, whatever they name, stay behind.
+			tag = fmt.Sprintf("/h2bw-%d", pathSeq.Add(1))
+			fr = post(tag, "5")
+			fr.WriteData(1, false, []byte("hello"))
+			var hb bytes.Buffer
+			enc := hpack.NewEncoder(&hb)
+			enc.WriteField(hpack.HeaderField{Name: "x-forwarded-host", Value: "evil.example"})
+			enc.WriteField(hpack.HeaderField{Name: "x-trail", Value: "t"})
+			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true})
+			st, hdr := answer(fr)
+			if st != 200 {
+				t.Fatalf("a body with trailers: %d", st)
+			}
+			got := r.received(tag)
+			if len(got) != 1 {
+				t.Fatalf("backend received %d requests", len(got))
+			}
+			wantForwarding(t, got[0], &http.Response{Header: hdr}, "127.0.0.1", "http", "a.test", "")
+			wantAbsent(t, got[0], "X-Trail")
+			if len(got[0].trailer) != 0 || string(got[0].body) != "hello" {
+				t.Errorf("backend body %q trailers %q", got[0].body, got[0].trailer)
+			}
 		})
 	}
 }
 
-// BenchmarkH2Relay is an h2c GET through sentry to a fast backend, on each
-// h2 server, for allocs/op (the client's are the same in both; ns/op on
-// a shared machine says little, e2e/bench/tls.sh measures throughput).
+// BenchmarkH2Relay is an h2c GET through sentry to a fast backend, for
+// allocs/op (ns/op on a shared machine says little; e2e/bench/tls.sh
+// measures throughput).
 func BenchmarkH2Relay(b *testing.B) {
 	be := fastBackend(b)
-	for _, srv := range h2Servers {
-		b.Run(srv.String(), func(b *testing.B) {
-			h := startProxyOpts(&testing.T{}, []string{be}, Options{H2: srv}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
-			defer func() { b.StopTimer(); h.close() }()
-			cl := h2cClient(nil)
-			defer cl.CloseIdleConnections()
-			url := "http://" + h.addr + "/x"
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					resp, err := cl.Get(url)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-			})
-		})
-	}
+	h := startProxyOpts(&testing.T{}, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	defer func() { b.StopTimer(); h.close() }()
+	cl := h2cClient(nil)
+	defer cl.CloseIdleConnections()
+	url := "http://" + h.addr + "/x"
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := cl.Get(url)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
 }
 
 // TestOwnH2NoGoroutineLeft: after h2 connections served requests, reset
@@ -467,7 +495,7 @@ func TestOwnH2NoGoroutineLeft(t *testing.T) {
 		}
 		io.WriteString(w, "ok")
 	})
-	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	h := startProxyOpts(t, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
 	cl := h2cClient(nil)
 	for range 20 {
 		resp, err := cl.Get("http://" + h.addr + "/x")
@@ -510,7 +538,7 @@ func TestOwnH2Expect100(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		io.WriteString(w, "got "+string(b))
 	})
-	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	h := startProxyOpts(t, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
 	_, fr := h2cRaw(t, h.addr)
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
@@ -582,7 +610,7 @@ func h2cTry(t *testing.T, addr string, fields ...string) string {
 	}
 }
 
-// TestH2RequestLineOnTheWire: on both h2 servers, a :method or :path
+// TestH2RequestLineOnTheWire: on both engines, a :method or :path
 // that would split the backend's HTTP/1.1 request line never reaches the
 // backend, and an absolute-form :path does not give the backend a Host
 // other than the :authority the request was routed by.
@@ -623,9 +651,9 @@ func TestH2RequestLineOnTheWire(t *testing.T) {
 	pseudo := func(method, path string) []string {
 		return []string{":method", method, ":scheme", "http", ":authority", "a.test", ":path", path}
 	}
-	for _, srv := range h2Servers {
-		t.Run(srv.String(), func(t *testing.T) {
-			h := startProxyOpts(t, []string{ln.Addr().String()}, Options{H2: srv}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	for _, e := range engines {
+		t.Run(e, func(t *testing.T) {
+			h := startEngine(t, e, []string{ln.Addr().String()}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
 			for _, c := range []struct {
 				name   string
 				fields []string
@@ -669,7 +697,7 @@ func TestH2RequestLineOnTheWire(t *testing.T) {
 // A CONTINUATION dribbled in does not extend the time.
 func TestOwnH2PartialHeadTimesOut(t *testing.T) {
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(s *policy.Snapshot, a *policy.App) {
+	h := startProxyOpts(t, []string{be}, Options{}, func(s *policy.Snapshot, a *policy.App) {
 		a.H2C = true
 		s.Server.ReadHeaderTimeout = 400 * time.Millisecond
 		s.Server.IdleTimeout = time.Hour
@@ -719,8 +747,8 @@ func TestOwnH2NoGoroutineLeftClientGone(t *testing.T) {
 	dead, _ := net.Listen("tcp", "127.0.0.1:0")
 	deadAddr := dead.Addr().String()
 	dead.Close()
-	h := startProxyOpts(t, []string{be}, Options{H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
-	h2 := startProxyOpts(t, []string{deadAddr}, Options{H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	h := startProxyOpts(t, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+	h2 := startProxyOpts(t, []string{deadAddr}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
 	head := func(method, path string, cl string, end bool) []byte {
 		var hb bytes.Buffer
 		enc := hpack.NewEncoder(&hb)

@@ -17,6 +17,10 @@ import (
 	"github.com/sentry-proxy/sentry/policy"
 )
 
+// engines are the values of server.engine, for tests that run on each.
+// (Where the system has no event loops, loops runs the portable engine.)
+var engines = []string{policy.EngineLoops, policy.EnginePortable}
+
 // testSnap builds a defaulted one-app snapshot listening on addr.
 func testSnap(addr string, backends []string, mod func(*policy.Snapshot, *policy.App)) *policy.Snapshot {
 	a := &policy.App{
@@ -97,6 +101,23 @@ func startProxyOpts(t testing.TB, backends []string, opts Options, mod func(*pol
 	t.Helper()
 	addr := freeAddr(t)
 	return startProxySnap(t, addr, testSnap(addr, backends, mod), opts)
+}
+
+// startEngine is startProxyOpts on engine e (server.engine, policy.EngineLoops
+// or policy.EnginePortable).
+func startEngine(t testing.TB, e string, backends []string, opts Options, mod func(*policy.Snapshot, *policy.App)) *harness {
+	t.Helper()
+	return startProxyOpts(t, backends, opts, withEngine(e, mod))
+}
+
+// withEngine is mod with server.engine set to e first.
+func withEngine(e string, mod func(*policy.Snapshot, *policy.App)) func(*policy.Snapshot, *policy.App) {
+	return func(s *policy.Snapshot, a *policy.App) {
+		s.Server.Engine = e
+		if mod != nil {
+			mod(s, a)
+		}
+	}
 }
 
 // startProxySnap starts a proxy for snap serving every listener, with

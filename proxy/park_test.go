@@ -64,14 +64,14 @@ apps:
 // startParked starts engine e with parkPolicy and the real control stack
 // in front of a raw backend that reports Server-Timing cpu 600000ms for
 // /slow and 1ms otherwise.
-func startParked(t *testing.T, e Engine) (*harness, *rawBackend) {
+func startParked(t *testing.T, e string) (*harness, *rawBackend) {
 	t.Helper()
-	return startParkedWith(t, Options{Engine: e}, nil)
+	return startParkedWith(t, e, nil)
 }
 
-// startParkedWith is startParked with opts (Engine, H2) and the policy
-// text changed by edit (nil: as is).
-func startParkedWith(t *testing.T, opts Options, edit func(string) string) (*harness, *rawBackend) {
+// startParkedWith is startParked with the policy text changed by edit
+// (nil: as is).
+func startParkedWith(t *testing.T, e string, edit func(string) string) (*harness, *rawBackend) {
 	t.Helper()
 	rb := startRawBackend(t, func(_ *rawBackend, _, _ int, r *beReq, c net.Conn, _ *bufio.Reader) bool {
 		st := "cpu;dur=1"
@@ -83,7 +83,7 @@ func startParkedWith(t *testing.T, opts Options, edit func(string) string) (*har
 		return err == nil
 	})
 	addr := freeAddr(t)
-	pol := fmt.Sprintf(parkPolicy, addr, rb.addr)
+	pol := fmt.Sprintf("server: {engine: %s}\n", e) + fmt.Sprintf(parkPolicy, addr, rb.addr)
 	if edit != nil {
 		pol = edit(pol)
 	}
@@ -97,7 +97,7 @@ func startParkedWith(t *testing.T, opts Options, edit func(string) string) (*har
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Control, opts.Registerer, opts.Logger = controlBuilder{m}, reg, log
+	opts := Options{Control: controlBuilder{m}, Registerer: reg, Logger: log}
 	return startProxySnap(t, addr, snap, opts), rb
 }
 
@@ -144,10 +144,10 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, want map[s
 // client_gone, and nothing reaches the backend.
 func TestParkedBothEngines(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			h, rb := startParked(t, e)
 			var served, handed float64
-			if e == EngineLoops {
+			if e == policy.EngineLoops {
 				ff := fastOf(t, h)
 				s, hd := ff.Counts()
 				served, handed = float64(s), float64(hd)
@@ -268,7 +268,7 @@ func TestParkedBothEngines(t *testing.T) {
 				}
 			})
 
-			if e == EngineLoops {
+			if e == policy.EngineLoops {
 				if v := gatherCounter(t, h.reg, "sentry_evloop_handoffs_total", h.addr); v != handed {
 					t.Errorf("sentry_evloop_handoffs_total rose by %v, want 0: a parked request was handed off", v-handed)
 				}
@@ -290,7 +290,7 @@ func TestParkedBothEngines(t *testing.T) {
 				ctx, cancel := contextWithTimeout(200 * time.Millisecond)
 				defer cancel()
 				_ = h.p.ShutdownAll(ctx)
-				if e == EngineFastHTTP {
+				if e == policy.EnginePortable {
 					if v := queued("hold"); v != 1 {
 						t.Errorf("fasthttp: queue %v after the drain, want 1 (%s)", v, knownDifferences["drain-parked"])
 					}

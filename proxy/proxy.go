@@ -40,41 +40,6 @@ type Options struct {
 	Probe func(ctx context.Context, addr, path string) error
 	// Resolver looks up DNS backends; nil uses net.DefaultResolver.
 	Resolver *net.Resolver
-	// Engine selects the HTTP/1.1 front end of plain listeners and of
-	// HTTP/1.1 over TLS 1.3 (the loops, tlsloop_linux.go; TLS 1.2 and h2
-	// stay on crypto/tls, fasthttp and x/net); the zero value is
-	// EngineAuto.
-	Engine Engine
-	// H2 selects the h2 server of TLS and h2c listeners; the zero value
-	// is H2Auto (sentry's own, h2own.go).
-	H2 H2Server
-}
-
-// Engine is the HTTP/1.1 front end (plain listeners, and TLS 1.3 ones
-// after the handshake).
-type Engine uint8
-
-const (
-	// EngineAuto uses the event loops where they exist (Linux), unless
-	// SENTRY_EVLOOP=0 is in the environment (SENTRY_TLSLOOP=0 turns them
-	// off for TLS listeners only); fasthttp otherwise.
-	EngineAuto Engine = iota
-	// EngineLoops uses the event loops where they exist, whatever the
-	// environment says; they hand fasthttp what they do not serve.
-	EngineLoops
-	// EngineFastHTTP serves every connection with fasthttp.
-	EngineFastHTTP
-)
-
-// String names the engine (test and log output).
-func (e Engine) String() string {
-	switch e {
-	case EngineLoops:
-		return "loops"
-	case EngineFastHTTP:
-		return "fasthttp"
-	}
-	return "auto"
 }
 
 // Controller is an app's admission controller as the request path calls it
@@ -92,6 +57,7 @@ type ControlBuilder interface {
 // front ends (one per listener address) are started with Serve.
 type Proxy struct {
 	opts    Options
+	engine  string // server.engine as run: policy.EngineLoops or EnginePortable (engine.go)
 	log     hclog.Logger
 	pools   lb.Registry
 	metrics *metrics
@@ -152,6 +118,7 @@ func New(opts Options, snap *policy.Snapshot) (*Proxy, error) {
 		return nil, err
 	}
 	p.metrics = m
+	p.engine = p.pickEngine(snap.Server.Engine)
 	if err := p.Apply(snap); err != nil {
 		p.mu.cancel()
 		return nil, err

@@ -580,11 +580,11 @@ func waitCounter(t *testing.T, h *harness, reason string, want float64) {
 
 // tlsCapProxy is a TLS proxy on engine e in front of a backend answering
 // "ok", with server.max_conns at max.
-func tlsCapProxy(t *testing.T, e Engine, max int) *harness {
+func tlsCapProxy(t *testing.T, e string, max int) *harness {
 	t.Helper()
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	cf, kf := writeTestCert(t)
-	return startProxyOpts(t, []string{be}, Options{Engine: e}, func(s *policy.Snapshot, a *policy.App) {
+	return startEngine(t, e, []string{be}, Options{}, func(s *policy.Snapshot, a *policy.App) {
 		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
 		s.Server.MaxConns = max
 	})
@@ -618,8 +618,8 @@ func getAnswered(t *testing.T, fr *http2.Framer) {
 // one of each open and the cap at 2, a third is refused at accept, and
 // once the h2 one closes a new one is taken again.
 func TestConnCapShared(t *testing.T) {
-	for _, e := range []Engine{EngineFastHTTP, EngineLoops} {
-		t.Run(e.String(), func(t *testing.T) {
+	for _, e := range []string{policy.EnginePortable, policy.EngineLoops} {
+		t.Run(e, func(t *testing.T) {
 			h := tlsCapProxy(t, e, 2)
 			h1 := dialH1(t, h.addr, nil)
 			if got := h1.get(t); got != "200 ok" {
@@ -664,10 +664,10 @@ func TestConnCapShared(t *testing.T) {
 // with a 503, or, where fasthttp serves alone and the h2c sniffer
 // accepts first, closed unanswered.
 func TestH2CConnCapShared(t *testing.T) {
-	for _, e := range []Engine{EngineFastHTTP, EngineLoops} {
-		t.Run(e.String(), func(t *testing.T) {
+	for _, e := range []string{policy.EnginePortable, policy.EngineLoops} {
+		t.Run(e, func(t *testing.T) {
 			be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-			h := startProxyOpts(t, []string{be}, Options{Engine: e, H2: H2Own}, func(s *policy.Snapshot, a *policy.App) {
+			h := startEngine(t, e, []string{be}, Options{}, func(s *policy.Snapshot, a *policy.App) {
 				a.H2C = true
 				s.Server.MaxConns = 2
 			})
@@ -696,9 +696,9 @@ func TestH2CConnCapShared(t *testing.T) {
 			io.WriteString(c3, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 			resp, err := http.ReadResponse(bufio.NewReader(c3), nil)
 			switch {
-			case e == EngineLoops && err != nil:
+			case e == policy.EngineLoops && err != nil:
 				t.Errorf("third connection: %v, want the loops' 503", err)
-			case e == EngineLoops:
+			case e == policy.EngineLoops:
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode != 503 || !strings.Contains(string(b), "too many connections") {

@@ -291,7 +291,7 @@ func TestSlowReadersSpareTheFarm(t *testing.T) {
 	for _, c := range cases {
 		for _, e := range engines {
 			for _, useTLS := range []bool{false, true} {
-				name := c.name + "/" + e.String()
+				name := c.name + "/" + e
 				if useTLS {
 					name += "/tls"
 				}
@@ -304,14 +304,14 @@ func TestSlowReadersSpareTheFarm(t *testing.T) {
 // slowProxy starts a 4-worker backend and sentry (engine e, TLS or not,
 // max_conns_per_backend maxConns if set) in front of it, with
 // slowTestLimits.
-func slowProxy(t *testing.T, e Engine, useTLS bool, maxConns int) (*harness, *workerBackend) {
+func slowProxy(t *testing.T, e string, useTLS bool, maxConns int) (*harness, *workerBackend) {
 	wb := startWorkerBackend(t, 4)
 	limits := slowTestLimits(t)
 	var cf, kf string
 	if useTLS {
 		cf, kf = writeTestCert(t)
 	}
-	h := startProxyOpts(t, []string{wb.addr}, Options{Engine: e}, func(s *policy.Snapshot, a *policy.App) {
+	h := startEngine(t, e, []string{wb.addr}, Options{}, func(s *policy.Snapshot, a *policy.App) {
 		limits(s)
 		if maxConns > 0 {
 			a.MaxConnsPerBackend = maxConns
@@ -325,7 +325,7 @@ func slowProxy(t *testing.T, e Engine, useTLS bool, maxConns int) (*harness, *wo
 	return h, wb
 }
 
-func slowReaders(t *testing.T, e Engine, useTLS bool, clients, size, maxConns int) {
+func slowReaders(t *testing.T, e string, useTLS bool, clients, size, maxConns int) {
 	h, wb := slowProxy(t, e, useTLS, maxConns)
 	slowPhase(t, h, wb, clients, func() net.Conn { return slowReader(t, h.addr, size, useTLS) },
 		getSmall(h.addr, 15*time.Second, useTLS))
@@ -381,15 +381,15 @@ func TestSlowReadersSpareTheFarmH2(t *testing.T) {
 		{"50x8MB-maxconns20", 50, 8 << 20, 20},
 	} {
 		// On the loops (their stream connections) and on the h2 workers
-		// (EngineFastHTTP keeps TLS and h2 off the loops: serveH2, the
-		// fasthttp path's serve).
+		// (the portable engine keeps TLS and h2 off the loops:
+		// serveH2Stream, the fasthttp path's serve).
 		for _, e := range engines {
-			t.Run(c.name+"/"+e.String(), func(t *testing.T) { slowH2Readers(t, e, c.clients, c.size, c.mc) })
+			t.Run(c.name+"/"+e, func(t *testing.T) { slowH2Readers(t, e, c.clients, c.size, c.mc) })
 		}
 	}
 }
 
-func slowH2Readers(t *testing.T, e Engine, clients, size, maxConns int) {
+func slowH2Readers(t *testing.T, e string, clients, size, maxConns int) {
 	h, wb := slowProxy(t, e, true, maxConns)
 	tr := &http2.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
 	defer tr.CloseIdleConnections()
@@ -450,7 +450,7 @@ func slowH2Client(t *testing.T, addr string, size int) net.Conn {
 func TestStalledClientBuffered(t *testing.T) {
 	const size = 8 << 20
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			chunk := make([]byte, 64<<10)
 			backendDone := make(chan error, 1)
 			rb := startRawBackend(t, func(_ *rawBackend, _, _ int, q *beReq, c net.Conn, _ *bufio.Reader) bool {
@@ -466,7 +466,7 @@ func TestStalledClientBuffered(t *testing.T) {
 				return err == nil
 			})
 			limits := slowTestLimits(t)
-			h := startProxyOpts(t, []string{rb.addr}, Options{Engine: e}, func(s *policy.Snapshot, a *policy.App) {
+			h := startEngine(t, e, []string{rb.addr}, Options{}, func(s *policy.Snapshot, a *policy.App) {
 				limits(s)
 				s.Server.WriteTimeout = time.Second
 			})
@@ -508,9 +508,9 @@ func TestStalledClientBuffered(t *testing.T) {
 // when the clients leave. Both engines.
 func TestResponseBudgetBound(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			wb := startWorkerBackend(t, 64)
-			h := startProxyOpts(t, []string{wb.addr}, Options{Engine: e}, func(s *policy.Snapshot, a *policy.App) {
+			h := startEngine(t, e, []string{wb.addr}, Options{}, func(s *policy.Snapshot, a *policy.App) {
 				s.Server.ResponseBuffer = 1 << 20
 				s.Server.ResponseBufferTotal = 4 << 20
 				s.Server.ResponseTempFile = 0
@@ -579,11 +579,11 @@ func TestResponseTempDirChecked(t *testing.T) {
 // and another stream on it is answered. On the loops and the workers.
 func TestH2StalledWindowBuffered(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			wb := startWorkerBackend(t, 4)
 			limits := slowTestLimits(t)
 			cf, kf := writeTestCert(t)
-			h := startProxyOpts(t, []string{wb.addr}, Options{Engine: e}, func(s *policy.Snapshot, a *policy.App) {
+			h := startEngine(t, e, []string{wb.addr}, Options{}, func(s *policy.Snapshot, a *policy.App) {
 				limits(s)
 				s.Server.WriteTimeout = time.Second
 				a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
@@ -682,7 +682,7 @@ func TestStreamingResponsesNotBuffered(t *testing.T) {
 		{"accel-no", "X-Accel-Buffering: no"},
 	} {
 		for _, e := range engines {
-			t.Run(c.name+"/"+e.String(), func(t *testing.T) {
+			t.Run(c.name+"/"+e, func(t *testing.T) {
 				started := make(chan struct{}, 1)
 				rb := startRawBackend(t, func(_ *rawBackend, _, _ int, q *beReq, conn net.Conn, _ *bufio.Reader) bool {
 					if q.target == "/small" {
@@ -698,7 +698,7 @@ func TestStreamingResponsesNotBuffered(t *testing.T) {
 					return err == nil
 				})
 				limits := slowTestLimits(t)
-				h := startProxyOpts(t, []string{rb.addr}, Options{Engine: e}, func(s *policy.Snapshot, _ *policy.App) { limits(s) })
+				h := startEngine(t, e, []string{rb.addr}, Options{}, func(s *policy.Snapshot, _ *policy.App) { limits(s) })
 				resp, body := rawRequest(t, h.addr, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n")
 				if resp.StatusCode != 200 || body != "ok" || resp.Header.Get("X-Accel-Buffering") != "" {
 					t.Fatalf("small: %d %q %v", resp.StatusCode, body, resp.Header)

@@ -24,12 +24,12 @@ func TestStrayBodyNotReadAsNextResponse(t *testing.T) {
 		{"304", "GET", "HTTP/1.1 304 Not Modified\r\nContent-Length: 4\r\n\r\n"},
 	} {
 		for _, e := range engines {
-			t.Run(c.name+"/"+e.String(), func(t *testing.T) { strayBody(t, e, c.method, c.head) })
+			t.Run(c.name+"/"+e, func(t *testing.T) { strayBody(t, e, c.method, c.head) })
 		}
 	}
 }
 
-func strayBody(t *testing.T, e Engine, method, head string) {
+func strayBody(t *testing.T, e string, method, head string) {
 	headIn := make(chan struct{}, 1)
 	release := make(chan struct{})
 	rb := startRawBackend(t, func(_ *rawBackend, _, _ int, q *beReq, c net.Conn, _ *bufio.Reader) bool {
@@ -46,7 +46,7 @@ func strayBody(t *testing.T, e Engine, method, head string) {
 		_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		return err == nil
 	})
-	h := startProxyOpts(t, []string{rb.addr}, Options{Engine: e}, func(_ *policy.Snapshot, a *policy.App) {
+	h := startEngine(t, e, []string{rb.addr}, Options{}, func(_ *policy.Snapshot, a *policy.App) {
 		a.MaxConnsPerBackend = 1
 		a.Timeouts.Connect = 5 * time.Second
 	})
@@ -61,7 +61,7 @@ func strayBody(t *testing.T, e Engine, method, head string) {
 		t.Fatalf("%s: %v", method, err)
 	}
 	resp, body, err := cb.read("GET")
-	if e == EngineFastHTTP && method != "HEAD" {
+	if e == policy.EnginePortable && method != "HEAD" {
 		// knownDifferences["stray-body"]: HostClient hands the
 		// connection on itself; the stray bytes are the waiter's answer.
 		if err != nil || body != "evil" {
@@ -77,17 +77,17 @@ func strayBody(t *testing.T, e Engine, method, head string) {
 // waitWaiting waits until a request waits for a backend connection: on
 // the loops, their count of waiting exchanges; fasthttp's HostClient
 // tells nobody, so a pause stands in for it there.
-func waitWaiting(t *testing.T, h *harness, e Engine) {
+func waitWaiting(t *testing.T, h *harness, e string) {
 	t.Helper()
 	u := h.p.cur.Load().apps[0].Pool.Backends()[0].Attachment.(*pipeline.Upstream)
 	deadline := time.Now().Add(5 * time.Second)
-	for e == EngineLoops && u.LoopWaiting.Load() == 0 {
+	for e == policy.EngineLoops && u.LoopWaiting.Load() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("no request waits for the backend connection")
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if e != EngineLoops {
+	if e != policy.EngineLoops {
 		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -121,10 +121,10 @@ func TestTermination(t *testing.T) {
 	const thr = 300 * time.Millisecond
 	type engineCase struct {
 		name   string
-		engine Engine
+		engine string
 		h2     bool
 	}
-	for _, ec := range []engineCase{{"loops", EngineLoops, false}, {"fasthttp", EngineFastHTTP, false}, {"h2", EngineFastHTTP, true}} {
+	for _, ec := range []engineCase{{"loops", policy.EngineLoops, false}, {"fasthttp", policy.EnginePortable, false}, {"h2", policy.EnginePortable, true}} {
 		t.Run(ec.name, func(t *testing.T) {
 			be := startTermBackend(t, 2*thr)
 			term, err := sert.New(termRange(thr))
@@ -137,7 +137,7 @@ func TestTermination(t *testing.T) {
 			if ec.h2 {
 				certFile, keyFile = writeTestCert(t)
 			}
-			h := startProxyOpts(t, []string{be.addr}, Options{Control: ctl, Engine: ec.engine}, func(_ *policy.Snapshot, a *policy.App) {
+			h := startEngine(t, ec.engine, []string{be.addr}, Options{Control: ctl}, func(_ *policy.Snapshot, a *policy.App) {
 				a.Admission.Mode = "batch"
 				a.Timeouts.Response = 30 * time.Second
 				a.Terminate = []*policy.Terminate{{Lower: 50 * time.Millisecond, Upper: thr}}
@@ -283,15 +283,15 @@ func TestTermination(t *testing.T) {
 // (threshold 15s: nothing is cut), on each HTTP/1.1 engine: the loops arm
 // termination on their sweep, fasthttp re-arms the pooled exchange's
 // timer; neither may allocate per request for it. Compare allocs/op with
-// BenchmarkRelay (SENTRY_EVLOOP=0 for fasthttp: its 3 allocs/op are
+// BenchmarkRelay (BenchmarkRelayPortable for fasthttp: its 3 allocs/op are
 // HostClient's streamed response body, there with or without
 // termination); at a small -benchtime the set-up and the fake
 // controller's Done (it records every observation) show as a fraction.
 func BenchmarkRelayTerminable(b *testing.B) {
 	for _, e := range []struct {
 		name   string
-		engine Engine
-	}{{"loops", EngineLoops}, {"fasthttp", EngineFastHTTP}} {
+		engine string
+	}{{"loops", policy.EngineLoops}, {"fasthttp", policy.EnginePortable}} {
 		b.Run(e.name, func(b *testing.B) {
 			be := fastBackend(b)
 			term, err := sert.New(termRange(15 * time.Second))
@@ -299,7 +299,7 @@ func BenchmarkRelayTerminable(b *testing.B) {
 				b.Fatal(err)
 			}
 			ctl := &termControl{fakeControl: &fakeControl{}, term: term}
-			h := startProxyOpts(&testing.T{}, []string{be}, Options{Control: ctl, Engine: e.engine}, func(_ *policy.Snapshot, a *policy.App) {
+			h := startEngine(&testing.T{}, e.engine, []string{be}, Options{Control: ctl}, func(_ *policy.Snapshot, a *policy.App) {
 				a.Admission.Mode = "batch"
 				a.Terminate = []*policy.Terminate{{Lower: 50 * time.Millisecond, Upper: 15 * time.Second}}
 			})

@@ -19,8 +19,8 @@ import (
 //   - TLS 1.2 and 1.3. TLS 1.2 is limited to ECDHE with AEAD ciphers
 //     (AES-GCM, ChaCha20-Poly1305; Mozilla's "intermediate" list): the
 //     CBC suites Go would otherwise accept are on HTTP/2's deny list (RFC
-//     9113 appendix A), and a client that chose one with h2 would be sent
-//     away by x/net after the handshake. TLS 1.3's suites are all AEAD and
+//     9113 appendix A), and a client that chose one with h2 could be sent
+//     away after the handshake (§9.2.2). TLS 1.3's suites are all AEAD and
 //     not configurable in Go; Go orders AES-GCM first when the CPU has
 //     AES instructions, ChaCha20 otherwise.
 //   - OCSP: the certificate carries the stapled response

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -23,6 +22,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/sentry-proxy/sentry/internal/tls13"
+	"github.com/sentry-proxy/sentry/policy"
 )
 
 // tlsedge_test.go: TLS edges over real sockets -- records split and
@@ -99,12 +99,9 @@ func TestH2BodyAtRecordBoundary(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		io.WriteString(w, strconv.Itoa(len(b)))
 	})
-	for _, loop := range []bool{true, false} {
-		t.Run(fmt.Sprintf("h2loop=%v", loop), func(t *testing.T) {
-			old := h2LoopDisabled
-			h2LoopDisabled = !loop
-			defer func() { h2LoopDisabled = old }()
-			h, _ := h2LoopProxy(t, be, nil)
+	for _, front := range []string{"tls-loop", "tls-portable"} {
+		t.Run(front, func(t *testing.T) {
+			h := startH2Front(t, front, be)
 			for _, size := range []int{16250, 16300, 16320, 16330, 16340, 16345, 16350, 16360, 16375, 16384} {
 				tc, bc := dialBatched(t, h.addr, "h2")
 				io.WriteString(tc, http2.ClientPreface)
@@ -148,7 +145,7 @@ func TestH2BodyAtRecordBoundary(t *testing.T) {
 // three are answered, with nothing more from the client.
 func TestTLSPipelinedAtRecordBoundary(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			h := tlsLoopProxy(t, e, func(r *http.Request) string { return r.URL.Path })
 			tc, bc := dialBatched(t, h.addr, "http/1.1")
 			reqA := "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -213,7 +210,7 @@ func TestTLSAlertToRealClient(t *testing.T) {
 			if err := c.Handshake(); err != nil {
 				t.Fatal(err)
 			}
-			d := loopCounts(t, h, EngineLoops)
+			d := loopCounts(t, h, policy.EngineLoops)
 			if tc.before != "" {
 				io.WriteString(c, tc.before)
 				if tc.name == "handed off" {
@@ -235,7 +232,7 @@ func TestTLSAlertToRealClient(t *testing.T) {
 // on the loops and on a connection handed to fasthttp; another
 // connection of the same listener is served meanwhile.
 func TestTLSUselessFloodCutOff(t *testing.T) {
-	h := tlsLoopProxy(t, EngineLoops, func(*http.Request) string { return "ok" })
+	h := tlsLoopProxy(t, policy.EngineLoops, func(*http.Request) string { return "ok" })
 	for _, tc := range []struct {
 		name, before string
 		keyUpdate    bool
@@ -245,7 +242,7 @@ func TestTLSUselessFloodCutOff(t *testing.T) {
 		{"empty, handed off", "GET / HTTP/1.1\r\nHost: x\r\n", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := loopCounts(t, h, EngineLoops)
+			d := loopCounts(t, h, policy.EngineLoops)
 			c := dialRecords(t, h.addr)
 			if tc.before != "" {
 				c.send(t, tc.before)
@@ -295,7 +292,7 @@ func TestTLSLoopOpenSSLShapes(t *testing.T) {
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Skip("no openssl")
 	}
-	h := tlsLoopProxy(t, EngineLoops, func(r *http.Request) string { return r.URL.Path })
+	h := tlsLoopProxy(t, policy.EngineLoops, func(r *http.Request) string { return r.URL.Path })
 	dir := t.TempDir()
 	sess := filepath.Join(dir, "sess.pem")
 	for _, tc := range []struct {
@@ -309,7 +306,7 @@ func TestTLSLoopOpenSSLShapes(t *testing.T) {
 		{"hello retry", []string{"-groups", "x448:P-256"}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := loopCounts(t, h, EngineLoops)
+			d := loopCounts(t, h, policy.EngineLoops)
 			msgs := filepath.Join(dir, "msg-"+strings.ReplaceAll(tc.name, " ", "-"))
 			args := append([]string{"s_client", "-quiet", "-no_ign_eof", "-crlf", "-tls1_3", "-connect", h.addr, "-msg", "-msgfile", msgs}, tc.args...)
 			cmd := exec.Command("openssl", args...)

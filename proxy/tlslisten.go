@@ -12,9 +12,8 @@ import (
 )
 
 // tlsListener terminates TLS for a front end and splits connections by
-// ALPN: h2 connections are served here (sentry's own h2 server, h2own.go,
-// or x/net/http2's), HTTP/1.1 ones are
-// handed to fasthttp through Accept (in a drainConn). With cfg nil it is
+// ALPN: h2 connections are served here (sentry's h2 server, h2own.go),
+// HTTP/1.1 ones are handed to fasthttp through Accept (in a drainConn). With cfg nil it is
 // the h2c listener of a plain front end instead (h2c.go): no TLS, the
 // split is by the first bytes, the HTTP/2 preface or not, and what it
 // hands to fasthttp is the plain connection (drainListener wraps it).

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"syscall"
 
@@ -23,11 +22,6 @@ import (
 // seals and opens its records (package internal/tls13). TLS 1.2, h2 and
 // whatever the Tap cannot prove (Take) stay where they were.
 
-// tlsLoopDisabled keeps HTTP/1.1 over TLS on crypto/tls and fasthttp for
-// EngineAuto (SENTRY_TLSLOOP=0): for comparison, and as an escape hatch.
-// SENTRY_EVLOOP=0 turns it off too.
-var tlsLoopDisabled = os.Getenv("SENTRY_TLSLOOP") == "0"
-
 // selfTestWarn logs a failed tls13.SelfTest once per process;
 // takeWarn, once per process, a TLS 1.3 connection with a suite the loops
 // handle whose record state Take could not prove (it stays on crypto/tls:
@@ -36,15 +30,11 @@ var tlsLoopDisabled = os.Getenv("SENTRY_TLSLOOP") == "0"
 var selfTestWarn, takeWarn sync.Once
 
 // startTLSLoops starts the loops of a TLS front end (fe.tls set) when the
-// engine allows and the record layer passed its self-test.
+// engine is loops and the record layer passed its self-test. They take
+// HTTP/1.1 and h2 connections over TLS 1.3 alike.
 func (fe *frontend) startTLSLoops() {
-	switch fe.p.opts.Engine {
-	case EngineFastHTTP:
+	if !fe.p.loops() {
 		return
-	case EngineAuto:
-		if fastDisabled || tlsLoopDisabled {
-			return
-		}
 	}
 	if err := tls13.SelfTest(); err != nil {
 		selfTestWarn.Do(func() {
@@ -61,9 +51,7 @@ func (fe *frontend) startTLSLoops() {
 	}
 	fe.loops.Store(ff)
 	l.adopt = fe.adoptTLS
-	if fe.p.useOwnH2() && !h2LoopDisabled {
-		l.adoptH2 = fe.adoptTLSH2
-	}
+	l.adoptH2 = fe.adoptTLSH2
 	l.pumpHanded(ff.Handed)
 }
 

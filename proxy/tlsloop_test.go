@@ -22,30 +22,31 @@ import (
 )
 
 // Tests of HTTP/1.1 over TLS on the event loops (tlsloop_linux.go,
-// package internal/tls13), each run on both engines where the old path
-// (crypto/tls and fasthttp, EngineFastHTTP) must behave the same; on the
-// loops the counters say who served.
+// package internal/tls13), each run on both engines where the portable
+// path (crypto/tls and fasthttp) must behave the same; on the loops the
+// counters say who served.
 
 // tlsLoopProxy starts a TLS proxy of engine e in front of a backend that
 // answers with body(r).
-func tlsLoopProxy(t *testing.T, e Engine, body func(r *http.Request) string) *harness {
+func tlsLoopProxy(t *testing.T, e string, body func(r *http.Request) string) *harness {
 	t.Helper()
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body(r)) })
 	cf, kf := writeTestCert(t)
-	return startProxyOpts(t, []string{be}, Options{Engine: e}, func(_ *policy.Snapshot, a *policy.App) {
+	return startEngine(t, e, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) {
 		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
 	})
 }
 
-// loopCounts is the TLS front's loop counters (nil on the old path).
-func loopCounts(t *testing.T, h *harness, e Engine) *loopDelta {
+// loopCounts is the TLS front's loop counters (nil on the portable engine,
+// which it checks has no loops).
+func loopCounts(t *testing.T, h *harness, e string) *loopDelta {
 	t.Helper()
 	h.p.mu.Lock()
 	fe := h.p.mu.fronts[h.addr]
 	h.p.mu.Unlock()
-	if e == EngineFastHTTP {
+	if e == policy.EnginePortable {
 		if fe.loops.Load() != nil {
-			t.Fatal("EngineFastHTTP: the TLS listener has loops")
+			t.Fatal("portable engine: the TLS listener has loops")
 		}
 		return nil
 	}
@@ -82,7 +83,7 @@ func readResp(t *testing.T, br *bufio.Reader) (int, string) {
 // handed off) with X-Forwarded-Proto https.
 func TestTLSLoopKeepAliveAndPipelining(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			h := tlsLoopProxy(t, e, func(r *http.Request) string { return r.URL.Path + " " + r.Header.Get("X-Forwarded-Proto") })
 			d := loopCounts(t, h, e)
 			c := dialH1(t, h.addr, nil)
@@ -121,7 +122,7 @@ func (r *recordingConn) Read(p []byte) (int, error) {
 func TestTLSLoopLargeResponse(t *testing.T) {
 	big := strings.Repeat("0123456789", 20000)
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			h := tlsLoopProxy(t, e, func(*http.Request) string { return big })
 			d := loopCounts(t, h, e)
 			raw, err := net.Dial("tcp", h.addr)
@@ -143,7 +144,7 @@ func TestTLSLoopLargeResponse(t *testing.T) {
 			// Every record within the limit: on the loops, the sealer's
 			// (2^14 bytes of plaintext, its content type and the tag).
 			limit := tls13.MaxPlaintext + 256
-			if e != EngineFastHTTP {
+			if e != policy.EnginePortable {
 				limit = tls13.MaxPlaintext + 1 + 16
 			}
 			records, w := 0, rc.got.Bytes()
@@ -168,7 +169,7 @@ func TestTLSLoopLargeResponse(t *testing.T) {
 // same record state (tls13.Conn); the connection goes on after it.
 func TestTLSLoopLargeRequestBody(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			h := tlsLoopProxy(t, e, func(r *http.Request) string {
 				b, _ := io.ReadAll(r.Body)
 				return strconv.Itoa(len(b)) + " " + r.Header.Get("X-Forwarded-Proto")
@@ -251,7 +252,7 @@ func (c *clientRecords) send(t *testing.T, s string) {
 // server's; requests before and after, under both new keys, are served.
 func TestTLSLoopClientKeyUpdate(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			h := tlsLoopProxy(t, e, func(r *http.Request) string { return r.URL.Path })
 			d := loopCounts(t, h, e)
 			c := dialRecords(t, h.addr)
@@ -277,7 +278,7 @@ func TestTLSLoopClientKeyUpdate(t *testing.T) {
 // connection.
 func TestTLSLoopCloseNotify(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			h := tlsLoopProxy(t, e, func(*http.Request) string { return "ok" })
 			c := dialRecords(t, h.addr)
 			c.send(t, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -316,8 +317,8 @@ func TestTLSLoopCloseNotify(t *testing.T) {
 // is adopted by the loops too (h2loop_linux.go), and its GET is served
 // there; a resumed TLS 1.3 session is adopted like a full handshake.
 func TestTLSLoopOtherPaths(t *testing.T) {
-	h := tlsLoopProxy(t, EngineLoops, func(r *http.Request) string { return r.Proto })
-	d := loopCounts(t, h, EngineLoops)
+	h := tlsLoopProxy(t, policy.EngineLoops, func(r *http.Request) string { return r.Proto })
+	d := loopCounts(t, h, policy.EngineLoops)
 	c12 := dialH1(t, h.addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12})
 	if got := c12.get(t); got != "200 HTTP/1.1" {
 		t.Fatalf("TLS 1.2: %q", got)
@@ -360,10 +361,10 @@ func TestTLSLoopCertReload(t *testing.T) {
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	cf, kf := writeTestCert(t)
 	writeCertAs(t, cf, kf, "first")
-	h := startProxyOpts(t, []string{be}, Options{Engine: EngineLoops}, func(_ *policy.Snapshot, a *policy.App) {
+	h := startEngine(t, policy.EngineLoops, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) {
 		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
 	})
-	d := loopCounts(t, h, EngineLoops)
+	d := loopCounts(t, h, policy.EngineLoops)
 	old := dialH1(t, h.addr, nil)
 	if got := old.get(t); got != "200 ok" || old.cn() != "first" {
 		t.Fatalf("%q %q", got, old.cn())
@@ -415,8 +416,8 @@ func (c *heldConn) Write(p []byte) (int, error) {
 // TestTLSLoopLeftover: a request that came with the client's Finished is
 // served by the loop at once, with no further bytes from the client.
 func TestTLSLoopLeftover(t *testing.T) {
-	h := tlsLoopProxy(t, EngineLoops, func(r *http.Request) string { return r.URL.Path })
-	d := loopCounts(t, h, EngineLoops)
+	h := tlsLoopProxy(t, policy.EngineLoops, func(r *http.Request) string { return r.URL.Path })
+	d := loopCounts(t, h, policy.EngineLoops)
 	raw, err := net.Dial("tcp", h.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -469,9 +470,9 @@ func TestTLSLoopUpgrade(t *testing.T) {
 		}
 	}()
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			cf, kf := writeTestCert(t)
-			h := startProxyOpts(t, []string{ln.Addr().String()}, Options{Engine: e}, func(_ *policy.Snapshot, a *policy.App) {
+			h := startEngine(t, e, []string{ln.Addr().String()}, Options{}, func(_ *policy.Snapshot, a *policy.App) {
 				a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
 			})
 			d := loopCounts(t, h, e)
@@ -500,7 +501,7 @@ func TestTLSLoopUpgrade(t *testing.T) {
 // handshake, a sealed 503, is left for connections accepted while the
 // count moved.)
 func TestTLSLoopConnCap(t *testing.T) {
-	h := tlsCapProxy(t, EngineLoops, 1)
+	h := tlsCapProxy(t, policy.EngineLoops, 1)
 	first := dialH1(t, h.addr, nil)
 	if got := first.get(t); got != "200 ok" {
 		t.Fatal(got)
@@ -520,7 +521,7 @@ func TestTLSLoopConnCap(t *testing.T) {
 // idleGrace is answered with Connection: close, and both connections end
 // with close_notify.
 func TestTLSLoopShutdownIdle(t *testing.T) {
-	h := tlsLoopProxy(t, EngineLoops, func(*http.Request) string { return "ok" })
+	h := tlsLoopProxy(t, policy.EngineLoops, func(*http.Request) string { return "ok" })
 	busy, idle := dialRecords(t, h.addr), dialRecords(t, h.addr)
 	for _, c := range []*clientRecords{busy, idle} {
 		c.send(t, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -528,7 +529,7 @@ func TestTLSLoopShutdownIdle(t *testing.T) {
 			t.Fatal(st)
 		}
 	}
-	d := loopCounts(t, h, EngineLoops)
+	d := loopCounts(t, h, policy.EngineLoops)
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := contextWithTimeout(5 * time.Second)
@@ -561,11 +562,11 @@ func TestTLSLoopShutdownIdle(t *testing.T) {
 func TestTLSLoopIdleTimeout(t *testing.T) {
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	cf, kf := writeTestCert(t)
-	h := startProxyOpts(t, []string{be}, Options{Engine: EngineLoops}, func(s *policy.Snapshot, a *policy.App) {
+	h := startEngine(t, policy.EngineLoops, []string{be}, Options{}, func(s *policy.Snapshot, a *policy.App) {
 		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
 		s.Server.IdleTimeout = 300 * time.Millisecond
 	})
-	d := loopCounts(t, h, EngineLoops)
+	d := loopCounts(t, h, policy.EngineLoops)
 	c := dialRecords(t, h.addr)
 	c.send(t, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 	if st, _ := readResp(t, c.br); st != 200 {
@@ -587,7 +588,7 @@ func TestTLSLoopIdleTimeout(t *testing.T) {
 func TestTLSLoopTrickledRecord(t *testing.T) {
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	cf, kf := writeTestCert(t)
-	h := startProxyOpts(t, []string{be}, Options{Engine: EngineLoops}, func(s *policy.Snapshot, a *policy.App) {
+	h := startEngine(t, policy.EngineLoops, []string{be}, Options{}, func(s *policy.Snapshot, a *policy.App) {
 		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
 		s.Server.IdleTimeout = 300 * time.Millisecond
 		s.Server.ReadHeaderTimeout = 300 * time.Millisecond

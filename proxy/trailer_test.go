@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"testing"
+
+	"github.com/sentry-proxy/sentry/policy"
 )
 
 // TestChunkedTrailerBareLF: a backend's chunked response whose trailer
@@ -20,7 +22,7 @@ import (
 // well-formed answer, and keeps the connection.
 func TestChunkedTrailerBareLF(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			rb := startRawBackend(t, func(_ *rawBackend, _, _ int, q *beReq, c net.Conn, _ *bufio.Reader) bool {
 				if q.target == "/bad" {
 					_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-T: 1\n\r\n")
@@ -29,7 +31,7 @@ func TestChunkedTrailerBareLF(t *testing.T) {
 				_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 				return err == nil
 			})
-			h := startProxyOpts(t, []string{rb.addr}, Options{Engine: e}, nil)
+			h := startEngine(t, e, []string{rb.addr}, Options{}, nil)
 			c := dialProxy(t, h.addr)
 			c.write("GET /bad HTTP/1.1\r\nHost: x\r\n\r\n")
 			resp, err := http.ReadResponse(c.br, nil)
@@ -37,7 +39,7 @@ func TestChunkedTrailerBareLF(t *testing.T) {
 				t.Fatalf("no answer: %v", err)
 			}
 			b, berr := io.ReadAll(resp.Body)
-			if e == EngineFastHTTP {
+			if e == policy.EnginePortable {
 				if resp.StatusCode != 200 || berr != nil || string(b) != "hello" {
 					t.Errorf("fasthttp: %d %q %v: drop knownDifferences[\"trailer-bare-lf\"] if it refuses the trailer now", resp.StatusCode, b, berr)
 				}

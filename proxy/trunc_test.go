@@ -16,7 +16,7 @@ import (
 func TestTruncatedChunkedResponse(t *testing.T) {
 	const chunk = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
 	for _, e := range engines {
-		t.Run(e.String(), func(t *testing.T) {
+		t.Run(e, func(t *testing.T) {
 			rb := startRawBackend(t, func(_ *rawBackend, _, _ int, q *beReq, c net.Conn, _ *bufio.Reader) bool {
 				switch q.target {
 				case "/cut":
@@ -29,7 +29,7 @@ func TestTruncatedChunkedResponse(t *testing.T) {
 				_, err := io.WriteString(c, chunk+"0\r\n\r\n")
 				return err == nil
 			})
-			h := startProxyOpts(t, []string{rb.addr}, Options{Engine: e}, nil)
+			h := startEngine(t, e, []string{rb.addr}, Options{}, nil)
 			get := func(path string) (int, string, error) {
 				c := dialProxy(t, h.addr)
 				c.write("GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n")

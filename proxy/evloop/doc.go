@@ -168,7 +168,7 @@
 // the scripts in testdata/evloop (TestEvloopScripts, on a hand-built
 // pipeline.App), printing each syscall, each State transition and each
 // access-log record; package proxy's tests run the loops through
-// proxy.Options.Engine, one table for both engines (engines_test.go).
+// the policy's server.engine, one table for both engines (engines_test.go).
 //
 // The files: front_linux.go starts and stops the loops and hands
 // connections off; conn_linux.go is the loop, its connection and exchange

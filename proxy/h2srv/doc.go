@@ -85,8 +85,7 @@
 //     CONTINUATION frames, or more than MaxHeaderListSize + 64 KiB of
 //     encoded bytes, ends the connection with ENHANCE_YOUR_CALM (the
 //     CONTINUATION flood, CVE-2023-45288). Rapid reset
-//     (CVE-2023-44487): the rule x/net's guard in proxy/h2guard.go
-//     applies too (ResetMeter, reset.go) -- past ResetLimit RST_STREAM
+//     (CVE-2023-44487): ResetMeter (reset.go) -- past ResetLimit RST_STREAM
 //     frames (100) that are also over a quarter of the streams whose
 //     request surfaced (refused or malformed heads do not count),
 //     GOAWAY(ENHANCE_YOUR_CALM) and Flooded. A stream error the client
@@ -136,9 +135,7 @@
 // first line that is neither the preface nor an HTTP/1.x request line
 // closes the connection (proxy/h2c.go). nghttp2's h2load with
 // --header-table-size=0 and 1024 holds the table-size update to its
-// strict decoder. x/net's server (SENTRY_H2_SERVER=xnet) fails 4 h2spec
-// cases: connection-specific and TE fields, repeated
-// INITIAL_WINDOW_SIZE settings and an oversized HEADERS frame.
+// strict decoder.
 //
 // # Not done
 //
