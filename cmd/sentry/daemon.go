@@ -100,8 +100,6 @@ func startDaemon(snap *policy.Snapshot, log hclog.Logger, listen listenFunc, ext
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sentry_build_info", Help: "Build information.", ConstLabels: prometheus.Labels{"version": version()}})
-	info.Set(1)
 	d := &daemon{log: log, reg: reg, listen: listen, extra: extra, lns: map[string]net.Listener{},
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sentry_policy_reloads_total",
 			Help: "Policy reloads by result (success, error)."}, []string{"result"}),
@@ -113,7 +111,7 @@ func startDaemon(snap *policy.Snapshot, log hclog.Logger, listen listenFunc, ext
 			Help: "Binary upgrades (SIGUSR2) whose new process failed before it was ready; this process kept serving."}),
 	}
 	d.lastOK.Set(1)
-	reg.MustRegister(info, d.reloads, d.lastReload, d.lastOK, d.upgradeFailures)
+	reg.MustRegister(d.reloads, d.lastReload, d.lastOK, d.upgradeFailures)
 	d.reloads.WithLabelValues("success")
 	d.reloads.WithLabelValues("error")
 
@@ -127,6 +125,12 @@ func startDaemon(snap *policy.Snapshot, log hclog.Logger, listen listenFunc, ext
 	}
 	d.proxy = p
 	d.ctl = ctl.Manager
+	// The engine is the one running (server.engine as the proxy took it
+	// at start: a reload does not change it).
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sentry_build_info", Help: "Build information.",
+		ConstLabels: prometheus.Labels{"version": version(), "engine": p.Engine()}})
+	info.Set(1)
+	reg.MustRegister(info)
 	for _, l := range snap.Listeners {
 		ln, err := d.open(l.Addr)
 		if err == nil {
@@ -377,6 +381,10 @@ func (d *daemon) reload(snap *policy.Snapshot) error {
 	}
 	if snap.Log.Format != cur.Log.Format {
 		d.log.Warn("log.format changed: it applies after a restart or an upgrade (SIGUSR2)", "old", cur.Log.Format, "new", snap.Log.Format)
+	}
+	if snap.Server.Engine != cur.Server.Engine {
+		d.log.Warn("server.engine changed: it applies after a restart or an upgrade (SIGUSR2); until then every listener keeps the engine running",
+			"running", d.proxy.Engine(), "new", snap.Server.Engine)
 	}
 	if err := errors.Join(errs...); err != nil {
 		d.reloadFailed(err)

@@ -2,12 +2,15 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -444,5 +447,93 @@ func TestAdminConfig(t *testing.T) {
 	}
 	if c := get(); !strings.Contains(c, "max_conns: 88") {
 		t.Errorf("/config after the reload:\n%s", c)
+	}
+}
+
+// lockedBuf is a log output tests read while the daemon may write.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestEngineKey: server.engine is what the proxy serves with, shown in
+// /config and in sentry_build_info's engine label; a reload that changes
+// it leaves the engine running (the label, the proxy) and logs a warning
+// saying it applies after a restart or an upgrade, while /config shows
+// the policy reloaded.
+func TestEngineKey(t *testing.T) {
+	be := backendServer(t, "one")
+	for _, c := range []struct {
+		engine, other string
+	}{{policy.EngineLoops, policy.EnginePortable}, {policy.EnginePortable, policy.EngineLoops}} {
+		t.Run(c.engine, func(t *testing.T) {
+			if c.engine == policy.EngineLoops && runtime.GOOS != "linux" {
+				t.Skip("the event loops exist on Linux only")
+			}
+			l1, a1 := freeAddr(t), freeAddr(t)
+			pol := "admin: {listen: %s}\nserver: {engine: %s}\napps:\n  - name: web\n    listen: %s\n    backends: {static: [%s]}\n"
+			var logs lockedBuf
+			log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &logs})
+			d, err := startDaemon(parse(t, fmt.Sprintf(pol, a1, c.engine, l1, be)), log, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.shutdown(2*time.Second, false)
+			config := func() string {
+				resp, err := http.Get("http://" + a1 + "/config")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return string(b)
+			}
+			if d.proxy.Engine() != c.engine {
+				t.Fatalf("proxy engine %q, want %q", d.proxy.Engine(), c.engine)
+			}
+			if cf := config(); !strings.Contains(cf, "\n  engine: "+c.engine+"\n") {
+				t.Errorf("/config does not show engine: %s:\n%s", c.engine, cf)
+			}
+			if v, ok := metric(t, d, "sentry_build_info", map[string]string{"engine": c.engine}); !ok || v != 1 {
+				t.Errorf("sentry_build_info{engine=%q} = %v (found %v)", c.engine, v, ok)
+			}
+			resp, err := http.Get("http://" + l1 + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) != "one" {
+				t.Errorf("served %q", b)
+			}
+
+			if err := d.reload(parse(t, fmt.Sprintf(pol, a1, c.other, l1, be))); err != nil {
+				t.Fatal(err)
+			}
+			if d.proxy.Engine() != c.engine {
+				t.Errorf("after the reload: proxy engine %q, want %q still", d.proxy.Engine(), c.engine)
+			}
+			if _, ok := metric(t, d, "sentry_build_info", map[string]string{"engine": c.engine}); !ok {
+				t.Errorf("after the reload: sentry_build_info lost engine=%q", c.engine)
+			}
+			if cf := config(); !strings.Contains(cf, "\n  engine: "+c.other+"\n") {
+				t.Errorf("/config after the reload does not show engine: %s:\n%s", c.other, cf)
+			}
+			if l := logs.String(); !strings.Contains(l, "server.engine changed: it applies after a restart or an upgrade") {
+				t.Errorf("no warning for the engine change:\n%s", l)
+			}
+		})
 	}
 }

@@ -154,7 +154,7 @@ func cmdRun(args []string) int {
 	}
 	// Listeners are up (and, after an upgrade, this is the main process).
 	sdReady()
-	log.Info("sentry started", "version", version(), "policy", snap.Source)
+	log.Info("sentry started", "version", version(), "engine", d.proxy.Engine(), "policy", snap.Source)
 
 	var changed chan struct{}
 	if *watch > 0 {
