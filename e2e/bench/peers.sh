@@ -11,13 +11,14 @@
 #   CONNS     wrk connections              (default 64)
 #   THREADS   wrk threads                  (default 2)
 #   PEERS     peers to run, in this order  (default "nginx haproxy caddy sentry";
-#             "sentry-fasthttp" is sentry with its event loops off,
-#             SENTRY_EVLOOP=0, for the engine comparison; "sentry-period" is
-#             "sentry-log" is sentry with its access log on (text, to a
-#             file, sampled at the defaults: 1,000 lines/s, rejections 100/s);
-#             sentry in batch mode with a 20 ms class period, relay only
-#             (below overload its requests are admitted early, without
-#             waiting for their run; strict_periods would make each wait);
+#             "sentry-portable" is sentry with server.engine: portable
+#             (no event loops), for the engine comparison; "sentry-log" is
+#             sentry with its access log on (text, to a file, sampled at
+#             the defaults: 1,000 lines/s, rejections 100/s);
+#             "sentry-period" is sentry in batch mode with a 20 ms class
+#             period, relay only (below overload its requests are admitted
+#             early, without waiting for their run; strict_periods would
+#             make each wait);
 #             "sentry-base" is the binary SENTRY_BASE_BIN, e.g. a build of an
 #             earlier commit, for a same-run regression check)
 #   SENTRY_BASE_BIN  the sentry binary the sentry-base peer runs
@@ -48,7 +49,7 @@ while [ $# -gt 0 ]; do
 	--out) OUT=$2; shift ;;
 	--out=*) OUT=${1#--out=} ;;
 	-h | --help)
-		sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) echo "peers.sh: unknown argument: $1 (try --help)" >&2; exit 2 ;;
@@ -67,11 +68,11 @@ for v in DURATION CONNS THREADS; do
 done
 for p in $PEERS; do
 	case "$p" in
-	nginx | haproxy | caddy | sentry | sentry-fasthttp | sentry-period | sentry-log) ;;
+	nginx | haproxy | caddy | sentry | sentry-portable | sentry-period | sentry-log) ;;
 	sentry-base)
 		[ -x "${SENTRY_BASE_BIN:-}" ] || { echo "peers.sh: sentry-base needs SENTRY_BASE_BIN, an executable sentry binary" >&2; exit 2; }
 		;;
-	*) echo "peers.sh: unknown peer '$p' (known: nginx haproxy caddy sentry sentry-fasthttp sentry-period sentry-log sentry-base)" >&2; exit 2 ;;
+	*) echo "peers.sh: unknown peer '$p' (known: nginx haproxy caddy sentry sentry-portable sentry-period sentry-log sentry-base)" >&2; exit 2 ;;
 	esac
 done
 
@@ -79,8 +80,8 @@ done
 # reject port (sentry's reject instance is a second process).
 HOST=127.0.0.1
 BACKEND_PORT=18080
-declare -A RELAY_PORT=([nginx]=18081 [haproxy]=18082 [caddy]=18083 [sentry]=18084 [sentry-fasthttp]=18084 [sentry-period]=18084 [sentry-log]=18084 [sentry-base]=18084)
-declare -A REJECT_PORT=([nginx]=18091 [haproxy]=18092 [caddy]=18093 [sentry]=18094 [sentry-fasthttp]=18094 [sentry-period]=18094 [sentry-log]=18094 [sentry-base]=18094)
+declare -A RELAY_PORT=([nginx]=18081 [haproxy]=18082 [caddy]=18083 [sentry]=18084 [sentry-portable]=18084 [sentry-period]=18084 [sentry-log]=18084 [sentry-base]=18084)
+declare -A REJECT_PORT=([nginx]=18091 [haproxy]=18092 [caddy]=18093 [sentry]=18094 [sentry-portable]=18094 [sentry-period]=18094 [sentry-log]=18094 [sentry-base]=18094)
 SENTRY_ADMIN_PORT=18085
 SENTRY_REJECT_ADMIN_PORT=18095
 
@@ -309,6 +310,21 @@ apps:
 EOF
 }
 
+# The relay as -listen/-backend/-admin make it, on the portable engine.
+write_sentry_portable_policy() {
+	cat >"$TMP/sentry-portable.yaml" <<EOF
+admin:
+  listen: $HOST:$SENTRY_ADMIN_PORT
+server:
+  engine: portable
+apps:
+  - name: default
+    listen: $HOST:${RELAY_PORT[sentry]}
+    backends:
+      static: [$HOST:$BACKEND_PORT]
+EOF
+}
+
 # The relay as the quick policy has it, with the access log on (sampled).
 write_sentry_log_policy() {
 	cat >"$TMP/sentry-log.yaml" <<EOF
@@ -500,9 +516,7 @@ for peer in $PEERS; do
 		want reject && bench caddy reject "${REJECT_PORT[caddy]}" 503 "$pg"
 		stop caddy "$pg"
 		;;
-	sentry | sentry-fasthttp | sentry-period | sentry-log | sentry-base)
-		evloop=1
-		[ "$peer" = sentry-fasthttp ] && evloop=0
+	sentry | sentry-portable | sentry-period | sentry-log | sentry-base)
 		bin="$OUT/sentry"
 		[ "$peer" = sentry-base ] && bin=$SENTRY_BASE_BIN
 		if want relay; then
@@ -510,14 +524,19 @@ for peer in $PEERS; do
 				write_sentry_period_policy
 				"$bin" check -config "$TMP/sentry-period.yaml" >&2 ||
 					die "sentry check rejected $TMP/sentry-period.yaml"
-				start "$peer" env SENTRY_EVLOOP=$evloop "$bin" run -config "$TMP/sentry-period.yaml"
+				start "$peer" "$bin" run -config "$TMP/sentry-period.yaml"
 			elif [ "$peer" = sentry-log ]; then
 				write_sentry_log_policy
 				"$bin" check -config "$TMP/sentry-log.yaml" >&2 ||
 					die "sentry check rejected $TMP/sentry-log.yaml"
-				start "$peer" env SENTRY_EVLOOP=$evloop "$bin" run -config "$TMP/sentry-log.yaml"
+				start "$peer" "$bin" run -config "$TMP/sentry-log.yaml"
+			elif [ "$peer" = sentry-portable ]; then
+				write_sentry_portable_policy
+				"$bin" check -config "$TMP/sentry-portable.yaml" >&2 ||
+					die "sentry check rejected $TMP/sentry-portable.yaml"
+				start "$peer" "$bin" run -config "$TMP/sentry-portable.yaml"
 			else
-				start "$peer" env SENTRY_EVLOOP=$evloop "$bin" run -listen "$HOST:${RELAY_PORT[sentry]}" \
+				start "$peer" "$bin" run -listen "$HOST:${RELAY_PORT[sentry]}" \
 					-backend "$HOST:$BACKEND_PORT" -admin "$HOST:$SENTRY_ADMIN_PORT"
 			fi
 			pg=$STARTED_PGID
@@ -536,9 +555,12 @@ for peer in $PEERS; do
 		if [ "$peer" = sentry-log ]; then
 			printf 'log:\n  access: {enabled: true, output: %s}\n' "$TMP/access-reject.log" >>"$TMP/sentry-reject.yaml"
 		fi
+		if [ "$peer" = sentry-portable ]; then
+			printf 'server:\n  engine: portable\n' >>"$TMP/sentry-reject.yaml"
+		fi
 		"$bin" check -config "$TMP/sentry-reject.yaml" >&2 ||
 			die "sentry check rejected $TMP/sentry-reject.yaml"
-		start "$peer-reject" env SENTRY_EVLOOP=$evloop "$bin" run -config "$TMP/sentry-reject.yaml"
+		start "$peer-reject" "$bin" run -config "$TMP/sentry-reject.yaml"
 		pg=$STARTED_PGID
 		wait_http "$peer-reject" "$pg" "${REJECT_PORT[sentry]}"
 		check_status "$peer-reject" "${REJECT_PORT[sentry]}" 503
@@ -593,7 +615,7 @@ ratio() { # ratio A B: A/B with two decimals, or n/a
 		sj=$(get sentry reject 4); oj=$(get "$other" reject 4)
 		echo "| p99 sentry/$other (lower is better) | $(ratio "$(to_ms "$sp")" "$(to_ms "$op")") | $(ratio "$(to_ms "$sj")" "$(to_ms "$oj")") |"
 	done
-	for other in sentry-base sentry-period sentry-log sentry-fasthttp; do
+	for other in sentry-base sentry-period sentry-log sentry-portable; do
 		if [ -z "$(get "$other" relay 2)" ] || [ -z "$(get sentry relay 2)" ]; then continue; fi
 		echo "| req/s $other/sentry | $(ratio "$(get "$other" relay 2)" "$(get sentry relay 2)") | $(ratio "$(get "$other" reject 2)" "$(get sentry reject 2)") |"
 		if [ -n "$(get nginx relay 2)" ]; then
@@ -609,7 +631,7 @@ ratio() { # ratio A B: A/B with two decimals, or n/a
 	versions=$(
 		for p in $PEERS; do case $p in
 			sentry) printf '; %s' "$("$OUT/sentry" version 2>&1 | head -1)" ;;
-			sentry-fasthttp) printf '; sentry with SENTRY_EVLOOP=0' ;;
+			sentry-portable) printf '; sentry with server.engine: portable' ;;
 			nginx) printf '; %s' "$(nginx -v 2>&1 | sed 's/^nginx version: //')" ;;
 			haproxy) printf '; %s' "$(haproxy -v 2>&1 | head -1 | awk '{print "haproxy " $3}')" ;;
 			caddy) printf '; caddy %s' "$(caddy version 2>&1 | awk '{print $1}')" ;;

@@ -15,18 +15,17 @@
 #   THREADS   client threads             (default 2)
 #   STREAMS   h2load -m, streams per conn (default 10)
 #   PEERS     peers, in this order       (default "nginx haproxy sentry";
-#             "sentry-base" runs SENTRY_BASE_BIN, e.g. a build of an earlier
-#             commit, for a same-run comparison of two sentry builds)
+#             "sentry-portable" is this build with server.engine: portable
+#             (TLS on crypto/tls, HTTP/1.1 on fasthttp, h2 on the goroutine
+#             driver), for the engine comparison; "sentry-base" runs
+#             SENTRY_BASE_BIN, e.g. a build of an earlier commit, for a
+#             same-run comparison of two sentry builds)
 #   PATHS     paths to run               (default "h2 h1")
 #   ROUNDS    rounds of every peer and path (default 1); round r starts the
 #             peer list at its r-th peer (rotation: over a multiple of the
 #             peer count, each peer runs first equally often), and the
 #             table adds the median ratio over rounds (logs: last round's)
-#   SENTRY_BASE_BIN  the sentry binary sentry-base runs (default: this
-#             build, when SENTRY_BASE_ENV is set)
-#   SENTRY_BASE_ENV  environment for sentry-base, e.g. SENTRY_TLSLOOP=0: the
-#             same build with HTTP/1.1 over TLS on crypto/tls and fasthttp
-#             (the path before the event loops took it)
+#   SENTRY_BASE_BIN  the sentry binary sentry-base runs
 #   OUT       output dir                 (default e2e/bench/out-tls)
 #
 # Every peer runs alone, in the foreground, in its own process group, and is
@@ -53,7 +52,7 @@ while [ $# -gt 0 ]; do
 	--quick) DURATION=3 ;;
 	--out) OUT=$2; shift ;;
 	--out=*) OUT=${1#--out=} ;;
-	-h | --help) sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "tls.sh: unknown argument: $1 (try --help)" >&2; exit 2 ;;
 	esac
 	shift
@@ -63,9 +62,9 @@ for v in DURATION CONNS THREADS STREAMS ROUNDS; do
 done
 for p in $PEERS; do
 	case "$p" in
-	nginx | haproxy | sentry) ;;
-	sentry-base) [ -x "${SENTRY_BASE_BIN:-}" ] || [ -n "${SENTRY_BASE_ENV:-}" ] || { echo "tls.sh: sentry-base needs SENTRY_BASE_BIN or SENTRY_BASE_ENV" >&2; exit 2; } ;;
-	*) echo "tls.sh: unknown peer '$p' (known: nginx haproxy sentry sentry-base)" >&2; exit 2 ;;
+	nginx | haproxy | sentry | sentry-portable) ;;
+	sentry-base) [ -x "${SENTRY_BASE_BIN:-}" ] || { echo "tls.sh: sentry-base needs SENTRY_BASE_BIN" >&2; exit 2; } ;;
+	*) echo "tls.sh: unknown peer '$p' (known: nginx haproxy sentry sentry-portable sentry-base)" >&2; exit 2 ;;
 	esac
 done
 for p in $PATHS; do
@@ -74,7 +73,7 @@ done
 
 HOST=127.0.0.1
 BACKEND_PORT=18180
-declare -A PORT=([nginx]=18181 [haproxy]=18182 [sentry]=18184 [sentry-base]=18184)
+declare -A PORT=([nginx]=18181 [haproxy]=18182 [sentry]=18184 [sentry-portable]=18184 [sentry-base]=18184)
 ADMIN_PORT=18185
 
 # ---------------------------------------------------------------- cleanup
@@ -130,7 +129,7 @@ rm -f "$OUT"/load-*.txt "$OUT"/log-*.txt "$OUT"/tls.md
 OUT=$(cd "$OUT" && pwd)
 
 log "building sentry and backend into $OUT"
-if [[ " $PEERS " == *" sentry "* ]] || [[ " $PEERS " == *" sentry-base "* && -z "${SENTRY_BASE_BIN:-}" ]]; then
+if [[ " $PEERS " == *" sentry "* ]] || [[ " $PEERS " == *" sentry-portable "* ]]; then
 	(cd "$ROOT" && go build -o "$OUT/sentry" ./cmd/sentry) || die "go build ./cmd/sentry failed"
 fi
 (cd "$ROOT" && go build -o "$OUT/backend" ./e2e/bench/backend) || die "go build backend failed"
@@ -209,12 +208,16 @@ backend bench_backend
     server b1 $HOST:$BACKEND_PORT
 EOF
 }
+# write_sentry_policy [ENGINE]: with ENGINE, server.engine is set to it
+# (the default otherwise, which an earlier build also reads).
 write_sentry_policy() {
 	cat >"$TMP/sentry.yaml" <<EOF
 admin:
   listen: $HOST:$ADMIN_PORT
   pprof: true
-apps:
+${1:+server:
+  engine: $1
+}apps:
   - name: bench
     listen: $HOST:${PORT[sentry]}
     tls:
@@ -312,16 +315,14 @@ for peer in "${order[@]}"; do
 		haproxy -c -q -f "$TMP/haproxy.cfg" || die "haproxy -c rejected $TMP/haproxy.cfg"
 		start haproxy haproxy -db -f "$TMP/haproxy.cfg"
 		;;
-	sentry | sentry-base)
+	sentry | sentry-portable | sentry-base)
 		bin="$OUT/sentry"
-		env=()
-		if [ "$peer" = sentry-base ]; then
-			bin=${SENTRY_BASE_BIN:-$OUT/sentry}
-			read -r -a env <<<"${SENTRY_BASE_ENV:-}"
-		fi
-		write_sentry_policy
+		[ "$peer" = sentry-base ] && bin=$SENTRY_BASE_BIN
+		engine=
+		[ "$peer" = sentry-portable ] && engine=portable
+		write_sentry_policy "$engine"
 		"$bin" check -config "$TMP/sentry.yaml" >&2 || die "sentry check rejected $TMP/sentry.yaml"
-		start "$peer" env "${env[@]}" "$bin" run -config "$TMP/sentry.yaml"
+		start "$peer" "$bin" run -config "$TMP/sentry.yaml"
 		;;
 	esac
 	pg=$STARTED_PGID
@@ -388,7 +389,7 @@ ratio_row() {
 		echo "| ratio | h2 | h1 |"
 	fi
 	echo "|---|---:|---:|"
-	for s in sentry sentry-base; do
+	for s in sentry sentry-portable sentry-base; do
 		for other in nginx haproxy sentry; do
 			[ "$s" = "$other" ] && continue
 			[ -n "$(get 1 "$s" h2 3)$(get 1 "$s" h1 3)" ] && [ -n "$(get 1 "$other" h2 3)$(get 1 "$other" h1 3)" ] || continue
