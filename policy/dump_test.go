@@ -196,6 +196,32 @@ func TestDumpRoundTrip(t *testing.T) {
 	roundTrip(t, "flags", s)
 }
 
+// TestDumpEngine: server.engine is dumped, the default (loops) too, and a
+// policy that sets portable round-trips to it.
+func TestDumpEngine(t *testing.T) {
+	for _, c := range []struct{ server, want string }{
+		{"", EngineLoops},
+		{"server: {engine: portable}\n", EnginePortable},
+		{"server: {engine: loops}\n", EngineLoops},
+	} {
+		s, err := Parse("p.yaml", []byte(c.server+"apps: [{name: a, backends: {static: [\"h:1\"]}}]\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Server.Engine != c.want {
+			t.Errorf("%q: Engine %q, want %q", c.server, s.Server.Engine, c.want)
+		}
+		out, err := Dump(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(out), "\nserver:\n  engine: "+c.want+"\n") {
+			t.Errorf("%q: the dump does not open server with engine: %s:\n%s", c.server, c.want, out)
+		}
+		roundTrip(t, c.server, s)
+	}
+}
+
 // TestDumpPartitionFromHostname: index_from_hostname is written as such,
 // with the index in force in a comment, so that one dump serves every
 // replica.
