@@ -60,7 +60,7 @@ type abortable struct {
 	done <-chan struct{} // the stream's context: closed on reset
 	// ctx is the stream's context itself, for an HTTP/2 backend stream
 	// (relayH2) to end with it; h2resp is that backend's response, whose
-	// trailers serveH2 copies after the body.
+	// trailers serveH2Stream copies after the body.
 	ctx    context.Context
 	h2resp *http.Response
 
@@ -121,7 +121,7 @@ func (ab *abortable) unbind() {
 	ab.mu.Unlock()
 }
 
-// abort is called once when the stream is reset (h2Exchange.afterCut): it
+// abort is called once when the stream is reset (ownStream.afterCut): it
 // closes the bound connection, if any. Closing a TCP socket does not
 // block, so it is done under the lock, and unbind cannot hand the
 // connection back in between.

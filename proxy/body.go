@@ -382,8 +382,8 @@ func (p *Proxy) fillBody(src io.Reader, want int64, bb *bodyBuf, h1 bool) (b []b
 // connection that ended or broke is the client gone, and anything else (a
 // malformed chunk, a malformed trailer) is the client's bad request (400,
 // as nginx answers). That last holds for fasthttp's reader only (h1): an
-// h2 body's other errors are x/net's for a reset or closed stream, the
-// client gone.
+// h2 body's other errors are the h2 server's for a reset or closed
+// stream (errStreamReset), the client gone.
 func readOutcome(err error, h1 bool) pipeline.Outcome {
 	var ne net.Error
 	switch {

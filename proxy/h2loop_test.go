@@ -266,7 +266,7 @@ func TestH2LoopResetCutsBackend(t *testing.T) {
 	}
 	// The second stream came on a connection that has reset one stream
 	// in two (h2srv's Suspect): it went to a worker, which holds such
-	// streams a moment (h2guard.go).
+	// streams a moment (h2SuspectDelay).
 	d.check(t, 1, 0)
 }
 

@@ -408,7 +408,9 @@ func (oc *ownConn) wakeLocked() {
 	_ = oc.c.SetReadDeadline(time.Unix(1, 0))
 }
 
-// writeAll writes b under the idle write timeout (h2Out.writeAll).
+// writeAll writes b under the idle write timeout: the deadline moves on as
+// long as each write(2) makes progress, so a slow client that reads is
+// not cut, and one that stopped reading is.
 func (oc *ownConn) writeAll(b []byte) error {
 	t := oc.fe.writeTimeout
 	if t <= 0 {

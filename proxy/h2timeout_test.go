@@ -18,9 +18,9 @@ import (
 
 // TestH2WriteTimeoutCutsStuckClient: an h2 client that opens its flow
 // control windows wide, asks for a large response and stops reading is
-// cut once no byte has left for server.write_timeout (applied by h2Out,
-// which took it over from x/net's WriteByteTimeout): its connection ends
-// long before the response does.
+// cut once no byte has left for server.write_timeout (applied by the h2
+// server's writer, ownConn.writeAll): its connection ends long before the
+// response does.
 func TestH2WriteTimeoutCutsStuckClient(t *testing.T) {
 	big := bytes.Repeat([]byte("x"), 16<<20)
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
