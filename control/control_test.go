@@ -191,6 +191,7 @@ func TestTickFollowsQoSTable(t *testing.T) {
 	var nowNs atomic.Int64
 	nowNs.Store(time.Unix(1000, 0).UnixNano())
 	m, _ := newManager(t, func() time.Time { return time.Unix(0, nowNs.Load()) })
+	m.noMonitor = true // the test ticks; the monitor's own ticks would race it
 	clock := time.Unix(1000, 0)
 	pool := &fakePool{}
 	pool.healthy.Store(1)
