@@ -264,7 +264,11 @@
 // # HTTP/2 limits
 //
 // server.max_conns is one cap per listener over every holder: tlsListener
-// (handshakes, h2, sniffing h2c), fasthttp and the loops. 128 streams per
+// (handshakes, h2, sniffing h2c), fasthttp and the loops. A connection the
+// loops adopt is counted by them (evloop.Front.Expect) before it leaves
+// the listener's count, so the cap never misses it in passing; the
+// hand-over to fasthttp, which counts a connection only after its Accept,
+// still may for that instant. 128 streams per
 // connection. Rapid reset: a stream reset before dispatch never reaches a
 // backend; a connection past 100 recent resets that make more than a
 // quarter of its recent streams gets GOAWAY (ENHANCE_YOUR_CALM); on a
