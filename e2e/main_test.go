@@ -14,8 +14,10 @@ import (
 	"time"
 )
 
-// sentryBin is the binary built once for the end-to-end tests.
-var sentryBin string
+// sentryBin is the binary built once for the end-to-end tests;
+// sentriesBin is e2e/cmd/sentries, the several-sentries harness, built
+// with it (without -race: see TestSeveralSentriesShareAFarm).
+var sentryBin, sentriesBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sentry-e2e-")
@@ -23,8 +25,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	sentryBin = filepath.Join(dir, "sentry")
-	build := exec.Command("go", "build", "-o", sentryBin, "../cmd/sentry")
+	sentryBin, sentriesBin = filepath.Join(dir, "sentry"), filepath.Join(dir, "sentries")
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../cmd/sentry", "./cmd/sentries")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building sentry:", err)
