@@ -2,8 +2,11 @@
 // goroutine that was ready to run. A watcher goroutine wakes every Tick and
 // keeps the gaps beyond it: the longest (Max) and their sum (Total). On a
 // machine shared with other work, another job can starve a process for
-// seconds, or for a large share of every second; a timing assertion made
-// meanwhile says nothing about the code under test.
+// seconds, or for a large share of every second; so can the process's own
+// goroutines, more of them ready than it has CPUs (under -race each costs
+// several times its CPU). Either way every timer and every wake-up in the
+// process is late by as much, and a timing assertion made meanwhile says
+// nothing about the code under test.
 //
 // Tests that time real work (a farm's capacity, a load generator's
 // schedule, an admission experiment's goodput) collect their timing
@@ -119,7 +122,7 @@ func (c Checks) Report(t T, starved bool, why string) {
 		return
 	}
 	if starved {
-		t.Skipf("starved by other load on the machine (%s); timing checks not meaningful: %q", why, []string(c))
+		t.Skipf("the process was starved (%s): its goroutines waited to run, for other load on the machine or its own; timing checks not meaningful: %q", why, []string(c))
 	}
 	for _, m := range c {
 		t.Error(m)
