@@ -15,9 +15,10 @@ import (
 )
 
 // sentryBin is the binary built once for the end-to-end tests;
-// sentriesBin is e2e/cmd/sentries, the several-sentries harness, built
-// with it (without -race: see TestSeveralSentriesShareAFarm).
-var sentryBin, sentriesBin string
+// sentriesBin and autoscaleBin are e2e/cmd/sentries and e2e/cmd/autoscale,
+// the harnesses of the several-sentries and closed-loop experiments,
+// built with it (without -race: see TestSeveralSentriesShareAFarm).
+var sentryBin, sentriesBin, autoscaleBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sentry-e2e-")
@@ -25,8 +26,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	sentryBin, sentriesBin = filepath.Join(dir, "sentry"), filepath.Join(dir, "sentries")
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../cmd/sentry", "./cmd/sentries")
+	sentryBin, sentriesBin, autoscaleBin = filepath.Join(dir, "sentry"), filepath.Join(dir, "sentries"), filepath.Join(dir, "autoscale")
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../cmd/sentry", "./cmd/sentries", "./cmd/autoscale")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building sentry:", err)

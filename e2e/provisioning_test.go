@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,13 +16,6 @@ import (
 	"github.com/sentry-proxy/sentry/internal/stall"
 )
 
-// checkAutoscale holds a closed-loop run to the behaviour every run must
-// show, whatever the machine's speed: the step overloaded the farm and the
-// autoscaler answered it (servers grew, the drop ratio came back under 5%
-// before the load fell); sentry followed the DNS name both ways (no
-// responses from a server after it left the name, beyond the grace); the
-// count came back to the floor after the fall, one step at a time, never
-// going back up.
 // needLoopbackRange skips where 127.0.0.11 cannot be bound (loopback is
 // 127.0.0.1 only, as on macOS): the farm's servers need one address each.
 func needLoopbackRange(t *testing.T) {
@@ -31,7 +26,50 @@ func needLoopbackRange(t *testing.T) {
 	ln.Close()
 }
 
-func checkAutoscale(t *testing.T, res *scenario.AutoscaleResult) {
+// runAutoscale runs the closed loop as e2e/cmd/autoscale (-short for the
+// short run), built without -race, into dir, logging its scaling actions.
+// Decision: not in this test process, for the reason
+// TestSeveralSentriesShareAFarm gives: the farm, the load generator, the
+// DNS server and the autoscaler starved there on a loaded machine, the
+// farm's service times grew with its timers' lateness, and sentry's model
+// then asked for servers the load did not need (seen: the count stuck at
+// 2 of 1 after the fall, and a flap).
+func runAutoscale(t *testing.T, short bool, dir string, seed uint64, within time.Duration) *scenario.AutoscaleResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	args := []string{"-json", "-sentry", sentryBin, "-out", dir, "-seed", strconv.FormatUint(seed, 10)}
+	if short {
+		args = append(args, "-short")
+	}
+	cmd := exec.CommandContext(ctx, autoscaleBin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		t.Log(line)
+	}
+	if err != nil {
+		t.Fatalf("%v: %v", cmd, err)
+	}
+	var res scenario.AutoscaleResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	return &res
+}
+
+// checkAutoscale holds a closed-loop run to the behaviour every run must
+// show, whatever the machine's speed: the step overloaded the farm and the
+// autoscaler answered it (servers grew, the drop ratio came back under 5%
+// before the load fell); sentry followed the DNS name both ways (no
+// responses from a server after it left the name, beyond the grace); the
+// count came back to the floor after the fall, one step at a time, never
+// going back up. What rests on the farm's timing (the drop ratio settling,
+// the count back at the floor, no flap) and checks passed in as timing
+// are reported as a skip when the harness measured itself starved
+// (package internal/stall); the rest fails whatever the machine.
+func checkAutoscale(t *testing.T, res *scenario.AutoscaleResult, timing stall.Checks) {
 	t.Helper()
 	c := res.Config
 	t.Logf("\n%s", res.Summary())
@@ -41,17 +79,8 @@ func checkAutoscale(t *testing.T, res *scenario.AutoscaleResult) {
 	if res.PeakServers <= c.Base {
 		t.Errorf("servers never grew past %d during the step", c.Base)
 	}
-	if res.DropSettle < 0 {
-		t.Errorf("the drop ratio never stayed below 5%% during the %v step", c.High)
-	}
 	if res.Stray != 0 {
 		t.Errorf("%d responses came from servers after they left DNS: sentry did not follow the name", res.Stray)
-	}
-	if res.BackToBase < 0 {
-		t.Errorf("servers did not come back to %d after the load fell", c.Base)
-	}
-	if res.Flaps != 0 {
-		t.Errorf("%d scale-ups after a scale-down: the count flapped", res.Flaps)
 	}
 	if len(res.ScaleDowns) > 1 && res.MinDownGap < c.DownPeriod-200*time.Millisecond {
 		t.Errorf("two scale-downs %v apart, want at least %v", res.MinDownGap, c.DownPeriod)
@@ -59,6 +88,18 @@ func checkAutoscale(t *testing.T, res *scenario.AutoscaleResult) {
 	if res.Errors > res.Offered/100 {
 		t.Errorf("%d errors of %d requests", res.Errors, res.Offered)
 	}
+	if res.DropSettle < 0 {
+		timing.Add("the drop ratio never stayed below 5%% during the %v step", c.High)
+	}
+	if res.BackToBase < 0 {
+		timing.Add("servers did not come back to %d after the load fell", c.Base)
+	}
+	if res.Flaps != 0 {
+		timing.Add("%d scale-ups after a scale-down: the count flapped", res.Flaps)
+	}
+	// Starved: a tenth of the run, or one stall of the SLA, without
+	// running.
+	timing.Report(t, res.Stall.Share() >= 0.1 || res.Stall.Max >= c.SLA, res.Stall.String())
 }
 
 // TestAutoscaleClosedLoop is the short closed loop (scenario.ShortAutoscale,
@@ -72,24 +113,18 @@ func TestAutoscaleClosedLoop(t *testing.T) {
 		t.Skip("runs a closed loop for about 115 s")
 	}
 	needLoopbackRange(t)
-	c := scenario.ShortAutoscale()
-	c.Sentry, c.Dir, c.Seed = sentryBin, t.TempDir(), 15
+	dir := t.TempDir()
 	if d := os.Getenv("SENTRY_AUTOSCALE_OUT"); d != "" {
-		c.Dir = d
+		dir = d
 	}
-	c.Progress = func(s string) { t.Log(s) }
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	res, err := scenario.RunAutoscale(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkAutoscale(t, res)
+	res := runAutoscale(t, true, dir, 15, 4*time.Minute)
+	var timing stall.Checks
 	if res.P95Missed > max(3, res.P95Judged/10) {
-		t.Errorf("admitted p95 over %v in %d of %d seconds", c.SLA, res.P95Missed, res.P95Judged)
+		timing.Add("admitted p95 over %v in %d of %d seconds", res.Config.SLA, res.P95Missed, res.P95Judged)
 	}
+	checkAutoscale(t, res, timing)
 	for _, f := range []string{scenario.AutoscalePNG, "series.csv", "scale.csv", "summary.txt"} {
-		if st, err := os.Stat(c.Dir + "/" + f); err != nil || st.Size() == 0 {
+		if st, err := os.Stat(dir + "/" + f); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
@@ -107,24 +142,20 @@ func TestAutoscaleClosedLoopLong(t *testing.T) {
 		t.Skip("set SENTRY_E2E_LONG=1 to run the 6.5 min closed loop")
 	}
 	needLoopbackRange(t)
-	c := scenario.AutoscaleConfig{Sentry: sentryBin, Dir: t.TempDir(), Seed: 15}
+	dir := t.TempDir()
 	if d := os.Getenv("SENTRY_AUTOSCALE_OUT"); d != "" {
-		c.Dir = d
+		dir = d
 	}
-	c.Progress = func(s string) { t.Log(s) }
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	res, err := scenario.RunAutoscale(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkAutoscale(t, res)
+	res := runAutoscale(t, false, dir, 15, 10*time.Minute)
+	c := res.Config
+	var timing stall.Checks
 	if res.DropSettle > 30*time.Second {
-		t.Errorf("the drop ratio fell below 5%% for good %v after the step, want within 30s", res.DropSettle)
+		timing.Add("the drop ratio fell below 5%% for good %v after the step, want within 30s", res.DropSettle)
 	}
 	if res.P95Missed > 0 {
-		t.Errorf("admitted p95 over %v in %d of %d seconds (worst %v)", c.SLA, res.P95Missed, res.P95Judged, res.WorstP95)
+		timing.Add("admitted p95 over %v in %d of %d seconds (worst %v)", c.SLA, res.P95Missed, res.P95Judged, res.WorstP95)
 	}
+	checkAutoscale(t, res, timing)
 }
 
 // TestSeveralSentriesShareAFarm: two sentries, each owning its partition
