@@ -347,7 +347,8 @@ func freePort(t testing.TB) string {
 //	len=N sha256=HEX
 //
 // of the request body it read, so a client can tell that its body arrived
-// whole; GET /bytes/N answers N bytes of pattern(N) instead.
+// whole. GET /bytes/N answers N bytes of pattern(N) instead, and
+// GET /fill/C/N N bytes C (one ASCII letter).
 func echoBackend(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -369,6 +370,17 @@ func echoBackend(t *testing.T) string {
 			}
 			h.Set("Content-Length", strconv.Itoa(size))
 			w.Write(pattern(size))
+			return
+		}
+		if v, ok := strings.CutPrefix(r.URL.Path, "/fill/"); ok && r.Method == http.MethodGet {
+			c, n, _ := strings.Cut(v, "/")
+			size, err := strconv.Atoi(n)
+			if len(c) != 1 || c[0] < 'a' || c[0] > 'z' || err != nil || size < 0 || size > 16<<20 {
+				http.Error(w, "bad fill", 400)
+				return
+			}
+			h.Set("Content-Length", strconv.Itoa(size))
+			w.Write(bytes.Repeat([]byte(c), size))
 			return
 		}
 		sum := sha256.New()
