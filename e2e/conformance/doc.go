@@ -41,11 +41,12 @@
 //     until the case is run or skipped with a reason. The test also checks
 //     sentry relayed at least one request per case: a client that
 //     reached the server some other way would not pass.
-//   - TestH2loadHeaderTableSize: h2load with --header-table-size 0 and
-//     1024, 200 requests each: all succeed. The client lowers the HPACK
-//     table sentry's encoder may use, so sentry's next header block must
-//     open with a dynamic table size update (RFC 7541 §4.2); nghttp2
-//     enforces it, and so does every client built on it.
+//   - TestH2loadHeaderTableSize: h2load with --header-table-size 0, 1024
+//     and 4095, 200 requests each: all succeed. The client lowers the
+//     HPACK table sentry's encoder may use, so sentry's next header block
+//     must open with a dynamic table size update (RFC 7541 §4.2); nghttp2
+//     enforces it, and so does every client built on it. And 65536, more
+//     than the default, where there is nothing to signal.
 //   - TestNghttpSmallWindow: nghttp with 1 KiB stream and connection
 //     windows: three responses at once (1 B to 256 KiB) share the
 //     connection's window and every byte of each arrives; a 256 KiB

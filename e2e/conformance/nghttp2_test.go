@@ -15,10 +15,11 @@ import (
 
 const nghttp2Install = "apt-get install nghttp2-client"
 
-// TestH2loadHeaderTableSize: h2load with --header-table-size 0 and 1024
-// (the client shrinks the table sentry's HPACK encoder may use, so sentry
-// must open its next header block with a dynamic table size update, RFC
-// 7541 §4.2) gets every one of its requests answered 2xx, on each front
+// TestH2loadHeaderTableSize: h2load with --header-table-size 0, 1024 and
+// 4095 (the client shrinks the table sentry's HPACK encoder may use, so
+// sentry must open its next header block with a dynamic table size
+// update, RFC 7541 §4.2), and 65536 (larger than the default: nothing to
+// signal), gets every one of its requests answered 2xx, on each front
 // end.
 func TestH2loadHeaderTableSize(t *testing.T) {
 	bin := tool(t, "", nghttp2Install, "h2load")
@@ -27,7 +28,7 @@ func TestH2loadHeaderTableSize(t *testing.T) {
 		t.Run(f.String(), func(t *testing.T) {
 			s := startSentry(t, f, be, appOpts{})
 			s.checkDriver(t)
-			for _, size := range []int{0, 1024} {
+			for _, size := range []int{0, 1024, 4095, 65536} {
 				t.Run(strconv.Itoa(size), func(t *testing.T) {
 					const n = 200
 					args := []string{"-n", strconv.Itoa(n), "-c", "2", "-m", "10", "--header-table-size=" + strconv.Itoa(size), s.url("/")}
