@@ -125,31 +125,24 @@ func (c *sclient) count(re *regexp.Regexp) int {
 // waitMsg waits until re matches the -msg trace at least n times.
 func (c *sclient) waitMsg(t *testing.T, re *regexp.Regexp, n int, what string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for c.count(re) < n {
-		select {
-		case <-c.done:
-			if c.count(re) >= n {
-				return
-			}
-			t.Fatalf("s_client ended before %s", what)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 15s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	c.waitFor(t, func() bool { return c.count(re) >= n }, what)
 }
 
 // waitOut waits until stdout holds s.
 func (c *sclient) waitOut(t *testing.T, s, what string) {
 	t.Helper()
+	c.waitFor(t, func() bool { return strings.Contains(c.out.String(), s) }, what)
+}
+
+// waitFor polls ok (s_client's output, written by another process)
+// until it holds, for at most 15 s or until s_client ends.
+func (c *sclient) waitFor(t *testing.T, ok func() bool, what string) {
+	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(c.out.String(), s) {
+	for !ok() {
 		select {
 		case <-c.done:
-			if strings.Contains(c.out.String(), s) {
+			if ok() {
 				return
 			}
 			t.Fatalf("s_client ended before %s", what)
