@@ -3,8 +3,8 @@
 // suites check what the protocols' implementers and users think of: a
 // conformance suite (h2spec), a reference implementation's own interop
 // tests (grpc-go), the clients many real clients are built on (nghttp2,
-// curl, OpenSSL) and a TLS scanner (testssl.sh). The package has tests
-// only; it ships nothing.
+// curl, OpenSSL) and a TLS scanner (testssl). It has tests only and
+// ships nothing.
 //
 // # What runs, and what each proves
 //
@@ -21,11 +21,7 @@
 //     framing, stream states, flow control, HPACK and error handling
 //     against RFC 9113 and RFC 7541 as h2spec reads them; repeating finds
 //     what fails only sometimes (a case that timed out in one run of
-//     three is a finding). One exception, over h2c only (h2cByDesign):
-//     "invalid connection preface" expects the connection closed, while
-//     an h2c listener serves HTTP/1.1 on the same port and answers a
-//     non-preface as a malformed HTTP/1.1 request (400, close) -- as
-//     nginx's `http2 on` does; the test checks that answer instead.
+//     three is a finding).
 //   - TestGRPCInterop: grpc-go's own interop client through sentry to
 //     grpc-go's own interop server, at the grpc-go version go.mod
 //     requires, sentry relaying over h2c (backends.protocol: h2c), on each
@@ -73,7 +69,7 @@
 //     drivers, the frames written with x/net's framer and carried by
 //     s_client. Proves the record layer sentry runs itself after crypto/tls's
 //     handshake follows every handshake shape and key change.
-//   - TestTestssl: testssl.sh against a TLS listener with the default TLS
+//   - TestTestssl: testssl against a TLS listener with the default TLS
 //     settings: no finding rated MEDIUM or worse. It runs offline: no DNS
 //     lookups (--nodns none), no CRL or OCSP fetching (no --phone-out), so
 //     the revocation and CAA checks, which need the internet, are skipped;
@@ -97,7 +93,7 @@
 // The backend (echoBackend) is an HTTP/1.1 server in the test process. It
 // answers the length and SHA-256 of the body it read, or N bytes of a
 // pattern (/bytes/N) or of one letter (/fill/C/N), with the security
-// headers a web app sends (they are the app's business, and testssl.sh
+// headers a web app sends (they are the app's business, and testssl
 // rates their absence).
 //
 // Admission is off in every policy: these suites prove protocols, and a
@@ -115,13 +111,14 @@
 //
 // # Tools, and what CI does
 //
-// A tool is looked up on PATH (h2load, nghttp, curl, openssl, testssl or
-// testssl.sh, h2spec) or taken from an environment variable (SENTRY_H2SPEC;
-// SENTRY_GRPC_INTEROP_CLIENT and SENTRY_GRPC_INTEROP_SERVER, which must
-// be built from go.mod's grpc-go version). When one is missing the test
+// A tool is looked up on PATH (h2load, nghttp, curl, openssl, testssl
+// under either of its names, h2spec) or taken from an environment
+// variable (SENTRY_H2SPEC; SENTRY_GRPC_INTEROP_CLIENT and
+// SENTRY_GRPC_INTEROP_SERVER, which must be built from go.mod's grpc-go
+// version). When one is missing the test
 // skips and says how to install it -- unless SENTRY_SUITES_REQUIRED=1,
 // when it fails. .ci/run installs every tool on a clean Debian machine
-// (the Debian packages nghttp2-client, testssl.sh, openssl and curl;
+// (the Debian packages nghttp2-client, openssl, curl and testssl's;
 // h2spec and the interop client and server with go install, pinned, each
 // in its own directory), exports SENTRY_SUITES_REQUIRED=1 and the tools'
 // paths, and runs the README's test command.

@@ -1,13 +1,9 @@
 package conformance
 
 import (
-	"bufio"
 	"debug/buildinfo"
 	"encoding/xml"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -20,8 +16,8 @@ import (
 const h2specInstall = "go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible, then put it on PATH or set SENTRY_H2SPEC to its path"
 
 // h2specRuns is how many consecutive h2spec runs each front end must
-// pass: SENTRY_H2SPEC_RUNS, 3 by default (what CI runs; the issue's
-// target, 10, is SENTRY_H2SPEC_RUNS=10).
+// pass: SENTRY_H2SPEC_RUNS, 3 by default (what CI runs; the target, 10
+// in a row, is SENTRY_H2SPEC_RUNS=10).
 func h2specRuns(t *testing.T) int {
 	v := os.Getenv("SENTRY_H2SPEC_RUNS")
 	if v == "" {
@@ -34,30 +30,10 @@ func h2specRuns(t *testing.T) int {
 	return n
 }
 
-// h2cByDesign are the h2spec cases an h2c listener fails by design,
-// each with the reason and a check of what sentry does instead.
-var h2cByDesign = map[string]struct {
-	why   string
-	check func(t *testing.T, s *sentry)
-}{
-	// h2spec writes "INVALID CONNECTION PREFACE\r\n\r\n" and wants the
-	// connection closed (or a GOAWAY). An h2c listener serves HTTP/1.1 on
-	// the same port (docs/policy.md, apps[].h2c; proxy/h2c.go): anything
-	// that is not the preface is an HTTP/1.1 request, and this one is
-	// malformed, so it gets an HTTP/1.1 400 and the close -- as nginx's
-	// `http2 on` on a plain port does. A binary GOAWAY to what may be an
-	// HTTP/1.1 client would be the worse answer.
-	"http2/3.5 Sends invalid connection preface": {
-		why:   "an h2c listener serves HTTP/1.1 too: a non-preface gets HTTP/1.1's 400 and a close",
-		check: checkInvalidPrefaceIsHTTP1,
-	},
-}
-
 // TestH2Spec runs h2spec in strict mode (-S: every case, the SHOULDs
 // too) against each front end -- h2 over TLS on the event loops and on
 // the goroutine driver, and h2c -- h2specRuns times in a row. Every case
-// must pass in every run (over h2c, h2cByDesign excepted, its own
-// behaviour checked instead).
+// must pass in every run.
 func TestH2Spec(t *testing.T) {
 	bin := tool(t, "SENTRY_H2SPEC", h2specInstall, "h2spec")
 	if bi, err := buildinfo.ReadFile(bin); err == nil {
@@ -94,16 +70,7 @@ func TestH2Spec(t *testing.T) {
 			}
 			sort.Strings(ids)
 			for _, id := range ids {
-				if d, ok := h2cByDesign[id]; ok && f == frontH2C {
-					t.Logf("%s: fails by design (%s); checked separately", id, d.why)
-					continue
-				}
 				t.Errorf("h2spec %s failed in run(s) %v of %d:\n%s", id, failedIn[id], runs, indent(firstMsg[id]))
-			}
-			if f == frontH2C {
-				for id, d := range h2cByDesign {
-					t.Run(id, func(t *testing.T) { d.check(t, s) })
-				}
 			}
 		})
 	}
@@ -169,34 +136,6 @@ func runH2Spec(t *testing.T, bin string, s *sentry, i int) []h2specCase {
 		t.Fatalf("h2spec run %d reported no cases (exit: %v)\nstdout:\n%s\nstderr:\n%s", i, err, tail(stdout, 4000), stderr)
 	}
 	return out
-}
-
-// checkInvalidPrefaceIsHTTP1: h2spec's invalid preface, sent to the h2c
-// listener, is answered as a malformed HTTP/1.1 request: a 400 and the
-// connection closed.
-func checkInvalidPrefaceIsHTTP1(t *testing.T, s *sentry) {
-	c, err := net.DialTimeout("tcp", s.addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, "INVALID CONNECTION PREFACE\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("no HTTP/1.1 answer: %v", err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 400 {
-		t.Errorf("answered %d, want 400", resp.StatusCode)
-	}
-	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
-		t.Errorf("after the 400: read %d, %v; want the connection closed", n, err)
-	}
 }
 
 func indent(s string) string {
