@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-const h2specInstall = "go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible, then put it on PATH or set SENTRY_H2SPEC to its path"
+const h2specInstall = "(cd .ci/tools && go build -o /usr/local/bin/h2spec github.com/summerwind/h2spec/cmd/h2spec), or set SENTRY_H2SPEC to its path"
 
 // h2specRuns is how many consecutive h2spec runs each front end must
 // pass: SENTRY_H2SPEC_RUNS, 3 by default (what CI runs; the target, 10
