@@ -266,11 +266,26 @@
 // 5 ms by the request that finds it stale (compare-and-swap on its time);
 // every other request does two atomic loads. No lock.
 //
+// # Forced modes (force.go)
+//
+// The operator may hold an app in batch, threshold, adaptive or off mode
+// at run time (App.Force; the admin API, docs/operations.md "Runtime
+// control"), whatever the policy says, until App.Unforce or a reload
+// that rebuilds the mode switch; the admin API unforces on every reload.
+// The Switch does the holding (admission.Switch.Force): one atomic load
+// per request as before, the CPU rule and the fall-back wait, and the
+// fall-back's window restarts on either side. Forced into adaptive mode,
+// the controller is seeded as the fall-back seeds it. An app whose
+// policy mode is off still has its whole stack -- classifier, estimator,
+// the three controllers -- and the request path asks it for every
+// decision (off answers at once), so a forced mode reaches it too.
+//
 // # Lock order
 //
 // Manager.mu, then App.mu, then provState.mu (a leaf). None is taken on
 // the request path. The fall-back state's lock (App.fb) is taken by the
-// monitor alone, then the Switch's inside Switch.Fallback. In adaptive
+// monitor and by Force and Unforce, then the Switch's inside
+// Switch.Fallback, Force or Unforce. In adaptive
 // mode, Done takes the adaptive controller's lock (one short section per
 // completion). One
 // callback runs under Manager.mu: a reload's batchac.Reconfigure decides the
