@@ -65,7 +65,7 @@ func TestTokenFileErrors(t *testing.T) {
 		{write("empty", "\n"), "empty"},
 		{write("short", "abc123\n"), "at least 16"},
 		{write("spaces", "secret token with spaces in it\n"), "one word"},
-		{write("twolines", testToken + "\n" + testToken + "\n"), "one word"},
+		{write("twolines", testToken+"\n"+testToken+"\n"), "one word"},
 		{write("huge", strings.Repeat("a", 5000)), "at most"},
 		{`""`, "empty file name"},
 	} {
