@@ -513,3 +513,27 @@ func TestAdminCommand(t *testing.T) {
 		t.Errorf("-h: exit %d", code)
 	}
 }
+
+// TestRuntimeAdmissionReachesOffApp: a mode forced on an app whose policy
+// says off decides its requests (the request path asks the controller,
+// not a flag of the policy): with every backend disabled, forced batch
+// mode refuses for want of a backend (verdict no_backend) where off
+// admits, and the relay then finds none.
+func TestRuntimeAdmissionReachesOffApp(t *testing.T) {
+	r := newRuntimeRig(t, "off", "")
+	for _, b := range []string{r.a, r.b} {
+		r.call(t, "POST", "/runtime/backend?backend="+b+"&state=disable", nil, nil)
+	}
+	verdict := func(v string) float64 {
+		n, _ := metric(t, r.d, "sentry_admission_decisions_total", map[string]string{"app": "web", "verdict": v})
+		return n
+	}
+	if got := r.through(t, 1); got["503 sentry: no healthy backend\n"] != 1 || verdict("admitted") != 1 {
+		t.Fatalf("off: %v, admitted %v", got, verdict("admitted"))
+	}
+	r.call(t, "POST", "/runtime/admission?mode=batch", nil, nil)
+	r.through(t, 1)
+	if verdict("no_backend") != 1 || verdict("admitted") != 1 {
+		t.Fatalf("forced batch: no_backend %v, admitted %v", verdict("no_backend"), verdict("admitted"))
+	}
+}
