@@ -499,12 +499,14 @@ func (a *API) revert(by, auth string) int {
 		return kv
 	}
 	snap := a.opts.Policy()
+	undone := map[ledgerKey]bool{}
 	for _, ac := range snap.Apps {
 		if pool := a.opts.Pool(ac.Name); pool != nil {
 			for _, b := range pool.Backends() {
 				if prev := b.State(); prev != lb.Enabled {
 					pool.SetState(b.Addr(), lb.Enabled)
 					a.log.Info("runtime override reverted: backend state", kv("app", ac.Name, "backend", b.Addr(), "from", prev.String(), "to", lb.Enabled.String())...)
+					undone[ledgerKey{KindBackend, ac.Name, b.Addr()}] = true
 					n++
 				}
 			}
@@ -515,13 +517,23 @@ func (a *API) revert(by, auth string) int {
 		if st := a.opts.Admission(ac.Name); st != nil {
 			if from, was := st.Unforce(); was {
 				a.log.Info("runtime override reverted: admission mode", kv("app", ac.Name, "from", from.String(), "to", st.Mode().String())...)
+				undone[ledgerKey{KindAdmission, ac.Name, ""}] = true
 				n++
 			}
 		}
 	}
 	if lvl, known := levels[snap.Log.Level]; known && a.opts.Logger.GetLevel() != lvl {
 		a.setLevel(lvl, by, auth)
+		undone[ledgerKey{kind: KindLogLevel}] = true
 		n++
+	}
+	// What ended without the walk's help -- a backend gone from the pool,
+	// an app gone from the policy, a mode switch the reload rebuilt -- is
+	// said too, so that the log tells of the end of every override.
+	for k, o := range a.ledger {
+		if !undone[k] {
+			a.log.Info("runtime override ended", kv("kind", k.kind, "app", k.app, "backend", k.backend, "was", o.Value)...)
+		}
 	}
 	clear(a.ledger)
 	return n

@@ -92,3 +92,27 @@ func TestLevelName(t *testing.T) {
 		}
 	}
 }
+
+// TestRevertTellsEveryEnd: Revert logs the end of an override whose
+// backend left the pool before it, as well as those it undoes.
+func TestRevertTellsEveryEnd(t *testing.T) {
+	api, pool := testAPI(t)
+	var buf strings.Builder
+	api.log = hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info})
+	post(t, api, "/runtime/backend?backend=10.0.0.1:80&state=drain")
+	post(t, api, "/runtime/backend?backend=10.0.0.2:80&state=disable")
+	pool.SetAddrs([]string{"10.0.0.1:80"})
+	if n := api.Revert("reload"); n != 1 {
+		t.Fatalf("Revert = %d", n)
+	}
+	logs := buf.String()
+	for _, want := range []string{"runtime override reverted: backend state: app=web backend=10.0.0.1:80 from=draining to=enabled by=reload",
+		"runtime override ended: kind=backend app=web backend=10.0.0.2:80 was=disabled by=reload"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("log lacks %q:\n%s", want, logs)
+		}
+	}
+	if len(api.Overrides()) != 0 {
+		t.Fatal("overrides left")
+	}
+}
