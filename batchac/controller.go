@@ -379,6 +379,7 @@ func (c *Controller) model(s *snapshot, n int) model {
 		n:    n,
 		load: max(c.st.Inflight(), 0) + c.pending.Load(),
 		q:    float64(c.st.Q()),
+		qNow: float64(c.st.QNow()),
 		rsla: float64(c.st.RSLA()),
 		p:    c.parallelism(s),
 	}
@@ -480,7 +481,7 @@ func (c *Controller) early(s *snapshot, idx, n int, sNs float64) (ok, over bool)
 
 // Spare tells whether one more request of class class would harm nobody
 // now (doc.go, Work conservation): a backend slot is free for it
-// (η + 1 ≤ P), the measured queue is at most a tenth of R_sla (the
+// (η + 1 ≤ P), the queue now (State.QNow) is at most a tenth of R_sla (the
 // budget of a class without a period), no request of any class waits in
 // a queue, and no more important class holds a cascade mark. It looks at no service time: a
 // request admitted there slows down no request in service, whatever its

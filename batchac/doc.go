@@ -207,7 +207,7 @@
 // are admitted, marked admission.Decision.OverTarget, when all of
 //
 //	η + ⌈k/n⌉ ≤ P                  (model.free: a slot each; the stretch stays 1)
-//	Q ≤ (R_sla − d_i)/10           (model.quiet: the backends are not queueing)
+//	QNow ≤ (R_sla − d_i)/10        (model.quiet: the backends are not queueing now)
 //	no queue of any class holds a request
 //	no class more important than i holds a cascade mark
 //
@@ -220,13 +220,21 @@
 // decide for the rest of a batch, only when the whole batch fits
 // (η + ⌈β/n⌉ ≤ P before it) and no later bucket of the run waits; the
 // prefix the test passes stays a plain admission. An admission by the
-// rule sets and clears no mark. Q is in the condition because η counts
-// only sentry's own requests: a measured queue means the backends are
-// queueing for a reason the slot count cannot see (another client or
+// rule sets and clears no mark. A measured queue is in the condition
+// because η counts only sentry's own requests: a queue means the backends
+// are queueing for a reason the slot count cannot see (another client or
 // sentry, a P set too high), and a request on a "free" slot would delay
 // the requests waiting there; a tenth of the budget counts as none, since
 // Server-Timing's service time leaves out the network and the backend's
-// overhead (testdata/overtarget.txt has both cases). Spare exposes
+// overhead. Decision: the queue now (State.QNow: the queue the latest
+// completions met, a mean over about the last eight), not Q. Q is a mean
+// over seconds weighted by completions, the right expectation for the
+// test; after an overload cut to a few requests a second it still reads
+// the busy seconds' queue for many seconds more, and with it the rule
+// refused requests on backends that had not queued since (in adaptive
+// mode, App.Idle's same bound starved the slow start of the completions
+// it climbs on: docs/algorithms.md §11). testdata/overtarget.txt has the
+// cases: a queue now refuses, a stale Q does not. Spare exposes
 // the condition (k = 1) for threshold mode. Under overload η ≥ P or
 // something queues, so every verdict is the test's: the existing scripts
 // are unchanged, and testdata/overtarget.txt and overtarget_run.txt pin

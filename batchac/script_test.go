@@ -37,7 +37,7 @@ import (
 //	advance 100ms             moves the clock; prints t=
 //	tick [advance=D]          Controller.Tick(now); prints which classes ran
 //	                          and every decision the run made
-//	state [inflight=] [n=] [q=] [rsla=] [demand=gold:0.8,...] [means=gold:10ms,...]
+//	state [inflight=] [n=] [q=] [qnow=] [rsla=] [demand=gold:0.8,...] [means=gold:10ms,...]
 //	                          demand is State.Demand in server-seconds/s,
 //	                          means State.MeanS
 //	reserve                   recompute the reserve now; prints each
@@ -86,6 +86,7 @@ func (c *manualClock) Advance(d time.Duration) {
 // fakeState is a State set by the test.
 type fakeState struct {
 	q, rsla  atomic.Int64
+	qNow     atomic.Int64 // ns; < 0: Q's value
 	inflight atomic.Int64
 	n        atomic.Int64
 	demand   [MaxClasses]atomic.Uint64 // float64 bits, by class index
@@ -93,7 +94,15 @@ type fakeState struct {
 	sust     atomic.Uint64             // float64 bits: Sustained
 }
 
-func (s *fakeState) Q() time.Duration    { return time.Duration(s.q.Load()) }
+func (s *fakeState) Q() time.Duration { return time.Duration(s.q.Load()) }
+
+// QNow is Q unless the script sets qnow= (qnow=-1ns: follow q again).
+func (s *fakeState) QNow() time.Duration {
+	if v := s.qNow.Load(); v >= 0 {
+		return time.Duration(v)
+	}
+	return time.Duration(s.q.Load())
+}
 func (s *fakeState) Inflight() int64     { return s.inflight.Load() }
 func (s *fakeState) Healthy() int        { return int(s.n.Load()) }
 func (s *fakeState) RSLA() time.Duration { return time.Duration(s.rsla.Load()) }
@@ -308,6 +317,8 @@ func (h *harness) setState(args map[string]string) {
 			h.st.n.Store(h.num(v))
 		case "q":
 			h.st.q.Store(int64(h.dur(v)))
+		case "qnow": // the queue now (QNow), when it differs from Q
+			h.st.qNow.Store(int64(h.dur(v)))
 		case "rsla":
 			h.st.rsla.Store(int64(h.dur(v)))
 		case "demand": // class:work,... in server-seconds per second
@@ -342,6 +353,7 @@ func (h *harness) init(args map[string]string) []string {
 	h.t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	h.clock = &manualClock{t: h.t0}
 	h.st = &fakeState{}
+	h.st.qNow.Store(-1)
 	h.st.n.Store(1)
 	h.st.rsla.Store(int64(time.Second))
 	h.cfg = h.config(args)

@@ -40,7 +40,8 @@
 // Every mode admits a request that misses only its own target when
 // admitting it harms nobody (docs/algorithms.md §10): batchac does so
 // itself, threshold mode's guard asks batchac.Spare, adaptive mode asks
-// App.Idle (a backend with nothing in service, Q ≤ R_sla/10). account sees the mark
+// App.Idle (a backend with nothing in service, and the queue the latest
+// completions met, App.QNow, ≤ R_sla/10). account sees the mark
 // (Decision.OverTarget) once per request and counts it per class,
 // sentry_admitted_over_target_total{app,class}, and logs one WARN per
 // class at most once a minute (a compare-and-swap on the last time picks
