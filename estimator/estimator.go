@@ -544,8 +544,8 @@ func (e *Estimator) refresh(sn *snapshot, now int64) {
 		e.appMean.Store(math.Float64bits(appSum / appW))
 	}
 	e.appW.Store(math.Float64bits(appW))
-	e.agg.qRepNow.queueNowFold(newRep)
-	e.agg.qFbNow.queueNowFold(newFb)
+	e.agg.qRepNow.queueNowFold(newRep, now)
+	e.agg.qFbNow.queueNowFold(newFb, now)
 	// QNow takes its samples from the same source as Q: reported queues
 	// while they arrive (Q's weight decides, so that QNow's short memory
 	// does not flip between the two sources), else the fallback samples.
@@ -574,34 +574,42 @@ func (e *Estimator) Q() time.Duration {
 	return time.Duration(math.Float64frombits(e.q.Load()))
 }
 
-// QueueNowGain is the weight of one completion in QNow, a mean over about
-// the last 1/QueueNowGain completions (RFC 6298's gain for the smoothed
-// round-trip time).
-const QueueNowGain = 1.0 / 8
+// QNow's memory (doc.go, "The queue now"): each completion is a step of
+// gain QueueNowGain (RFC 6298's gain for the smoothed round-trip time),
+// and the old mean's weight also halves every QueueNowHalfLife, so that
+// QNow is about the last eight completions or the last fraction of a
+// second of them, whichever is fewer.
+const (
+	QueueNowGain     = 1.0 / 8
+	QueueNowHalfLife = 250 * time.Millisecond
+)
 
 // queueNowFold folds a refresh's new queue samples b (every shard's, as
-// one batch of b.w completions) into d, QNow's mean: each completion is a
-// step of an exponential average of gain QueueNowGain, so the old mean
-// keeps (1 − g)^n of its weight and the batch, its samples taken as
-// equal, gets the rest. d's weight stays at most 1/g. Called with
-// e.agg held.
-func (d *dstat) queueNowFold(b dstat) {
+// one batch of b.w completions, at now) into d, QNow's mean: the old mean
+// keeps (1 − g)^n of its weight for the n completions and 2^(−Δt/H) for
+// the time since its last update, and the batch, its samples taken as
+// equal, gets the weight of n steps of gain g, (1 − (1 − g)^n)/g; so d's
+// weight stays at most 1/g. Called with e.agg held.
+func (d *dstat) queueNowFold(b dstat, now int64) {
 	if b.w <= 0 {
 		return
 	}
-	keep := math.Pow(1-QueueNowGain, b.w)
-	w := (1 - keep) / QueueNowGain // the weight of b.w steps of gain g
+	steps := math.Pow(1-QueueNowGain, b.w)
+	keep := steps * decay(d.last, now, 1/float64(QueueNowHalfLife))
+	w := (1 - steps) / QueueNowGain
 	b.m2 *= w / b.w
 	b.w = w
 	d.w *= keep
 	d.m2 *= keep
 	d.merge(b)
+	d.last = now
 }
 
 // QNow returns the queueing delay the latest completions met: the same
 // samples as Q (reported queue;dur while they arrive, else the fallback
-// samples), as a mean over about the last 1/QueueNowGain (8) completions,
-// whenever they came, as of the last refresh (doc.go, "The queue now").
+// samples), as a mean over about the last 1/QueueNowGain (8) completions
+// or the last few QueueNowHalfLife (250 ms) of them, whichever is fewer,
+// as of the last refresh (doc.go, "The queue now").
 // Q answers what queue a request should expect over the next seconds,
 // and is the batch test's; QNow answers whether the backends are queueing
 // now, and is the work-conserving rule's.

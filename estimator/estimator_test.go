@@ -212,6 +212,23 @@ func TestQueueNow(t *testing.T) {
 		t.Fatalf("QNow %v after five completions that queued 200ms", qn)
 	}
 
+	// At a completion every 1.5s (slow requests one at a time), the time
+	// half-life forgets a queue within two completions, where eight steps
+	// of gain 1/8 alone would take 16 of them (24s).
+	for range 8 {
+		c.advance(1500 * time.Millisecond)
+		e.Observe(0, k, ms(1500), ms(1500), c.now())
+	}
+	e.Refresh(c.now())
+	for i := 1; e.QNow() > ms(25); i++ {
+		if i > 2 {
+			t.Fatalf("QNow %v after %d completions without a queue, 1.5s apart", e.QNow(), i-1)
+		}
+		c.advance(1500 * time.Millisecond)
+		e.Observe(0, k, ms(1500), 0, c.now())
+		e.Refresh(c.now())
+	}
+
 	// Fallback samples (no Server-Timing) feed it as they feed Q.
 	f := mustNew(t, Config{})
 	f.ObserveMeasured(0, k, ms(50), c.now())
