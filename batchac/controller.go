@@ -425,7 +425,7 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decisi
 	// free, the backends are not queueing and nothing of any class waits,
 	// so admitting the request slows down nobody; it only misses its own
 	// target. No mark: nothing failed that the load explains.
-	if m.free(1) && m.quiet(own) && !waiting(s.classes) {
+	if m.quiet(own) && !waiting(s.classes) && c.spare(s.learn, &m, 1, now) {
 		return admittedOver
 	}
 	wait := m.drain(sNs, lim)
@@ -473,7 +473,7 @@ func (c *Controller) early(s *snapshot, idx, n int, sNs float64) (ok, over bool)
 	if m.admits(1, sNs, b) {
 		return true, false
 	}
-	if m.free(1) && m.quiet(b.own) && !waiting(s.classes) {
+	if m.quiet(b.own) && !waiting(s.classes) && c.spare(s.learn, &m, 1, c.now().UnixNano()) {
 		return true, true
 	}
 	return false, false
@@ -502,7 +502,18 @@ func (c *Controller) Spare(class int) bool {
 		return false
 	}
 	m := c.model(s, n)
-	return m.free(1) && m.quiet(m.rsla)
+	return m.quiet(m.rsla) && c.spare(s.learn, &m, 1, c.now().UnixNano())
+}
+
+// spare reports whether k more requests fit the slots the work-conserving
+// rule may fill (doc.go, Work conservation): a slot each, η + ⌈k/n⌉ ≤ P
+// (model.free), or, while P is learned, up to the probe's cap (doc.go,
+// The probe). now is unix ns.
+func (c *Controller) spare(learn bool, m *model, k int, now int64) bool {
+	if m.free(k) {
+		return true
+	}
+	return learn && m.fill(k) <= c.par.probeCap(m.p, now)
 }
 
 // Room tells, for one request of class class and estimated service time sz,
@@ -580,11 +591,12 @@ type runCtx struct {
 	now          int64 // clock nanoseconds
 	noBackend    bool
 	allOrNothing bool
+	learn        bool // P is learned: the work-conserving rule may probe (spare)
 }
 
 // newRun reads the State once for a run. Called with c.run held.
 func (c *Controller) newRun(s *snapshot, now time.Time) runCtx {
-	rc := runCtx{now: now.UnixNano(), allOrNothing: s.allOrNothing}
+	rc := runCtx{now: now.UnixNano(), allOrNothing: s.allOrNothing, learn: s.learn}
 	n := c.st.Healthy()
 	if n <= 0 {
 		rc.noBackend = true
@@ -730,7 +742,7 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 		} else {
 			k = rc.m.largestPrefix(prefix, b)
 		}
-		if k < beta && !others && rc.m.free(beta) && rc.m.quiet(own) {
+		if k < beta && !others && rc.m.quiet(own) && c.spare(rc.learn, &rc.m, beta, rc.now) {
 			// The work-conserving rule (doc.go, Work conservation): the
 			// whole batch finds free slots and nothing else waits; the
 			// rest fails only its own budget. Admit it, marked.

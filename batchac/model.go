@@ -33,12 +33,16 @@ func (m *model) eta() float64 { return float64(m.load) / float64(m.n) }
 // max(1, (η + ⌈k/n⌉)/P). With P = 1 and k ≥ 1 it is η + ⌈k/n⌉ exactly, the
 // paper's factor.
 func (m *model) slowdown(k int) float64 {
-	perServer := (k + m.n - 1) / m.n // ⌈k/n⌉
-	f := (m.eta() + float64(perServer)) / m.p
+	f := m.fill(k) / m.p
 	if f < 1 {
 		return 1
 	}
 	return f
+}
+
+// fill is the load per backend once k more requests are in: η + ⌈k/n⌉.
+func (m *model) fill(k int) float64 {
+	return m.eta() + float64((k+m.n-1)/m.n)
 }
 
 // free reports whether k more requests each find a slot of their own:

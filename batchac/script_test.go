@@ -27,8 +27,13 @@ import (
 // Commands:
 //
 //	init classes=gold:100ms,silver:0 rsla=1s n=2 q=10ms inflight=0
-//	     [parallelism=1] [buckets=8] [cap=1024] [all_or_nothing]
-//	                          new controller at t=0 (closing the previous one)
+//	     [parallelism=1] [learn] [buckets=8] [cap=1024] [all_or_nothing]
+//	                          new controller at t=0 (closing the previous one);
+//	                          learn: P is learned (LearnParallelism)
+//	observe inservice=2 s=1500ms took=1500ms [over]
+//	                          a finished request: ObserveService, or with over
+//	                          ObserveSpare (admitted by the work-conserving
+//	                          rule); prints P and the probe's ceiling
 //	reconfigure classes=... [parallelism=] [buckets=] [cap=] [all_or_nothing]
 //	arrive id=a[,b,...] class=gold s=50ms [bucket=0]
 //	                          each arrival calls Admit in its own goroutine and
@@ -211,6 +216,18 @@ func (h *harness) exec(line string) []string {
 	case "state":
 		h.setState(args)
 		return nil
+	case "observe":
+		in, s, took := int(h.num(args["inservice"])), h.dur(args["s"]), h.dur(args["took"])
+		if _, over := args["over"]; over {
+			h.c.ObserveSpare(in, s, took)
+		} else {
+			h.c.ObserveService(in, s, took)
+		}
+		ceil := "-"
+		if m := h.c.par.ceil.Load(); m > 0 && h.clock.Now().UnixNano() < h.c.par.ceilUntil.Load() {
+			ceil = fmt.Sprintf("%d until t=%v", m, time.Unix(0, h.c.par.ceilUntil.Load()).Sub(h.t0))
+		}
+		return []string{fmt.Sprintf("P=%.4g ceiling=%s", h.c.Parallelism(), ceil)}
 	case "reserve":
 		h.c.run.Lock()
 		s := h.c.snap.Load()
@@ -292,6 +309,7 @@ func (h *harness) config(args map[string]string) Config {
 		cfg.QueueCap = int(h.num(v))
 	}
 	_, cfg.AllOrNothing = args["all_or_nothing"]
+	_, cfg.LearnParallelism = args["learn"]
 	// The scripts test the policer's runs: arrivals wait for them unless
 	// the script says early (StrictPeriods off, the production default).
 	_, early := args["early"]
@@ -341,7 +359,7 @@ func (h *harness) setState(args map[string]string) {
 				name, d, _ := strings.Cut(spec, ":")
 				h.st.means[h.classIndex(name)].Store(int64(h.dur(d)))
 			}
-		case "classes", "parallelism", "buckets", "cap", "all_or_nothing", "no_reserve", "no_implied_queue", "floor", "early":
+		case "classes", "parallelism", "learn", "buckets", "cap", "all_or_nothing", "no_reserve", "no_implied_queue", "floor", "early":
 		default:
 			h.fatalf("unknown state key %q", k)
 		}
