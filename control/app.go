@@ -408,7 +408,14 @@ func (a *App) Done(tk *admission.Ticket, r admission.Result) {
 	// backend, waiting for a slot included: max(1, m/P)·S. So it learns
 	// from the measured time, not from measured − queue (which is ≈ S
 	// whatever the load, and would let P grow without bound).
-	if tk.S > 0 && r.InService > 0 {
+	switch {
+	case tk.S <= 0 || r.InService <= 0:
+	case tk.OverTarget:
+		// The probe's evidence (batchac's doc.go, The probe): admitted on
+		// a backend that was not queueing, its time measures the
+		// concurrency it ran at.
+		a.batch.ObserveSpare(r.InService, tk.S, r.Measured)
+	default:
 		a.batch.ObserveService(r.InService, tk.S, r.Measured)
 	}
 	if !tk.OverTarget {

@@ -53,9 +53,10 @@
 // time is its own service time, known to be over the target when it was
 // admitted, so it says nothing of the load, and counted it would cut the
 // learned capacity and tip auto into adaptive mode with the farm idle.
-// It still feeds the estimator, the parallelism model, its class's own
-// percentile gauge, and adaptive mode's slow start, as evidence that the
-// farm is fast.
+// It still feeds the estimator, the parallelism model (through
+// batchac.ObserveSpare: the probe's evidence, batchac's doc.go), its
+// class's own percentile gauge, and adaptive mode's slow start, as
+// evidence that the farm is fast.
 //
 // # Once per second (monitor)
 //
