@@ -425,7 +425,7 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decisi
 	// free, the backends are not queueing and nothing of any class waits,
 	// so admitting the request slows down nobody; it only misses its own
 	// target. No mark: nothing failed that the load explains.
-	if m.quiet(own) && !waiting(s.classes) && c.spare(s.learn, &m, 1, now) {
+	if m.quiet(own) && !waiting(s.classes) && c.spare(s.learn && cl.reserve() <= 0, &m, 1, now) {
 		return admittedOver
 	}
 	wait := m.drain(sNs, lim)
@@ -473,7 +473,7 @@ func (c *Controller) early(s *snapshot, idx, n int, sNs float64) (ok, over bool)
 	if m.admits(1, sNs, b) {
 		return true, false
 	}
-	if m.quiet(b.own) && !waiting(s.classes) && c.spare(s.learn, &m, 1, c.now().UnixNano()) {
+	if m.quiet(b.own) && !waiting(s.classes) && c.spare(s.learn && cl.reserve() <= 0, &m, 1, c.now().UnixNano()) {
 		return true, true
 	}
 	return false, false
@@ -502,18 +502,20 @@ func (c *Controller) Spare(class int) bool {
 		return false
 	}
 	m := c.model(s, n)
-	return m.quiet(m.rsla) && c.spare(s.learn, &m, 1, c.now().UnixNano())
+	return m.quiet(m.rsla) && c.spare(s.learn && s.classes[idx].reserve() <= 0, &m, 1, c.now().UnixNano())
 }
 
 // spare reports whether k more requests fit the slots the work-conserving
 // rule may fill (doc.go, Work conservation): a slot each, η + ⌈k/n⌉ ≤ P
-// (model.free), or, while P is learned, up to the probe's cap (doc.go,
-// The probe). now is unix ns.
-func (c *Controller) spare(learn bool, m *model, k int, now int64) bool {
+// (model.free), or, when probe, up to the probe's cap (doc.go, The
+// probe). probe: P is learned and no room is held for a more important
+// class (its reserve, which a free slot passes and a probe need not).
+// now is unix ns.
+func (c *Controller) spare(probe bool, m *model, k int, now int64) bool {
 	if m.free(k) {
 		return true
 	}
-	return learn && m.fill(k) <= c.par.probeCap(m.p, now)
+	return probe && m.fill(k) <= c.par.probeCap(m.p, now)
 }
 
 // Room tells, for one request of class class and estimated service time sz,
@@ -742,7 +744,7 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 		} else {
 			k = rc.m.largestPrefix(prefix, b)
 		}
-		if k < beta && !others && rc.m.quiet(own) && c.spare(rc.learn, &rc.m, beta, rc.now) {
+		if k < beta && !others && rc.m.quiet(own) && c.spare(rc.learn && cl.reserve() <= 0, &rc.m, beta, rc.now) {
 			// The work-conserving rule (doc.go, Work conservation): the
 			// whole batch finds free slots and nothing else waits; the
 			// rest fails only its own budget. Admit it, marked.

@@ -93,7 +93,11 @@
 // never grew: quick mode (P from 1, target 1 s) before a 1.5 s backend
 // with 8 workers answered one of 8 concurrent requests, for good.
 // Decision, after TCP's slow start: while P is learned the rule fills up
-// to probeFactor (2) · P per backend, its other conditions unchanged.
+// to probeFactor (2) · P per backend, its other conditions unchanged,
+// for a class with no room held for the classes above it (reserve 0: the
+// most important, or any with reserve_floor 0 and nothing above asking;
+// a free slot passes the reserve's fill test, a probe need not, and the
+// room is theirs). P is shared: what one class's probes learn, all use.
 // Its completions come back through ObserveSpare: one that took at most
 // 1.05·S beside m requests raises P to m at once (admitted onto backends
 // not queueing, its time measures that concurrency: a bound proven, not
