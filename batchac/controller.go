@@ -852,6 +852,7 @@ func (c *Controller) Reconfigure(cfg Config) error {
 	s, retired := build(cfg, old, c.states, now)
 	if cfg.Parallelism != old.parallelism || (cfg.LearnParallelism && !old.learn) {
 		c.par.store(cfg.Parallelism)
+		c.par.ceil.Store(0) // the probe's ceiling restarts with it
 	}
 	c.updateReserve(s, now)
 	c.snap.Store(s)

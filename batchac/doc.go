@@ -87,9 +87,9 @@
 // # The probe
 //
 // A learned P rises only from a completion that ran at full speed beside
-// more than P others. For requests the test refuses even on a free slot
-// (S > R_sla − d; with the implied queue S > (R_sla − d)/3 at the second
-// request) only the work-conserving rule admits, one per free slot, so P
+// more than P others. For requests the test refuses beside one other at
+// P = 1 (2S > R_sla − d; 3S with the implied queue) only the
+// work-conserving rule admits beyond the first, one per free slot, so P
 // never grew: quick mode (P from 1, target 1 s) before a 1.5 s backend
 // with 8 workers answered one of 8 concurrent requests, for good.
 // Decision, after TCP's slow start: while P is learned the rule fills up
