@@ -42,12 +42,11 @@ func (s *quickSim) Inflight() int64 { return s.flight.Load() }
 // quickRound is what one round gave: admitted (over target among them),
 // refused, and the state when it ended.
 type quickRound struct {
-	start              time.Duration
-	admitted, over     int
-	refused            []admission.Verdict
-	p, qNow            float64 // learned P, QNow (ms) at the round's end
-	mode               admission.Mode
-	backendConcurrency int // the most requests the backend had at once
+	start          time.Duration
+	admitted, over int
+	refused        []admission.Verdict
+	p, qNow        float64 // learned P, QNow (ms) at the round's end
+	mode           admission.Mode
 }
 
 func newQuickSim(t *testing.T, clients, workers int, service time.Duration) *quickSim {
@@ -124,7 +123,6 @@ func (s *quickSim) run(rounds int) []quickRound {
 			})
 			s.flight.Add(1)
 		}
-		r.backendConcurrency = min(len(jobs), s.workers)
 		slices.SortStableFunc(jobs, func(a, b job) int { return a.end.Compare(b.end) })
 		for _, j := range jobs {
 			tickTo(j.end)
