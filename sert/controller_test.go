@@ -195,7 +195,7 @@ func TestRunLooksBetweenTicks(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := c.Class(0)
-	<-read // New's read
+	<-read                        // New's read
 	ticks := make(chan time.Time) // unbuffered: a send returns once the loop took the previous one
 	resets := make(chan time.Duration, 1)
 	ctx, cancel := context.WithCancel(context.Background())
