@@ -135,7 +135,9 @@
 // first line that is neither the preface nor an HTTP/1.x request line
 // closes the connection (proxy/h2c.go). nghttp2's h2load with
 // --header-table-size=0 and 1024 holds the table-size update to its
-// strict decoder.
+// strict decoder. CI runs both against the binary, with grpc-go's interop
+// suite, OpenSSL and testssl (e2e/conformance, whose doc.go says what
+// each proves).
 //
 // # Not done
 //
