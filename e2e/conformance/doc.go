@@ -80,15 +80,14 @@
 //
 // startSentry writes the policy of one app (and, on a TLS front, a second
 // app, the probe) and runs the binary; h2Driver is the one place that
-// says how a front end's driver is chosen (today the environment variable
-// SENTRY_H2LOOP=0 for the goroutine driver; when that becomes a policy
-// key, h2Driver returns the key's line and nothing else changes).
-// checkDriver proves the choice took: an h2 GET over TLS 1.3 to the
-// probe, whose backend speaks HTTP/1.1 so a loop may run the stream
-// itself, moves sentry_evloop_requests_total by one on the loop driver
-// and by none on the goroutine driver. The driver is the process's, so
-// the probe speaks for the app under test (whose gRPC backend's streams
-// never run on a loop).
+// says how a front end's driver is chosen: the policy's server.engine,
+// portable for the goroutine driver, loops for the others. checkDriver
+// proves the choice took: sentry_build_info's engine label names it, and
+// an h2 GET over TLS 1.3 to the probe, whose backend speaks HTTP/1.1 so a
+// loop may run the stream itself, moves sentry_evloop_requests_total by
+// one on the loop driver and by none on the goroutine driver. The driver
+// is the process's, so the probe speaks for the app under test (whose
+// gRPC backend's streams never run on a loop).
 //
 // The backend (echoBackend) is an HTTP/1.1 server in the test process. It
 // answers the length and SHA-256 of the body it read, or N bytes of a

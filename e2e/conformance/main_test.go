@@ -156,16 +156,21 @@ func (f front) String() string {
 
 func (f front) tls() bool { return f != frontH2C }
 
-// h2Driver is the one place that says how a test picks sentry's driver of
-// h2 over TLS: the environment sentry is started with and the lines its
-// policy's app gets. Today the switch is the environment variable
-// SENTRY_H2LOOP=0; when it becomes a policy key, this function returns the
-// key's line instead and no environment.
-func h2Driver(f front) (env []string, appLines string) {
+// engine is the server.engine a front end runs on: the goroutine driver
+// of h2 over TLS is the portable engine's (which also takes HTTP/1.1 and
+// TLS off the loops); the others run on the default, loops.
+func (f front) engine() string {
 	if f == frontTLSGoroutine {
-		return []string{"SENTRY_H2LOOP=0"}, ""
+		return "portable"
 	}
-	return nil, ""
+	return "loops"
+}
+
+// h2Driver is the one place that says how a test picks sentry's driver of
+// h2 over TLS: the policy's server section, server.engine (the default,
+// loops, is written out too, so the policy says which one it asks for).
+func h2Driver(f front) (serverLines string) {
+	return fmt.Sprintf("server:\n  engine: %s\n", f.engine())
 }
 
 // sentry is one running sentry process with one app.
@@ -209,7 +214,6 @@ func startSentry(t *testing.T, f front, backend string, o appOpts) *sentry {
 		t.Skip("the event loops (and their h2 driver) are Linux-only")
 	}
 	s := &sentry{f: f, addr: freePort(t), admin: freePort(t), out: newSyncBuffer()}
-	env, lines := h2Driver(f)
 	var app strings.Builder
 	fmt.Fprintf(&app, "  - name: conf\n    listen: %s\n", s.addr)
 	if f.tls() {
@@ -224,19 +228,17 @@ func startSentry(t *testing.T, f front, backend string, o appOpts) *sentry {
 		fmt.Fprintf(&app, "      protocol: %s\n", o.backendProtocol)
 	}
 	app.WriteString("    admission: {mode: off}\n")
-	app.WriteString(lines)
 	if f.tls() {
 		s.probe = freePort(t)
-		fmt.Fprintf(&app, "  - name: probe\n    listen: %s\n    tls: {cert: %q, key: %q}\n    backends: {static: [%s]}\n    admission: {mode: off}\n%s",
-			s.probe, s.pki.CertFile, s.pki.KeyFile, echoBackend(t), lines)
+		fmt.Fprintf(&app, "  - name: probe\n    listen: %s\n    tls: {cert: %q, key: %q}\n    backends: {static: [%s]}\n    admission: {mode: off}\n",
+			s.probe, s.pki.CertFile, s.pki.KeyFile, echoBackend(t))
 	}
-	s.policy = fmt.Sprintf("admin:\n  listen: %s\napps:\n%s", s.admin, app.String())
+	s.policy = fmt.Sprintf("%sadmin:\n  listen: %s\napps:\n%s", h2Driver(f), s.admin, app.String())
 	cfg := filepath.Join(t.TempDir(), "sentry.yaml")
 	if err := os.WriteFile(cfg, []byte(s.policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(sentryBin, "run", "-config", cfg)
-	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -253,15 +255,19 @@ func startSentry(t *testing.T, f front, backend string, o appOpts) *sentry {
 }
 
 // checkDriver proves the process serves h2 over TLS the way the front
-// end's name says: one h2 GET over TLS 1.3 to the probe app (an HTTP/1.1
-// backend, so a loop may run the stream itself; h2 backends' streams
-// never do), counted by sentry_evloop_requests_total when (and only when)
-// the event loops drive the connection. The driver is the process's, so
-// the probe speaks for the app under test.
+// end's name says: sentry_build_info names the engine h2Driver asked for,
+// and one h2 GET over TLS 1.3 to the probe app (an HTTP/1.1 backend, so a
+// loop may run the stream itself; h2 backends' streams never do) is
+// counted by sentry_evloop_requests_total when (and only when) the event
+// loops drive the connection. The driver is the process's, so the probe
+// speaks for the app under test.
 func (s *sentry) checkDriver(t *testing.T) {
 	t.Helper()
 	if !s.f.tls() {
 		return
+	}
+	if got := s.metric(t, "sentry_build_info", s.f.engine()); got != 1 {
+		t.Fatalf("%s: sentry_build_info{engine=%q} is %v, want 1: server.engine (h2Driver) is not in force", s.f, s.f.engine(), got)
 	}
 	before := s.metric(t, "sentry_evloop_requests_total", s.probe)
 	tr := &http2.Transport{TLSClientConfig: s.tlsConfig()}
