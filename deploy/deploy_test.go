@@ -450,3 +450,35 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseStamps: the release script and the Dockerfile stamp the
+// version and commit through the variables cmd/sentry reads; a renamed
+// variable would make -X a silent no-op and every build say "devel".
+func TestReleaseStamps(t *testing.T) {
+	src, err := os.ReadFile("../cmd/sentry/version.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"buildVersion", "buildCommit"} {
+		if !regexp.MustCompile(`(?m)^\s+` + v + `\s+= ""`).Match(src) {
+			t.Errorf("cmd/sentry/version.go declares no string variable %s", v)
+		}
+	}
+	for _, f := range []string{"../scripts/release.sh", "Dockerfile"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{"-X main.buildVersion=", "-X main.buildCommit="} {
+			if !strings.Contains(string(data), v) {
+				t.Errorf("%s does not stamp %s", f, v)
+			}
+		}
+	}
+	script, _ := os.ReadFile("../scripts/release.sh")
+	for _, want := range []string{"linux/amd64", "linux/arm64", "sha256sum", "docker info", "CGO_ENABLED=0"} {
+		if !strings.Contains(string(script), want) {
+			t.Errorf("scripts/release.sh lacks %q", want)
+		}
+	}
+}

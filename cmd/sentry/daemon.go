@@ -100,8 +100,6 @@ func startDaemon(snap *policy.Snapshot, log hclog.Logger, listen listenFunc, ext
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sentry_build_info", Help: "Build information.", ConstLabels: prometheus.Labels{"version": version()}})
-	info.Set(1)
 	d := &daemon{log: log, reg: reg, listen: listen, extra: extra, lns: map[string]net.Listener{},
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sentry_policy_reloads_total",
 			Help: "Policy reloads by result (success, error)."}, []string{"result"}),
@@ -113,6 +111,12 @@ func startDaemon(snap *policy.Snapshot, log hclog.Logger, listen listenFunc, ext
 			Help: "Binary upgrades (SIGUSR2) whose new process failed before it was ready; this process kept serving."}),
 	}
 	d.lastOK.Set(1)
+	info := newBuildInfo(func() string {
+		if d.proxy == nil {
+			return "none"
+		}
+		return d.proxy.EngineName()
+	})
 	reg.MustRegister(info, d.reloads, d.lastReload, d.lastOK, d.upgradeFailures)
 	d.reloads.WithLabelValues("success")
 	d.reloads.WithLabelValues("error")

@@ -41,7 +41,8 @@ Usage:
         admissions, rejections and p95 vs target (also live at
         http://ADMIN/status). Prints the URLs to try.
   sentry version
-        Print the version.
+        Print the version, VCS commit, Go version, platform and the
+        front-end engine the environment selects.
 
 Run "sentry COMMAND -h" for a command's flags (exit 0, as sentry -h).
 `
@@ -72,7 +73,7 @@ func realMain(args []string) int {
 		os.Stdout.Write(policy.Schema())
 		return 0
 	case "version", "-version", "--version":
-		fmt.Println("sentry", version())
+		printVersion(os.Stdout)
 		return 0
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)

@@ -154,7 +154,8 @@ func cmdRun(args []string) int {
 	}
 	// Listeners are up (and, after an upgrade, this is the main process).
 	sdReady()
-	log.Info("sentry started", "version", version(), "policy", snap.Source)
+	b := thisBuild()
+	log.Info("sentry started", "version", b.Version, "commit", b.Commit, "modified", b.Modified, "engine", d.proxy.EngineName(), "policy", snap.Source)
 
 	var changed chan struct{}
 	if *watch > 0 {
