@@ -81,3 +81,24 @@ func (c *Controller) Parallelism() float64 {
 	}
 	return s.parallelism
 }
+
+// LearnedParallelism returns the learned P and true when the controller
+// learns it (Config.LearnParallelism), to carry it to another process.
+func (c *Controller) LearnedParallelism() (float64, bool) {
+	if !c.snap.Load().learn {
+		return 0, false
+	}
+	return c.par.load(), true
+}
+
+// RestoreParallelism takes in a learned P another process exported
+// (LearnedParallelism), clamped to [1, 4096]. It reports false, and
+// changes nothing, when the controller does not learn P (a configured
+// admission.batch.parallelism wins) or p is not a finite number ≥ 1.
+func (c *Controller) RestoreParallelism(p float64) bool {
+	if !c.snap.Load().learn || !(p >= 1) || math.IsInf(p, 0) {
+		return false
+	}
+	c.par.store(min(p, maxParallelism))
+	return true
+}

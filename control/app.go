@@ -51,6 +51,9 @@ type App struct {
 	// admission.threshold.capacity, 0: learn it), for Sustained.
 	thrCapacity atomic.Uint64
 	lastObs     atomic.Int64 // unix ns of the last observed completion
+	// inherited is the requests the previous process of a binary upgrade
+	// still has in flight to these backends while it drains (learned.go).
+	inherited atomic.Int64
 
 	// The degradation signal (load.go): the last Load and when (unix ns).
 	load   atomic.Uint64 // float64 bits
@@ -436,7 +439,7 @@ func (a *App) Mode() admission.Mode { return a.sw.Load().Mode() }
 // half-life. Without this, a Q above R_sla would reject everything, no
 // sample would ever come to lower it, and admission would deadlock.
 func (a *App) Q() time.Duration {
-	if a.pool.Load().Inflight() == 0 {
+	if a.Inflight() == 0 {
 		return 0
 	}
 	q := a.est.Q()
@@ -450,7 +453,11 @@ func (a *App) Q() time.Duration {
 	}
 	return time.Duration(float64(q) * math.Exp2(-float64(age-int64(time.Second))/float64(hl)))
 }
-func (a *App) Inflight() int64 { return a.pool.Load().Inflight() }
+
+// Inflight is the requests in flight to the app's backends: this
+// process's, and those a previous process left in flight during a binary
+// upgrade (SetInherited).
+func (a *App) Inflight() int64 { return a.pool.Load().Inflight() + a.inherited.Load() }
 
 // Idle is adaptive mode's view of "admitting one more request harms
 // nobody" (adaptive.Config.Idle; adaptive's doc.go, "Work conservation"):
@@ -467,7 +474,7 @@ func (a *App) Idle() bool {
 	if n <= 0 {
 		return false
 	}
-	switch in := p.Inflight(); {
+	switch in := a.Inflight(); {
 	case a.cfg.Load().leastLoaded && in >= int64(n), !a.cfg.Load().leastLoaded && in > 0:
 		return false
 	}
