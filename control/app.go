@@ -51,9 +51,9 @@ type App struct {
 	// admission.threshold.capacity, 0: learn it), for Sustained.
 	thrCapacity atomic.Uint64
 	lastObs     atomic.Int64 // unix ns of the last observed completion
-	// inherited is the requests the previous process of a binary upgrade
-	// still has in flight to these backends while it drains (learned.go).
-	inherited atomic.Int64
+	// peer is the requests the other process of a binary upgrade in
+	// progress has in flight to these backends (learned.go).
+	peer atomic.Int64
 
 	// The degradation signal (load.go): the last Load and when (unix ns).
 	load   atomic.Uint64 // float64 bits
@@ -455,9 +455,9 @@ func (a *App) Q() time.Duration {
 }
 
 // Inflight is the requests in flight to the app's backends: this
-// process's, and those a previous process left in flight during a binary
-// upgrade (SetInherited).
-func (a *App) Inflight() int64 { return a.pool.Load().Inflight() + a.inherited.Load() }
+// process's, and, during a binary upgrade, the other process's
+// (Manager.SetPeerInflight).
+func (a *App) Inflight() int64 { return a.pool.Load().Inflight() + a.peer.Load() }
 
 // Idle is adaptive mode's view of "admitting one more request harms
 // nobody" (adaptive.Config.Idle; adaptive's doc.go, "Work conservation"):

@@ -170,23 +170,24 @@ func (a *App) restoreFallback(f FallbackState) {
 	a.fb.last = a.sw.Load().Mode()
 }
 
-// SetInherited sets the requests the previous process of a binary upgrade
-// still has in flight to app's backends, as it reports them while it
-// drains: the admission tests count them as the farm's load
-// (App.Inflight), so that the new process does not admit a second farm's
-// worth of work while the old one's requests finish. 0 once it has
-// exited. An unknown app is ignored.
-func (m *Manager) SetInherited(app string, n int64) {
+// SetPeerInflight sets the requests the other process of a binary upgrade
+// in progress has in flight to app's backends, as it reports them over
+// the handover: the old process's while the new one starts, the new
+// one's while the old one drains. The admission tests count them as the
+// farm's load (App.Inflight), so that two processes serving one farm at
+// once do not each admit a whole farm's worth of work. 0 when the
+// upgrade is over. An unknown app is ignored.
+func (m *Manager) SetPeerInflight(app string, n int64) {
 	m.mu.Lock()
 	a := m.apps[app]
 	m.mu.Unlock()
 	if a != nil {
-		a.inherited.Store(max(n, 0))
+		a.peer.Store(max(n, 0))
 	}
 }
 
 // Inflight returns app's requests in flight as its admission sees them
-// (this process's and the inherited ones), and false for an unknown app.
+// (this process's and its upgrade peer's), and false for an unknown app.
 func (m *Manager) Inflight(app string) (int64, bool) {
 	m.mu.Lock()
 	a := m.apps[app]
@@ -198,7 +199,7 @@ func (m *Manager) Inflight(app string) (int64, bool) {
 }
 
 // OwnInflight returns every app's requests in flight from this process
-// alone (what a draining process reports to its successor).
+// alone (what it reports to its upgrade peer).
 func (m *Manager) OwnInflight() map[string]int64 {
 	out := map[string]int64{}
 	for _, a := range m.appList() {

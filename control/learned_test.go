@@ -117,9 +117,9 @@ func TestExportRestore(t *testing.T) {
 	}
 }
 
-// TestInherited: requests the previous process still has in flight count
-// as the farm's load, so the batch test sees no free slot.
-func TestInherited(t *testing.T) {
+// TestPeerInflight: requests the other process of an upgrade has in
+// flight count as the farm's load, so the batch test sees no free slot.
+func TestPeerInflight(t *testing.T) {
 	m, _ := newManager(t, nil)
 	pool := &fakePool{}
 	pool.healthy.Store(1)
@@ -130,18 +130,18 @@ func TestInherited(t *testing.T) {
 	if _, free := a.batch.Room(0, 10*time.Millisecond); !free {
 		t.Fatal("an idle farm has no free slot")
 	}
-	m.SetInherited("shop", 5)
+	m.SetPeerInflight("shop", 5)
 	if n, _ := m.Inflight("shop"); n != 5 {
 		t.Errorf("in flight %d, want 5", n)
 	}
 	if _, free := a.batch.Room(0, 10*time.Millisecond); free {
-		t.Error("a free slot while the previous process has 5 in flight")
+		t.Error("a free slot while the other process has 5 in flight")
 	}
 	if own := m.OwnInflight()["shop"]; own != 0 {
 		t.Errorf("own in flight %d", own)
 	}
-	m.SetInherited("shop", 0)
+	m.SetPeerInflight("shop", 0)
 	if _, free := a.batch.Room(0, 10*time.Millisecond); !free {
-		t.Error("no free slot once the previous process has exited")
+		t.Error("no free slot once the upgrade is over")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -231,7 +232,24 @@ apps:
 	if after.restored != 1 || after.P < 1.5 || !near(after.P, before.P) || !near(after.goldS, before.goldS) || after.goldRate <= 0 || after.keys < 2 {
 		t.Errorf("the new process did not start with the old one's learned state:\nbefore %+v\nafter  %+v", before, after)
 	}
+	// While the old process drains, the new one counts its requests in
+	// flight as load; once it has exited, none.
+	var peer []float64
+	for alive(oldPID) {
+		peer = append(peer, scrape(t, admin)[`sentry_upgrade_peer_in_flight{app="shop"}`])
+		if len(peer) > 2000 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	waitExit(t, oldPID, 10*time.Second)
+	t.Logf("the old process's requests in flight as the new one saw them while it drained: %v", peer)
+	if slices.Max(append(peer, 0)) == 0 {
+		t.Errorf("the new process never counted the old one's requests in flight")
+	}
+	if v := waitPeerGone(t, admin); v != 0 {
+		t.Errorf("the upgrade peer's requests in flight still counted (%v) after the old process exited", v)
+	}
 	gold200 := gold.count(200)
 	time.Sleep(time.Second)
 	if gold.count(200) == gold200 {
@@ -279,4 +297,16 @@ apps:
 	if r.pid() != pid || !alive(pid) {
 		t.Errorf("the old process did not keep serving")
 	}
+}
+
+// waitPeerGone waits up to 2 s for sentry_upgrade_peer_in_flight to be 0
+// and returns its last value.
+func waitPeerGone(t *testing.T, admin string) float64 {
+	var v float64
+	for start := time.Now(); time.Since(start) < 2*time.Second; time.Sleep(10 * time.Millisecond) {
+		if v = scrape(t, admin)[`sentry_upgrade_peer_in_flight{app="shop"}`]; v == 0 {
+			return 0
+		}
+	}
+	return v
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -40,6 +41,7 @@ type Giver struct {
 	conn     net.Conn
 	take     func() *Document
 	inflight func() map[string]int64
+	peer     func(map[string]int64)
 	every    time.Duration
 
 	wmu  sync.Mutex // one line at a time
@@ -48,30 +50,48 @@ type Giver struct {
 	read chan struct{} // closed when the reader ends
 	send sync.WaitGroup
 
-	mu     sync.Mutex
-	failed string // the new process's reason to fail
-	gave   bool   // the document was sent
-	closed bool   // Close has begun: no more reports start
+	mu      sync.Mutex
+	failed  string // the new process's reason to fail
+	gave    bool   // the document was sent
+	closed  bool   // Close has begun: no more reports start
+	failing bool   // Failure has begun: its read deadline is not a stale report
 }
 
 // NewGiver serves the handover on conn: when the new process asks, it
 // sends take()'s document, then inflight()'s counts every interval
-// (InflightEvery when ≤ 0) until Close; it records a failure the new
-// process reports (Failure). It owns conn.
-func NewGiver(conn net.Conn, take func() *Document, inflight func() map[string]int64, every time.Duration) *Giver {
+// (InflightEvery when ≤ 0) until Close; it passes the new process's own
+// counts to peer as they come (nil when they end or grow stale, like
+// Taker.Follow's set); it records a failure the new process reports
+// (Failure). It owns conn.
+func NewGiver(conn net.Conn, take func() *Document, inflight func() map[string]int64, peer func(map[string]int64), every time.Duration) *Giver {
 	if every <= 0 {
 		every = InflightEvery
 	}
-	g := &Giver{conn: conn, take: take, inflight: inflight, every: every, stop: make(chan struct{}), read: make(chan struct{})}
+	if peer == nil {
+		peer = func(map[string]int64) {}
+	}
+	g := &Giver{conn: conn, take: take, inflight: inflight, peer: peer, every: every, stop: make(chan struct{}), read: make(chan struct{})}
 	go g.reader()
 	return g
 }
 
 func (g *Giver) reader() {
 	defer close(g.read)
+	defer g.peer(nil)
 	r := bufio.NewReader(g.conn)
+	var last time.Time
 	for {
-		line, err := r.ReadBytes('\n')
+		if !last.IsZero() {
+			// A report older than StaleAfter counts as none.
+			_ = g.conn.SetReadDeadline(time.Now().Add(StaleAfter))
+		}
+		line, err := readLine(r, MaxSize)
+		if errors.Is(err, os.ErrDeadlineExceeded) && !last.IsZero() && g.open() {
+			g.peer(nil)
+			last = time.Time{}
+			_ = g.conn.SetReadDeadline(time.Time{})
+			continue
+		}
 		if err != nil {
 			return
 		}
@@ -80,6 +100,9 @@ func (g *Giver) reader() {
 			continue
 		}
 		switch {
+		case m.Inflight != nil:
+			g.peer(m.Inflight)
+			last = time.Now()
 		case m.Failed != "":
 			g.mu.Lock()
 			g.failed = m.Failed
@@ -138,10 +161,20 @@ func (g *Giver) line(m message) error {
 	return err
 }
 
+// open tells whether Close has not begun.
+func (g *Giver) open() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.closed && !g.failing
+}
+
 // Failure waits up to wait for the reason the new process gave for
 // failing, closes the handover, and returns the reason ("" if none came).
 // For the old process once its upgrade failed.
 func (g *Giver) Failure(wait time.Duration) string {
+	g.mu.Lock()
+	g.failing = true
+	g.mu.Unlock()
 	_ = g.conn.SetReadDeadline(time.Now().Add(wait))
 	select {
 	case <-g.read:
@@ -218,13 +251,37 @@ func readLine(r *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
-// Follow reads the old process's in-flight reports until it closes the
-// socket or done is closed, calling set with each report (the counts by
+// Follow exchanges in-flight counts with the old process until it closes
+// the socket or done is closed: it sends inflight()'s every InflightEvery,
+// and calls set with each of the old process's reports (the counts by
 // app), with nil when a report is older than StaleAfter, and with nil at
 // the end. It closes the socket when it returns.
-func (t *Taker) Follow(done <-chan struct{}, set func(map[string]int64)) {
+func (t *Taker) Follow(done <-chan struct{}, inflight func() map[string]int64, set func(map[string]int64)) {
 	defer t.conn.Close()
 	defer set(nil)
+	stopSend := make(chan struct{})
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		tick := time.NewTicker(InflightEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopSend:
+				return
+			case <-tick.C:
+			}
+			b, err := json.Marshal(message{Inflight: inflight()})
+			if err != nil {
+				return
+			}
+			_ = t.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			if _, err := t.conn.Write(append(b, '\n')); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { close(stopSend); <-sent }()
 	lines := make(chan map[string]int64)
 	go func() {
 		defer close(lines)

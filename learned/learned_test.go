@@ -81,15 +81,18 @@ func TestStateFile(t *testing.T) {
 }
 
 // TestHandover: the new process asks and gets the document taken at that
-// moment, then follows the old one's in-flight counts until the old one
-// closes (a last report of zero, then the end: nil).
+// moment; then each process follows the other's in-flight counts until
+// the old one closes (a last report of zero, then the end: nil).
 func TestHandover(t *testing.T) {
 	old, nw := net.Pipe()
 	var took atomic.Int32
 	var inflight atomic.Int64
 	inflight.Store(5)
+	var peerMu sync.Mutex
+	var fromNew []map[string]int64
 	g := NewGiver(old, func() *Document { took.Add(1); return sample() },
-		func() map[string]int64 { return map[string]int64{"shop": inflight.Load()} }, time.Millisecond)
+		func() map[string]int64 { return map[string]int64{"shop": inflight.Load()} },
+		func(m map[string]int64) { peerMu.Lock(); fromNew = append(fromNew, m); peerMu.Unlock() }, time.Millisecond)
 	if took.Load() != 0 {
 		t.Fatal("the document was taken before it was asked for")
 	}
@@ -102,7 +105,7 @@ func TestHandover(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tk.Follow(make(chan struct{}), func(m map[string]int64) {
+		tk.Follow(make(chan struct{}), func() map[string]int64 { return map[string]int64{"shop": 3} }, func(m map[string]int64) {
 			mu.Lock()
 			seen = append(seen, m)
 			mu.Unlock()
@@ -118,9 +121,22 @@ func TestHandover(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		peerMu.Lock()
+		n := len(fromNew)
+		peerMu.Unlock()
+		if n > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	inflight.Store(2)
 	g.Close()
 	<-done
+	peerMu.Lock()
+	if len(fromNew) < 2 || fromNew[0]["shop"] != 3 || fromNew[len(fromNew)-1] != nil {
+		t.Errorf("the new process's reports as the old one saw them: %v (want 3s, then nil at the end)", fromNew)
+	}
+	peerMu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()
 	if len(seen) < 3 || seen[0]["shop"] != 5 {
@@ -135,7 +151,7 @@ func TestHandover(t *testing.T) {
 // the old one why.
 func TestHandoverFailure(t *testing.T) {
 	old, nw := net.Pipe()
-	g := NewGiver(old, sample, func() map[string]int64 { return nil }, 0)
+	g := NewGiver(old, sample, func() map[string]int64 { return nil }, nil, 0)
 	tk, _, err := Request(nw, time.Second)
 	if err != nil {
 		t.Fatal(err)

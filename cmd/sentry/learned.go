@@ -98,7 +98,16 @@ func offerLearned(upg *tableflip.Upgrader, d *daemon) (*learned.Giver, error) {
 		conn.Close()
 		return nil, err
 	}
-	return learned.NewGiver(conn, func() *learned.Document { return takeLearned(d) }, d.ctl.OwnInflight, 0), nil
+	return learned.NewGiver(conn, func() *learned.Document { return takeLearned(d) }, d.ctl.OwnInflight, peerInflight(d), 0), nil
+}
+
+// peerInflight applies the upgrade peer's in-flight reports (nil: none).
+func peerInflight(d *daemon) func(map[string]int64) {
+	return func(m map[string]int64) {
+		for _, ac := range d.proxy.Snapshot().Apps {
+			d.ctl.SetPeerInflight(ac.Name, m[ac.Name])
+		}
+	}
 }
 
 // askLearned is the new process's side: the state its parent offers, if

@@ -165,6 +165,14 @@ func cmdRun(args []string) int {
 	}
 	d.life.setLearned(restored)
 	d.restoredApps.WithLabelValues(restored.Source).Set(float64(restored.Apps))
+	if handover != nil {
+		// Both processes serve the farm until the parent has drained:
+		// each counts the other's requests in flight as load
+		// (control.Manager.SetPeerInflight).
+		follow, stopFollow := make(chan struct{}), make(chan struct{})
+		go func() { defer close(follow); handover.Follow(stopFollow, d.ctl.OwnInflight, peerInflight(d)) }()
+		defer func() { close(stopFollow); <-follow }()
+	}
 	logs := &logwriter.Collector{}
 	logs.Add("process", func() *logwriter.Writer { return logOut })
 	d.reg.MustRegister(logs)
@@ -188,19 +196,6 @@ func cmdRun(args []string) int {
 	var bg sync.WaitGroup
 	defer bg.Wait()
 	defer cancel()
-	if handover != nil {
-		// The parent's requests in flight load the same backends until
-		// it has drained: counted as load here (control.SetInherited).
-		bg.Add(1)
-		go func() {
-			defer bg.Done()
-			handover.Follow(ctx.Done(), func(m map[string]int64) {
-				for _, ac := range d.proxy.Snapshot().Apps {
-					d.ctl.SetInherited(ac.Name, m[ac.Name])
-				}
-			})
-		}()
-	}
 	if upg != nil && upg.HasParent() {
 		d.life.setParent(os.Getppid())
 		log.Info("upgrade: this process has taken over the listeners; the previous one is draining")
