@@ -123,7 +123,7 @@ func TestKubernetesManifests(t *testing.T) {
 	for _, o := range objs {
 		kinds[o.Kind] = append(kinds[o.Kind], o)
 	}
-	for kind, n := range map[string]int{"Namespace": 1, "ConfigMap": 1, "Deployment": 1, "Service": 2, "PodDisruptionBudget": 1} {
+	for kind, n := range map[string]int{"Namespace": 1, "ConfigMap": 1, "Deployment": 1, "Service": 2, "PodDisruptionBudget": 1, "NetworkPolicy": 1} {
 		if len(kinds[kind]) != n {
 			t.Errorf("%d %s objects, want %d", len(kinds[kind]), kind, n)
 		}
@@ -347,7 +347,7 @@ func TestSystemdUnit(t *testing.T) {
 		"SIGUSR2", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
 		"CapabilityBoundingSet=CAP_NET_BIND_SERVICE", "AmbientCapabilities=CAP_NET_BIND_SERVICE",
 		"DynamicUser=yes", "RuntimeDirectory=sentry", "RestrictAddressFamilies=",
-		"LogsDirectory=sentry",
+		"LogsDirectory=sentry", "StateDirectory=sentry", "-state-file /var/lib/sentry/state.json",
 	} {
 		if !strings.Contains(unit, want) {
 			t.Errorf("unit lacks %q", want)

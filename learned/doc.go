@@ -41,19 +41,21 @@
 //
 //	new → old  {"want":"sentry-learned-state","version":1}
 //	old → new  the Document, one line, taken at that moment
-//	old → new  {"inflight":{"app":n,...}} every InflightEvery while it drains
+//	both ways  {"inflight":{"app":n,...}} every InflightEvery until the old one has drained
 //	new → old  {"failed":"reason"} if the new process fails before it is ready
 //
 // The new process asks before it parses its policy and restores before
 // it serves, so its first admission decision already uses what the old
-// one knew a few milliseconds earlier. Both processes then serve the
-// shared sockets until the new one is ready and the old one drains: the
-// old one's requests still in flight load the same backends, so it
-// reports their count per app until it exits, and the new one counts them
-// as load (control.Manager.SetInherited) -- otherwise it would see idle
-// backends and admit a second farm's worth of work at the moment of the
-// upgrade. A report older than StaleAfter, or the end of the stream (the
-// old process exited), counts as none.
+// one knew a few milliseconds earlier. Both processes then serve the same
+// backends until the old one has drained: the new one's requests start
+// while the old one's are still in flight, and the old one keeps serving
+// its open connections for a while. Each reports its own requests in
+// flight per app, and each counts the other's as load
+// (control.Manager.SetPeerInflight); otherwise each would see only its
+// own share of the farm and admit a whole farm's worth of work, and the
+// backends would queue twice the load at the moment of the upgrade. A
+// report older than StaleAfter, or the end of the stream (the old process
+// exited, or the new one failed), counts as none.
 //
 // Decision: a socket, not a file written at SIGUSR2. A file would be as
 // old as the new process's start-up by the time it serves, and could not
@@ -61,8 +63,8 @@
 // the old process reports to `sentry upgrade`.
 //
 // A new process whose parent does not offer the file (an older sentry)
-// or whose request fails within the timeout starts from the state file
-// if there is one, else afresh, and logs why.
+// or whose request fails within RequestTimeout starts from the state
+// file if there is one, else afresh, and logs why.
 //
 // # The state file
 //
