@@ -100,6 +100,10 @@ func Decode(data []byte) (*Document, error) {
 	return &d, nil
 }
 
+// SaveEvery is how often `sentry run -state-file` writes the state file
+// while it runs (and once more at a stop).
+const SaveEvery = time.Minute
+
 // ReadFile reads and decodes a state file. A missing file gives an error
 // for which errors.Is(err, os.ErrNotExist) holds.
 func ReadFile(path string) (*Document, error) {

@@ -235,7 +235,7 @@ func cmdRun(args []string) int {
 	}()
 	var checkpoint <-chan time.Time
 	if *stateFile != "" {
-		t := time.NewTicker(stateFileEvery)
+		t := time.NewTicker(learned.SaveEvery)
 		defer t.Stop()
 		checkpoint = t.C
 	}
@@ -325,10 +325,6 @@ func cmdRun(args []string) int {
 		}
 	}
 }
-
-// stateFileEvery is how often -state-file is written while sentry runs
-// (and once more at a stop).
-const stateFileEvery = time.Minute
 
 // saveState writes what d has learned to path ("" does nothing),
 // atomically; an error is logged and counted, never fatal.
