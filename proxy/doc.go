@@ -290,6 +290,19 @@
 // connections, kept out of fasthttp's sight, get GOAWAY and close when
 // their streams end. The loops drain the same way and hand nothing off.
 //
+// # A backend the operator drains
+//
+// The admin API's drain and disable set the backend's lb.State (lb's
+// doc.go, "Operator state"); every engine picks from the one pool, so
+// none sends it a new request from then on. Its connections: the pool's
+// Quiesce marks the Upstream (Quiesced) and closes fasthttp's idle ones;
+// the event loops close theirs at their next sweep (10 ms) and close,
+// rather than keep, one an exchange gives back; an exchange in flight at
+// the drain closes the connection it gives back once its response is
+// whole (quiescedEnd). HTTP/2 backends share one x/net transport per
+// app, which can close only all of its idle connections: the other
+// backends' are redialled. Test: TestBackendDrainEveryEngine.
+//
 // # The access log (accesslog.go)
 //
 // Every engine fills one pipeline.AccessEntry per exchange and hands it to

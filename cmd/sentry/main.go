@@ -42,6 +42,12 @@ Usage:
         Send SIGUSR2 to the running sentry and wait for the new process to
         be ready; exit 1 with the reason if it fails (the old one keeps
         serving), or if the policy is invalid (nothing is signalled).
+  sentry admin [-config FILE | -addr ADDR] [-token-file FILE] COMMAND
+        Change the running sentry through its admin listener's runtime
+        API, until the next reload: backend drain|disable|enable [APP]
+        BACKEND; log LEVEL; admission MODE [APP] (MODE policy ends it);
+        reset (end every change); state (print them). -config takes the
+        address and admin.token_file from the policy.
   sentry demo [-listen ADDR] [-admin ADDR] [-duration D] [-no-load] [-quiet]
         Start simulated backends on loopback, the proxy in front of them
         with three classes and a 500 ms target, and a looping load that
@@ -73,6 +79,8 @@ func realMain(args []string) int {
 		return cmdReload(args[1:])
 	case "upgrade":
 		return cmdUpgrade(args[1:])
+	case "admin":
+		return cmdAdmin(args[1:])
 	case "demo":
 		return cmdDemo(args[1:])
 	case "schema":

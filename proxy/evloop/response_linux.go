@@ -311,7 +311,9 @@ func (l *eventLoop) finish(c *cconn) {
 		ex.b, bc.c = nil, nil
 		// A backend that answered before taking the whole request (an
 		// early 413, say) still expects the rest: never reuse it.
-		if ex.bkClose || bc.fd < 0 || ex.sent < len(ex.req) {
+		if ex.bkClose || bc.fd < 0 || ex.sent < len(ex.req) || bc.u.Quiesced.Load() {
+			// (Quiesced: the operator drained the backend; no idle
+			// connection is kept to it.)
 			l.closeBackend(bc)
 		} else if ex.mode == bodyNone && bc.u.LoopWaiting.Load() > 0 {
 			// An answer without a body (HEAD, 204, 304) from a backend
