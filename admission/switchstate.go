@@ -22,8 +22,13 @@ type SwitchState struct {
 	LastRevert  int64   `json:"last_revert,omitempty"`
 }
 
-// State returns the switch's state. ok is false for a forced mode, which
-// has nothing to carry.
+// State returns the switch's state. ok is false for a mode the policy
+// forces, which has nothing to carry. An auto switch that the operator
+// holds in a mode at run time (Force) gives the state Unforce would leave
+// -- batch mode, as at NewSwitch, with its hysteresis memory -- and not
+// the held mode: a runtime override is not learned, and ends with the
+// process as it ends with a reload (docs/operations.md, "Runtime
+// control").
 func (s *Switch) State() (st SwitchState, ok bool) {
 	if s.cfg.Mode != ModeAuto {
 		return st, false
@@ -31,7 +36,9 @@ func (s *Switch) State() (st SwitchState, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st = SwitchState{Mode: s.Mode().String(), RevertAfter: int64(s.mu.revertAfter), AnchorU: s.mu.anchorU}
-	if !s.mu.since.IsZero() {
+	if s.forced.Load() {
+		st.Mode = ModeBatch.String()
+	} else if !s.mu.since.IsZero() {
 		st.Since = s.mu.since.UnixNano()
 	}
 	if r := s.mu.anchorR; r > 0 && !math.IsInf(r, 0) {

@@ -50,3 +50,31 @@ func TestSwitchStateRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestSwitchStateForcedAtRunTime: an auto switch the operator holds in a
+// mode (Force, the admin API) exports batch mode, as Unforce would leave
+// it, with its hysteresis memory -- not the held mode: a runtime override
+// is not carried to the next process.
+func TestSwitchStateForcedAtRunTime(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	for _, m := range []Mode{ModeThreshold, ModeAdaptive, ModeOff} {
+		a, _ := NewSwitch(SwitchConfig{Hold: time.Second, RevertAfter: 10 * time.Second})
+		for i := range 5 {
+			a.ObserveRate(now.Add(time.Duration(i)*500*time.Millisecond), 0.95, 400)
+		}
+		if _, err := a.Force(m, now.Add(3*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		st, ok := a.State()
+		if !ok || st.Mode != "batch" || st.Since != 0 || st.AnchorR != 400 || st.RevertAfter != int64(10*time.Second) {
+			t.Errorf("forced %v: state %+v %v, want batch mode with the anchor", m, st, ok)
+		}
+		b, _ := NewSwitch(SwitchConfig{Hold: time.Second, RevertAfter: 10 * time.Second})
+		if err := b.Restore(st); err != nil || b.Mode() != ModeBatch {
+			t.Errorf("forced %v: restored into %v: %v", m, b.Mode(), err)
+		}
+		if _, forced := b.Forced(); forced {
+			t.Errorf("forced %v: the restored switch is forced", m)
+		}
+	}
+}

@@ -22,6 +22,11 @@ type AppState struct {
 	Estimator estimator.State `json:"estimator"`
 	// Parallelism is batch admission's learned P (0: P is configured).
 	Parallelism float64 `json:"parallelism,omitempty"`
+	// ProbeCeiling is the concurrency batch admission's probe found
+	// saturated, and ProbeCeilingUntil (unix ns) when it lapses (0: none
+	// holds; batchac/doc.go, "The probe").
+	ProbeCeiling      int64 `json:"probe_ceiling,omitempty"`
+	ProbeCeilingUntil int64 `json:"probe_ceiling_until,omitempty"`
 	// Capacity is threshold mode's learned per-server capacity.
 	Capacity thresholdac.LearnerState `json:"capacity"`
 	// Mode and Fallback are the auto mode switch's state (nil when the
@@ -58,6 +63,9 @@ func (a *App) export(now time.Time) AppState {
 	st := AppState{Estimator: a.est.Export(now), Capacity: a.learner.State()}
 	if p, ok := a.batch.LearnedParallelism(); ok {
 		st.Parallelism = p
+	}
+	if m, until, ok := a.batch.ProbeCeiling(); ok {
+		st.ProbeCeiling, st.ProbeCeilingUntil = m, until
 	}
 	if sw, ok := a.sw.Load().State(); ok {
 		st.Mode = &sw
@@ -117,6 +125,9 @@ func (a *App) restore(st AppState, now time.Time) (ignored []string) {
 		} else {
 			ignored = append(ignored, "parallelism: admission.batch.parallelism is configured")
 		}
+	}
+	if st.ProbeCeiling != 0 && !a.batch.RestoreProbeCeiling(st.ProbeCeiling, st.ProbeCeilingUntil) {
+		ignored = append(ignored, fmt.Sprintf("probe ceiling %d until %d: out of range, or P is configured", st.ProbeCeiling, st.ProbeCeilingUntil))
 	}
 	if !a.learner.Restore(st.Capacity) {
 		ignored = append(ignored, "capacity: out of range")

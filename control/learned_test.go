@@ -3,6 +3,7 @@ package control
 import (
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,10 +16,13 @@ import (
 // TestExportRestore: a second manager given the first's state (through
 // JSON, as an upgrade hands it over) has its estimates, learned P and
 // capacity, auto's mode and fall-back memory, and adaptive rates from the
-// first moment; a class the new policy renamed is left out and reported.
+// first moment, with the probe's ceiling; a class the new policy renamed is left out and reported.
 func TestExportRestore(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	clock := func() time.Time { return now }
+	// The mode switch's sampler reads the clock from its own goroutine.
+	var clockNs atomic.Int64
+	clockNs.Store(now.UnixNano())
+	clock := func() time.Time { return time.Unix(0, clockNs.Load()) }
 	m1, _ := newManager(t, clock)
 	pool := &fakePool{}
 	pool.healthy.Store(2)
@@ -28,12 +32,14 @@ func TestExportRestore(t *testing.T) {
 	}
 	for range 200 {
 		now = now.Add(5 * time.Millisecond)
+		clockNs.Store(now.UnixNano())
 		a1.est.Arrive(0, now)
 		a1.Done(&admission.Ticket{Class: 0, Key: []byte("/checkout/pay"), S: 20 * time.Millisecond, Arrival: now.Add(-60 * time.Millisecond)},
 			admission.Result{ServerTiming: []byte("cpu;dur=20, queue;dur=2"), Measured: 60 * time.Millisecond, InService: 6, End: now})
 		a1.Done(&admission.Ticket{Class: 1, Key: []byte("/x"), Arrival: now.Add(-5 * time.Millisecond)},
 			admission.Result{ServerTiming: []byte("cpu;dur=5"), Measured: 5 * time.Millisecond, InService: 1, End: now})
 	}
+	a1.batch.ObserveSpare(12, 20*time.Millisecond, 50*time.Millisecond) // the probe came back saturated beside 12
 	p1, _ := a1.batch.LearnedParallelism()
 	if p1 <= 1.5 {
 		t.Fatalf("learned P %v: the test needs one learned", p1)
@@ -56,6 +62,7 @@ func TestExportRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	now = now.Add(100 * time.Millisecond)
+	clockNs.Store(now.UnixNano())
 
 	m2, _ := newManager(t, clock)
 	ac := testApp("auto")
@@ -84,6 +91,11 @@ func TestExportRestore(t *testing.T) {
 	if p2, _ := a2.batch.LearnedParallelism(); p2 != p1 {
 		t.Errorf("P %v, restored %v", p1, p2)
 	}
+	if m1, u1, ok1 := a1.batch.ProbeCeiling(); !ok1 || m1 != 12 {
+		t.Errorf("no probe ceiling to carry: %d %v", m1, ok1)
+	} else if m2, u2, ok2 := a2.batch.ProbeCeiling(); !ok2 || m2 != m1 || u2 != u1 {
+		t.Errorf("probe ceiling %d until %d, restored %d until %d (%v)", m1, u1, m2, u2, ok2)
+	}
 	if c1, c2 := a1.learner.State(), a2.learner.State(); c1 != c2 || c1.PerServer == 0 {
 		t.Errorf("capacity %+v, restored %+v", c1, c2)
 	}
@@ -106,10 +118,11 @@ func TestExportRestore(t *testing.T) {
 	// A restored app never fails a start, whatever the state says.
 	bad := states["shop"]
 	bad.Parallelism = -3
+	bad.ProbeCeiling = -1
 	bad.Mode.Mode = "sideways"
 	bad.Adaptive = map[string]adaptive.Learned{"gold": {Rate: -1}}
 	ignored, err = m2.Restore("shop", bad, now)
-	if err != nil || len(ignored) != 4 { // bronze's keys, P, mode, adaptive gold
+	if err != nil || len(ignored) != 5 { // bronze's keys, P, probe ceiling, mode, adaptive gold
 		t.Errorf("bad state: %v, ignored %q", err, ignored)
 	}
 	if _, err := m2.Restore("gone", bad, now); err == nil {

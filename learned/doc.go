@@ -15,6 +15,24 @@
 // address). Counters and histograms are not carried: a new process's
 // Prometheus counters start at 0, as after any restart.
 //
+// Decisions at the edges. Batch admission's probe ceiling (batchac/doc.go,
+// "The probe") is carried with P: a concurrency found saturated is not
+// probed again for the rest of its hold, and a ceiling that has lapsed
+// by the time it is read is dropped. The estimator's queue now (QNow) is
+// not: it is a measurement of the last few completions, not something
+// learned; its 250 ms half-life ages it to nothing before a state file
+// is read, and after a handover the new process's first eight
+// completions replace it. Meanwhile the one rule that reads it,
+// work-conserving admission, also needs a free slot -- the peer's
+// requests in flight count -- and no request waiting in any queue, which
+// an overload does not leave. The admin API's runtime overrides (a
+// backend drained or disabled, the log level, a forced admission mode)
+// are not carried either: as HAProxy's runtime changes end with a
+// reload, sentry's end with the process, and the new one runs the
+// policy as written. An auto mode switch held in a mode exports the
+// state the end of the hold would leave (batch mode, its hysteresis
+// memory kept), never the held mode.
+//
 // # The document
 //
 // One JSON object, self-describing and versioned (Document): "format" is
