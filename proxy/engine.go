@@ -33,3 +33,14 @@ func (p *Proxy) Engine() string { return p.engine }
 // loops reports whether the event loops serve (plain listeners, and
 // HTTP/1.1 and h2 over TLS 1.3).
 func (p *Proxy) loops() bool { return p.engine == policy.EngineLoops }
+
+// DefaultEngine is the engine server.engine's default (loops) runs on
+// this system: loops where there are event loops (Linux), portable
+// elsewhere. `sentry version` names it, having no policy; a running
+// process's is Engine (sentry_build_info's engine label).
+func DefaultEngine() string {
+	if loopsAvailable {
+		return policy.EngineLoops
+	}
+	return policy.EnginePortable
+}

@@ -41,7 +41,7 @@ func parse(t *testing.T, yaml string) *policy.Snapshot {
 func testDaemon(t *testing.T, snap *policy.Snapshot) *daemon {
 	t.Helper()
 	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.Discard})
-	d, err := startDaemon(snap, log, nil, nil)
+	d, err := startDaemon(snap, log, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +486,7 @@ func TestEngineKey(t *testing.T) {
 			pol := "admin: {listen: %s}\nserver: {engine: %s}\napps:\n  - name: web\n    listen: %s\n    backends: {static: [%s]}\n"
 			var logs lockedBuf
 			log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &logs})
-			d, err := startDaemon(parse(t, fmt.Sprintf(pol, a1, c.engine, l1, be)), log, nil, nil)
+			d, err := startDaemon(parse(t, fmt.Sprintf(pol, a1, c.engine, l1, be)), log, nil, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
