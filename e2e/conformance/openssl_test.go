@@ -116,6 +116,29 @@ func (c *sclient) write(t *testing.T, b []byte) {
 	}
 }
 
+// pipeAtomic is the most one write to a pipe places at once (PIPE_BUF on
+// Linux): a read of s_client's stdin returns all of such a write or none.
+const pipeAtomic = 4096
+
+// writeRecords writes b in pieces of at most pipeAtomic bytes, each only
+// once s_client has sent the one before as a record of application data,
+// so that no byte of b is left in the pipe when it returns. s_client
+// takes a command letter (K) only at the start of what one read of
+// stdin returns; one write of b whole could be read in two parts (it
+// reads 8 KiB at a time), and the letter that followed read with the
+// second part as data.
+func (c *sclient) writeRecords(t *testing.T, b []byte, what string) {
+	t.Helper()
+	n := c.count(msgClientAppData)
+	for len(b) > 0 {
+		k := min(len(b), pipeAtomic)
+		c.write(t, b[:k])
+		n++
+		c.waitMsg(t, msgClientAppData, n, what)
+		b = b[k:]
+	}
+}
+
 // count is how many times re matches the -msg trace so far.
 func (c *sclient) count(re *regexp.Regexp) int {
 	b, _ := os.ReadFile(c.msgFile)
@@ -296,8 +319,7 @@ func TestOpenSSLKeyUpdateH2(t *testing.T) {
 			fr.WriteSettings()
 			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
 			fr.WriteData(1, false, body[:10000])
-			c.write(t, w.Bytes())
-			c.waitMsg(t, msgClientAppData, 1, "the preface, HEADERS and the first DATA sent")
+			c.writeRecords(t, w.Bytes(), "the preface, HEADERS and the first DATA sent")
 			c.write(t, []byte("K\n"))
 			c.waitMsg(t, msgClientKU, 1, "the client's KeyUpdate sent")
 			w.Reset()
