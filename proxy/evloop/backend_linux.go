@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
@@ -79,7 +80,7 @@ var errBusy = syscall.EBUSY
 // (Config.CloseIdle): its pool counts against the same cap.
 func (l *eventLoop) waitConn(c *cconn, u *pipeline.Upstream, wait int64) {
 	ex := &c.ex
-	l.setState(c, Waiting) // (a wait again, after a failed dial, ends the last one first)
+	l.setState(c, exchange.Waiting) // (a wait again, after a failed dial, ends the last one first)
 	ex.waitU = u
 	l.waitN[u]++
 	ex.waitSeq++
@@ -103,7 +104,7 @@ type waiter struct {
 }
 
 func (w waiter) live(u *pipeline.Upstream) bool {
-	return w.c.ex.state == Waiting && w.c.ex.waitU == u && w.c.ex.waitSeq == w.seq
+	return w.c.ex.state == exchange.Waiting && w.c.ex.waitU == u && w.c.ex.waitSeq == w.seq
 }
 
 // endWait is setState's part when an exchange leaves Waiting (or waits
@@ -320,11 +321,11 @@ func (l *eventLoop) bind(c *cconn, bc *bconn) {
 	l.activate(c)
 	if bc.connecting {
 		bc.connecting = false // the exchange's state says it from here
-		l.setState(c, Connecting)
+		l.setState(c, exchange.Connecting)
 		ex.deadline = l.nowNs + ex.a.Shared.Connect.Load()
 		return
 	}
-	l.setState(c, Sending)
+	l.setState(c, exchange.Sending)
 	ex.deadline = l.nowNs + ex.a.Shared.Idle.Load()
 	l.send(bc)
 }
@@ -366,7 +367,7 @@ func (l *eventLoop) backendEvent(bc *bconn, ev uint32) {
 		l.closeBackend(bc)
 		return
 	}
-	if c.ex.state == Connecting {
+	if c.ex.state == exchange.Connecting {
 		if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) == 0 {
 			return
 		}
@@ -377,7 +378,7 @@ func (l *eventLoop) backendEvent(bc *bconn, ev uint32) {
 			l.dialFailed(bc, err)
 			return
 		}
-		l.setState(c, Sending)
+		l.setState(c, exchange.Sending)
 		c.ex.deadline = l.nowNs + c.ex.a.Shared.Idle.Load()
 		l.send(bc)
 		return
@@ -433,7 +434,7 @@ func (l *eventLoop) connectFailed(c *cconn, cause error) bool {
 func (l *eventLoop) backendBroke(bc *bconn, f pipeline.Failure) {
 	c := bc.c
 	ex := &c.ex
-	if ex.state == Relaying {
+	if ex.state == exchange.Relaying {
 		// Part of the response is out: the client connection cannot
 		// carry an error response now.
 		l.abort(c, pipeline.OutBackendFailed)
@@ -481,7 +482,7 @@ func (l *eventLoop) readBackend(bc *bconn) {
 	}
 	if m <= 0 {
 		switch {
-		case ex.state != Relaying:
+		case ex.state != exchange.Relaying:
 			l.backendBroke(bc, pipeline.FailBroken)
 		case ex.mode == bodyClose:
 			ex.bkClose = true
@@ -502,7 +503,7 @@ func (l *eventLoop) readBackend(bc *bconn) {
 	ex.gotBytes = true
 	ex.deadline = l.nowNs + ex.a.Shared.Idle.Load()
 	data := bc.in[:bc.n]
-	if ex.state != Relaying {
+	if ex.state != exchange.Relaying {
 		for {
 			switch pipeline.ParseResponseHead(data, &l.rh) {
 			case pipeline.HeadIncomplete:

@@ -5,6 +5,7 @@ package evloop
 import (
 	"golang.org/x/sys/unix"
 
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/sentry-proxy/sentry/proxy/respbuf"
 )
@@ -94,7 +95,7 @@ func (l *eventLoop) refill(c *cconn) bool {
 func (l *eventLoop) resumeBackend(c *cconn) {
 	ex := &c.ex
 	bc := ex.b
-	if bc == nil || bc.fd < 0 || ex.state != Relaying || bc.events&unix.EPOLLIN != 0 {
+	if bc == nil || bc.fd < 0 || ex.state != exchange.Relaying || bc.events&unix.EPOLLIN != 0 {
 		return
 	}
 	if c.backlog() && !l.room(c) {

@@ -14,6 +14,7 @@ import (
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/internal/replayconn"
 	"github.com/sentry-proxy/sentry/internal/tls13"
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
@@ -111,7 +112,7 @@ var strictStates = false
 // setState moves c's exchange to state to, checking the transition
 // (state.go): an illegal one panics under strictStates (the tests) and
 // is counted otherwise.
-func (l *eventLoop) setState(c *cconn, to State) {
+func (l *eventLoop) setState(c *cconn, to exchange.State) {
 	ex := &c.ex
 	if !ex.state.Legal(to) {
 		l.ff.illegal.Add(1)
@@ -122,7 +123,7 @@ func (l *eventLoop) setState(c *cconn, to State) {
 	if l.trace != nil {
 		l.trace(c, ex.state, to)
 	}
-	if ex.state == Waiting {
+	if ex.state == exchange.Waiting {
 		l.endWait(ex)
 	}
 	ex.state = to
@@ -360,7 +361,7 @@ func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	// request whose decision is not made at once parks as an exchange.
 	l.view = rawView{b: b, h: h}
 	d, pend, decided := a.Decide(&ex.t, &l.view, client, l.now, nil, true, l)
-	l.setState(c, Admitting)
+	l.setState(c, exchange.Admitting)
 	l.ff.served.Add(1)
 	if !decided {
 		l.park(c, pend)
@@ -495,7 +496,7 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
 // counted once, by Estimate.
 func (l *eventLoop) park(c *cconn, pend admission.Pending) {
 	c.ex.pend = pend
-	l.setState(c, Parked)
+	l.setState(c, exchange.Parked)
 	c.ex.parkIdx = len(l.parked)
 	l.parked = append(l.parked, c)
 }
@@ -538,7 +539,7 @@ func (l *eventLoop) pollParked() {
 // the start of c.in, is parsed again and the request relayed or rejected
 // as if decided at once.
 func (l *eventLoop) resume(c *cconn, d admission.Decision) {
-	l.setState(c, Admitting)
+	l.setState(c, exchange.Admitting)
 	b := c.in[:c.n]
 	if pipeline.ParseRequestHead(b, &l.h) != pipeline.HeadOK {
 		// Cannot happen: the same bytes parsed when the request came.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/lb"
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/sentry-proxy/sentry/proxy/respbuf"
 	"github.com/sentry-proxy/sentry/sert"
@@ -66,11 +67,11 @@ func (c *cconn) waiting() bool {
 func (c *cconn) buffered() bool { return c.rb != nil && c.rb.Len() > 0 }
 
 // busy tells whether an exchange is in progress on c (State).
-func (c *cconn) busy() bool { return c.ex.state != Idle }
+func (c *cconn) busy() bool { return c.ex.state != exchange.Idle }
 
 // exch is the exchange in progress on a client connection.
 type exch struct {
-	state     State // where the exchange is (state.go); changed only by setState
+	state     exchange.State // where the exchange is (state.go); changed only by setState
 	a         *pipeline.App
 	lbb       *lb.Backend
 	u         *pipeline.Upstream
@@ -151,7 +152,7 @@ type eventLoop struct {
 	sys     Sys   // the kernel (RawSys) or a script
 	clock   Clock // time.Now or a manual clock
 	// trace, if set (tests), sees every exchange-state transition.
-	trace  func(c *cconn, from, to State)
+	trace  func(c *cconn, from, to exchange.State)
 	efdBuf [8]byte    // the eventfd's counter, read on a wake-up
 	drop   [4096]byte // what a lingering close reads and drops
 
@@ -399,7 +400,7 @@ func (l *eventLoop) sweep() {
 	for i := 0; i < len(l.active); i++ {
 		c := l.active[i]
 		ex := &c.ex
-		if ex.state == Waiting {
+		if ex.state == exchange.Waiting {
 			if l.nowNs > ex.deadline {
 				l.release(ex, true)
 				l.respond(c, ex.a, pipeline.OutBackendBusy, admission.Decision{})
@@ -411,10 +412,10 @@ func (l *eventLoop) sweep() {
 		// taken what was relayed (and no buffer could take more), its
 		// idle deadline waits (the write timeout covers the client);
 		// resumeBackend restarts it.
-		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == Relaying && ex.b.events&unix.EPOLLIN == 0) {
-			if ex.state == Connecting {
+		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == exchange.Relaying && ex.b.events&unix.EPOLLIN == 0) {
+			if ex.state == exchange.Connecting {
 				l.dialFailed(ex.b, errConnectTimeout)
-			} else if ex.state != Relaying {
+			} else if ex.state != exchange.Relaying {
 				l.release(ex, false)
 				l.respond(c, ex.a, pipeline.OutBackendTimeout, admission.Decision{})
 			} else {
@@ -496,7 +497,7 @@ func (l *eventLoop) sweep() {
 // the exchange ended.
 func (l *eventLoop) terminate(c *cconn) bool {
 	ex := &c.ex
-	if ex.state != Connecting && ex.state != Sending {
+	if ex.state != exchange.Connecting && ex.state != exchange.Sending {
 		ex.termAt = 0
 		return false
 	}

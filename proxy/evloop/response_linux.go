@@ -9,6 +9,7 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/estimator"
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/h2srv"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
@@ -60,7 +61,7 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 		// A stream: the head goes into the core as HEADERS at once
 		// (h2_linux.go), the body follows through c.out.
 		l.streamHead(c, data, rh, strip)
-		l.setState(c, Relaying)
+		l.setState(c, exchange.Relaying)
 		l.forward(c, bc, data[rh.N:], false)
 		return
 	}
@@ -86,7 +87,7 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	}
 	out = append(out, "\r\n"...)
 	c.out = out
-	l.setState(c, Relaying)
+	l.setState(c, exchange.Relaying)
 	l.forward(c, bc, data[rh.N:], true)
 }
 
@@ -351,7 +352,7 @@ func (l *eventLoop) finish(c *cconn) {
 // closed unless it is the client that went away.
 func (l *eventLoop) abort(c *cconn, o pipeline.Outcome) {
 	ex := &c.ex
-	if ex.state == Parked {
+	if ex.state == exchange.Parked {
 		// Parked: the request leaves its batch queue, counted as gone
 		// (o is pipeline.OutClientGone: only a client close or the loop's close
 		// ends a parked exchange).
@@ -366,7 +367,7 @@ func (l *eventLoop) abort(c *cconn, o pipeline.Outcome) {
 	}
 	l.release(ex, o != pipeline.OutBackendFailed && o != pipeline.OutBackendTimeout)
 	st := ex.status
-	if ex.state != Relaying {
+	if ex.state != exchange.Relaying {
 		st = pipeline.StatusOf(o)
 	}
 	if o == pipeline.OutClientGone {
@@ -413,7 +414,7 @@ func (l *eventLoop) done(c *cconn, o pipeline.Outcome, status int) {
 	ex.lbb, ex.u, ex.a = nil, nil, nil
 	ex.termCl, ex.termAt = nil, 0
 	ex.term.Off()
-	l.setState(c, Idle)
+	l.setState(c, exchange.Idle)
 	c.lastNs = l.nowNs
 	if c.in != nil && ex.total <= c.n {
 		c.n = copy(c.in, c.in[ex.total:c.n])

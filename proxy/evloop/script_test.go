@@ -21,6 +21,7 @@ import (
 	"github.com/sentry-proxy/sentry/internal/scripttest"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/sentry-proxy/sentry/proxy/respbuf"
 	"github.com/sentry-proxy/sentry/sert"
@@ -107,7 +108,7 @@ func newLoopScript(t *testing.T) *loopScript {
 	h.sys.fds[5] = &scriptFD{name: "eventfd"}
 	l := &eventLoop{ff: ff, ep: 4, efd: 5, sys: h.sys, clock: func() time.Time { return h.now }, idleBk: map[*pipeline.Upstream][]*bconn{},
 		connWait: map[*pipeline.Upstream][]waiter{}, waitN: map[*pipeline.Upstream]int{}, nconn: map[*pipeline.Upstream]int{}}
-	l.trace = func(c *cconn, from, to State) {
+	l.trace = func(c *cconn, from, to exchange.State) {
 		h.printf("%s: %v -> %v", h.sys.nameOf(c.fd), from, to)
 	}
 	l.tick()

@@ -5,6 +5,7 @@ package evloop
 import (
 	"testing"
 
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
@@ -20,7 +21,7 @@ func TestWaitCounts(t *testing.T) {
 	ff.loops = []*eventLoop{l}
 	u1, u2 := &pipeline.Upstream{}, &pipeline.Upstream{}
 	c := &cconn{fd: -1}
-	c.ex.state, c.ex.activeIdx = Admitting, -1
+	c.ex.state, c.ex.activeIdx = exchange.Admitting, -1
 
 	l.waitConn(c, u1, 1e9)
 	if u1.LoopWaiting.Load() != 1 || l.waitN[u1] != 1 {
@@ -37,7 +38,7 @@ func TestWaitCounts(t *testing.T) {
 	if u2.LoopWaiting.Load() != 1 || l.waitN[u2] != 1 || len(l.connWait[u2]) != 2 {
 		t.Fatalf("waiting twice for u2: %d/%d, %d entries", u2.LoopWaiting.Load(), l.waitN[u2], len(l.connWait[u2]))
 	}
-	l.setState(c, Idle) // answered (busy at the deadline) or aborted
+	l.setState(c, exchange.Idle) // answered (busy at the deadline) or aborted
 	if u2.LoopWaiting.Load() != 0 || len(l.waitN) != 0 {
 		t.Fatalf("after the wait: u2 %d, waitN %v", u2.LoopWaiting.Load(), l.waitN)
 	}
