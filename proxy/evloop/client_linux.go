@@ -307,37 +307,6 @@ func (l *eventLoop) process(c *cconn) {
 	}
 }
 
-// rawView is the classifier's view of a request head (classify.Request).
-type rawView struct {
-	b []byte
-	h *pipeline.RawHead
-}
-
-func (v *rawView) Method() []byte { return v.h.Method.Of(v.b) }
-func (v *rawView) Path() []byte {
-	t := v.h.Target.Of(v.b)
-	for i, c := range t {
-		if c == '?' {
-			return t[:i]
-		}
-	}
-	return t
-}
-func (v *rawView) Host() []byte            { return v.h.Host.Of(v.b) }
-func (v *rawView) Peek(name string) []byte { return v.h.Peek(v.b, name) }
-func (v *rawView) Cookie(name string) []byte {
-	for i := 0; i < v.h.NFields; i++ {
-		f := &v.h.Fields[i]
-		if !pipeline.EqFold(f.Name.Of(v.b), "cookie") {
-			continue
-		}
-		if val := pipeline.CookieValue(f.Value.Of(v.b), name); val != nil {
-			return val
-		}
-	}
-	return nil
-}
-
 // serve runs one parsed request; false (before anything was done or
 // counted) means the fast path does not take it.
 func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
@@ -355,12 +324,12 @@ func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	ex.head = string(h.Method.Of(b)) == fasthttp.MethodHead // methods are case-sensitive
 	ex.idem = pipeline.IdempotentMethod(h.Method.Of(b))
 	ex.grpc = h.ContentType != (pipeline.Span{}) && pipeline.IsGRPC(h.ContentType.Of(b))
-	client := l.forwarded(c, a, b, h)
+	hd := l.reqHead(c, b, h)
+	client := l.sc.Forwarded(a, hd, c.peer)
 	ex.client, ex.upstrm, ex.outBytes = client, 0, 0
 	// The decide step (package pipeline, pipeline.go). This engine must not block: a
 	// request whose decision is not made at once parks as an exchange.
-	l.view = rawView{b: b, h: h}
-	d, pend, decided := a.Decide(&ex.t, &l.view, client, l.now, nil, true, l)
+	d, pend, decided := a.Decide(&ex.t, l.sc.View(hd), client, l.now, nil, true, l)
 	l.setState(c, exchange.Admitting)
 	l.ff.served.Add(1)
 	if !decided {
@@ -399,33 +368,15 @@ func (l *eventLoop) takes(c *cconn, b []byte, h *pipeline.RawHead) (*pipeline.Ap
 	return a, cl, true
 }
 
-// forwarded reads what a trusted proxy sent (pipeline.PlanForwarding) into l.in and
-// returns the client's address; its X-Forwarded-For lines are one list
-// (RFC 9110 §5.3).
-func (l *eventLoop) forwarded(c *cconn, a *pipeline.App, b []byte, h *pipeline.RawHead) netip.Addr {
-	in := &l.in
-	*in = pipeline.TrustedFwd{}
-	if !a.TrustedPeer(c.peer) {
-		return c.peer
-	}
-	chain := l.xff[:0]
-	for i := 0; i < h.NFields; i++ {
-		f := &h.Fields[i]
-		switch k := h.Kinds[i]; k {
-		case pipeline.KindXFF, pipeline.KindXFProto, pipeline.KindXFHost:
-			chain = in.Add(k, f.Value.Of(b), chain)
-		case pipeline.KindOther:
-			if exact, _ := pipeline.NameMatch(f.Name.Of(b), a.ReqID); exact {
-				in.Add(pipeline.KindOther, f.Value.Of(b), nil)
-			}
-		}
-	}
-	l.xff = chain
-	return a.ClientAddr(c.peer, in.XFF)
+// reqHead is the neutral head (exchange.Head) of c's request, parsed as h
+// from b (all of it in c.in), in the loop's scratch.
+func (l *eventLoop) reqHead(c *cconn, b []byte, h *pipeline.RawHead) *exchange.Head {
+	l.head = exchange.Head{B: b, Raw: h, Body: b[h.N:c.ex.total], TLS: c.tls != nil || c.str != nil, Size: int64(c.ex.total)}
+	return &l.head
 }
 
 // admitted acts on the admission decision d of c's exchange (busy, parsed
-// as h from b, l.in filled by forwarded): relay or reject.
+// as h from b, the scratch filled by Forwarded): relay or reject.
 func (l *eventLoop) admitted(c *cconn, d admission.Decision, b []byte, h *pipeline.RawHead) {
 	a := c.ex.a
 	if a.Admitted(&c.ex.t, d) != pipeline.OutRelayed {
@@ -437,50 +388,20 @@ func (l *eventLoop) admitted(c *cconn, d admission.Decision, b []byte, h *pipeli
 	l.relay(c, b, h)
 }
 
-// relay sends c's admitted exchange (parsed as h from b, l.in filled by
-// forwarded) to a backend.
+// relay sends c's admitted exchange (parsed as h from b, the scratch filled by
+// Forwarded) to a backend.
 func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
-	ex, a, in := &c.ex, c.ex.a, &l.in
+	ex, a := &c.ex, c.ex.a
 	if a.Pool.Healthy() == 0 {
 		l.respond(c, a, pipeline.OutNoBackend, admission.Decision{})
 		return
 	}
 
-	// The request as the backend gets it.
-	r := ex.req[:0]
-	le := 0
-	for b[le] != '\n' {
-		le++
-	}
-	r = append(r, b[:le+1]...)
-	// The header policy (pipeline/headers.go): hop-by-hop lines and every copy of
-	// the forwarding headers (any spelling) go; one of each is added.
-	for i := 0; i < h.NFields; i++ {
-		f := &h.Fields[i]
-		switch h.Kinds[i] {
-		case pipeline.KindConnection, pipeline.KindHopByHop, pipeline.KindXFF, pipeline.KindXFProto, pipeline.KindXFHost, pipeline.KindFwdAlias:
-			continue
-		case pipeline.KindOther:
-			if exact, alias := pipeline.NameMatch(f.Name.Of(b), a.ReqID); exact || alias || a.DropIncoming(f.Name.Of(b)) {
-				continue
-			}
-		}
-		r = append(r, f.Line.Of(b)...)
-	}
-	var fw pipeline.Forwarding
-	l.fwd, fw = pipeline.PlanForwarding(l.fwd, in, c.peer, c.tls != nil || c.str != nil, h.Host.Of(b), l.ff.cfg.IDs)
-	ex.id = append(ex.id[:0], fw.ID...)
-	r = append(append(append(r, "X-Forwarded-For: "...), fw.XFF...), "\r\n"...)
-	r = append(append(append(r, "X-Forwarded-Proto: "...), fw.Proto...), "\r\n"...)
-	r = append(append(append(r, "X-Forwarded-Host: "...), fw.Host...), "\r\n"...)
-	r = append(append(append(append(r, a.ReqID...), ": "...), fw.ID...), "\r\n"...)
-	if a.Load != nil { // the degradation signal (pipeline/load.go)
-		r = append(append(r, a.LoadHeader...), ": "...)
-		r = append(a.AppendLoad(r, ex.t.Class, l.now), "\r\n"...)
-	}
-	r = append(r, "\r\n"...)
-	r = append(r, b[h.N:ex.total]...)
-	ex.req = r
+	// The request as the backend gets it (the header policy and the
+	// forwarding plan: exchange.Scratch.AppendRequest).
+	var id []byte
+	ex.req, id = l.sc.AppendRequest(ex.req[:0], a, l.reqHead(c, b, h), c.peer, l.ff.cfg.IDs, ex.t.Class, l.now)
+	ex.id = append(ex.id[:0], id...)
 	ex.attempts, ex.stale = 0, 0
 	// Selective early termination (pipeline/term.go): the loop holds the
 	// body whole and hands upgrades to fasthttp, so only the class and
@@ -546,6 +467,6 @@ func (l *eventLoop) resume(c *cconn, d admission.Decision) {
 		l.abort(c, pipeline.OutBadRequest)
 		return
 	}
-	l.forwarded(c, c.ex.a, b, &l.h)
+	l.sc.Forwarded(c.ex.a, l.reqHead(c, b, &l.h), c.peer)
 	l.admitted(c, d, b, &l.h)
 }

@@ -179,14 +179,12 @@ type eventLoop struct {
 	rh        pipeline.RawHead
 	ah        pipeline.RawHead     // the access log's parse of a finished request's head
 	acc       pipeline.AccessEntry // the access log's entry, reused
-	view      rawView
+	head      exchange.Head        // the neutral head of the request being served
+	sc        exchange.Scratch     // what the exchange core's steps use one at a time
 	date      []byte
 	dateSec   int64
-	st        []byte              // stripped Server-Timing
-	xff       []byte              // a trusted proxy's X-Forwarded-For lines, merged
-	in        pipeline.TrustedFwd // what a trusted proxy sent (pipeline.PlanForwarding)
-	fwd       []byte              // the forwarding header values (pipeline.PlanForwarding)
-	yieldAt   int64               // next runtime.Gosched
+	st        []byte // stripped Server-Timing
+	yieldAt   int64  // next runtime.Gosched
 
 	unlistened   bool  // the listening socket is out of this loop's epoll set
 	acceptPaused int64 // accepts paused until (EMFILE and the like)
