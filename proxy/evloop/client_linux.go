@@ -287,7 +287,7 @@ func (l *eventLoop) process(c *cconn) {
 			break
 		}
 		b := c.in[:c.n]
-		if pipeline.ParseRequestHead(b, &l.h) != pipeline.HeadOK || !l.serve(c, b, &l.h) {
+		if pipeline.ParseRequestHead(b, &l.h) != pipeline.HeadOK || !l.serveH1(c, b, &l.h) {
 			if l.ff.draining.Load() {
 				// fasthttp is draining too: nothing to hand off to. The
 				// client sees the connection close, as for any
@@ -307,24 +307,36 @@ func (l *eventLoop) process(c *cconn) {
 	}
 }
 
-// serve runs one parsed request; false (before anything was done or
-// counted) means the fast path does not take it.
-func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
+// serveH1 runs one parsed HTTP/1.1 request; false (before anything was
+// done or counted) means the fast path does not take it.
+func (l *eventLoop) serveH1(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	a, cl, ok := l.takes(c, b, h)
 	if !ok {
 		return false
 	}
-	ex := &c.ex
-	ex.a, ex.total, ex.start = a, h.N+int(cl), l.now
-	ex.status, ex.released, ex.lbb, ex.u, ex.b = 0, true, nil, nil, nil
-	ex.id = ex.id[:0]
-	if l.ff.draining.Load() || h.ConnClose {
+	c.ex.total = h.N + int(cl)
+	if h.ConnClose {
 		c.closing = true
 	}
-	ex.head = string(h.Method.Of(b)) == fasthttp.MethodHead // methods are case-sensitive
-	ex.idem = pipeline.IdempotentMethod(h.Method.Of(b))
-	ex.grpc = h.ContentType != (pipeline.Span{}) && pipeline.IsGRPC(h.ContentType.Of(b))
-	hd := l.reqHead(c, b, h)
+	l.head = reqHead(c, b, h)
+	l.serve(c, a, &l.head)
+	return true
+}
+
+// serve runs the request whose neutral head is hd, for app a.
+func (l *eventLoop) serve(c *cconn, a *pipeline.App, hd *exchange.Head) {
+	ex := &c.ex
+	ex.a, ex.start = a, l.now
+	ex.status, ex.released, ex.lbb, ex.u, ex.b = 0, true, nil, nil, nil
+	ex.id = ex.id[:0]
+	if l.ff.draining.Load() {
+		c.closing = true
+	}
+	m := hd.Method()
+	ex.head = string(m) == fasthttp.MethodHead // methods are case-sensitive
+	ex.idem = pipeline.IdempotentMethod(m)
+	ct := hd.Raw.ContentType
+	ex.grpc = ct != (pipeline.Span{}) && pipeline.IsGRPC(ct.Of(hd.B))
 	client := l.sc.Forwarded(a, hd, c.peer)
 	ex.client, ex.upstrm, ex.outBytes = client, 0, 0
 	// The decide step (package pipeline, pipeline.go). This engine must not block: a
@@ -334,10 +346,9 @@ func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	l.ff.served.Add(1)
 	if !decided {
 		l.park(c, pend)
-		return true
+		return
 	}
-	l.admitted(c, d, b, h)
-	return true
+	l.admitted(c, d, hd)
 }
 
 // takes tells whether the loop serves the request parsed as h from b (all
@@ -368,16 +379,29 @@ func (l *eventLoop) takes(c *cconn, b []byte, h *pipeline.RawHead) (*pipeline.Ap
 	return a, cl, true
 }
 
-// reqHead is the neutral head (exchange.Head) of c's request, parsed as h
-// from b (all of it in c.in), in the loop's scratch.
-func (l *eventLoop) reqHead(c *cconn, b []byte, h *pipeline.RawHead) *exchange.Head {
-	l.head = exchange.Head{B: b, Raw: h, Body: b[h.N:c.ex.total], TLS: c.tls != nil || c.str != nil, Size: int64(c.ex.total)}
-	return &l.head
+// reqHead is the neutral head (exchange.Head) of c's HTTP/1.1 request,
+// parsed as h from b (all of it in c.in, c.ex.total bytes).
+func reqHead(c *cconn, b []byte, h *pipeline.RawHead) exchange.Head {
+	return exchange.Head{B: b, Raw: h, Body: b[h.N:c.ex.total], TLS: c.tls != nil, Size: int64(c.ex.total)}
+}
+
+// headOf is the neutral head of c's exchange in progress, its fields
+// parsed into h again: from c.in (HTTP/1.1), or from its stream; false if
+// it does not parse (cannot happen: it did when the request came).
+func (l *eventLoop) headOf(c *cconn, h *pipeline.RawHead) (exchange.Head, bool) {
+	if c.str != nil {
+		return l.streamReqHead(c.str.s, c.ex.a, h)
+	}
+	b := c.in[:c.n]
+	if pipeline.ParseRequestHead(b, h) != pipeline.HeadOK {
+		return exchange.Head{}, false
+	}
+	return reqHead(c, b, h), true
 }
 
 // admitted acts on the admission decision d of c's exchange (busy, parsed
 // as h from b, the scratch filled by Forwarded): relay or reject.
-func (l *eventLoop) admitted(c *cconn, d admission.Decision, b []byte, h *pipeline.RawHead) {
+func (l *eventLoop) admitted(c *cconn, d admission.Decision, hd *exchange.Head) {
 	a := c.ex.a
 	if a.Admitted(&c.ex.t, d) != pipeline.OutRelayed {
 		// Rejected (a parked exchange whose client went was aborted,
@@ -385,12 +409,12 @@ func (l *eventLoop) admitted(c *cconn, d admission.Decision, b []byte, h *pipeli
 		l.respond(c, a, pipeline.OutRejected, d)
 		return
 	}
-	l.relay(c, b, h)
+	l.relay(c, hd)
 }
 
 // relay sends c's admitted exchange (parsed as h from b, the scratch filled by
 // Forwarded) to a backend.
-func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
+func (l *eventLoop) relay(c *cconn, hd *exchange.Head) {
 	ex, a := &c.ex, c.ex.a
 	if a.Pool.Healthy() == 0 {
 		l.respond(c, a, pipeline.OutNoBackend, admission.Decision{})
@@ -400,13 +424,13 @@ func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
 	// The request as the backend gets it (the header policy and the
 	// forwarding plan: exchange.Scratch.AppendRequest).
 	var id []byte
-	ex.req, id = l.sc.AppendRequest(ex.req[:0], a, l.reqHead(c, b, h), c.peer, l.ff.cfg.IDs, ex.t.Class, l.now)
+	ex.req, id = l.sc.AppendRequest(ex.req[:0], a, hd, c.peer, l.ff.cfg.IDs, ex.t.Class, l.now)
 	ex.id = append(ex.id[:0], id...)
 	ex.attempts, ex.stale = 0, 0
 	// Selective early termination (pipeline/term.go): the loop holds the
 	// body whole and hands upgrades to fasthttp, so only the class and
 	// the method decide. Armed at each dispatch (bind).
-	ex.termCl = a.TermClass(&ex.t, h.Method.Of(b))
+	ex.termCl = a.TermClass(&ex.t, hd.Method())
 	l.dispatch(c, nil)
 }
 
@@ -457,16 +481,17 @@ func (l *eventLoop) pollParked() {
 }
 
 // resume acts on the decision d of c's parked exchange: its head, still at
-// the start of c.in, is parsed again and the request relayed or rejected
-// as if decided at once.
+// the start of c.in (or its stream's), is read again and the request
+// relayed or rejected as if decided at once.
 func (l *eventLoop) resume(c *cconn, d admission.Decision) {
 	l.setState(c, exchange.Admitting)
-	b := c.in[:c.n]
-	if pipeline.ParseRequestHead(b, &l.h) != pipeline.HeadOK {
-		// Cannot happen: the same bytes parsed when the request came.
+	hd, ok := l.headOf(c, &l.h)
+	if !ok {
+		// Cannot happen: the same head was read when the request came.
 		l.abort(c, pipeline.OutBadRequest)
 		return
 	}
-	l.sc.Forwarded(c.ex.a, l.reqHead(c, b, &l.h), c.peer)
-	l.admitted(c, d, b, &l.h)
+	l.head = hd
+	l.sc.Forwarded(c.ex.a, &l.head, c.peer)
+	l.admitted(c, d, &l.head)
 }

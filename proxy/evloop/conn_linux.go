@@ -168,7 +168,6 @@ type eventLoop struct {
 	waitKick  bool                            // room may have come: dialWaiters this round
 	shareTurn bool                            // finish: own waiters and the other loops' in turn (giveTo)
 	bufs      [][]byte
-	small     [][]byte // smallBufSize buffers (stream connections' requests)
 	rawBufs   [][]byte // TLS record buffers of idle connections (idleTLS)
 	now       time.Time
 	nowNs     int64
@@ -290,29 +289,9 @@ func (l *eventLoop) getBuf() []byte {
 }
 
 func (l *eventLoop) putBuf(b []byte) {
-	switch {
-	case b == nil:
-	case cap(b) == smallBufSize:
-		if len(l.small) < 4096 {
-			l.small = append(l.small, b[:smallBufSize])
-		}
-	case len(l.bufs) < 1024:
+	if b != nil && len(l.bufs) < 1024 {
 		l.bufs = append(l.bufs, b)
 	}
-}
-
-// smallBufSize is a stream connection's request buffer when its head fits
-// (most do): thousands of streams at once on a few h2 connections must
-// not each hold a 16 KiB buffer.
-const smallBufSize = 2 << 10
-
-func (l *eventLoop) getSmall() []byte {
-	if k := len(l.small); k > 0 {
-		b := l.small[k-1]
-		l.small = l.small[:k-1]
-		return b
-	}
-	return make([]byte, smallBufSize)
 }
 
 func (l *eventLoop) tick() {

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/internal/tls13"
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/h2srv"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
@@ -330,10 +331,10 @@ func (l *eventLoop) h2Events(c *cconn) {
 
 // takeStream decides, under the connection's lock (H2Conn.Feed), whether
 // the loop runs s: a request that ended with its head, on a connection
-// that is not suspect (the workers hold those a moment, h2guard), whose
-// head written as HTTP/1.1 fits a buffer and is one the plain path serves
-// (takes). The stream connection is made here; its exchange starts after
-// Feed (h2Events).
+// that is not suspect (the workers hold those a moment, h2guard), for an
+// app the loops serve, whose head is one the HTTP/1.1 path would serve
+// (streamReqHead). The stream connection is made here; its exchange
+// starts after Feed (h2Events).
 func (l *eventLoop) takeStream(c *cconn, s *h2srv.Stream) bool {
 	h := c.h2
 	if !s.EndedByHead() || h.core.Suspect() || h.failed || c.fd < 0 || l.ff.draining.Load() ||
@@ -345,28 +346,11 @@ func (l *eventLoop) takeStream(c *cconn, s *h2srv.Stream) bool {
 	if a == nil || !a.LoopOK {
 		return false
 	}
-	buf := l.getSmall()
-	b := appendH2Request(buf[:0], s, a.ReqID, a.LoadHeader)
-	if cap(b) != cap(buf) {
-		// Larger than a small buffer: a loop buffer, if it fits.
-		l.putBuf(buf)
-		if len(b) > loopBufSize {
-			return false
-		}
-		buf = l.getBuf()
-		b = append(buf[:0], b...)
+	if _, ok := l.streamReqHead(s, a, &l.h); !ok {
+		return false
 	}
-	buf = buf[:cap(buf)]
-	sc := &cconn{fd: -1, peer: c.peer, in: buf, n: len(b), lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP}
+	sc := &cconn{fd: -1, peer: c.peer, lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP}
 	sc.ex.activeIdx, sc.ex.parkIdx = -1, -1
-	if pipeline.ParseRequestHead(buf[:sc.n], &l.h) != pipeline.HeadOK {
-		l.putBuf(buf)
-		return false
-	}
-	if _, _, ok := l.takes(sc, buf[:sc.n], &l.h); !ok {
-		l.putBuf(buf)
-		return false
-	}
 	sc.str = &h2str{p: c, s: s, idx: len(h.streams)}
 	s.User = sc
 	h.streams = append(h.streams, sc)
@@ -374,56 +358,100 @@ func (l *eventLoop) takeStream(c *cconn, s *h2srv.Stream) bool {
 	return true
 }
 
-// appendH2Request writes s's head as an HTTP/1.1 request: the request
-// line, Host from :authority, the fields the header policy keeps for the
-// HTTP/1.1 path (pipeline.H2Skip: as the workers' copy does), and the
-// cookie fields joined into one (RFC 9113 §8.2.3).
-func appendH2Request(b []byte, s *h2srv.Stream, reqID, load string) []byte {
-	b = append(b, s.Method()...)
-	b = append(b, ' ')
-	b = append(b, s.Path()...)
-	b = append(b, " HTTP/1.1\r\nHost: "...)
-	b = append(b, s.Authority()...)
-	b = append(b, "\r\n"...)
-	cookies := 0
-	for i := range s.NumFields() {
-		k, v := s.Field(i)
-		if string(k) == "cookie" {
-			cookies++
-			continue
-		}
-		if pipeline.H2Skip(k, reqID, load) {
-			continue
-		}
-		b = append(append(append(append(b, k...), ": "...), v...), "\r\n"...)
+// streamReqHead is the neutral head (exchange.Head) of s's request, for
+// app a, its fields in h: spans over the stream's arena, Host from
+// :authority, without the fields the header policy never passes on from
+// h2 (pipeline.H2Skip). ok is false when the loop does not serve it: when
+// the HTTP/1.1 request the head stands for -- the request line, Host,
+// those fields and the cookies joined -- is one the HTTP/1.1 path would
+// not (the strict parser's target, one Content-Length of at most 18
+// digits, a valid Host, at most pipeline.MaxRawFields lines) or does not
+// fit a loop buffer and server.max_header_bytes; its length is Size
+// (the access log's bytes in). The cookie fields are kept apart (the
+// request writer joins them), so they count one by one against h's
+// pipeline.MaxRawFields: a head past it goes to the workers
+// (TestStreamReqHeadMatchesText).
+func (l *eventLoop) streamReqHead(s *h2srv.Stream, a *pipeline.App, h *pipeline.RawHead) (exchange.Head, bool) {
+	ar := s.Arena()
+	m, p, au := s.HeadSpans()
+	h.Method, h.Target, h.Host = span(m), span(p), span(au)
+	if !pipeline.TargetOK(h.Target.Of(ar)) || !pipeline.ValidHost(h.Host.Of(ar)) {
+		return exchange.Head{}, false
 	}
-	if cookies > 0 {
-		b = append(b, "cookie: "...)
-		first := true
-		for i := range s.NumFields() {
-			if k, v := s.Field(i); string(k) == "cookie" {
-				if !first {
-					b = append(b, "; "...)
-				}
-				first = false
-				b = append(b, v...)
+	// The request line, Host, and the empty line: "M P HTTP/1.1\r\nHost: A\r\n\r\n".
+	size := int(m[1]-m[0]) + int(p[1]-p[0]) + int(au[1]-au[0]) + 1 + len(" HTTP/1.1\r\nHost: \r\n\r\n")
+	lines, cookies := 1, 0
+	h.NFields, h.ContentLength, h.ContentType = 0, -1, pipeline.Span{}
+	for i := range s.NumFields() {
+		ns, vs := s.FieldSpans(i)
+		name, v := span(ns), span(vs)
+		n := name.Of(ar)
+		if string(n) == "cookie" {
+			if cookies++; cookies == 1 {
+				size += len("cookie: \r\n")
+				lines++
+			} else {
+				size += len("; ")
+			}
+			size += int(vs[1] - vs[0])
+		} else {
+			if pipeline.H2Skip(n, a.ReqID, a.LoadHeader) {
+				continue
+			}
+			size += int(ns[1]-ns[0]) + int(vs[1]-vs[0]) + len(": \r\n")
+			lines++
+		}
+		if h.NFields == pipeline.MaxRawFields {
+			return exchange.Head{}, false
+		}
+		k := pipeline.FieldKind(n)
+		switch k {
+		case pipeline.KindContentLength:
+			// (h2srv checked the digits, and that a head that ends the
+			// stream declares no body.)
+			if h.ContentLength >= 0 || vs[1]-vs[0] > 18 {
+				return exchange.Head{}, false
+			}
+			h.ContentLength = 0
+		case pipeline.KindOther:
+			if h.ContentType == (pipeline.Span{}) && string(n) == "content-type" {
+				h.ContentType = v
 			}
 		}
-		b = append(b, "\r\n"...)
+		h.Fields[h.NFields].Name, h.Fields[h.NFields].Value, h.Fields[h.NFields].Line = name, v, pipeline.Span{}
+		h.Kinds[h.NFields] = k
+		h.NFields++
 	}
-	return append(b, "\r\n"...)
+	if lines > pipeline.MaxRawFields || size > loopBufSize || size > l.ff.maxHeader {
+		return exchange.Head{}, false
+	}
+	h.N, h.HostCount = size, 1
+	return exchange.Head{B: ar, Raw: h, H2: true, TLS: true, Size: int64(size)}, true
 }
+
+// span is an h2srv offset pair as a pipeline.Span.
+func span(o [2]int32) pipeline.Span { return pipeline.Span{S: o[0], E: o[1]} }
 
 // startStream runs a taken stream's exchange as the plain path runs a
 // request (serve).
 func (l *eventLoop) startStream(sc *cconn) {
 	sc.str.started = true
-	b := sc.in[:sc.n]
-	if pipeline.ParseRequestHead(b, &l.h) != pipeline.HeadOK || !l.serve(sc, b, &l.h) {
+	s := sc.str.s
+	a := l.ff.cfg.Routes.Load().Lookup(s.Authority())
+	if a == nil || !a.LoopOK {
 		// The route changed between take and now (a reload): the
 		// stream was not processed, and the client may retry it.
 		l.streamEnd(sc, h2srv.RefusedStream)
+		return
 	}
+	hd, ok := l.streamReqHead(s, a, &l.h)
+	if !ok {
+		l.streamEnd(sc, h2srv.RefusedStream)
+		return
+	}
+	sc.ex.total = int(hd.Size)
+	l.head = hd
+	l.serve(sc, a, &l.head)
 }
 
 // flushStream is flush for a stream connection: the HTTP/1.1 response the

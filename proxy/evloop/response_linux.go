@@ -440,12 +440,10 @@ func (l *eventLoop) access(c *cconn, o pipeline.Outcome, status int) {
 		e.Proto = "HTTP/2.0"
 	}
 	e.Decided(&ex.t)
-	if c.in != nil && ex.total <= c.n {
-		b := c.in[:ex.total]
-		if pipeline.ParseRequestHead(b, &l.ah) == pipeline.HeadOK {
-			h := &l.ah
-			e.Method, e.URI, e.Host = h.Method.Of(b), h.Target.Of(b), h.Host.Of(b)
-			e.Agent, e.Referer = h.Peek(b, "User-Agent"), h.Peek(b, "Referer")
+	if c.str != nil || c.in != nil && ex.total <= c.n {
+		if hd, ok := l.headOf(c, &l.ah); ok {
+			e.Method, e.URI, e.Host = hd.Method(), hd.Target(), hd.Host()
+			e.Agent, e.Referer = hd.Raw.Peek(hd.B, "User-Agent"), hd.Raw.Peek(hd.B, "Referer")
 		}
 	}
 	l.ff.cfg.Access(e)

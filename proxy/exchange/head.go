@@ -113,8 +113,14 @@ func (v *view) cookies() []byte {
 		}
 		return h.Value(first)
 	}
-	v.cookie = appendCookies(v.cookie[:0], h)
-	return v.cookie
+	// (As the HTTP/1.1 line reads: without trailing blanks, which an
+	// empty last cookie leaves.)
+	c := appendCookies(v.cookie[:0], h)
+	v.cookie = c
+	for len(c) > 0 && (c[len(c)-1] == ' ' || c[len(c)-1] == '\t') {
+		c = c[:len(c)-1]
+	}
+	return c
 }
 
 // isCookie tells whether field i of an h2 head is a cookie (h2 names are

@@ -165,6 +165,27 @@ func (s *Stream) Field(i int) (name, value []byte) {
 	return s.str(f.name), s.str(f.value)
 }
 
+// Arena is the buffer the head is decoded into: HeadSpans and FieldSpans
+// are [start, end) offsets into it. Like the head, it is immutable once
+// EvRequest is out and valid until Release; a driver may read the head
+// as spans over it rather than field by field.
+func (s *Stream) Arena() []byte { return s.arena }
+
+// HeadSpans are :method, :path and the authority (Authority) as offsets
+// into Arena.
+func (s *Stream) HeadSpans() (method, path, authority [2]int32) {
+	return s.method.ends(), s.path.ends(), s.authority.ends()
+}
+
+// FieldSpans are the i-th regular field's name and value as offsets into
+// Arena.
+func (s *Stream) FieldSpans(i int) (name, value [2]int32) {
+	f := s.fields[i]
+	return f.name.ends(), f.value.ends()
+}
+
+func (sp span) ends() [2]int32 { return [2]int32{sp.off, sp.off + sp.n} }
+
 // EndedByHead reports whether the HEADERS ended the stream: no body.
 // Valid from EvRequest on (a body's end later does not change it).
 func (s *Stream) EndedByHead() bool { return s.headEnded }
