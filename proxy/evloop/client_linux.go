@@ -8,7 +8,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/valyala/fasthttp"
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/admission"
@@ -102,31 +101,6 @@ func (l *eventLoop) setClientEvents(c *cconn, ev uint32) {
 	}
 	c.events = ev
 	_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, c.fd, ev, int32(c.fd))
-}
-
-// strictStates makes an illegal exchange transition panic instead of
-// being counted (the tests set it; package evloop's doc gives the
-// decision).
-var strictStates = false
-
-// setState moves c's exchange to state to, checking the transition
-// (state.go): an illegal one panics under strictStates (the tests) and
-// is counted otherwise.
-func (l *eventLoop) setState(c *cconn, to exchange.State) {
-	ex := &c.ex
-	if !ex.state.Legal(to) {
-		l.ff.illegal.Add(1)
-		if strictStates {
-			panic("evloop: illegal exchange transition " + ex.state.String() + " -> " + to.String())
-		}
-	}
-	if l.trace != nil {
-		l.trace(c, ex.state, to)
-	}
-	if ex.state == exchange.Waiting {
-		l.endWait(ex)
-	}
-	ex.state = to
 }
 
 // forget removes c from the loop's tables (the fd stays open).
@@ -314,7 +288,7 @@ func (l *eventLoop) serveH1(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	if !ok {
 		return false
 	}
-	c.ex.total = h.N + int(cl)
+	c.total = h.N + int(cl)
 	if h.ConnClose {
 		c.closing = true
 	}
@@ -323,32 +297,18 @@ func (l *eventLoop) serveH1(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	return true
 }
 
-// serve runs the request whose neutral head is hd, for app a.
+// serve runs the request whose neutral head is hd, for app a: the core
+// decides, and the loop carries out what it says.
 func (l *eventLoop) serve(c *cconn, a *pipeline.App, hd *exchange.Head) {
-	ex := &c.ex
-	ex.a, ex.start = a, l.now
-	ex.status, ex.released, ex.lbb, ex.u, ex.b = 0, true, nil, nil, nil
-	ex.id = ex.id[:0]
 	if l.ff.draining.Load() {
 		c.closing = true
 	}
-	m := hd.Method()
-	ex.head = string(m) == fasthttp.MethodHead // methods are case-sensitive
-	ex.idem = pipeline.IdempotentMethod(m)
-	ct := hd.Raw.ContentType
-	ex.grpc = ct != (pipeline.Span{}) && pipeline.IsGRPC(ct.Of(hd.B))
-	client := l.sc.Forwarded(a, hd, c.peer)
-	ex.client, ex.upstrm, ex.outBytes = client, 0, 0
-	// The decide step (package pipeline, pipeline.go). This engine must not block: a
-	// request whose decision is not made at once parks as an exchange.
-	d, pend, decided := a.Decide(&ex.t, l.sc.View(hd), client, l.now, nil, true, l)
-	l.setState(c, exchange.Admitting)
 	l.ff.served.Add(1)
-	if !decided {
-		l.park(c, pend)
-		return
-	}
-	l.admitted(c, d, hd)
+	c.ex.Init(l.ff.env, &l.sc)
+	logs := l.ff.cfg.Routes.Load().Access
+	// This engine must not block: a request whose decision is not made
+	// at once parks (Park).
+	l.act(c, c.ex.Start(a, hd, c.peer, l, logs, l.now))
 }
 
 // takes tells whether the loop serves the request parsed as h from b (all
@@ -380,9 +340,9 @@ func (l *eventLoop) takes(c *cconn, b []byte, h *pipeline.RawHead) (*pipeline.Ap
 }
 
 // reqHead is the neutral head (exchange.Head) of c's HTTP/1.1 request,
-// parsed as h from b (all of it in c.in, c.ex.total bytes).
+// parsed as h from b (all of it in c.in, c.total bytes).
 func reqHead(c *cconn, b []byte, h *pipeline.RawHead) exchange.Head {
-	return exchange.Head{B: b, Raw: h, Body: b[h.N:c.ex.total], TLS: c.tls != nil, Size: int64(c.ex.total)}
+	return exchange.Head{B: b, Raw: h, Body: b[h.N:c.total], TLS: c.tls != nil, Size: int64(c.total)}
 }
 
 // headOf is the neutral head of c's exchange in progress, its fields
@@ -390,7 +350,7 @@ func reqHead(c *cconn, b []byte, h *pipeline.RawHead) exchange.Head {
 // it does not parse (cannot happen: it did when the request came).
 func (l *eventLoop) headOf(c *cconn, h *pipeline.RawHead) (exchange.Head, bool) {
 	if c.str != nil {
-		return l.streamReqHead(c.str.s, c.ex.a, h)
+		return l.streamReqHead(c.str.s, c.ex.App(), h)
 	}
 	b := c.in[:c.n]
 	if pipeline.ParseRequestHead(b, h) != pipeline.HeadOK {
@@ -399,64 +359,26 @@ func (l *eventLoop) headOf(c *cconn, h *pipeline.RawHead) (exchange.Head, bool) 
 	return reqHead(c, b, h), true
 }
 
-// admitted acts on the admission decision d of c's exchange (busy, parsed
-// as h from b, the scratch filled by Forwarded): relay or reject.
-func (l *eventLoop) admitted(c *cconn, d admission.Decision, hd *exchange.Head) {
-	a := c.ex.a
-	if a.Admitted(&c.ex.t, d) != pipeline.OutRelayed {
-		// Rejected (a parked exchange whose client went was aborted,
-		// never resumed).
-		l.respond(c, a, pipeline.OutRejected, d)
-		return
-	}
-	l.relay(c, hd)
-}
-
-// relay sends c's admitted exchange (parsed as h from b, the scratch filled by
-// Forwarded) to a backend.
-func (l *eventLoop) relay(c *cconn, hd *exchange.Head) {
-	ex, a := &c.ex, c.ex.a
-	if a.Pool.Healthy() == 0 {
-		l.respond(c, a, pipeline.OutNoBackend, admission.Decision{})
-		return
-	}
-
-	// The request as the backend gets it (the header policy and the
-	// forwarding plan: exchange.Scratch.AppendRequest).
-	var id []byte
-	ex.req, id = l.sc.AppendRequest(ex.req[:0], a, hd, c.peer, l.ff.cfg.IDs, ex.t.Class, l.now)
-	ex.id = append(ex.id[:0], id...)
-	ex.attempts, ex.stale = 0, 0
-	// Selective early termination (pipeline/term.go): the loop holds the
-	// body whole and hands upgrades to fasthttp, so only the class and
-	// the method decide. Armed at each dispatch (bind).
-	ex.termCl = a.TermClass(&ex.t, hd.Method())
-	l.dispatch(c, nil)
-}
-
-// park keeps c's exchange, whose admission pend has not decided, until the
-// batch run that decides it wakes the loop. Nothing else is kept: the head
-// stays in c.in (pipelined bytes that follow wait behind it, as for any
-// exchange in progress), and resume parses it again; the arrival was
-// counted once, by Estimate.
-func (l *eventLoop) park(c *cconn, pend admission.Pending) {
-	c.ex.pend = pend
-	l.setState(c, exchange.Parked)
-	c.ex.parkIdx = len(l.parked)
+// park keeps c's exchange, whose admission has not decided (the core's
+// Park), until the batch run that decides it wakes the loop. Nothing
+// else is kept: the head stays in c.in (pipelined bytes that follow wait
+// behind it, as for any exchange in progress), and resume reads it again;
+// the arrival was counted once, by Estimate.
+func (l *eventLoop) park(c *cconn) {
+	c.parkIdx = len(l.parked)
 	l.parked = append(l.parked, c)
 }
 
 // unpark takes c out of l.parked (its ticket is then used or cancelled).
 func (l *eventLoop) unpark(c *cconn) {
-	ex := &c.ex
-	if i := ex.parkIdx; i >= 0 && i < len(l.parked) && l.parked[i] == c {
+	if i := c.parkIdx; i >= 0 && i < len(l.parked) && l.parked[i] == c {
 		last := l.parked[len(l.parked)-1]
 		l.parked[i] = last
-		last.ex.parkIdx = i
+		last.parkIdx = i
 		l.parked[len(l.parked)-1] = nil
 		l.parked = l.parked[:len(l.parked)-1]
 	}
-	ex.pend, ex.parkIdx = nil, -1
+	c.parkIdx = -1
 }
 
 // pollParked takes the decisions made for the loop's parked exchanges and
@@ -471,7 +393,7 @@ func (l *eventLoop) pollParked() {
 			continue
 		}
 		c := l.parked[i]
-		d, ok := c.ex.pend.Result()
+		d, ok := c.ex.Pending().Result()
 		if !ok {
 			continue
 		}
@@ -482,16 +404,12 @@ func (l *eventLoop) pollParked() {
 
 // resume acts on the decision d of c's parked exchange: its head, still at
 // the start of c.in (or its stream's), is read again and the request
-// relayed or rejected as if decided at once.
+// relayed or rejected as if decided at once (the core's Resume).
 func (l *eventLoop) resume(c *cconn, d admission.Decision) {
-	l.setState(c, exchange.Admitting)
-	hd, ok := l.headOf(c, &l.h)
-	if !ok {
-		// Cannot happen: the same head was read when the request came.
-		l.abort(c, pipeline.OutBadRequest)
-		return
+	var hp *exchange.Head
+	if hd, ok := l.headOf(c, &l.h); ok {
+		l.head = hd
+		hp = &l.head
 	}
-	l.head = hd
-	l.sc.Forwarded(c.ex.a, &l.head, c.peer)
-	l.admitted(c, d, &l.head)
+	l.act(c, c.ex.Resume(d, hp, l.now))
 }

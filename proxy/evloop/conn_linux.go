@@ -11,11 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/admission"
-	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/sentry-proxy/sentry/proxy/respbuf"
-	"github.com/sentry-proxy/sentry/sert"
 )
 
 // conn_linux.go: the loop itself -- its connections and exchanges
@@ -47,7 +45,26 @@ type cconn struct {
 	// empty (flush refills c.out from it), except on a stream, whose
 	// c.out goes into the core at once (flushStream).
 	rb *respbuf.Buffer
-	ex exch
+	// buffer: the response may be held in rb while its client is slower
+	// than its backend (buffer_linux.go); false for streams
+	// (respbuf.Streams), apps with response_buffering off, and with
+	// response buffering off.
+	buffer bool
+
+	// The exchange in progress (package proxy/exchange: the steps, their
+	// order and state are the core's), and what the loop keeps for it:
+	// its backend connection, the request's bytes in c.in (head and
+	// body), its place in the loop's lists, and the backend it waits for
+	// a connection to (counted in its LoopWaiting and the loop's waitN
+	// while it waits; waitSeq numbers its waits: its queue entries,
+	// waiter).
+	ex        exchange.Exchange
+	b         *bconn
+	total     int
+	activeIdx int
+	parkIdx   int
+	waitU     *pipeline.Upstream
+	waitSeq   uint32
 }
 
 // backlog tells whether response bytes wait for the client: in c.out or
@@ -67,70 +84,7 @@ func (c *cconn) waiting() bool {
 func (c *cconn) buffered() bool { return c.rb != nil && c.rb.Len() > 0 }
 
 // busy tells whether an exchange is in progress on c (State).
-func (c *cconn) busy() bool { return c.ex.state != exchange.Idle }
-
-// exch is the exchange in progress on a client connection.
-type exch struct {
-	state     exchange.State // where the exchange is (state.go); changed only by setState
-	a         *pipeline.App
-	lbb       *lb.Backend
-	u         *pipeline.Upstream
-	b         *bconn
-	req       []byte // the request as sent to the backend (kept for a retry)
-	sent      int
-	total     int // request bytes (head + body) in cconn.in
-	idem      bool
-	head      bool // HEAD request
-	grpc      bool // gRPC request (pipeline.IsGRPC): sentry's own answers take gRPC's form
-	start     time.Time
-	dispatch  time.Time
-	inService int
-	t         pipeline.Ticket // the request's admission (package pipeline, pipeline.go)
-	id        []byte
-	client    netip.Addr    // the client's address after trusted_proxies (access log)
-	upstrm    time.Duration // dispatch to response head (access log)
-	outBytes  int64         // response body bytes passed to the client (access log)
-	attempts  int           // attempts to relay so far, the current one included (pipeline.TryAgain)
-	stale     int           // of which on reused connections found closed (pipeline.MaxStaleRetries)
-	deadline  int64
-	activeIdx int
-	// Selective early termination (pipeline/term.go): termCl is the
-	// class when the request is terminable (nil: never cut); term its
-	// state from dispatch; termAt when the sweep looks next (0: not
-	// armed).
-	termCl *sert.Class
-	term   pipeline.Term
-	termAt int64
-	// waitU is the backend a Waiting exchange waits for a connection to
-	// (counted in its LoopWaiting and the loop's waitN while it waits);
-	// waitSeq numbers the exchange's waits (its queue entries, waiter).
-	waitU   *pipeline.Upstream
-	waitSeq uint32
-	// pend is the admission ticket of an exchange parked for its batch
-	// decision (nil otherwise); parkIdx is its place in parked.
-	pend    admission.Pending
-	parkIdx int
-	// response
-	status   int
-	mode     uint8
-	remain   int64
-	ct       pipeline.ChunkTracker
-	bkClose  bool
-	gotBytes bool
-	released bool
-	// buffer: the response may be held in c.rb while its client is
-	// slower than its backend (buffer_linux.go); false for streams
-	// (respbuf.Streams), apps with response_buffering off, and with
-	// response buffering off.
-	buffer bool
-}
-
-const (
-	bodyNone = iota
-	bodyLength
-	bodyChunked
-	bodyClose
-)
+func (c *cconn) busy() bool { return c.ex.Busy() }
 
 // bconn is a backend connection held by a loop.
 type bconn struct {
@@ -149,12 +103,10 @@ type bconn struct {
 type eventLoop struct {
 	ff      *Front
 	ep, efd int
-	sys     Sys   // the kernel (RawSys) or a script
-	clock   Clock // time.Now or a manual clock
-	// trace, if set (tests), sees every exchange-state transition.
-	trace  func(c *cconn, from, to exchange.State)
-	efdBuf [8]byte    // the eventfd's counter, read on a wake-up
-	drop   [4096]byte // what a lingering close reads and drops
+	sys     Sys        // the kernel (RawSys) or a script
+	clock   Clock      // time.Now or a manual clock
+	efdBuf  [8]byte    // the eventfd's counter, read on a wake-up
+	drop    [4096]byte // what a lingering close reads and drops
 
 	cl        []*cconn // by fd
 	bk        []*bconn // by fd
@@ -377,10 +329,10 @@ func (l *eventLoop) sweep() {
 	for i := 0; i < len(l.active); i++ {
 		c := l.active[i]
 		ex := &c.ex
-		if ex.state == exchange.Waiting {
-			if l.nowNs > ex.deadline {
-				l.release(ex, true)
-				l.respond(c, ex.a, pipeline.OutBackendBusy, admission.Decision{})
+		st, dl := ex.State(), ex.Deadline()
+		if st == exchange.Waiting {
+			if l.nowNs > dl {
+				l.act(c, ex.Expire(l.now)) // 503 backend_busy
 				i--
 			}
 			continue
@@ -389,19 +341,12 @@ func (l *eventLoop) sweep() {
 		// taken what was relayed (and no buffer could take more), its
 		// idle deadline waits (the write timeout covers the client);
 		// resumeBackend restarts it.
-		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == exchange.Relaying && ex.b.events&unix.EPOLLIN == 0) {
-			if ex.state == exchange.Connecting {
-				l.dialFailed(ex.b, errConnectTimeout)
-			} else if ex.state != exchange.Relaying {
-				l.release(ex, false)
-				l.respond(c, ex.a, pipeline.OutBackendTimeout, admission.Decision{})
-			} else {
-				l.abort(c, pipeline.OutBackendTimeout)
-			}
+		if c.b != nil && dl != 0 && l.nowNs > dl && !(st == exchange.Relaying && c.b.events&unix.EPOLLIN == 0) {
+			l.act(c, ex.Expire(l.now)) // a connect timeout, 504, or cut
 			i--
 			continue
 		}
-		if ex.termAt != 0 && l.nowNs >= ex.termAt && l.terminate(c) {
+		if t := ex.TermAt(); t != 0 && l.nowNs >= t && l.terminate(c) {
 			i--
 			continue
 		}
@@ -465,35 +410,15 @@ func (l *eventLoop) sweep() {
 }
 
 // terminate is the termination timer of c's exchange, looked at by the
-// sweep once its time has come (ex.termAt): before the response head
-// (Connecting, Sending) and once the class's current threshold has passed
-// since dispatch, the backend connection is closed (never reused), the
-// ticket is told the cut (pipeline.App.Terminated), and the client gets
-// 503 terminated; the request is not retried. A threshold that rose
-// since the timer was armed re-arms it for the rest. It reports whether
-// the exchange ended.
+// sweep once its time has come (TermAt): the core decides (Tick), and a
+// Cut closes the backend connection (never reused) and answers 503
+// terminated (act). It reports whether the exchange ended.
 func (l *eventLoop) terminate(c *cconn) bool {
-	ex := &c.ex
-	if ex.state != exchange.Connecting && ex.state != exchange.Sending {
-		ex.termAt = 0
+	act := c.ex.Tick(l.now)
+	if act != exchange.Cut {
 		return false
 	}
-	wait, cut := ex.term.Due(l.now)
-	if !cut {
-		ex.termAt = 0
-		if wait > 0 {
-			ex.termAt = l.nowNs + int64(wait)
-		}
-		return false
-	}
-	ex.termAt = 0
-	if bc := ex.b; bc != nil {
-		ex.b, bc.c = nil, nil
-		l.closeBackend(bc)
-	}
-	l.release(ex, true) // the backend did nothing wrong: no passive-health failure
-	ex.a.Terminated(&ex.t, &ex.term, l.now, ex.inService)
-	l.respond(c, ex.a, pipeline.OutTerminated, admission.Decision{})
+	l.act(c, act)
 	return true
 }
 

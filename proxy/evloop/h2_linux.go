@@ -350,7 +350,7 @@ func (l *eventLoop) takeStream(c *cconn, s *h2srv.Stream) bool {
 		return false
 	}
 	sc := &cconn{fd: -1, peer: c.peer, lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP}
-	sc.ex.activeIdx, sc.ex.parkIdx = -1, -1
+	sc.activeIdx, sc.parkIdx = -1, -1
 	sc.str = &h2str{p: c, s: s, idx: len(h.streams)}
 	s.User = sc
 	h.streams = append(h.streams, sc)
@@ -449,7 +449,7 @@ func (l *eventLoop) startStream(sc *cconn) {
 		l.streamEnd(sc, h2srv.RefusedStream)
 		return
 	}
-	sc.ex.total = int(hd.Size)
+	sc.total = int(hd.Size)
 	l.head = hd
 	l.serve(sc, a, &l.head)
 }
@@ -585,20 +585,21 @@ func (l *eventLoop) stalled(c *cconn) bool {
 }
 
 // streamHead is startResponse's head for a stream: the backend's head
-// (parsed as rh from data) under the same response policy as for an
-// HTTP/1.1 client (respField, without the connection-specific fields h2
-// forbids), the request ID added, queued as HEADERS; with END_STREAM when
-// no body follows.
-func (l *eventLoop) streamHead(c *cconn, data []byte, rh *pipeline.RawHead, strip bool) {
+// under the same response policy as for an HTTP/1.1 client (the core's
+// RespField, without the connection-specific fields h2 forbids), the
+// request ID added, queued as HEADERS; with END_STREAM when no body
+// follows.
+func (l *eventLoop) streamHead(c *cconn) {
 	str, ex := c.str, &c.ex
 	h := str.p.h2
 	core := h.core
-	noBody := ex.mode == bodyNone || ex.mode == bodyLength && ex.remain == 0
-	l.reqID = append(l.reqID[:0], ex.a.ReqID...)
+	data, rh := ex.Response()
+	noBody := ex.NoBody()
+	l.reqID = append(l.reqID[:0], ex.App().ReqID...)
 	h.d.Lock()
 	core.Headers(rh.Status)
 	for i := 0; i < rh.NFields; i++ {
-		v, keep := l.respField(data, rh, i, strip, ex.a.ReqID, true)
+		v, keep := ex.RespField(i)
 		if !keep {
 			continue
 		}
@@ -608,7 +609,7 @@ func (l *eventLoop) streamHead(c *cconn, data []byte, rh *pipeline.RawHead, stri
 		}
 		core.Field(f.Name.Of(data), v)
 	}
-	core.Field(l.reqID, ex.id)
+	core.Field(l.reqID, ex.ID())
 	core.EndHeaders(str.s, noBody)
 	h.d.Unlock()
 	str.headOut, str.chunked, str.ended = true, rh.Chunked, noBody

@@ -174,7 +174,7 @@ func TestStreamReqHeadMatchesText(t *testing.T) {
 		if hd.Size != int64(len(text)) {
 			t.Errorf("%q: Size %d, text %d", text, hd.Size, len(text))
 		}
-		sc.ex.total = len(text)
+		sc.total = len(text)
 		th1 := reqHead(sc, text, &th)
 		th1.TLS = true // (the stream's connection's, as the text way took it)
 		var s1, s2 exchange.Scratch

@@ -13,7 +13,7 @@ import (
 // headers and body fasthttp writes for writeReply, plus the request ID
 // (when id is not empty), Connection: close when closing, and no body for
 // a HEAD request (its Content-Length still says the length).
-func appendReply(out []byte, r pipeline.Reply, date []byte, reqID string, id []byte, closing, head bool) []byte {
+func appendReply(out []byte, r *pipeline.Reply, date []byte, reqID string, id []byte, closing, head bool) []byte {
 	out = append(out, "HTTP/1.1 "...)
 	out = strconv.AppendInt(out, int64(r.Status), 10)
 	out = append(out, ' ')

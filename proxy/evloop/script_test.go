@@ -27,10 +27,6 @@ import (
 	"github.com/sentry-proxy/sentry/sert"
 )
 
-// The tests run the loops with strictStates: an illegal exchange
-// transition panics there, instead of being counted.
-func init() { strictStates = true }
-
 // TestEvloopScripts drives one event loop's exchange logic through the
 // scripts in testdata/evloop/*.txt, on a manual clock and scripted
 // syscalls (scriptSys): no socket is opened, nothing sleeps. Each command
@@ -103,13 +99,16 @@ func newLoopScript(t *testing.T) *loopScript {
 		},
 	}
 	ff := &Front{cfg: cfg, lfd: 3, maxHeader: cfg.MaxHeader, idle: cfg.Idle, write: cfg.Write, hdr: cfg.Header}
+	// The scripts run the exchanges strictly: an illegal transition
+	// panics here, instead of being counted.
+	ff.env = &exchange.Env{IDs: ids, Log: cfg.Log, Access: cfg.Access, Illegal: &ff.illegal, Strict: true}
 	h.sys.fds[3] = &scriptFD{name: "listen"}
 	h.sys.fds[4] = &scriptFD{name: "epoll"}
 	h.sys.fds[5] = &scriptFD{name: "eventfd"}
 	l := &eventLoop{ff: ff, ep: 4, efd: 5, sys: h.sys, clock: func() time.Time { return h.now }, idleBk: map[*pipeline.Upstream][]*bconn{},
 		connWait: map[*pipeline.Upstream][]waiter{}, waitN: map[*pipeline.Upstream]int{}, nconn: map[*pipeline.Upstream]int{}}
-	l.trace = func(c *cconn, from, to exchange.State) {
-		h.printf("%s: %v -> %v", h.sys.nameOf(c.fd), from, to)
+	ff.env.Trace = func(ex *exchange.Exchange, from, to exchange.State) {
+		h.printf("%s: %v -> %v", h.sys.nameOf(h.clientOf(ex).fd), from, to)
 	}
 	l.tick()
 	l.nextSweep = l.nowNs + int64(sweepEvery)
@@ -209,6 +208,17 @@ func (h *loopScript) terminate(line int, v string) {
 	if err := a.Term.Reconfigure(cfg); err != nil {
 		h.t.Fatalf("line %d: %v", line, err)
 	}
+}
+
+// clientOf is the client connection whose exchange ex is.
+func (h *loopScript) clientOf(ex *exchange.Exchange) *cconn {
+	for _, c := range h.l.clients {
+		if &c.ex == ex {
+			return c
+		}
+	}
+	h.t.Fatalf("an exchange of no client connection")
+	return nil
 }
 
 func (h *loopScript) printf(format string, args ...any) {
@@ -374,7 +384,7 @@ func (h *loopScript) exec(line int, cmd string) []string {
 		h.printf("term: threshold=%v terminated=%d reclaimed=%v", cl.Threshold(), n.Terminated, n.Reclaimed)
 	case "state":
 		c, _ := client()
-		h.printf("%s: %v", fields[1], c.ex.state)
+		h.printf("%s: %v", fields[1], c.ex.State())
 	default:
 		h.t.Fatalf("line %d: unknown command %q", line, cmd)
 	}

@@ -116,10 +116,15 @@ func (sc *Scratch) AppendRequest(dst []byte, a *pipeline.App, h *Head, peer neti
 // or per goroutine; never shared between goroutines. Its zero value is
 // ready.
 type Scratch struct {
-	in   pipeline.TrustedFwd // what a trusted proxy sent (Forwarded)
-	xff  []byte              // its X-Forwarded-For lines, merged
-	fwd  []byte              // the forwarding headers' values (PlanForwarding)
-	view view
+	in    pipeline.TrustedFwd // what a trusted proxy sent (Forwarded)
+	xff   []byte              // its X-Forwarded-For lines, merged
+	fwd   []byte              // the forwarding headers' values (PlanForwarding)
+	view  view
+	rh    pipeline.RawHead     // a backend's response head (Read)
+	resp  []byte               // its bytes, from the status line
+	st    []byte               // a Server-Timing stripped (RespField)
+	reply pipeline.Reply       // sentry's own answer (Reply)
+	acc   pipeline.AccessEntry // the access log's entry (Done)
 }
 
 // View is the classifier's view of h (classify.Request), valid until the
