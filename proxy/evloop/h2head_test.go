@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/sentry-proxy/sentry/proxy/exchange"
+	"github.com/sentry-proxy/sentry/proxy/exchange/exchangetest"
 	"github.com/sentry-proxy/sentry/proxy/h2srv"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
@@ -116,7 +117,7 @@ func (h *h2Streams) stream(t *testing.T, fields [][2]string) *h2srv.Stream {
 // classifier and the access log see the same request. (One difference,
 // at pipeline.MaxRawFields: see below.)
 func TestStreamReqHeadMatchesText(t *testing.T) {
-	a := scriptApp(t, &scriptControl{})
+	a := exchangetest.App(t, &exchangetest.Control{})
 	a.LoadHeader = "Sentry-Load"
 	var routes atomic.Pointer[pipeline.Route]
 	routes.Store(&pipeline.Route{Default: a})
