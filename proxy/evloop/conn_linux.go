@@ -159,10 +159,15 @@ type eventLoop struct {
 	h2mu     sync.Mutex
 	h2q      []*cconn
 	h2qSpare []*cconn
-	dirty    []*cconn         // h2 connections whose output is to be written this round
-	sh       pipeline.RawHead // a stream's response head, parsed again for HEADERS
-	dechunk  []byte           // a stream's chunked body, decoded
-	reqID    []byte           // the app's request-ID header name, for a stream's HEADERS
+	dirty    []*cconn // h2 connections whose output is to be written this round
+	dechunk  []byte   // a stream's chunked body, decoded
+	reqID    []byte   // the app's request-ID header name, for a stream's HEADERS
+
+	// An answer sentry writes itself (replyFields): its fields, the
+	// number among them, the request-ID header's name.
+	rf   []replyField
+	rnum []byte
+	rid  []byte
 }
 
 // unlisten takes the listening socket out of this loop's epoll set, once,

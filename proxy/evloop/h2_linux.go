@@ -454,11 +454,11 @@ func (l *eventLoop) startStream(sc *cconn) {
 	l.serve(sc, a, &l.head)
 }
 
-// flushStream is flush for a stream connection: the HTTP/1.1 response the
-// exchange wrote to c.out goes into the core as HEADERS (hop-by-hop
-// fields dropped, as the workers' copy does) and DATA (a chunked body
-// decoded); at the exchange's end with END_STREAM, and the stream is
-// released (the core sends what waits for window on its own). While data
+// flushStream is flush for a stream connection: the body the exchange
+// relayed to c.out (its head went into the core as HEADERS: streamHead,
+// streamReply) goes into the core as DATA (a chunked body decoded); at the
+// exchange's end with END_STREAM, and the stream is released (the core
+// sends what waits for window on its own). While data
 // waits for the client's window the backend is not read, as while c.out
 // waits for a plain client.
 func (l *eventLoop) flushStream(c *cconn) {
@@ -476,38 +476,15 @@ func (l *eventLoop) flushStream(c *cconn) {
 		end = !c.busy() && !more
 		h.d.Lock()
 		if !str.ended {
-			b := c.out
 			if !str.headOut {
-				if len(b) == 0 || pipeline.ParseResponseHead(b, &l.sh) != pipeline.HeadOK {
-					if end || len(b) > 0 {
-						core.ResetStream(str.s, h2srv.InternalError)
-						str.ended = true
-					}
-					b = nil
-				} else {
-					sh := &l.sh
-					str.headOut, str.chunked = true, sh.Chunked
-					core.Headers(sh.Status)
-					for i := 0; i < sh.NFields; i++ {
-						switch sh.Kinds[i] {
-						case pipeline.KindConnection, pipeline.KindTransferEncoding, pipeline.KindUpgrade, pipeline.KindHopByHop:
-							continue
-						}
-						f := &sh.Fields[i]
-						core.Field(f.Name.Of(b), f.Value.Of(b))
-					}
-					b = l.streamBody(str, b[sh.N:])
-					if end && len(b) == 0 {
-						core.EndHeaders(str.s, true)
-						str.ended = true
-					} else {
-						core.EndHeaders(str.s, false)
-					}
+				// An exchange that ended with no head (its Reply and
+				// WriteHead write one): cannot happen; the client is
+				// not left waiting.
+				if end {
+					core.ResetStream(str.s, h2srv.InternalError)
+					str.ended = true
 				}
-			} else {
-				b = l.streamBody(str, b)
-			}
-			if !str.ended && str.headOut && (len(b) > 0 || end) {
+			} else if b := l.streamBody(str, c.out); len(b) > 0 || end {
 				core.WriteData(str.s, b, end)
 				str.ended = end
 			}
@@ -613,6 +590,32 @@ func (l *eventLoop) streamHead(c *cconn) {
 	core.EndHeaders(str.s, noBody)
 	h.d.Unlock()
 	str.headOut, str.chunked, str.ended = true, rh.Chunked, noBody
+	l.h2Dirty(str.p)
+}
+
+// streamReply is reply's answer on a stream: the reply's fields
+// (replyFields: those of the HTTP/1.1 form, less Connection) as HEADERS,
+// with END_STREAM when it has no body (a HEAD's, gRPC's form); the body
+// goes to c.out, for flushStream.
+func (l *eventLoop) streamReply(c *cconn) {
+	str, ex := c.str, &c.ex
+	h := str.p.h2
+	core := h.core
+	r := ex.Reply()
+	body := r.Body
+	if ex.HeadRequest() {
+		body = nil
+	}
+	fs := l.replyFields(r, ex.App().ReqID, ex.ID())
+	h.d.Lock()
+	core.Headers(r.Status)
+	for _, f := range fs {
+		core.Field(f.name, f.value)
+	}
+	core.EndHeaders(str.s, len(body) == 0)
+	h.d.Unlock()
+	str.headOut, str.chunked, str.ended = true, false, len(body) == 0
+	c.out = append(c.out[:0], body...)
 	l.h2Dirty(str.p)
 }
 

@@ -340,7 +340,11 @@ func (l *eventLoop) reply(c *cconn) {
 	if l.ff.draining.Load() {
 		c.closing = true
 	}
-	c.out = appendReply(c.out, ex.Reply(), l.httpDate(), ex.App().ReqID, ex.ID(), c.closing, ex.HeadRequest())
+	if c.str != nil {
+		l.streamReply(c) // HEADERS now, the body through c.out
+	} else {
+		c.out = l.appendReply(c.out, ex.Reply(), ex.App().ReqID, ex.ID(), c.closing, ex.HeadRequest())
+	}
 	l.done(c)
 	l.flush(c)
 }
