@@ -76,7 +76,7 @@ func (l *eventLoop) refill(c *cconn) bool {
 		if c.busy() {
 			l.abort(c, pipeline.OutBackendFailed)
 		}
-		if c.str != nil {
+		if c.xp == xpStream {
 			l.dropResp(c)
 			l.streamEnd(c, 0)
 		} else {

@@ -114,28 +114,6 @@ func (l *eventLoop) forget(c *cconn) {
 	c.in = nil
 }
 
-// closeClient closes c now, ending any exchange on it.
-func (l *eventLoop) closeClient(c *cconn) {
-	if c.fd < 0 {
-		return
-	}
-	if c.busy() {
-		l.abort(c, pipeline.OutClientGone)
-	}
-	if c.h2 != nil {
-		l.h2Close(c)
-	}
-	l.dropResp(c)
-	l.forget(c)
-	if c.tls != nil && c.linger == 0 {
-		l.closeNotify(c)
-	}
-	l.sys.Close(c.fd)
-	c.fd = -1
-	l.ff.conns.Add(-1)
-	l.idleTLS(c)
-}
-
 // lingerClose sends FIN and reads and drops what the client still sends
 // until it closes or lingerTimeout passes (as nginx's lingering_close), so
 // a client that sent more gets the response, not a reset.
@@ -163,7 +141,7 @@ func (l *eventLoop) handoff(c *cconn) {
 	nc, err := net.FileConn(f)
 	if err != nil {
 		refusal := tooManyConns
-		if c.tls != nil {
+		if c.xp.sealed() {
 			refusal = c.tls.st.Seal(nil, tooManyConns)
 		}
 		_, _ = l.sys.Write(int(f.Fd()), refusal)
@@ -176,46 +154,13 @@ func (l *eventLoop) handoff(c *cconn) {
 	// Counted before fasthttp can have served it (the counter must not
 	// lag the response); give closes it if fasthttp is not accepting.
 	l.ff.handed.Add(1)
-	if c.tls != nil {
+	if c.xp.sealed() {
 		// The records go on in the goroutine fasthttp gives it: the
 		// same state, what the loop opened replayed first.
 		l.ff.Handed.give(tls13.NewConn(nc, c.tls.st, *c.tls.cs, pre))
 		return
 	}
 	l.ff.Handed.give(&replayconn.Conn{Conn: nc, Pre: pre})
-}
-
-func (l *eventLoop) clientEvent(c *cconn, ev uint32) {
-	if c.linger != 0 {
-		for k := 0; k < 16; k++ {
-			m, err := l.sys.Read(c.fd, l.drop[:])
-			if err == unix.EAGAIN || err == unix.EINTR {
-				return
-			}
-			if m <= 0 {
-				l.closeClient(c)
-				return
-			}
-		}
-		return
-	}
-	if ev&unix.EPOLLOUT != 0 {
-		if c.h2 != nil {
-			l.h2Flush(c) // and what the core holds since
-		} else {
-			l.flush(c)
-		}
-		if c.fd < 0 {
-			return
-		}
-	}
-	if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-		if c.tls != nil {
-			l.readTLS(c, ev)
-			return
-		}
-		l.readClient(c, ev)
-	}
 }
 
 func (l *eventLoop) readClient(c *cconn, ev uint32) {
@@ -256,8 +201,9 @@ func (l *eventLoop) process(c *cconn) {
 	// c.out empty (a KeyUpdate alone, on EAGAIN): a hand-off would leave
 	// them behind with the write key already updated (flush comes back
 	// here through after once they are written).
-	for c.fd >= 0 && !c.busy() && c.linger == 0 && len(c.out) == 0 && (c.tls == nil || len(c.tls.wire) == 0) && (c.n > 0 || c.tls != nil) {
-		if c.tls != nil && (!l.pullTLS(c) || c.n == 0 || len(c.tls.wire) > 0) {
+	tls := c.xp.sealed()
+	for c.fd >= 0 && !c.busy() && c.linger == 0 && len(c.out) == 0 && (!tls || len(c.tls.wire) == 0) && (c.n > 0 || tls) {
+		if tls && (!l.pullTLS(c) || c.n == 0 || len(c.tls.wire) > 0) {
 			break
 		}
 		b := c.in[:c.n]
@@ -342,14 +288,14 @@ func (l *eventLoop) takes(c *cconn, b []byte, h *pipeline.RawHead) (*pipeline.Ap
 // reqHead is the neutral head (exchange.Head) of c's HTTP/1.1 request,
 // parsed as h from b (all of it in c.in, c.total bytes).
 func reqHead(c *cconn, b []byte, h *pipeline.RawHead) exchange.Head {
-	return exchange.Head{B: b, Raw: h, Body: b[h.N:c.total], TLS: c.tls != nil, Size: int64(c.total)}
+	return exchange.Head{B: b, Raw: h, Body: b[h.N:c.total], TLS: c.xp.sealed(), Size: int64(c.total)}
 }
 
 // headOf is the neutral head of c's exchange in progress, its fields
 // parsed into h again: from c.in (HTTP/1.1), or from its stream; false if
 // it does not parse (cannot happen: it did when the request came).
 func (l *eventLoop) headOf(c *cconn, h *pipeline.RawHead) (exchange.Head, bool) {
-	if c.str != nil {
+	if c.xp == xpStream {
 		return l.streamReqHead(c.str.s, c.ex.App(), h)
 	}
 	b := c.in[:c.n]

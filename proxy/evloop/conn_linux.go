@@ -30,15 +30,20 @@ type cconn struct {
 	out     []byte // response bytes not yet written
 	outAt   int64  // when out became pending (write timeout)
 	lastNs  int64
-	events  uint32   // registered epoll events
-	inProc  bool     // process is running on it (no recursion)
-	gotAny  bool     // a byte has arrived
-	closing bool     // close once out is written (Connection: close)
-	linger  int64    // lingering close until (0: not lingering)
-	grace   int64    // draining: close if still idle at
-	tls     *tlsConn // TLS: records sealed and opened by the loop (tls_linux.go); nil for plain
-	h2      *h2Link  // HTTP/2 (h2_linux.go): the connection's streams are exchanges of their own
-	str     *h2str   // a stream connection (no socket, fd -1): one HTTP/2 stream the loop runs
+	events  uint32 // registered epoll events
+	inProc  bool   // process is running on it (no recursion)
+	gotAny  bool   // a byte has arrived
+	closing bool   // close once out is written (Connection: close)
+	linger  int64  // lingering close until (0: not lingering)
+	grace   int64  // draining: close if still idle at
+	// xp is how its bytes travel (xprt_linux.go); the variants' own
+	// state is tls (xpTLS, xpH2: the records the loop seals and opens,
+	// tls_linux.go), h2 (xpH2: the connection's core and its streams,
+	// h2_linux.go) or str (xpStream: the one HTTP/2 stream it is).
+	xp  xprt
+	tls *tlsConn
+	h2  *h2Link
+	str *h2str
 	// rb holds what the client has not taken of a buffered response
 	// beyond c.out (buffer_linux.go); made the first time one is needed.
 	// Its bytes come after c.out's: while it holds any, c.out is not
@@ -70,14 +75,14 @@ type cconn struct {
 // backlog tells whether response bytes wait for the client: in c.out or
 // its response buffer, or, for a stream, for its flow-control window.
 func (c *cconn) backlog() bool {
-	return len(c.out) > 0 || c.str != nil && c.str.blocked || c.buffered()
+	return len(c.out) > 0 || c.xp == xpStream && c.str.blocked || c.buffered()
 }
 
 // waiting tells whether response bytes wait for the client itself: what
 // a write left (EAGAIN, or a partial write: outAt), the buffer, or a
 // stream's window -- not a head put in c.out and not written yet.
 func (c *cconn) waiting() bool {
-	return c.outAt != 0 || c.buffered() || c.str != nil && c.str.blocked
+	return c.outAt != 0 || c.buffered() || c.xp == xpStream && c.str.blocked
 }
 
 // buffered tells whether c's response buffer holds bytes.
@@ -355,7 +360,7 @@ func (l *eventLoop) sweep() {
 			i--
 			continue
 		}
-		if c.outAt != 0 && l.ff.write > 0 && l.nowNs-c.outAt > int64(l.ff.write) && (c.str == nil || l.stalled(c)) {
+		if c.outAt != 0 && l.ff.write > 0 && l.nowNs-c.outAt > int64(l.ff.write) && (c.xp != xpStream || l.stalled(c)) {
 			l.abort(c, pipeline.OutClientGone)
 			l.closeClient(c)
 			i--
@@ -378,7 +383,7 @@ func (l *eventLoop) sweep() {
 		case c.outAt != 0 && l.ff.write > 0 && l.nowNs-c.outAt > int64(l.ff.write):
 			l.closeClient(c)
 			i--
-		case c.h2 != nil:
+		case c.xp == xpH2:
 			if !c.gotAny && l.ff.hdr > 0 && l.nowNs-c.lastNs > int64(l.ff.hdr) {
 				l.closeClient(c) // no preface within the read-header timeout
 				i--
@@ -433,7 +438,7 @@ func (l *eventLoop) startDrain() {
 	l.drainSeen = true
 	l.unlisten()
 	for _, c := range l.clients {
-		if c.h2 != nil {
+		if c.xp == xpH2 {
 			// GOAWAY; the connection closes once its streams end (h2After).
 			c.closing = true
 			c.h2.d.GoAway()

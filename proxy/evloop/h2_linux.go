@@ -119,7 +119,7 @@ func (ff *Front) AdoptH2(fd int, peer netip.Addr, st *tls13.State, cs *tls.Conne
 // adoptH2 sets up an adopted h2 connection (adopt, after addClient).
 func (l *eventLoop) adoptH2(c *cconn, d H2Conn) {
 	h := &h2Link{d: d, core: d.Core()}
-	c.h2 = h
+	c.xp, c.h2 = xpH2, h
 	h.take = func(s *h2srv.Stream) bool { return l.takeStream(c, s) }
 	d.SetWake(func() { l.h2Wake(c) })
 	if l.drainSeen {
@@ -291,7 +291,7 @@ func (l *eventLoop) h2Events(c *cconn) {
 		e := h.evs[i]
 		h.evs[i] = h2srv.Event{}
 		sc, _ := e.S.User.(*cconn)
-		if sc == nil || sc.str == nil || sc.str.s != e.S {
+		if sc == nil || sc.xp != xpStream || sc.str.s != e.S {
 			continue
 		}
 		switch e.Kind {
@@ -317,7 +317,7 @@ func (l *eventLoop) h2Events(c *cconn) {
 	for i := 0; i < len(h.started); i++ {
 		sc := h.started[i]
 		h.started[i] = nil
-		if sc.str == nil {
+		if sc.xp != xpStream {
 			continue
 		}
 		if c.fd < 0 || h.failed || sc.str.reset {
@@ -351,7 +351,7 @@ func (l *eventLoop) takeStream(c *cconn, s *h2srv.Stream) bool {
 	}
 	sc := &cconn{fd: -1, peer: c.peer, lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP}
 	sc.activeIdx, sc.parkIdx = -1, -1
-	sc.str = &h2str{p: c, s: s, idx: len(h.streams)}
+	sc.xp, sc.str = xpStream, &h2str{p: c, s: s, idx: len(h.streams)}
 	s.User = sc
 	h.streams = append(h.streams, sc)
 	h.started = append(h.started, sc)
@@ -639,7 +639,7 @@ func (l *eventLoop) streamEnd(c *cconn, code h2srv.ErrCode) {
 	if str == nil {
 		return
 	}
-	c.str = nil
+	c.xp, c.str = xpPlain, nil // (a closed client to whoever still holds it)
 	p := str.p
 	h := p.h2
 	h.d.Lock()

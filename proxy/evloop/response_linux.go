@@ -8,7 +8,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/proxy/exchange"
-	"github.com/sentry-proxy/sentry/proxy/h2srv"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
@@ -26,7 +25,7 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte, n int) {
 	}
 	c.buffer = l.bufferable(c)
 	ex.Relay(l.clock())
-	if c.str != nil {
+	if c.xp == xpStream {
 		// A stream: the head goes into the core as HEADERS at once
 		// (h2_linux.go), the body follows through c.out.
 		l.streamHead(c)
@@ -109,7 +108,7 @@ func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte, act exchange.Actio
 	if !waiting {
 		l.flush(c)
 	}
-	if c.fd < 0 && c.str == nil {
+	if c.fd < 0 && c.xp != xpStream {
 		return
 	}
 	if c.backlog() && c.b == bc && !l.room(c) {
@@ -117,114 +116,6 @@ func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte, act exchange.Actio
 		// take more: stop reading the backend until the client has
 		// taken some (resumeBackend).
 		l.setBackendEvents(bc, bc.events&^(unix.EPOLLIN|unix.EPOLLRDHUP))
-	}
-}
-
-// flush writes c.out, and after it what the response buffer holds; on
-// EAGAIN it waits for EPOLLOUT.
-func (l *eventLoop) flush(c *cconn) {
-	if c.str != nil {
-		l.flushStream(c)
-		return
-	}
-	for {
-		if c.tls != nil {
-			if !l.flushTLS(c) {
-				l.resumeBackend(c) // the buffer may have room again
-				return
-			}
-		} else if !l.writeOut(c) {
-			if c.fd >= 0 {
-				l.resumeBackend(c)
-			}
-			return
-		}
-		if !c.buffered() || !l.refill(c) {
-			break
-		}
-	}
-	if c.fd < 0 {
-		return
-	}
-	c.outAt = 0
-	if c.events&unix.EPOLLOUT != 0 {
-		l.setClientEvents(c, c.events&^unix.EPOLLOUT)
-	}
-	if c.busy() {
-		l.resumeBackend(c)
-		return
-	}
-	l.after(c)
-}
-
-// writeOut writes c.out to c's socket: true when all of it went, false
-// when the rest waits for EPOLLOUT or c was closed.
-func (l *eventLoop) writeOut(c *cconn) bool {
-	for len(c.out) > 0 {
-		m, err := l.sys.Write(c.fd, c.out)
-		if err == unix.EINTR {
-			continue
-		}
-		if err == unix.EAGAIN {
-			if c.outAt == 0 {
-				c.outAt = l.nowNs
-			}
-			l.setClientEvents(c, c.events|unix.EPOLLOUT)
-			return false
-		}
-		if m <= 0 {
-			l.closeClient(c)
-			return false
-		}
-		if m < len(c.out) {
-			c.outAt = l.nowNs
-			n := copy(c.out, c.out[m:])
-			c.out = c.out[:n]
-			continue
-		}
-		c.out = c.out[:0]
-		if c.outAt != 0 {
-			c.outAt = l.nowNs // progress: the write timeout starts again (flush may refill c.out)
-		}
-	}
-	return true
-}
-
-// after runs when an exchange has ended and its response is written: the
-// connection closes (Connection: close) or serves what is buffered next.
-func (l *eventLoop) after(c *cconn) {
-	switch {
-	case c.str != nil:
-		l.flushStream(c) // the end of the stream's response
-		return
-	case c.h2 != nil:
-		l.h2After(c)
-		return
-	}
-	if !c.busy() && len(c.out) == 0 {
-		// An idle connection keeps small buffers only (and no
-		// response buffer: its memory and file go back).
-		l.dropResp(c)
-		if cap(c.out) > 4<<10 {
-			c.out = nil
-		}
-		c.ex.Trim(4 << 10)
-	}
-	if c.fd >= 0 && c.tls != nil && !c.busy() && len(c.out) == 0 && c.linger == 0 && !c.closing {
-		before := c.n
-		if !l.pullTLS(c) {
-			return
-		}
-		if c.n > before {
-			c.gotAny = true
-		}
-	}
-	switch {
-	case c.fd < 0 || c.busy() || len(c.out) > 0 || c.linger != 0:
-	case c.closing:
-		l.lingerClose(c)
-	case c.n > 0 && !c.inProc:
-		l.process(c)
 	}
 }
 
@@ -290,19 +181,7 @@ func (l *eventLoop) aborted(c *cconn) {
 	l.dropBackend(c)
 	o := c.ex.Outcome()
 	l.done(c)
-	if c.str != nil {
-		code := h2srv.InternalError
-		if o == pipeline.OutClientGone {
-			code = h2srv.Cancel
-		}
-		l.streamEnd(c, code)
-		return
-	}
-	l.dropResp(c) // the rest of the response is not sent
-	if c.fd >= 0 && o != pipeline.OutClientGone {
-		c.out = c.out[:0]
-		l.closeClient(c)
-	}
+	l.cut(c, o)
 }
 
 // done records c's exchange (the core's Done) and makes the connection
@@ -340,7 +219,7 @@ func (l *eventLoop) reply(c *cconn) {
 	if l.ff.draining.Load() {
 		c.closing = true
 	}
-	if c.str != nil {
+	if c.xp == xpStream {
 		l.streamReply(c) // HEADERS now, the body through c.out
 	} else {
 		c.out = l.appendReply(c.out, ex.Reply(), ex.App().ReqID, ex.ID(), c.closing, ex.HeadRequest())
