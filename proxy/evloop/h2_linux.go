@@ -9,27 +9,25 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/internal/tls13"
-	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/h2srv"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // h2_linux.go: HTTP/2 over TLS on the loops. An adopted connection that
-// negotiated h2 carries an h2Link: the loop reads and opens its records as
-// for HTTP/1.1 and feeds the plaintext to the connection's core (package
-// proxy/h2srv) through H2Conn, which package proxy implements. Each stream
-// the loop can finish itself -- a request that ended with its head, for an
-// app the loops serve -- becomes a stream connection: a cconn with no
-// socket (fd -1, str set) whose c.in is the stream's head written as an
-// HTTP/1.1 request, and whose exchange is the plain path's, unchanged
-// (admission, parking, relay, retries, termination, the access log). What
-// that exchange writes to c.out, an HTTP/1.1 response, flushStream turns
-// into the core's HEADERS and DATA; the connection's output is taken from
-// the core, sealed and written once per loop round (flushDirty), however
-// many streams answered in it. Every other stream (a body, a suspect
-// connection, an app the loops do not serve) runs on package proxy's
-// workers as on a goroutine connection, writing through the same core
-// under H2Conn's lock; a worker that leaves output wakes the loop.
+// negotiated h2 (xpH2) carries an h2Link: the loop reads and opens its
+// records as for HTTP/1.1 and feeds the plaintext to the connection's
+// core (package proxy/h2srv) through H2Conn, which package proxy
+// implements. Each stream the loop can finish itself -- a request that
+// ended with its head, for an app the loops serve -- becomes a stream
+// connection (stream_linux.go) whose exchange is the plain path's: the
+// same core (package proxy/exchange), from a neutral head over the
+// stream's arena, its answer going into the connection's core as HEADERS
+// and DATA. The connection's output is taken from the core, sealed and
+// written once per loop round (flushDirty), however many streams answered
+// in it. Every other stream (a body, a suspect connection, an app the
+// loops do not serve) runs on package proxy's workers as on a goroutine
+// connection, writing through the same core under H2Conn's lock; a worker
+// that leaves output wakes the loop.
 
 // H2Conn is the shared side of an HTTP/2 connection a loop serves: its core
 // under a lock, and the workers that run the streams the loop does not
@@ -85,22 +83,6 @@ type h2Link struct {
 	closed  bool // h2Close ran
 	headID  uint32
 	headAt  int64
-}
-
-// h2str is the HTTP/2 side of a stream connection.
-type h2str struct {
-	p       *cconn // the client connection
-	s       *h2srv.Stream
-	idx     int  // in p.h2.streams
-	started bool // its exchange began (startStream)
-	reset   bool // reset by the client before it began
-	headOut bool // the response head is in the core
-	ended   bool // the response's end (or a reset) is in the core
-	blocked bool // response data waits for the client's window
-	tail    bool // the exchange ended; its last data waits for window (h2Sweep times it)
-	pend    int  // what waited for window when the stream was last looked at (stalled)
-	chunked bool
-	ct      pipeline.ChunkTracker
 }
 
 const (
@@ -297,8 +279,8 @@ func (l *eventLoop) h2Events(c *cconn) {
 		switch e.Kind {
 		case h2srv.EvReset:
 			switch {
-			case !sc.str.started:
-				sc.str.reset = true
+			case !sc.str.started():
+				l.setStream(sc.str, ssRefused)
 			case sc.busy():
 				l.abort(sc, pipeline.OutClientGone)
 			default:
@@ -306,9 +288,9 @@ func (l *eventLoop) h2Events(c *cconn) {
 			}
 		case h2srv.EvWritable:
 			switch {
-			case sc.str.tail:
+			case sc.str.state == ssTail:
 				l.streamEnd(sc, 0)
-			case sc.str.started && (sc.busy() || sc.buffered()):
+			case sc.str.started() && (sc.busy() || sc.buffered()):
 				l.flushStream(sc)
 			}
 		}
@@ -320,350 +302,13 @@ func (l *eventLoop) h2Events(c *cconn) {
 		if sc.xp != xpStream {
 			continue
 		}
-		if c.fd < 0 || h.failed || sc.str.reset {
+		if c.fd < 0 || h.failed || sc.str.state == ssRefused {
 			l.streamEnd(sc, 0)
 			continue
 		}
 		l.startStream(sc)
 	}
 	h.started = h.started[:0]
-}
-
-// takeStream decides, under the connection's lock (H2Conn.Feed), whether
-// the loop runs s: a request that ended with its head, on a connection
-// that is not suspect (the workers hold those a moment, h2guard), for an
-// app the loops serve, whose head is one the HTTP/1.1 path would serve
-// (streamReqHead). The stream connection is made here; its exchange
-// starts after Feed (h2Events).
-func (l *eventLoop) takeStream(c *cconn, s *h2srv.Stream) bool {
-	h := c.h2
-	if !s.EndedByHead() || h.core.Suspect() || h.failed || c.fd < 0 || l.ff.draining.Load() ||
-		string(s.Method()) == "CONNECT" {
-		return false
-	}
-	rt := l.ff.cfg.Routes.Load()
-	a := rt.Lookup(s.Authority())
-	if a == nil || !a.LoopOK {
-		return false
-	}
-	if _, ok := l.streamReqHead(s, a, &l.h); !ok {
-		return false
-	}
-	sc := &cconn{fd: -1, peer: c.peer, lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP}
-	sc.activeIdx, sc.parkIdx = -1, -1
-	sc.xp, sc.str = xpStream, &h2str{p: c, s: s, idx: len(h.streams)}
-	s.User = sc
-	h.streams = append(h.streams, sc)
-	h.started = append(h.started, sc)
-	return true
-}
-
-// streamReqHead is the neutral head (exchange.Head) of s's request, for
-// app a, its fields in h: spans over the stream's arena, Host from
-// :authority, without the fields the header policy never passes on from
-// h2 (pipeline.H2Skip). ok is false when the loop does not serve it: when
-// the HTTP/1.1 request the head stands for -- the request line, Host,
-// those fields and the cookies joined -- is one the HTTP/1.1 path would
-// not (the strict parser's target, one Content-Length of at most 18
-// digits, a valid Host, at most pipeline.MaxRawFields lines) or does not
-// fit a loop buffer and server.max_header_bytes; its length is Size
-// (the access log's bytes in). The cookie fields are kept apart (the
-// request writer joins them), so they count one by one against h's
-// pipeline.MaxRawFields: a head past it goes to the workers
-// (TestStreamReqHeadMatchesText).
-func (l *eventLoop) streamReqHead(s *h2srv.Stream, a *pipeline.App, h *pipeline.RawHead) (exchange.Head, bool) {
-	ar := s.Arena()
-	m, p, au := s.HeadSpans()
-	h.Method, h.Target, h.Host = span(m), span(p), span(au)
-	if !pipeline.TargetOK(h.Target.Of(ar)) || !pipeline.ValidHost(h.Host.Of(ar)) {
-		return exchange.Head{}, false
-	}
-	// The request line, Host, and the empty line: "M P HTTP/1.1\r\nHost: A\r\n\r\n".
-	size := int(m[1]-m[0]) + int(p[1]-p[0]) + int(au[1]-au[0]) + 1 + len(" HTTP/1.1\r\nHost: \r\n\r\n")
-	lines, cookies := 1, 0
-	h.NFields, h.ContentLength, h.ContentType = 0, -1, pipeline.Span{}
-	for i := range s.NumFields() {
-		ns, vs := s.FieldSpans(i)
-		name, v := span(ns), span(vs)
-		n := name.Of(ar)
-		if string(n) == "cookie" {
-			if cookies++; cookies == 1 {
-				size += len("cookie: \r\n")
-				lines++
-			} else {
-				size += len("; ")
-			}
-			size += int(vs[1] - vs[0])
-		} else {
-			if pipeline.H2Skip(n, a.ReqID, a.LoadHeader) {
-				continue
-			}
-			size += int(ns[1]-ns[0]) + int(vs[1]-vs[0]) + len(": \r\n")
-			lines++
-		}
-		if h.NFields == pipeline.MaxRawFields {
-			return exchange.Head{}, false
-		}
-		k := pipeline.FieldKind(n)
-		switch k {
-		case pipeline.KindContentLength:
-			// (h2srv checked the digits, and that a head that ends the
-			// stream declares no body.)
-			if h.ContentLength >= 0 || vs[1]-vs[0] > 18 {
-				return exchange.Head{}, false
-			}
-			h.ContentLength = 0
-		case pipeline.KindOther:
-			if h.ContentType == (pipeline.Span{}) && string(n) == "content-type" {
-				h.ContentType = v
-			}
-		}
-		h.Fields[h.NFields].Name, h.Fields[h.NFields].Value, h.Fields[h.NFields].Line = name, v, pipeline.Span{}
-		h.Kinds[h.NFields] = k
-		h.NFields++
-	}
-	if lines > pipeline.MaxRawFields || size > loopBufSize || size > l.ff.maxHeader {
-		return exchange.Head{}, false
-	}
-	h.N, h.HostCount = size, 1
-	return exchange.Head{B: ar, Raw: h, H2: true, TLS: true, Size: int64(size)}, true
-}
-
-// span is an h2srv offset pair as a pipeline.Span.
-func span(o [2]int32) pipeline.Span { return pipeline.Span{S: o[0], E: o[1]} }
-
-// startStream runs a taken stream's exchange as the plain path runs a
-// request (serve).
-func (l *eventLoop) startStream(sc *cconn) {
-	sc.str.started = true
-	s := sc.str.s
-	a := l.ff.cfg.Routes.Load().Lookup(s.Authority())
-	if a == nil || !a.LoopOK {
-		// The route changed between take and now (a reload): the
-		// stream was not processed, and the client may retry it.
-		l.streamEnd(sc, h2srv.RefusedStream)
-		return
-	}
-	hd, ok := l.streamReqHead(s, a, &l.h)
-	if !ok {
-		l.streamEnd(sc, h2srv.RefusedStream)
-		return
-	}
-	sc.total = int(hd.Size)
-	l.head = hd
-	l.serve(sc, a, &l.head)
-}
-
-// flushStream is flush for a stream connection: the body the exchange
-// relayed to c.out (its head went into the core as HEADERS: streamHead,
-// streamReply) goes into the core as DATA (a chunked body decoded); at the
-// exchange's end with END_STREAM, and the stream is released (the core
-// sends what waits for window on its own). While data
-// waits for the client's window the backend is not read, as while c.out
-// waits for a plain client.
-func (l *eventLoop) flushStream(c *cconn) {
-	str := c.str
-	p := str.p
-	h := p.h2
-	core := h.core
-	var end, outFull bool
-	pend := 0
-	for {
-		// What the response buffer holds goes into the core piece by
-		// piece while the stream's window takes it (the core holds at
-		// most a window and a piece); its end is the response's end.
-		more := c.buffered()
-		end = !c.busy() && !more
-		h.d.Lock()
-		if !str.ended {
-			if !str.headOut {
-				// An exchange that ended with no head (its Reply and
-				// WriteHead write one): cannot happen; the client is
-				// not left waiting.
-				if end {
-					core.ResetStream(str.s, h2srv.InternalError)
-					str.ended = true
-				}
-			} else if b := l.streamBody(str, c.out); len(b) > 0 || end {
-				core.WriteData(str.s, b, end)
-				str.ended = end
-			}
-		}
-		pend = 0
-		if !core.Closed(str.s) {
-			pend = core.Pending(str.s)
-		}
-		// A client whose windows are open but which reads slowly: the
-		// connection's output is bounded too (h2Flush resumes the stream).
-		outFull = len(core.Output()) >= h2OutLimit || len(p.out) >= h2OutLimit
-		h.d.Unlock()
-		c.out = c.out[:0]
-		if !more || str.ended || pend > 0 || outFull {
-			break
-		}
-		if !l.refill(c) {
-			return
-		}
-	}
-	l.h2Dirty(p)
-	if end {
-		if pend > 0 && !str.tail {
-			// The end waits for the client's window: the stream is
-			// kept (its EvWritable, a reset or write_timeout without
-			// progress ends it: h2Events, h2Sweep), so that a client
-			// that never opens its window cannot hold it for ever.
-			str.tail, str.pend, c.outAt = true, pend, l.nowNs
-			return
-		}
-		if pend == 0 {
-			l.streamEnd(c, 0)
-		}
-		return
-	}
-	str.blocked = pend > 0 || outFull
-	if outFull {
-		h.outWait = true
-	}
-	if pend > 0 {
-		// Waiting for the client's window: write_timeout runs (the
-		// sweep, stalled); waiting for the connection's output alone,
-		// the connection's own write timeout does.
-		if c.outAt == 0 || pend != str.pend {
-			c.outAt, str.pend = l.nowNs, pend
-		}
-	} else {
-		c.outAt = 0
-	}
-	// The backend is read again once the window took everything, or
-	// while the response buffer has room.
-	l.resumeBackend(c)
-}
-
-// stalled tells whether a stream connection whose write timeout has run
-// out made no progress meanwhile: the client took none of what waits for
-// its window. Progress restarts the timeout (as a worker's waitSent does).
-func (l *eventLoop) stalled(c *cconn) bool {
-	str := c.str
-	if str == nil {
-		return true
-	}
-	h := str.p.h2
-	h.d.Lock()
-	pend := 0
-	if !h.core.Closed(str.s) {
-		pend = h.core.Pending(str.s)
-	}
-	h.d.Unlock()
-	if pend > 0 && pend != str.pend {
-		str.pend, c.outAt = pend, l.nowNs
-		return false
-	}
-	return true
-}
-
-// streamHead is startResponse's head for a stream: the backend's head
-// under the same response policy as for an HTTP/1.1 client (the core's
-// RespField, without the connection-specific fields h2 forbids), the
-// request ID added, queued as HEADERS; with END_STREAM when no body
-// follows.
-func (l *eventLoop) streamHead(c *cconn) {
-	str, ex := c.str, &c.ex
-	h := str.p.h2
-	core := h.core
-	data, rh := ex.Response()
-	noBody := ex.NoBody()
-	l.reqID = append(l.reqID[:0], ex.App().ReqID...)
-	h.d.Lock()
-	core.Headers(rh.Status)
-	for i := 0; i < rh.NFields; i++ {
-		v, keep := ex.RespField(i)
-		if !keep {
-			continue
-		}
-		f := &rh.Fields[i]
-		if v == nil {
-			v = f.Value.Of(data)
-		}
-		core.Field(f.Name.Of(data), v)
-	}
-	core.Field(l.reqID, ex.ID())
-	core.EndHeaders(str.s, noBody)
-	h.d.Unlock()
-	str.headOut, str.chunked, str.ended = true, rh.Chunked, noBody
-	l.h2Dirty(str.p)
-}
-
-// streamReply is reply's answer on a stream: the reply's fields
-// (replyFields: those of the HTTP/1.1 form, less Connection) as HEADERS,
-// with END_STREAM when it has no body (a HEAD's, gRPC's form); the body
-// goes to c.out, for flushStream.
-func (l *eventLoop) streamReply(c *cconn) {
-	str, ex := c.str, &c.ex
-	h := str.p.h2
-	core := h.core
-	r := ex.Reply()
-	body := r.Body
-	if ex.HeadRequest() {
-		body = nil
-	}
-	fs := l.replyFields(r, ex.App().ReqID, ex.ID())
-	h.d.Lock()
-	core.Headers(r.Status)
-	for _, f := range fs {
-		core.Field(f.name, f.value)
-	}
-	core.EndHeaders(str.s, len(body) == 0)
-	h.d.Unlock()
-	str.headOut, str.chunked, str.ended = true, false, len(body) == 0
-	c.out = append(c.out[:0], body...)
-	l.h2Dirty(str.p)
-}
-
-// streamBody is the DATA of body bytes b: b itself, or decoded from
-// chunked (into the loop's scratch).
-func (l *eventLoop) streamBody(str *h2str, b []byte) []byte {
-	if !str.chunked || len(b) == 0 {
-		return b
-	}
-	out, _, _, _ := str.ct.Decode(l.dechunk[:0], b)
-	l.dechunk = out
-	return out
-}
-
-// streamEnd releases a stream connection's stream (reset with code first
-// when it is still open and code is not 0) and forgets it. The cconn
-// then reads as a closed client (fd -1, str nil) to whoever still holds
-// it.
-func (l *eventLoop) streamEnd(c *cconn, code h2srv.ErrCode) {
-	str := c.str
-	if str == nil {
-		return
-	}
-	c.xp, c.str = xpPlain, nil // (a closed client to whoever still holds it)
-	p := str.p
-	h := p.h2
-	h.d.Lock()
-	if code != 0 && !h.core.Closed(str.s) {
-		h.core.ResetStream(str.s, code)
-	}
-	h.core.Release(str.s)
-	h.d.Unlock()
-	if i := str.idx; i < len(h.streams) && h.streams[i] == c {
-		last := h.streams[len(h.streams)-1]
-		h.streams[i] = last
-		if last != c {
-			last.str.idx = i
-		}
-		h.streams[len(h.streams)-1] = nil
-		h.streams = h.streams[:len(h.streams)-1]
-	}
-	l.dropResp(c)
-	l.putBuf(c.in)
-	c.in, c.n = nil, 0
-	p.lastNs = l.nowNs
-	if p.fd >= 0 {
-		l.h2Dirty(p)
-	}
 }
 
 // h2Close ends every stream the loop runs on c (as gone) and tells the
@@ -714,7 +359,7 @@ func (l *eventLoop) h2Sweep(c *cconn) bool {
 	if w := int64(l.ff.write); w > 0 {
 		for i := 0; i < len(h.streams); i++ {
 			sc := h.streams[i]
-			if (sc.str.tail || !sc.busy() && sc.buffered()) && sc.outAt != 0 && l.nowNs-sc.outAt > w && l.stalled(sc) {
+			if (sc.str.state == ssTail || !sc.busy() && sc.buffered()) && sc.outAt != 0 && l.nowNs-sc.outAt > w && l.stalled(sc) {
 				l.streamEnd(sc, h2srv.Cancel) // moves the last stream into i
 				i--
 			}
