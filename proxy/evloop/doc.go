@@ -79,7 +79,10 @@
 // tls13.Tap the handshake ran over (package internal/tls13) and calls
 // Front.Adopt with a
 // duplicate of the socket; the loops take adopted connections in turn,
-// from a queue each loop drains when its eventfd wakes it. Such a
+// from a queue each loop drains when its eventfd wakes it. Conns counts a
+// connection from the caller's Expect, before Adopt queues it, to its
+// close, so that proxy can drop it from its own count in between and a
+// reader of both never finds it in neither. Such a
 // connection carries a tlsConn: readTLS reads ciphertext and opens every
 // whole record into c.in (including what crypto/tls had read past the
 // handshake, opened at adoption since epoll will not report it again),
