@@ -64,9 +64,10 @@
 // do its part, feed the next event, until an action leaves the exchange
 // waiting for the world (Park, Wait, Send, an unfinished connect).
 // Deadline and TermAt say when the driver owes the core an Expire or a
-// Tick; the driver owns the timers and only asks. A blocking driver on a
-// goroutine runs the same loop with blocking calls between the events;
-// nothing in the API assumes an event loop.
+// Tick; the driver owns the timers and only asks. The API is meant for a
+// blocking driver on a goroutine too: the same loop, blocking between
+// events, its Waker a channel; no such driver exists yet (see the last
+// section).
 //
 // Who decides what:
 //
