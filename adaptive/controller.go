@@ -1163,3 +1163,39 @@ func (c *Controller) Config() Config {
 	cfg.Targets = append([]time.Duration(nil), cfg.Targets...)
 	return cfg
 }
+
+// Learned is what one class's controller has learned, as Carry copies it
+// within a process: to carry it to another (a binary upgrade, a state
+// file). Rate is in requests per second, Cur (the smoothed percentile) in
+// nanoseconds; HasCur is false before the first run.
+type Learned struct {
+	Rate   float64 `json:"rate"`
+	Cur    int64   `json:"percentile"`
+	HasCur bool    `json:"has_percentile"`
+	Err    float64 `json:"err"`
+}
+
+// Learned returns class i's learned state.
+func (c *Controller) Learned(i int) Learned {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.class(i)
+	return Learned{Rate: math.Float64frombits(cl.rate.Load()), Cur: int64(cl.cur), HasCur: cl.hasCur, Err: cl.err}
+}
+
+// Restore gives class i what another process's controller had learned
+// (Learned), as Carry does within a process: the rate, clamped to this
+// controller's bounds, the smoothed percentile and the last error. It
+// reports false, and changes nothing, for an i out of range or a value
+// that is not finite (or negative, for the rate and percentile).
+func (c *Controller) Restore(i int, l Learned) bool {
+	if i < 0 || i >= c.Classes() || !(l.Rate >= 0) || math.IsInf(l.Rate, 0) || l.Cur < 0 || math.IsNaN(l.Err) || math.IsInf(l.Err, 0) {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.class(i)
+	cl.cur, cl.hasCur, cl.err = float64(l.Cur), l.HasCur, l.Err
+	c.setRate(cl, l.Rate, false)
+	return true
+}

@@ -169,3 +169,57 @@ func (c *Controller) Parallelism() float64 {
 	}
 	return s.parallelism
 }
+
+// LearnedParallelism returns the learned P and true when the controller
+// learns it (Config.LearnParallelism), to carry it to another process.
+func (c *Controller) LearnedParallelism() (float64, bool) {
+	if !c.snap.Load().learn {
+		return 0, false
+	}
+	return c.par.load(), true
+}
+
+// RestoreParallelism takes in a learned P another process exported
+// (LearnedParallelism), clamped to [1, 4096]. It reports false, and
+// changes nothing, when the controller does not learn P (a configured
+// admission.batch.parallelism wins) or p is not a finite number ≥ 1.
+func (c *Controller) RestoreParallelism(p float64) bool {
+	if !c.snap.Load().learn || !(p >= 1) || math.IsInf(p, 0) {
+		return false
+	}
+	c.par.store(min(p, maxParallelism))
+	return true
+}
+
+// ProbeCeiling returns the probe's ceiling and when it lapses (unix ns of
+// the controller's clock), to carry it to another process with the
+// learned P (doc.go, "The probe"); ok is false when P is not learned or
+// no ceiling holds now.
+func (c *Controller) ProbeCeiling() (m, until int64, ok bool) {
+	if !c.snap.Load().learn {
+		return 0, 0, false
+	}
+	m, until = c.par.ceil.Load(), c.par.ceilUntil.Load()
+	if m <= 0 || c.now().UnixNano() >= until {
+		return 0, 0, false
+	}
+	return m, until, true
+}
+
+// RestoreProbeCeiling takes in a ceiling another process exported
+// (ProbeCeiling): the new process does not probe again, for the rest of
+// probeHold, a concurrency the old one found saturated. A ceiling that
+// has lapsed by now is dropped, as it would have been in the old process.
+// It reports false, and changes nothing, when P is not learned or the
+// values are out of range (m < 1, or a lapse more than probeHold ahead).
+func (c *Controller) RestoreProbeCeiling(m, until int64) bool {
+	now := c.now().UnixNano()
+	if !c.snap.Load().learn || m < 1 || m > maxParallelism || until > now+int64(probeHold) {
+		return false
+	}
+	if until > now {
+		c.par.ceil.Store(m)
+		c.par.ceilUntil.Store(until)
+	}
+	return true
+}

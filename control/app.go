@@ -51,6 +51,9 @@ type App struct {
 	// admission.threshold.capacity, 0: learn it), for Sustained.
 	thrCapacity atomic.Uint64
 	lastObs     atomic.Int64 // unix ns of the last observed completion
+	// peer is the requests the other process of a binary upgrade in
+	// progress has in flight to these backends (learned.go).
+	peer atomic.Int64
 
 	// The degradation signal (load.go): the last Load and when (unix ns).
 	load   atomic.Uint64 // float64 bits
@@ -443,7 +446,7 @@ func (a *App) Mode() admission.Mode { return a.sw.Load().Mode() }
 // half-life. Without this, a Q above R_sla would reject everything, no
 // sample would ever come to lower it, and admission would deadlock.
 func (a *App) Q() time.Duration {
-	if a.pool.Load().Inflight() == 0 {
+	if a.Inflight() == 0 {
 		return 0
 	}
 	q := a.est.Q()
@@ -457,7 +460,11 @@ func (a *App) Q() time.Duration {
 	}
 	return time.Duration(float64(q) * math.Exp2(-float64(age-int64(time.Second))/float64(hl)))
 }
-func (a *App) Inflight() int64 { return a.pool.Load().Inflight() }
+
+// Inflight is the requests in flight to the app's backends: this
+// process's, and, during a binary upgrade, the other process's
+// (Manager.SetPeerInflight).
+func (a *App) Inflight() int64 { return a.pool.Load().Inflight() + a.peer.Load() }
 
 // QNow is the queueing delay the latest completions met
 // (estimator.QNow): whether the backends are queueing now, the
@@ -487,7 +494,7 @@ func (a *App) Idle() bool {
 	if n <= 0 {
 		return false
 	}
-	switch in := p.Inflight(); {
+	switch in := a.Inflight(); {
 	case a.cfg.Load().leastLoaded && in >= int64(n), !a.cfg.Load().leastLoaded && in > 0:
 		return false
 	}

@@ -268,6 +268,24 @@
 // 5 ms by the request that finds it stale (compare-and-swap on its time);
 // every other request does two atomic loads. No lock.
 //
+// # Learned state across processes (learned.go)
+//
+// What an App has learned lives as long as its name is in the policy, so a
+// reload keeps it. Export and Restore carry it further, as plain values
+// (AppState, each part its package's own), to the next process of a
+// binary upgrade and through a state file (package learned). Restore
+// matches by name and checks each part in its own package: a class the
+// policy lacks, a value out of range, a learned P against a configured
+// one, a mode switch state against a forced mode -- each is left out and
+// returned as a line for the caller to log; nothing is an error that
+// stops a start. Decision: restore replaces, it does not merge: it runs
+// on a stack that has not served, so there is nothing of its own to keep.
+//
+// During an upgrade two processes serve one farm. App.Inflight, which
+// every admission test reads as the farm's load, is the pool's count plus
+// the other process's as it reports it (Manager.SetPeerInflight): without
+// it each would admit as if it had the farm alone.
+//
 // # Forced modes (force.go)
 //
 // The operator may hold an app in batch, threshold, adaptive or off mode

@@ -58,7 +58,7 @@ func (a *App) computeLoad(now time.Time) float64 {
 	}
 	s := sum / w
 	p := max(a.batch.Parallelism(), 1)
-	eta := float64(max(a.pool.Load().Inflight(), 0)) / float64(n)
+	eta := float64(max(a.Inflight(), 0)) / float64(n)
 	v := (float64(max(a.Q(), 0)) + max(1, (eta+1)/p)*s) / rsla
 	if !(v >= 0) { // NaN
 		return 0

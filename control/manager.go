@@ -371,12 +371,13 @@ var (
 	descProbes   = prometheus.NewDesc("sentry_admission_probes_total", "Rejections resting on the service-time estimate that a probe overrode, so the estimate keeps learning while its class is rejected.", []string{"app"}, nil)
 	descThrK     = prometheus.NewDesc("sentry_threshold_capacity_server_seconds", "Threshold mode's capacity K = n × per-server capacity (0 while unknown).", []string{"app"}, nil)
 	descOver     = prometheus.NewDesc("sentry_admitted_over_target_total", "Requests admitted although their own service time misses their class's target, because admitting them harmed nobody (a free slot, nothing waiting): the work-conserving rule, in every admission mode.", []string{"app", "class"}, nil)
+	descPeer     = prometheus.NewDesc("sentry_upgrade_peer_in_flight", "Requests the other process of a binary upgrade in progress has in flight to the app's backends (the old one's while this one starts, the new one's while this one drains), counted as load by admission; 0 otherwise.", []string{"app"}, nil)
 	descLoad     = prometheus.NewDesc("sentry_farm_load", "The farm's load as the batch model predicts it, the degradation signal's value: (Q + max(1, (η+1)/P)·S̄)/R_sla (load.go).", []string{"app"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMode, descSwitches, descCPU, descRSLA, descQuant, descCQuant, descRevenue, descMet,
-		descCap, descThr, descThrP, descThrK, descProbes, descLoad, descOver} {
+		descCap, descThr, descThrP, descThrK, descProbes, descLoad, descOver, descPeer} {
 		ch <- d
 	}
 }
@@ -418,6 +419,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descCPU, st.Utilization, a.name)
 		}
 		gauge(descRSLA, a.RSLA().Seconds(), a.name)
+		gauge(descPeer, float64(a.peer.Load()), a.name)
 		gauge(descQuant, time.Duration(a.lastQuantile.Load()).Seconds(), a.name)
 		cs := *a.classes.Load()
 		for i, name := range cfg.names {

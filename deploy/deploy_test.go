@@ -123,7 +123,7 @@ func TestKubernetesManifests(t *testing.T) {
 	for _, o := range objs {
 		kinds[o.Kind] = append(kinds[o.Kind], o)
 	}
-	for kind, n := range map[string]int{"Namespace": 1, "ConfigMap": 1, "Deployment": 1, "Service": 2, "PodDisruptionBudget": 1} {
+	for kind, n := range map[string]int{"Namespace": 1, "ConfigMap": 1, "Deployment": 1, "Service": 2, "PodDisruptionBudget": 1, "NetworkPolicy": 1} {
 		if len(kinds[kind]) != n {
 			t.Errorf("%d %s objects, want %d", len(kinds[kind]), kind, n)
 		}
@@ -347,7 +347,7 @@ func TestSystemdUnit(t *testing.T) {
 		"SIGUSR2", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
 		"CapabilityBoundingSet=CAP_NET_BIND_SERVICE", "AmbientCapabilities=CAP_NET_BIND_SERVICE",
 		"DynamicUser=yes", "RuntimeDirectory=sentry", "RestrictAddressFamilies=",
-		"LogsDirectory=sentry",
+		"LogsDirectory=sentry", "StateDirectory=sentry", "-state-file /var/lib/sentry/state.json",
 	} {
 		if !strings.Contains(unit, want) {
 			t.Errorf("unit lacks %q", want)
@@ -447,6 +447,38 @@ func TestDockerfile(t *testing.T) {
 	for _, p := range []string{"../go.mod", "../go.sum", "../cmd/sentry"} {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("the build copies %s: %v", p, err)
+		}
+	}
+}
+
+// TestReleaseStamps: the release script and the Dockerfile stamp the
+// version and commit through the variables cmd/sentry reads; a renamed
+// variable would make -X a silent no-op and every build say "devel".
+func TestReleaseStamps(t *testing.T) {
+	src, err := os.ReadFile("../cmd/sentry/version.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"buildVersion", "buildCommit"} {
+		if !regexp.MustCompile(`(?m)^\s+` + v + `\s+= ""`).Match(src) {
+			t.Errorf("cmd/sentry/version.go declares no string variable %s", v)
+		}
+	}
+	for _, f := range []string{"../scripts/release.sh", "Dockerfile"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{"-X main.buildVersion=", "-X main.buildCommit="} {
+			if !strings.Contains(string(data), v) {
+				t.Errorf("%s does not stamp %s", f, v)
+			}
+		}
+	}
+	script, _ := os.ReadFile("../scripts/release.sh")
+	for _, want := range []string{"linux/amd64", "linux/arm64", "sha256sum", "docker info", "CGO_ENABLED=0"} {
+		if !strings.Contains(string(script), want) {
+			t.Errorf("scripts/release.sh lacks %q", want)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 
 	"github.com/sentry-proxy/sentry/lb"
@@ -94,6 +95,8 @@ func typedFor(apiVersion, kind string) (any, error) {
 		return &appsv1.Deployment{}, nil
 	case "apps/v1 StatefulSet":
 		return &appsv1.StatefulSet{}, nil
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}, nil
 	case "policy/v1 PodDisruptionBudget":
 		return &policyv1.PodDisruptionBudget{}, nil
 	case "autoscaling/v2 HorizontalPodAutoscaler":

@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -34,7 +36,8 @@ func unitExecReload(t *testing.T, config, pidfile string) []string {
 // running sentry: a valid change exits 0 and is applied; a file that does
 // not validate exits 1 before anything is signalled; a policy that
 // validates but that the running process refuses (its new listener's port
-// is taken) exits 1 too, and the old policy keeps serving.
+// is taken) exits 1 too, printing the running process's reason, and the
+// old policy keeps serving.
 func TestReloadCommandTellsTheTruth(t *testing.T) {
 	b1 := newTestBackend(t, "b1", 0)
 	b2 := newTestBackend(t, "b2", 0)
@@ -80,8 +83,10 @@ func TestReloadCommandTellsTheTruth(t *testing.T) {
 	r := q
 	r.listen2, r.api = taken.Addr().String(), true
 	rewrite(t, cfg, r.yaml())
-	if code, out := reload(); code != 1 || !strings.Contains(out, "refused") {
-		t.Errorf("a policy the running process refuses: exit %d, want 1\n%s", code, out)
+	// ... and says why, from the running process's /last-reload.
+	if code, out := reload(); code != 1 || !strings.Contains(out, "refused") ||
+		!strings.Contains(out, "listen "+taken.Addr().String()) || !strings.Contains(out, "address already in use") {
+		t.Errorf("a policy the running process refuses: exit %d, want 1 and the reason\n%s", code, out)
 	}
 	if code, _ := get(t, "http://"+pol.listen+"/"); code != 200 {
 		t.Errorf("after the refused reload: %d", code)
@@ -134,4 +139,48 @@ func TestSdNotifyReady(t *testing.T) {
 		t.Errorf("on SIGINT: %q, want STOPPING=1", got)
 	}
 	cmd.Wait()
+}
+
+// TestSIGQUITDrains: SIGQUIT is a graceful stop, as nginx has it (Go's
+// default is a goroutine dump and exit 2 with no drain): a request in
+// flight is answered, the process exits 0 and removes its PID file.
+func TestSIGQUITDrains(t *testing.T) {
+	slow := newTestBackend(t, "slow", 500*time.Millisecond)
+	pol := reloadPolicy{admin: freePort(t), listen: freePort(t), backends: []string{slow.addr}}
+	cfg := writeFile(t, "sentry.yaml", pol.yaml())
+	pidfile := filepath.Join(t.TempDir(), "sentry.pid")
+	p := startSentry(t, "http://"+pol.admin+"/readyz", "run", "-config", cfg, "-pidfile", pidfile)
+	type answer struct {
+		code int
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		resp, err := http.Get("http://" + pol.listen + "/")
+		if err != nil {
+			got <- answer{0, err}
+			return
+		}
+		resp.Body.Close()
+		got <- answer{resp.StatusCode, nil}
+	}()
+	for start := time.Now(); slow.inflight.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the request never reached the backend")
+		}
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-got; a.err != nil || a.code != 200 {
+		t.Errorf("the request in flight at SIGQUIT: %d %v", a.code, a.err)
+	}
+	err := p.cmd.Wait()
+	out := p.out.String()
+	if err != nil || strings.Contains(out, "goroutine ") || !strings.Contains(out, "signal=quit") {
+		t.Errorf("exit after SIGQUIT: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(pidfile); !os.IsNotExist(err) {
+		t.Errorf("PID file left: %v", err)
+	}
 }

@@ -113,3 +113,25 @@ func (e *Estimator) RecentRate(class int, now time.Time) float64 {
 	}
 	return rate
 }
+
+// export returns the smoothed rate and the last closed window's rate.
+func (r *rateState) export() (rate, last float64) {
+	return math.Float64frombits(r.rate.Load()), math.Float64frombits(r.last.Load())
+}
+
+// restore sets the smoothed rate as a process that saw it age ago would
+// have it now: decayed by every window that closed since with no arrival.
+// The next arrival starts a window.
+func (r *rateState) restore(rate, last float64, age int64, sn *snapshot) {
+	if k := age / sn.win; k > 0 {
+		rate *= math.Pow(1-sn.rateAlpha, float64(k))
+		last = 0
+	}
+	r.mu.Lock()
+	r.mu.seeded = true
+	r.mu.Unlock()
+	r.count.Store(0)
+	r.end.Store(0)
+	r.rate.Store(math.Float64bits(rate))
+	r.last.Store(math.Float64bits(last))
+}

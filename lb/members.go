@@ -57,7 +57,9 @@ func (p *Pool) apply() {
 	var removed []*Backend
 	var added []string
 	var cfg *config
+	var restore []Health // restored health waiting for its address (health.go)
 	for {
+		now := p.cfg.Load().now().UnixNano() // the clock is a callback: read it unlocked
 		p.mu.Lock()
 		cfg = p.cfg.Load()
 		target := cfg.part.Filter(p.mu.want)
@@ -69,7 +71,9 @@ func (p *Pool) apply() {
 		}
 		if len(missing) == 0 {
 			removed, added = p.publishLocked(target, fresh)
+			restore = p.takePendingLocked(added, now)
 			p.mu.Unlock()
+			p.applyHealth(restore)
 			if len(added) > 0 || len(removed) > 0 {
 				p.refresh() // reads the newest members, so order does not matter
 			}

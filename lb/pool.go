@@ -61,6 +61,11 @@ type Pool struct {
 		want   []string            // last addresses asked for, before partitioning
 		closed bool
 		reconf chan struct{} // closed and replaced by Reconfigure
+		// pending is restored health for addresses a DNS pool has not
+		// resolved yet, applied when they join, until pendingUntil
+		// (unix ns; health.go).
+		pending      map[string]Health
+		pendingUntil int64
 	}
 }
 

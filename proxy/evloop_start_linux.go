@@ -85,3 +85,20 @@ func (fe *frontend) loopSettings(ln net.Listener, lfd int) evloop.Config {
 // handoffQueue is the queue's length: enough to absorb a burst without
 // stalling a loop while fasthttp's accept loop catches up.
 var handoffQueue = 256 // a variable for tests
+
+// loopsInForce tells which event loops a proxy with engine e starts:
+// for plain listeners, for HTTP/1.1 over TLS 1.3, and for h2 over TLS 1.3
+// (ownH2: sentry's own h2 server is in use). It follows startFast,
+// startTLSLoops and their switches; EngineName reads it.
+func loopsInForce(e Engine, ownH2 bool) (plain, tls, h2 bool) {
+	switch e {
+	case EngineFastHTTP:
+		return false, false, false
+	case EngineAuto:
+		plain = !fastDisabled
+		tls = plain && !tlsLoopDisabled
+	default:
+		plain, tls = true, true
+	}
+	return plain, tls, tls && ownH2 && !h2LoopDisabled
+}

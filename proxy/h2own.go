@@ -89,8 +89,11 @@ func (p *Proxy) useOwnH2() bool {
 	case H2XNet:
 		return false
 	}
-	return os.Getenv("SENTRY_H2_SERVER") != "xnet"
+	return !h2XNetFromEnv()
 }
+
+// h2XNetFromEnv reports the diagnostic switch SENTRY_H2_SERVER=xnet.
+func h2XNetFromEnv() bool { return os.Getenv("SENTRY_H2_SERVER") == "xnet" }
 
 const (
 	// ownOutLimit: a worker waits while this much output waits to be

@@ -648,3 +648,26 @@ func serverResolver(server string) *net.Resolver {
 		return d.DialContext(ctx, network, server)
 	}}
 }
+
+// BackendHealth returns each app's backend health (lb.Pool.Health), by
+// app name: what a binary upgrade hands to the next process.
+func (p *Proxy) BackendHealth() map[string][]lb.Health {
+	out := map[string][]lb.Health{}
+	for _, a := range p.cur.Load().apps {
+		out[a.Name] = a.Pool.Health()
+	}
+	return out
+}
+
+// RestoreBackendHealth gives app's pool the health another process
+// exported (lb.Pool.RestoreHealth); ok is false for an app the policy
+// lacks.
+func (p *Proxy) RestoreBackendHealth(app string, hs []lb.Health) (applied int, ignored []string, ok bool) {
+	for _, a := range p.cur.Load().apps {
+		if a.Name == app {
+			applied, ignored = a.Pool.RestoreHealth(hs)
+			return applied, ignored, true
+		}
+	}
+	return 0, nil, false
+}

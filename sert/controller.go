@@ -458,3 +458,52 @@ func (l *Latch) Terminated() bool { return l.state.Load() == latchTerminated }
 
 // Reset re-arms the latch for a new exchange.
 func (l *Latch) Reset() { l.state.Store(latchArmed) }
+
+// ClassState is what a class's controller has concluded, to carry it to
+// another process (a binary upgrade, a state file): F in force, which
+// places the threshold between the class's bounds, and the last
+// interval's loss fraction P.
+type ClassState struct {
+	Class string  `json:"class"`
+	F     float64 `json:"f"`
+	P     float64 `json:"p"`
+}
+
+// State returns every terminating class's state.
+func (c *Controller) State() []ClassState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []ClassState
+	for _, cl := range *c.classes.Load() {
+		if cl != nil {
+			out = append(out, ClassState{Class: cl.name, F: cl.f, P: cl.last.Load().P})
+		}
+	}
+	return out
+}
+
+// Restore gives each class of states that this controller has (by name)
+// its F, and so its threshold within this configuration's bounds, and its
+// last P. It returns what it left out, one line each: a class that does
+// not terminate here, an F or P outside [0, 1].
+func (c *Controller) Restore(states []ClassState) (ignored []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range states {
+		cl := c.mu.byName[s.Class]
+		switch {
+		case cl == nil:
+			ignored = append(ignored, fmt.Sprintf("termination of class %q: the class does not terminate in the policy", s.Class))
+			continue
+		case !(s.F >= 0 && s.F <= 1) || !(s.P >= 0 && s.P <= 1):
+			ignored = append(ignored, fmt.Sprintf("termination of class %q: a value out of range", s.Class))
+			continue
+		}
+		r := cl.rng.Load()
+		cl.f = s.F
+		th := Threshold(r.lower, r.upper, s.F)
+		cl.threshold.Store(int64(th))
+		cl.last.Store(&Update{At: c.mu.lastTick, P: s.P, F: s.F, Threshold: th})
+	}
+	return ignored
+}

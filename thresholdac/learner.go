@@ -173,3 +173,34 @@ func (l *Learner) Observations() uint64 {
 	defer l.mu.Unlock()
 	return l.n
 }
+
+// LearnerState is what a Learner has learned, to carry it to another
+// process: the estimate (server-seconds per second; 0: unknown) and the
+// observations behind it.
+type LearnerState struct {
+	PerServer    float64 `json:"per_server"`
+	Observations uint64  `json:"observations"`
+}
+
+// State returns the learner's state.
+func (l *Learner) State() LearnerState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return LearnerState{PerServer: l.est, Observations: l.n}
+}
+
+// Restore takes in a state another process exported. It reports false,
+// and changes nothing, for an estimate that is not finite and ≥ 0; one
+// below the Floor is raised to it.
+func (l *Learner) Restore(s LearnerState) bool {
+	if !(s.PerServer >= 0) || math.IsInf(s.PerServer, 0) {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.est, l.n = s.PerServer, s.Observations
+	if l.est > 0 {
+		l.est = max(l.est, l.cfg.Floor)
+	}
+	return true
+}

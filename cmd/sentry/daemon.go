@@ -50,6 +50,8 @@ type daemon struct {
 	adminLn   net.Listener
 	adminAddr string // "" when the admin listener is off
 
+	life *lifecycle // the last reload's and upgrade's outcomes (/last-reload, /last-upgrade)
+
 	ready    atomic.Bool
 	draining atomic.Bool
 	extra    map[string]http.Handler // extra admin routes (demo status page)
@@ -59,6 +61,8 @@ type daemon struct {
 	lastReload      prometheus.Gauge
 	lastOK          prometheus.Gauge
 	upgradeFailures prometheus.Counter
+	restoredApps    *prometheus.GaugeVec   // sentry_learned_state_restored_apps{source}
+	stateSaves      *prometheus.CounterVec // sentry_state_file_writes_total{result}
 }
 
 // newLogger builds the root logger from the policy's log section, writing
@@ -96,15 +100,16 @@ func newProcessLogOutput() *logwriter.Writer {
 	return logwriter.New(struct{ io.Writer }{os.Stderr}, logwriter.Options{Size: processLogSize})
 }
 
-func startDaemon(snap *policy.Snapshot, log hclog.Logger, listen listenFunc, extra map[string]http.Handler) (*daemon, error) {
+// startDaemon builds the proxy and the admission stacks from snap, calls
+// before (if not nil) with the daemon before any listener serves (the
+// learned state is restored there), then serves.
+func startDaemon(snap *policy.Snapshot, log hclog.Logger, listen listenFunc, extra map[string]http.Handler, before func(*daemon)) (*daemon, error) {
 	if listen == nil {
 		listen = net.Listen
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sentry_build_info", Help: "Build information.", ConstLabels: prometheus.Labels{"version": version()}})
-	info.Set(1)
-	d := &daemon{log: log, reg: reg, listen: listen, extra: extra, lns: map[string]net.Listener{},
+	d := &daemon{log: log, reg: reg, listen: listen, extra: extra, lns: map[string]net.Listener{}, life: newLifecycle(),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sentry_policy_reloads_total",
 			Help: "Policy reloads by result (success, error)."}, []string{"result"}),
 		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sentry_policy_last_reload_timestamp_seconds",
@@ -113,11 +118,23 @@ func startDaemon(snap *policy.Snapshot, log hclog.Logger, listen listenFunc, ext
 			Help: "1 if the last reload succeeded (or none was tried), 0 if it failed."}),
 		upgradeFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "sentry_upgrade_failures_total",
 			Help: "Binary upgrades (SIGUSR2) whose new process failed before it was ready; this process kept serving."}),
+		restoredApps: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_learned_state_restored_apps",
+			Help: "Apps whose learned state this process restored at its start, by source (handover: from the process it upgraded; state_file; none)."}, []string{"source"}),
+		stateSaves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sentry_state_file_writes_total",
+			Help: "Writes of the state file (-state-file) by result (success, error)."}, []string{"result"}),
 	}
 	d.lastOK.Set(1)
-	reg.MustRegister(info, d.reloads, d.lastReload, d.lastOK, d.upgradeFailures)
+	info := newBuildInfo(func() string {
+		if d.proxy == nil {
+			return "none"
+		}
+		return d.proxy.EngineName()
+	})
+	reg.MustRegister(info, d.reloads, d.lastReload, d.lastOK, d.upgradeFailures, d.restoredApps, d.stateSaves)
 	d.reloads.WithLabelValues("success")
 	d.reloads.WithLabelValues("error")
+	d.stateSaves.WithLabelValues("success")
+	d.stateSaves.WithLabelValues("error")
 
 	ctl, err := newControl(log, reg)
 	if err != nil {
@@ -130,6 +147,9 @@ func startDaemon(snap *policy.Snapshot, log hclog.Logger, listen listenFunc, ext
 	d.proxy = p
 	d.ctl = ctl.Manager
 	d.api = newAdminAPI(log, p, ctl.Manager)
+	if before != nil {
+		before(d)
+	}
 	for _, l := range snap.Listeners {
 		ln, err := d.open(l.Addr)
 		if err == nil {
@@ -245,6 +265,7 @@ func (d *daemon) serveAdmin(addr string, ln net.Listener) {
 			mux.Handle(p, h)
 		}
 	}
+	d.life.routes(mux)
 	if _, dup := d.extra["/provisioning"]; !dup {
 		mux.Handle("/provisioning", d.ctl.ProvisioningHandler()) // provisioning advice (docs/policy.md)
 	}
@@ -395,6 +416,7 @@ func (d *daemon) reload(snap *policy.Snapshot) error {
 	}
 	d.reloads.WithLabelValues("success").Inc()
 	d.lastOK.Set(1)
+	d.life.reloaded(nil)
 	return nil
 }
 
@@ -420,6 +442,7 @@ func (d *daemon) retire(addr string, ln net.Listener, timeout time.Duration) {
 func (d *daemon) reloadFailed(err error) {
 	d.reloads.WithLabelValues("error").Inc()
 	d.lastOK.Set(0)
+	d.life.reloaded(err)
 	var list policy.Errors
 	if errors.As(err, &list) {
 		for _, e := range list {

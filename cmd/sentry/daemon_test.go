@@ -38,7 +38,7 @@ func parse(t *testing.T, yaml string) *policy.Snapshot {
 func testDaemon(t *testing.T, snap *policy.Snapshot) *daemon {
 	t.Helper()
 	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.Discard})
-	d, err := startDaemon(snap, log, nil, nil)
+	d, err := startDaemon(snap, log, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -256,7 +256,7 @@ func cmdDemo(args []string) int {
 		return nil, nil
 	})
 	sopts := status.Options{Title: "sentry demo", Policy: func() *policy.Snapshot { return snap }}
-	d, err := startDaemon(snap, log, nil, status.Routes(gather, sopts))
+	d, err := startDaemon(snap, log, nil, status.Routes(gather, sopts), nil)
 	if err != nil {
 		log.Error("start failed", "error", err)
 		return 1

@@ -12,12 +12,15 @@ const usage = `sentry: an admission-control reverse proxy for web farms.
 
 Usage:
   sentry run -config FILE [-pidfile FILE] [-watch D] [-upgrade-timeout D]
+             [-state-file FILE]
         Run with a policy file. SIGHUP (or, with -watch, a change of the
         file) reloads it: a bad policy is refused and the old one kept.
         SIGUSR2 upgrades: the binary now on disk is started, takes over the
-        listening sockets, and this process drains and exits; if the new
-        one fails, this one keeps serving. SIGUSR1 reopens the access
-        log's file (logrotate). SIGTERM/SIGINT drain and stop.
+        listening sockets and what this process has learned, and this
+        process drains and exits; if the new one fails, this one keeps
+        serving. SIGUSR1 reopens the access log's file (logrotate).
+        SIGTERM, SIGINT and SIGQUIT drain and stop. -state-file keeps what
+        was learned across restarts.
   sentry run -listen ADDR -backend ADDR [-backend ADDR ...] [-admin ADDR]
         Run a quick policy without a file: one app on ADDR (default
         127.0.0.1:8080) relaying to the backends; admin on 127.0.0.1:9901.
@@ -33,7 +36,12 @@ Usage:
   sentry reload -config FILE (-pidfile FILE | -pid PID) [-timeout D]
         Validate the policy, send SIGHUP to the running sentry and wait for
         it to apply the policy; exit 1 if the file is invalid or the
-        running process refused it (the systemd unit's ExecReload).
+        running process refused it, printing why (the systemd unit's
+        ExecReload).
+  sentry upgrade (-pidfile FILE | -pid PID) [-config FILE] [-timeout D]
+        Send SIGUSR2 to the running sentry and wait for the new process to
+        be ready; exit 1 with the reason if it fails (the old one keeps
+        serving), or if the policy is invalid (nothing is signalled).
   sentry admin [-config FILE | -addr ADDR] [-token-file FILE] COMMAND
         Change the running sentry through its admin listener's runtime
         API, until the next reload: backend drain|disable|enable [APP]
@@ -47,7 +55,8 @@ Usage:
         admissions, rejections and p95 vs target (also live at
         http://ADMIN/status). Prints the URLs to try.
   sentry version
-        Print the version.
+        Print the version, VCS commit, Go version, platform and the
+        front-end engine the environment selects.
 
 Run "sentry COMMAND -h" for a command's flags (exit 0, as sentry -h).
 `
@@ -68,6 +77,8 @@ func realMain(args []string) int {
 		return cmdCheck(args[1:])
 	case "reload":
 		return cmdReload(args[1:])
+	case "upgrade":
+		return cmdUpgrade(args[1:])
 	case "admin":
 		return cmdAdmin(args[1:])
 	case "demo":
@@ -80,7 +91,7 @@ func realMain(args []string) int {
 		os.Stdout.Write(policy.Schema())
 		return 0
 	case "version", "-version", "--version":
-		fmt.Println("sentry", version())
+		printVersion(os.Stdout)
 		return 0
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)

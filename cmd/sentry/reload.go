@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -18,10 +20,11 @@ import (
 // cmdReload is `sentry reload`: what a service manager's reload should
 // run (the systemd unit's ExecReload). It validates the policy file, sends
 // SIGHUP to the running sentry, and waits for the running process to say
-// whether it applied the policy, through its admin port's reload counters
-// (sentry_policy_reloads_total). Exit 0: applied; 1: the file is invalid,
-// or the running process refused it (a listener it cannot open, say), or
-// no outcome came within -timeout; 2: usage. A policy without an admin
+// whether it applied the policy, through its admin port's /last-reload
+// (or, for a sentry without it, the reload counters
+// sentry_policy_reloads_total). Exit 0: applied; 1: the file is invalid,
+// or the running process refused it (a listener it cannot open, say; the
+// reasons are printed), or no outcome came within -timeout; 2: usage. A policy without an admin
 // listener cannot be confirmed: the command then exits 0 once the file is
 // valid and the signal is sent, and says so. The admin address is read
 // from the new file: a reload that moves admin.listen cannot be confirmed
@@ -57,9 +60,17 @@ func cmdReload(args []string) int {
 			return 1
 		}
 	}
+	admin := snap.Admin.Listen
 	metrics := ""
-	if snap.Admin.Listen != "" {
-		metrics = "http://" + snap.Admin.Listen + "/metrics"
+	if admin != "" {
+		metrics = "http://" + admin + "/metrics"
+	}
+	// The outcome comes from /last-reload (with the reasons of a refusal);
+	// from the reload counters when the running sentry predates it.
+	var last reloadReport
+	lastErr := errors.New("no admin listener")
+	if admin != "" {
+		lastErr = getJSON("http://"+admin+"/last-reload", &last)
 	}
 	before, beforeErr := reloadCounts(metrics)
 	if err := syscall.Kill(target, syscall.SIGHUP); err != nil {
@@ -77,6 +88,21 @@ func cmdReload(args []string) int {
 	deadline := time.Now().Add(*timeout)
 	for time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
+		if lastErr == nil {
+			var now reloadReport
+			if getJSON("http://"+admin+"/last-reload", &now) != nil || now.PID != last.PID || now.Seq <= last.Seq {
+				continue // not yet, or the admin listener is moving
+			}
+			if now.Result == "success" {
+				fmt.Printf("sentry reload: PID %d applied %s\n", target, *config)
+				return 0
+			}
+			fmt.Fprintf(os.Stderr, "sentry reload: PID %d refused the policy and keeps the old one:\n", target)
+			for _, e := range now.Errors {
+				fmt.Fprintln(os.Stderr, "  "+e)
+			}
+			return 1
+		}
 		now, err := reloadCounts(metrics)
 		if err != nil {
 			continue // the admin listener may be moving
@@ -92,6 +118,20 @@ func cmdReload(args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "sentry reload: no answer from PID %d within %v\n", target, *timeout)
 	return 1
+}
+
+// getJSON GETs url and decodes its JSON answer into v.
+func getJSON(url string, v any) error {
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v)
 }
 
 type reloadTally struct{ ok, failed float64 }

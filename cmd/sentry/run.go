@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sentry-proxy/sentry/internal/logwriter"
+	"github.com/sentry-proxy/sentry/learned"
 	"github.com/sentry-proxy/sentry/policy"
 )
 
@@ -37,6 +38,7 @@ func cmdRun(args []string) int {
 	pidfile := fs.String("pidfile", "", "write the PID of the serving process to `FILE`; an upgrade (SIGUSR2) rewrites it with the new PID")
 	watch := fs.Duration("watch", 0, "poll the policy file this often and reload when its content changes (0: only on SIGHUP)")
 	upgradeTimeout := fs.Duration("upgrade-timeout", tableflip.DefaultUpgradeTimeout, "how long an upgraded process may take to become ready before it is killed and the upgrade fails")
+	stateFile := fs.String("state-file", "", "keep what was learned in `FILE` across restarts: read at start (unless an upgrade handed it over), written at a stop and every minute")
 	var backends multiFlag
 	fs.Var(&backends, "backend", "quick policy: backend `ADDR` (repeatable)")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -67,7 +69,7 @@ func cmdRun(args []string) int {
 	// Signals first: until Notify, SIGHUP's default action would kill us.
 	// Signals that arrive before we are ready wait in the channel.
 	sig := make(chan os.Signal, 8)
-	signal.Notify(sig, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sig, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT)
 	defer signal.Stop(sig)
 
 	// The upgrader: in a process started by an upgrade it holds the
@@ -81,6 +83,23 @@ func cmdRun(args []string) int {
 		return 1
 	default:
 		defer upg.Stop()
+	}
+
+	// A process started by an upgrade asks its parent for what it has
+	// learned (package learned) before anything else, so the state is as
+	// fresh as it can be when this process starts serving.
+	var handover *learned.Taker
+	var doc *learned.Document
+	var learnedWhy string
+	if upg != nil && upg.HasParent() {
+		handover, doc, learnedWhy = askLearned(upg)
+	}
+	// failStart tells the parent of an upgrade why this process is about
+	// to exit before it is ready (its `sentry upgrade` shows it).
+	failStart := func(why string) {
+		if handover != nil {
+			handover.Fail(why)
+		}
 	}
 
 	// Load and validate the whole policy before anything opens: a process
@@ -99,6 +118,7 @@ func cmdRun(args []string) int {
 	}
 	if err != nil {
 		printPolicyErrors(os.Stderr, err)
+		failStart(strings.Join(errorLines(err), "\n"))
 		return 1
 	}
 	// Old and new process log to the same stream during an upgrade; the
@@ -113,10 +133,45 @@ func cmdRun(args []string) int {
 	if upg != nil {
 		lf = upgraderListen(upg, log)
 	}
-	d, err := startDaemon(snap, log, lf, nil)
+	// What was learned before: from the parent of an upgrade, else from
+	// the state file. Restored before the listeners serve.
+	source := "handover"
+	if doc == nil && learnedWhy != "" {
+		log.Warn("upgrade: the previous process's learned state did not arrive", "why", learnedWhy)
+	}
+	if doc == nil && *stateFile != "" {
+		source = "state_file"
+		switch doc, err = learned.ReadFile(*stateFile); {
+		case errors.Is(err, os.ErrNotExist):
+			log.Info("no state file yet; starting afresh", "file", *stateFile)
+			learnedWhy = ""
+		case err != nil:
+			log.Warn("state file ignored; starting afresh", "error", err)
+			learnedWhy = err.Error()
+		}
+	}
+	var restored learnedReport
+	d, err := startDaemon(snap, log, lf, nil, func(d *daemon) {
+		if doc == nil {
+			restored = learnedReport{Source: "none", Why: learnedWhy}
+			return
+		}
+		restored = restoreLearned(d, doc, source, log)
+	})
 	if err != nil {
 		log.Error("start failed", "error", err)
+		failStart("start failed: " + err.Error())
 		return 1
+	}
+	d.life.setLearned(restored)
+	d.restoredApps.WithLabelValues(restored.Source).Set(float64(restored.Apps))
+	if handover != nil {
+		// Both processes serve the farm until the parent has drained:
+		// each counts the other's requests in flight as load
+		// (control.Manager.SetPeerInflight).
+		follow, stopFollow := make(chan struct{}), make(chan struct{})
+		go func() { defer close(follow); handover.Follow(stopFollow, d.ctl.OwnInflight, peerInflight(d)) }()
+		defer func() { close(stopFollow); <-follow }()
 	}
 	logs := &logwriter.Collector{}
 	logs.Add("process", func() *logwriter.Writer { return logOut })
@@ -126,6 +181,7 @@ func cmdRun(args []string) int {
 		// any, to stop accepting and drain.
 		if err := upg.Ready(); err != nil {
 			log.Error("start failed", "error", err)
+			failStart("start failed: " + err.Error())
 			d.shutdown(time.Second, true)
 			return 1
 		}
@@ -141,6 +197,7 @@ func cmdRun(args []string) int {
 	defer bg.Wait()
 	defer cancel()
 	if upg != nil && upg.HasParent() {
+		d.life.setParent(os.Getppid())
 		log.Info("upgrade: this process has taken over the listeners; the previous one is draining")
 		bg.Add(1)
 		go func() {
@@ -154,7 +211,8 @@ func cmdRun(args []string) int {
 	}
 	// Listeners are up (and, after an upgrade, this is the main process).
 	sdReady()
-	log.Info("sentry started", "version", version(), "policy", snap.Source)
+	b := thisBuild()
+	log.Info("sentry started", "version", b.Version, "commit", b.Commit, "modified", b.Modified, "engine", d.proxy.EngineName(), "policy", snap.Source)
 
 	var changed chan struct{}
 	if *watch > 0 {
@@ -169,6 +227,18 @@ func cmdRun(args []string) int {
 	}
 	upgraded := make(chan error, 1)
 	upgrading := false
+	var giver *learned.Giver // the learned state's handover during an upgrade
+	defer func() {
+		if giver != nil {
+			giver.Close()
+		}
+	}()
+	var checkpoint <-chan time.Time
+	if *stateFile != "" {
+		t := time.NewTicker(learned.SaveEvery)
+		defer t.Stop()
+		checkpoint = t.C
+	}
 
 	for {
 		select {
@@ -197,18 +267,25 @@ func cmdRun(args []string) int {
 					log.Warn("SIGUSR2 ignored: an upgrade is already in progress")
 				default:
 					upgrading = true
+					d.life.upgradeStarted()
 					exe := os.Args[0]
 					log.Info("upgrade: starting a new process", "binary", exe)
+					if g, err := offerLearned(upg, d); err != nil {
+						log.Warn("upgrade: the learned state cannot be handed over; the new process will start without it", "error", err)
+					} else {
+						giver = g
+					}
 					bg.Add(1)
 					go func() { defer bg.Done(); upgraded <- upg.Upgrade() }()
 				}
-			case syscall.SIGTERM, syscall.SIGINT:
+			case syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT:
 				if upg != nil {
 					upg.Stop() // no more upgrades; kills one in progress
 				}
 				timeout := d.proxy.Snapshot().Server.ShutdownTimeout
 				sdNotify("STOPPING=1")
 				log.Info("stopping: draining in-flight requests", "signal", s.String(), "timeout", timeout)
+				saveState(d, *stateFile, log) // before the drain: the control stacks go with the proxy
 				code := drain(d, log, sig, timeout, false)
 				removePIDFile(*pidfile)
 				log.Info("stopped")
@@ -216,23 +293,57 @@ func cmdRun(args []string) int {
 			}
 		case <-changed:
 			reloadPolicy(d, *config, &seen, true)
+		case <-checkpoint:
+			saveState(d, *stateFile, log)
 		case err := <-upgraded:
 			upgrading = false
 			if err != nil {
+				why := err.Error()
+				if giver != nil {
+					if reason := giver.Failure(500 * time.Millisecond); reason != "" {
+						why += ": " + reason
+					}
+					giver = nil
+				}
 				d.upgradeFailures.Inc()
-				log.Error("upgrade failed; this process keeps serving", "error", err)
+				d.life.upgradeFailed(why)
+				log.Error("upgrade failed; this process keeps serving", "error", why)
+			} else {
+				d.life.upgradeSucceeded()
 			}
 		case <-exit:
+			d.life.upgradeSucceeded()
 			timeout := d.proxy.Snapshot().Server.ShutdownTimeout
 			log.Info("upgrade: the new process is ready; draining and exiting", "timeout", timeout)
 			code := drain(d, log, sig, timeout, true)
+			if giver != nil {
+				giver.Close() // the last report: nothing in flight
+				giver = nil
+			}
 			log.Info("exited after upgrade")
 			return code
 		}
 	}
 }
 
-// drain runs d.shutdown. A SIGTERM or SIGINT cuts a stop short; after an
+// saveState writes what d has learned to path ("" does nothing),
+// atomically; an error is logged and counted, never fatal.
+func saveState(d *daemon, path string, log hclog.Logger) {
+	if path == "" {
+		return
+	}
+	start := time.Now()
+	doc := takeLearned(d)
+	if err := learned.WriteFile(path, doc); err != nil {
+		d.stateSaves.WithLabelValues("error").Inc()
+		log.Error("writing the state file failed", "file", path, "error", err)
+		return
+	}
+	d.stateSaves.WithLabelValues("success").Inc()
+	log.Debug("state file written", "file", path, "apps", len(doc.Apps), "took", time.Since(start))
+}
+
+// drain runs d.shutdown. A SIGTERM, SIGINT or SIGQUIT cuts a stop short; after an
 // upgrade, when a stop of the whole service (systemd's default KillMode
 // signals every process) may reach the draining process too, it takes two.
 func drain(d *daemon, log hclog.Logger, sig <-chan os.Signal, timeout time.Duration, handover bool) int {
@@ -247,7 +358,7 @@ func drain(d *daemon, log hclog.Logger, sig <-chan os.Signal, timeout time.Durat
 		case <-done:
 			return 0
 		case s := <-sig:
-			if s == syscall.SIGTERM || s == syscall.SIGINT {
+			if s == syscall.SIGTERM || s == syscall.SIGINT || s == syscall.SIGQUIT {
 				if force--; force == 0 {
 					log.Warn("exiting without finishing the drain", "signal", s.String())
 					return 1

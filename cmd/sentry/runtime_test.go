@@ -66,7 +66,7 @@ func newRuntimeRig(t *testing.T, mode, adminExtra string) *runtimeRig {
 	r := &runtimeRig{admin: freeAddr(t), listen: freeAddr(t), a: backendServer(t, "a"), b: backendServer(t, "b"), log: &lockedBuffer{}}
 	r.policy = fmt.Sprintf(runtimePolicy, r.admin, adminExtra, r.listen, r.a, r.b, mode)
 	log := hclog.New(&hclog.LoggerOptions{Name: "sentry", Level: hclog.Info, Output: r.log})
-	d, err := startDaemon(parse(t, r.policy), log, nil, nil)
+	d, err := startDaemon(parse(t, r.policy), log, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,13 +31,16 @@
 //
 // A scenario may change the farm while it runs (events.go): a route's
 // costs or its heavy share, a server's speed, a server killed and
-// restarted, each at a time from the start of the load:
+// restarted, each at a time from the start of the load; or upgrade the
+// peer's binary in place (sentry peers: `sentry upgrade`, the same
+// binary; Options.SkipUpgrades leaves these out for the control run):
 //
 //	events:
 //	  - {at: 20s, route: {path: /search, heavy_share: 0.10}}
 //	  - {at: 30s, speed: {server: 1, factor: 0.5}}
 //	  - {at: 40s, kill: 2}
 //	  - {at: 50s, restart: 2}
+//	  - {at: 55s, upgrade: true}
 //
 // Events are validated against the farm at parse time (in time order, a
 // route that exists, a valid resulting route, a kill of a running server,

@@ -12,9 +12,9 @@ import (
 	"github.com/sentry-proxy/sentry/sim/farm"
 )
 
-// Event changes the farm at a time of the run: exactly one of Route,
-// Speed, Kill and Restart. Events are listed in time order; the runner's
-// time scale stretches At as it does the schedules.
+// Event changes the farm, or the peer, at a time of the run: exactly one
+// of Route, Speed, Kill, Restart and Upgrade. Events are listed in time
+// order; the runner's time scale stretches At as it does the schedules.
 //
 //	events:
 //	  - {at: 20s, route: {path: /search, heavy_share: 0.10}}
@@ -22,6 +22,7 @@ import (
 //	  - {at: 30s, speed: {server: 1, factor: 0.5}}   # half speed
 //	  - {at: 40s, kill: 2}
 //	  - {at: 50s, restart: 2}
+//	  - {at: 55s, upgrade: true}                     # the peer's binary upgrade
 type Event struct {
 	// At is the time from the start of the load, ≤ the scenario's
 	// duration.
@@ -35,6 +36,10 @@ type Event struct {
 	Kill *int `yaml:"kill,omitempty"`
 	// Restart serves a killed server i again on its address.
 	Restart *int `yaml:"restart,omitempty"`
+	// Upgrade upgrades the peer's binary in place (sentry: SIGUSR2, the
+	// same binary, until the new process is ready); a peer that cannot
+	// fails the event, which the summary notes. The farm is untouched.
+	Upgrade bool `yaml:"upgrade,omitempty"`
 }
 
 // RouteEvent changes the farm route configured with Path and Prefix: each
@@ -108,6 +113,8 @@ func (e Event) String() string {
 		return fmt.Sprintf("kill server %d", *e.Kill)
 	case e.Restart != nil:
 		return fmt.Sprintf("restart server %d", *e.Restart)
+	case e.Upgrade:
+		return "upgrade the peer"
 	}
 	return "nothing"
 }
@@ -136,14 +143,14 @@ func (sc *Scenario) validateEvents(root *yaml.Node) error {
 			return sc.errAt(root, fmt.Sprintf("events[%d]: %s", i, msg), append([]any{"events", i}, path...)...)
 		}
 		n := 0
-		for _, set := range []bool{e.Route != nil, e.Speed != nil, e.Kill != nil, e.Restart != nil} {
+		for _, set := range []bool{e.Route != nil, e.Speed != nil, e.Kill != nil, e.Restart != nil, e.Upgrade} {
 			if set {
 				n++
 			}
 		}
 		switch {
 		case n != 1:
-			return at("give exactly one of route, speed, kill and restart")
+			return at("give exactly one of route, speed, kill, restart and upgrade")
 		case e.At < 0:
 			return at("at must be ≥ 0", "at")
 		case e.At > sc.Duration:
@@ -209,9 +216,11 @@ func (sc *Scenario) validateEvents(root *yaml.Node) error {
 	return nil
 }
 
-// applyEvent makes one event happen on f.
-func applyEvent(f *farm.Farm, e Event) error {
+// applyEvent makes one event happen on f, or with upgrade on the peer.
+func applyEvent(f *farm.Farm, e Event, upgrade func() error) error {
 	switch {
+	case e.Upgrade:
+		return upgrade()
 	case e.Route != nil:
 		return f.UpdateRoute(e.Route.Path, e.Route.Prefix, e.Route.apply)
 	case e.Speed != nil:
@@ -242,8 +251,8 @@ type eventPlayer struct {
 }
 
 // playEvents starts playing events (times multiplied by timeScale) from
-// start; progress gets one line per event.
-func playEvents(ctx context.Context, f *farm.Farm, events []Event, timeScale float64, start time.Time, progress func(string)) *eventPlayer {
+// start; upgrade upgrades the peer; progress gets one line per event.
+func playEvents(ctx context.Context, f *farm.Farm, events []Event, timeScale float64, start time.Time, upgrade func() error, progress func(string)) *eventPlayer {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &eventPlayer{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -257,7 +266,7 @@ func playEvents(ctx context.Context, f *farm.Farm, events []Event, timeScale flo
 				return
 			case <-t.C:
 			}
-			err := applyEvent(f, e)
+			err := applyEvent(f, e, upgrade)
 			a := AppliedEvent{Event: e, At: time.Since(start), Err: err}
 			p.mu.Lock()
 			p.played = append(p.played, a)

@@ -92,9 +92,11 @@ func TestPlayEvents(t *testing.T) {
 		{At: 0, Route: &RouteEvent{Path: "/s", HeavyShare: &share}},
 		{At: 0, Speed: &SpeedEvent{Server: 1, Factor: 0.25}},
 		{At: 0, Kill: &zero},
+		{At: 0, Upgrade: true},
 	}
 	var lines []string
-	p := playEvents(context.Background(), f, events, 1, time.Now(), func(s string) { lines = append(lines, s) })
+	upgrades := 0
+	p := playEvents(context.Background(), f, events, 1, time.Now(), func() error { upgrades++; return nil }, func(s string) { lines = append(lines, s) })
 	deadline := time.Now().Add(10 * time.Second)
 	for f.Alive(0) {
 		if time.Now().After(deadline) {
@@ -102,9 +104,17 @@ func TestPlayEvents(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		p.mu.Lock()
+		n := len(p.played)
+		p.mu.Unlock()
+		if n == 4 || time.Now().After(deadline) {
+			break
+		}
+	}
 	played := p.stop()
-	if len(played) != 3 || len(lines) != 3 {
-		t.Fatalf("played %+v", played)
+	if len(played) != 4 || len(lines) != 4 || upgrades != 1 {
+		t.Fatalf("played %+v, %d upgrades", played, upgrades)
 	}
 	for _, a := range played {
 		if a.Err != nil {
@@ -140,7 +150,7 @@ func TestPlayEvents(t *testing.T) {
 
 	// A restart later in the run; the player stops early on cancel and
 	// reports only what it played.
-	p = playEvents(context.Background(), f, []Event{{At: 0, Restart: &zero}, {At: time.Hour, Kill: &zero}}, 1, time.Now(), func(string) {})
+	p = playEvents(context.Background(), f, []Event{{At: 0, Restart: &zero}, {At: time.Hour, Kill: &zero}}, 1, time.Now(), nil, func(string) {})
 	for !f.Alive(0) {
 		if time.Now().After(deadline) {
 			t.Fatal("restart not played")

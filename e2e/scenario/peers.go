@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/template"
@@ -73,6 +74,14 @@ type Peer interface {
 	// X-Sentry-Reject. If not, its plain 503s count as rejections
 	// (reason PeerRejectReason).
 	MarksRejects() bool
+}
+
+// Upgrader is a running peer that can upgrade its binary in place (an
+// upgrade event).
+type Upgrader interface {
+	// Upgrade starts the upgrade and returns once the new process is
+	// ready, or why it failed.
+	Upgrade(ctx context.Context) error
 }
 
 // Running is a started peer.
@@ -257,7 +266,7 @@ func (p *sentryPeer) Start(ctx context.Context, env PeerEnv) (Running, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &sentryRunning{proc: proc, addr: listen, admin: admin, dir: env.Dir}
+	r := &sentryRunning{proc: proc, addr: listen, admin: admin, dir: env.Dir, bin: p.bin, pidfile: filepath.Join(env.Dir, "sentry.pid")}
 	if err := waitReady(ctx, proc, "http://"+admin+"/readyz", 10*time.Second); err != nil {
 		r.Stop()
 		return nil, fmt.Errorf("sentry: %w (log: %s)", err, filepath.Join(env.Dir, "peer.log"))
@@ -358,6 +367,19 @@ func CheckSentry(ctx context.Context, bin string, sc *Scenario) error {
 type sentryRunning struct {
 	proc             *process
 	addr, admin, dir string
+	bin, pidfile     string
+}
+
+// Upgrade is a binary upgrade of the running sentry, with the same binary,
+// through `sentry upgrade` (SIGUSR2, then the wait for the new process);
+// its output goes to the peer's log directory.
+func (r *sentryRunning) Upgrade(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, r.bin, "upgrade", "-pidfile", r.pidfile, "-timeout", "30s").CombinedOutput()
+	_ = os.WriteFile(filepath.Join(r.dir, "upgrade.log"), out, 0o644)
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 func (r *sentryRunning) Addr() string { return r.addr }
@@ -376,7 +398,19 @@ func (r *sentryRunning) Collect(ctx context.Context) {
 	_ = os.WriteFile(filepath.Join(r.dir, "metrics.txt"), b, 0o644)
 }
 
-func (r *sentryRunning) Stop() { r.proc.stop(syscall.SIGTERM, 8*time.Second) }
+// Stop stops the serving process -- after an upgrade event, the one the
+// PID file names, a child of the first -- then the first, and its group.
+func (r *sentryRunning) Stop() {
+	if b, err := os.ReadFile(r.pidfile); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 && pid != r.proc.cmd.Process.Pid {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+			for i := 0; i < 160 && syscall.Kill(pid, 0) == nil; i++ {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+	r.proc.stop(syscall.SIGTERM, 8*time.Second)
+}
 
 // ---- haproxy ----
 

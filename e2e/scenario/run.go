@@ -30,6 +30,9 @@ type Options struct {
 	Scaling Scaling
 	// Progress gets one line per step (nil: none).
 	Progress io.Writer
+	// SkipUpgrades plays no upgrade event: the control run of an upgrade
+	// scenario, the same load without the upgrade.
+	SkipUpgrades bool
 }
 
 // PeerResult is one peer's outcome.
@@ -236,7 +239,20 @@ func runPeer(ctx context.Context, sc *Scenario, peer Peer, dir string, capa Capa
 		smp.run(sctx, f, int(cfg.MaxDuration/time.Second)+10)
 	}()
 	started := time.Now()
-	player := playEvents(ctx, f, sc.Events, o.Scaling.norm().Time, started, func(m string) { fmt.Fprintln(o.Progress, m) })
+	upgrade := func() error { return fmt.Errorf("peer %s cannot upgrade", peer.Name()) }
+	if u, ok := running.(Upgrader); ok {
+		upgrade = func() error { return u.Upgrade(ctx) }
+	}
+	events := sc.Events
+	if o.SkipUpgrades {
+		events = nil
+		for _, e := range sc.Events {
+			if !e.Upgrade {
+				events = append(events, e)
+			}
+		}
+	}
+	player := playEvents(ctx, f, events, o.Scaling.norm().Time, started, upgrade, func(m string) { fmt.Fprintln(o.Progress, m) })
 	rep, err := load.Run(ctx, cfg)
 	played := player.stop()
 	stopSampler()
@@ -278,8 +294,11 @@ func runPeer(ctx context.Context, sc *Scenario, peer Peer, dir string, capa Capa
 		}
 		sum.Notes = append(sum.Notes, n)
 	}
-	if len(played) < len(sc.Events) {
-		sum.Notes = append(sum.Notes, fmt.Sprintf("%d of %d events did not happen (the run ended first)", len(sc.Events)-len(played), len(sc.Events)))
+	if len(played) < len(events) {
+		sum.Notes = append(sum.Notes, fmt.Sprintf("%d of %d events did not happen (the run ended first)", len(events)-len(played), len(events)))
+	}
+	if len(events) < len(sc.Events) {
+		sum.Notes = append(sum.Notes, fmt.Sprintf("%d upgrade events skipped (-skip-upgrades): the control run", len(sc.Events)-len(events)))
 	}
 	if comp >= 10*time.Millisecond {
 		sum.Notes = append(sum.Notes, fmt.Sprintf("farm timer compensation reached %v: the machine was too loaded for the farm to hold its service times", comp.Round(time.Millisecond)))

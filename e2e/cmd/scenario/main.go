@@ -33,6 +33,7 @@ func run() int {
 	level := flag.Float64("scale", 1, "multiply every load level (rates, users) by `K`")
 	timeScale := flag.Float64("time-scale", 1, "multiply every schedule duration by `K` (0.2: a 90 s scenario in 18 s)")
 	check := flag.Bool("check", false, "parse the scenario files, run sentry check on their policies, print their capacity and exit")
+	skipUpgrades := flag.Bool("skip-upgrades", false, "play no upgrade event: the control run of an upgrade scenario")
 	flag.Parse()
 	if len(files) == 0 || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: scenario -f FILE [-f FILE ...] [-peers sentry,off,haproxy,nginx] [-out DIR] [-sentry BIN] [-scale K] [-time-scale K]")
@@ -102,7 +103,7 @@ func run() int {
 	code := 0
 	for _, sc := range scs {
 		res, err := scenario.Run(ctx, sc, scenario.Options{
-			Peers: names, OutDir: *out, SentryBin: bin, Scaling: sl, Progress: os.Stdout,
+			Peers: names, OutDir: *out, SentryBin: bin, Scaling: sl, Progress: os.Stdout, SkipUpgrades: *skipUpgrades,
 		})
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "scenario %s: %v\n", sc.Name, err)
