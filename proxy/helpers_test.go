@@ -146,6 +146,16 @@ func startProxySnap(t testing.TB, addr string, snap *policy.Snapshot, opts Optio
 	}
 	h := &harness{t: t, p: p, reg: reg, addr: addr, snap: snap}
 	h.close = func() {
+		// Every exchange and stream the loops ran moved only as their
+		// state machines allow (package exchange, evloop's streams): an
+		// illegal move is counted, not a crash, in production.
+		p.mu.Lock()
+		for a, fe := range p.mu.fronts {
+			if ff := fe.loops.Load(); ff != nil && ff.IllegalTransitions() != 0 {
+				t.Errorf("listener %s: %d illegal state transitions on the loops", a, ff.IllegalTransitions())
+			}
+		}
+		p.mu.Unlock()
 		ctx, cancel := contextWithTimeout(3 * time.Second)
 		defer cancel()
 		_ = p.ShutdownAll(ctx)

@@ -33,3 +33,24 @@ func Deps(t *testing.T, self string) map[string]bool {
 	}
 	return deps
 }
+
+// Imports returns the import paths the package in the test's working
+// directory imports itself (its non-test files), as `go list -f
+// '{{.Imports}}' .` reports them: the direct edges of the graph Deps
+// walks. It skips and fails as Deps does.
+func Imports(t *testing.T) map[string]bool {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go tool not on PATH")
+	}
+	out, err := exec.Command(goTool, "list", "-f", "{{range .Imports}}{{.}}\n{{end}}", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -f .Imports: %v\n%s", err, out)
+	}
+	imports := map[string]bool{}
+	for _, pkg := range strings.Fields(string(out)) {
+		imports[pkg] = true
+	}
+	return imports
+}

@@ -3,73 +3,50 @@
 package evloop
 
 import (
-	"errors"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
-// backend_linux.go: the backend side of a loop -- picking a
-// backend, connecting, sending the request, failures and retries
-// (pipeline.TryAgain), and reading the response head.
+// backend_linux.go: the backend side of a loop -- connections to
+// backends (the pool, the wait at max_conns_per_backend, dialling),
+// sending the request and reading the response, as the exchange core
+// (package proxy/exchange) asks: which backend, whether to retry and what
+// a failure means are the core's.
 
 // ---------------------------------------------------------------- backends
 
-// dispatch picks a backend and sends the request.
-func (l *eventLoop) dispatch(c *cconn, last *pipeline.Upstream) {
+// connect carries out the core's Connect: a connection to the backend it
+// picked, an idle one or a new one, and the core's answer to how that
+// went.
+func (l *eventLoop) connect(c *cconn) exchange.Action {
 	ex := &c.ex
-	for {
-		bk := ex.a.Pool.Pick()
-		if bk == nil {
-			if last != nil {
-				ex.u = last
-				l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})
-			} else {
-				l.respond(c, ex.a, pipeline.OutNoBackend, admission.Decision{})
-			}
-			return
-		}
-		u := bk.Attachment.(*pipeline.Upstream)
-		ex.attempts++
-		ex.lbb, ex.u, ex.released = bk, u, false
-		ex.inService = int(bk.Inflight())
-		bc, err := l.backendConn(u, ex.a)
-		if err == errBusy {
-			if wait := ex.a.Shared.Connect.Load(); wait > 0 {
-				l.waitConn(c, u, wait)
-				return
-			}
-			l.release(ex, true)
-			l.respond(c, ex.a, pipeline.OutBackendBusy, admission.Decision{})
-			return
-		}
-		if err != nil {
-			if !l.connectFailed(c, err) {
-				return
-			}
-			last = u
-			continue
-		}
-		l.bind(c, bc)
-		return
+	bc, err := l.backendConn(ex.Upstream(), ex.App())
+	switch {
+	case err == errBusy:
+		return ex.Capped(l.now)
+	case err != nil:
+		return ex.ConnectFailed(err, l.now)
 	}
+	return l.bind(c, bc)
 }
 
 var errBusy = syscall.EBUSY
 
-// waitConn queues c's exchange for a connection to u, its backend picked,
-// as fasthttp's HostClient waits for a free connection (its
-// MaxConnWaitTimeout is timeouts.connect, wait here): a connection to u
-// that an exchange of this loop gives back goes to the first waiter
-// (finish), and the loop dials for waiters whenever the cap has room again
-// (dialWaiters: after a close here, on a wake-up, and every sweep for the
-// other loops' and fasthttp's closes). At the deadline it is answered 503
-// backend_busy (the sweep). Entries of exchanges that stopped waiting
-// (answered, aborted, bound) stay in the queue and are skipped (waiter's
-// seq tells an entry from a later wait of the same connection's).
+// waitConn carries out the core's Wait: c's exchange queues for a
+// connection to u, its backend picked, as fasthttp's HostClient waits for
+// a free connection (its MaxConnWaitTimeout is timeouts.connect, the
+// core's deadline): a connection to u that an exchange of this loop gives
+// back goes to the first waiter (finish), and the loop dials for waiters
+// whenever the cap has room again (dialWaiters: after a close here, on a
+// wake-up, and every sweep for the other loops' and fasthttp's closes).
+// At the deadline the core answers 503 backend_busy (the sweep's Expire).
+// Entries of exchanges that stopped waiting (answered, aborted, bound)
+// stay in the queue and are skipped (waiter's seq tells an entry from a
+// later wait of the same connection's).
 //
 // Across loops: while another loop's exchanges wait, a loop keeps no idle
 // connection to u (shedIdle, finish), gives every other connection it gets
@@ -77,14 +54,12 @@ var errBusy = syscall.EBUSY
 // its share of the cap (giveTo), and the first
 // wait asks fasthttp to close its idle connections to u
 // (Config.CloseIdle): its pool counts against the same cap.
-func (l *eventLoop) waitConn(c *cconn, u *pipeline.Upstream, wait int64) {
-	ex := &c.ex
-	l.setState(c, Waiting) // (a wait again, after a failed dial, ends the last one first)
-	ex.waitU = u
+func (l *eventLoop) waitConn(c *cconn, u *pipeline.Upstream) {
+	l.endWait(c) // (a wait again, after a failed dial, ends the last one first)
+	c.waitU = u
 	l.waitN[u]++
-	ex.waitSeq++
-	ex.deadline = l.nowNs + wait
-	l.connWait[u] = append(l.connWait[u], waiter{c: c, seq: ex.waitSeq})
+	c.waitSeq++
+	l.connWait[u] = append(l.connWait[u], waiter{c: c, seq: c.waitSeq})
 	l.activate(c)
 	if u.LoopWaiting.Add(1) == 1 {
 		// The other loops may hold the cap's connections idle: they
@@ -103,17 +78,17 @@ type waiter struct {
 }
 
 func (w waiter) live(u *pipeline.Upstream) bool {
-	return w.c.ex.state == Waiting && w.c.ex.waitU == u && w.c.ex.waitSeq == w.seq
+	return w.c.ex.State() == exchange.Waiting && w.c.waitU == u && w.c.waitSeq == w.seq
 }
 
-// endWait is setState's part when an exchange leaves Waiting (or waits
-// again).
-func (l *eventLoop) endWait(ex *exch) {
-	u := ex.waitU
+// endWait ends c's wait for a connection, if it waits: once its exchange
+// has left Waiting (act, done), or waits again (waitConn).
+func (l *eventLoop) endWait(c *cconn) {
+	u := c.waitU
 	if u == nil {
 		return
 	}
-	ex.waitU = nil
+	c.waitU = nil
 	u.LoopWaiting.Add(-1)
 	if l.waitN[u]--; l.waitN[u] <= 0 {
 		delete(l.waitN, u)
@@ -212,22 +187,20 @@ func (l *eventLoop) dialWaiters() {
 			if c == nil {
 				break
 			}
-			ex := &c.ex
-			if max := ex.a.Policy.MaxConnsPerBackend; max > 0 && int(u.LoopConns.Load())+l.ff.cfg.BackendConns(u) >= max && len(l.idleBk[u]) == 0 {
+			a := c.ex.App()
+			if max := a.Policy.MaxConnsPerBackend; max > 0 && int(u.LoopConns.Load())+l.ff.cfg.BackendConns(u) >= max && len(l.idleBk[u]) == 0 {
 				break // no room yet
 			}
-			bc, err := l.backendConn(u, ex.a)
+			bc, err := l.backendConn(u, a)
 			if err == errBusy {
 				break // taken meanwhile (fasthttp's side); it keeps its place
 			}
 			l.nextWaiter(u) // c, off the queue
 			if err != nil {
-				if l.connectFailed(c, err) {
-					l.dispatch(c, u)
-				}
+				l.act(c, c.ex.ConnectFailed(err, l.now))
 				continue
 			}
-			l.bind(c, bc)
+			l.act(c, l.bind(c, bc))
 		}
 	}
 }
@@ -301,39 +274,33 @@ func (l *eventLoop) closeBackend(bc *bconn) {
 	bc.in = nil
 }
 
-// bind starts the exchange of c on bc.
-func (l *eventLoop) bind(c *cconn, bc *bconn) {
-	ex := &c.ex
-	ex.b, bc.c = bc, c
-	ex.sent, ex.gotBytes, ex.bkClose = 0, false, false
-	ex.dispatch = l.now
-	if ex.termCl != nil && ex.attempts == 1 {
-		// The termination clock starts at the first dispatch; a retry
-		// does not restart it (as on the fasthttp path, whose timer spans
-		// relay's attempts).
-		ex.termAt = l.nowNs + int64(ex.term.Arm(ex.termCl, l.now))
-	}
+// bind makes bc the connection of c's exchange, and tells the core
+// (Bound): its next action.
+func (l *eventLoop) bind(c *cconn, bc *bconn) exchange.Action {
+	c.b, bc.c = bc, c
 	if bc.in == nil {
 		bc.in = l.getBuf()
 	}
 	bc.n = 0
 	l.activate(c)
-	if bc.connecting {
-		bc.connecting = false // the exchange's state says it from here
-		l.setState(c, Connecting)
-		ex.deadline = l.nowNs + ex.a.Shared.Connect.Load()
-		return
+	connecting := bc.connecting
+	bc.connecting = false // the exchange's state says it from here
+	return c.ex.Bound(connecting, bc.reused, l.now)
+}
+
+// dropBackend closes the backend connection of c's exchange, if it has
+// one: the core's Connect (the attempt failed), Reply, Abort and Cut.
+func (l *eventLoop) dropBackend(c *cconn) {
+	if bc := c.b; bc != nil {
+		c.b, bc.c = nil, nil
+		l.closeBackend(bc)
 	}
-	l.setState(c, Sending)
-	ex.deadline = l.nowNs + ex.a.Shared.Idle.Load()
-	l.send(bc)
 }
 
 // activate puts c in the loop's active list (the sweep's), once.
 func (l *eventLoop) activate(c *cconn) {
-	ex := &c.ex
-	if ex.activeIdx < 0 || ex.activeIdx >= len(l.active) || l.active[ex.activeIdx] != c {
-		ex.activeIdx = len(l.active)
+	if c.activeIdx < 0 || c.activeIdx >= len(l.active) || l.active[c.activeIdx] != c {
+		c.activeIdx = len(l.active)
 		l.active = append(l.active, c)
 	}
 }
@@ -341,8 +308,8 @@ func (l *eventLoop) activate(c *cconn) {
 // send writes what is left of the request to bc.
 func (l *eventLoop) send(bc *bconn) {
 	ex := &bc.c.ex
-	for ex.sent < len(ex.req) {
-		m, err := l.sys.Write(bc.fd, ex.req[ex.sent:])
+	for r := ex.Unsent(); len(r) > 0; r = ex.Unsent() {
+		m, err := l.sys.Write(bc.fd, r)
 		if err == unix.EAGAIN {
 			l.setBackendEvents(bc, unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLOUT)
 			return
@@ -354,7 +321,7 @@ func (l *eventLoop) send(bc *bconn) {
 			l.backendBroke(bc, pipeline.FailBroken)
 			return
 		}
-		ex.sent += m
+		ex.Wrote(m)
 	}
 	l.setBackendEvents(bc, unix.EPOLLIN|unix.EPOLLRDHUP)
 }
@@ -366,7 +333,7 @@ func (l *eventLoop) backendEvent(bc *bconn, ev uint32) {
 		l.closeBackend(bc)
 		return
 	}
-	if c.ex.state == Connecting {
+	if c.ex.State() == exchange.Connecting {
 		if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) == 0 {
 			return
 		}
@@ -374,15 +341,13 @@ func (l *eventLoop) backendEvent(bc *bconn, ev uint32) {
 			if err == nil {
 				err = syscall.Errno(e)
 			}
-			l.dialFailed(bc, err)
+			l.act(c, c.ex.ConnectFailed(err, l.now)) // (Connect drops bc)
 			return
 		}
-		l.setState(c, Sending)
-		c.ex.deadline = l.nowNs + c.ex.a.Shared.Idle.Load()
-		l.send(bc)
+		l.act(c, c.ex.Connected(l.now))
 		return
 	}
-	if ev&unix.EPOLLOUT != 0 && c.ex.sent < len(c.ex.req) {
+	if ev&unix.EPOLLOUT != 0 && len(c.ex.Unsent()) > 0 {
 		l.send(bc)
 		if bc.fd < 0 || bc.c != c {
 			return
@@ -395,77 +360,13 @@ func (l *eventLoop) backendEvent(bc *bconn, ev uint32) {
 	}
 }
 
-// dialFailed: the connect failed; eject the backend and try another.
-func (l *eventLoop) dialFailed(bc *bconn, cause error) {
-	c := bc.c
-	ex := &c.ex
-	l.closeBackend(bc)
-	ex.b = nil
-	if l.connectFailed(c, cause) {
-		l.dispatch(c, ex.u)
-	}
-}
-
-// connectFailed ejects the backend a connect to failed (unambiguous, as on
-// the fasthttp path) and answers 502 when the retry policy (pipeline.TryAgain) says
-// so; true means try another backend. The first failure since the
-// backend last answered is logged at WARN with its cause
-// (pipeline.Upstream.Unreachable).
-func (l *eventLoop) connectFailed(c *cconn, cause error) bool {
-	ex := &c.ex
-	ex.a.Pool.Eject(ex.lbb)
-	ex.released = true
-	if ex.u.Unreachable() {
-		l.ff.cfg.Log.Warn("backend unreachable; ejected until it answers again", "app", ex.a.Name, "backend", ex.u.Addr, "error", cause)
-	} else if log := l.ff.cfg.Log; log.IsDebug() {
-		log.Debug("relay failed", "app", ex.a.Name, "backend", ex.u.Addr, "error", cause)
-	}
-	if !pipeline.TryAgain(pipeline.FailConnect, ex.idem, ex.attempts-ex.stale, false) {
-		l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})
-		return false
-	}
-	return true
-}
-
 // backendBroke: the connection failed while sending or before the head,
-// in the way f says (pipeline.FailBroken, or pipeline.FailNoRetry for a response that cannot
-// be relayed).
+// or while relaying, in the way f says (pipeline.FailBroken, or
+// pipeline.FailNoRetry for a response that cannot be relayed): the core
+// retries, answers or aborts (Broke).
 func (l *eventLoop) backendBroke(bc *bconn, f pipeline.Failure) {
 	c := bc.c
-	ex := &c.ex
-	if ex.state == Relaying {
-		// Part of the response is out: the client connection cannot
-		// carry an error response now.
-		l.abort(c, pipeline.OutBackendFailed)
-		return
-	}
-	reused := bc.reused
-	l.closeBackend(bc)
-	ex.b = nil
-	if reused && f == pipeline.FailBroken && !ex.gotBytes && ex.idem && ex.stale < pipeline.MaxStaleRetries {
-		ex.stale++ // a keep-alive connection closed under it: not an attempt
-	}
-	if pipeline.TryAgain(f, ex.idem, ex.attempts-ex.stale, ex.gotBytes) {
-		// The loop holds the body whole, so an idempotent request is
-		// replayable. A stale keep-alive connection (reused) is not the
-		// backend's fault.
-		if !reused {
-			l.release(ex, false)
-		} else {
-			l.release(ex, true)
-		}
-		l.dispatch(c, ex.u)
-		return
-	}
-	l.release(ex, false)
-	l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})
-}
-
-func (l *eventLoop) release(ex *exch, ok bool) {
-	if !ex.released && ex.lbb != nil {
-		ex.a.Pool.Release(ex.lbb, ok)
-	}
-	ex.released = true
+	l.act(c, c.ex.Broke(f, l.now))
 }
 
 func (l *eventLoop) readBackend(bc *bconn) {
@@ -480,54 +381,24 @@ func (l *eventLoop) readBackend(bc *bconn) {
 		return
 	}
 	if m <= 0 {
-		switch {
-		case ex.state != Relaying:
+		if ex.State() != exchange.Relaying {
 			l.backendBroke(bc, pipeline.FailBroken)
-		case ex.mode == bodyClose:
-			ex.bkClose = true
-			l.finish(c)
-		default:
-			l.abort(c, pipeline.OutBackendFailed) // truncated body
+		} else if act := ex.Closed(); act == exchange.Finish {
+			l.finish(c) // a close-delimited body's end
+		} else {
+			l.act(c, act) // truncated
 		}
 		return
 	}
 	bc.n += m
-	if !ex.gotBytes {
-		// The first response byte disarms termination, as on the
-		// fasthttp path (idleConn.Read): a backend slow to finish its
-		// head is not cut once it has started answering.
-		ex.termAt = 0
-		ex.term.Disarm()
-	}
-	ex.gotBytes = true
-	ex.deadline = l.nowNs + ex.a.Shared.Idle.Load()
 	data := bc.in[:bc.n]
-	if ex.state != Relaying {
-		for {
-			switch pipeline.ParseResponseHead(data, &l.rh) {
-			case pipeline.HeadIncomplete:
-				return
-			case pipeline.HeadUnsure:
-				l.backendBroke(bc, pipeline.FailNoRetry) // a broken response is not retried
-				return
-			}
-			if st := l.rh.Status; st >= 100 && st < 200 {
-				if st == 101 {
-					l.backendBroke(bc, pipeline.FailNoRetry)
-					return
-				}
-				// 100 Continue, 103 Early Hints: dropped, as fasthttp does.
-				data = data[l.rh.N:]
-				continue
-			}
-			break
-		}
-		l.startResponse(c, bc, data)
-		return
+	switch n, act := ex.Read(data, l.now); act {
+	case exchange.None: // the head is not whole yet
+	case exchange.WriteHead:
+		l.startResponse(c, bc, data, n)
+	case exchange.Forward, exchange.Finish:
+		l.forward(c, bc, data[:n], act)
+	default:
+		l.act(c, act)
 	}
-	l.forward(c, bc, data, false)
 }
-
-// errConnectTimeout is the cause logged for a connect that did not finish
-// within the app's connect timeout.
-var errConnectTimeout = errors.New("connect timed out")

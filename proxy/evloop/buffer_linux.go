@@ -5,6 +5,7 @@ package evloop
 import (
 	"golang.org/x/sys/unix"
 
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/sentry-proxy/sentry/proxy/respbuf"
 )
@@ -23,26 +24,24 @@ import (
 // keeps for them (flushTLS).
 const refillSize = 48 << 10
 
-// bufferable tells whether the response of c's exchange, whose head rh
-// was parsed from data, may be held back: buffering is on, for its app,
-// and the response is not a stream (respbuf.Streams).
-func (l *eventLoop) bufferable(c *cconn, data []byte, rh *pipeline.RawHead) bool {
+// bufferable tells whether the response of c's exchange may be held back:
+// buffering is on, and the core says the response may be (its app
+// buffers, it has a body and is not a stream: exchange.MayBuffer).
+func (l *eventLoop) bufferable(c *cconn) bool {
 	if c.rb != nil && c.rb.Started() {
 		// (Empty: a response starts only once the last one is written.)
 		// Each response starts its buffer afresh, under the limits of
 		// the moment.
 		c.rb.Close()
 	}
-	b := l.ff.cfg.Resp
-	return c.ex.mode != bodyNone && b.On() && !c.ex.a.Policy.ResponseBufferingOff &&
-		!respbuf.Streams(rh.ContentType.Of(data), rh.AccelBuffering.Of(data))
+	return l.ff.cfg.Resp.On() && c.ex.MayBuffer()
 }
 
 // room tells whether c's backend may be read on while its client has a
 // backlog: the response is buffered, and its buffer can take a whole read
 // (reserved now, so hold always takes it).
 func (l *eventLoop) room(c *cconn) bool {
-	if !c.ex.buffer {
+	if !c.buffer {
 		return false
 	}
 	if c.rb == nil {
@@ -77,7 +76,7 @@ func (l *eventLoop) refill(c *cconn) bool {
 		if c.busy() {
 			l.abort(c, pipeline.OutBackendFailed)
 		}
-		if c.str != nil {
+		if c.xp == xpStream {
 			l.dropResp(c)
 			l.streamEnd(c, 0)
 		} else {
@@ -92,16 +91,15 @@ func (l *eventLoop) refill(c *cconn) bool {
 // client: once the client has taken everything, or while the buffer has
 // room for one more read.
 func (l *eventLoop) resumeBackend(c *cconn) {
-	ex := &c.ex
-	bc := ex.b
-	if bc == nil || bc.fd < 0 || ex.state != Relaying || bc.events&unix.EPOLLIN != 0 {
+	bc := c.b
+	if bc == nil || bc.fd < 0 || c.ex.State() != exchange.Relaying || bc.events&unix.EPOLLIN != 0 {
 		return
 	}
 	if c.backlog() && !l.room(c) {
 		return
 	}
 	l.setBackendEvents(bc, bc.events|unix.EPOLLIN|unix.EPOLLRDHUP)
-	ex.deadline = l.nowNs + ex.a.Shared.Idle.Load()
+	c.ex.ReadAgain(l.now)
 }
 
 // dropResp gives back c's response buffer: memory, temporary file and

@@ -8,12 +8,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/valyala/fasthttp"
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/internal/replayconn"
 	"github.com/sentry-proxy/sentry/internal/tls13"
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
@@ -103,31 +103,6 @@ func (l *eventLoop) setClientEvents(c *cconn, ev uint32) {
 	_ = l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, c.fd, ev, int32(c.fd))
 }
 
-// strictStates makes an illegal exchange transition panic instead of
-// being counted (the tests set it; package evloop's doc gives the
-// decision).
-var strictStates = false
-
-// setState moves c's exchange to state to, checking the transition
-// (state.go): an illegal one panics under strictStates (the tests) and
-// is counted otherwise.
-func (l *eventLoop) setState(c *cconn, to State) {
-	ex := &c.ex
-	if !ex.state.Legal(to) {
-		l.ff.illegal.Add(1)
-		if strictStates {
-			panic("evloop: illegal exchange transition " + ex.state.String() + " -> " + to.String())
-		}
-	}
-	if l.trace != nil {
-		l.trace(c, ex.state, to)
-	}
-	if ex.state == Waiting {
-		l.endWait(ex)
-	}
-	ex.state = to
-}
-
 // forget removes c from the loop's tables (the fd stays open).
 func (l *eventLoop) forget(c *cconn) {
 	l.cl[c.fd] = nil
@@ -137,28 +112,6 @@ func (l *eventLoop) forget(c *cconn) {
 	l.clients = l.clients[:len(l.clients)-1]
 	l.putBuf(c.in)
 	c.in = nil
-}
-
-// closeClient closes c now, ending any exchange on it.
-func (l *eventLoop) closeClient(c *cconn) {
-	if c.fd < 0 {
-		return
-	}
-	if c.busy() {
-		l.abort(c, pipeline.OutClientGone)
-	}
-	if c.h2 != nil {
-		l.h2Close(c)
-	}
-	l.dropResp(c)
-	l.forget(c)
-	if c.tls != nil && c.linger == 0 {
-		l.closeNotify(c)
-	}
-	l.sys.Close(c.fd)
-	c.fd = -1
-	l.ff.conns.Add(-1)
-	l.idleTLS(c)
 }
 
 // lingerClose sends FIN and reads and drops what the client still sends
@@ -188,7 +141,7 @@ func (l *eventLoop) handoff(c *cconn) {
 	nc, err := net.FileConn(f)
 	if err != nil {
 		refusal := tooManyConns
-		if c.tls != nil {
+		if c.xp.sealed() {
 			refusal = c.tls.st.Seal(nil, tooManyConns)
 		}
 		_, _ = l.sys.Write(int(f.Fd()), refusal)
@@ -201,46 +154,13 @@ func (l *eventLoop) handoff(c *cconn) {
 	// Counted before fasthttp can have served it (the counter must not
 	// lag the response); give closes it if fasthttp is not accepting.
 	l.ff.handed.Add(1)
-	if c.tls != nil {
+	if c.xp.sealed() {
 		// The records go on in the goroutine fasthttp gives it: the
 		// same state, what the loop opened replayed first.
 		l.ff.Handed.give(tls13.NewConn(nc, c.tls.st, *c.tls.cs, pre))
 		return
 	}
 	l.ff.Handed.give(&replayconn.Conn{Conn: nc, Pre: pre})
-}
-
-func (l *eventLoop) clientEvent(c *cconn, ev uint32) {
-	if c.linger != 0 {
-		for k := 0; k < 16; k++ {
-			m, err := l.sys.Read(c.fd, l.drop[:])
-			if err == unix.EAGAIN || err == unix.EINTR {
-				return
-			}
-			if m <= 0 {
-				l.closeClient(c)
-				return
-			}
-		}
-		return
-	}
-	if ev&unix.EPOLLOUT != 0 {
-		if c.h2 != nil {
-			l.h2Flush(c) // and what the core holds since
-		} else {
-			l.flush(c)
-		}
-		if c.fd < 0 {
-			return
-		}
-	}
-	if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-		if c.tls != nil {
-			l.readTLS(c, ev)
-			return
-		}
-		l.readClient(c, ev)
-	}
 }
 
 func (l *eventLoop) readClient(c *cconn, ev uint32) {
@@ -281,12 +201,13 @@ func (l *eventLoop) process(c *cconn) {
 	// c.out empty (a KeyUpdate alone, on EAGAIN): a hand-off would leave
 	// them behind with the write key already updated (flush comes back
 	// here through after once they are written).
-	for c.fd >= 0 && !c.busy() && c.linger == 0 && len(c.out) == 0 && (c.tls == nil || len(c.tls.wire) == 0) && (c.n > 0 || c.tls != nil) {
-		if c.tls != nil && (!l.pullTLS(c) || c.n == 0 || len(c.tls.wire) > 0) {
+	tls := c.xp.sealed()
+	for c.fd >= 0 && !c.busy() && c.linger == 0 && len(c.out) == 0 && (!tls || len(c.tls.wire) == 0) && (c.n > 0 || tls) {
+		if tls && (!l.pullTLS(c) || c.n == 0 || len(c.tls.wire) > 0) {
 			break
 		}
 		b := c.in[:c.n]
-		if pipeline.ParseRequestHead(b, &l.h) != pipeline.HeadOK || !l.serve(c, b, &l.h) {
+		if pipeline.ParseRequestHead(b, &l.h) != pipeline.HeadOK || !l.serveH1(c, b, &l.h) {
 			if l.ff.draining.Load() {
 				// fasthttp is draining too: nothing to hand off to. The
 				// client sees the connection close, as for any
@@ -306,68 +227,34 @@ func (l *eventLoop) process(c *cconn) {
 	}
 }
 
-// rawView is the classifier's view of a request head (classify.Request).
-type rawView struct {
-	b []byte
-	h *pipeline.RawHead
-}
-
-func (v *rawView) Method() []byte { return v.h.Method.Of(v.b) }
-func (v *rawView) Path() []byte {
-	t := v.h.Target.Of(v.b)
-	for i, c := range t {
-		if c == '?' {
-			return t[:i]
-		}
-	}
-	return t
-}
-func (v *rawView) Host() []byte            { return v.h.Host.Of(v.b) }
-func (v *rawView) Peek(name string) []byte { return v.h.Peek(v.b, name) }
-func (v *rawView) Cookie(name string) []byte {
-	for i := 0; i < v.h.NFields; i++ {
-		f := &v.h.Fields[i]
-		if !pipeline.EqFold(f.Name.Of(v.b), "cookie") {
-			continue
-		}
-		if val := pipeline.CookieValue(f.Value.Of(v.b), name); val != nil {
-			return val
-		}
-	}
-	return nil
-}
-
-// serve runs one parsed request; false (before anything was done or
-// counted) means the fast path does not take it.
-func (l *eventLoop) serve(c *cconn, b []byte, h *pipeline.RawHead) bool {
+// serveH1 runs one parsed HTTP/1.1 request; false (before anything was
+// done or counted) means the fast path does not take it.
+func (l *eventLoop) serveH1(c *cconn, b []byte, h *pipeline.RawHead) bool {
 	a, cl, ok := l.takes(c, b, h)
 	if !ok {
 		return false
 	}
-	ex := &c.ex
-	ex.a, ex.total, ex.start = a, h.N+int(cl), l.now
-	ex.status, ex.released, ex.lbb, ex.u, ex.b = 0, true, nil, nil, nil
-	ex.id = ex.id[:0]
-	if l.ff.draining.Load() || h.ConnClose {
+	c.total = h.N + int(cl)
+	if h.ConnClose {
 		c.closing = true
 	}
-	ex.head = string(h.Method.Of(b)) == fasthttp.MethodHead // methods are case-sensitive
-	ex.idem = pipeline.IdempotentMethod(h.Method.Of(b))
-	ex.grpc = h.ContentType != (pipeline.Span{}) && pipeline.IsGRPC(h.ContentType.Of(b))
-	client := l.forwarded(c, a, b, h)
-	ex.client, ex.upstrm, ex.outBytes = client, 0, 0
-	// The decide step (package pipeline, pipeline.go). This engine must not block: a
-	// request whose decision is not made at once parks as an exchange.
-	l.view = rawView{b: b, h: h}
-	d, pend, decided := a.Decide(&ex.t, &l.view, client, l.now, nil, true, l)
-	l.setState(c, Admitting)
-	l.ff.served.Add(1)
-	if !decided {
-		l.park(c, pend)
-		return true
-	}
-	l.admitted(c, d, b, h)
+	l.head = reqHead(c, b, h)
+	l.serve(c, a, &l.head)
 	return true
+}
+
+// serve runs the request whose neutral head is hd, for app a: the core
+// decides, and the loop carries out what it says.
+func (l *eventLoop) serve(c *cconn, a *pipeline.App, hd *exchange.Head) {
+	if l.ff.draining.Load() {
+		c.closing = true
+	}
+	l.ff.served.Add(1)
+	c.ex.Init(l.ff.env, &l.sc)
+	logs := l.ff.cfg.Routes.Load().Access
+	// This engine must not block: a request whose decision is not made
+	// at once parks (Park).
+	l.act(c, c.ex.Start(a, hd, c.peer, l, logs, l.now))
 }
 
 // takes tells whether the loop serves the request parsed as h from b (all
@@ -398,119 +285,46 @@ func (l *eventLoop) takes(c *cconn, b []byte, h *pipeline.RawHead) (*pipeline.Ap
 	return a, cl, true
 }
 
-// forwarded reads what a trusted proxy sent (pipeline.PlanForwarding) into l.in and
-// returns the client's address; its X-Forwarded-For lines are one list
-// (RFC 9110 §5.3).
-func (l *eventLoop) forwarded(c *cconn, a *pipeline.App, b []byte, h *pipeline.RawHead) netip.Addr {
-	in := &l.in
-	*in = pipeline.TrustedFwd{}
-	if !a.TrustedPeer(c.peer) {
-		return c.peer
-	}
-	chain := l.xff[:0]
-	for i := 0; i < h.NFields; i++ {
-		f := &h.Fields[i]
-		switch k := h.Kinds[i]; k {
-		case pipeline.KindXFF, pipeline.KindXFProto, pipeline.KindXFHost:
-			chain = in.Add(k, f.Value.Of(b), chain)
-		case pipeline.KindOther:
-			if exact, _ := pipeline.NameMatch(f.Name.Of(b), a.ReqID); exact {
-				in.Add(pipeline.KindOther, f.Value.Of(b), nil)
-			}
-		}
-	}
-	l.xff = chain
-	return a.ClientAddr(c.peer, in.XFF)
+// reqHead is the neutral head (exchange.Head) of c's HTTP/1.1 request,
+// parsed as h from b (all of it in c.in, c.total bytes).
+func reqHead(c *cconn, b []byte, h *pipeline.RawHead) exchange.Head {
+	return exchange.Head{B: b, Raw: h, Body: b[h.N:c.total], TLS: c.xp.sealed(), Size: int64(c.total)}
 }
 
-// admitted acts on the admission decision d of c's exchange (busy, parsed
-// as h from b, l.in filled by forwarded): relay or reject.
-func (l *eventLoop) admitted(c *cconn, d admission.Decision, b []byte, h *pipeline.RawHead) {
-	a := c.ex.a
-	if a.Admitted(&c.ex.t, d) != pipeline.OutRelayed {
-		// Rejected (a parked exchange whose client went was aborted,
-		// never resumed).
-		l.respond(c, a, pipeline.OutRejected, d)
-		return
+// headOf is the neutral head of c's exchange in progress, its fields
+// parsed into h again: from c.in (HTTP/1.1), or from its stream; false if
+// it does not parse (cannot happen: it did when the request came).
+func (l *eventLoop) headOf(c *cconn, h *pipeline.RawHead) (exchange.Head, bool) {
+	if c.xp == xpStream {
+		return l.streamReqHead(c.str.s, c.ex.App(), h)
 	}
-	l.relay(c, b, h)
+	b := c.in[:c.n]
+	if pipeline.ParseRequestHead(b, h) != pipeline.HeadOK {
+		return exchange.Head{}, false
+	}
+	return reqHead(c, b, h), true
 }
 
-// relay sends c's admitted exchange (parsed as h from b, l.in filled by
-// forwarded) to a backend.
-func (l *eventLoop) relay(c *cconn, b []byte, h *pipeline.RawHead) {
-	ex, a, in := &c.ex, c.ex.a, &l.in
-	if a.Pool.Healthy() == 0 {
-		l.respond(c, a, pipeline.OutNoBackend, admission.Decision{})
-		return
-	}
-
-	// The request as the backend gets it.
-	r := ex.req[:0]
-	le := 0
-	for b[le] != '\n' {
-		le++
-	}
-	r = append(r, b[:le+1]...)
-	// The header policy (pipeline/headers.go): hop-by-hop lines and every copy of
-	// the forwarding headers (any spelling) go; one of each is added.
-	for i := 0; i < h.NFields; i++ {
-		f := &h.Fields[i]
-		switch h.Kinds[i] {
-		case pipeline.KindConnection, pipeline.KindHopByHop, pipeline.KindXFF, pipeline.KindXFProto, pipeline.KindXFHost, pipeline.KindFwdAlias:
-			continue
-		case pipeline.KindOther:
-			if exact, alias := pipeline.NameMatch(f.Name.Of(b), a.ReqID); exact || alias || a.DropIncoming(f.Name.Of(b)) {
-				continue
-			}
-		}
-		r = append(r, f.Line.Of(b)...)
-	}
-	var fw pipeline.Forwarding
-	l.fwd, fw = pipeline.PlanForwarding(l.fwd, in, c.peer, c.tls != nil || c.str != nil, h.Host.Of(b), l.ff.cfg.IDs)
-	ex.id = append(ex.id[:0], fw.ID...)
-	r = append(append(append(r, "X-Forwarded-For: "...), fw.XFF...), "\r\n"...)
-	r = append(append(append(r, "X-Forwarded-Proto: "...), fw.Proto...), "\r\n"...)
-	r = append(append(append(r, "X-Forwarded-Host: "...), fw.Host...), "\r\n"...)
-	r = append(append(append(append(r, a.ReqID...), ": "...), fw.ID...), "\r\n"...)
-	if a.Load != nil { // the degradation signal (pipeline/load.go)
-		r = append(append(r, a.LoadHeader...), ": "...)
-		r = append(a.AppendLoad(r, ex.t.Class, l.now), "\r\n"...)
-	}
-	r = append(r, "\r\n"...)
-	r = append(r, b[h.N:ex.total]...)
-	ex.req = r
-	ex.attempts, ex.stale = 0, 0
-	// Selective early termination (pipeline/term.go): the loop holds the
-	// body whole and hands upgrades to fasthttp, so only the class and
-	// the method decide. Armed at each dispatch (bind).
-	ex.termCl = a.TermClass(&ex.t, h.Method.Of(b))
-	l.dispatch(c, nil)
-}
-
-// park keeps c's exchange, whose admission pend has not decided, until the
-// batch run that decides it wakes the loop. Nothing else is kept: the head
-// stays in c.in (pipelined bytes that follow wait behind it, as for any
-// exchange in progress), and resume parses it again; the arrival was
-// counted once, by Estimate.
-func (l *eventLoop) park(c *cconn, pend admission.Pending) {
-	c.ex.pend = pend
-	l.setState(c, Parked)
-	c.ex.parkIdx = len(l.parked)
+// park keeps c's exchange, whose admission has not decided (the core's
+// Park), until the batch run that decides it wakes the loop. Nothing
+// else is kept: the head stays in c.in (pipelined bytes that follow wait
+// behind it, as for any exchange in progress), and resume reads it again;
+// the arrival was counted once, by Estimate.
+func (l *eventLoop) park(c *cconn) {
+	c.parkIdx = len(l.parked)
 	l.parked = append(l.parked, c)
 }
 
 // unpark takes c out of l.parked (its ticket is then used or cancelled).
 func (l *eventLoop) unpark(c *cconn) {
-	ex := &c.ex
-	if i := ex.parkIdx; i >= 0 && i < len(l.parked) && l.parked[i] == c {
+	if i := c.parkIdx; i >= 0 && i < len(l.parked) && l.parked[i] == c {
 		last := l.parked[len(l.parked)-1]
 		l.parked[i] = last
-		last.ex.parkIdx = i
+		last.parkIdx = i
 		l.parked[len(l.parked)-1] = nil
 		l.parked = l.parked[:len(l.parked)-1]
 	}
-	ex.pend, ex.parkIdx = nil, -1
+	c.parkIdx = -1
 }
 
 // pollParked takes the decisions made for the loop's parked exchanges and
@@ -525,7 +339,7 @@ func (l *eventLoop) pollParked() {
 			continue
 		}
 		c := l.parked[i]
-		d, ok := c.ex.pend.Result()
+		d, ok := c.ex.Pending().Result()
 		if !ok {
 			continue
 		}
@@ -535,16 +349,13 @@ func (l *eventLoop) pollParked() {
 }
 
 // resume acts on the decision d of c's parked exchange: its head, still at
-// the start of c.in, is parsed again and the request relayed or rejected
-// as if decided at once.
+// the start of c.in (or its stream's), is read again and the request
+// relayed or rejected as if decided at once (the core's Resume).
 func (l *eventLoop) resume(c *cconn, d admission.Decision) {
-	l.setState(c, Admitting)
-	b := c.in[:c.n]
-	if pipeline.ParseRequestHead(b, &l.h) != pipeline.HeadOK {
-		// Cannot happen: the same bytes parsed when the request came.
-		l.abort(c, pipeline.OutBadRequest)
-		return
+	var hp *exchange.Head
+	if hd, ok := l.headOf(c, &l.h); ok {
+		l.head = hd
+		hp = &l.head
 	}
-	l.forwarded(c, c.ex.a, b, &l.h)
-	l.admitted(c, d, b, &l.h)
+	l.act(c, c.ex.Resume(d, hp, l.now))
 }

@@ -11,10 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sentry-proxy/sentry/admission"
-	"github.com/sentry-proxy/sentry/lb"
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/sentry-proxy/sentry/proxy/respbuf"
-	"github.com/sentry-proxy/sentry/sert"
 )
 
 // conn_linux.go: the loop itself -- its connections and exchanges
@@ -31,105 +30,66 @@ type cconn struct {
 	out     []byte // response bytes not yet written
 	outAt   int64  // when out became pending (write timeout)
 	lastNs  int64
-	events  uint32   // registered epoll events
-	inProc  bool     // process is running on it (no recursion)
-	gotAny  bool     // a byte has arrived
-	closing bool     // close once out is written (Connection: close)
-	linger  int64    // lingering close until (0: not lingering)
-	grace   int64    // draining: close if still idle at
-	tls     *tlsConn // TLS: records sealed and opened by the loop (tls_linux.go); nil for plain
-	h2      *h2Link  // HTTP/2 (h2_linux.go): the connection's streams are exchanges of their own
-	str     *h2str   // a stream connection (no socket, fd -1): one HTTP/2 stream the loop runs
+	events  uint32 // registered epoll events
+	inProc  bool   // process is running on it (no recursion)
+	gotAny  bool   // a byte has arrived
+	closing bool   // close once out is written (Connection: close)
+	linger  int64  // lingering close until (0: not lingering)
+	grace   int64  // draining: close if still idle at
+	// xp is how its bytes travel (xprt_linux.go); the variants' own
+	// state is tls (xpTLS, xpH2: the records the loop seals and opens,
+	// tls_linux.go), h2 (xpH2: the connection's core and its streams,
+	// h2_linux.go) or str (xpStream: the one HTTP/2 stream it is).
+	xp  xprt
+	tls *tlsConn
+	h2  *h2Link
+	str *h2str
 	// rb holds what the client has not taken of a buffered response
 	// beyond c.out (buffer_linux.go); made the first time one is needed.
 	// Its bytes come after c.out's: while it holds any, c.out is not
 	// empty (flush refills c.out from it), except on a stream, whose
 	// c.out goes into the core at once (flushStream).
 	rb *respbuf.Buffer
-	ex exch
+	// buffer: the response may be held in rb while its client is slower
+	// than its backend (buffer_linux.go); false for streams
+	// (respbuf.Streams), apps with response_buffering off, and with
+	// response buffering off.
+	buffer bool
+
+	// The exchange in progress (package proxy/exchange: the steps, their
+	// order and state are the core's), and what the loop keeps for it:
+	// its backend connection, the request's bytes in c.in (head and
+	// body), its place in the loop's lists, and the backend it waits for
+	// a connection to (counted in its LoopWaiting and the loop's waitN
+	// while it waits; waitSeq numbers its waits: its queue entries,
+	// waiter).
+	ex        exchange.Exchange
+	b         *bconn
+	total     int
+	activeIdx int
+	parkIdx   int
+	waitU     *pipeline.Upstream
+	waitSeq   uint32
 }
 
 // backlog tells whether response bytes wait for the client: in c.out or
 // its response buffer, or, for a stream, for its flow-control window.
 func (c *cconn) backlog() bool {
-	return len(c.out) > 0 || c.str != nil && c.str.blocked || c.buffered()
+	return len(c.out) > 0 || c.xp == xpStream && c.str.blocked || c.buffered()
 }
 
 // waiting tells whether response bytes wait for the client itself: what
 // a write left (EAGAIN, or a partial write: outAt), the buffer, or a
 // stream's window -- not a head put in c.out and not written yet.
 func (c *cconn) waiting() bool {
-	return c.outAt != 0 || c.buffered() || c.str != nil && c.str.blocked
+	return c.outAt != 0 || c.buffered() || c.xp == xpStream && c.str.blocked
 }
 
 // buffered tells whether c's response buffer holds bytes.
 func (c *cconn) buffered() bool { return c.rb != nil && c.rb.Len() > 0 }
 
 // busy tells whether an exchange is in progress on c (State).
-func (c *cconn) busy() bool { return c.ex.state != Idle }
-
-// exch is the exchange in progress on a client connection.
-type exch struct {
-	state     State // where the exchange is (state.go); changed only by setState
-	a         *pipeline.App
-	lbb       *lb.Backend
-	u         *pipeline.Upstream
-	b         *bconn
-	req       []byte // the request as sent to the backend (kept for a retry)
-	sent      int
-	total     int // request bytes (head + body) in cconn.in
-	idem      bool
-	head      bool // HEAD request
-	grpc      bool // gRPC request (pipeline.IsGRPC): sentry's own answers take gRPC's form
-	start     time.Time
-	dispatch  time.Time
-	inService int
-	t         pipeline.Ticket // the request's admission (package pipeline, pipeline.go)
-	id        []byte
-	client    netip.Addr    // the client's address after trusted_proxies (access log)
-	upstrm    time.Duration // dispatch to response head (access log)
-	outBytes  int64         // response body bytes passed to the client (access log)
-	attempts  int           // attempts to relay so far, the current one included (pipeline.TryAgain)
-	stale     int           // of which on reused connections found closed (pipeline.MaxStaleRetries)
-	deadline  int64
-	activeIdx int
-	// Selective early termination (pipeline/term.go): termCl is the
-	// class when the request is terminable (nil: never cut); term its
-	// state from dispatch; termAt when the sweep looks next (0: not
-	// armed).
-	termCl *sert.Class
-	term   pipeline.Term
-	termAt int64
-	// waitU is the backend a Waiting exchange waits for a connection to
-	// (counted in its LoopWaiting and the loop's waitN while it waits);
-	// waitSeq numbers the exchange's waits (its queue entries, waiter).
-	waitU   *pipeline.Upstream
-	waitSeq uint32
-	// pend is the admission ticket of an exchange parked for its batch
-	// decision (nil otherwise); parkIdx is its place in parked.
-	pend    admission.Pending
-	parkIdx int
-	// response
-	status   int
-	mode     uint8
-	remain   int64
-	ct       pipeline.ChunkTracker
-	bkClose  bool
-	gotBytes bool
-	released bool
-	// buffer: the response may be held in c.rb while its client is
-	// slower than its backend (buffer_linux.go); false for streams
-	// (respbuf.Streams), apps with response_buffering off, and with
-	// response buffering off.
-	buffer bool
-}
-
-const (
-	bodyNone = iota
-	bodyLength
-	bodyChunked
-	bodyClose
-)
+func (c *cconn) busy() bool { return c.ex.Busy() }
 
 // bconn is a backend connection held by a loop.
 type bconn struct {
@@ -148,12 +108,10 @@ type bconn struct {
 type eventLoop struct {
 	ff      *Front
 	ep, efd int
-	sys     Sys   // the kernel (RawSys) or a script
-	clock   Clock // time.Now or a manual clock
-	// trace, if set (tests), sees every exchange-state transition.
-	trace  func(c *cconn, from, to State)
-	efdBuf [8]byte    // the eventfd's counter, read on a wake-up
-	drop   [4096]byte // what a lingering close reads and drops
+	sys     Sys        // the kernel (RawSys) or a script
+	clock   Clock      // time.Now or a manual clock
+	efdBuf  [8]byte    // the eventfd's counter, read on a wake-up
+	drop    [4096]byte // what a lingering close reads and drops
 
 	cl        []*cconn // by fd
 	bk        []*bconn // by fd
@@ -167,7 +125,6 @@ type eventLoop struct {
 	waitKick  bool                            // room may have come: dialWaiters this round
 	shareTurn bool                            // finish: own waiters and the other loops' in turn (giveTo)
 	bufs      [][]byte
-	small     [][]byte // smallBufSize buffers (stream connections' requests)
 	rawBufs   [][]byte // TLS record buffers of idle connections (idleTLS)
 	now       time.Time
 	nowNs     int64
@@ -178,14 +135,12 @@ type eventLoop struct {
 	rh        pipeline.RawHead
 	ah        pipeline.RawHead     // the access log's parse of a finished request's head
 	acc       pipeline.AccessEntry // the access log's entry, reused
-	view      rawView
+	head      exchange.Head        // the neutral head of the request being served
+	sc        exchange.Scratch     // what the exchange core's steps use one at a time
 	date      []byte
 	dateSec   int64
-	st        []byte              // stripped Server-Timing
-	xff       []byte              // a trusted proxy's X-Forwarded-For lines, merged
-	in        pipeline.TrustedFwd // what a trusted proxy sent (pipeline.PlanForwarding)
-	fwd       []byte              // the forwarding header values (pipeline.PlanForwarding)
-	yieldAt   int64               // next runtime.Gosched
+	st        []byte // stripped Server-Timing
+	yieldAt   int64  // next runtime.Gosched
 
 	unlistened   bool  // the listening socket is out of this loop's epoll set
 	acceptPaused int64 // accepts paused until (EMFILE and the like)
@@ -209,10 +164,15 @@ type eventLoop struct {
 	h2mu     sync.Mutex
 	h2q      []*cconn
 	h2qSpare []*cconn
-	dirty    []*cconn         // h2 connections whose output is to be written this round
-	sh       pipeline.RawHead // a stream's response head, parsed again for HEADERS
-	dechunk  []byte           // a stream's chunked body, decoded
-	reqID    []byte           // the app's request-ID header name, for a stream's HEADERS
+	dirty    []*cconn // h2 connections whose output is to be written this round
+	dechunk  []byte   // a stream's chunked body, decoded
+	reqID    []byte   // the app's request-ID header name, for a stream's HEADERS
+
+	// An answer sentry writes itself (replyFields): its fields, the
+	// number among them, the request-ID header's name.
+	rf   []replyField
+	rnum []byte
+	rid  []byte
 }
 
 // unlisten takes the listening socket out of this loop's epoll set, once,
@@ -291,29 +251,9 @@ func (l *eventLoop) getBuf() []byte {
 }
 
 func (l *eventLoop) putBuf(b []byte) {
-	switch {
-	case b == nil:
-	case cap(b) == smallBufSize:
-		if len(l.small) < 4096 {
-			l.small = append(l.small, b[:smallBufSize])
-		}
-	case len(l.bufs) < 1024:
+	if b != nil && len(l.bufs) < 1024 {
 		l.bufs = append(l.bufs, b)
 	}
-}
-
-// smallBufSize is a stream connection's request buffer when its head fits
-// (most do): thousands of streams at once on a few h2 connections must
-// not each hold a 16 KiB buffer.
-const smallBufSize = 2 << 10
-
-func (l *eventLoop) getSmall() []byte {
-	if k := len(l.small); k > 0 {
-		b := l.small[k-1]
-		l.small = l.small[:k-1]
-		return b
-	}
-	return make([]byte, smallBufSize)
 }
 
 func (l *eventLoop) tick() {
@@ -399,10 +339,10 @@ func (l *eventLoop) sweep() {
 	for i := 0; i < len(l.active); i++ {
 		c := l.active[i]
 		ex := &c.ex
-		if ex.state == Waiting {
-			if l.nowNs > ex.deadline {
-				l.release(ex, true)
-				l.respond(c, ex.a, pipeline.OutBackendBusy, admission.Decision{})
+		st, dl := ex.State(), ex.Deadline()
+		if st == exchange.Waiting {
+			if l.nowNs > dl {
+				l.act(c, ex.Expire(l.now)) // 503 backend_busy
 				i--
 			}
 			continue
@@ -411,23 +351,16 @@ func (l *eventLoop) sweep() {
 		// taken what was relayed (and no buffer could take more), its
 		// idle deadline waits (the write timeout covers the client);
 		// resumeBackend restarts it.
-		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == Relaying && ex.b.events&unix.EPOLLIN == 0) {
-			if ex.state == Connecting {
-				l.dialFailed(ex.b, errConnectTimeout)
-			} else if ex.state != Relaying {
-				l.release(ex, false)
-				l.respond(c, ex.a, pipeline.OutBackendTimeout, admission.Decision{})
-			} else {
-				l.abort(c, pipeline.OutBackendTimeout)
-			}
+		if c.b != nil && dl != 0 && l.nowNs > dl && !(st == exchange.Relaying && c.b.events&unix.EPOLLIN == 0) {
+			l.act(c, ex.Expire(l.now)) // a connect timeout, 504, or cut
 			i--
 			continue
 		}
-		if ex.termAt != 0 && l.nowNs >= ex.termAt && l.terminate(c) {
+		if t := ex.TermAt(); t != 0 && l.nowNs >= t && l.terminate(c) {
 			i--
 			continue
 		}
-		if c.outAt != 0 && l.ff.write > 0 && l.nowNs-c.outAt > int64(l.ff.write) && (c.str == nil || l.stalled(c)) {
+		if c.outAt != 0 && l.ff.write > 0 && l.nowNs-c.outAt > int64(l.ff.write) && (c.xp != xpStream || l.stalled(c)) {
 			l.abort(c, pipeline.OutClientGone)
 			l.closeClient(c)
 			i--
@@ -450,7 +383,7 @@ func (l *eventLoop) sweep() {
 		case c.outAt != 0 && l.ff.write > 0 && l.nowNs-c.outAt > int64(l.ff.write):
 			l.closeClient(c)
 			i--
-		case c.h2 != nil:
+		case c.xp == xpH2:
 			if !c.gotAny && l.ff.hdr > 0 && l.nowNs-c.lastNs > int64(l.ff.hdr) {
 				l.closeClient(c) // no preface within the read-header timeout
 				i--
@@ -487,35 +420,15 @@ func (l *eventLoop) sweep() {
 }
 
 // terminate is the termination timer of c's exchange, looked at by the
-// sweep once its time has come (ex.termAt): before the response head
-// (Connecting, Sending) and once the class's current threshold has passed
-// since dispatch, the backend connection is closed (never reused), the
-// ticket is told the cut (pipeline.App.Terminated), and the client gets
-// 503 terminated; the request is not retried. A threshold that rose
-// since the timer was armed re-arms it for the rest. It reports whether
-// the exchange ended.
+// sweep once its time has come (TermAt): the core decides (Tick), and a
+// Cut closes the backend connection (never reused) and answers 503
+// terminated (act). It reports whether the exchange ended.
 func (l *eventLoop) terminate(c *cconn) bool {
-	ex := &c.ex
-	if ex.state != Connecting && ex.state != Sending {
-		ex.termAt = 0
+	act := c.ex.Tick(l.now)
+	if act != exchange.Cut {
 		return false
 	}
-	wait, cut := ex.term.Due(l.now)
-	if !cut {
-		ex.termAt = 0
-		if wait > 0 {
-			ex.termAt = l.nowNs + int64(wait)
-		}
-		return false
-	}
-	ex.termAt = 0
-	if bc := ex.b; bc != nil {
-		ex.b, bc.c = nil, nil
-		l.closeBackend(bc)
-	}
-	l.release(ex, true) // the backend did nothing wrong: no passive-health failure
-	ex.a.Terminated(&ex.t, &ex.term, l.now, ex.inService)
-	l.respond(c, ex.a, pipeline.OutTerminated, admission.Decision{})
+	l.act(c, act)
 	return true
 }
 
@@ -525,7 +438,7 @@ func (l *eventLoop) startDrain() {
 	l.drainSeen = true
 	l.unlisten()
 	for _, c := range l.clients {
-		if c.h2 != nil {
+		if c.xp == xpH2 {
 			// GOAWAY; the connection closes once its streams end (h2After).
 			c.closing = true
 			c.h2.d.GoAway()

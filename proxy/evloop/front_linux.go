@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/sentry-proxy/sentry/proxy/respbuf"
 )
@@ -127,6 +128,7 @@ type Front struct {
 	write           time.Duration // server.write_timeout (0: no limit)
 	hdr             time.Duration // server.read_header_timeout
 
+	env            *exchange.Env // what the loops' exchanges share (the exchange core's)
 	next           atomic.Uint32 // Adopt's round robin
 	served, handed atomic.Uint64 // requests answered by the loops; connections handed off
 	illegal        atomic.Uint64 // illegal exchange-state transitions (state.go)
@@ -140,6 +142,7 @@ func Start(cfg Config) (*Front, error) {
 	}
 	ff := &Front{cfg: cfg, ln: cfg.Listener, lfd: cfg.LFD, Handed: newHandoffListener(addr, cfg.Handoff),
 		maxHeader: cfg.MaxHeader, maxConns: cfg.MaxConns, idle: cfg.Idle, write: cfg.Write, hdr: cfg.Header}
+	ff.env = &exchange.Env{IDs: cfg.IDs, Log: cfg.Log, Access: cfg.Access, Illegal: &ff.illegal}
 	for i := 0; i < cfg.Loops; i++ {
 		l, err := newEvloop(ff)
 		if err != nil {

@@ -14,21 +14,20 @@ import (
 )
 
 // h2_linux.go: HTTP/2 over TLS on the loops. An adopted connection that
-// negotiated h2 carries an h2Link: the loop reads and opens its records as
-// for HTTP/1.1 and feeds the plaintext to the connection's core (package
-// proxy/h2srv) through H2Conn, which package proxy implements. Each stream
-// the loop can finish itself -- a request that ended with its head, for an
-// app the loops serve -- becomes a stream connection: a cconn with no
-// socket (fd -1, str set) whose c.in is the stream's head written as an
-// HTTP/1.1 request, and whose exchange is the plain path's, unchanged
-// (admission, parking, relay, retries, termination, the access log). What
-// that exchange writes to c.out, an HTTP/1.1 response, flushStream turns
-// into the core's HEADERS and DATA; the connection's output is taken from
-// the core, sealed and written once per loop round (flushDirty), however
-// many streams answered in it. Every other stream (a body, a suspect
-// connection, an app the loops do not serve) runs on package proxy's
-// workers as on a goroutine connection, writing through the same core
-// under H2Conn's lock; a worker that leaves output wakes the loop.
+// negotiated h2 (xpH2) carries an h2Link: the loop reads and opens its
+// records as for HTTP/1.1 and feeds the plaintext to the connection's
+// core (package proxy/h2srv) through H2Conn, which package proxy
+// implements. Each stream the loop can finish itself -- a request that
+// ended with its head, for an app the loops serve -- becomes a stream
+// connection (stream_linux.go) whose exchange is the plain path's: the
+// same core (package proxy/exchange), from a neutral head over the
+// stream's arena, its answer going into the connection's core as HEADERS
+// and DATA. The connection's output is taken from the core, sealed and
+// written once per loop round (flushDirty), however many streams answered
+// in it. Every other stream (a body, a suspect connection, an app the
+// loops do not serve) runs on package proxy's workers as on a goroutine
+// connection, writing through the same core under H2Conn's lock; a worker
+// that leaves output wakes the loop.
 
 // H2Conn is the shared side of an HTTP/2 connection a loop serves: its core
 // under a lock, and the workers that run the streams the loop does not
@@ -86,22 +85,6 @@ type h2Link struct {
 	headAt  int64
 }
 
-// h2str is the HTTP/2 side of a stream connection.
-type h2str struct {
-	p       *cconn // the client connection
-	s       *h2srv.Stream
-	idx     int  // in p.h2.streams
-	started bool // its exchange began (startStream)
-	reset   bool // reset by the client before it began
-	headOut bool // the response head is in the core
-	ended   bool // the response's end (or a reset) is in the core
-	blocked bool // response data waits for the client's window
-	tail    bool // the exchange ended; its last data waits for window (h2Sweep times it)
-	pend    int  // what waited for window when the stream was last looked at (stalled)
-	chunked bool
-	ct      pipeline.ChunkTracker
-}
-
 const (
 	// h2OutLimit: the loop stops taking a connection's output from the
 	// core while this much is unwritten (workers then wait for room, as
@@ -118,7 +101,7 @@ func (ff *Front) AdoptH2(fd int, peer netip.Addr, st *tls13.State, cs *tls.Conne
 // adoptH2 sets up an adopted h2 connection (adopt, after addClient).
 func (l *eventLoop) adoptH2(c *cconn, d H2Conn) {
 	h := &h2Link{d: d, core: d.Core()}
-	c.h2 = h
+	c.xp, c.h2 = xpH2, h
 	h.take = func(s *h2srv.Stream) bool { return l.takeStream(c, s) }
 	d.SetWake(func() { l.h2Wake(c) })
 	if l.drainSeen {
@@ -290,14 +273,14 @@ func (l *eventLoop) h2Events(c *cconn) {
 		e := h.evs[i]
 		h.evs[i] = h2srv.Event{}
 		sc, _ := e.S.User.(*cconn)
-		if sc == nil || sc.str == nil || sc.str.s != e.S {
+		if sc == nil || sc.xp != xpStream || sc.str.s != e.S {
 			continue
 		}
 		switch e.Kind {
 		case h2srv.EvReset:
 			switch {
-			case !sc.str.started:
-				sc.str.reset = true
+			case !sc.str.started():
+				l.setStream(sc.str, ssRefused)
 			case sc.busy():
 				l.abort(sc, pipeline.OutClientGone)
 			default:
@@ -305,9 +288,9 @@ func (l *eventLoop) h2Events(c *cconn) {
 			}
 		case h2srv.EvWritable:
 			switch {
-			case sc.str.tail:
+			case sc.str.state == ssTail:
 				l.streamEnd(sc, 0)
-			case sc.str.started && (sc.busy() || sc.buffered()):
+			case sc.str.started() && (sc.busy() || sc.buffered()):
 				l.flushStream(sc)
 			}
 		}
@@ -316,322 +299,16 @@ func (l *eventLoop) h2Events(c *cconn) {
 	for i := 0; i < len(h.started); i++ {
 		sc := h.started[i]
 		h.started[i] = nil
-		if sc.str == nil {
+		if sc.xp != xpStream {
 			continue
 		}
-		if c.fd < 0 || h.failed || sc.str.reset {
+		if c.fd < 0 || h.failed || sc.str.state == ssRefused {
 			l.streamEnd(sc, 0)
 			continue
 		}
 		l.startStream(sc)
 	}
 	h.started = h.started[:0]
-}
-
-// takeStream decides, under the connection's lock (H2Conn.Feed), whether
-// the loop runs s: a request that ended with its head, on a connection
-// that is not suspect (the workers hold those a moment, h2guard), whose
-// head written as HTTP/1.1 fits a buffer and is one the plain path serves
-// (takes). The stream connection is made here; its exchange starts after
-// Feed (h2Events).
-func (l *eventLoop) takeStream(c *cconn, s *h2srv.Stream) bool {
-	h := c.h2
-	if !s.EndedByHead() || h.core.Suspect() || h.failed || c.fd < 0 || l.ff.draining.Load() ||
-		string(s.Method()) == "CONNECT" {
-		return false
-	}
-	rt := l.ff.cfg.Routes.Load()
-	a := rt.Lookup(s.Authority())
-	if a == nil || !a.LoopOK {
-		return false
-	}
-	buf := l.getSmall()
-	b := appendH2Request(buf[:0], s, a.ReqID, a.LoadHeader)
-	if cap(b) != cap(buf) {
-		// Larger than a small buffer: a loop buffer, if it fits.
-		l.putBuf(buf)
-		if len(b) > loopBufSize {
-			return false
-		}
-		buf = l.getBuf()
-		b = append(buf[:0], b...)
-	}
-	buf = buf[:cap(buf)]
-	sc := &cconn{fd: -1, peer: c.peer, in: buf, n: len(b), lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP}
-	sc.ex.activeIdx, sc.ex.parkIdx = -1, -1
-	if pipeline.ParseRequestHead(buf[:sc.n], &l.h) != pipeline.HeadOK {
-		l.putBuf(buf)
-		return false
-	}
-	if _, _, ok := l.takes(sc, buf[:sc.n], &l.h); !ok {
-		l.putBuf(buf)
-		return false
-	}
-	sc.str = &h2str{p: c, s: s, idx: len(h.streams)}
-	s.User = sc
-	h.streams = append(h.streams, sc)
-	h.started = append(h.started, sc)
-	return true
-}
-
-// appendH2Request writes s's head as an HTTP/1.1 request: the request
-// line, Host from :authority, the fields the header policy keeps for the
-// HTTP/1.1 path (pipeline.H2Skip: as the workers' copy does), and the
-// cookie fields joined into one (RFC 9113 §8.2.3).
-func appendH2Request(b []byte, s *h2srv.Stream, reqID, load string) []byte {
-	b = append(b, s.Method()...)
-	b = append(b, ' ')
-	b = append(b, s.Path()...)
-	b = append(b, " HTTP/1.1\r\nHost: "...)
-	b = append(b, s.Authority()...)
-	b = append(b, "\r\n"...)
-	cookies := 0
-	for i := range s.NumFields() {
-		k, v := s.Field(i)
-		if string(k) == "cookie" {
-			cookies++
-			continue
-		}
-		if pipeline.H2Skip(k, reqID, load) {
-			continue
-		}
-		b = append(append(append(append(b, k...), ": "...), v...), "\r\n"...)
-	}
-	if cookies > 0 {
-		b = append(b, "cookie: "...)
-		first := true
-		for i := range s.NumFields() {
-			if k, v := s.Field(i); string(k) == "cookie" {
-				if !first {
-					b = append(b, "; "...)
-				}
-				first = false
-				b = append(b, v...)
-			}
-		}
-		b = append(b, "\r\n"...)
-	}
-	return append(b, "\r\n"...)
-}
-
-// startStream runs a taken stream's exchange as the plain path runs a
-// request (serve).
-func (l *eventLoop) startStream(sc *cconn) {
-	sc.str.started = true
-	b := sc.in[:sc.n]
-	if pipeline.ParseRequestHead(b, &l.h) != pipeline.HeadOK || !l.serve(sc, b, &l.h) {
-		// The route changed between take and now (a reload): the
-		// stream was not processed, and the client may retry it.
-		l.streamEnd(sc, h2srv.RefusedStream)
-	}
-}
-
-// flushStream is flush for a stream connection: the HTTP/1.1 response the
-// exchange wrote to c.out goes into the core as HEADERS (hop-by-hop
-// fields dropped, as the workers' copy does) and DATA (a chunked body
-// decoded); at the exchange's end with END_STREAM, and the stream is
-// released (the core sends what waits for window on its own). While data
-// waits for the client's window the backend is not read, as while c.out
-// waits for a plain client.
-func (l *eventLoop) flushStream(c *cconn) {
-	str := c.str
-	p := str.p
-	h := p.h2
-	core := h.core
-	var end, outFull bool
-	pend := 0
-	for {
-		// What the response buffer holds goes into the core piece by
-		// piece while the stream's window takes it (the core holds at
-		// most a window and a piece); its end is the response's end.
-		more := c.buffered()
-		end = !c.busy() && !more
-		h.d.Lock()
-		if !str.ended {
-			b := c.out
-			if !str.headOut {
-				if len(b) == 0 || pipeline.ParseResponseHead(b, &l.sh) != pipeline.HeadOK {
-					if end || len(b) > 0 {
-						core.ResetStream(str.s, h2srv.InternalError)
-						str.ended = true
-					}
-					b = nil
-				} else {
-					sh := &l.sh
-					str.headOut, str.chunked = true, sh.Chunked
-					core.Headers(sh.Status)
-					for i := 0; i < sh.NFields; i++ {
-						switch sh.Kinds[i] {
-						case pipeline.KindConnection, pipeline.KindTransferEncoding, pipeline.KindUpgrade, pipeline.KindHopByHop:
-							continue
-						}
-						f := &sh.Fields[i]
-						core.Field(f.Name.Of(b), f.Value.Of(b))
-					}
-					b = l.streamBody(str, b[sh.N:])
-					if end && len(b) == 0 {
-						core.EndHeaders(str.s, true)
-						str.ended = true
-					} else {
-						core.EndHeaders(str.s, false)
-					}
-				}
-			} else {
-				b = l.streamBody(str, b)
-			}
-			if !str.ended && str.headOut && (len(b) > 0 || end) {
-				core.WriteData(str.s, b, end)
-				str.ended = end
-			}
-		}
-		pend = 0
-		if !core.Closed(str.s) {
-			pend = core.Pending(str.s)
-		}
-		// A client whose windows are open but which reads slowly: the
-		// connection's output is bounded too (h2Flush resumes the stream).
-		outFull = len(core.Output()) >= h2OutLimit || len(p.out) >= h2OutLimit
-		h.d.Unlock()
-		c.out = c.out[:0]
-		if !more || str.ended || pend > 0 || outFull {
-			break
-		}
-		if !l.refill(c) {
-			return
-		}
-	}
-	l.h2Dirty(p)
-	if end {
-		if pend > 0 && !str.tail {
-			// The end waits for the client's window: the stream is
-			// kept (its EvWritable, a reset or write_timeout without
-			// progress ends it: h2Events, h2Sweep), so that a client
-			// that never opens its window cannot hold it for ever.
-			str.tail, str.pend, c.outAt = true, pend, l.nowNs
-			return
-		}
-		if pend == 0 {
-			l.streamEnd(c, 0)
-		}
-		return
-	}
-	str.blocked = pend > 0 || outFull
-	if outFull {
-		h.outWait = true
-	}
-	if pend > 0 {
-		// Waiting for the client's window: write_timeout runs (the
-		// sweep, stalled); waiting for the connection's output alone,
-		// the connection's own write timeout does.
-		if c.outAt == 0 || pend != str.pend {
-			c.outAt, str.pend = l.nowNs, pend
-		}
-	} else {
-		c.outAt = 0
-	}
-	// The backend is read again once the window took everything, or
-	// while the response buffer has room.
-	l.resumeBackend(c)
-}
-
-// stalled tells whether a stream connection whose write timeout has run
-// out made no progress meanwhile: the client took none of what waits for
-// its window. Progress restarts the timeout (as a worker's waitSent does).
-func (l *eventLoop) stalled(c *cconn) bool {
-	str := c.str
-	if str == nil {
-		return true
-	}
-	h := str.p.h2
-	h.d.Lock()
-	pend := 0
-	if !h.core.Closed(str.s) {
-		pend = h.core.Pending(str.s)
-	}
-	h.d.Unlock()
-	if pend > 0 && pend != str.pend {
-		str.pend, c.outAt = pend, l.nowNs
-		return false
-	}
-	return true
-}
-
-// streamHead is startResponse's head for a stream: the backend's head
-// (parsed as rh from data) under the same response policy as for an
-// HTTP/1.1 client (respField, without the connection-specific fields h2
-// forbids), the request ID added, queued as HEADERS; with END_STREAM when
-// no body follows.
-func (l *eventLoop) streamHead(c *cconn, data []byte, rh *pipeline.RawHead, strip bool) {
-	str, ex := c.str, &c.ex
-	h := str.p.h2
-	core := h.core
-	noBody := ex.mode == bodyNone || ex.mode == bodyLength && ex.remain == 0
-	l.reqID = append(l.reqID[:0], ex.a.ReqID...)
-	h.d.Lock()
-	core.Headers(rh.Status)
-	for i := 0; i < rh.NFields; i++ {
-		v, keep := l.respField(data, rh, i, strip, ex.a.ReqID, true)
-		if !keep {
-			continue
-		}
-		f := &rh.Fields[i]
-		if v == nil {
-			v = f.Value.Of(data)
-		}
-		core.Field(f.Name.Of(data), v)
-	}
-	core.Field(l.reqID, ex.id)
-	core.EndHeaders(str.s, noBody)
-	h.d.Unlock()
-	str.headOut, str.chunked, str.ended = true, rh.Chunked, noBody
-	l.h2Dirty(str.p)
-}
-
-// streamBody is the DATA of body bytes b: b itself, or decoded from
-// chunked (into the loop's scratch).
-func (l *eventLoop) streamBody(str *h2str, b []byte) []byte {
-	if !str.chunked || len(b) == 0 {
-		return b
-	}
-	out, _, _, _ := str.ct.Decode(l.dechunk[:0], b)
-	l.dechunk = out
-	return out
-}
-
-// streamEnd releases a stream connection's stream (reset with code first
-// when it is still open and code is not 0) and forgets it. The cconn
-// then reads as a closed client (fd -1, str nil) to whoever still holds
-// it.
-func (l *eventLoop) streamEnd(c *cconn, code h2srv.ErrCode) {
-	str := c.str
-	if str == nil {
-		return
-	}
-	c.str = nil
-	p := str.p
-	h := p.h2
-	h.d.Lock()
-	if code != 0 && !h.core.Closed(str.s) {
-		h.core.ResetStream(str.s, code)
-	}
-	h.core.Release(str.s)
-	h.d.Unlock()
-	if i := str.idx; i < len(h.streams) && h.streams[i] == c {
-		last := h.streams[len(h.streams)-1]
-		h.streams[i] = last
-		if last != c {
-			last.str.idx = i
-		}
-		h.streams[len(h.streams)-1] = nil
-		h.streams = h.streams[:len(h.streams)-1]
-	}
-	l.dropResp(c)
-	l.putBuf(c.in)
-	c.in, c.n = nil, 0
-	p.lastNs = l.nowNs
-	if p.fd >= 0 {
-		l.h2Dirty(p)
-	}
 }
 
 // h2Close ends every stream the loop runs on c (as gone) and tells the
@@ -682,7 +359,7 @@ func (l *eventLoop) h2Sweep(c *cconn) bool {
 	if w := int64(l.ff.write); w > 0 {
 		for i := 0; i < len(h.streams); i++ {
 			sc := h.streams[i]
-			if (sc.str.tail || !sc.busy() && sc.buffered()) && sc.outAt != 0 && l.nowNs-sc.outAt > w && l.stalled(sc) {
+			if (sc.str.state == ssTail || !sc.busy() && sc.buffered()) && sc.outAt != 0 && l.nowNs-sc.outAt > w && l.stalled(sc) {
 				l.streamEnd(sc, h2srv.Cancel) // moves the last stream into i
 				i--
 			}

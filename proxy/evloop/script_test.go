@@ -13,22 +13,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
-	"github.com/sentry-proxy/sentry/admission"
-	"github.com/sentry-proxy/sentry/classify"
 	"github.com/sentry-proxy/sentry/internal/scripttest"
-	"github.com/sentry-proxy/sentry/lb"
-	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/exchange"
+	"github.com/sentry-proxy/sentry/proxy/exchange/exchangetest"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/sentry-proxy/sentry/proxy/respbuf"
-	"github.com/sentry-proxy/sentry/sert"
 )
-
-// The tests run the loops with strictStates: an illegal exchange
-// transition panics there, instead of being counted.
-func init() { strictStates = true }
 
 // TestEvloopScripts drives one event loop's exchange logic through the
 // scripts in testdata/evloop/*.txt, on a manual clock and scripted
@@ -67,7 +59,7 @@ type loopScript struct {
 	t    *testing.T
 	l    *eventLoop
 	sys  *scriptSys
-	ctl  *scriptControl
+	ctl  *exchangetest.Control
 	now  time.Time
 	out  []string
 	fail string
@@ -76,8 +68,8 @@ type loopScript struct {
 func newLoopScript(t *testing.T) *loopScript {
 	h := &loopScript{t: t, now: time.Date(2026, 11, 24, 6, 0, 0, 0, time.UTC)}
 	h.sys = &scriptSys{h: h, fds: map[int]*scriptFD{}, next: 10, clientCap: -1}
-	h.ctl = &scriptControl{h: h}
-	a := scriptApp(t, h.ctl)
+	h.ctl = &exchangetest.Control{Printf: h.printf}
+	a := exchangetest.App(t, h.ctl)
 	var routes atomic.Pointer[pipeline.Route]
 	routes.Store(&pipeline.Route{Default: a, Access: true})
 	ids := pipeline.NewIDSource()
@@ -102,13 +94,16 @@ func newLoopScript(t *testing.T) *loopScript {
 		},
 	}
 	ff := &Front{cfg: cfg, lfd: 3, maxHeader: cfg.MaxHeader, idle: cfg.Idle, write: cfg.Write, hdr: cfg.Header}
+	// The scripts run the exchanges strictly: an illegal transition
+	// panics here, instead of being counted.
+	ff.env = &exchange.Env{IDs: ids, Log: cfg.Log, Access: cfg.Access, Illegal: &ff.illegal, Strict: true}
 	h.sys.fds[3] = &scriptFD{name: "listen"}
 	h.sys.fds[4] = &scriptFD{name: "epoll"}
 	h.sys.fds[5] = &scriptFD{name: "eventfd"}
 	l := &eventLoop{ff: ff, ep: 4, efd: 5, sys: h.sys, clock: func() time.Time { return h.now }, idleBk: map[*pipeline.Upstream][]*bconn{},
 		connWait: map[*pipeline.Upstream][]waiter{}, waitN: map[*pipeline.Upstream]int{}, nconn: map[*pipeline.Upstream]int{}}
-	l.trace = func(c *cconn, from, to State) {
-		h.printf("%s: %v -> %v", h.sys.nameOf(c.fd), from, to)
+	ff.env.Trace = func(ex *exchange.Exchange, from, to exchange.State) {
+		h.printf("%s: %v -> %v", h.sys.nameOf(h.clientOf(ex).fd), from, to)
 	}
 	l.tick()
 	l.nextSweep = l.nowNs + int64(sweepEvery)
@@ -116,98 +111,41 @@ func newLoopScript(t *testing.T) *loopScript {
 	return h
 }
 
-// scriptApp is the app a script's loop serves, as package proxy would
-// build it from a policy (one backend, 192.0.2.10:80; batch admission by
-// ctl; connect and response timeouts 50 ms and 100 ms), with metrics that
-// nothing registers.
-func scriptApp(t *testing.T, ctl *scriptControl) *pipeline.App {
-	ac := &policy.App{
-		Name:               "web",
-		Backends:           policy.Backends{Static: []string{"192.0.2.10:80"}},
-		Balance:            policy.LeastLoaded,
-		Health:             policy.Health{Passive: policy.PassiveHealth{Failures: 3, Cooldown: 10 * time.Second}},
-		Timeouts:           policy.Timeouts{Connect: 50 * time.Millisecond, Response: 100 * time.Millisecond},
-		MaxConnsPerBackend: 1024,
-		RequestIDHeader:    "X-Request-Id",
-		Reject:             policy.Reject{Status: 503, Body: "sentry: overloaded, retry later\n", RetryAfter: time.Second},
-		Admission:          policy.Admission{Mode: "batch"},
-	}
-	counter := func() prometheus.Counter { return prometheus.NewCounter(prometheus.CounterOpts{Name: "x"}) }
-	m := &pipeline.AppMetrics{}
-	for i := range m.None {
-		m.None[i] = counter()
-	}
-	for i := range m.Latency {
-		m.Latency[i] = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"})
-	}
-	for o, r := range pipeline.OutcomeReason {
-		if r != "" {
-			m.Errs[o] = counter()
-		}
-	}
-	sh := &pipeline.AppShared{Metrics: m}
-	sh.Idle.Store(ac.Timeouts.Response.Nanoseconds())
-	sh.Connect.Store(ac.Timeouts.Connect.Nanoseconds())
-	a := &pipeline.App{Policy: ac, Name: ac.Name, ReqID: ac.RequestIDHeader, LoopOK: true,
-		Shared: sh, Metrics: m, Controller: ctl,
-		Reject: pipeline.RejectResponse{Status: ac.Reject.Status, Body: []byte(ac.Reject.Body), RetryAfter: 1}}
-	var verdicts []prometheus.Counter
-	for range admission.Verdicts() {
-		verdicts = append(verdicts, counter())
-	}
-	a.Decisions = [][]prometheus.Counter{verdicts}
-	a.Pool = lb.NewPool(lb.Options{App: ac.Name, Algorithm: lb.Algorithm(ac.Balance),
-		Failures: ac.Health.Passive.Failures, Cooldown: ac.Health.Passive.Cooldown, Logger: hclog.NewNullLogger(),
-		Attach: func(addr string) any {
-			u := &pipeline.Upstream{Addr: addr}
-			for c := range u.Reqs {
-				u.Reqs[c] = counter()
-			}
-			return u
-		},
-		Detach: func(_ string, v any) { v.(*pipeline.Upstream).Closed.Store(true) },
-	}, ac.Backends.Static)
-	t.Cleanup(a.Pool.Close)
-	return a
-}
-
 // terminate gives the script's class a termination range with upper
-// bound v ("lower,upper" or "upper": lower 10ms, methods GET and HEAD;
-// "off": none). The threshold starts at, and a change moves it to, the
-// upper bound (F = 1 until a tick), which is how a script moves it while
-// a request is in flight.
+// bound v ("lower,upper" or "upper": lower 10ms; "off": none;
+// exchangetest.Terminate).
 func (h *loopScript) terminate(line int, v string) {
 	a := h.l.ff.cfg.Routes.Load().Default
-	if v == "off" {
-		a.Term = nil
-		return
-	}
 	lower, upper := 10*time.Millisecond, time.Duration(0)
-	lo, up, ok := strings.Cut(v, ",")
-	if !ok {
-		up, lo = lo, ""
-	}
-	var err error
-	if lo != "" {
-		if lower, err = time.ParseDuration(lo); err != nil {
+	if v != "off" {
+		lo, up, ok := strings.Cut(v, ",")
+		if !ok {
+			up, lo = lo, ""
+		}
+		var err error
+		if lo != "" {
+			if lower, err = time.ParseDuration(lo); err != nil {
+				h.t.Fatalf("line %d: terminate=%s: %v", line, v, err)
+			}
+		}
+		if upper, err = time.ParseDuration(up); err != nil {
 			h.t.Fatalf("line %d: terminate=%s: %v", line, v, err)
 		}
 	}
-	if upper, err = time.ParseDuration(up); err != nil {
-		h.t.Fatalf("line %d: terminate=%s: %v", line, v, err)
-	}
-	cfg := sert.Config{Params: sert.DefaultParams(), Classes: []*sert.ClassConfig{{Name: "gold", Lower: lower, Upper: upper}}}
-	if a.Term == nil {
-		c, err := sert.New(cfg)
-		if err != nil {
-			h.t.Fatalf("line %d: %v", line, err)
-		}
-		a.Term = c
-		return
-	}
-	if err := a.Term.Reconfigure(cfg); err != nil {
+	if err := exchangetest.Terminate(a, lower, upper); err != nil {
 		h.t.Fatalf("line %d: %v", line, err)
 	}
+}
+
+// clientOf is the client connection whose exchange ex is.
+func (h *loopScript) clientOf(ex *exchange.Exchange) *cconn {
+	for _, c := range h.l.clients {
+		if &c.ex == ex {
+			return c
+		}
+	}
+	h.t.Fatalf("an exchange of no client connection")
+	return nil
 }
 
 func (h *loopScript) printf(format string, args ...any) {
@@ -248,7 +186,7 @@ func (h *loopScript) exec(line int, cmd string) []string {
 		for k, v := range args {
 			switch k {
 			case "park":
-				h.ctl.park = v == "true"
+				h.ctl.Parks = v == "true"
 			case "client-cap":
 				n, _ := strconv.Atoi(v)
 				h.sys.clientCap = n
@@ -359,7 +297,7 @@ func (h *loopScript) exec(line int, cmd string) []string {
 			}
 		}
 	case "decide":
-		h.ctl.decide(fields[1] == "admit")
+		h.ctl.Decide(fields[1] == "admit")
 		// As run does on the eventfd's readiness.
 		_, _ = h.l.sys.Read(h.l.efd, h.l.efdBuf[:])
 		h.l.pollParked()
@@ -373,7 +311,7 @@ func (h *loopScript) exec(line int, cmd string) []string {
 		h.printf("term: threshold=%v terminated=%d reclaimed=%v", cl.Threshold(), n.Terminated, n.Reclaimed)
 	case "state":
 		c, _ := client()
-		h.printf("%s: %v", fields[1], c.ex.state)
+		h.printf("%s: %v", fields[1], c.ex.State())
 	default:
 		h.t.Fatalf("line %d: unknown command %q", line, cmd)
 	}
@@ -609,75 +547,4 @@ func epollNames(ev uint32) string {
 		return "none"
 	}
 	return strings.Join(n, ",")
-}
-
-// scriptControl is the admission stack of the scripts: one class, S =
-// 10ms; it admits at once, or with park set parks every request until
-// the script decides.
-type scriptControl struct {
-	h       *loopScript
-	park    bool
-	pending []*scriptPending
-}
-
-type scriptPending struct {
-	c        *scriptControl
-	d        admission.Decision
-	ready    bool
-	canceled bool
-	wk       admission.Waker
-}
-
-func (p *scriptPending) Result() (admission.Decision, bool) { return p.d, p.ready }
-func (p *scriptPending) Cancel() {
-	p.canceled = true
-	p.c.h.printf("admission: cancel (client gone)")
-}
-
-func (f *scriptControl) Build(*policy.App, *lb.Pool) (pipeline.Controller, error) { return f, nil }
-func (f *scriptControl) Retain([]string)                                          {}
-func (f *scriptControl) Classes() []string                                        { return []string{"gold"} }
-func (f *scriptControl) Classify(r classify.Request, _ netip.Addr) (int, []byte) {
-	return 0, r.Path()
-}
-func (f *scriptControl) Estimate(int, []byte, time.Time) (time.Duration, int) {
-	return 10 * time.Millisecond, 0
-}
-func (f *scriptControl) StripServerTiming() bool { return true }
-func (f *scriptControl) Park(r *admission.Request, wk admission.Waker) (admission.Decision, admission.Pending, bool) {
-	if !f.park {
-		f.h.printf("admission: %s admitted at once", r.Key)
-		return admission.Decision{Verdict: admission.Admit}, nil, true
-	}
-	f.h.printf("admission: %s parked", r.Key)
-	p := &scriptPending{c: f, wk: wk}
-	f.pending = append(f.pending, p)
-	return admission.Decision{}, p, false
-}
-
-// decide decides every pending request and wakes their waker once, as a
-// batch run does.
-func (f *scriptControl) decide(admit bool) {
-	var wk admission.Waker
-	for _, p := range f.pending {
-		if p.canceled {
-			continue
-		}
-		p.ready = true
-		if admit {
-			p.d = admission.Decision{Verdict: admission.Admit}
-		} else {
-			p.d = admission.Decision{Verdict: admission.RejectTest, RetryAfter: 2 * time.Second}
-		}
-		wk = p.wk
-	}
-	f.pending = nil
-	if wk != nil {
-		wk.Wake()
-	}
-}
-
-func (f *scriptControl) Done(t *admission.Ticket, r admission.Result) {
-	f.h.printf("admission: done %s class=%d s=%v measured=%v in_service=%d latency=%v server_timing=%q",
-		t.Key, t.Class, t.S, r.Measured, r.InService, r.Latency(t), r.ServerTiming)
 }

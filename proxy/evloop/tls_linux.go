@@ -106,7 +106,7 @@ func (l *eventLoop) adopt(a adoption) {
 		return
 	}
 	c := &cconn{fd: fd, peer: a.peer, lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP,
-		tls: &tlsConn{st: a.st, cs: a.cs}}
+		xp: xpTLS, tls: &tlsConn{st: a.st, cs: a.cs}}
 	if !l.addClient(c) {
 		if a.h2 != nil {
 			a.h2.Closed()
@@ -135,7 +135,7 @@ func (l *eventLoop) adopt(a adoption) {
 // opened acts on plaintext newly opened into c.in: the h2 core takes it,
 // or the next HTTP/1.1 request is served once no exchange runs.
 func (l *eventLoop) opened(c *cconn) {
-	if c.h2 != nil {
+	if c.xp == xpH2 {
 		l.h2Read(c)
 	} else if !c.busy() {
 		l.process(c)
@@ -271,7 +271,7 @@ func (l *eventLoop) tlsAlert(c *cconn) {
 // pullTLS moves records opened or buffered since c.in filled into it,
 // before the loop looks for the next request (process, after).
 func (l *eventLoop) pullTLS(c *cconn) bool {
-	if c.tls == nil || c.tls.st.Buffered() == 0 {
+	if !c.xp.sealed() || c.tls.st.Buffered() == 0 {
 		return true
 	}
 	if c.in == nil {
@@ -327,7 +327,7 @@ func (l *eventLoop) flushTLS(c *cconn) bool {
 // idleTLS takes back the record buffer of a connection with nothing
 // buffered (readTLS gives one again), as process does with c.in.
 func (l *eventLoop) idleTLS(c *cconn) {
-	if c.tls == nil || len(l.rawBufs) >= 1024 {
+	if !c.xp.sealed() || len(l.rawBufs) >= 1024 {
 		return
 	}
 	if b := c.tls.st.TakeBuffer(); b != nil {
@@ -340,7 +340,7 @@ func (l *eventLoop) idleTLS(c *cconn) {
 // part of them).
 func (l *eventLoop) closeNotify(c *cconn) {
 	t := c.tls
-	if t == nil || len(t.wire) > 0 {
+	if !c.xp.sealed() || len(t.wire) > 0 {
 		return
 	}
 	var b [64]byte

@@ -182,6 +182,30 @@ var (
 	lflf     = []byte("\n\n")
 )
 
+// TargetOK reports whether ParseRequestHead takes t as a request target:
+// origin-form ('/' first), only the bytes of targetTable, and a path
+// (before any '?') that NormalPath leaves as it is. An HTTP/2 driver asks
+// it of :path, so that the streams it serves are the requests its
+// HTTP/1.1 twin would (pinned by FuzzTargetOK).
+func TargetOK(t []byte) bool {
+	if len(t) == 0 || t[0] != '/' {
+		return false
+	}
+	q := -1
+	for i, c := range t {
+		if !targetTable[c] {
+			return false
+		}
+		if c == '?' && q < 0 {
+			q = i
+		}
+	}
+	if q >= 0 {
+		t = t[:q]
+	}
+	return NormalPath(t)
+}
+
 // NormalPath reports whether p (starting with '/') has no empty, "." or
 // ".." segments, so path normalisation would leave it unchanged.
 func NormalPath(p []byte) bool {

@@ -735,3 +735,21 @@ func TestParseKeepsContentType(t *testing.T) {
 		t.Errorf("without Content-Type: %v, %q", r, h.ContentType.Of(b))
 	}
 }
+
+// FuzzTargetOK: TargetOK takes a target exactly when ParseRequestHead
+// takes a request line with it.
+func FuzzTargetOK(f *testing.F) {
+	for _, s := range []string{"/", "/a?b", "*", "/a/../b", "/%41", "/a//b", "/a?x/../y", "http://x/", "/a#b", "/\x80", "/./", "/a/."} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, target []byte) {
+		if bytes.ContainsAny(target, " \r\n") {
+			return // the request line's own delimiters
+		}
+		var h RawHead
+		b := append(append([]byte("GET "), target...), " HTTP/1.1\r\n\r\n"...)
+		if got, want := TargetOK(target), ParseRequestHead(b, &h) == HeadOK; got != want {
+			t.Errorf("TargetOK(%q) = %v, ParseRequestHead takes it: %v", target, got, want)
+		}
+	})
+}

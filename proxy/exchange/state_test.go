@@ -1,4 +1,4 @@
-package evloop
+package exchange
 
 import "testing"
 

@@ -1,8 +1,7 @@
-package evloop
+package exchange
 
-// State is the state of an event loop's exchange on one client
-// connection: the one place a reader finds where an exchange is, in place
-// of the flags (busy, parked, head sent) it was once spread over.
+// State is where one exchange (a request and its response) is: the one
+// place a reader finds it, for every driver.
 //
 //	idle ──serve──> admitting ──park──> parked
 //	 ^                │    ^                 │
@@ -19,19 +18,19 @@ package evloop
 //	 │                         │
 //	 └── respond (reject, 502, 504), abort, finish ── from any busy state
 //
-// The loop makes every change through one function that checks it with
-// Legal (see the package doc for what an illegal one does).
+// Every change goes through one function that checks it with Legal (the
+// package doc says what an illegal one does).
 type State uint8
 
 const (
-	// Idle: no exchange; the connection waits for a request (or writes
-	// the end of the last response, or lingers).
+	// Idle: no exchange in progress (the connection or stream waits
+	// for a request, or writes the end of the last response).
 	Idle State = iota
 	// Admitting: a request was taken; it is being decided, or a backend
 	// picked for it. Transient: it never lasts past one event.
 	Admitting
 	// Parked: the request waits for its batch run's decision (its
-	// admission.Pending is held); the loop is woken when it is made.
+	// admission.Pending is held); the driver is woken when it is made.
 	Parked
 	// Connecting: bound to a new backend connection whose connect is
 	// in progress.
@@ -44,7 +43,7 @@ const (
 	Relaying
 	// Waiting: a backend is picked, but its connections are at
 	// max_conns_per_backend; the exchange waits (at most timeouts.connect)
-	// for one to be given back or for room to dial (waitConn).
+	// for one to be given back or for room to dial.
 	Waiting
 	numStates
 )

@@ -1,0 +1,163 @@
+package exchange
+
+import (
+	"bytes"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
+)
+
+// testApp is an app with the request ID header X-Request-Id and the load
+// header Sentry-Load (its signal off: the header is dropped from clients,
+// never set), trusting 10.0.0.0/8 when trusted.
+func testApp(trusted bool) *pipeline.App {
+	pa := &policy.App{Name: "web", RequestIDHeader: "X-Request-Id"}
+	a := &pipeline.App{Policy: pa, Name: "web", ReqID: "X-Request-Id", LoadHeader: "Sentry-Load"}
+	if trusted {
+		pa.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+		a.Trusted = true
+	}
+	return a
+}
+
+func testIDs() *pipeline.IDSource {
+	ids := pipeline.NewIDSource()
+	copy(ids.Prefix[:], "0123456789abcdef")
+	ids.N.Store(0)
+	return ids
+}
+
+// h1Head parses raw as the HTTP/1.1 drivers do.
+func h1Head(t *testing.T, raw string) *Head {
+	t.Helper()
+	var rh pipeline.RawHead
+	b := []byte(raw)
+	if pipeline.ParseRequestHead(b, &rh) != pipeline.HeadOK {
+		t.Fatalf("%q does not parse", raw)
+	}
+	return &Head{B: b, Raw: &rh, Body: b[rh.N:], Size: int64(len(b))}
+}
+
+// h2Head builds the head an HTTP/2 driver fills from a stream: the
+// fields' names and values in one arena, no lines, Host from :authority.
+func h2Head(method, path, authority string, fields ...string) *Head {
+	var rh pipeline.RawHead
+	var b []byte
+	span := func(s string) pipeline.Span {
+		sp := pipeline.Span{S: int32(len(b)), E: int32(len(b) + len(s))}
+		b = append(b, s...)
+		return sp
+	}
+	rh.Method, rh.Target, rh.Host = span(method), span(path), span(authority)
+	for i := 0; i+1 < len(fields); i += 2 {
+		f := &rh.Fields[rh.NFields]
+		f.Name, f.Value = span(fields[i]), span(fields[i+1])
+		rh.Kinds[rh.NFields] = pipeline.FieldKind([]byte(fields[i]))
+		rh.NFields++
+	}
+	rh.ContentLength = -1
+	return &Head{B: b, Raw: &rh, H2: true, TLS: true}
+}
+
+// TestAppendRequest pins the one writer of a backend's request: the
+// header policy, the forwarding headers, and, for an h2 head, the
+// HTTP/1.1 form its engines always gave it (Host first, cookies joined
+// last, "name: value").
+func TestAppendRequest(t *testing.T) {
+	now := time.Date(2026, 11, 24, 6, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		trusted bool
+		peer    string
+		head    func(t *testing.T) *Head
+		want    string
+		client  string
+	}{{
+		name: "h1",
+		peer: "198.51.100.7",
+		head: func(t *testing.T) *Head {
+			return h1Head(t, "POST /a?b=1 HTTP/1.1\r\nHost:x\r\nX-Forwarded-For: 1.2.3.4\r\nx_forwarded_for: 5.6.7.8\r\n"+
+				"Keep-Alive: 300\r\nX-Request-Id: forged\r\nX_Request_Id: forged\r\nSentry_Load: 9\r\nCookie: a=1\r\n"+
+				"X-Keep:  yes \r\nContent-Length: 4\r\n\r\nbody")
+		},
+		want: "POST /a?b=1 HTTP/1.1\r\nHost:x\r\nCookie: a=1\r\nX-Keep:  yes \r\nContent-Length: 4\r\n" +
+			"X-Forwarded-For: 198.51.100.7\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: x\r\n" +
+			"X-Request-Id: 0123456789abcdef0000000000000001\r\n\r\nbody",
+		client: "198.51.100.7",
+	}, {
+		name:    "h1-trusted",
+		trusted: true,
+		peer:    "10.0.0.2",
+		head: func(t *testing.T) *Head {
+			return h1Head(t, "GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-For: 10.9.9.9\r\n"+
+				"X-Forwarded-Proto: https\r\nX-Request-Id: abc\r\n\r\n")
+		},
+		want: "GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 1.2.3.4, 10.9.9.9, 10.0.0.2\r\nX-Forwarded-Proto: https\r\n" +
+			"X-Forwarded-Host: x\r\nX-Request-Id: abc\r\n\r\n",
+		client: "1.2.3.4",
+	}, {
+		name: "h2",
+		peer: "198.51.100.7",
+		head: func(*testing.T) *Head {
+			return h2Head("GET", "/s", "a.test", "cookie", "a=1", "x-forwarded-for", "6.6.6.6", "accept", "*/*",
+				"x-request-id", "forged", "cookie", "b=2", "sentry-load", "3")
+		},
+		want: "GET /s HTTP/1.1\r\nHost: a.test\r\naccept: */*\r\ncookie: a=1; b=2\r\n" +
+			"X-Forwarded-For: 198.51.100.7\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: a.test\r\n" +
+			"X-Request-Id: 0123456789abcdef0000000000000001\r\n\r\n",
+		client: "198.51.100.7",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sc Scratch
+			a, h, peer := testApp(tc.trusted), tc.head(t), netip.MustParseAddr(tc.peer)
+			if c := sc.Forwarded(a, h, peer); c.String() != tc.client {
+				t.Errorf("client %v, want %s", c, tc.client)
+			}
+			req, _ := sc.AppendRequest(nil, a, h, peer, testIDs(), 0, now)
+			if string(req) != tc.want {
+				t.Errorf("request\n%q\nwant\n%q", req, tc.want)
+			}
+		})
+	}
+}
+
+// TestViewH2 pins what the classifier sees of an h2 head: Host is
+// :authority, and the cookie fields read as the one line HTTP/1.1 joins.
+func TestViewH2(t *testing.T) {
+	var sc Scratch
+	v := sc.View(h2Head("GET", "/p?q=1", "a.test", "cookie", "a=1", "user-agent", "ua", "cookie", "b=\"2\""))
+	if p := v.Path(); string(p) != "/p" {
+		t.Errorf("Path %q", p)
+	}
+	for name, want := range map[string]string{"Host": "a.test", "Cookie": "a=1; b=\"2\"", "User-Agent": "ua", "X-None": ""} {
+		if got := v.Peek(name); string(got) != want {
+			t.Errorf("Peek(%s) = %q, want %q", name, got, want)
+		}
+	}
+	if got := v.Cookie("b"); string(got) != "2" {
+		t.Errorf("Cookie(b) = %q", got)
+	}
+}
+
+// FuzzRequestLine: for every head the strict parser takes, the request
+// line the writer rebuilds from the method and the target is the line the
+// client sent, byte for byte.
+func FuzzRequestLine(f *testing.F) {
+	for _, s := range []string{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "PURGE /a/b?c=%d HTTP/1.1\r\n\r\n", "GET  / HTTP/1.1\r\n\r\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var rh pipeline.RawHead
+		if pipeline.ParseRequestHead(b, &rh) != pipeline.HeadOK {
+			return
+		}
+		le := bytes.IndexByte(b, '\n') + 1
+		line := string(rh.Method.Of(b)) + " " + string(rh.Target.Of(b)) + " HTTP/1.1\r\n"
+		if line != string(b[:le]) {
+			t.Errorf("rebuilt %q, sent %q", line, b[:le])
+		}
+	})
+}
