@@ -23,11 +23,10 @@ func testApp(trusted bool) *pipeline.App {
 	return a
 }
 
-func testIDs() *pipeline.IDSource {
-	ids := pipeline.NewIDSource()
-	copy(ids.Prefix[:], "0123456789abcdef")
-	ids.N.Store(0)
-	return ids
+func testIDs() *pipeline.IDGen {
+	var ids pipeline.IDGen
+	ids.Counting("0123456789abcdef")
+	return &ids
 }
 
 // h1Head parses raw as the HTTP/1.1 drivers do.
@@ -116,7 +115,7 @@ func TestAppendRequest(t *testing.T) {
 			if c := sc.Forwarded(a, h, peer); c.String() != tc.client {
 				t.Errorf("client %v, want %s", c, tc.client)
 			}
-			req, _ := sc.AppendRequest(nil, a, h, peer, testIDs(), 0, now)
+			req, _ := sc.AppendRequest(nil, a, h, peer, testIDs(), new(pipeline.Trace), 0, now)
 			if string(req) != tc.want {
 				t.Errorf("request\n%q\nwant\n%q", req, tc.want)
 			}
