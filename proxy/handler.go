@@ -21,6 +21,7 @@ type exchange struct {
 	t     pipeline.Ticket // the request's admission (package pipeline)
 	ctx   *fasthttp.RequestCtx
 	buf   []byte              // forwarding headers and the request ID
+	tp    []byte              // the traceparent sentry started (trace_context generate)
 	chain []byte              // a trusted proxy's X-Forwarded-For lines, merged
 	in    pipeline.TrustedFwd // what a trusted proxy sent
 	st    []byte              // stripped Server-Timing
@@ -363,7 +364,10 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		p.ids.StartTrace(&ae.Trace)
 		h.Del(pipeline.HdrTraceparent)
 		h.Del(pipeline.HdrTracestate)
-		h.SetBytesV(pipeline.HdrTraceparent, ae.Trace.Header())
+		// (through the pooled exchange's buffer: fasthttp's setter
+		// would move ae to the heap)
+		x.tp = append(x.tp[:0], ae.Trace.Header()...)
+		h.SetBytesV(pipeline.HdrTraceparent, x.tp)
 	}
 	// The degradation signal (pipeline/load.go): an admitted request
 	// carries sentry's (a client's copy went with the header policy:

@@ -43,7 +43,7 @@ func (g *IDGen) Counting(prefix string) {
 // Seed seeds g with seed (tests: a reproducible sequence). An unseeded
 // generator seeds itself from crypto/rand.
 func (g *IDGen) Seed(seed [32]byte) {
-	g.r = *rand.NewChaCha8(seed)
+	g.r.Seed(seed)
 	g.seeded = true
 }
 
