@@ -11,7 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/sentry-proxy/sentry/policy"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // Trace context (docs/tracing.md) is held to one table on every driver:
@@ -213,4 +216,87 @@ func traceSummary(t *testing.T, r *rig, tag string, m map[string]any) string {
 		}
 	}
 	return fmt.Sprintf("tp=%v ts=%v trace_id=%s span_id=%s", tp, ts, traceID, spanID)
+}
+
+// TestRelayLogLinesNameTheRequest: sentry's own log lines about a failed
+// relay (the WARN of an unreachable backend, then DEBUG "relay failed")
+// carry the request's ID and trace ID, and the
+// span ID of a trace sentry started, on the loops, fasthttp and the own
+// h2 server's workers.
+func TestRelayLogLinesNameTheRequest(t *testing.T) {
+	for _, d := range traceDrivers()[:3] {
+		t.Run(d.name, func(t *testing.T) {
+			var out lockedBuf
+			log := hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: &out})
+			opts := d.opts
+			opts.Logger = log
+			h := startProxyOpts(t, []string{deadAddr(t)}, opts, func(_ *policy.Snapshot, a *policy.App) {
+				a.Health.Passive.Failures = 0
+				a.TraceContext = policy.TraceGenerate
+				if d.mod != nil {
+					d.mod(t, a)
+				}
+			})
+			if st := d.send(t, h, "/warn", []string{"traceparent", tpValid}); st != 502 {
+				t.Fatalf("status %d with the backend down", st)
+			}
+			if st := d.send(t, h, "/debug", nil); st != 502 {
+				t.Fatalf("status %d with the backend down", st)
+			}
+			lines := strings.Split(out.String(), "\n")
+			find := func(msg string) string { // the last such line
+				for i := len(lines) - 1; i >= 0; i-- {
+					l := lines[i]
+					if strings.Contains(l, msg) {
+						return l
+					}
+				}
+				t.Fatalf("no %q line:\n%s", msg, out.String())
+				return ""
+			}
+			warn := find("backend unreachable")
+			if !regexp.MustCompile(`request_id=[0-9a-f]{32}\b`).MatchString(warn) ||
+				!strings.Contains(warn, "trace_id=4bf92f3577b34da6a3ce929d0e0e4736") || strings.Contains(warn, "span_id=") {
+				t.Errorf("WARN line does not name the request and its (forwarded) trace:\n%s", warn)
+			}
+			debug := find("relay failed") // the second request's (the first one's retries log too)
+			if !regexp.MustCompile(`request_id=[0-9a-f]{32} trace_id=[0-9a-f]{32} span_id=[0-9a-f]{16}`).MatchString(debug) {
+				t.Errorf("DEBUG line does not name the request and the trace sentry started:\n%s", debug)
+			}
+		})
+	}
+}
+
+// TestAccessFormatsTrace: both access-log formats carry trace_id and
+// span_id: a trace the request came with (no span of sentry's), one
+// sentry started (both), none ("-" in text, null in JSON).
+func TestAccessFormatsTrace(t *testing.T) {
+	var in, started pipeline.Trace
+	if !in.Read([]byte(tpValid)) {
+		t.Fatal("tpValid does not read")
+	}
+	var g pipeline.IDGen
+	g.Counting("0123456789abcdef")
+	started.Start(&g)
+	for _, c := range []struct {
+		tr                  pipeline.Trace
+		text, jtrace, jspan string
+	}{
+		{in, " trace_id=4bf92f3577b34da6a3ce929d0e0e4736 span_id=- ", `"4bf92f3577b34da6a3ce929d0e0e4736"`, "null"},
+		{started, " trace_id=00000000000000010000000000000002 span_id=0000000000000003 ", `"00000000000000010000000000000002"`, `"0000000000000003"`},
+		{pipeline.Trace{}, " trace_id=- span_id=- ", "null", "null"},
+	} {
+		e := &pipeline.AccessEntry{Class: -1, Proto: "HTTP/1.1", Status: 200, ID: []byte("abc"), Trace: c.tr}
+		if line := string(appendText(nil, e)); !strings.Contains(line, " id=abc"+c.text+"app=") {
+			t.Errorf("text line %q lacks %q", line, c.text)
+		}
+		line := appendJSON(nil, e)
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		if string(m["trace_id"]) != c.jtrace || string(m["span_id"]) != c.jspan {
+			t.Errorf("JSON line %s: trace_id %s span_id %s, want %s %s", line, m["trace_id"], m["span_id"], c.jtrace, c.jspan)
+		}
+	}
 }
