@@ -337,8 +337,8 @@
 // admission.Decision.OverTarget, when the farm is idle for it:
 // Config.Idle, which the owner answers (sentry: a backend has nothing in
 // service and the next request goes to it -- in flight < healthy backends
-// with least-loaded balancing, an empty farm otherwise -- and the measured
-// queue is at most a tenth of the target); without one, the
+// with least-loaded balancing, an empty farm otherwise -- and the queue
+// its latest completions met is under a tenth of the target); without one, the
 // farm holds nothing admitted (the in-flight count ≤ 0). The condition
 // uses no slot count and no service time, which adaptive mode cannot
 // trust. No token is taken and no debt added: the rate keeps governing

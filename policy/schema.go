@@ -152,6 +152,13 @@ func (d *decoder) adminFields(a *Admin, m *meta) []field {
 		}},
 		{"pprof", d.boolField(&a.Pprof)},
 		{"ready_requires_backend", d.boolField(&a.ReadyRequiresBackend)},
+		// The runtime API's bearer token (secret.go): the dump writes the
+		// file's name, never the token.
+		{"token_file", val{
+			set:  func(v *yaml.Node, p string) { d.tokenFile(v, p, a) },
+			get:  func() *yaml.Node { return absPath(a.TokenFile) },
+			kind: kindString,
+		}},
 	}
 }
 

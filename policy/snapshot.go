@@ -47,6 +47,14 @@ type Admin struct {
 	// and the clients would get connection errors instead of sentry's
 	// named 503 "no healthy backend".
 	ReadyRequiresBackend bool
+	// TokenFile holds the bearer token the admin listener's runtime API
+	// (mutations: drain a backend, set the log level, force a mode)
+	// requires, read on every load and reload into Token. "" (the
+	// default): no token, and mutations are taken from loopback peers
+	// only (package adminapi).
+	TokenFile string
+	// Token is TokenFile's token; never printed (Secret).
+	Token Secret
 }
 
 // AnyHost in Admin.AllowedHosts accepts every Host.

@@ -26,10 +26,16 @@
 //
 // The steps after routing are written once, in package proxy/pipeline
 // (decide, admitted, the forwarding plan, TryAgain, ReplyFor, observe,
-// record); each engine supplies a view of the request (classify.Request),
-// its peer, a Waker and its own way of writing bytes. Package evloop never
-// imports this package, and pipeline imports neither engine nor fasthttp:
-// TestImportGraph in each pins it.
+// record). Their order is the exchange core's (package proxy/exchange: a
+// sans-IO state machine, events in and actions out, with the one writer
+// of a backend's request and the response header policy); the event
+// loops -- plain, TLS and h2 streams -- are its drivers. The goroutine
+// engines (fasthttp's handle and serve, the h2 workers) still call the
+// pipeline's steps in their own order; moving them onto the core is the
+// next stage (the exchange package's doc lists what is left). Package
+// evloop never imports this package, the core imports no driver, and
+// pipeline imports neither engine nor fasthttp: TestImportGraph in each
+// pins it.
 //
 // # Engine decision
 //
@@ -61,7 +67,7 @@
 // head stays in the connection's buffer, the batch run wakes the loop
 // through its eventfd, and the loop resumes the exchange. A client that
 // hangs up meanwhile cancels it (client_gone). Where an exchange is, is one
-// evloop.State, changed only through a checked transition; the loop reaches
+// exchange.State, changed only through a checked transition; the loop reaches
 // the kernel through evloop.Sys and the time through evloop.Clock, so its
 // logic is tested by scripts on a manual clock (proxy/evloop/testdata).
 //
@@ -135,13 +141,15 @@
 // round for every stream that answered in it. A stream whose request ended
 // with its head, for an app the loops serve, on a connection not suspect of
 // rapid reset, becomes a stream connection: a loop connection with no
-// socket whose input is the head written as an HTTP/1.1 request (by the
-// header table's rules, cookies joined). Its exchange is the plain path's,
-// unchanged -- admission, parking, relay, retries, termination, the access
-// log -- and its HTTP/1.1 response goes into the core as HEADERS and DATA.
-// Decision: a stream connection, not a second relay, because the exchange
-// code reaches its client through the connection everywhere; only flush,
-// after, abort and the write timeout look at the stream. Every other stream
+// socket whose request is a neutral head (exchange.Head) over the
+// stream's decoded fields, never written as HTTP/1.1 text. Its exchange is
+// the plain path's, unchanged -- admission, parking, relay, retries,
+// termination, the access log; the backend gets the request from the same
+// writer (exchange.AppendRequest, by the header table's rules, cookies
+// joined) -- and the response head goes into the h2 core as HEADERS, the
+// body as DATA. Decision: a stream connection, not a second relay, because
+// the exchange reaches its client through the connection's transport
+// (evloop's xprt); only the transport looks at the stream. Every other stream
 // (a request body, h2 or gRPC backends, an app the loops do not serve) runs
 // on the workers through the same core, and a worker that leaves output
 // wakes the loop. Bodies stay on the workers because their buffering,
@@ -195,7 +203,8 @@
 //
 // The loops take only heads that need nothing of steps 1–3 and hand the
 // rest to fasthttp, whose handle does them (headcheck.go); h2 streams apply
-// the same table to their fields (h2.go). Only the underscore spellings of
+// the same table to their fields (h2.go on the workers, the exchange
+// core's request writer on the loops). Only the underscore spellings of
 // sentry's own headers are dropped: other names with '_' are legal. An h2
 // field value with SP or HTAB at either end makes the request malformed
 // (RFC 9113 §8.2.1): the own server resets the stream with PROTOCOL_ERROR
@@ -269,7 +278,11 @@
 // # HTTP/2 limits
 //
 // server.max_conns is one cap per listener over every holder: tlsListener
-// (handshakes, h2, sniffing h2c), fasthttp and the loops. 128 streams per
+// (handshakes, h2, sniffing h2c), fasthttp and the loops. A connection the
+// loops adopt is counted by them (evloop.Front.Expect) before it leaves
+// the listener's count, so the cap never misses it in passing; the
+// hand-over to fasthttp, which counts a connection only after its Accept,
+// still may for that instant. 128 streams per
 // connection. Rapid reset: a stream reset before dispatch never reaches a
 // backend; a connection past 100 recent resets that make more than a
 // quarter of its recent streams gets GOAWAY (ENHANCE_YOUR_CALM); on a
@@ -311,6 +324,19 @@
 // second (a request then is still served) and is a lingering close. h2
 // connections, kept out of fasthttp's sight, get GOAWAY and close when
 // their streams end. The loops drain the same way and hand nothing off.
+//
+// # A backend the operator drains
+//
+// The admin API's drain and disable set the backend's lb.State (lb's
+// doc.go, "Operator state"); every engine picks from the one pool, so
+// none sends it a new request from then on. Its connections: the pool's
+// Quiesce marks the Upstream (Quiesced) and closes fasthttp's idle ones;
+// the event loops close theirs at their next sweep (10 ms) and close,
+// rather than keep, one an exchange gives back; an exchange in flight at
+// the drain closes the connection it gives back once its response is
+// whole (quiescedEnd). HTTP/2 backends share one x/net transport per
+// app, which can close only all of its idle connections: the other
+// backends' are redialled. Test: TestBackendDrainEveryEngine.
 //
 // # The access log (accesslog.go)
 //

@@ -314,7 +314,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	ae.Decided(&x.t)
 	// A client that left while waiting gets no answer, and no backend is
 	// spent on it.
-	if o == pipeline.OutRelayed && a.Controller != nil && !a.Off && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
+	if o == pipeline.OutRelayed && a.Controller != nil && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
 		o = pipeline.OutClientGone
 	}
 	switch o {
@@ -519,12 +519,34 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		}
 		p.takeResponse(ctx, x, a, cut)
 		stripHopByHopResponse(&ctx.Response.Header)
+		if !ctx.Response.IsBodyStream() {
+			quiescedEnd(a, u)
+		}
 	}
 	ctx.Response.Header.SetBytesV(a.ReqID, id)
 	if clientClose {
 		ctx.SetConnectionClose()
 	}
 	return o, u
+}
+
+// quiescedEnd closes the idle connections to u when the operator took it
+// out of rotation (lb's doc.go, "Operator state") while this exchange was
+// in flight: the pool told the proxy at the exchange's Release, when its
+// connection was still busy, and the connection has only now gone back
+// to fasthttp's pool (or, to an HTTP/2 backend, become idle). A response
+// body fasthttp streams to an HTTP/1.1 client goes back when fasthttp's
+// server has written it, after the handler: that connection is closed by
+// the idle timeout (30 s). One atomic load otherwise.
+func quiescedEnd(a *pipeline.App, u *pipeline.Upstream) {
+	if u == nil || !u.Quiesced.Load() {
+		return
+	}
+	if c, _ := a.H2.(*h2Client); c != nil {
+		c.tr.CloseIdleConnections()
+		return
+	}
+	hostClient(u).CloseIdleConnections()
 }
 
 // relay sends req to the least-loaded healthy backend and reads the response

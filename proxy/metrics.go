@@ -9,6 +9,7 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/internal/logwriter"
+	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/sentry-proxy/sentry/proxy/respbuf"
 )
@@ -152,13 +153,17 @@ func (m *metrics) classDecisions(app string, classes []string) [][]prometheus.Co
 	return out
 }
 
+// backendStates are the values of sentry_backend_state's state label.
+var backendStates = [...]lb.State{lb.Enabled, lb.Draining, lb.Disabled}
+
 // backendCollector exports per-backend state at scrape time from the pools.
 type backendCollector struct{ p *Proxy }
 
 var (
 	descInflight = prometheus.NewDesc("sentry_backend_inflight", "Requests in flight to a backend.", []string{"app", "backend"}, nil)
-	descHealthy  = prometheus.NewDesc("sentry_backend_healthy", "1 if the backend may be picked (up and not ejected), else 0.", []string{"app", "backend"}, nil)
-	descPoolUp   = prometheus.NewDesc("sentry_backends_healthy", "Healthy backends per app (the n of the admission test).", []string{"app"}, nil)
+	descHealthy  = prometheus.NewDesc("sentry_backend_healthy", "1 if the backend's health lets it be picked (up and not ejected), else 0; the operator's drain is sentry_backend_state.", []string{"app", "backend"}, nil)
+	descState    = prometheus.NewDesc("sentry_backend_state", "The operator's state of the backend (the admin API): 1 for the state in force (enabled, draining, disabled), 0 for the others.", []string{"app", "backend", "state"}, nil)
+	descPoolUp   = prometheus.NewDesc("sentry_backends_healthy", "Backends in rotation per app, healthy and not drained or disabled (the n of the admission test).", []string{"app"}, nil)
 	descLoopReqs = prometheus.NewDesc("sentry_evloop_requests_total", "Requests answered by a listener's event loops (the rest are served by fasthttp after a hand-off).", []string{"listener"}, nil)
 	descLoopHand = prometheus.NewDesc("sentry_evloop_handoffs_total", "Connections a listener's event loops handed off to fasthttp.", []string{"listener"}, nil)
 	descLoopBad  = prometheus.NewDesc("sentry_evloop_illegal_transitions_total", "Exchange state transitions the event loops made that their state machine does not allow (a bug; should stay 0).", []string{"listener"}, nil)
@@ -167,6 +172,7 @@ var (
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descInflight
 	ch <- descHealthy
+	ch <- descState
 	ch <- descPoolUp
 	ch <- descLoopReqs
 	ch <- descLoopHand
@@ -197,6 +203,14 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(b.Inflight()), a.Name, b.Addr())
 			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, h, a.Name, b.Addr())
+			st := b.State()
+			for _, s := range backendStates {
+				v := 0.0
+				if s == st {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, v, a.Name, b.Addr(), s.String())
+			}
 		}
 	}
 }

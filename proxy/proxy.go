@@ -182,6 +182,18 @@ func (p *Proxy) AppsWithoutBackend() []string {
 	return out
 }
 
+// Pool returns the backend pool of the app named app in the policy in
+// force, or nil: what the admin API's drain and disable act on (every
+// engine picks from it).
+func (p *Proxy) Pool(app string) *lb.Pool {
+	for _, a := range p.cur.Load().apps {
+		if a.Name == app {
+			return a.Pool
+		}
+	}
+	return nil
+}
+
 // Snapshot returns the policy in force.
 func (p *Proxy) Snapshot() *policy.Snapshot { return p.cur.Load().snap }
 
@@ -399,13 +411,12 @@ func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 		}
 	}
 	classes := []string{"default"}
-	a.Off = true
 	if p.opts.Control != nil {
 		ctl, err := p.opts.Control.Build(ac, a.Pool)
 		if err != nil {
 			return nil, err
 		}
-		a.Controller, a.Off = ctl, ac.Admission.Mode == "off"
+		a.Controller = ctl
 		classes = ctl.Classes()
 		// Selective early termination: only for an app one of whose
 		// classes declares terminate (policy.App.Terminate is nil
@@ -450,6 +461,27 @@ func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
 				hostClient(u).CloseIdleConnections()
 			}
 			p.metrics.deleteBackend(appName, addr)
+		},
+		// The operator drained or disabled the backend (lb's doc.go,
+		// "Operator state"): its idle connections close now -- fasthttp's
+		// here, the event loops' at their next sweep (10 ms) -- and none
+		// is kept from then on. HTTP/2 backends share one transport per
+		// app, which can only close every idle connection of the app:
+		// the other backends' idle ones are redialled on their next
+		// request (a rare cost, on an operator's action).
+		Quiesce: func(addr string, v any, out bool) {
+			u, ok := v.(*pipeline.Upstream)
+			if !ok {
+				return
+			}
+			u.Quiesced.Store(out)
+			if !out {
+				return
+			}
+			hostClient(u).CloseIdleConnections()
+			if c, _ := sh.H2.Load().(*h2Client); c != nil {
+				c.tr.CloseIdleConnections()
+			}
 		},
 	}
 	if o.Failures > 0 {

@@ -405,7 +405,7 @@ func (l *eventLoop) sweep() {
 	for u, list := range l.idleBk {
 		keep := list[:0]
 		for _, bc := range list {
-			if bc.fd >= 0 && l.nowNs-bc.lastNs < int64(backendIdle) && !u.Closed.Load() {
+			if bc.fd >= 0 && l.nowNs-bc.lastNs < int64(backendIdle) && !u.Closed.Load() && !u.Quiesced.Load() {
 				keep = append(keep, bc)
 			} else {
 				l.closeBackend(bc)

@@ -7,9 +7,10 @@
 // bytes read so far, to package proxy's fasthttp front end. What the
 // loops share with that front end (the per-app runtime, routing, the
 // pipeline's steps, the header table, the status map, the retry policy,
-// the raw head parsers) is package proxy/pipeline; the state machine of an
-// exchange (State), the loop's interface to the kernel (Sys, RawSys) and
-// to time (Clock) are here.
+// the raw head parsers) is package proxy/pipeline. The order of an
+// exchange's steps and its state machine are the exchange core's (package
+// proxy/exchange): the loops are its first driver. The loop's interface to
+// the kernel (Sys, RawSys) and to time (Clock) are here.
 //
 // # Place in the import graph
 //
@@ -40,29 +41,25 @@
 // never blocks: each socket is non-blocking, and RawSys makes its reads
 // and writes as raw system calls (the Go scheduler is not told), polls
 // epoll without blocking first and blocks in epoll_wait only when nothing
-// is ready. Where an exchange on a client connection is, is one State:
+// is ready.
 //
-//	idle ──serve──> admitting ──park──> parked
-//	 ^                │    ^                 │
-//	 │                │    └─────resume──────┤
-//	 │                │ bind                 │ client gone (abort)
-//	 │                v                      v
-//	 │         connecting ⇄ sending         idle
-//	 │           (connected; retry: bind again, another backend)
-//	 │       waiting ──bind──> connecting, sending
-//	 │        (max_conns_per_backend reached: from admitting, or a retry)
-//	 │                         │ response head
-//	 │                         v
-//	 │                      relaying
-//	 │                         │
-//	 └── respond (reject, 502, 504), abort, finish ── from any busy state
+// A loop is a driver of the exchange core (package proxy/exchange, whose
+// doc draws the request's path): it routes a head the strict parser took,
+// makes it an exchange.Head over its read buffer (or a stream's arena),
+// and calls the core's events; act carries out the actions that come back
+// -- park, connect from the pool or dial, wait at max_conns_per_backend,
+// send, write the head, forward, finish, reply, abort, cut -- until one
+// leaves the exchange waiting. The loop keeps what touches the world:
+// sockets, TLS records, the h2 connection, buffers, response buffering,
+// the backend pool and the wait queue, dialling, and the sweep that asks
+// the core when a Deadline or TermAt passed. Where an exchange is, is the
+// core's exchange.State; the loop never sets it.
 //
-// The loop changes a State only through one function that asks Legal.
-// Decision: an illegal transition is a bug; under test it panics, so the
-// bug is found where it happens; in production it is counted
-// (sentry_evloop_illegal_transitions_total) and the new state taken, so
-// that one wrong exchange does not take down the loop and every
-// connection on it.
+// How bytes reach a client is one xprt (xprt_linux.go), as HAProxy's
+// xprt_ops: plain, TLS, an h2 connection, or an h2 stream. read, flush,
+// after, cut and close switch on it in that one file; the rest of the loop
+// does not ask which transport a connection has. Decision: a switch on a
+// small enum, not an interface call per request.
 //
 // # Locks
 //
@@ -79,7 +76,10 @@
 // tls13.Tap the handshake ran over (package internal/tls13) and calls
 // Front.Adopt with a
 // duplicate of the socket; the loops take adopted connections in turn,
-// from a queue each loop drains when its eventfd wakes it. Such a
+// from a queue each loop drains when its eventfd wakes it. Conns counts a
+// connection from the caller's Expect, before Adopt queues it, to its
+// close, so that proxy can drop it from its own count in between and a
+// reader of both never finds it in neither. Such a
 // connection carries a tlsConn: readTLS reads ciphertext and opens every
 // whole record into c.in (including what crypto/tls had read past the
 // handshake, opened at adoption since epoll will not report it again),
@@ -111,14 +111,19 @@
 // shared side package proxy implements (a lock around the core, and the
 // worker goroutines that run the streams the loop does not take). A
 // stream whose request ended with its head, for an app the loops serve,
-// is taken (takeStream): it becomes a stream connection, a cconn without
-// a socket (fd -1, str set) whose c.in is the head written as an HTTP/1.1
-// request, and its exchange is the plain one above, states and all. Only
-// the client side differs, in four places that look at c.str: flush
-// (flushStream: the HTTP/1.1 response in c.out goes into the core as
-// HEADERS and DATA, a chunked body decoded, END_STREAM at the end), after,
-// abort (RST_STREAM instead of a close) and the sweep's write timeout
-// (from the stream's last progress). A stream waiting for the client's
+// is taken (takeStream, stream_linux.go): it becomes a stream connection,
+// a cconn without a socket (xpStream), whose request is an exchange.Head
+// over the stream's h2srv arena (streamReqHead: no HTTP/1.1 text is
+// written or parsed), and its exchange is the plain one above, states and
+// all. Only the client side differs, in the transport: the response head
+// goes into the h2 core as HEADERS from the core's response policy
+// (streamHead; sentry's own answers from the reply's field list,
+// streamReply), the body as DATA (flushStream, a chunked body decoded,
+// END_STREAM at the end), a cut is RST_STREAM instead of a close, and the
+// sweep's write timeout runs from the stream's last progress. Where a
+// stream is, as its connection sees it (taken, refused, running, head,
+// ended, tail), is one checked streamState, under the core's rule for
+// illegal transitions. A stream waiting for the client's
 // window or for the connection's output has a backlog (cconn.backlog), as
 // a plain client with c.out unwritten has: its backend is not read. When
 // its exchange ends the stream is released (streamEnd); the core sends
@@ -164,19 +169,21 @@
 // (proxy/tlsloop_linux.go), and calls Start, which starts Config.Loops loops, each with
 // RawSys{} and time.Now; the returned Front's Handed listener is what
 // fasthttp serves, and Front.Shutdown drains the loops. The tests replace
-// Sys and Clock with scripted ones and drive the exchange logic through
-// the scripts in testdata/evloop (TestEvloopScripts, on a hand-built
-// pipeline.App), printing each syscall, each State transition and each
-// access-log record; package proxy's tests run the loops through
+// Sys and Clock with scripted ones and drive the loop through the scripts
+// in testdata/evloop (TestEvloopScripts, on the app package
+// proxy/exchange/exchangetest builds), printing each syscall, each
+// exchange.State transition and each access-log record (the core alone
+// has its own scripts); package proxy's tests run the loops through
 // proxy.Options.Engine, one table for both engines (engines_test.go).
 //
 // The files: front_linux.go starts and stops the loops and hands
-// connections off; conn_linux.go is the loop, its connection and exchange
-// types and its timers; client_linux.go the client side and the pipeline
-// as the loop runs it; backend_linux.go the backend side and retries;
-// response_linux.go the response relay and the end of an exchange;
-// buffer_linux.go response buffering; reply_linux.go the answers sentry
-// writes itself; tls_linux.go adopted
-// TLS connections; h2_linux.go HTTP/2 connections and their streams;
-// state.go the State machine; sys_linux.go the kernel.
+// connections off; conn_linux.go is the loop, its connection types and
+// its timers; client_linux.go the client side (reading, parsing, the
+// neutral head, serve); xprt_linux.go the client transports;
+// backend_linux.go the backend side (pool, dialling, the wait queue);
+// response_linux.go the response relay and act, which carries out the
+// core's actions; buffer_linux.go response buffering; reply_linux.go the
+// answers sentry writes itself; tls_linux.go adopted TLS connections;
+// h2_linux.go HTTP/2 connections; stream_linux.go the streams the loop
+// runs; sys_linux.go the kernel.
 package evloop

@@ -126,7 +126,9 @@ func (l *eventLoop) finish(c *cconn) {
 	ex := &c.ex
 	if bc := c.b; bc != nil {
 		c.b, bc.c = nil, nil
-		if !ex.Reusable() || bc.fd < 0 {
+		// (Quiesced: the operator drained the backend; no idle
+		// connection is kept to it.)
+		if !ex.Reusable() || bc.fd < 0 || bc.u.Quiesced.Load() {
 			l.closeBackend(bc)
 		} else if ex.Bodiless() && bc.u.LoopWaiting.Load() > 0 {
 			// An answer without a body (HEAD, 204, 304) from a backend

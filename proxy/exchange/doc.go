@@ -1,5 +1,196 @@
 // Package exchange is sentry's exchange core: one request and its
-// response, from the decision to the access record, without I/O. A
-// driver (the event loops, package proxy/evloop) feeds it events and
-// carries out the actions it returns.
+// response, from the admission decision to the access record, without
+// I/O. A driver feeds it events and carries out the actions it returns.
+//
+// # Goal
+//
+// A request goes through the same steps whatever protocol it came in and
+// whatever engine serves it: decide, park or not, pick a backend, get a
+// connection, send, retry, cut, read the response head, apply the header
+// policy, frame the body, measure, complete, record. Those steps, their
+// order and their rules are written here once, as a sans-IO state machine
+// in the style of package proxy/h2srv: no socket, no goroutine, no system
+// call, no clock read (time is an argument of every event). What is left
+// to a driver is what touches the world: sockets, TLS records, HTTP/2
+// framing, buffers, the connection pool, timers. The core is therefore
+// tested alone, by scripts on a manual clock (testdata/exchange), and a
+// rule about, say, when a retry is allowed or what a backend's Server-
+// Timing feeds the estimator changes in one place for every driver.
+//
+// # Layers
+//
+//	drivers   proxy/evloop (plain, TLS, h2 streams)      own: sockets, epoll,
+//	          [stage 2: fasthttp, the h2 workers]          TLS, h2 framing,
+//	             │ events ▲ actions                        buffers, pool,
+//	             ▼        │                                wait queue, timers
+//	core      proxy/exchange: Exchange, Head, Scratch, State
+//	             │ calls (concrete types, no interface on the hot path)
+//	             ▼
+//	steps     proxy/pipeline: App.Decide, Admitted, PlanForwarding,
+//	          TryAgain, ReplyFor, Observe, Complete, AccessEntry; lb, sert
+//
+// The relay -- the bytes to and from a backend -- is the driver's: the
+// core hands it the request to send (Unsent) and is told what came back
+// (Read, Body, Closed, Broke). Today every backend the core serves speaks
+// HTTP/1.1; a backend over h2 or TLS stays on package proxy's clients.
+//
+// The core imports no driver (proxy, proxy/evloop), not the h2 codec
+// (proxy/h2srv), not fasthttp, not golang.org/x/net and not
+// golang.org/x/sys/unix: TestImportGraph (deps_test.go) pins it. The
+// drivers import the core.
+//
+// # Events and actions
+//
+// An Exchange is kept by the driver per client connection or stream and
+// reused; Init ties it to the driver's Env (request IDs, log, access
+// writer, the illegal-transition rule) and Scratch (the parse of a
+// response head, the forwarding plan's buffers, the classifier's view:
+// one per loop or goroutine). Every event is a method that returns an
+// Action:
+//
+//	events (driver -> core)              actions (core -> driver)
+//	Start(app, head)  a head arrived     Park       keep it; Resume on wake
+//	Resume(decision)  a batch run woke   Connect    get a conn to Upstream()
+//	Bound, Capped, ConnectFailed         Wait       queue at max_conns
+//	Connected         connect finished   Send       write Unsent()
+//	Wrote(n)          request bytes out  WriteHead  write the response head
+//	Read(data)        backend bytes      Forward    pass body bytes on
+//	Body(data)        more body bytes    Finish     last body bytes; Done
+//	Closed, Broke     backend ended      Reply      sentry's own answer
+//	Expire, Tick      a deadline passed  Abort      cut the client; Done
+//	Abort(outcome)    client went        Cut        close backend; Terminate
+//
+// A driver runs one small loop over them (evloop's act): take the action,
+// do its part, feed the next event, until an action leaves the exchange
+// waiting for the world (Park, Wait, Send, an unfinished connect).
+// Deadline and TermAt say when the driver owes the core an Expire or a
+// Tick; the driver owns the timers and only asks. A blocking driver on a
+// goroutine runs the same loop with blocking calls between the events;
+// nothing in the API assumes an event loop.
+//
+// Who decides what:
+//
+//   - Routing is the driver's: it holds the listener's route table and
+//     gives Start the app. Whether a driver takes a request at all (the
+//     strict parser's heads, the body all here) is the driver's too.
+//   - The decide step, the forwarding plan (X-Forwarded-*, the request
+//     ID, the load header), picking a backend, retries (pipeline.TryAgain,
+//     stale kept connections), SERT's arming and cutting (pipeline.Term),
+//     the response head's rules (1xx skipped, 101 and malformed heads
+//     refused, never retried), its framing (Content-Length, chunked,
+//     close-delimited, none), the response header policy (RespField), the
+//     measured time (Relay: dispatch to head is what Observe gets, and in
+//     flight ends there), and the complete step (metrics, the access
+//     record filled once, in Done) are the core's.
+//   - The connection pool and the wait at max_conns_per_backend are the
+//     driver's: the core says "a connection to U" (Connect) and is told
+//     Bound, Capped or ConnectFailed; at Finish it says whether the
+//     connection may be kept (Reusable). Response buffering for a slow
+//     client is the driver's (MayBuffer says whether the response allows
+//     it).
+//
+// # The neutral heads
+//
+// Head is a request head as byte spans (pipeline.RawHead) over a buffer
+// the driver owns -- an HTTP/1.1 driver's read buffer, or an h2 stream's
+// arena (h2srv.Stream.Arena) -- plus the facts the core needs: HTTP/2 or
+// not, TLS, the body (whole: the drivers take no other), the size the
+// access log counts. It is not HTTP/1.1 text and not a fasthttp type.
+// AppendRequest is the one writer of the request an HTTP/1.1 backend
+// gets, from either kind of head: the request line, the fields the header
+// policy keeps (an HTTP/1.1 head's own lines, byte for byte; an h2 head's
+// fields as "name: value", Host from :authority, cookies joined), one of
+// each forwarding header, the request ID and the load header.
+//
+// The response head is the backend's bytes and their parse (Response)
+// with the policy applied field by field (RespField: drop, keep, or a
+// replacement value such as Server-Timing stripped); the driver adds the
+// request ID and, on HTTP/1.1, Connection: close when it closes. An
+// HTTP/1.1 driver writes the kept lines as they came; an h2 driver turns
+// the same fields into HEADERS directly and the body into DATA (chunked
+// decoded), never parsing text it wrote itself.
+//
+// # State and invariants
+//
+// Where an exchange is, is one State (state.go), changed only by the
+// core (setState), which checks every change with Legal:
+//
+//	idle ──start──> admitting ──park──> parked
+//	 ^                │    ^                 │
+//	 │                │    └─────resume──────┤
+//	 │                │ bound                │ client gone (abort)
+//	 │                v                      v
+//	 │         connecting ⇄ sending         idle
+//	 │           (connected; retry: bound again, another backend)
+//	 │       waiting ──bound──> connecting, sending
+//	 │        (max_conns_per_backend reached: from admitting, or a retry)
+//	 │                         │ response head (Relay)
+//	 │                         v
+//	 │                      relaying
+//	 │                         │
+//	 └── reply (reject, 502, 504), abort, finish ── from any busy state
+//
+// Decision: an illegal transition is a bug. Under test (Env.Strict) it
+// panics, so the bug is found where it happens; in production it is
+// counted (Env.Illegal: sentry_evloop_illegal_transitions_total for the
+// loops) and the new state taken, so that one wrong exchange does not
+// take down a loop and every connection on it. The drivers' own states
+// (evloop's streamState) follow the same rule.
+//
+// Invariants:
+//
+//   - Every exchange that starts ends in exactly one Done, after exactly
+//     one ending action (Finish, Reply or Abort), and Done is where the
+//     metrics and the access record are written; nothing else writes
+//     them.
+//   - The balancer's in-flight count for the picked backend is released
+//     exactly once per attempt (release), at the response head when the
+//     attempt succeeded, with a passive-health failure only when the
+//     backend was at fault.
+//   - The core never blocks and never reads a clock: the same events at
+//     the same times give the same actions, so a script is a proof.
+//   - Nothing of the response reaches the client before WriteHead: a
+//     failure before it is answered (Reply), after it is cut (Abort).
+//   - A response is never retried; a request is retried only before any
+//     byte of its response came, and only as pipeline.TryAgain allows.
+//
+// # The request's path (an HTTP/1.1 request on the event loop)
+//
+//	client bytes ─> evloop: read, parse (pipeline.ParseRequestHead), route
+//	  ─> exchange.Head ─> Start: Decide ─┬─ rejected ─> Reply ─> write, Done
+//	                                     ├─ parked ─> Park ... Resume
+//	                                     └─ admitted: AppendRequest, Pick
+//	  ─> Connect ─> evloop: pool, cap, dial ─> Bound ─> Send ─> write
+//	  ─> backend bytes ─> Read: head parsed, framed ─> WriteHead
+//	  ─> evloop: Relay (Observe), head from RespField ─> client
+//	  ─> Body ─> Forward ... Finish ─> evloop: keep or close the backend
+//	  ─> Done: Complete (metrics), AccessEntry ─> idle
+//
+// An h2 stream on the loop takes the same path: its head is a Head over
+// the stream's arena, its response head goes into the h2 core as HEADERS
+// and its body as DATA. A TLS connection differs only in how bytes reach
+// the socket (evloop's transport, xprt_linux.go).
+//
+// # What stage 2 still has to do
+//
+// The event loops (plain, TLS, h2 streams) are the core's first driver.
+// Not yet on it, and so still carrying their own copy of the steps:
+//
+//   - The goroutine drivers: fasthttp's front end (Proxy.serve in
+//     proxy/handler.go, with proxy/headcheck.go and proxy/body.go) and the
+//     h2 workers (proxy/h2own.go, proxy/h2.go) should run the same
+//     Exchange with blocking calls between events, so that the request
+//     path is written once for every engine and engines_test.go's
+//     knownDifferences can go.
+//   - Then fasthttp's duplicates go: its HostClient relay where the core's
+//     does the same, and the pooled fake fasthttp.RequestCtx an h2 stream
+//     is copied into (serveH2Stream); what stays is kept only where a
+//     measurement says it earns its place, written in package proxy's doc.
+//   - One relay interface for HTTP/1.1 and h2 backends (today the loops
+//     speak HTTP/1.1 only; h2 and TLS backends use package proxy's
+//     clients).
+//   - Idle memory per connection: buffers taken when bytes arrive and
+//     given back when an exchange ends (as nginx does with its header
+//     buffers), so that an idle keep-alive connection holds about what
+//     HAProxy's does; an idle h2 connection likewise.
 package exchange
