@@ -26,6 +26,7 @@ func defaultApp() *App {
 		Timeouts:           Timeouts{Connect: 2 * time.Second, Response: 30 * time.Second},
 		MaxConnsPerBackend: 1024,
 		RequestIDHeader:    "X-Request-Id",
+		TraceContext:       TracePass,
 		Reject: Reject{
 			Status:     503,
 			Body:       "sentry: overloaded, retry later\n",
@@ -216,6 +217,15 @@ func (d *decoder) appFields(a *App, st *appState) []field {
 		}},
 		{"max_conns_per_backend", d.intField(&a.MaxConnsPerBackend, 1, 1<<20)},
 		{"request_id_header", d.textField(&a.RequestIDHeader, false, parseHeaderName)},
+		{"trace_context", val{
+			set: func(v *yaml.Node, p string) {
+				if s, ok := d.enum(v, p, string(TracePass), string(TraceGenerate), string(TraceOff)); ok {
+					a.TraceContext = TraceContext(s)
+				}
+			},
+			get:  func() *yaml.Node { return strNode(string(a.TraceContext)) },
+			kind: &kind{t: kEnum, enum: []string{string(TracePass), string(TraceGenerate), string(TraceOff)}},
+		}},
 		{"reject", d.section(func() []field { return d.rejectFields(&a.Reject) }, nil)},
 		{"classes", val{
 			set: func(v *yaml.Node, p string) {

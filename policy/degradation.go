@@ -32,6 +32,7 @@ var reservedHeaders = []string{
 	"host", "content-length", "transfer-encoding", "connection", "upgrade", "expect",
 	"keep-alive", "proxy-connection", "te", "trailer", "proxy-authorization", "proxy-authenticate",
 	"x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "server-timing",
+	"traceparent", "tracestate",
 }
 
 func (d *decoder) degradationFields(g *Degradation) []field {

@@ -72,6 +72,7 @@ func TestDefaults(t *testing.T) {
 		MaxBodyBytes:       0,
 		MaxConnsPerBackend: 1024,
 		RequestIDHeader:    "X-Request-Id",
+		TraceContext:       TracePass,
 		Reject:             Reject{Status: 503, Body: "sentry: overloaded, retry later\n", RetryAfter: time.Second, GRPCStatus: GRPCUnavailable},
 		Classes:            []classify.ClassConfig{{Name: "default", Period: 0, Default: true}},
 		ServerTiming:       ServerTiming{Strip: true},
@@ -177,6 +178,7 @@ apps:
     response_buffering: "off"
     max_conns_per_backend: 64
     request_id_header: x-trace-id
+    trace_context: generate
     reject:
       status: 429
       body: ""
@@ -303,6 +305,7 @@ apps:
 		ResponseBufferingOff: true,
 		MaxConnsPerBackend:   64,
 		RequestIDHeader:      "X-Trace-Id",
+		TraceContext:         TraceGenerate,
 		Reject:               Reject{Status: 429, Body: "", RetryAfter: 3 * time.Second, GRPCStatus: GRPCResourceExhausted},
 		Classes: []classify.ClassConfig{
 			{Name: "gold", Period: 50 * time.Millisecond, Rules: []classify.Rule{

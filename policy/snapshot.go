@@ -236,7 +236,13 @@ type App struct {
 	// RequestIDHeader is the request ID header; an incoming value from a
 	// trusted proxy is kept, otherwise a new ID is made. Default X-Request-Id.
 	RequestIDHeader string
-	Reject          Reject
+	// TraceContext is what sentry does with W3C Trace Context
+	// (traceparent, tracestate): TracePass (the default) forwards them
+	// unchanged and logs a valid traceparent's trace ID; TraceGenerate
+	// also starts a trace for a request that comes without a valid one;
+	// TraceOff leaves them alone (forwarded as any header, not read).
+	TraceContext TraceContext
+	Reject       Reject
 	// Classes, most important first. Default: one class "default" (marked
 	// Default) that takes every request, with period 0. Compiled by
 	// classify.Compile at load time, so a bad rule is a policy error.
@@ -571,3 +577,13 @@ type ModeSwitch struct {
 	Hold        time.Duration // default 2s
 	RevertAfter time.Duration // default 30s
 }
+
+// TraceContext is an app's trace_context: pass, generate or off
+// (docs/tracing.md).
+type TraceContext string
+
+const (
+	TracePass     TraceContext = "pass"
+	TraceGenerate TraceContext = "generate"
+	TraceOff      TraceContext = "off"
+)

@@ -115,6 +115,14 @@ apps:
     response_buffering: maybe
 `, []string{`2: server.response_buffer: 1024 is below 16KiB, the step memory is taken in: it would hold nothing; 0 turns buffering off`, `3: server.response_temp_dir: "tmp": write an absolute directory path, or leave it out for the system's`, `7: apps[0].response_buffering: invalid value "maybe"; valid: on, off`}},
 
+		{"trace_context and the load header", `
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    trace_context: on
+    degradation: {header: traceparent}
+`, []string{`4: apps[0].trace_context: invalid value "on"; valid: pass, generate, off`, `5: apps[0].degradation.header: Traceparent is a header sentry manages itself; choose another name (default Sentry-Load)`}},
+
 		{"response totals below their buffer", `
 server:
   response_buffer: 4MiB

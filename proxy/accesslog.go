@@ -190,10 +190,12 @@ func (l *accessLog) write(e *pipeline.AccessEntry) {
 // appendText formats e as nginx's combined format followed by key=value
 // fields:
 //
-//	client - - [time] "METHOD URI PROTO" status bytes_out "referer" "agent" host="…" rt=… id=… app=… class=… verdict=… reason=… backend=… upstream_time=… bytes_in=…
+//	client - - [time] "METHOD URI PROTO" status bytes_out "referer" "agent" host="…" rt=… id=… trace_id=… span_id=… app=… class=… verdict=… reason=… backend=… upstream_time=… bytes_in=…
 //
 // Quoted values escape '"', '\\' and bytes outside printable ASCII as \xHH,
-// as nginx does; "-" stands for an absent value.
+// as nginx does; "-" stands for an absent value. trace_id is the W3C
+// trace ID (pipeline/trace.go), span_id sentry's span when sentry started
+// the trace (docs/tracing.md).
 func appendText(b []byte, e *pipeline.AccessEntry) []byte {
 	b = appendAddr(b, e)
 	b = append(b, " - - ["...)
@@ -218,6 +220,10 @@ func appendText(b []byte, e *pipeline.AccessEntry) []byte {
 	b = strconv.AppendFloat(b, e.Duration.Seconds(), 'f', 6, 64)
 	b = append(b, " id="...)
 	b = appendEscDash(b, e.ID)
+	b = append(b, " trace_id="...)
+	b = appendDash(b, e.Trace.TraceID())
+	b = append(b, " span_id="...)
+	b = appendDash(b, e.Trace.SpanID())
 	b = append(b, " app="...)
 	b = append(b, appName(e)...)
 	b = append(b, " class="...)
@@ -268,6 +274,10 @@ func appendJSON(b []byte, e *pipeline.AccessEntry) []byte {
 	b = appendJSONStr(b, e.Referer)
 	b = append(b, `,"request_id":`...)
 	b = appendJSONStr(b, e.ID)
+	b = append(b, `,"trace_id":`...)
+	b = appendJSONStr(b, e.Trace.TraceID())
+	b = append(b, `,"span_id":`...)
+	b = appendJSONStr(b, e.Trace.SpanID())
 	b = append(b, `,"app":"`...)
 	b = append(b, appName(e)...)
 	b = append(b, `","class":"`...)
@@ -313,6 +323,14 @@ func appendJSONCount(b []byte, n int64) []byte {
 		return append(b, "null"...)
 	}
 	return strconv.AppendInt(b, n, 10)
+}
+
+// appendDash appends v, which needs no escaping (hex digits), or "-".
+func appendDash(b, v []byte) []byte {
+	if len(v) == 0 {
+		return append(b, '-')
+	}
+	return append(b, v...)
 }
 
 func appendEscDash(b, v []byte) []byte {

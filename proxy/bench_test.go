@@ -205,3 +205,42 @@ func BenchmarkRelayForwarded(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkRelayTraced is BenchmarkRelay with trace_context generate, on
+// both HTTP/1.1 engines: a request without a traceparent gets one sentry
+// starts (random ids, the header written), one with a valid traceparent
+// has it read and passed on. Starting and reading a trace must stay
+// allocation-free.
+func BenchmarkRelayTraced(b *testing.B) {
+	for _, e := range engines {
+		for _, incoming := range []string{"", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"} {
+			name := e + "/start"
+			if incoming != "" {
+				name = e + "/pass"
+			}
+			b.Run(name, func(b *testing.B) {
+				be := fastBackend(b)
+				h := startEngine(&testing.T{}, e, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) {
+					a.TraceContext = policy.TraceGenerate
+				})
+				defer func() { b.StopTimer(); h.close() }()
+				c := benchClient(h.addr)
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+					req.SetRequestURI("http://" + h.addr + "/x")
+					if incoming != "" {
+						req.Header.Set("Traceparent", incoming)
+					}
+					for pb.Next() {
+						if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+							b.Errorf("relay: %v %d", err, resp.StatusCode())
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}

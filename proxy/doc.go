@@ -216,6 +216,11 @@
 //  6. The response: hop-by-hop headers removed, the request ID the
 //     request's.
 //
+// Trace context (traceparent, tracestate) is not a forwarding header:
+// it passes as the client sent it unless the app's trace_context is
+// generate and the request has no valid traceparent; then every incoming
+// copy of both goes and sentry's traceparent is set (step 4's place).
+//
 // The loops take only heads that need nothing of steps 1–3 and hand the
 // rest to fasthttp, whose handle does them (headcheck.go); h2 streams apply
 // the same table to their fields (h2.go on the workers, the exchange
@@ -308,6 +313,27 @@
 // connection cancelling at a steady modest rate (a typeahead search) never
 // is. A stream reset after dispatch cuts its backend exchange (abort.go).
 // The h2srv core keeps these counts; the drivers add the suspect delay.
+//
+// # Request IDs and trace context (docs/tracing.md)
+//
+// A request ID is 128 random bits (pipeline.IDGen, ChaCha8 seeded from
+// crypto/rand), never a counter: an ID tells a client nothing of the
+// request volume. Each event loop has its generator (in its
+// exchange.Scratch); the goroutine paths take one from Proxy.ids
+// (pipeline.IDPool). Neither locks or allocates.
+//
+// A request's traceparent is read once, where the exchange starts
+// (exchange.Start on the loops, serve on the goroutine paths), so a
+// rejection's access line names the trace too; a trace is started
+// (trace_context generate) only where the backend's request is written
+// (exchange.AppendRequest; serve's header setting), since only a backend
+// can record it. Decision: sentry makes no span of its own for a trace
+// it forwards. It exports none, and a parent-id naming its hop would
+// leave the backend's spans under a span no collector has; when it starts
+// a trace, the parent-id it sends is its hop's span, logged as span_id.
+// The access line carries trace_id and span_id on every engine
+// (TestTraceContextEveryEngine), and the log lines of a failed relay
+// carry request_id and trace_id (pipeline.LogRequest).
 //
 // # Draining (Shutdown)
 //

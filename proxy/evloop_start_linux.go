@@ -64,7 +64,7 @@ func (fe *frontend) loopSettings(ln net.Listener, lfd int) evloop.Config {
 	p := fe.p
 	sv := p.cur.Load().snap.Server
 	return evloop.Config{Addr: fe.addr, Listener: ln, LFD: lfd, Loops: runtime.GOMAXPROCS(0),
-		Routes: &fe.route, IDs: p.ids, Log: p.log,
+		Routes: &fe.route, Log: p.log,
 		MaxHeader: sv.MaxHeaderBytes, MaxConns: sv.MaxConns, Idle: sv.IdleTimeout, Write: sv.WriteTimeout, Header: sv.ReadHeaderTimeout,
 		Linger: lingerTimeout, IdleGrace: idleGrace, Handoff: handoffQueue, Resp: p.resp,
 		OtherConns:   fe.loopOthers,

@@ -286,7 +286,7 @@ func (b *h2ReqBody) outcome() pipeline.Outcome {
 // ab, when set, is an h2 client stream's hold: its context cancels the
 // backend stream when the client resets, and the response is left in
 // ab.h2resp for the h2 front end to copy its trailers.
-func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody, ab *abortBody) (pipeline.Outcome, *pipeline.Upstream, int) {
+func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody, ab *abortBody, tr *pipeline.Trace) (pipeline.Outcome, *pipeline.Upstream, int) {
 	parent := context.Background()
 	if ab != nil && ab.ab.ctx != nil {
 		parent = ab.ab.ctx
@@ -438,9 +438,10 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 			a.Pool.Release(b, !pipeline.CountsAsFailure(o))
 		}
 		if dial && u.Unreachable() {
-			p.log.Warn("backend unreachable; ejected until it answers again", "app", a.Name, "backend", u.Addr, "error", err)
+			p.log.Warn("backend unreachable; ejected until it answers again",
+				pipeline.LogRequest([]any{"app", a.Name, "backend", u.Addr, "error", err}, req.Header.Peek(a.ReqID), tr)...)
 		} else if p.log.IsDebug() {
-			p.log.Debug("relay failed", "app", a.Name, "backend", u.Addr, "error", err)
+			p.log.Debug("relay failed", pipeline.LogRequest([]any{"app", a.Name, "backend", u.Addr, "error", err}, req.Header.Peek(a.ReqID), tr)...)
 		}
 		f := pipeline.FailNoRetry
 		if dial {

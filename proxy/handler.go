@@ -21,6 +21,7 @@ type exchange struct {
 	t     pipeline.Ticket // the request's admission (package pipeline)
 	ctx   *fasthttp.RequestCtx
 	buf   []byte              // forwarding headers and the request ID
+	tp    []byte              // the traceparent sentry started (trace_context generate)
 	chain []byte              // a trusted proxy's X-Forwarded-For lines, merged
 	in    pipeline.TrustedFwd // what a trusted proxy sent
 	st    []byte              // stripped Server-Timing
@@ -282,6 +283,15 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		client = a.ClientAddr(peer, x.in.XFF)
 	}
 	ae.Client = client
+	// Trace context (pipeline/trace.go): read here, so that a
+	// rejection's line names the trace too; one is started only for a
+	// request that is forwarded (below).
+	ae.Trace.Reset()
+	if a.Trace != pipeline.TraceOff {
+		if vs := h.PeekAll(pipeline.HdrTraceparent); len(vs) == 1 {
+			ae.Trace.Read(vs[0])
+		}
+	}
 
 	// The decide step (package pipeline): classify, estimate, admit. This
 	// engine may block, so a parked request waits here; it leaves its
@@ -340,7 +350,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		}
 	}
 	var fw pipeline.Forwarding
-	x.buf, fw = pipeline.PlanForwarding(x.buf, &x.in, peer, isTLS, h.Host(), p.ids)
+	x.buf, fw = pipeline.PlanForwarding(x.buf, &x.in, peer, isTLS, h.Host(), &p.ids)
 	id := fw.ID
 	h.DelBytes(pipeline.HdrXFF)
 	h.DelBytes(pipeline.HdrXFProto)
@@ -350,6 +360,15 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	h.SetBytesKV(pipeline.HdrXFProto, fw.Proto)
 	h.SetBytesKV(pipeline.HdrXFHost, fw.Host)
 	h.SetBytesV(a.ReqID, id)
+	if a.Trace == pipeline.TraceGenerate && !ae.Trace.Valid() {
+		p.ids.StartTrace(&ae.Trace)
+		h.Del(pipeline.HdrTraceparent)
+		h.Del(pipeline.HdrTracestate)
+		// (through the pooled exchange's buffer: fasthttp's setter
+		// would move ae to the heap)
+		x.tp = append(x.tp[:0], ae.Trace.Header()...)
+		h.SetBytesV(pipeline.HdrTraceparent, x.tp)
+	}
 	// The degradation signal (pipeline/load.go): an admitted request
 	// carries sentry's (a client's copy went with the header policy:
 	// handle on HTTP/1.1, H2Skip on h2).
@@ -427,7 +446,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		x.armTerm(tcl, dispatch, ab.ab)
 	}
 	br := x.backendResp()
-	o, u, inService := p.relay(a, out, br, cb, ab)
+	o, u, inService := p.relay(a, out, br, cb, ab, &ae.Trace)
 	if cb != nil && cb.unread {
 		clientClose = true // the rest of the body must not be read as a request
 	}
@@ -544,9 +563,9 @@ func quiescedEnd(a *pipeline.App, u *pipeline.Upstream) {
 // attempt, it binds the attempt's connection to the stream, and the
 // binding ends here unless the response streams (the caller ends it then).
 // An attempt cut by the stream's reset ends as outClientGone.
-func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody, ab *abortBody) (pipeline.Outcome, *pipeline.Upstream, int) {
+func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Response, cb *clientBody, ab *abortBody, tr *pipeline.Trace) (pipeline.Outcome, *pipeline.Upstream, int) {
 	if c, ok := a.H2.(*h2Client); ok && c != nil {
-		return p.relayH2(a, c, req, resp, cb, ab)
+		return p.relayH2(a, c, req, resp, cb, ab, tr)
 	}
 	var last *pipeline.Upstream
 	replay := cb == nil && idempotent(req) // pipeline.TryAgain: a body held whole
@@ -614,16 +633,18 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 			// Named once with its cause (a name that does not resolve
 			// fails here too: fasthttp resolves on each dial), and again
 			// only after it answered and failed anew.
-			p.log.Warn("backend unreachable; ejected until it answers again", "app", a.Name, "backend", u.Addr, "error", err)
+			p.log.Warn("backend unreachable; ejected until it answers again",
+				pipeline.LogRequest([]any{"app", a.Name, "backend", u.Addr, "error", err}, req.Header.Peek(a.ReqID), tr)...)
 		} else if ae := u.Alert.Swap(nil); ae != nil && u.Unreachable() {
 			// The handshake passed on sentry's side, but the backend
 			// refused it after (TLS 1.3 sends a client-certificate
 			// refusal with the first response), which fasthttp reports
 			// as a closed connection: the alert is the cause, named once
 			// like an unreachable backend's.
-			p.log.Warn("backend refused the TLS connection", "app", a.Name, "backend", u.Addr, "error", *ae)
+			p.log.Warn("backend refused the TLS connection",
+				pipeline.LogRequest([]any{"app", a.Name, "backend", u.Addr, "error", *ae}, req.Header.Peek(a.ReqID), tr)...)
 		} else if p.log.IsDebug() {
-			p.log.Debug("relay failed", "app", a.Name, "backend", u.Addr, "error", err)
+			p.log.Debug("relay failed", pipeline.LogRequest([]any{"app", a.Name, "backend", u.Addr, "error", err}, req.Header.Peek(a.ReqID), tr)...)
 		}
 		if !pipeline.TryAgain(failureOf(err), replay, attempt, false) {
 			return o, u, 0

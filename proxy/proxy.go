@@ -61,7 +61,7 @@ type Proxy struct {
 	log     hclog.Logger
 	pools   lb.Registry
 	metrics *metrics
-	ids     *pipeline.IDSource
+	ids     pipeline.IDPool // request IDs and trace ids of the goroutine paths
 
 	cur atomic.Pointer[state]
 	// access is the access log (policy log.access); nil when off.
@@ -107,7 +107,7 @@ func New(opts Options, snap *policy.Snapshot) (*Proxy, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
-	p := &Proxy{opts: opts, log: opts.Logger.Named("proxy"), ids: pipeline.NewIDSource(), stopTunnels: make(chan struct{}),
+	p := &Proxy{opts: opts, log: opts.Logger.Named("proxy"), stopTunnels: make(chan struct{}),
 		resp: respbuf.NewBudget(respbuf.Limits{})}
 	p.mu.fronts = map[string]*frontend{}
 	p.mu.shared = map[string]*pipeline.AppShared{}
@@ -319,7 +319,7 @@ func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &pipeline.App{Policy: ac, Name: ac.Name, ReqID: ac.RequestIDHeader, LoadHeader: ac.Degradation.Header, Trusted: len(ac.TrustedProxies) > 0, LoopOK: true}
+	a := &pipeline.App{Policy: ac, Name: ac.Name, ReqID: ac.RequestIDHeader, Trace: pipeline.TraceModeOf(ac.TraceContext), LoadHeader: ac.Degradation.Header, Trusted: len(ac.TrustedProxies) > 0, LoopOK: true}
 	h2 := ac.Backends.Protocol == policy.ProtoH2C || ac.Backends.Protocol == policy.ProtoH2 // "" is http1 too
 	if tcfg != nil || h2 {
 		// The event loops relay plain HTTP/1.1 over TCP only; fasthttp's

@@ -68,7 +68,7 @@ type Config struct {
 	// Routes is the listener's route table (Host → app), swapped by a
 	// reload; the loop reads it once per request.
 	Routes *atomic.Pointer[pipeline.Route]
-	IDs    *pipeline.IDSource // request IDs
+	IDs    *pipeline.IDGen // tests only (exchange.Env.IDs); nil: each loop's own
 	Log    hclog.Logger
 
 	MaxHeader int           // server.max_header_bytes

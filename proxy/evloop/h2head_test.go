@@ -179,13 +179,14 @@ func TestStreamReqHeadMatchesText(t *testing.T) {
 		th1 := reqHead(sc, text, &th)
 		th1.TLS = true // (the stream's connection's, as the text way took it)
 		var s1, s2 exchange.Scratch
-		ids1, ids2 := pipeline.NewIDSource(), pipeline.NewIDSource()
-		ids2.Prefix, ids2.N = ids1.Prefix, atomic.Uint64{}
-		ids2.N.Store(ids1.N.Load())
+		var ids1, ids2 pipeline.IDGen
+		ids1.Counting("0123456789abcdef")
+		ids2.Counting("0123456789abcdef")
+		var tr1, tr2 pipeline.Trace
 		s1.Forwarded(a, &th1, peer)
 		s2.Forwarded(a, &hd, peer)
-		r1, _ := s1.AppendRequest(nil, a, &th1, peer, ids1, 0, now)
-		r2, _ := s2.AppendRequest(nil, a, &hd, peer, ids2, 0, now)
+		r1, _ := s1.AppendRequest(nil, a, &th1, peer, &ids1, &tr1, 0, now)
+		r2, _ := s2.AppendRequest(nil, a, &hd, peer, &ids2, &tr2, 0, now)
 		if !bytes.Equal(r1, r2) {
 			t.Fatalf("request\n%q\nthe text way\n%q", r2, r1)
 		}

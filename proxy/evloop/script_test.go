@@ -72,9 +72,8 @@ func newLoopScript(t *testing.T) *loopScript {
 	a := exchangetest.App(t, h.ctl)
 	var routes atomic.Pointer[pipeline.Route]
 	routes.Store(&pipeline.Route{Default: a, Access: true})
-	ids := pipeline.NewIDSource()
-	copy(ids.Prefix[:], "0123456789abcdef")
-	ids.N.Store(0)
+	ids := new(pipeline.IDGen)
+	ids.Counting("0123456789abcdef")
 	cfg := Config{Addr: "127.0.0.1:1", LFD: 3, Loops: 1, Routes: &routes, IDs: ids, Log: hclog.NewNullLogger(),
 		MaxHeader: 16384, Idle: 5 * time.Second, Write: time.Second, Header: 2 * time.Second,
 		Linger: 5 * time.Second, IdleGrace: time.Second, Handoff: 4,

@@ -42,10 +42,11 @@
 // # Events and actions
 //
 // An Exchange is kept by the driver per client connection or stream and
-// reused; Init ties it to the driver's Env (request IDs, log, access
-// writer, the illegal-transition rule) and Scratch (the parse of a
-// response head, the forwarding plan's buffers, the classifier's view:
-// one per loop or goroutine). Every event is a method that returns an
+// reused; Init ties it to the driver's Env (log, access writer, the
+// illegal-transition rule) and Scratch (the parse of a response head,
+// the forwarding plan's buffers, the classifier's view, the generator of
+// request IDs and trace ids: one per loop or goroutine, so making an ID
+// takes no lock). Every event is a method that returns an
 // Action:
 //
 //	events (driver -> core)              actions (core -> driver)
@@ -101,7 +102,11 @@
 // gets, from either kind of head: the request line, the fields the header
 // policy keeps (an HTTP/1.1 head's own lines, byte for byte; an h2 head's
 // fields as "name: value", Host from :authority, cookies joined), one of
-// each forwarding header, the request ID and the load header.
+// each forwarding header, the request ID, the load header, and the
+// traceparent of a trace sentry starts (docs/tracing.md: Start reads the
+// head's traceparent once, so a rejection's access record names the
+// trace; AppendRequest starts one, under trace_context generate, only for
+// a request that goes to a backend).
 //
 // The response head is the backend's bytes and their parse (Response)
 // with the policy applied field by field (RespField: drop, keep, or a

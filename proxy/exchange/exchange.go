@@ -16,12 +16,14 @@ import (
 // exchange.go: the Exchange, its events and the order of its steps up to
 // the response head (response.go has the rest).
 
-// Env is what the exchanges of one driver share: how request IDs are
-// made, the log, the access log's writer, and the illegal-transition
+// Env is what the exchanges of one driver share: the log, the access log's writer, and the illegal-transition
 // rule. Read-only once the driver runs (Illegal is an atomic), so the
 // loops of one front end share one.
 type Env struct {
-	IDs *pipeline.IDSource
+	// IDs, if set (tests, with one driver goroutine), makes the IDs of
+	// every exchange (IDGen.Counting: readable scripts); nil: each
+	// Scratch's own generator does (pipeline/requestid.go).
+	IDs *pipeline.IDGen
 	Log hclog.Logger
 	// Access writes an access-log line; called (by Done) only for an
 	// exchange whose route logs access. The entry and its slices are
@@ -108,9 +110,10 @@ type Exchange struct {
 	u        *pipeline.Upstream
 	released bool // lbb is released (or was never picked)
 	peer     netip.Addr
-	client   netip.Addr // the client's address after trusted_proxies
-	id       []byte     // the request ID
-	req      []byte     // the request as sent to the backend (kept for a retry)
+	client   netip.Addr     // the client's address after trusted_proxies
+	id       []byte         // the request ID
+	trace    pipeline.Trace // the request's trace context (pipeline/trace.go)
+	req      []byte         // the request as sent to the backend (kept for a retry)
 	sent     int
 	attempts int // attempts to relay so far, the current one included (pipeline.TryAgain)
 	stale    int // of which on reused connections found closed (pipeline.MaxStaleRetries)
@@ -185,6 +188,19 @@ func (ex *Exchange) TermAt() int64 { return ex.termAt }
 // ID is the request ID (the forwarding plan's, or a reply's).
 func (ex *Exchange) ID() []byte { return ex.id }
 
+// Trace is the request's trace context: the traceparent it came with
+// when valid, or the one sentry started (pipeline/trace.go); for the
+// driver's log lines about the request.
+func (ex *Exchange) Trace() *pipeline.Trace { return &ex.trace }
+
+// ids is the driver's ID generator: its Scratch's (Env.IDs in tests).
+func (ex *Exchange) ids() *pipeline.IDGen {
+	if ex.env.IDs != nil {
+		return ex.env.IDs
+	}
+	return &ex.sc.ids
+}
+
 // HeadRequest tells whether the request is a HEAD.
 func (ex *Exchange) HeadRequest() bool { return ex.headReq }
 
@@ -236,6 +252,10 @@ func (ex *Exchange) Start(a *pipeline.App, h *Head, peer netip.Addr, wk admissio
 		ex.ua, ex.ref = h.Raw.Peek(h.B, "User-Agent"), h.Raw.Peek(h.B, "Referer")
 	}
 	ex.client = ex.sc.Forwarded(a, h, peer)
+	ex.trace.Reset()
+	if a.Trace != pipeline.TraceOff {
+		readTrace(&ex.trace, h)
+	}
 	ex.upstrm, ex.outBytes = 0, 0
 	// The decide step (package pipeline, pipeline.go). The core never
 	// blocks: a request whose decision is not made at once parks.
@@ -274,7 +294,7 @@ func (ex *Exchange) admitted(d admission.Decision, h *Head, now time.Time) Actio
 		return ex.reply(pipeline.OutNoBackend, admission.Decision{})
 	}
 	var id []byte
-	ex.req, id = ex.sc.AppendRequest(ex.req[:0], a, h, ex.peer, ex.env.IDs, ex.t.Class, now)
+	ex.req, id = ex.sc.AppendRequest(ex.req[:0], a, h, ex.peer, ex.ids(), &ex.trace, ex.t.Class, now)
 	ex.id = append(ex.id[:0], id...)
 	ex.attempts, ex.stale = 0, 0
 	// Selective early termination (pipeline/term.go): the drivers hold
@@ -355,9 +375,10 @@ func (ex *Exchange) ConnectFailed(cause error, now time.Time) Action {
 	a.Pool.Eject(ex.lbb)
 	ex.released = true
 	if ex.u.Unreachable() {
-		ex.env.Log.Warn("backend unreachable; ejected until it answers again", "app", a.Name, "backend", ex.u.Addr, "error", cause)
+		ex.env.Log.Warn("backend unreachable; ejected until it answers again",
+			pipeline.LogRequest([]any{"app", a.Name, "backend", ex.u.Addr, "error", cause}, ex.id, &ex.trace)...)
 	} else if log := ex.env.Log; log.IsDebug() {
-		log.Debug("relay failed", "app", a.Name, "backend", ex.u.Addr, "error", cause)
+		log.Debug("relay failed", pipeline.LogRequest([]any{"app", a.Name, "backend", ex.u.Addr, "error", cause}, ex.id, &ex.trace)...)
 	}
 	if !pipeline.TryAgain(pipeline.FailConnect, ex.idem, ex.attempts-ex.stale, false) {
 		return ex.reply(pipeline.OutBackendFailed, admission.Decision{})
@@ -482,7 +503,7 @@ func (ex *Exchange) reply(o pipeline.Outcome, d admission.Decision) Action {
 	// Every answer carries a request ID, a rejection's too (it got no
 	// forwarding plan, so the ID is made here).
 	if len(ex.id) == 0 {
-		ex.id = ex.env.IDs.AppendID(ex.id[:0])
+		ex.id = ex.ids().AppendID(ex.id[:0])
 	}
 	ex.outBytes = int64(len(r.Body))
 	if ex.headReq {
@@ -530,7 +551,8 @@ func (ex *Exchange) record(now time.Time) {
 	*e = pipeline.AccessEntry{
 		Start: ex.start, Duration: now.Sub(ex.start), Client: ex.client, Proto: "HTTP/1.1",
 		Status: ex.outStatus, BytesIn: ex.size, BytesOut: ex.outBytes, ID: ex.id,
-		App: ex.a, Outcome: ex.out, Backend: ex.u, Upstrm: ex.upstrm,
+		Trace: ex.trace,
+		App:   ex.a, Outcome: ex.out, Backend: ex.u, Upstrm: ex.upstrm,
 		Method: ex.method, URI: ex.uri, Host: ex.host, Agent: ex.ua, Referer: ex.ref,
 	}
 	if ex.h2 {

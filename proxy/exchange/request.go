@@ -65,12 +65,21 @@ func keep(a *pipeline.App, h2 bool, k uint8, name []byte) bool {
 // Host from :authority first and the cookies joined last), one of each
 // forwarding header (the plan: pipeline.PlanForwarding, from what
 // Forwarded read into the scratch), the request ID, the load header when
-// the app sends one (class, at now), and the body. It returns the request
-// and the request ID (a slice of the scratch, valid until the next call).
+// the app sends one (class, at now), and the body. Trace context
+// (pipeline/trace.go): tr is the request's (readTrace); when the app's
+// trace_context is generate and tr holds none, a trace is started in tr
+// and sent as the one traceparent, every incoming traceparent and
+// tracestate dropped; otherwise they pass as they came. ids makes the
+// request ID and the trace's ids. It returns the request and the request
+// ID (a slice of the scratch, valid until the next call).
 // The HTTP/1.1 path's bytes are exactly the ones its engines always
 // wrote: the request line is rebuilt from its parts, which the strict
 // parser guarantees are all it held.
-func (sc *Scratch) AppendRequest(dst []byte, a *pipeline.App, h *Head, peer netip.Addr, ids *pipeline.IDSource, class int, now time.Time) (req, id []byte) {
+func (sc *Scratch) AppendRequest(dst []byte, a *pipeline.App, h *Head, peer netip.Addr, ids *pipeline.IDGen, tr *pipeline.Trace, class int, now time.Time) (req, id []byte) {
+	if a.Trace == pipeline.TraceGenerate && !tr.Valid() {
+		tr.Start(ids)
+	}
+	started := tr.Started()
 	r := append(dst, h.Method()...)
 	r = append(r, ' ')
 	r = append(r, h.Target()...)
@@ -82,6 +91,9 @@ func (sc *Scratch) AppendRequest(dst []byte, a *pipeline.App, h *Head, peer neti
 	for i := 0; i < h.Raw.NFields; i++ {
 		name := h.Name(i)
 		if !keep(a, h.H2, h.Raw.Kinds[i], name) {
+			continue
+		}
+		if started && h.Raw.Kinds[i] == pipeline.KindOther && (pipeline.IsTraceparent(name) || pipeline.IsTracestate(name)) {
 			continue
 		}
 		switch {
@@ -102,6 +114,9 @@ func (sc *Scratch) AppendRequest(dst []byte, a *pipeline.App, h *Head, peer neti
 	r = append(append(append(r, "X-Forwarded-Proto: "...), fw.Proto...), "\r\n"...)
 	r = append(append(append(r, "X-Forwarded-Host: "...), fw.Host...), "\r\n"...)
 	r = append(append(append(append(r, a.ReqID...), ": "...), fw.ID...), "\r\n"...)
+	if started {
+		r = append(append(append(r, pipeline.HdrTraceparent+": "...), tr.Header()...), "\r\n"...)
+	}
 	if a.Load != nil { // the degradation signal (pipeline/load.go)
 		r = append(append(r, a.LoadHeader...), ": "...)
 		r = append(a.AppendLoad(r, class, now), "\r\n"...)
@@ -116,6 +131,7 @@ func (sc *Scratch) AppendRequest(dst []byte, a *pipeline.App, h *Head, peer neti
 // or per goroutine; never shared between goroutines. Its zero value is
 // ready.
 type Scratch struct {
+	ids   pipeline.IDGen      // request IDs and trace ids (seeded on first use)
 	in    pipeline.TrustedFwd // what a trusted proxy sent (Forwarded)
 	xff   []byte              // its X-Forwarded-For lines, merged
 	fwd   []byte              // the forwarding headers' values (PlanForwarding)
@@ -132,4 +148,24 @@ type Scratch struct {
 func (sc *Scratch) View(h *Head) classify.Request {
 	sc.view.h = h
 	return &sc.view
+}
+
+// readTrace reads h's trace context into t: valid only when h has
+// exactly one traceparent field and it parses (pipeline.Trace.Read);
+// several are treated as none, since their order across hops is not
+// reliable.
+func readTrace(t *pipeline.Trace, h *Head) {
+	t.Reset()
+	at := -1
+	for i := 0; i < h.Raw.NFields; i++ {
+		if h.Raw.Kinds[i] == pipeline.KindOther && pipeline.IsTraceparent(h.Name(i)) {
+			if at >= 0 {
+				return
+			}
+			at = i
+		}
+	}
+	if at >= 0 {
+		t.Read(h.Value(at))
+	}
 }

@@ -23,11 +23,10 @@ func testApp(trusted bool) *pipeline.App {
 	return a
 }
 
-func testIDs() *pipeline.IDSource {
-	ids := pipeline.NewIDSource()
-	copy(ids.Prefix[:], "0123456789abcdef")
-	ids.N.Store(0)
-	return ids
+func testIDs() *pipeline.IDGen {
+	var ids pipeline.IDGen
+	ids.Counting("0123456789abcdef")
+	return &ids
 }
 
 // h1Head parses raw as the HTTP/1.1 drivers do.
@@ -116,7 +115,7 @@ func TestAppendRequest(t *testing.T) {
 			if c := sc.Forwarded(a, h, peer); c.String() != tc.client {
 				t.Errorf("client %v, want %s", c, tc.client)
 			}
-			req, _ := sc.AppendRequest(nil, a, h, peer, testIDs(), 0, now)
+			req, _ := sc.AppendRequest(nil, a, h, peer, testIDs(), new(pipeline.Trace), 0, now)
 			if string(req) != tc.want {
 				t.Errorf("request\n%q\nwant\n%q", req, tc.want)
 			}
@@ -160,4 +159,96 @@ func FuzzRequestLine(f *testing.F) {
 			t.Errorf("rebuilt %q, sent %q", line, b[:le])
 		}
 	})
+}
+
+// TestAppendRequestTrace pins trace context in the one writer of a
+// backend's request (docs/tracing.md): generate replaces an absent,
+// invalid or doubled traceparent with the one it starts (written after the
+// request ID; every incoming traceparent and tracestate dropped, in any
+// case) and keeps a valid one as it came; pass and off never write one.
+// The counting generator makes the started ids 1, 2 (trace-id) and 3
+// (span-id), then the request ID 4.
+func TestAppendRequestTrace(t *testing.T) {
+	now := time.Date(2026, 11, 24, 6, 0, 0, 0, time.UTC)
+	const valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	const started = "Traceparent: 00-00000000000000010000000000000002-0000000000000003-01\r\n"
+	const fwd = "X-Forwarded-For: 198.51.100.7\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: x\r\n"
+	for _, tc := range []struct {
+		name     string
+		mode     pipeline.TraceMode
+		head     func(t *testing.T) *Head
+		want     string
+		trace    string // the trace ID the exchange logs
+		span     string
+		readMode bool // read the head's traceparent first (the drivers do unless off)
+	}{{
+		name: "generate-absent", mode: pipeline.TraceGenerate, readMode: true,
+		head: func(t *testing.T) *Head { return h1Head(t, "GET / HTTP/1.1\r\nHost: x\r\n\r\n") },
+		want: "GET / HTTP/1.1\r\nHost: x\r\n" + fwd +
+			"X-Request-Id: 0123456789abcdef0000000000000004\r\n" + started + "\r\n",
+		trace: "00000000000000010000000000000002", span: "0000000000000003",
+	}, {
+		name: "generate-invalid", mode: pipeline.TraceGenerate, readMode: true,
+		head: func(t *testing.T) *Head {
+			return h1Head(t, "GET / HTTP/1.1\r\nHost: x\r\ntraceparent: 00-XYZ\r\nTraceState: a=1\r\nX-Keep: 1\r\n\r\n")
+		},
+		want: "GET / HTTP/1.1\r\nHost: x\r\nX-Keep: 1\r\n" + fwd +
+			"X-Request-Id: 0123456789abcdef0000000000000004\r\n" + started + "\r\n",
+		trace: "00000000000000010000000000000002", span: "0000000000000003",
+	}, {
+		name: "generate-two", mode: pipeline.TraceGenerate, readMode: true,
+		head: func(t *testing.T) *Head {
+			return h1Head(t, "GET / HTTP/1.1\r\nHost: x\r\nTraceparent: "+valid+"\r\nTRACEPARENT: "+valid+"\r\n\r\n")
+		},
+		want: "GET / HTTP/1.1\r\nHost: x\r\n" + fwd +
+			"X-Request-Id: 0123456789abcdef0000000000000004\r\n" + started + "\r\n",
+		trace: "00000000000000010000000000000002", span: "0000000000000003",
+	}, {
+		name: "generate-valid", mode: pipeline.TraceGenerate, readMode: true,
+		head: func(t *testing.T) *Head {
+			return h1Head(t, "GET / HTTP/1.1\r\nHost: x\r\ntraceparent: "+valid+"\r\ntracestate: a=1\r\n\r\n")
+		},
+		want: "GET / HTTP/1.1\r\nHost: x\r\ntraceparent: " + valid + "\r\ntracestate: a=1\r\n" + fwd +
+			"X-Request-Id: 0123456789abcdef0000000000000001\r\n\r\n",
+		trace: "4bf92f3577b34da6a3ce929d0e0e4736",
+	}, {
+		name: "pass-absent", mode: pipeline.TracePass, readMode: true,
+		head: func(t *testing.T) *Head { return h1Head(t, "GET / HTTP/1.1\r\nHost: x\r\n\r\n") },
+		want: "GET / HTTP/1.1\r\nHost: x\r\n" + fwd + "X-Request-Id: 0123456789abcdef0000000000000001\r\n\r\n",
+	}, {
+		name: "off-valid", mode: pipeline.TraceOff,
+		head: func(t *testing.T) *Head {
+			return h1Head(t, "GET / HTTP/1.1\r\nHost: x\r\ntraceparent: "+valid+"\r\n\r\n")
+		},
+		want: "GET / HTTP/1.1\r\nHost: x\r\ntraceparent: " + valid + "\r\n" + fwd +
+			"X-Request-Id: 0123456789abcdef0000000000000001\r\n\r\n",
+	}, {
+		name: "h2-generate-invalid", mode: pipeline.TraceGenerate, readMode: true,
+		head: func(*testing.T) *Head {
+			h := h2Head("GET", "/", "x", "traceparent", "00-0-0-0", "tracestate", "a=1", "accept", "*/*")
+			h.TLS = false
+			return h
+		},
+		want: "GET / HTTP/1.1\r\nHost: x\r\naccept: */*\r\n" + fwd +
+			"X-Request-Id: 0123456789abcdef0000000000000004\r\n" + started + "\r\n",
+		trace: "00000000000000010000000000000002", span: "0000000000000003",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sc Scratch
+			a, h, peer := testApp(false), tc.head(t), netip.MustParseAddr("198.51.100.7")
+			a.Trace = tc.mode
+			sc.Forwarded(a, h, peer)
+			var tr pipeline.Trace
+			if tc.readMode {
+				readTrace(&tr, h)
+			}
+			req, _ := sc.AppendRequest(nil, a, h, peer, testIDs(), &tr, 0, now)
+			if string(req) != tc.want {
+				t.Errorf("request\n%q\nwant\n%q", req, tc.want)
+			}
+			if string(tr.TraceID()) != tc.trace || string(tr.SpanID()) != tc.span {
+				t.Errorf("trace %q span %q, want %q %q", tr.TraceID(), tr.SpanID(), tc.trace, tc.span)
+			}
+		})
+	}
 }

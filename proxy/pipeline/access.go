@@ -29,6 +29,7 @@ type AccessEntry struct {
 	Agent    []byte
 	Referer  []byte
 	ID       []byte // the request ID (also in the response's request-ID header)
+	Trace    Trace  // the request's trace context (trace.go): its TraceID, and SpanID when sentry started it
 
 	App     *App
 	Class   int               // the class index; -1: not classified
@@ -86,7 +87,3 @@ func (e *AccessEntry) Decided(t *Ticket) {
 		e.Class, e.Asked, e.Verdict = t.Class, true, t.verdict
 	}
 }
-
-// AppendID appends a fresh request ID to dst (a rejection's, which gets no
-// forwarding plan).
-func (s *IDSource) AppendID(dst []byte) []byte { return s.append(dst) }

@@ -64,6 +64,8 @@ type App struct {
 	Reject  RejectResponse
 	Trusted bool // has trusted proxies
 	ReqID   string
+	// Trace is the app's trace_context (trace.go).
+	Trace TraceMode
 	// LoadHeader is the degradation signal's header (degradation.header):
 	// removed from every client request, in any spelling (DropIncoming),
 	// whether the signal is on or not. Load, when not nil, is the signal's

@@ -35,7 +35,10 @@
 //     read; nil when the signal is off);
 //   - forwarded.go: trusted_proxies and the client address from a trusted
 //     X-Forwarded-For (Trusted, ClientFromXFF);
-//   - requestid.go: request IDs (IDSource);
+//   - requestid.go: request IDs, random (IDGen, one per holder; IDPool
+//     for goroutines);
+//   - trace.go: W3C trace context (Trace: a request's traceparent read,
+//     or a trace started; TraceMode, an app's trace_context);
 //   - access.go: what an access-log line says about an exchange
 //     (AccessEntry: its Reason, verdict and class names), filled the same
 //     way by every engine and written by package proxy's one writer;

@@ -333,7 +333,7 @@ type Forwarding struct{ XFF, Proto, Host, ID []byte }
 // and X-Forwarded-Proto, -Host and the request ID are the trusted values
 // or else sentry's (the listener's scheme, the request's Host, a fresh
 // ID). in's slices may alias request memory but not buf.
-func PlanForwarding(buf []byte, in *TrustedFwd, peer netip.Addr, isTLS bool, host []byte, ids *IDSource) ([]byte, Forwarding) {
+func PlanForwarding(buf []byte, in *TrustedFwd, peer netip.Addr, isTLS bool, host []byte, ids IDs) ([]byte, Forwarding) {
 	buf = buf[:0]
 	if len(in.XFF) > 0 {
 		buf = append(append(buf, in.XFF...), ", "...)
@@ -358,7 +358,7 @@ func PlanForwarding(buf []byte, in *TrustedFwd, peer netip.Addr, isTLS bool, hos
 	if len(in.id) > 0 {
 		buf = append(buf, in.id...)
 	} else {
-		buf = ids.append(buf)
+		buf = ids.AppendID(buf)
 	}
 	return buf, Forwarding{XFF: buf[:eXFF], Proto: buf[eXFF:eProto], Host: buf[eProto:eHost], ID: buf[eHost:]}
 }
