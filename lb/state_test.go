@@ -164,9 +164,14 @@ func TestDisabledSkipsChecks(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	waitProbe(t, fp.called, b.Addr()) // Run's first round
 	drain(fp.called)
+	// The probe SetState asks for may run at once: holding the fake's lock
+	// keeps its answer back until the state on leaving Disabled is read.
+	fp.mu.Lock()
 	p.SetState(a.Addr(), Enabled)
-	mustEqual(t, "a down on leaving Disabled", a.Down(), true)
-	mustEqual(t, "Healthy", p.Healthy(), 1)
+	down, healthy := a.Down(), p.Healthy()
+	fp.mu.Unlock()
+	mustEqual(t, "a down on leaving Disabled", down, true)
+	mustEqual(t, "Healthy", healthy, 1)
 	waitProbe(t, fp.called, a.Addr())
 	deadline := time.Now().Add(10 * time.Second)
 	for a.Down() {
