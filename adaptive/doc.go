@@ -96,9 +96,8 @@
 //     backlog (tokens set to minus it: it admits nothing until the farm
 //     has finished the excess, then admits at the new rate; a debt is
 //     never larger than the backlog now: Tick lowers it when the farm
-//     finishes the excess sooner, as when termination cuts its queue --
-//     on sert-shift.yaml a debt kept at its first size would hold the
-//     class at zero for 18 s after the queue is gone); without a
+//     finishes the excess sooner, as when termination cuts its queue);
+//     without a
 //     backlog, from its rate, as the paper cuts (a class its bucket
 //     limits completes what it admits, and cutting from that ratchets
 //     the rate down with every noisy second). Then no further cut of it
@@ -110,21 +109,13 @@
 //     four Ticks (about one Timeout), when these reach further back.
 //     Decision: a farm completes no more than its capacity, so each rate
 //     is a lower bound on it (up to a short window's noise, below) and
-//     the larger is the closer. A
-//     class runs every NReq (100) completions, about 140 ms at 700 req/s,
-//     and over so short a window a Poisson burst of slow requests
-//     (sert-sweep.yaml: 2% at 500 ms, which hold every slot for a few
-//     hundred milliseconds) reads as the farm's capacity: the hold takes
-//     the class to 293 req/s of about 730 and the band increase needs
-//     two seconds to climb back, 40–46% of those seconds' arrivals shed
-//     at 1× load, and termination then cuts requests at a load it must
-//     leave alone. The longer window alone reads low on a ramp, whose
-//     completions grow. (A short window can also read above the capacity,
-//     a run of light requests: 1,023/s over 140 ms on that farm of about
-//     805; the larger is then the short window's, and the debt still
-//     drains the backlog.) A class that runs on its Timeout (a slow farm,
-//     as the capacity shift's 66/s) is measured since that run;
-//     testdata/window.txt pins the rule.
+//     the larger is the closer. A class runs every NReq (100)
+//     completions, a fraction of a second at hundreds of requests a
+//     second, and over so short a window a burst of slow requests reads
+//     as the farm's capacity, so the hold would shed at 1× load; the
+//     longer window alone reads low on a ramp, whose completions grow. A
+//     class that runs on its Timeout (a slow farm) is measured since that
+//     run; testdata/window.txt pins the rule.
 //   - Cut of a less important class (§3.3, same order: least important
 //     above the minimum first, one per run): by adj_lo from its
 //     completions, min(rate, completions/s)/adj_lo, at most once per its
@@ -247,11 +238,9 @@
 // A rule beyond the paper, for the end of an overload: the
 // farm's capacity is back (a size shift or a slowdown is over, a backend
 // returned), the class's rate is still where the overload cut it, and
-// the controller climbs back with the increase above, at most ×1.5 a
-// second, once per run -- and a class cut to a few dozen requests a
-// second runs once per Timeout, on samples that for half a second still
-// include the requests the overload left in flight. A size shift's end
-// (SERT's farm, 1.2× load) took 5 s to give the farm its goodput back.
+// the increase above climbs back at most ×1.5 a second, once per run, on
+// samples that for a while still include the requests the overload left
+// in flight: seconds of idle capacity.
 // TCP's answer is a slow start: a window that doubles each round trip
 // until loss. Here the in-flight limit plays the window's ceiling, and
 // the step is as large as the limit allows.
@@ -288,8 +277,8 @@
 // Then its smoothed percentile restarts at no more than the bound (it
 // described the overload, as a stale average does), and the samples
 // waiting for its next run that came before the window are dropped
-// (those of the requests in flight when the overload ended: 500 ms ones
-// for half a second after a size shift). The run marks stay: the next
+// (those of the requests in flight when the overload ended). The run
+// marks stay: the next
 // run measures since the last. Where the Tick steps, it makes no run.
 // The window is short at high rates, so that the stragglers of an
 // overload's end leave it within a Tick, and as long as 20 completions
@@ -308,21 +297,17 @@
 // of them; such a request met no queue, so it says nothing of what the
 // rate does to a queue (no sample), but its time does say that the farm
 // is fast now. Why the percentile by rank over a Tick's completions: it
-// is the controller's own test; over 20 completions it reads a farm
-// where 10% take twice the target (the shift itself) as far under in
-// about a third of the windows, and then the room test holds the rule
-// back (the in-flight count is at the limit while the slow requests
-// hold it); a stricter count (half the share) refused, in simulation,
-// the window after a size shift's end on 2 stray heavy requests of 74.
+// is the controller's own test; a farm where a tenth of the requests
+// take twice the target can read as far under in some windows, and then
+// the room test holds the rule back (the in-flight count is at the
+// limit while the slow requests hold it); a stricter count refused the
+// window after a size shift's end on a couple of stray heavy requests.
 //
-// What it gives: in the simulation of the size shift's end
-// (TestSizeShiftEnd; control's testdata/recovery-size.txt for every
-// mode) the second after the end is at about the farm's capacity (0.85–
-// 1.14× over six seeds; 0.22× on average without the rule); a flash crowd's class
-// climbs by the limit's room per Tick instead of ×2 a second. Only with
-// the scaled rule and the in-flight limit (sentry's defaults): without
-// a limit nothing brakes a step. testdata/slowstart.txt pins the step
-// and its conditions.
+// The rule acts only with the scaled rule and the in-flight limit
+// (sentry's defaults): without a limit nothing brakes a step.
+// testdata/slowstart.txt pins the step and its conditions;
+// TestSizeShiftEnd and control/testdata/recovery-size.txt check the
+// second after a size shift's end in every mode.
 //
 // # Terminated requests
 //
@@ -335,17 +320,14 @@
 // waited behind it. Counted as a sample at its cut time (at least the
 // termination threshold), the heavy share the controller cannot change
 // keeps the percentile over the target and every class's rate is cut
-// for it (sert-shift.yaml in auto: 0.20× capacity during the shift);
-// testdata/ended.txt pins both.
+// for it; testdata/ended.txt pins both.
 //
-// Config.Scaled false is the paper's rule exactly; the scripts in
-// testdata pin it with hand-computed numbers, and testdata/scaled.txt
-// pins the scaled rule's. sentry's policy picks with
-// admission.adaptive.rule (scaled by default, paper for comparison).
-//
+// Config.Scaled false is the paper's rule exactly (pinned by the scripts
+// in testdata with hand-computed numbers; testdata/scaled.txt pins the
+// scaled rule); admission.adaptive.rule picks (scaled by default).
 // TestPriorityGuaranteeScaled's hard case (gold and silver alone offer
-// exactly the farm's capacity) keeps the farm full (100/s of 100/s; the
-// paper's rule 70/s) with gold's p90 within its target in every second.
+// exactly the farm's capacity) keeps the farm full with gold's p90
+// within its target in every second.
 //
 // # Work conservation
 //
@@ -355,8 +337,8 @@
 // admission.Decision.OverTarget, when the farm is idle for it:
 // Config.Idle, which the owner answers (sentry: a backend has nothing in
 // service and the next request goes to it -- in flight < healthy backends
-// with least-loaded balancing, an empty farm otherwise -- and the measured
-// queue is at most a tenth of the target); without one, the
+// with least-loaded balancing, an empty farm otherwise -- and the queue
+// its latest completions met is under a tenth of the target); without one, the
 // farm holds nothing admitted (the in-flight count ≤ 0). The condition
 // uses no slot count and no service time, which adaptive mode cannot
 // trust. No token is taken and no debt added: the rate keeps governing
@@ -366,10 +348,9 @@
 // does to the farm's queue, and a request that met no queue says nothing
 // of it (counted, a class longer than its target would also flag itself
 // over target, and cut every less important class, at no load); its
-// time is only the slow start's evidence that the farm is fast. Under load no
-// backend is idle, so every verdict is the bucket's and the limit's as
-// before: the scripts and simulations are unchanged with the default
-// Idle, and testdata/idle.txt pins the rule (NoIdle turns it off).
+// time is only the slow start's evidence that the farm is fast. Under
+// load no backend is idle, so every verdict is the bucket's and the
+// limit's; testdata/idle.txt pins the rule (NoIdle turns it off).
 //
 // # Several classes (§3.3)
 //
@@ -414,7 +395,6 @@
 //		c.Observe(1, time.Since(arrival))
 //	}
 //
-// sentry runs it as `admission.mode: adaptive`, and `auto` falls back to
-// it (package control wires both; docs/policy.md, admission.adaptive and
-// admission.fallback).
+// sentry runs it as `admission.mode: adaptive` and as `auto`'s fall-back
+// (package control wires both).
 package adaptive

@@ -112,6 +112,8 @@ type SwitchConfig struct {
 type SwitchStatus struct {
 	Configured Mode
 	Mode       Mode
+	// Forced: the operator holds Mode (Force); the switch's rules wait.
+	Forced bool
 	// Since is when the current mode was entered (zero if never switched).
 	Since time.Time
 	// Utilization is the last observed utilisation (NaN before the first).
@@ -171,7 +173,9 @@ type SwitchStatus struct {
 //     times per MaxRevertAfter + Hold once the cap is reached.
 //
 // Forced modes (batch, threshold, adaptive, off) never switch; the sampler still runs
-// so that the utilisation gauge stays live.
+// so that the utilisation gauge stays live. The same holds for a mode the
+// operator forces at run time (Force, until Unforce), whatever the
+// configured mode.
 //
 // Requests already waiting in a batch queue when the mode flips are still
 // decided by the batch policer; only new requests see the new mode.
@@ -196,6 +200,7 @@ type SwitchStatus struct {
 //	var a admission.Admitter = &admission.Switched{Batch: batch, Threshold: threshold, Switch: sw}
 type Switch struct {
 	mode       atomic.Uint32
+	forced     atomic.Bool   // Force holds mode; observe and Fallback leave it
 	util       atomic.Uint64 // math.Float64bits of the last utilisation
 	toThr      atomic.Uint64
 	toBatch    atomic.Uint64
@@ -287,6 +292,7 @@ func (s *Switch) Status() SwitchStatus {
 	return SwitchStatus{
 		Configured:  s.cfg.Mode,
 		Mode:        s.Mode(),
+		Forced:      s.forced.Load(),
 		Since:       since,
 		Utilization: math.Float64frombits(s.util.Load()),
 		ToThreshold: s.toThr.Load(),
@@ -321,7 +327,7 @@ func (s *Switch) observe(now time.Time, u, rate float64) {
 		return
 	}
 	s.util.Store(math.Float64bits(u))
-	if s.cfg.Mode != ModeAuto {
+	if s.cfg.Mode != ModeAuto || s.forced.Load() {
 		return
 	}
 	if !(rate > 0) || math.IsInf(rate, 0) {
@@ -335,6 +341,10 @@ func (s *Switch) observe(now time.Time, u, rate float64) {
 		return // out of order: ignore rather than corrupt the runs
 	}
 	s.mu.lastSample, s.mu.lastSampleRecorded = now, true
+	if s.forced.Load() { // re-read under mu: Force holds it and resets the runs
+		s.mu.Unlock()
+		return
+	}
 
 	switch cur := s.Mode(); cur {
 	case ModeBatch:
@@ -426,7 +436,7 @@ func (s *Switch) Fallback(now time.Time, to Mode, reason string, kv ...any) bool
 		return false
 	}
 	s.mu.Lock()
-	if s.Mode() != from {
+	if s.Mode() != from || s.forced.Load() {
 		s.mu.Unlock()
 		return false
 	}
@@ -442,6 +452,62 @@ func (s *Switch) Fallback(now time.Time, to Mode, reason string, kv ...any) bool
 		s.cfg.OnSwitch(from, to, now)
 	}
 	return true
+}
+
+// Force holds the switch in mode m -- batch, threshold, adaptive or off
+// -- until Unforce: the operator's override (the admin API), for a
+// configured mode as for auto. Neither the CPU rule nor Fallback moves a
+// forced switch; the sampler goes on, so the utilisation gauge stays
+// live. It returns the mode left. A forced change is not a switch of the
+// switch's own: it is not counted in the switches, logged or passed to
+// OnSwitch (the caller logs who asked). Requests waiting in a batch queue
+// are still decided there (Switched's rule).
+func (s *Switch) Force(m Mode, now time.Time) (from Mode, err error) {
+	switch m {
+	case ModeBatch, ModeThreshold, ModeAdaptive, ModeOff:
+	default:
+		return s.Mode(), fmt.Errorf("admission: cannot force mode %s (want batch, threshold, adaptive or off)", m)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	from = s.Mode()
+	s.forced.Store(true)
+	if from != m {
+		s.enter(m, now)
+	}
+	s.mu.inRun = false
+	return from, nil
+}
+
+// Unforce ends a Force: the switch goes back to its configured mode, or,
+// when that is auto, to batch mode, where the CPU rule and the fall-back
+// start over (as at NewSwitch). It returns the mode it leaves and whether
+// a Force held it.
+func (s *Switch) Unforce(now time.Time) (from Mode, was bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	from = s.Mode()
+	if !s.forced.Load() {
+		return from, false
+	}
+	to := s.cfg.Mode
+	if to == ModeAuto {
+		to = ModeBatch
+	}
+	if from != to {
+		s.enter(to, now)
+	}
+	s.mu.inRun = false
+	s.forced.Store(false)
+	return from, true
+}
+
+// Forced returns the mode a Force holds, if one does.
+func (s *Switch) Forced() (Mode, bool) {
+	if !s.forced.Load() {
+		return 0, false
+	}
+	return s.Mode(), true
 }
 
 // enter moves to mode m at now; s.mu must be held.

@@ -17,6 +17,12 @@ type State interface {
 	// Q is the current estimate of the mean queueing delay at the backends
 	// before service starts (Cataclysm §3.4).
 	Q() time.Duration
+	// QNow is the queueing delay the latest completions met: the same
+	// measurement as Q with a memory of a fraction of a second, so that
+	// it says whether the backends are queueing now. The work-conserving
+	// rule reads it (doc.go, Work conservation); Q, which lags by
+	// seconds, is the test's.
+	QNow() time.Duration
 	// Inflight is the number of requests this sentry has dispatched to the
 	// app's backends and not yet seen finish.
 	Inflight() int64

@@ -423,6 +423,7 @@ func (c *Controller) model(s *snapshot, n int) model {
 		n:    n,
 		load: max(c.st.Inflight(), 0) + c.pending.Load(),
 		q:    float64(c.st.Q()),
+		qNow: float64(c.st.QNow()),
 		rsla: float64(c.st.RSLA()),
 		p:    c.parallelism(s),
 	}
@@ -481,7 +482,7 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64, tier int) admiss
 	// free, the backends are not queueing and nothing of any class waits,
 	// so admitting the request slows down nobody; it only misses its own
 	// target. No mark: nothing failed that the load explains.
-	if m.free(1) && m.quiet(own) && !waiting(s.classes) {
+	if m.quiet(own) && !waiting(s.classes) && c.spare(s.learn && cl.reserve() <= 0, &m, 1, now) {
 		return admittedOver
 	}
 	wait := m.drain(sNs, lim)
@@ -529,7 +530,7 @@ func (c *Controller) early(s *snapshot, idx, n int, sNs float64, tier int) (ok, 
 	if m.admits(1, sNs, b) {
 		return true, false
 	}
-	if m.free(1) && m.quiet(b.own) && !waiting(s.classes) {
+	if m.quiet(b.own) && !waiting(s.classes) && c.spare(s.learn && cl.reserve() <= 0, &m, 1, c.now().UnixNano()) {
 		return true, true
 	}
 	return false, false
@@ -537,7 +538,7 @@ func (c *Controller) early(s *snapshot, idx, n int, sNs float64, tier int) (ok, 
 
 // Spare tells whether one more request of class class would harm nobody
 // now (doc.go, Work conservation): a backend slot is free for it
-// (η + 1 ≤ P), the measured queue is at most a tenth of R_sla (the
+// (η + 1 ≤ P), the queue now (State.QNow) is at most a tenth of R_sla (the
 // budget of a class without a period), no request of any class waits in
 // a queue, and no more important class holds a cascade mark. It looks at no service time: a
 // request admitted there slows down no request in service, whatever its
@@ -558,7 +559,20 @@ func (c *Controller) Spare(class int) bool {
 		return false
 	}
 	m := c.model(s, n)
-	return m.free(1) && m.quiet(m.rsla)
+	return m.quiet(m.rsla) && c.spare(s.learn && s.classes[idx].reserve() <= 0, &m, 1, c.now().UnixNano())
+}
+
+// spare reports whether k more requests fit the slots the work-conserving
+// rule may fill (doc.go, Work conservation): a slot each, η + ⌈k/n⌉ ≤ P
+// (model.free), or, when probe, up to the probe's cap (doc.go, The
+// probe). probe: P is learned and no room is held for a more important
+// class (its reserve, which a free slot passes and a probe need not).
+// now is unix ns.
+func (c *Controller) spare(probe bool, m *model, k int, now int64) bool {
+	if m.free(k) {
+		return true
+	}
+	return probe && m.fill(k) <= c.par.probeCap(m.p, now)
 }
 
 // spareOnly decides a request of the spare-only tier (admission.SpareOnly;
@@ -731,11 +745,12 @@ type runCtx struct {
 	now          int64 // clock nanoseconds
 	noBackend    bool
 	allOrNothing bool
+	learn        bool // P is learned: the work-conserving rule may probe (spare)
 }
 
 // newRun reads the State once for a run. Called with c.run held.
 func (c *Controller) newRun(s *snapshot, now time.Time) runCtx {
-	rc := runCtx{now: now.UnixNano(), allOrNothing: s.allOrNothing}
+	rc := runCtx{now: now.UnixNano(), allOrNothing: s.allOrNothing, learn: s.learn}
 	n := c.st.Healthy()
 	if n <= 0 {
 		rc.noBackend = true
@@ -937,7 +952,7 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 			}
 		}
 		k := got[0] + got[1] + got[2]
-		if k < beta && !others && rc.m.free(beta) && rc.m.quiet(own) {
+		if k < beta && !others && rc.m.quiet(own) && c.spare(rc.learn && cl.reserve() <= 0, &rc.m, beta, rc.now) {
 			// The work-conserving rule (doc.go, Work conservation): the
 			// whole batch finds free slots and nothing else waits; the
 			// rest fails only its own budget. Admit it, marked.
@@ -1062,6 +1077,7 @@ func (c *Controller) Reconfigure(cfg Config) error {
 	s, retired := build(cfg, old, c.states, now)
 	if cfg.Parallelism != old.parallelism || (cfg.LearnParallelism && !old.learn) {
 		c.par.store(cfg.Parallelism)
+		c.par.ceil.Store(0) // the probe's ceiling restarts with it
 	}
 	c.updateReserve(s, now)
 	c.snap.Store(s)

@@ -84,6 +84,34 @@
 // smoothed (EWMA, weight 1/32). The estimator is simple and trusts S; it is
 // off by default.
 //
+// # The probe
+//
+// A learned P rises only from a completion that ran at full speed beside
+// more than P others. For requests the test refuses beside one other at
+// P = 1 (2S > R_sla − d; 3S with the implied queue) only the
+// work-conserving rule admits beyond the first, one per free slot, so P
+// never grew: quick mode (P from 1, target 1 s) before a 1.5 s backend
+// with 8 workers answered one of 8 concurrent requests, for good.
+// Decision, after TCP's slow start: while P is learned the rule fills up
+// to probeFactor (2) · P per backend, its other conditions unchanged,
+// for a class with no room held for the classes above it (reserve 0: the
+// most important, or any with reserve_floor 0 and nothing above asking;
+// a free slot passes the reserve's fill test, a probe need not, and the
+// room is theirs). P is shared: what one class's probes learn, all use.
+// Its completions come back through ObserveSpare: one that took at most
+// 1.05·S beside m requests raises P to m at once (admitted onto backends
+// not queueing, its time measures that concurrency: a bound proven, not
+// a sample to average), so P doubles per service time; one that took
+// 1.25·S or more feeds the EWMA and makes m the ceiling, under which the
+// rule fills for probeHold (30 s) before it probes again. Only the
+// rule's completions jump: a completion the test admitted under load may
+// have met a worker just freed, and jumping on those overshot P
+// (priority_test.go's learned-P case, step_test.go's gold). A configured
+// P is never probed. Harm is bounded: only requests that miss their own
+// target anyway, only while the queue now is quiet, at most P more per
+// backend, for one service time on a backend that shares its workers
+// (docs/algorithms.md §10, The probe; testdata/probe.txt).
+//
 // # The queue at a load step
 //
 // Decision (Config.NoImpliedQueue turns it off): the test for a batch of β
@@ -206,8 +234,9 @@
 // Decision: k requests of class i that fail only the class's own budget
 // are admitted, marked admission.Decision.OverTarget, when all of
 //
-//	η + ⌈k/n⌉ ≤ P                  (model.free: a slot each; the stretch stays 1)
-//	Q ≤ (R_sla − d_i)/10           (model.quiet: the backends are not queueing)
+//	η + ⌈k/n⌉ ≤ P                  (model.free: a slot each; the stretch stays 1;
+//	                                up to 2P while P is learned: The probe)
+//	QNow ≤ (R_sla − d_i)/10        (model.quiet: the backends are not queueing now)
 //	no queue of any class holds a request
 //	no class more important than i holds a cascade mark
 //
@@ -218,19 +247,23 @@
 // passes the reserve's fill test (slack ≥ 0), so only RejectTest becomes
 // an admission. Where: early admission and testNow (k = 1), and a run's
 // decide for the rest of a batch, only when the whole batch fits
-// (η + ⌈β/n⌉ ≤ P before it) and no later bucket of the run waits; the
-// prefix the test passes stays a plain admission. An admission by the
-// rule sets and clears no mark. Q is in the condition because η counts
-// only sentry's own requests: a measured queue means the backends are
-// queueing for a reason the slot count cannot see (another client or
+// (η + ⌈β/n⌉ ≤ P, or the probe's cap, before it) and no later bucket of
+// the run waits; the prefix the test passes stays a plain admission. An admission by the
+// rule sets and clears no mark. A measured queue is in the condition
+// because η counts only sentry's own requests: a queue means the backends
+// are queueing for a reason the slot count cannot see (another client or
 // sentry, a P set too high), and a request on a "free" slot would delay
 // the requests waiting there; a tenth of the budget counts as none, since
 // Server-Timing's service time leaves out the network and the backend's
-// overhead (testdata/overtarget.txt has both cases). Spare exposes
-// the condition (k = 1) for threshold mode. Under overload η ≥ P or
-// something queues, so every verdict is the test's: the existing scripts
-// are unchanged, and testdata/overtarget.txt and overtarget_run.txt pin
-// the rule. Counted per class (classState.overTarget, beside the admitted
+// overhead. Decision: the queue now (State.QNow, the latest
+// completions'), not Q, a mean over seconds that after an overload cut
+// low reads its queue long after the backends stopped queueing (it
+// starved adaptive mode's slow start too; docs/algorithms.md §10).
+// testdata/overtarget.txt has the cases: a queue now refuses, a stale Q
+// does not. Spare exposes the condition (k = 1) for threshold mode.
+// Under overload η ≥ P (2P while probing) or something queues, so every
+// verdict is the test's: the existing scripts are unchanged, and
+// testdata/overtarget.txt and overtarget_run.txt pin the rule. Counted per class (classState.overTarget, beside the admitted
 // count); package control exports sentry_admitted_over_target_total and
 // logs the WARN.
 //

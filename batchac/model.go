@@ -12,6 +12,7 @@ type model struct {
 	n    int     // healthy backends (> 0)
 	load int64   // inflight + admitted-but-not-yet-returned + admitted this run
 	q    float64 // Q
+	qNow float64 // State.QNow: the queue now (quiet)
 	rsla float64 // R_sla
 	p    float64 // P, parallel slots per backend (≥ 1)
 	// qp is the rate, in requests per S per backend, at which the queue η
@@ -32,12 +33,16 @@ func (m *model) eta() float64 { return float64(m.load) / float64(m.n) }
 // max(1, (η + ⌈k/n⌉)/P). With P = 1 and k ≥ 1 it is η + ⌈k/n⌉ exactly, the
 // paper's factor.
 func (m *model) slowdown(k int) float64 {
-	perServer := (k + m.n - 1) / m.n // ⌈k/n⌉
-	f := (m.eta() + float64(perServer)) / m.p
+	f := m.fill(k) / m.p
 	if f < 1 {
 		return 1
 	}
 	return f
+}
+
+// fill is the load per backend once k more requests are in: η + ⌈k/n⌉.
+func (m *model) fill(k int) float64 {
+	return m.eta() + float64((k+m.n-1)/m.n)
 }
 
 // free reports whether k more requests each find a slot of their own:
@@ -52,15 +57,20 @@ func (m *model) free(k int) bool { return m.slowdown(k) <= 1 }
 // still counts as none for the work-conserving rule (model.quiet).
 const quietShare = 0.1
 
-// quiet reports whether the measured queue Q says the backends are not
-// queueing, for a class whose budget is own (R_sla − d): Q ≤ own/10.
-// Why Q at all: the slot count sees only sentry's own requests, and Q is
-// the one signal of a backend that queues for another reason -- another
-// client, another sentry, a P set too high -- where a request on a "free"
-// slot would delay the ones already waiting there. Why a tenth rather
-// than 0: Server-Timing's service time leaves out the network and the
-// backend's own overhead, so Q is rarely exactly 0 on an idle farm.
-func (m *model) quiet(own float64) bool { return m.q <= quietShare*own }
+// quiet reports whether the backends are not queueing now, for a class
+// whose budget is own (R_sla − d): QNow ≤ own/10. Why a queue at all:
+// the slot count sees only sentry's own requests, and the measured queue
+// is the one signal of a backend that queues for another reason --
+// another client, another sentry, a P set too high -- where a request on
+// a "free" slot would delay the ones already waiting there. Why QNow and
+// not Q: Q is a decayed mean over seconds weighted by completions, so
+// after a load has gone (an overload cut to a few requests a second) it
+// reads the queue of the busy seconds for many seconds more, and the rule
+// would refuse requests on a farm that has not queued since. Why a tenth
+// rather than 0: Server-Timing's service time leaves out the network and
+// the backend's own overhead, so the queue is rarely exactly 0 on an idle
+// farm.
+func (m *model) quiet(own float64) bool { return m.qNow <= quietShare*own }
 
 // qAt is the queueing delay the test charges a batch of k requests of
 // inherent service time s: the estimate Q, but never less than the backend

@@ -153,6 +153,12 @@ func (f *simFarm) Q() time.Duration {
 	}
 	return f.est.Q()
 }
+func (f *simFarm) QNow() time.Duration {
+	if !f.sc.realQ || f.inflight == 0 {
+		return 0
+	}
+	return f.est.QNow()
+}
 func (f *simFarm) Inflight() int64     { return f.inflight }
 func (f *simFarm) Healthy() int        { return f.sc.n }
 func (f *simFarm) RSLA() time.Duration { return f.sc.rsla }

@@ -27,8 +27,13 @@ import (
 // Commands:
 //
 //	init classes=gold:100ms,silver:0 rsla=1s n=2 q=10ms inflight=0
-//	     [parallelism=1] [buckets=8] [cap=1024] [all_or_nothing]
-//	                          new controller at t=0 (closing the previous one)
+//	     [parallelism=1] [learn] [buckets=8] [cap=1024] [all_or_nothing]
+//	                          new controller at t=0 (closing the previous one);
+//	                          learn: P is learned (LearnParallelism)
+//	observe inservice=2 s=1500ms took=1500ms [over]
+//	                          a finished request: ObserveService, or with over
+//	                          ObserveSpare (admitted by the work-conserving
+//	                          rule); prints P and the probe's ceiling
 //	reconfigure classes=... [parallelism=] [buckets=] [cap=] [all_or_nothing]
 //	arrive id=a[,b,...] class=gold s=50ms [bucket=0]
 //	                          each arrival calls Admit in its own goroutine and
@@ -37,7 +42,7 @@ import (
 //	advance 100ms             moves the clock; prints t=
 //	tick [advance=D]          Controller.Tick(now); prints which classes ran
 //	                          and every decision the run made
-//	state [inflight=] [n=] [q=] [rsla=] [demand=gold:0.8,...] [means=gold:10ms,...]
+//	state [inflight=] [n=] [q=] [qnow=] [rsla=] [demand=gold:0.8,...] [means=gold:10ms,...]
 //	                          demand is State.Demand in server-seconds/s,
 //	                          means State.MeanS
 //	reserve                   recompute the reserve now; prints each
@@ -86,6 +91,7 @@ func (c *manualClock) Advance(d time.Duration) {
 // fakeState is a State set by the test.
 type fakeState struct {
 	q, rsla  atomic.Int64
+	qNow     atomic.Int64 // ns; < 0: Q's value
 	inflight atomic.Int64
 	n        atomic.Int64
 	demand   [MaxClasses]atomic.Uint64 // float64 bits, by class index
@@ -93,7 +99,15 @@ type fakeState struct {
 	sust     atomic.Uint64             // float64 bits: Sustained
 }
 
-func (s *fakeState) Q() time.Duration    { return time.Duration(s.q.Load()) }
+func (s *fakeState) Q() time.Duration { return time.Duration(s.q.Load()) }
+
+// QNow is Q unless the script sets qnow= (qnow=-1ns: follow q again).
+func (s *fakeState) QNow() time.Duration {
+	if v := s.qNow.Load(); v >= 0 {
+		return time.Duration(v)
+	}
+	return time.Duration(s.q.Load())
+}
 func (s *fakeState) Inflight() int64     { return s.inflight.Load() }
 func (s *fakeState) Healthy() int        { return int(s.n.Load()) }
 func (s *fakeState) RSLA() time.Duration { return time.Duration(s.rsla.Load()) }
@@ -202,6 +216,18 @@ func (h *harness) exec(line string) []string {
 	case "state":
 		h.setState(args)
 		return nil
+	case "observe":
+		in, s, took := int(h.num(args["inservice"])), h.dur(args["s"]), h.dur(args["took"])
+		if _, over := args["over"]; over {
+			h.c.ObserveSpare(in, s, took)
+		} else {
+			h.c.ObserveService(in, s, took)
+		}
+		ceil := "-"
+		if m := h.c.par.ceil.Load(); m > 0 && h.clock.Now().UnixNano() < h.c.par.ceilUntil.Load() {
+			ceil = fmt.Sprintf("%d until t=%v", m, time.Unix(0, h.c.par.ceilUntil.Load()).Sub(h.t0))
+		}
+		return []string{fmt.Sprintf("P=%.4g ceiling=%s", h.c.Parallelism(), ceil)}
 	case "reserve":
 		h.c.run.Lock()
 		s := h.c.snap.Load()
@@ -283,6 +309,7 @@ func (h *harness) config(args map[string]string) Config {
 		cfg.QueueCap = int(h.num(v))
 	}
 	_, cfg.AllOrNothing = args["all_or_nothing"]
+	_, cfg.LearnParallelism = args["learn"]
 	// The scripts test the policer's runs: arrivals wait for them unless
 	// the script says early (StrictPeriods off, the production default).
 	_, early := args["early"]
@@ -308,6 +335,8 @@ func (h *harness) setState(args map[string]string) {
 			h.st.n.Store(h.num(v))
 		case "q":
 			h.st.q.Store(int64(h.dur(v)))
+		case "qnow": // the queue now (QNow), when it differs from Q
+			h.st.qNow.Store(int64(h.dur(v)))
 		case "rsla":
 			h.st.rsla.Store(int64(h.dur(v)))
 		case "demand": // class:work,... in server-seconds per second
@@ -330,7 +359,7 @@ func (h *harness) setState(args map[string]string) {
 				name, d, _ := strings.Cut(spec, ":")
 				h.st.means[h.classIndex(name)].Store(int64(h.dur(d)))
 			}
-		case "classes", "parallelism", "buckets", "cap", "all_or_nothing", "no_reserve", "no_implied_queue", "floor", "early":
+		case "classes", "parallelism", "learn", "buckets", "cap", "all_or_nothing", "no_reserve", "no_implied_queue", "floor", "early":
 		default:
 			h.fatalf("unknown state key %q", k)
 		}
@@ -342,6 +371,7 @@ func (h *harness) init(args map[string]string) []string {
 	h.t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	h.clock = &manualClock{t: h.t0}
 	h.st = &fakeState{}
+	h.st.qNow.Store(-1)
 	h.st.n.Store(1)
 	h.st.rsla.Store(int64(time.Second))
 	h.cfg = h.config(args)

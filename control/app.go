@@ -451,7 +451,14 @@ func (a *App) Done(tk *admission.Ticket, r admission.Result) {
 	// backend, waiting for a slot included: max(1, m/P)·S. So it learns
 	// from the measured time, not from measured − queue (which is ≈ S
 	// whatever the load, and would let P grow without bound).
-	if tk.S > 0 && r.InService > 0 {
+	switch {
+	case tk.S <= 0 || r.InService <= 0:
+	case tk.OverTarget:
+		// The probe's evidence (batchac's doc.go, The probe): admitted on
+		// a backend that was not queueing, its time measures the
+		// concurrency it ran at.
+		a.batch.ObserveSpare(r.InService, tk.S, r.Measured)
+	default:
 		a.batch.ObserveService(r.InService, tk.S, r.Measured)
 	}
 	if !tk.OverTarget {
@@ -495,12 +502,25 @@ func (a *App) Q() time.Duration {
 }
 func (a *App) Inflight() int64 { return a.pool.Load().Inflight() }
 
+// QNow is the queueing delay the latest completions met
+// (estimator.QNow): whether the backends are queueing now, the
+// work-conserving rule's test (Idle, batchac's model.quiet). 0 with
+// nothing in flight, as Q.
+func (a *App) QNow() time.Duration {
+	if a.pool.Load().Inflight() == 0 {
+		return 0
+	}
+	return a.est.QNow()
+}
+
 // Idle is adaptive mode's view of "admitting one more request harms
 // nobody" (adaptive.Config.Idle; adaptive's doc.go, "Work conservation"):
 // a backend has nothing in service and the next request goes to it, and
-// the backends are not queueing (the measured queue Q is at most a tenth
-// of R_sla, as batchac's rule has it: the in-flight count sees only
-// sentry's own requests). With least-loaded balancing the first is fewer
+// the backends are not queueing now (QNow, the queue the latest
+// completions met, is at most a tenth of R_sla, as batchac's rule has it:
+// the in-flight count sees only sentry's own requests; Q, a mean over
+// seconds, still read an overload's queue for seconds after its end, and
+// starved adaptive mode's slow start of these admissions). With least-loaded balancing the first is fewer
 // requests in flight than healthy backends; with round robin or p2c,
 // which may send it to a busy one, only an empty farm. It uses no slot
 // count or service time: adaptive mode runs where those may be wrong.
@@ -514,7 +534,7 @@ func (a *App) Idle() bool {
 	case a.cfg.Load().leastLoaded && in >= int64(n), !a.cfg.Load().leastLoaded && in > 0:
 		return false
 	}
-	return a.Q() <= time.Duration(a.rsla.Load())/10
+	return a.QNow() <= time.Duration(a.rsla.Load())/10
 }
 func (a *App) Healthy() int           { return a.pool.Load().Healthy() }
 func (a *App) RSLA() time.Duration    { return time.Duration(a.rsla.Load()) }

@@ -191,6 +191,7 @@ func TestTickFollowsQoSTable(t *testing.T) {
 	var nowNs atomic.Int64
 	nowNs.Store(time.Unix(1000, 0).UnixNano())
 	m, _ := newManager(t, func() time.Time { return time.Unix(0, nowNs.Load()) })
+	m.noMonitor = true // the test ticks; the monitor's own ticks would race it
 	clock := time.Unix(1000, 0)
 	pool := &fakePool{}
 	pool.healthy.Store(1)
@@ -361,9 +362,10 @@ func TestProbeOverridesRejection(t *testing.T) {
 	clock := func() time.Time { return time.Unix(0, nowNs.Load()) }
 	pool := &fakePool{}
 	_, a := buildBatchApp(t, clock, pool, func(ac *policy.App) { ac.Classes[0].Period = 0 })
-	// A busy farm (its one slot taken): on an idle one the work-conserving
-	// rule admits the heavy request over target, and no probe is needed.
-	pool.inflight.Store(1)
+	// A busy farm (its one slot taken twice over: P is learned, and the
+	// work-conserving rule's probe fills up to 2P): on an idle one the rule
+	// admits the heavy request over target, and no probe is needed.
+	pool.inflight.Store(2)
 	key := []byte("/checkout/x")
 	a.Done(&admission.Ticket{Class: 0, Key: key, Arrival: clock().Add(-5 * time.Second)}, admission.Result{ServerTiming: []byte("cpu;dur=5000"), Measured: 5 * time.Second, InService: 1, End: clock()})
 	heavy := func() admission.Verdict {
@@ -470,9 +472,10 @@ func TestParkAccountsOnce(t *testing.T) {
 
 	// A rejection that rests on the estimate is overridden by a due probe
 	// when the parked decision is taken, as in Admit. The farm is busy
-	// (its one slot taken), or the work-conserving rule would admit the
-	// heavy request over target.
-	pool.inflight.Store(1)
+	// (its one slot taken twice over: P is learned, and the rule's probe
+	// fills up to 2P), or the work-conserving rule would admit the heavy
+	// request over target.
+	pool.inflight.Store(2)
 	heavy := []byte("/heavy")
 	a.Done(&admission.Ticket{Class: 1, Key: heavy, Arrival: clock().Add(-5 * time.Second)}, admission.Result{ServerTiming: []byte("cpu;dur=5000"), Measured: 5 * time.Second, InService: 1, End: clock()})
 	hr := &admission.Request{Class: 1, S: 5 * time.Second, Key: heavy}

@@ -40,7 +40,8 @@
 // Every mode admits a request that misses only its own target when
 // admitting it harms nobody (docs/algorithms.md §10): batchac does so
 // itself, threshold mode's guard asks batchac.Spare, adaptive mode asks
-// App.Idle (a backend with nothing in service, Q ≤ R_sla/10). account sees the mark
+// App.Idle (a backend with nothing in service, and the queue the latest
+// completions met, App.QNow, ≤ R_sla/10). account sees the mark
 // (Decision.OverTarget) once per request and counts it per class,
 // sentry_admitted_over_target_total{app,class}, and logs one WARN per
 // class at most once a minute (a compare-and-swap on the last time picks
@@ -52,9 +53,10 @@
 // time is its own service time, known to be over the target when it was
 // admitted, so it says nothing of the load, and counted it would cut the
 // learned capacity and tip auto into adaptive mode with the farm idle.
-// It still feeds the estimator, the parallelism model, its class's own
-// percentile gauge, and adaptive mode's slow start, as evidence that the
-// farm is fast.
+// It still feeds the estimator, the parallelism model (through
+// batchac.ObserveSpare: the probe's evidence, batchac's doc.go), its
+// class's own percentile gauge, and adaptive mode's slow start, as
+// evidence that the farm is fast.
 //
 // # Once per second (monitor)
 //
@@ -266,11 +268,26 @@
 // 5 ms by the request that finds it stale (compare-and-swap on its time);
 // every other request does two atomic loads. No lock.
 //
+// # Forced modes (force.go)
+//
+// The operator may hold an app in batch, threshold, adaptive or off mode
+// at run time (App.Force; the admin API, docs/operations.md "Runtime
+// control"), whatever the policy says, until App.Unforce or a reload
+// that rebuilds the mode switch; the admin API unforces on every reload.
+// The Switch does the holding (admission.Switch.Force): one atomic load
+// per request as before, the CPU rule and the fall-back wait, and the
+// fall-back's window restarts on either side. Forced into adaptive mode,
+// the controller is seeded as the fall-back seeds it. An app whose
+// policy mode is off still has its whole stack -- classifier, estimator,
+// the three controllers -- and the request path asks it for every
+// decision (off answers at once), so a forced mode reaches it too.
+//
 // # Lock order
 //
 // Manager.mu, then App.mu, then provState.mu (a leaf). None is taken on
 // the request path. The fall-back state's lock (App.fb) is taken by the
-// monitor alone, then the Switch's inside Switch.Fallback. In adaptive
+// monitor and by Force and Unforce, then the Switch's inside
+// Switch.Fallback, Force or Unforce. In adaptive
 // mode, Done takes the adaptive controller's lock (one short section per
 // completion). One
 // callback runs under Manager.mu: a reload's batchac.Reconfigure decides the

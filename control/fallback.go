@@ -55,9 +55,9 @@ func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Dur
 	last := a.fb.last
 	a.fb.last = mode
 	f := cfg.fallback
-	if sw.Configured() != admission.ModeAuto || !f.Enabled || mode != last {
-		// Not auto, or the mode changed within the window: the window
-		// belongs to no one mode.
+	if _, forced := sw.Forced(); forced || sw.Configured() != admission.ModeAuto || !f.Enabled || mode != last {
+		// Not auto (or the operator holds a mode: Force), or the mode
+		// changed within the window: the window belongs to no one mode.
 		a.fb.bad, a.fb.calm = 0, 0
 		return
 	}

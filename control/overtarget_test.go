@@ -145,8 +145,9 @@ func TestOverTargetEveryMode(t *testing.T) {
 			a.Done(&admission.Ticket{Class: 0, Key: key, S: 1500 * time.Millisecond, Arrival: ck.now().Add(-1500 * time.Millisecond), OverTarget: true, Mode: a.Mode()},
 				admission.Result{ServerTiming: []byte("cpu;dur=1500"), Measured: 1500 * time.Millisecond, InService: 1, End: ck.now()})
 
-			// A busy farm (its one slot taken): the mode's own verdict.
-			pool.inflight.Store(1)
+			// A busy farm (its one slot taken twice over: P is learned, and
+			// the rule's probe fills up to 2P): the mode's own verdict.
+			pool.inflight.Store(2)
 			before := overCount(t, reg, "shop", "gold")
 			if d := admit(); d.Verdict != tc.busy {
 				t.Fatalf("busy farm: %+v, want %v", d, tc.busy)

@@ -64,8 +64,9 @@ func startInproc(t *testing.T, policyYAML string) *inproc {
 }
 
 // hammer runs workers looping GETs over paths (round robin) for d, with
-// per-request headers from hdr. It returns per-status counts.
-func hammer(t *testing.T, base string, workers int, d time.Duration, paths []string, hdr map[string]string) map[int]int {
+// per-request headers from hdr; seen, when not nil, sees each response
+// before its body is read. It returns per-status counts.
+func hammer(t *testing.T, base string, workers int, d time.Duration, paths []string, hdr map[string]string, seen func(path string, resp *http.Response)) map[int]int {
 	t.Helper()
 	var mu sync.Mutex
 	counts := map[int]int{}
@@ -84,6 +85,9 @@ func hammer(t *testing.T, base string, workers int, d time.Duration, paths []str
 				resp, err := client.Do(req)
 				code := 0
 				if err == nil {
+					if seen != nil {
+						seen(paths[i%len(paths)], resp)
+					}
 					io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 					code = resp.StatusCode

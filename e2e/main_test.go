@@ -14,8 +14,11 @@ import (
 	"time"
 )
 
-// sentryBin is the binary built once for the end-to-end tests.
-var sentryBin string
+// sentryBin is the binary built once for the end-to-end tests;
+// sentriesBin and autoscaleBin are e2e/cmd/sentries and e2e/cmd/autoscale,
+// the harnesses of the several-sentries and closed-loop experiments,
+// built with it (without -race: see TestSeveralSentriesShareAFarm).
+var sentryBin, sentriesBin, autoscaleBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sentry-e2e-")
@@ -23,8 +26,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	sentryBin = filepath.Join(dir, "sentry")
-	build := exec.Command("go", "build", "-o", sentryBin, "../cmd/sentry")
+	sentryBin, sentriesBin, autoscaleBin = filepath.Join(dir, "sentry"), filepath.Join(dir, "sentries"), filepath.Join(dir, "autoscale")
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../cmd/sentry", "./cmd/sentries", "./cmd/autoscale")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building sentry:", err)

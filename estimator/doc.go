@@ -24,6 +24,30 @@
 // identified exactly; about a sixth of a sustained rise in queueing lands
 // in S with the default half-lives.
 //
+// # The queue now
+//
+// QNow is the same queue samples (from the same source as Q: reported
+// while they arrive, else fallback) as an exponential average over
+// completions: each completion a step of gain 1/8 (RFC 6298's gain for
+// the smoothed round-trip time), and the old mean's weight also halves
+// every 250 ms, so about the last eight completions or those of the last
+// fraction of a second, whichever are fewer (at a completion every 1.5 s
+// the latest one is most of it). It answers whether the backends are
+// queueing now; admission's work-conserving rule reads it (a request that
+// misses only its own target is admitted on a free slot only while the
+// backends are not queueing, docs/algorithms.md §10). Decision: not Q for
+// that. Q weights each second by its completions: after five seconds of a
+// 200 ms queue at 1,000 completions a second and then no queue at 50 a
+// second (adaptive mode's cut during an overload), Q still reads more
+// than 25 ms three seconds later, and a time half-life of 250 ms alone
+// would take 1.8 s; QNow is under 25 ms within 16 completions. Both
+// memories, because at one completion every 1.5 s the steps alone kept a
+// queue of seconds ago for 16 completions (24 s); QNow forgets it in one
+// or two (TestQueueNow).
+// The refresh folds each batch of completions in as equal steps (a sample
+// still pending from before the last refresh counts as new: at very low
+// rates QNow can lag by one completion).
+//
 // # Averaging
 //
 // Every average is time-decayed: a sample of age a has weight 2^(-a/H), so

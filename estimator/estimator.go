@@ -24,6 +24,7 @@ type Estimator struct {
 
 	// Results of the last refresh, float64 bits.
 	q       atomic.Uint64 // ns
+	qNow    atomic.Uint64 // ns: QNow
 	appMean atomic.Uint64 // ns, all classes together
 	appW    atomic.Uint64
 	alpha   atomic.Uint64
@@ -32,8 +33,11 @@ type Estimator struct {
 
 	agg struct { // refresh; lock order: agg.Mutex, then one shard at a time
 		sync.Mutex
-		scratch []dstat
-		fresh   []dstat // by class id: the S samples new since the last refresh
+		// qRepNow, qFbNow: QNow's means of the reported and fallback
+		// queue samples, each completion a step (queueNowFold).
+		qRepNow, qFbNow dstat
+		scratch         []dstat
+		fresh           []dstat // by class id: the S samples new since the last refresh
 	}
 
 	mu struct { // Reconfigure; lock order: mu, then one shard at a time
@@ -112,7 +116,10 @@ type shard struct {
 		cls  []batched // per class id: every S sample of the class in this shard
 		qRep batched   // reported queue;dur samples
 		qFb  batched   // fallback queueing samples: measured − Ŝ(key)
-		fit  fitState
+		// The same samples for QNow: only their pending sums, which
+		// the refresh takes (batched.take).
+		qRepNow, qFbNow batched
+		fit             fitState
 	}
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -320,6 +327,7 @@ func (e *Estimator) observe(class int, key []byte, o *obs, now int64) {
 	sh.mu.Lock()
 	if o.hasQ {
 		sh.mu.qRep.add(o.q)
+		sh.mu.qRepNow.add(o.q)
 	}
 	if o.fit {
 		sh.mu.fit.pend.add(o.fx, o.fy)
@@ -357,6 +365,7 @@ func (e *Estimator) observe(class int, key []byte, o *obs, now int64) {
 				// "Outliers" in doc.go).
 				m := winsorise(o.measured, o.q+en.st.mean)
 				sh.mu.qFb.add(max(0, m-en.st.mean))
+				sh.mu.qFbNow.add(max(0, m-en.st.mean))
 			}
 			if en.st.w > 0 {
 				// A grown-up key's sample counts as at most Tail·mean +
@@ -485,7 +494,7 @@ func (e *Estimator) refresh(sn *snapshot, now int64) {
 	fresh := e.agg.fresh[:len(sn.all)]
 	clear(acc)
 	clear(fresh)
-	var qRep, qFb dstat
+	var qRep, qFb, newRep, newFb dstat
 	var fit fitAcc
 	for i := range e.shards {
 		sh := &e.shards[i]
@@ -496,6 +505,8 @@ func (e *Estimator) refresh(sn *snapshot, now int64) {
 		}
 		qRep.merge(sh.mu.qRep.fold(now, sn.invQHalf))
 		qFb.merge(sh.mu.qFb.fold(now, sn.invQHalf))
+		newRep.merge(sh.mu.qRepNow.take(now))
+		newFb.merge(sh.mu.qFbNow.take(now))
 		sh.mu.fit.acc.fold(&sh.mu.fit.pend, now, sn.invHalf)
 		fit.mergeAt(sh.mu.fit.acc, now, sn.invHalf)
 		sh.mu.Unlock()
@@ -533,16 +544,22 @@ func (e *Estimator) refresh(sn *snapshot, now int64) {
 		e.appMean.Store(math.Float64bits(appSum / appW))
 	}
 	e.appW.Store(math.Float64bits(appW))
-	var q float64
+	e.agg.qRepNow.queueNowFold(newRep, now)
+	e.agg.qFbNow.queueNowFold(newFb, now)
+	// QNow takes its samples from the same source as Q: reported queues
+	// while they arrive (Q's weight decides, so that QNow's short memory
+	// does not flip between the two sources), else the fallback samples.
+	var q, qNow float64
 	switch {
 	case qRep.w >= 1:
-		q = qRep.mean
+		q, qNow = qRep.mean, e.agg.qRepNow.mean
 	case qFb.w > 0:
-		q = qFb.mean
+		q, qNow = qFb.mean, e.agg.qFbNow.mean
 	default:
-		q = qRep.mean
+		q, qNow = qRep.mean, e.agg.qRepNow.mean
 	}
 	e.q.Store(math.Float64bits(q))
+	e.qNow.Store(math.Float64bits(qNow))
 	if sn.cfg.FitAlpha {
 		if a, ok := fit.slope(20); ok {
 			e.alpha.Store(math.Float64bits(max(0, a)))
@@ -555,6 +572,49 @@ func (e *Estimator) refresh(sn *snapshot, now int64) {
 // otherwise of fallback queueing samples. It is as of the last refresh.
 func (e *Estimator) Q() time.Duration {
 	return time.Duration(math.Float64frombits(e.q.Load()))
+}
+
+// QNow's memory (doc.go, "The queue now"): each completion is a step of
+// gain QueueNowGain (RFC 6298's gain for the smoothed round-trip time),
+// and the old mean's weight also halves every QueueNowHalfLife, so that
+// QNow is about the last eight completions or the last fraction of a
+// second of them, whichever is fewer.
+const (
+	QueueNowGain     = 1.0 / 8
+	QueueNowHalfLife = 250 * time.Millisecond
+)
+
+// queueNowFold folds a refresh's new queue samples b (every shard's, as
+// one batch of b.w completions, at now) into d, QNow's mean: the old mean
+// keeps (1 − g)^n of its weight for the n completions and 2^(−Δt/H) for
+// the time since its last update, and the batch, its samples taken as
+// equal, gets the weight of n steps of gain g, (1 − (1 − g)^n)/g; so d's
+// weight stays at most 1/g. Called with e.agg held.
+func (d *dstat) queueNowFold(b dstat, now int64) {
+	if b.w <= 0 {
+		return
+	}
+	steps := math.Pow(1-QueueNowGain, b.w)
+	keep := steps * decay(d.last, now, 1/float64(QueueNowHalfLife))
+	w := (1 - steps) / QueueNowGain
+	b.m2 *= w / b.w
+	b.w = w
+	d.w *= keep
+	d.m2 *= keep
+	d.merge(b)
+	d.last = now
+}
+
+// QNow returns the queueing delay the latest completions met: the same
+// samples as Q (reported queue;dur while they arrive, else the fallback
+// samples), as a mean over about the last 1/QueueNowGain (8) completions
+// or the last few QueueNowHalfLife (250 ms) of them, whichever is fewer,
+// as of the last refresh (doc.go, "The queue now").
+// Q answers what queue a request should expect over the next seconds,
+// and is the batch test's; QNow answers whether the backends are queueing
+// now, and is the work-conserving rule's.
+func (e *Estimator) QNow() time.Duration {
+	return time.Duration(math.Float64frombits(e.qNow.Load()))
 }
 
 // Alpha returns the α in use: Config.Alpha, or the fitted value.

@@ -156,6 +156,89 @@ func TestQueueEstimate(t *testing.T) {
 	}
 }
 
+// TestQueueNow: QNow is the queue the latest completions met. After five
+// seconds of a queue of 200ms at 1,000 completions a second, the load is
+// cut to 50 a second and the queue is gone (the end of an overload that
+// adaptive mode had cut). Q, Config.QueueHalfLife's mean weighted by
+// completions, still reads more than a tenth of a 250ms target (25ms)
+// seconds later; QNow is under it within a second. QNow takes the same
+// source as Q (reported queues while they arrive, else the fallback
+// samples), and a queue that comes back shows in it within a few
+// completions.
+func TestQueueNow(t *testing.T) {
+	c := newClock()
+	e := mustNew(t, Config{})
+	k := []byte("/k")
+	for range 5000 {
+		c.advance(time.Millisecond)
+		e.Observe(0, k, ms(5), ms(200), c.now())
+	}
+	e.Refresh(c.now())
+	if q, qn := e.Q(), e.QNow(); relErr(q, ms(200)) > 0.01 || relErr(qn, ms(200)) > 0.01 {
+		t.Fatalf("under the queue: Q %v QNow %v, want 200ms", q, qn)
+	}
+	quiet := func() (sec float64) {
+		for i := 1; ; i++ {
+			c.advance(20 * time.Millisecond)
+			e.Observe(0, k, ms(5), 0, c.now())
+			if e.QNow() <= ms(25) {
+				return float64(i) * 0.02
+			}
+			if i > 500 {
+				t.Fatalf("QNow %v after 10s without a queue", e.QNow())
+			}
+		}
+	}
+	if sec := quiet(); sec > 1 {
+		t.Fatalf("QNow under 25ms after %.2fs, want within 1s", sec)
+	}
+	if q := e.Q(); q <= ms(25) {
+		t.Fatalf("Q %v: the test no longer shows the lag QNow is for", q)
+	}
+	for range 100 { // 2s more: Q lags still
+		c.advance(20 * time.Millisecond)
+		e.Observe(0, k, ms(5), 0, c.now())
+	}
+	if q := e.Q(); q <= ms(25) {
+		t.Fatalf("Q %v 3s after the queue ended", q)
+	}
+	// The queue comes back: five completions show it.
+	for range 5 {
+		c.advance(20 * time.Millisecond)
+		e.Observe(0, k, ms(5), ms(200), c.now())
+	}
+	e.Refresh(c.now())
+	if qn := e.QNow(); qn <= ms(25) {
+		t.Fatalf("QNow %v after five completions that queued 200ms", qn)
+	}
+
+	// At a completion every 1.5s (slow requests one at a time), the time
+	// half-life forgets a queue within two completions, where eight steps
+	// of gain 1/8 alone would take 16 of them (24s).
+	for range 8 {
+		c.advance(1500 * time.Millisecond)
+		e.Observe(0, k, ms(1500), ms(1500), c.now())
+	}
+	e.Refresh(c.now())
+	for i := 1; e.QNow() > ms(25); i++ {
+		if i > 2 {
+			t.Fatalf("QNow %v after %d completions without a queue, 1.5s apart", e.QNow(), i-1)
+		}
+		c.advance(1500 * time.Millisecond)
+		e.Observe(0, k, ms(1500), 0, c.now())
+		e.Refresh(c.now())
+	}
+
+	// Fallback samples (no Server-Timing) feed it as they feed Q.
+	f := mustNew(t, Config{})
+	f.ObserveMeasured(0, k, ms(50), c.now())
+	f.ObserveMeasured(0, k, ms(80), c.now())
+	f.Refresh(c.now())
+	if f.QNow() != ms(30) || f.Q() != ms(30) {
+		t.Fatalf("fallback: Q %v QNow %v, want 30ms", f.Q(), f.QNow())
+	}
+}
+
 func TestObserveTiming(t *testing.T) {
 	c := newClock()
 	e := mustNew(t, Config{Alpha: 0.5})

@@ -139,6 +139,14 @@ func (b *batched) pending(now int64) dstat {
 	return dstat{w: b.n, mean: b.k + b.s1/b.n, m2: max(0, b.s2-b.s1*b.s1/b.n), last: now}
 }
 
+// take returns the pending batch as a dstat at now and clears it,
+// leaving d as it is: for a statistic that is not decayed by time (QNow).
+func (b *batched) take(now int64) dstat {
+	p := b.pending(now)
+	b.n, b.s1, b.s2 = 0, 0, 0
+	return p
+}
+
 // fold merges the pending batch into d at now and returns d as of now.
 func (b *batched) fold(now int64, invHalf float64) dstat {
 	d := b.d.at(now, invHalf)

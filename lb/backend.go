@@ -20,6 +20,8 @@ type backendHot struct {
 	failures     atomic.Uint64
 	pool         *Pool
 	down         atomic.Bool // active checks say down
+	// admin is the operator's State (low bits) and notedBit (state.go).
+	admin atomic.Uint32
 }
 
 // backendCold is identity and health bookkeeping, off the hot line.
@@ -65,11 +67,15 @@ func (b *Backend) Addr() string { return b.addr }
 // Inflight returns the backend's in-flight requests (picked, not released).
 func (b *Backend) Inflight() int64 { return b.inflight.Load() }
 
-// Healthy reports whether the backend can be picked now: not marked down
-// by active checks and not passively ejected.
+// Healthy reports whether the backend's health lets it be picked now:
+// not marked down by active checks and not passively ejected. The
+// operator's State is apart: a drained backend may be healthy.
 func (b *Backend) Healthy() bool {
-	now := lazyNow{f: b.pool.cfg.Load().now}
-	return b.eligible(&now)
+	if b.down.Load() {
+		return false
+	}
+	u := b.ejectedUntil.Load()
+	return u == 0 || u <= b.pool.cfg.Load().now().UnixNano()
 }
 
 // Requests returns the number of requests released on this backend.
@@ -105,10 +111,10 @@ func (l *lazyNow) nanos() int64 {
 	return l.t
 }
 
-// eligible reports whether b may be picked at now: not down and not
-// within an ejection.
+// eligible reports whether b may be picked at now: in rotation (the
+// operator's State is Enabled), not down and not within an ejection.
 func (b *Backend) eligible(now *lazyNow) bool {
-	if b.down.Load() {
+	if b.down.Load() || b.admin.Load() != 0 {
 		return false
 	}
 	u := b.ejectedUntil.Load()

@@ -108,6 +108,35 @@
 // TestReachEndsEjection, TestProbeEndsEjection, TestTransitionProbes,
 // TestRunProbesTransitionsFast.
 //
+// # Operator state
+//
+// Apart from health, each backend has the operator's State (the admin
+// API's drain, disable and enable; SetState): Enabled, the default;
+// Draining, out of rotation while its requests in flight finish, its
+// health checks going on; Disabled, out of rotation and out of the
+// health checks (maintenance: no probe, no Reach, so a backend stopped
+// on purpose is not reported down). Both take it out of the available
+// set at once, and so out of Healthy's count: the admission test's n
+// counts only backends that take new requests. A pick reads the state
+// on the backend's hot line (one more atomic load, in the line it reads
+// anyway), so every engine -- they all pick from the pool -- sees the
+// change on its next pick; a pick that raced the change and chose from
+// the old set is caught by the check every pick makes.
+//
+// The owner keeps no idle connection to a backend out of rotation:
+// Options.Quiesce is called when the state is set, and again each time
+// the last request in flight to it is released (Release sees it from
+// the count it decrements, one load more only when that count reaches
+// 0); the pool logs "backend drained" once per drain. Leaving Disabled
+// with active checks on, the backend's health is unknown, so it comes
+// back down, one passing probe short of its rise, and Run probes it at
+// once (HAProxy's checks do the same for a server leaving maintenance).
+// The state belongs to the member: it lasts across Reconfigure, and an
+// address that leaves and joins again is Enabled. Decision: no timer
+// and no state outside the backend: the drain ends when the count says
+// so, and what turns a state back (a policy reload, for the admin API)
+// is the caller's.
+//
 // # Membership
 //
 // SetAddrs (and DNS re-resolution, and Partition) build a new membership
@@ -147,7 +176,7 @@
 //	Pool.checkMu  serialises probe rounds; held while Probe runs
 //	Pool.mu       membership bookkeeping and the reconfigure signal; leaf
 //	Pool.availMu  serialises rebuilds of the available set; leaf
-//	Backend.mu    health transitions and rise/fall counts; leaf
+//	Backend.mu    health transitions, rise/fall counts and SetState; leaf
 //
 // Order: Pool.checkMu before Backend.mu and Pool.availMu; no other lock is
 // ever held while taking another. Attach, Detach, Resolve and Now are never

@@ -130,6 +130,15 @@ type Options struct {
 	// requests in flight). Every Attach is matched by exactly one Detach.
 	// Optional; same restrictions as Attach.
 	Detach func(addr string, attachment any)
+	// Quiesce is told when the operator takes a backend out of rotation
+	// or puts it back (SetState): out is true when it is set Draining or
+	// Disabled -- and again each time its last request in flight is
+	// released while it is out -- and false when it is Enabled again.
+	// The owner closes its idle connections to an out backend and keeps
+	// none. Optional. It is called with no lock held, on the goroutine
+	// that set the state or released the request (the request path), so
+	// it must not block.
+	Quiesce func(addr string, attachment any, out bool)
 
 	// Now is the clock; default time.Now.
 	Now func() time.Time
@@ -155,6 +164,7 @@ type config struct {
 	part            Partition
 	attach          func(addr string) any
 	detach          func(addr string, attachment any)
+	quiesce         func(addr string, attachment any, out bool)
 	now             func() time.Time
 	rand            func() uint64
 	log             hclog.Logger
@@ -171,6 +181,7 @@ func newConfig(o Options) *config {
 		part:            o.Partition,
 		attach:          o.Attach,
 		detach:          o.Detach,
+		quiesce:         o.Quiesce,
 		now:             o.Now,
 		rand:            o.Rand,
 		log:             o.Logger,

@@ -50,6 +50,9 @@ type Pool struct {
 	resolveFailing atomic.Bool
 	checkMu        sync.Mutex // serialises probe rounds; never taken on the request path
 	availMu        sync.Mutex // serialises rebuilds of avail
+	// probeNow asks the active checks for a round at once (a backend
+	// leaving Disabled: state.go); buffered, never blocks.
+	probeNow chan struct{}
 
 	// mu guards membership changes and the reconfiguration signal.
 	mu struct {
@@ -64,7 +67,7 @@ type Pool struct {
 // NewPool returns a pool with opts and the initial addresses addrs.
 // Attach is called for each address before NewPool returns.
 func NewPool(opts Options, addrs []string) *Pool {
-	p := &Pool{}
+	p := &Pool{probeNow: make(chan struct{}, 1)}
 	p.cfg.Store(newConfig(opts))
 	p.members.Store(&members{})
 	p.avail.Store(&availSet{expires: noExpiry})
@@ -205,7 +208,7 @@ func (p *Pool) refreshLocked(now int64) {
 	expires := int64(noExpiry)
 	list, copied := bs, false // share members' slice while everyone is available
 	for i, b := range bs {
-		out := b.down.Load()
+		out := b.down.Load() || b.admin.Load() != 0
 		if u := b.ejectedUntil.Load(); u > now {
 			out = true
 			expires = min(expires, u)
@@ -231,9 +234,12 @@ func (p *Pool) release(b *Backend, ok, force bool) {
 		return
 	}
 	bp := b.pool // the owner, even if the caller mixed pools up
-	b.inflight.Add(-1)
+	n := b.inflight.Add(-1)
 	bp.inflight.Add(-1)
 	b.requests.Add(1)
+	if n == 0 && b.admin.Load() != 0 {
+		bp.quiesced(b) // the last request in flight to a backend out of rotation
+	}
 	if ok {
 		if b.consec.Load() != 0 || b.ejectedUntil.Load() != 0 {
 			bp.succeeded(b)

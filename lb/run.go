@@ -100,6 +100,8 @@ func (p *Pool) activeLoop(ctx context.Context) {
 			return
 		case <-reconf:
 			wake = true
+		case <-p.probeNow:
+			wake = true
 		case <-tick:
 		}
 	}
@@ -109,7 +111,7 @@ func (p *Pool) activeLoop(ctx context.Context) {
 // towards a change.
 func (p *Pool) inTransition() bool {
 	for _, b := range p.members.Load().list {
-		if b.transitional() {
+		if b.State() != Disabled && b.transitional() {
 			return true
 		}
 	}
@@ -133,16 +135,17 @@ func (p *Pool) checkOnce(ctx context.Context) { p.check(ctx, false) }
 // check runs one round of active probes over the current members (only
 // those in transition, with transitional) concurrently (at most
 // maxProbers at a time), waits for all of them and then applies
-// rise/fall. A round cut short by ctx changes nothing.
+// rise/fall. A round cut short by ctx changes nothing. A Disabled
+// backend is not probed (state.go).
 func (p *Pool) check(ctx context.Context, transitional bool) {
 	p.checkMu.Lock()
 	defer p.checkMu.Unlock()
 	cfg := p.cfg.Load()
 	a := cfg.active
 	bs := p.members.Load().list
-	if transitional {
-		bs = slices.DeleteFunc(slices.Clone(bs), func(b *Backend) bool { return !b.transitional() })
-	}
+	bs = slices.DeleteFunc(slices.Clone(bs), func(b *Backend) bool {
+		return b.State() == Disabled || transitional && !b.transitional()
+	})
 	if a == nil || len(bs) == 0 {
 		return
 	}
@@ -190,7 +193,7 @@ func (p *Pool) reachOnce(ctx context.Context) {
 	now := cfg.now().UnixNano()
 	var due []*Backend
 	for _, b := range p.members.Load().list {
-		if b.ejectedUntil.Load() <= now {
+		if b.ejectedUntil.Load() <= now || b.State() == Disabled {
 			continue
 		}
 		b.mu.Lock()

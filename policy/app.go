@@ -200,6 +200,20 @@ func (d *decoder) appFields(a *App, st *appState) []field {
 			},
 			kind: &kind{t: kEnum, enum: []string{"on", "off"}},
 		}},
+		{"response_buffering", val{
+			set: func(v *yaml.Node, p string) {
+				if s, ok := d.enum(v, p, "on", "off"); ok {
+					a.ResponseBufferingOff = s == "off"
+				}
+			},
+			get: func() *yaml.Node {
+				if a.ResponseBufferingOff {
+					return strNode("off")
+				}
+				return strNode("on")
+			},
+			kind: &kind{t: kEnum, enum: []string{"on", "off"}},
+		}},
 		{"max_conns_per_backend", d.intField(&a.MaxConnsPerBackend, 1, 1<<20)},
 		{"request_id_header", d.textField(&a.RequestIDHeader, false, parseHeaderName)},
 		{"reject", d.section(func() []field { return d.rejectFields(&a.Reject) }, nil)},

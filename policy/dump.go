@@ -2,6 +2,8 @@ package policy
 
 import (
 	"bytes"
+	"fmt"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -34,8 +36,34 @@ const dumpHeader = `# The policy as sentry runs it, with every default filled in
 // mapping. partition.index_from_hostname is kept as written, so that one
 // dump serves every replica, with the index in force in a comment.
 func Dump(s *Snapshot) ([]byte, error) {
+	return dump(s, nil)
+}
+
+// DumpExtension is Dump followed by one more top-level key, key, holding
+// v as yaml.v3 encodes it, with comment (lines without their "# ") above
+// it. key must be an extension key ("x-" and more), which the decoder
+// reads and ignores (topFields' "x-*"), so the document is still a valid
+// policy and its policy part is Dump's to the byte: checked again, it
+// dumps to Dump(s). The admin listener's /config writes the runtime
+// overrides in force this way (package adminapi).
+func DumpExtension(s *Snapshot, key, comment string, v any) ([]byte, error) {
+	if !strings.HasPrefix(key, "x-") || len(key) < 3 {
+		return nil, fmt.Errorf("policy: extension key %q does not begin with x-", key)
+	}
+	var val yaml.Node
+	if err := val.Encode(v); err != nil {
+		return nil, err
+	}
+	k := strNode(key)
+	k.HeadComment = comment
+	return dump(s, []*yaml.Node{k, &val})
+}
+
+func dump(s *Snapshot, extra []*yaml.Node) ([]byte, error) {
 	d := newDecoder("", "", 0)
-	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{emit(d.topFields(s, &meta{}))}}
+	root := emit(d.topFields(s, &meta{}))
+	root.Content = append(root.Content, extra...)
+	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}
 	var b bytes.Buffer
 	b.WriteString(dumpHeader)
 	enc := yaml.NewEncoder(&b)

@@ -219,6 +219,10 @@ func TestDumpPartitionFromHostname(t *testing.T) {
 	}
 }
 
+// everyKeyToken is the every-key policy's admin token: its dump must not
+// show it.
+const everyKeyToken = "every-key-token-0123456789abcdef"
+
 // everyKey returns the every-key policy: the dump of testdata/every-key.yaml,
 // which turns on every optional section, so that it sets every key.
 func everyKey(t *testing.T) (*Snapshot, []byte) {
@@ -240,7 +244,11 @@ func everyKey(t *testing.T) (*Snapshot, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed = []byte(strings.NewReplacer("$CERT", pki.CertFile, "$KEY", pki.KeyFile, "$OCSP", ocspFile).Replace(string(seed)))
+	tokenFile := filepath.Join(dir, "admin.token")
+	if err := os.WriteFile(tokenFile, []byte(everyKeyToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	seed = []byte(strings.NewReplacer("$CERT", pki.CertFile, "$KEY", pki.KeyFile, "$OCSP", ocspFile, "$TOKEN", tokenFile).Replace(string(seed)))
 	s := loadFrom(t, filepath.Join(dir, "seed.yaml"), seed)
 	out, err := Dump(s)
 	if err != nil {
@@ -407,4 +415,42 @@ func TestEveryKeyPolicy(t *testing.T) {
 		}
 	}
 	roundTrip(t, "every-key", s)
+}
+
+// TestDumpExtension: a dump with an extension key is the dump followed by
+// that key, a valid policy that dumps back to the dump alone.
+func TestDumpExtension(t *testing.T) {
+	s, plain := everyKey(t)
+	type entry struct {
+		App   string `yaml:"app"`
+		State string `yaml:"state"`
+	}
+	v := map[string]any{"log_level": "debug", "backends": []entry{{"shop", "draining"}}}
+	out, err := DumpExtension(s, "x-runtime", "Runtime overrides.\nNot policy.", v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(out, plain) {
+		t.Fatalf("the extended dump does not begin with the dump:\n%s", out)
+	}
+	rest := string(out[len(plain):])
+	for _, want := range []string{"# Runtime overrides.\n# Not policy.\nx-runtime:\n", "log_level: debug", "state: draining"} {
+		if !strings.Contains(rest, want) {
+			t.Errorf("extension lacks %q:\n%s", want, rest)
+		}
+	}
+	f := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(f, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Load(f)
+	if err != nil {
+		t.Fatalf("the extended dump is not a valid policy: %v", err)
+	}
+	if again, _ := Dump(s2); !bytes.Equal(again, plain) {
+		t.Fatalf("checked again it dumps to other bytes:\n%s", again)
+	}
+	if _, err := DumpExtension(s, "runtime", "", v); err == nil {
+		t.Fatal("a key that is not x- was accepted")
+	}
 }

@@ -36,16 +36,20 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("Log = %+v, want %+v", s.Log, want)
 	}
 	wantServer := Server{
-		ReadHeaderTimeout:  10 * time.Second,
-		BodyTimeout:        5 * time.Minute,
-		IdleTimeout:        60 * time.Second,
-		WriteTimeout:       60 * time.Second,
-		RequestBuffer:      1 << 20,
-		RequestBufferTotal: 256 << 20,
-		BodyMinRate:        1024,
-		MaxHeaderBytes:     16384,
-		MaxConns:           100000,
-		ShutdownTimeout:    30 * time.Second,
+		ReadHeaderTimeout:     10 * time.Second,
+		BodyTimeout:           5 * time.Minute,
+		IdleTimeout:           60 * time.Second,
+		WriteTimeout:          60 * time.Second,
+		RequestBuffer:         1 << 20,
+		RequestBufferTotal:    256 << 20,
+		ResponseBuffer:        1 << 20,
+		ResponseBufferTotal:   256 << 20,
+		ResponseTempFile:      1 << 30,
+		ResponseTempFileTotal: 1 << 30,
+		BodyMinRate:           1024,
+		MaxHeaderBytes:        16384,
+		MaxConns:              100000,
+		ShutdownTimeout:       30 * time.Second,
 	}
 	if s.Server != wantServer {
 		t.Errorf("Server = %+v, want %+v", s.Server, wantServer)
@@ -146,6 +150,11 @@ server:
   write_timeout: 2m
   request_buffer: 64KiB
   request_buffer_total: 0
+  response_buffer: 64KiB
+  response_buffer_total: 0
+  response_temp_file: 10MiB
+  response_temp_file_total: 0
+  response_temp_dir: /var/lib/sentry/tmp
   body_min_rate: 100
   max_header_bytes: 32KiB
   max_conns: 500
@@ -164,6 +173,7 @@ apps:
       passive: {failures: 0, cooldown: 1m}
     timeouts: {connect: 100ms, response: 5s}
     max_body_bytes: 10MiB
+    response_buffering: "off"
     max_conns_per_backend: 64
     request_id_header: x-trace-id
     reject:
@@ -266,6 +276,7 @@ apps:
 	}
 	wantServer := Server{ReadHeaderTimeout: 3 * time.Second, BodyTimeout: time.Minute, IdleTimeout: 90 * time.Second,
 		WriteTimeout: 2 * time.Minute, RequestBuffer: 64 << 10, RequestBufferTotal: 0, BodyMinRate: 100,
+		ResponseBuffer: 64 << 10, ResponseTempFile: 10 << 20, ResponseTempDir: "/var/lib/sentry/tmp",
 		MaxHeaderBytes: 32 << 10, MaxConns: 500, ShutdownTimeout: 5 * time.Second}
 	if s.Server != wantServer {
 		t.Errorf("Server = %+v, want %+v", s.Server, wantServer)
@@ -287,11 +298,12 @@ apps:
 			Active:  &ActiveHealth{Path: "/healthz", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond, Rise: 1, Fall: 5},
 			Passive: PassiveHealth{Failures: 0, Cooldown: time.Minute},
 		},
-		Timeouts:           Timeouts{Connect: 100 * time.Millisecond, Response: 5 * time.Second},
-		MaxBodyBytes:       10 << 20,
-		MaxConnsPerBackend: 64,
-		RequestIDHeader:    "X-Trace-Id",
-		Reject:             Reject{Status: 429, Body: "", RetryAfter: 3 * time.Second, GRPCStatus: GRPCResourceExhausted},
+		Timeouts:             Timeouts{Connect: 100 * time.Millisecond, Response: 5 * time.Second},
+		MaxBodyBytes:         10 << 20,
+		ResponseBufferingOff: true,
+		MaxConnsPerBackend:   64,
+		RequestIDHeader:      "X-Trace-Id",
+		Reject:               Reject{Status: 429, Body: "", RetryAfter: 3 * time.Second, GRPCStatus: GRPCResourceExhausted},
 		Classes: []classify.ClassConfig{
 			{Name: "gold", Period: 50 * time.Millisecond, Rules: []classify.Rule{
 				{

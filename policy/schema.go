@@ -26,16 +26,20 @@ func defaultSnapshot() *Snapshot {
 		Admin: Admin{Listen: DefaultAdminListen},
 		Log:   Log{Level: "info", Format: "text", AccessLog: AccessLog{Output: "stdout", Format: "text", Rate: 1000, RejectRate: 100}},
 		Server: Server{
-			ReadHeaderTimeout:  10 * time.Second,
-			BodyTimeout:        5 * time.Minute,
-			IdleTimeout:        60 * time.Second,
-			WriteTimeout:       60 * time.Second,
-			RequestBuffer:      1 << 20,
-			RequestBufferTotal: 256 << 20,
-			BodyMinRate:        1 << 10,
-			MaxHeaderBytes:     16 << 10,
-			MaxConns:           100000,
-			ShutdownTimeout:    30 * time.Second,
+			ReadHeaderTimeout:     10 * time.Second,
+			BodyTimeout:           5 * time.Minute,
+			IdleTimeout:           60 * time.Second,
+			WriteTimeout:          60 * time.Second,
+			RequestBuffer:         1 << 20,
+			RequestBufferTotal:    256 << 20,
+			ResponseBuffer:        1 << 20,
+			ResponseBufferTotal:   256 << 20,
+			ResponseTempFile:      1 << 30,
+			ResponseTempFileTotal: 1 << 30,
+			BodyMinRate:           1 << 10,
+			MaxHeaderBytes:        16 << 10,
+			MaxConns:              100000,
+			ShutdownTimeout:       30 * time.Second,
 		},
 	}
 }
@@ -148,6 +152,13 @@ func (d *decoder) adminFields(a *Admin, m *meta) []field {
 		}},
 		{"pprof", d.boolField(&a.Pprof)},
 		{"ready_requires_backend", d.boolField(&a.ReadyRequiresBackend)},
+		// The runtime API's bearer token (secret.go): the dump writes the
+		// file's name, never the token.
+		{"token_file", val{
+			set:  func(v *yaml.Node, p string) { d.tokenFile(v, p, a) },
+			get:  func() *yaml.Node { return absPath(a.TokenFile) },
+			kind: kindString,
+		}},
 	}
 }
 
@@ -227,7 +238,7 @@ func (d *decoder) accessFields(l *Log) []field {
 
 // serverState is where server's buffer sizes were written, for the check
 // that ties them.
-type serverState struct{ buf, total *yaml.Node }
+type serverState struct{ buf, total, rbuf, rtotal, rfile, rftotal *yaml.Node }
 
 func (d *decoder) server(n *yaml.Node, path string, s *Server) {
 	var st serverState
@@ -241,6 +252,25 @@ func (d *decoder) server(n *yaml.Node, path string, s *Server) {
 		}
 		d.errorf(at, joinPath(path, "request_buffer_total"), "%d is smaller than request_buffer (%d): every body between them would get 503; raise it, or 0 for no cap", s.RequestBufferTotal, s.RequestBuffer)
 	}
+	// The same for the responses' totals; and a memory buffer below one
+	// block would hold nothing.
+	if st.rbuf != nil && s.ResponseBuffer > 0 && s.ResponseBuffer < 16<<10 {
+		d.errorf(st.rbuf, joinPath(path, "response_buffer"), "%d is below 16KiB, the step memory is taken in: it would hold nothing; 0 turns buffering off", s.ResponseBuffer)
+	}
+	if s.ResponseBuffer > 0 && s.ResponseBufferTotal > 0 && s.ResponseBufferTotal < s.ResponseBuffer && (st.rbuf != nil || st.rtotal != nil) {
+		at := st.rtotal
+		if at == nil {
+			at = st.rbuf
+		}
+		d.errorf(at, joinPath(path, "response_buffer_total"), "%d is smaller than response_buffer (%d): no response could fill its buffer; raise it, or 0 for no cap", s.ResponseBufferTotal, s.ResponseBuffer)
+	}
+	if s.ResponseTempFile > 0 && s.ResponseTempFileTotal > 0 && s.ResponseTempFileTotal < s.ResponseTempFile && (st.rfile != nil || st.rftotal != nil) {
+		at := st.rftotal
+		if at == nil {
+			at = st.rfile
+		}
+		d.errorf(at, joinPath(path, "response_temp_file_total"), "%d is smaller than response_temp_file (%d): no response could fill its file; raise it, or 0 for no cap", s.ResponseTempFileTotal, s.ResponseTempFile)
+	}
 }
 
 func (d *decoder) serverFields(s *Server, st *serverState) []field {
@@ -251,6 +281,16 @@ func (d *decoder) serverFields(s *Server, st *serverState) []field {
 		{"write_timeout", d.durationField(&s.WriteTimeout, 0)},
 		{"request_buffer", noting(&st.buf, d.sizeField(&s.RequestBuffer, 0, 1<<30))},
 		{"request_buffer_total", noting(&st.total, d.sizeField(&s.RequestBufferTotal, 0, math.MaxInt64))},
+		{"response_buffer", noting(&st.rbuf, d.sizeField(&s.ResponseBuffer, 0, 1<<30))},
+		{"response_buffer_total", noting(&st.rtotal, d.sizeField(&s.ResponseBufferTotal, 0, math.MaxInt64))},
+		{"response_temp_file", noting(&st.rfile, d.sizeField(&s.ResponseTempFile, 0, math.MaxInt64))},
+		{"response_temp_file_total", noting(&st.rftotal, d.sizeField(&s.ResponseTempFileTotal, 0, math.MaxInt64))},
+		{"response_temp_dir", d.textField(&s.ResponseTempDir, true, func(v string) (string, error) {
+			if v != "" && !filepath.IsAbs(v) {
+				return "", fmt.Errorf("%q: write an absolute directory path, or leave it out for the system's", v)
+			}
+			return v, nil
+		})},
 		{"body_min_rate", d.sizeField(&s.BodyMinRate, 0, 1<<40)},
 		{"max_header_bytes", d.intSizeField(&s.MaxHeaderBytes, 1<<10, 16<<20)},
 		{"max_conns", d.intField(&s.MaxConns, 1, math.MaxInt32)},

@@ -48,6 +48,14 @@ type Admin struct {
 	// and the clients would get connection errors instead of sentry's
 	// named 503 "no healthy backend".
 	ReadyRequiresBackend bool
+	// TokenFile holds the bearer token the admin listener's runtime API
+	// (mutations: drain a backend, set the log level, force a mode)
+	// requires, read on every load and reload into Token. "" (the
+	// default): no token, and mutations are taken from loopback peers
+	// only (package adminapi).
+	TokenFile string
+	// Token is TokenFile's token; never printed (Secret).
+	Token Secret
 }
 
 // AnyHost in Admin.AllowedHosts accepts every Host.
@@ -111,6 +119,29 @@ type Server struct {
 	// pass it gets 503 with Retry-After (and the connection closes); 0
 	// means no cap. Default 256 MiB.
 	RequestBufferTotal int64
+	// ResponseBuffer is what one response may hold in memory while its
+	// client takes it slower than its backend sends it (as nginx's
+	// proxy_buffering): the backend is read at its own speed and its
+	// connection released once the response is in. Taken 16 KiB at a
+	// time. 0 turns response buffering off everywhere (every response
+	// goes at its client's pace). Default 1 MiB.
+	ResponseBuffer int64
+	// ResponseBufferTotal caps the memory of every response's buffer
+	// together; a response that finds it full goes on in its temporary
+	// file, or at its client's pace. 0 means no cap. Default 256 MiB.
+	ResponseBufferTotal int64
+	// ResponseTempFile is what one response may hold in its temporary
+	// file once its memory is full (nginx's proxy_max_temp_file_size);
+	// past it the response goes at its client's pace. 0: no temporary
+	// files. Default 1 GiB.
+	ResponseTempFile int64
+	// ResponseTempFileTotal caps the size of every temporary file
+	// together. 0 means no cap. Default 1 GiB.
+	ResponseTempFileTotal int64
+	// ResponseTempDir is the directory of the temporary files, which are
+	// unlinked as they are made; empty means the system's ($TMPDIR, else
+	// /tmp). Default empty.
+	ResponseTempDir string
 	// BodyMinRate is the slowest a request may arrive, in bytes per
 	// second, averaged from its start, after an allowance of
 	// ReadHeaderTimeout, until its body is in (HTTP/1.1); a slower client
@@ -190,6 +221,12 @@ type App struct {
 	// stream to the backend as they arrive (request_buffering: off).
 	// Default false (buffering on, up to server.request_buffer).
 	RequestBufferingOff bool
+	// ResponseBufferingOff: responses of this app are never buffered;
+	// they go to the client as the backend sends them, holding its
+	// connection meanwhile (response_buffering: off). Default false
+	// (buffering on, up to server.response_buffer and the temporary
+	// file).
+	ResponseBufferingOff bool
 	// MaxConnsPerBackend caps upstream connections per backend. Default 1024.
 	MaxConnsPerBackend int
 	// RequestIDHeader is the request ID header; an incoming value from a

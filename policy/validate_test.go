@@ -105,6 +105,24 @@ server:
 apps: [{name: a, backends: {static: ["h:1"]}}]
 `, []string{`2: server.request_buffer_total: 268435456 is smaller than request_buffer (1073741824): every body between them would get 503; raise it, or 0 for no cap`}},
 
+		{"response buffer sizes", `
+server:
+  response_buffer: 1KiB
+  response_temp_dir: tmp
+apps:
+  - name: a
+    backends: {static: ["h:1"]}
+    response_buffering: maybe
+`, []string{`2: server.response_buffer: 1024 is below 16KiB, the step memory is taken in: it would hold nothing; 0 turns buffering off`, `3: server.response_temp_dir: "tmp": write an absolute directory path, or leave it out for the system's`, `7: apps[0].response_buffering: invalid value "maybe"; valid: on, off`}},
+
+		{"response totals below their buffer", `
+server:
+  response_buffer: 4MiB
+  response_buffer_total: 1MiB
+  response_temp_file: 2GiB
+apps: [{name: a, backends: {static: ["h:1"]}}]
+`, []string{`3: server.response_buffer_total: 1048576 is smaller than response_buffer (4194304): no response could fill its buffer; raise it, or 0 for no cap`, `4: server.response_temp_file_total: 1073741824 is smaller than response_temp_file (2147483648): no response could fill its file; raise it, or 0 for no cap`}},
+
 		{"negative duration", `
 server:
   write_timeout: -1s

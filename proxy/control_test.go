@@ -44,6 +44,9 @@ type fakeControl struct {
 	// counts the rejections.
 	retryAfter time.Duration
 	rejected   atomic.Int32
+	// off: the policy's admission.mode is off (Build); Park admits at
+	// once, as control's does.
+	off atomic.Bool
 }
 
 func (f *fakeControl) call(name string) {
@@ -62,7 +65,10 @@ type observation struct {
 	s      time.Duration
 }
 
-func (f *fakeControl) Build(*policy.App, *lb.Pool) (pipeline.Controller, error) { return f, nil }
+func (f *fakeControl) Build(a *policy.App, _ *lb.Pool) (pipeline.Controller, error) {
+	f.off.Store(a.Admission.Mode == "off")
+	return f, nil
+}
 func (f *fakeControl) Retain(apps []string) {
 	f.mu.Lock()
 	f.retained = append(f.retained, apps)
@@ -103,6 +109,9 @@ func (f *fakeControl) decide(class int) admission.Decision {
 // is closed.
 func (f *fakeControl) Park(r *admission.Request, wk admission.Waker) (admission.Decision, admission.Pending, bool) {
 	f.call("park")
+	if f.off.Load() {
+		return admission.Decision{Verdict: admission.Admit, Mode: admission.ModeOff}, nil, true
+	}
 	if f.wait == nil {
 		return f.decide(r.Class), nil, true
 	}

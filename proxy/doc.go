@@ -264,7 +264,11 @@
 // # HTTP/2 limits
 //
 // server.max_conns is one cap per listener over every holder: tlsListener
-// (handshakes, h2, sniffing h2c), fasthttp and the loops. 128 streams per
+// (handshakes, h2, sniffing h2c), fasthttp and the loops. A connection the
+// loops adopt is counted by them (evloop.Front.Expect) before it leaves
+// the listener's count, so the cap never misses it in passing; the
+// hand-over to fasthttp, which counts a connection only after its Accept,
+// still may for that instant. 128 streams per
 // connection. Rapid reset: a stream reset before dispatch never reaches a
 // backend; a connection past 100 recent resets that make more than a
 // quarter of its recent streams gets GOAWAY (ENHANCE_YOUR_CALM); on a
@@ -285,6 +289,19 @@
 // second (a request then is still served) and is a lingering close. h2
 // connections, kept out of fasthttp's sight, get GOAWAY and close when
 // their streams end. The loops drain the same way and hand nothing off.
+//
+// # A backend the operator drains
+//
+// The admin API's drain and disable set the backend's lb.State (lb's
+// doc.go, "Operator state"); every engine picks from the one pool, so
+// none sends it a new request from then on. Its connections: the pool's
+// Quiesce marks the Upstream (Quiesced) and closes fasthttp's idle ones;
+// the event loops close theirs at their next sweep (10 ms) and close,
+// rather than keep, one an exchange gives back; an exchange in flight at
+// the drain closes the connection it gives back once its response is
+// whole (quiescedEnd). HTTP/2 backends share one x/net transport per
+// app, which can close only all of its idle connections: the other
+// backends' are redialled. Test: TestBackendDrainEveryEngine.
 //
 // # The access log (accesslog.go)
 //

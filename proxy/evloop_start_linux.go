@@ -73,7 +73,7 @@ func (fe *frontend) loopSettings(ln net.Listener, lfd int) evloop.Config {
 	return evloop.Config{Addr: fe.addr, Listener: ln, LFD: lfd, Loops: runtime.GOMAXPROCS(0),
 		Routes: &fe.route, IDs: p.ids, Log: p.log,
 		MaxHeader: sv.MaxHeaderBytes, MaxConns: sv.MaxConns, Idle: sv.IdleTimeout, Write: sv.WriteTimeout, Header: sv.ReadHeaderTimeout,
-		Linger: lingerTimeout, IdleGrace: idleGrace, Handoff: handoffQueue,
+		Linger: lingerTimeout, IdleGrace: idleGrace, Handoff: handoffQueue, Resp: p.resp,
 		OtherConns:   fe.loopOthers,
 		BackendConns: func(u *pipeline.Upstream) int { return hostClient(u).ConnsCount() },
 		CloseIdle:    func(u *pipeline.Upstream) { hostClient(u).CloseIdleConnections() },

@@ -973,7 +973,10 @@ func TestEvloopLargeResponseSlowClient(t *testing.T) {
 
 // TestEvloopStalledClientCut: a client that stops reading is cut after the
 // write timeout (not the backend's response timeout, which is shorter: the
-// stall is not the backend's), and its backend connection with it.
+// stall is not the backend's), and its backend connection with it. The
+// app's responses are not buffered (response_buffering: off), so the
+// backend waits for the client; TestStalledClientBuffered is the same
+// client with buffering on.
 func TestEvloopStalledClientCut(t *testing.T) {
 	const size = 64 << 20
 	chunk := make([]byte, 64<<10)
@@ -989,6 +992,7 @@ func TestEvloopStalledClientCut(t *testing.T) {
 	h := startProxy(t, []string{rb.addr}, func(s *policy.Snapshot, a *policy.App) {
 		s.Server.WriteTimeout = 300 * time.Millisecond
 		a.Timeouts.Response = 100 * time.Millisecond
+		a.ResponseBufferingOff = true
 	})
 	d := countFrom(fastOf(t, h))
 	c := dialProxy(t, h.addr)

@@ -114,6 +114,7 @@ func stripHopByHopResponse(rh *fasthttp.ResponseHeader) {
 	}
 	rh.Del(fasthttp.HeaderConnection)
 	rh.Del(fasthttp.HeaderUpgrade)
+	rh.DelBytes(hdrAccel) // read (takeResponse), not passed on, as nginx does
 }
 
 // writeReply sets r as a fasthttp response (headers added to what resp

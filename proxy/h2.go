@@ -288,6 +288,7 @@ func (fe *frontend) serveH2Stream(x h2Exchange) {
 	}
 	_ = resp.CloseBodyStream()
 	if a != nil {
+		quiescedEnd(a, u)
 		p.recordCtx(a, rt.Access, ctx, o, u, start, &ae)
 	}
 	x.finish(truncated)

@@ -719,6 +719,13 @@ func TestH2LoopMixedLoad(t *testing.T) {
 // gives back to the first waiter, and answer 503 backend_busy only at the
 // deadline. Over h2 (many streams on one connection, where the loops
 // would otherwise reach the cap with few clients) and HTTP/1.1 alike.
+//
+// Two proxies per engine, so that neither half rests on how fast this
+// machine runs: one whose connect timeout (5 s) no wait here comes near,
+// where every request must wait its turn and none be refused; and one
+// whose timeout (300 ms) every wait passes by far (the backend holds its
+// two connections for 1.5 s), where the two requests beyond the cap must
+// be refused at the deadline.
 func TestBackendConnWait(t *testing.T) {
 	var delay atomic.Int64
 	be := backend(t, func(w http.ResponseWriter, r *http.Request) {
@@ -728,14 +735,17 @@ func TestBackendConnWait(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.String(), func(t *testing.T) {
 			cf, kf := writeTestCert(t)
-			h := startProxyOpts(t, []string{be}, Options{Engine: e, H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) {
-				a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
-				a.MaxConnsPerBackend = 2
-				a.Timeouts.Connect = 300 * time.Millisecond
-			})
-			busy := func() float64 {
-				return metricValue(t, h.reg, "sentry_proxy_errors_total", map[string]string{"reason": "backend_busy"})
+			start := func(connect time.Duration) (*harness, func() float64) {
+				h := startProxyOpts(t, []string{be}, Options{Engine: e, H2: H2Own}, func(_ *policy.Snapshot, a *policy.App) {
+					a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+					a.MaxConnsPerBackend = 2
+					a.Timeouts.Connect = connect
+				})
+				return h, func() float64 {
+					return metricValue(t, h.reg, "sentry_proxy_errors_total", map[string]string{"reason": "backend_busy"})
+				}
 			}
+			h, busy := start(5 * time.Second)
 			// Eight streams of 50 ms on two connections: they wait for
 			// each other, all within the connect timeout.
 			delay.Store(int64(50 * time.Millisecond))
@@ -754,7 +764,7 @@ func TestBackendConnWait(t *testing.T) {
 			var failed atomic.Int32
 			tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
 			defer tr.CloseIdleConnections()
-			cl := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+			cl := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 			for i := 0; i < 4; i++ {
 				wg.Add(1)
 				go func() {
@@ -772,11 +782,13 @@ func TestBackendConnWait(t *testing.T) {
 			if n := failed.Load(); n > 0 || busy() != 0 {
 				t.Errorf("%d HTTP/1.1 requests failed, backend_busy %v: want every request to wait its turn", n, busy())
 			}
-			// 500 ms each: the third and later wait past the 300 ms
-			// connect timeout and get 503 backend_busy.
-			delay.Store(int64(500 * time.Millisecond))
-			start := time.Now()
-			ids = []uint32{17, 19, 21, 23}
+			// 1.5 s each against a 300 ms connect timeout: the third and
+			// fourth wait past it and get 503 backend_busy.
+			h, busy = start(300 * time.Millisecond)
+			delay.Store(int64(1500 * time.Millisecond))
+			_, fr = h2TLSRaw(t, h.addr)
+			begun := time.Now()
+			ids = []uint32{1, 3, 5, 7}
 			for _, id := range ids {
 				writeHead(t, fr, id, true, ":method", "GET", ":scheme", "https", ":authority", "a.test", ":path", "/slow")
 			}
@@ -794,7 +806,7 @@ func TestBackendConnWait(t *testing.T) {
 			if ok != 2 || rejected != 2 || busy() != 2 {
 				t.Errorf("%d answered, %d rejected, backend_busy %v: want 2, 2, 2", ok, rejected, busy())
 			}
-			if e := time.Since(start); e < 300*time.Millisecond {
+			if e := time.Since(begun); e < 300*time.Millisecond {
 				t.Errorf("answered after %v, before the connect timeout", e)
 			}
 		})

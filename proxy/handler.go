@@ -37,6 +37,10 @@ type exchange struct {
 	tCut  *abortable
 	ab    abortable
 	abody abortBody
+	// bresp is the backend's answer as relay reads it; takeResponse
+	// moves it into the client's (respbody.go). A body that streams takes
+	// it away (nil: another is acquired for the next request).
+	bresp *fasthttp.Response
 }
 
 // exchange is the classifier's view of the request (classify.Request).
@@ -260,6 +264,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	x := exchangePool.Get().(*exchange)
 	x.ctx = ctx
 	defer func() {
+		x.dropBackendResp()
 		x.ctx, x.in, x.t.Ticket, x.t.Req = nil, pipeline.TrustedFwd{}, admission.Ticket{}, admission.Request{}
 		x.abody = abortBody{} // holds nothing of this request in the pool
 		exchangePool.Put(x)
@@ -299,7 +304,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	ae.Decided(&x.t)
 	// A client that left while waiting gets no answer, and no backend is
 	// spent on it.
-	if o == pipeline.OutRelayed && a.Controller != nil && !a.Off && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
+	if o == pipeline.OutRelayed && a.Controller != nil && gone == nil && time.Since(start) > time.Millisecond && !connAlive(ctx.Conn()) {
 		o = pipeline.OutClientGone
 	}
 	switch o {
@@ -399,7 +404,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	var ab *abortBody
 	if cut != nil {
 		// An h2 stream: its reset cuts the backend exchange (abort.go).
-		ab = &abortBody{ab: cut, resp: &ctx.Response, b: req.Body(), cl: len(req.Body())}
+		ab = &abortBody{ab: cut, resp: x.backendResp(), b: req.Body(), cl: len(req.Body())}
 		if cb != nil {
 			ab.b, ab.src, ab.cl = nil, cb, body.cl
 		}
@@ -414,14 +419,15 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		// HTTP/1.1: the exchange's own hold on the backend connection,
 		// bound the way an h2 stream's is (abort.go).
 		x.ab.reset()
-		x.abody = abortBody{ab: &x.ab, resp: &ctx.Response, b: req.Body(), cl: len(req.Body())}
+		x.abody = abortBody{ab: &x.ab, resp: x.backendResp(), b: req.Body(), cl: len(req.Body())}
 		ab = &x.abody
 	}
 	dispatch := time.Now()
 	if tcl != nil {
 		x.armTerm(tcl, dispatch, ab.ab)
 	}
-	o, u, inService := p.relay(a, out, &ctx.Response, cb, ab)
+	br := x.backendResp()
+	o, u, inService := p.relay(a, out, br, cb, ab)
 	if cb != nil && cb.unread {
 		clientClose = true // the rest of the body must not be read as a request
 	}
@@ -445,7 +451,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		// The complete step (package pipeline): the ticket is told the
 		// outcome.
 		now := time.Now()
-		rh := &ctx.Response.Header
+		rh := &br.Header
 		st := rh.PeekBytes(hdrServerTiming)
 		// Measured service time runs from dispatch, when the body is in
 		// sentry. A body that streams to the backend (larger than the
@@ -477,6 +483,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		}
 	}
 	if o != pipeline.OutRelayed {
+		x.dropBackendResp()
 		p.writeError(ctx, a, o)
 	} else {
 		// A body of known size up to the stream threshold was read whole
@@ -485,19 +492,42 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		// costs a wrapper per response. Turn it back into a plain body:
 		// the backend connection goes back to the pool now and the
 		// response is written in one piece.
-		if cl := ctx.Response.Header.ContentLength(); cl >= 0 && cl <= streamThreshold && ctx.Response.IsBodyStream() {
+		if cl := br.Header.ContentLength(); cl >= 0 && cl <= streamThreshold && br.IsBodyStream() {
 			if cut != nil {
 				cut.unbind() // Body() hands the connection back
 			}
-			ctx.Response.Body()
+			br.Body()
 		}
+		p.takeResponse(ctx, x, a, cut)
 		stripHopByHopResponse(&ctx.Response.Header)
+		if !ctx.Response.IsBodyStream() {
+			quiescedEnd(a, u)
+		}
 	}
 	ctx.Response.Header.SetBytesV(a.ReqID, id)
 	if clientClose {
 		ctx.SetConnectionClose()
 	}
 	return o, u
+}
+
+// quiescedEnd closes the idle connections to u when the operator took it
+// out of rotation (lb's doc.go, "Operator state") while this exchange was
+// in flight: the pool told the proxy at the exchange's Release, when its
+// connection was still busy, and the connection has only now gone back
+// to fasthttp's pool (or, to an HTTP/2 backend, become idle). A response
+// body fasthttp streams to an HTTP/1.1 client goes back when fasthttp's
+// server has written it, after the handler: that connection is closed by
+// the idle timeout (30 s). One atomic load otherwise.
+func quiescedEnd(a *pipeline.App, u *pipeline.Upstream) {
+	if u == nil || !u.Quiesced.Load() {
+		return
+	}
+	if c, _ := a.H2.(*h2Client); c != nil {
+		c.tr.CloseIdleConnections()
+		return
+	}
+	hostClient(u).CloseIdleConnections()
 }
 
 // relay sends req to the least-loaded healthy backend and reads the response
@@ -534,7 +564,7 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 		if ab != nil {
 			ab.attach(req)
 		}
-		err := hostClient(u).Do(req, resp)
+		err := doBackend(hostClient(u), req, resp)
 		if ab != nil {
 			if err != nil || !resp.IsBodyStream() {
 				ab.ab.unbind()
@@ -601,4 +631,23 @@ func (p *Proxy) relay(a *pipeline.App, req *fasthttp.Request, resp *fasthttp.Res
 		last = u
 		resp.Reset()
 	}
+}
+
+// doBackend is HostClient.Do, except for a HEAD that takes the last
+// connection under max_conns_per_backend: HostClient hands a connection
+// given back straight to its first waiter, whose request goes out at
+// once, so a body the backend wrongly sends late with its answer to a
+// HEAD would be read as that waiter's response. Such a HEAD asks the
+// backend to close after its answer (a waiter then dials), as the loops
+// close theirs (evloop finish). fasthttp does not let the same be done
+// for a 204 or 304, known only once the connection is handed on
+// (knownDifferences, "stray-body").
+func doBackend(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) error {
+	if !req.Header.IsHead() || hc.MaxConns <= 0 || req.Header.ConnectionClose() || hc.ConnsCount()+1 < hc.MaxConns {
+		return hc.Do(req, resp)
+	}
+	req.Header.SetConnectionClose()
+	err := hc.Do(req, resp)
+	req.Header.ResetConnectionClose() // the backend's, not the client's connection
+	return err
 }

@@ -38,8 +38,10 @@ func testSnap(addr string, backends []string, mod func(*policy.Snapshot, *policy
 		Log:    policy.Log{Level: "info", Format: "text"},
 		Server: policy.Server{ReadHeaderTimeout: 2 * time.Second, BodyTimeout: time.Minute, IdleTimeout: 5 * time.Second,
 			MaxHeaderBytes: 16384, MaxConns: 10000, ShutdownTimeout: 5 * time.Second,
-			// The policy's defaults: bodies are buffered.
-			RequestBuffer: 1 << 20, RequestBufferTotal: 256 << 20, BodyMinRate: 1 << 10},
+			// The policy's defaults: bodies are buffered, requests' and
+			// responses'.
+			RequestBuffer: 1 << 20, RequestBufferTotal: 256 << 20, BodyMinRate: 1 << 10,
+			ResponseBuffer: 1 << 20, ResponseBufferTotal: 256 << 20, ResponseTempFile: 1 << 30, ResponseTempFileTotal: 1 << 30},
 		Apps: []*policy.App{a},
 	}
 	if mod != nil {

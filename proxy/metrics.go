@@ -9,7 +9,9 @@ import (
 
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/internal/logwriter"
+	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/sentry-proxy/sentry/proxy/respbuf"
 )
 
 // metrics are the proxy's Prometheus series. Label values come from the
@@ -73,7 +75,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 	}
 	logs := &logwriter.Collector{}
 	logs.Add("access", p.accessOut.Load)
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.admitted, m.decisions, m.errors, m.clientErrors, m.accessLines, m.accessDropped, &backendCollector{p: p}, logs} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.admitted, m.decisions, m.errors, m.clientErrors, m.accessLines, m.accessDropped, &backendCollector{p: p}, logs, respCollector{p.resp}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -151,13 +153,17 @@ func (m *metrics) classDecisions(app string, classes []string) [][]prometheus.Co
 	return out
 }
 
+// backendStates are the values of sentry_backend_state's state label.
+var backendStates = [...]lb.State{lb.Enabled, lb.Draining, lb.Disabled}
+
 // backendCollector exports per-backend state at scrape time from the pools.
 type backendCollector struct{ p *Proxy }
 
 var (
 	descInflight = prometheus.NewDesc("sentry_backend_inflight", "Requests in flight to a backend.", []string{"app", "backend"}, nil)
-	descHealthy  = prometheus.NewDesc("sentry_backend_healthy", "1 if the backend may be picked (up and not ejected), else 0.", []string{"app", "backend"}, nil)
-	descPoolUp   = prometheus.NewDesc("sentry_backends_healthy", "Healthy backends per app (the n of the admission test).", []string{"app"}, nil)
+	descHealthy  = prometheus.NewDesc("sentry_backend_healthy", "1 if the backend's health lets it be picked (up and not ejected), else 0; the operator's drain is sentry_backend_state.", []string{"app", "backend"}, nil)
+	descState    = prometheus.NewDesc("sentry_backend_state", "The operator's state of the backend (the admin API): 1 for the state in force (enabled, draining, disabled), 0 for the others.", []string{"app", "backend", "state"}, nil)
+	descPoolUp   = prometheus.NewDesc("sentry_backends_healthy", "Backends in rotation per app, healthy and not drained or disabled (the n of the admission test).", []string{"app"}, nil)
 	descLoopReqs = prometheus.NewDesc("sentry_evloop_requests_total", "Requests answered by a listener's event loops (the rest are served by fasthttp after a hand-off).", []string{"listener"}, nil)
 	descLoopHand = prometheus.NewDesc("sentry_evloop_handoffs_total", "Connections a listener's event loops handed off to fasthttp.", []string{"listener"}, nil)
 	descLoopBad  = prometheus.NewDesc("sentry_evloop_illegal_transitions_total", "Exchange state transitions the event loops made that their state machine does not allow (a bug; should stay 0).", []string{"listener"}, nil)
@@ -166,6 +172,7 @@ var (
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descInflight
 	ch <- descHealthy
+	ch <- descState
 	ch <- descPoolUp
 	ch <- descLoopReqs
 	ch <- descLoopHand
@@ -196,6 +203,14 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(b.Inflight()), a.Name, b.Addr())
 			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, h, a.Name, b.Addr())
+			st := b.State()
+			for _, s := range backendStates {
+				v := 0.0
+				if s == st {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, v, a.Name, b.Addr(), s.String())
+			}
 		}
 	}
 }
@@ -258,4 +273,37 @@ func (p *Proxy) accessEntry(e *pipeline.AccessEntry) {
 	if l := p.access.Load(); l != nil {
 		l.write(e)
 	}
+}
+
+// respCollector exports the response buffers' account (respbuf.Budget,
+// one for every engine) at scrape time: atomics the request path keeps
+// anyway, nothing per response.
+type respCollector struct{ b *respbuf.Budget }
+
+var (
+	descRespBytes = prometheus.NewDesc("sentry_response_buffer_bytes", "Bytes of responses held for clients slower than their backends, by store (memory, file: the temporary files' size).", []string{"store"}, nil)
+	descRespMax   = prometheus.NewDesc("sentry_response_buffer_bytes_max", "The most sentry_response_buffer_bytes has been since start, by store.", []string{"store"}, nil)
+	descRespResp  = prometheus.NewDesc("sentry_response_buffer_responses", "Responses holding buffered bytes now.", nil, nil)
+	descRespSpill = prometheus.NewDesc("sentry_response_buffer_spilled_total", "Responses that went on in a temporary file (their memory, server.response_buffer, or the process's, response_buffer_total, was full).", nil, nil)
+	descRespFull  = prometheus.NewDesc("sentry_response_buffer_full_total", "Responses whose buffer could take no more, so that they went on at their client's pace: by limit, the response's own (response_buffer and response_temp_file) or the process's (response_buffer_total, response_temp_file_total).", []string{"limit"}, nil)
+	descRespErrs  = prometheus.NewDesc("sentry_response_buffer_file_errors_total", "Temporary files that could not be made or written (the response went on from memory).", nil, nil)
+)
+
+func (c respCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRespBytes, descRespMax, descRespResp, descRespSpill, descRespFull, descRespErrs} {
+		ch <- d
+	}
+}
+
+func (c respCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.b.Stats()
+	ch <- prometheus.MustNewConstMetric(descRespBytes, prometheus.GaugeValue, float64(st.Mem), "memory")
+	ch <- prometheus.MustNewConstMetric(descRespBytes, prometheus.GaugeValue, float64(st.File), "file")
+	ch <- prometheus.MustNewConstMetric(descRespMax, prometheus.GaugeValue, float64(st.MemHigh), "memory")
+	ch <- prometheus.MustNewConstMetric(descRespMax, prometheus.GaugeValue, float64(st.FileHigh), "file")
+	ch <- prometheus.MustNewConstMetric(descRespResp, prometheus.GaugeValue, float64(st.Responses))
+	ch <- prometheus.MustNewConstMetric(descRespSpill, prometheus.CounterValue, float64(st.Spilled))
+	ch <- prometheus.MustNewConstMetric(descRespFull, prometheus.CounterValue, float64(st.FullResponse), "response")
+	ch <- prometheus.MustNewConstMetric(descRespFull, prometheus.CounterValue, float64(st.FullTotal), "total")
+	ch <- prometheus.MustNewConstMetric(descRespErrs, prometheus.CounterValue, float64(st.FileErrors))
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/sentry-proxy/sentry/proxy/respbuf"
 	"github.com/sentry-proxy/sentry/sert"
 )
 
@@ -105,6 +106,10 @@ type Proxy struct {
 	accessOut atomic.Pointer[logwriter.Writer]
 
 	bufs bodyBuffers // buffered request bodies (server.request_buffer_total)
+	// resp is the response buffers' account (server.response_buffer and
+	// the rest), one for every engine: the event loops get it in their
+	// Config, the goroutine front ends use it in serve (respbody.go).
+	resp *respbuf.Budget
 
 	tunnelCount atomic.Int64  // open Upgrade tunnels
 	stopTunnels chan struct{} // closed when draining runs out of time
@@ -136,7 +141,8 @@ func New(opts Options, snap *policy.Snapshot) (*Proxy, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
-	p := &Proxy{opts: opts, log: opts.Logger.Named("proxy"), ids: pipeline.NewIDSource(), stopTunnels: make(chan struct{})}
+	p := &Proxy{opts: opts, log: opts.Logger.Named("proxy"), ids: pipeline.NewIDSource(), stopTunnels: make(chan struct{}),
+		resp: respbuf.NewBudget(respbuf.Limits{})}
 	p.mu.fronts = map[string]*frontend{}
 	p.mu.shared = map[string]*pipeline.AppShared{}
 	p.mu.running = map[*lb.Pool]context.CancelFunc{}
@@ -176,6 +182,18 @@ func (p *Proxy) AppsWithoutBackend() []string {
 	return out
 }
 
+// Pool returns the backend pool of the app named app in the policy in
+// force, or nil: what the admin API's drain and disable act on (every
+// engine picks from it).
+func (p *Proxy) Pool(app string) *lb.Pool {
+	for _, a := range p.cur.Load().apps {
+		if a.Name == app {
+			return a.Pool
+		}
+	}
+	return nil
+}
+
 // Snapshot returns the policy in force.
 func (p *Proxy) Snapshot() *policy.Snapshot { return p.cur.Load().snap }
 
@@ -206,8 +224,22 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 		}
 		return err
 	}
+	// The temporary files' directory must take one (a policy whose
+	// directory cannot is refused before anything changed).
+	sv := &snap.Server
+	rl := respbuf.Limits{Mem: sv.ResponseBuffer, MemTotal: sv.ResponseBufferTotal,
+		File: sv.ResponseTempFile, FileTotal: sv.ResponseTempFileTotal, Dir: sv.ResponseTempDir}
+	if rl.Mem > 0 && rl.File > 0 && (old == nil || *p.resp.Limits() != rl) {
+		if err := respbuf.CheckDir(rl.Dir); err != nil {
+			if newOut != nil {
+				closeOutput(newOut)
+			}
+			return fmt.Errorf("server.response_temp_dir: cannot make a temporary file there: %w", err)
+		}
+	}
 	st := &state{snap: snap, routes: map[string]*pipeline.Route{}}
 	p.bufs.cap.Store(snap.Server.RequestBufferTotal)
+	p.resp.SetLimits(rl)
 	byName := map[string]*pipeline.App{}
 	names := make([]string, 0, len(snap.Apps))
 	for _, ac := range snap.Apps {
@@ -383,13 +415,12 @@ func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 		}
 	}
 	classes := []string{"default"}
-	a.Off = true
 	if p.opts.Control != nil {
 		ctl, err := p.opts.Control.Build(ac, a.Pool)
 		if err != nil {
 			return nil, err
 		}
-		a.Controller, a.Off = ctl, ac.Admission.Mode == "off"
+		a.Controller = ctl
 		classes = ctl.Classes()
 		// Selective early termination: only for an app one of whose
 		// classes declares terminate (policy.App.Terminate is nil
@@ -434,6 +465,27 @@ func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
 				hostClient(u).CloseIdleConnections()
 			}
 			p.metrics.deleteBackend(appName, addr)
+		},
+		// The operator drained or disabled the backend (lb's doc.go,
+		// "Operator state"): its idle connections close now -- fasthttp's
+		// here, the event loops' at their next sweep (10 ms) -- and none
+		// is kept from then on. HTTP/2 backends share one transport per
+		// app, which can only close every idle connection of the app:
+		// the other backends' idle ones are redialled on their next
+		// request (a rare cost, on an operator's action).
+		Quiesce: func(addr string, v any, out bool) {
+			u, ok := v.(*pipeline.Upstream)
+			if !ok {
+				return
+			}
+			u.Quiesced.Store(out)
+			if !out {
+				return
+			}
+			hostClient(u).CloseIdleConnections()
+			if c, _ := sh.H2.Load().(*h2Client); c != nil {
+				c.tr.CloseIdleConnections()
+			}
 		},
 	}
 	if o.Failures > 0 {

@@ -41,11 +41,13 @@ type tlsListener struct {
 	maxConns     int            // server.max_conns: live and fe.heldElsewhere together
 	// adopt, when the event loops serve HTTP/1.1 over TLS
 	// (tlsloop_linux.go), takes a TLS 1.3 connection from here, whose
-	// handshake ran over tap (the record state is taken from it); false
-	// leaves it on crypto/tls and fasthttp.
+	// handshake ran over tap (the record state is taken from it), and out
+	// of live once the loops count it; false leaves it on crypto/tls and
+	// fasthttp, in live.
 	adopt func(tc *tls.Conn, raw net.Conn, tap *tls13.Tap) bool
 	// adoptH2, when the event loops serve h2 over TLS (h2loop_linux.go),
-	// gives them a handshaken h2 connection; false leaves it here.
+	// gives them a handshaken h2 connection, as adopt does; false leaves
+	// it here.
 	adoptH2 func(tc *tls.Conn, raw net.Conn, tap *tls13.Tap) bool
 	handed  net.Listener // the loops' hand-offs, fed to Accept (pumpHanded); nil without loops
 
@@ -104,16 +106,18 @@ func (l *tlsListener) acceptLoop() {
 		// connection here was taken by the loops under the same cap and
 		// handed off; refusing it now would cut a request already read.
 		capped := l.maxConns > 0 && (l.cfg != nil || l.fe.loops.Load() == nil)
-		held := 0
+		// live, then the others: a connection moving to the loops is
+		// counted there before it leaves live (adoptTLSConn), so this
+		// order sees it at least once. Only this goroutine adds new
+		// connections to live, so the check and the add need not be
+		// one critical section.
+		full := false
 		if capped {
-			held = l.fe.heldElsewhere()
+			full = l.liveCount()+l.fe.heldElsewhere() >= l.maxConns
 		}
-		l.mu.Lock()
-		full := capped && len(l.mu.live)+held >= l.maxConns
 		if !full {
-			l.mu.live[c] = struct{}{}
+			l.enter(c)
 		}
-		l.mu.Unlock()
 		if full {
 			// server.max_conns is one cap on the listener's
 			// connections: those here (in the TLS handshake, being
@@ -161,15 +165,10 @@ func (l *tlsListener) handshake(raw net.Conn) {
 		return
 	}
 	if tc.ConnectionState().NegotiatedProtocol == "h2" {
-		if l.adoptH2 != nil {
-			// As for HTTP/1.1 below: out of live before the loops count
-			// it; back in if they do not take it.
-			l.leave(raw)
-			if l.adoptH2(tc, raw, tap) {
-				handedOff = true
-				return
-			}
-			l.enter(raw)
+		// The loops take it out of live once they count it.
+		if l.adoptH2 != nil && l.adoptH2(tc, raw, tap) {
+			handedOff = true
+			return
 		}
 		if tap != nil {
 			tap.Release()
@@ -177,10 +176,6 @@ func (l *tlsListener) handshake(raw net.Conn) {
 		l.h2(tc)
 		return
 	}
-	// Out of live first: the loops or fasthttp count it from now on, and
-	// max_conns must not count it twice (an accept meanwhile would be
-	// refused for a connection on its way).
-	l.leave(raw)
 	if l.adopt != nil && l.adopt(tc, raw, tap) {
 		handedOff = true
 		return
@@ -188,6 +183,11 @@ func (l *tlsListener) handshake(raw net.Conn) {
 	if tap != nil {
 		tap.Release()
 	}
+	// Out of live before fasthttp has it: max_conns must not count it
+	// twice (an accept meanwhile would be refused for a connection on its
+	// way). fasthttp counts it once its Accept has returned it, so a
+	// reader may miss it for that instant; fasthttp has no earlier hook.
+	l.leave(raw)
 	select {
 	case l.conns <- (drainTLSConn{drainConn: &drainConn{Conn: tc, fe: l.fe}, tc: tc}):
 		handedOff = true

@@ -83,6 +83,13 @@ func (fe *frontend) adoptTLSH2(tc *tls.Conn, raw net.Conn, tap *tls13.Tap) bool 
 	return fe.adoptTLSConn(tc, raw, tap, true)
 }
 
+// adoptTLSConn is adoptTLS and adoptTLSH2. raw is in its TLS listener's
+// live set (fe.tls) until the loops count it. Decision: the loops count it
+// first (Expect), then it leaves live, then a loop may see it (Adopt); a
+// refusal moves it back the same way, into live before out of Expect: a
+// reader of both counts (max_conns at accept, the listener's connections)
+// never finds it in neither, however long the loop takes to register it,
+// and the loops' own max_conns check at adoption counts it once.
 func (fe *frontend) adoptTLSConn(tc *tls.Conn, raw net.Conn, tap *tls13.Tap, h2 bool) bool {
 	ff := fe.loops.Load()
 	if ff == nil || ff.Draining() || tap == nil {
@@ -92,6 +99,8 @@ func (fe *frontend) adoptTLSConn(tc *tls.Conn, raw net.Conn, tap *tls13.Tap, h2 
 	if !ok {
 		return false
 	}
+	ff.Expect()
+	fe.tls.leave(raw)
 	if h2 {
 		oc := fe.newLoopOwnConn(peer)
 		if ok = ff.AdoptH2(fd, peer, st, cs, oc); !ok {
@@ -101,6 +110,8 @@ func (fe *frontend) adoptTLSConn(tc *tls.Conn, raw net.Conn, tap *tls13.Tap, h2 
 		ok = ff.Adopt(fd, peer, st, cs)
 	}
 	if !ok {
+		fe.tls.enter(raw)
+		ff.Unexpect()
 		unix.Close(fd)
 		return false
 	}

@@ -648,3 +648,47 @@ func TestTLSLoopTrickledRecord(t *testing.T) {
 		})
 	}
 }
+
+// TestTLSHandOverKeepsConnCounted: a TLS connection the loops adopt, h2
+// or HTTP/1.1, is counted by its listener (live) or by the loops at every
+// instant of the hand-over, however long the loop takes to register it:
+// server.max_conns reads both at accept, and a connection counted by
+// neither for a moment let an accept past the cap (and made
+// TestH2WriteTimeoutCutsStuckClient see its connection gone at once). A
+// sampler reads both counts, as the accept loop does, from each
+// handshake until the loops have taken it.
+func TestTLSHandOverKeepsConnCounted(t *testing.T) {
+	h := tlsLoopProxy(t, EngineLoops, func(*http.Request) string { return "ok" })
+	h.p.mu.Lock()
+	fe := h.p.mu.fronts[h.addr]
+	h.p.mu.Unlock()
+	if fe.loops.Load() == nil {
+		t.Fatal("the TLS listener has no loops")
+	}
+	count := func() int { return fe.tls.liveCount() + fe.heldElsewhere() }
+	const conns = 40
+	for i := 0; i < conns; i++ {
+		proto := []string{"h2", "http/1.1"}[i%2]
+		c, err := tls.Dial("tcp", h.addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{proto}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// From here the proxy holds i+1 connections; the hand-over is
+		// done once the listener no longer counts this one.
+		low, samples := count(), 0
+		for deadline := time.Now().Add(2 * time.Second); ; samples++ {
+			low = min(low, count())
+			if fe.tls.liveCount() == 0 && samples > 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if low < i+1 {
+			t.Fatalf("connection %d (%s): the listener and the loops counted %d of %d open connections during the hand-over (%d samples)",
+				i+1, proto, low, i+1, samples)
+		}
+	}
+	if n := count(); n != conns {
+		t.Errorf("%d connections counted after the hand-overs, want %d", n, conns)
+	}
+}

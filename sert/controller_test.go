@@ -175,7 +175,19 @@ func TestRunLooksBetweenTicks(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	var mu sync.Mutex
 	now := t0
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	// Each Look or Tick of the loop reads the clock once; read tells send
+	// that the loop has read the time of the tick it was sent, so the next
+	// send cannot move the clock under a tick still being handled.
+	read := make(chan struct{}, 1)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case read <- struct{}{}:
+		default:
+		}
+		return now
+	}
 	p := DefaultParams() // 10 s interval, HW 15%, min 100
 	cfg := Config{Params: p, Now: clock, Classes: []*ClassConfig{{Name: "search", Lower: 500 * time.Millisecond, Upper: 15 * time.Second}}}
 	c, err := New(cfg)
@@ -183,6 +195,7 @@ func TestRunLooksBetweenTicks(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := c.Class(0)
+	<-read                        // New's read
 	ticks := make(chan time.Time) // unbuffered: a send returns once the loop took the previous one
 	resets := make(chan time.Duration, 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -194,6 +207,11 @@ func TestRunLooksBetweenTicks(t *testing.T) {
 		now = t0.Add(time.Duration(i) * step)
 		mu.Unlock()
 		ticks <- now
+		select {
+		case <-read:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the loop did not read the clock for tick %d", i)
+		}
 	}
 
 	// 1000 requests, 400 of them lost, before the first look. At 2.5 s

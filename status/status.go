@@ -40,6 +40,9 @@ type Options struct {
 	// Without it apps and classes are sorted by name and the percentile is
 	// taken to be 95 (the policy default).
 	Policy func() *policy.Snapshot
+	// Overrides returns the runtime overrides in force (package
+	// adminapi); optional.
+	Overrides func() []Override
 }
 
 // Snapshot is the body of /status.json.
@@ -50,6 +53,26 @@ type Snapshot struct {
 	// Logs are sentry's log writers (sentry_log_*), by name ("access",
 	// "process"), sorted; empty when none exports.
 	Logs []Log `json:"logs"`
+	// Overrides are the operator's runtime overrides in force (the admin
+	// API), oldest first; empty when none.
+	Overrides []Override `json:"overrides"`
+}
+
+// Override is one runtime override of the policy (package adminapi): a
+// backend drained or disabled, the log level, an app's admission mode.
+// A reload reverts it.
+type Override struct {
+	// Kind is backend, log_level or admission.
+	Kind    string `json:"kind" yaml:"kind"`
+	App     string `json:"app,omitempty" yaml:"app,omitempty"`
+	Backend string `json:"backend,omitempty" yaml:"backend,omitempty"`
+	// Value is what is in force (draining, debug, off ...); Policy what
+	// the policy says (enabled, info, auto ...).
+	Value  string `json:"value" yaml:"value"`
+	Policy string `json:"policy" yaml:"policy"`
+	// By is the peer address of whoever asked; At when (RFC 3339, UTC).
+	By string `json:"by" yaml:"by"`
+	At string `json:"at" yaml:"at"`
 }
 
 // Log is one log writer's state (internal/logwriter). A stuck reader
@@ -102,8 +125,11 @@ type Class struct {
 
 // Backend is one backend of an app.
 type Backend struct {
-	Addr     string  `json:"addr"`
-	Healthy  bool    `json:"healthy"`
+	Addr    string `json:"addr"`
+	Healthy bool   `json:"healthy"`
+	// State is the operator's: enabled, draining or disabled
+	// (sentry_backend_state); "" when not exported.
+	State    string  `json:"state"`
 	Inflight float64 `json:"inflight"`
 	// Requests relayed to it, cumulative.
 	Requests float64 `json:"requests"`
@@ -133,7 +159,14 @@ func Collect(g prometheus.Gatherer, opts Options) (*Snapshot, error) {
 	if opts.Policy != nil {
 		snap = opts.Policy()
 	}
-	return b.finish(now, snap), nil
+	out := b.finish(now, snap)
+	if opts.Overrides != nil {
+		out.Overrides = opts.Overrides()
+	}
+	if out.Overrides == nil {
+		out.Overrides = []Override{}
+	}
+	return out, nil
 }
 
 type builder struct {
@@ -243,6 +276,10 @@ func (b *builder) add(family string, m *dto.Metric) {
 		b.backend(app, l["backend"]).Inflight = v
 	case "sentry_backend_healthy":
 		b.backend(app, l["backend"]).Healthy = v == 1
+	case "sentry_backend_state":
+		if v == 1 {
+			b.backend(app, l["backend"]).State = l["state"]
+		}
 	}
 }
 

@@ -332,3 +332,31 @@ func TestCollectLogs(t *testing.T) {
 		t.Fatalf("logs %+v", s.Logs)
 	}
 }
+
+// TestCollectOverrides: the backend's operator state comes from
+// sentry_backend_state, and the runtime overrides from Options.Overrides;
+// without them the list is empty, not null.
+func TestCollectOverrides(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	state := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_backend_state", Help: "h"}, []string{"app", "backend", "state"})
+	reg.MustRegister(state)
+	for s, v := range map[string]float64{"enabled": 0, "draining": 1, "disabled": 0} {
+		state.WithLabelValues("shop", "10.0.0.1:80", s).Set(v)
+	}
+	s, err := Collect(reg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Apps) != 1 || len(s.Apps[0].Backends) != 1 || s.Apps[0].Backends[0].State != "draining" {
+		t.Fatalf("apps %+v", s.Apps)
+	}
+	if body, _ := json.Marshal(s); !strings.Contains(string(body), `"overrides":[]`) {
+		t.Fatalf("no empty overrides: %s", body)
+	}
+	ov := []Override{{Kind: "backend", App: "shop", Backend: "10.0.0.1:80", Value: "draining", Policy: "enabled", By: "127.0.0.1:5000", At: "2025-01-01T00:00:00Z"}}
+	s, _ = Collect(reg, Options{Overrides: func() []Override { return ov }})
+	body, _ := json.Marshal(s)
+	if !strings.Contains(string(body), `"overrides":[{"kind":"backend","app":"shop","backend":"10.0.0.1:80","value":"draining","policy":"enabled","by":"127.0.0.1:5000"`) {
+		t.Fatalf("overrides: %s", body)
+	}
+}

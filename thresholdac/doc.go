@@ -60,8 +60,8 @@
 //	otherwise                                 → this package's draw
 //
 // Spare is batch mode's condition for k = 1: η + 1 ≤ P (a slot free, no
-// request in service slowed), a measured queue Q ≤ R_sla/10 (the backends
-// are not queueing), no batch queue holds a request, and no more
+// request in service slowed), the queue the latest completions met
+// QNow ≤ R_sla/10 (the backends are not queueing), no batch queue holds a request, and no more
 // important class holds a cascade mark. So a class whose requests are
 // longer than the target is admitted one free slot at a time, counted and
 // warned about by the owner, and refused as soon as the farm's slots are

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sentry-proxy/sentry/adminapi"
 	"github.com/sentry-proxy/sentry/control"
 	"github.com/sentry-proxy/sentry/internal/logwriter"
 	"github.com/sentry-proxy/sentry/policy"
@@ -40,6 +41,7 @@ type daemon struct {
 	reg    *prometheus.Registry
 	proxy  *proxy.Proxy
 	ctl    *control.Manager // the admission stacks (for /provisioning)
+	api    *adminapi.API    // the runtime API (/runtime): overrides until a reload
 	listen listenFunc
 
 	mu        sync.Mutex              // serialises reload and shutdown; guards the fields below
@@ -127,6 +129,7 @@ func startDaemon(snap *policy.Snapshot, log hclog.Logger, listen listenFunc, ext
 	}
 	d.proxy = p
 	d.ctl = ctl.Manager
+	d.api = newAdminAPI(log, p, ctl.Manager)
 	for _, l := range snap.Listeners {
 		ln, err := d.open(l.Addr)
 		if err == nil {
@@ -207,8 +210,11 @@ func (d *daemon) serveAdmin(addr string, ln net.Listener) {
 	})
 	// The policy in force as a policy file, defaults filled in
 	// (policy.Dump): the document `sentry check -dump` prints for a file.
+	// With runtime overrides in force (the admin API), they follow the
+	// policy under the extension key x-runtime-overrides: the document is
+	// still a valid policy, whose policy part is the dump's.
 	mux.HandleFunc("/config", func(w http.ResponseWriter, r *http.Request) {
-		out, err := policy.Dump(d.proxy.Snapshot())
+		out, err := d.api.Config()
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -231,7 +237,10 @@ func (d *daemon) serveAdmin(addr string, ln net.Listener) {
 	mux.Handle("/debug/pprof/profile", pprofOn(pprof.Profile))
 	mux.Handle("/debug/pprof/symbol", pprofOn(pprof.Symbol))
 	mux.Handle("/debug/pprof/trace", pprofOn(pprof.Trace))
-	for p, h := range status.Routes(d.reg, status.Options{Policy: d.proxy.Snapshot}) {
+	for p, h := range d.api.Routes() {
+		mux.Handle(p, h) // the runtime API (package adminapi): drain, log level, mode
+	}
+	for p, h := range status.Routes(d.reg, status.Options{Policy: d.proxy.Snapshot, Overrides: d.api.Overrides}) {
 		if _, dup := d.extra[p]; !dup { // the demo passes its own
 			mux.Handle(p, h)
 		}
@@ -326,7 +335,9 @@ func (d *daemon) reload(snap *policy.Snapshot) error {
 		return err
 	}
 
-	// The new policy is in force from here.
+	// The new policy is in force from here, and so only the new policy:
+	// the runtime API's overrides end (each is logged).
+	d.api.Revert("reload")
 	var errs []error
 	for _, l := range snap.Listeners {
 		if ln := opened[l.Addr]; ln != nil {

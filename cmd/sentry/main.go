@@ -34,6 +34,12 @@ Usage:
         Validate the policy, send SIGHUP to the running sentry and wait for
         it to apply the policy; exit 1 if the file is invalid or the
         running process refused it (the systemd unit's ExecReload).
+  sentry admin [-config FILE | -addr ADDR] [-token-file FILE] COMMAND
+        Change the running sentry through its admin listener's runtime
+        API, until the next reload: backend drain|disable|enable [APP]
+        BACKEND; log LEVEL; admission MODE [APP] (MODE policy ends it);
+        reset (end every change); state (print them). -config takes the
+        address and admin.token_file from the policy.
   sentry demo [-listen ADDR] [-admin ADDR] [-duration D] [-no-load] [-quiet]
         Start simulated backends on loopback, the proxy in front of them
         with three classes and a 500 ms target, and a looping load that
@@ -62,6 +68,8 @@ func realMain(args []string) int {
 		return cmdCheck(args[1:])
 	case "reload":
 		return cmdReload(args[1:])
+	case "admin":
+		return cmdAdmin(args[1:])
 	case "demo":
 		return cmdDemo(args[1:])
 	case "schema":

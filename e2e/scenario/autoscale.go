@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sentry-proxy/sentry/internal/stall"
 	"github.com/sentry-proxy/sentry/sim/dns"
 	"github.com/sentry-proxy/sentry/sim/farm"
 	"github.com/sentry-proxy/sentry/sim/load"
@@ -84,7 +85,7 @@ type AutoscaleConfig struct {
 	// Seed seeds the load and the farm.
 	Seed uint64
 	// Progress, when set, gets a line per scaling action.
-	Progress func(string)
+	Progress func(string) `json:"-"`
 }
 
 func (c *AutoscaleConfig) defaults() error {
@@ -162,14 +163,18 @@ type provAdvice struct {
 
 // AutoscaleResult holds the run's series and the figures the targets are
 // judged on.
+//
+// As JSON (e2e/cmd/autoscale -json) it carries the figures and Servers;
+// the series, the events and Needed (NaN where nothing was read) are in
+// the run's files (series.csv, scale.csv).
 type AutoscaleResult struct {
 	Config AutoscaleConfig
-	Series *Series
-	Events []ScaleEvent
+	Series *Series      `json:"-"`
+	Events []ScaleEvent `json:"-"`
 	// Per second: servers in DNS at the second's end, and the last
 	// servers-needed read in it (NaN: none).
 	Servers []int
-	Needed  []float64
+	Needed  []float64 `json:"-"`
 	// StepAt and FallAt: when the high phase starts and ends.
 	StepAt, FallAt time.Duration
 	// PeakDrop is the highest 5-second drop ratio of the high phase;
@@ -202,6 +207,11 @@ type AutoscaleResult struct {
 	// interval + 2 s after it left DNS (it should be 0: sentry follows
 	// the name).
 	Stray uint64
+	// Stall is how long this process (the farm, the load generator, the
+	// DNS server and the autoscaler) went without running while the load
+	// ran (package internal/stall): on a starved machine the figures
+	// above measure the machine.
+	Stall stall.Result
 }
 
 // autoscaleApp is the app's name in the generated policy.
@@ -598,13 +608,15 @@ func RunAutoscale(ctx context.Context, c AutoscaleConfig) (*AutoscaleResult, err
 		defer wg.Done()
 		a.run(ctx, done)
 	}()
+	watch := stall.Start()
 	rep, err := load.Run(ctx, lc)
+	st := watch.Stop()
 	close(done)
 	wg.Wait()
 	if err != nil {
 		return nil, err
 	}
-	res := &AutoscaleResult{Config: c, Events: a.events, StepAt: c.Before, FallAt: c.Before + c.High}
+	res := &AutoscaleResult{Config: c, Events: a.events, StepAt: c.Before, FallAt: c.Before + c.High, Stall: st}
 	res.Stray = a.strayCount()
 	res.Series = Aggregate(rep, []time.Duration{c.SLA}, nil, c.Slots, int(total/time.Second))
 	res.evaluate()
@@ -729,6 +741,7 @@ func (r *AutoscaleResult) Summary() string {
 	fmt.Fprintf(&b, "after the fall: back to %d servers %v after it; scale-downs at [%s], shortest gap %v; flaps %d\n",
 		c.Base, r.BackToBase, strings.Join(downs, " "), r.MinDownGap.Round(100*time.Millisecond), r.Flaps)
 	fmt.Fprintf(&b, "responses from servers out of DNS (after %v grace): %d\n", c.DNSInterval+2*time.Second, r.Stray)
+	fmt.Fprintf(&b, "harness: %v\n", r.Stall)
 	return b.String()
 }
 

@@ -272,9 +272,9 @@ func HAProxyQueueTimeout(sc *Scenario) time.Duration {
 // doc.go, "Health"). nil when the fragment has no active checks: the
 // peer then has no health state, as before.
 type HAProxyCheck struct {
-	Path                string
+	Path                 string
 	Inter, Fast, Timeout time.Duration
-	Rise, Fall          int
+	Rise, Fall           int
 }
 
 // haproxyCheck reads the fragment's health.active, with sentry's

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sentry-proxy/sentry/internal/stall"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/sim/farm"
 	"github.com/sentry-proxy/sentry/sim/load"
@@ -143,6 +144,22 @@ type SentriesRow struct {
 	P95                            time.Duration
 	Rejected                       float64
 	Errors                         int
+	// FarmCapacity is the capacity the farm showed over the same window,
+	// req/s: each server's slots over its mean slot-holding time (busy
+	// slot-seconds per completion). It falls below Capacity when the
+	// machine is too loaded for the farm's timers to hold its model
+	// (farm.Stats.Compensation); 0 when nothing completed.
+	FarmCapacity float64
+	// The load generator's own delays, which every latency above
+	// includes: LagP95 is how late it sent (p95), RejectP95 the p95
+	// latency of rejections, which sentry answers at once -- the floor
+	// of what this run could measure.
+	LagP95, RejectP95 time.Duration
+	// Stall is how long this process (the farm and the load generator)
+	// went without running over the window (package internal/stall): on
+	// a machine starved by other work, the sentries are too, and the
+	// figures above measure the machine.
+	Stall stall.Result
 	// Decisions per second, all sentries together, and each one's.
 	Decisions float64
 	PerSentry []float64
@@ -188,8 +205,9 @@ func (r SentriesRow) String(c SentriesConfig) string {
 		return fmt.Sprintf("%d sentries (shares %v, pinned %v): %.0f decisions/s (each %v), sentry CPU %v cores, %.0f decisions per CPU-second",
 			r.Sentries, r.Shares, r.Pinned, r.Decisions, fmtRates(r.PerSentry), fmtCores(r.CPU), r.PerCore)
 	}
-	return fmt.Sprintf("%d sentries (shares %v): offered %.0f req/s, goodput %.0f req/s = %.3f × capacity %.0f, admitted p95 %v (target %v), rejected %.1f%%, errors %d, %.0f decisions/s",
-		r.Sentries, r.Shares, r.Offered, r.Goodput, r.GoodputRatio, c.Capacity(), r.P95.Round(time.Millisecond), c.SLA, 100*r.Rejected, r.Errors, r.Decisions)
+	return fmt.Sprintf("%d sentries (shares %v): offered %.0f req/s, goodput %.0f req/s = %.3f × capacity %.0f (the farm showed %.0f), admitted p95 %v (target %v), rejected %.1f%%, errors %d, %.0f decisions/s; load generator: send lag p95 %v, rejection latency p95 %v, %v",
+		r.Sentries, r.Shares, r.Offered, r.Goodput, r.GoodputRatio, c.Capacity(), r.FarmCapacity, r.P95.Round(time.Millisecond), c.SLA, 100*r.Rejected, r.Errors, r.Decisions,
+		r.LagP95.Round(time.Millisecond), r.RejectP95.Round(time.Millisecond), r.Stall)
 }
 
 func fmtCores(v []float64) string {
@@ -395,12 +413,16 @@ func runSentriesOnce(ctx context.Context, c SentriesConfig, k int) (SentriesRow,
 		<-done
 		return row, err
 	}
+	farm0 := f.Stats()
+	watch := stall.Start()
 	t0 := time.Now()
 	select {
 	case <-ctx.Done():
 	case <-time.After(c.Duration - c.Warmup):
 	}
+	row.Stall = watch.Stop()
 	after, err := snap()
+	row.FarmCapacity = shownCapacity(farm0, f.Stats())
 	window = time.Since(t0).Seconds()
 	if rerr := <-done; rerr != nil {
 		return row, rerr
@@ -411,16 +433,18 @@ func runSentriesOnce(ctx context.Context, c SentriesConfig, k int) (SentriesRow,
 	row.fillDecisions(before, after, window)
 	row.fillCPU(cpu0, window)
 	var sent, good, rejected int
-	var lat []time.Duration
+	var lat, rejLat, lag []time.Duration
 	for i := range rep.Results {
 		r := &rep.Results[i]
 		if r.Start < c.Warmup || r.Start >= c.Duration || r.Err == load.ErrOverflow {
 			continue
 		}
 		sent++
+		lag = append(lag, r.Lag)
 		switch {
 		case r.Rejected:
 			rejected++
+			rejLat = append(rejLat, r.Latency)
 		case r.Failed():
 			row.Errors++
 		}
@@ -441,7 +465,31 @@ func runSentriesOnce(ctx context.Context, c SentriesConfig, k int) (SentriesRow,
 		slices.Sort(lat)
 		row.P95 = Percentile(lat, 0.95)
 	}
+	if len(rejLat) > 0 {
+		slices.Sort(rejLat)
+		row.RejectP95 = Percentile(rejLat, 0.95)
+	}
+	if len(lag) > 0 {
+		slices.Sort(lag)
+		row.LagP95 = Percentile(lag, 0.95)
+	}
 	return row, nil
+}
+
+// shownCapacity is the capacity the farm showed between two snapshots,
+// req/s: the sum over its servers of slots × completions ÷ busy
+// slot-seconds (slots over the mean slot-holding time); 0 when nothing
+// completed.
+func shownCapacity(s0, s1 []farm.Stats) float64 {
+	var c float64
+	for i := range s1 {
+		done := float64(s1[i].Completed - s0[i].Completed)
+		busy := (s1[i].BusyTime - s0[i].BusyTime).Seconds()
+		if done > 0 && busy > 0 {
+			c += float64(s1[i].Slots) * done / busy
+		}
+	}
+	return c
 }
 
 func (r *SentriesRow) fillDecisions(before, after []float64, window float64) {

@@ -29,8 +29,25 @@ type PKI struct {
 	KeyFile      string // the leaf's key
 }
 
-// New writes a CA and a leaf into dir.
-func New(dir string) (*PKI, error) {
+// Options shape the certificates NewWith writes.
+type Options struct {
+	// Validity is how long the CA and the leaf stay valid from now
+	// (both start an hour ago). Zero: 24 hours.
+	Validity time.Duration
+	// CRL, if set, is the leaf's CRL distribution point, as a public CA
+	// writes one (scanners such as testssl.sh rate a leaf with neither a
+	// CRL nor an OCSP URI). Nothing serves it.
+	CRL string
+}
+
+// New writes a CA and a leaf into dir, valid for 24 hours.
+func New(dir string) (*PKI, error) { return NewWith(dir, Options{}) }
+
+// NewWith is New shaped by o.
+func NewWith(dir string, o Options) (*PKI, error) {
+	if o.Validity == 0 {
+		o.Validity = 24 * time.Hour
+	}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -40,7 +57,7 @@ func New(dir string) (*PKI, error) {
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "test CA"},
 		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
+		NotAfter:              now.Add(o.Validity),
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
@@ -61,10 +78,13 @@ func New(dir string) (*PKI, error) {
 		SerialNumber: big.NewInt(4242),
 		Subject:      pkix.Name{CommonName: "leaf"},
 		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
+		NotAfter:     now.Add(o.Validity),
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if o.CRL != "" {
+		lT.CRLDistributionPoints = []string{o.CRL}
 	}
 	lDER, err := x509.CreateCertificate(rand.Reader, lT, ca, &key.PublicKey, caKey)
 	if err != nil {

@@ -525,7 +525,7 @@ func (l *eventLoop) readBackend(bc *bconn) {
 		l.startResponse(c, bc, data)
 		return
 	}
-	l.forward(c, bc, data)
+	l.forward(c, bc, data, false)
 }
 
 // errConnectTimeout is the cause logged for a connect that did not finish

@@ -150,6 +150,7 @@ func (l *eventLoop) closeClient(c *cconn) {
 	if c.h2 != nil {
 		l.h2Close(c)
 	}
+	l.dropResp(c)
 	l.forget(c)
 	if c.tls != nil && c.linger == 0 {
 		l.closeNotify(c)

@@ -13,6 +13,7 @@ import (
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/sentry-proxy/sentry/proxy/respbuf"
 	"github.com/sentry-proxy/sentry/sert"
 )
 
@@ -39,12 +40,30 @@ type cconn struct {
 	tls     *tlsConn // TLS: records sealed and opened by the loop (tls_linux.go); nil for plain
 	h2      *h2Link  // HTTP/2 (h2_linux.go): the connection's streams are exchanges of their own
 	str     *h2str   // a stream connection (no socket, fd -1): one HTTP/2 stream the loop runs
-	ex      exch
+	// rb holds what the client has not taken of a buffered response
+	// beyond c.out (buffer_linux.go); made the first time one is needed.
+	// Its bytes come after c.out's: while it holds any, c.out is not
+	// empty (flush refills c.out from it), except on a stream, whose
+	// c.out goes into the core at once (flushStream).
+	rb *respbuf.Buffer
+	ex exch
 }
 
-// backlog tells whether response bytes wait for the client: in c.out, or,
-// for a stream, for its flow-control window.
-func (c *cconn) backlog() bool { return len(c.out) > 0 || c.str != nil && c.str.blocked }
+// backlog tells whether response bytes wait for the client: in c.out or
+// its response buffer, or, for a stream, for its flow-control window.
+func (c *cconn) backlog() bool {
+	return len(c.out) > 0 || c.str != nil && c.str.blocked || c.buffered()
+}
+
+// waiting tells whether response bytes wait for the client itself: what
+// a write left (EAGAIN, or a partial write: outAt), the buffer, or a
+// stream's window -- not a head put in c.out and not written yet.
+func (c *cconn) waiting() bool {
+	return c.outAt != 0 || c.buffered() || c.str != nil && c.str.blocked
+}
+
+// buffered tells whether c's response buffer holds bytes.
+func (c *cconn) buffered() bool { return c.rb != nil && c.rb.Len() > 0 }
 
 // busy tells whether an exchange is in progress on c (State).
 func (c *cconn) busy() bool { return c.ex.state != Idle }
@@ -98,6 +117,11 @@ type exch struct {
 	bkClose  bool
 	gotBytes bool
 	released bool
+	// buffer: the response may be held in c.rb while its client is
+	// slower than its backend (buffer_linux.go); false for streams
+	// (respbuf.Streams), apps with response_buffering off, and with
+	// response buffering off.
+	buffer bool
 }
 
 const (
@@ -383,10 +407,11 @@ func (l *eventLoop) sweep() {
 			}
 			continue
 		}
-		// While the client has not taken what was relayed, the backend
-		// is not read, so its idle deadline waits (the write timeout
-		// covers the client); flush restarts it.
-		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == Relaying && c.backlog()) {
+		// While the backend is not read because the client has not
+		// taken what was relayed (and no buffer could take more), its
+		// idle deadline waits (the write timeout covers the client);
+		// resumeBackend restarts it.
+		if ex.b != nil && ex.deadline != 0 && l.nowNs > ex.deadline && !(ex.state == Relaying && ex.b.events&unix.EPOLLIN == 0) {
 			if ex.state == Connecting {
 				l.dialFailed(ex.b, errConnectTimeout)
 			} else if ex.state != Relaying {
@@ -447,7 +472,7 @@ func (l *eventLoop) sweep() {
 	for u, list := range l.idleBk {
 		keep := list[:0]
 		for _, bc := range list {
-			if bc.fd >= 0 && l.nowNs-bc.lastNs < int64(backendIdle) && !u.Closed.Load() {
+			if bc.fd >= 0 && l.nowNs-bc.lastNs < int64(backendIdle) && !u.Closed.Load() && !u.Quiesced.Load() {
 				keep = append(keep, bc)
 			} else {
 				l.closeBackend(bc)

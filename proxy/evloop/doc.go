@@ -79,7 +79,10 @@
 // tls13.Tap the handshake ran over (package internal/tls13) and calls
 // Front.Adopt with a
 // duplicate of the socket; the loops take adopted connections in turn,
-// from a queue each loop drains when its eventfd wakes it. Such a
+// from a queue each loop drains when its eventfd wakes it. Conns counts a
+// connection from the caller's Expect, before Adopt queues it, to its
+// close, so that proxy can drop it from its own count in between and a
+// reader of both never finds it in neither. Such a
 // connection carries a tlsConn: readTLS reads ciphertext and opens every
 // whole record into c.in (including what crypto/tls had read past the
 // handshake, opened at adoption since epoll will not report it again),
@@ -128,6 +131,35 @@
 // under h2mu) and the eventfd. Lock order: the connection's lock (held by
 // the loop only around core calls), then h2mu, then efdMu.
 //
+// # Response buffering (buffer_linux.go)
+//
+// A response whose client is slower than its backend does not pace the
+// backend (docs/buffering.md): once a write to the client has had to
+// wait, each backend read goes into the connection's respbuf.Buffer
+// (cconn.rb), behind c.out -- memory, then an unlinked temporary file,
+// under the process's budget (Config.Resp, the one every front end
+// charges). The loop lets the backend be read again only after reserving
+// room in the buffer for a whole read (room), so a read is always taken
+// whole (hold); when no room can be had it pauses the backend as it always
+// did, and resumeBackend lets it read again once the client has taken
+// enough. flush refills c.out from the buffer as the client takes it, so
+// "len(c.out) > 0" still means "the client has not taken the response"
+// everywhere; a stream connection feeds its core from the buffer as the
+// window opens (flushStream). The body's end releases the backend
+// connection (finish: the pool, or a waiter) while the client may still
+// have it all to take; the exchange ends there (done), and the
+// connection keeps its buffer until it is written (after drops it, as
+// closeClient, abort and streamEnd do). The exchange states do not change:
+// a response being written from a buffer belongs to an idle connection.
+// Decisions: in flight (the balancer, the admission ticket, the
+// estimator's sample) still ends at the response head, the one point that
+// never depends on the client (docs/buffering.md says why); the
+// temporary file's reads and writes are made on the loop, as nginx's
+// workers make theirs. Streams (respbuf.Streams: server-sent events, gRPC,
+// X-Accel-Buffering: no) and apps with response_buffering off are never
+// held back. The Sys interface includes the file calls, so the scripts
+// drive buffering too (testdata/evloop/buffer*.txt).
+//
 // # Usage
 //
 // Package proxy (proxy/evloop_start_linux.go) builds a Config per plain
@@ -146,7 +178,8 @@
 // types and its timers; client_linux.go the client side and the pipeline
 // as the loop runs it; backend_linux.go the backend side and retries;
 // response_linux.go the response relay and the end of an exchange;
-// reply_linux.go the answers sentry writes itself; tls_linux.go adopted
+// buffer_linux.go response buffering; reply_linux.go the answers sentry
+// writes itself; tls_linux.go adopted
 // TLS connections; h2_linux.go HTTP/2 connections and their streams;
 // state.go the State machine; sys_linux.go the kernel.
 package evloop

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/sentry-proxy/sentry/proxy/respbuf"
 )
 
 // front_linux.go is the event-loop front end for HTTP/1.1 listeners (TLS
@@ -77,6 +78,10 @@ type Config struct {
 	Linger    time.Duration // a lingering close's limit (as the fasthttp front end's)
 	IdleGrace time.Duration // draining: an idle connection's time for one more request
 	Handoff   int           // the hand-off queue's length (handoffListener)
+	// Resp is the process's response buffers (server.response_buffer and
+	// the rest), shared with every other front end; nil: responses are
+	// not buffered.
+	Resp *respbuf.Budget
 
 	// OtherConns is the listener's client connections the loops do not
 	// hold: fasthttp's, and those package proxy's TLS or h2c listener
@@ -102,21 +107,25 @@ type Config struct {
 // Front is the event-loop half of a plain front end: its loops and the
 // listener (Handed) through which they hand connections to fasthttp.
 type Front struct {
-	cfg       Config
-	ln        net.Listener
-	lfd       int
-	loops     []*eventLoop
-	Handed    *handoffListener
-	conns     atomic.Int64 // client connections the loops hold
-	draining  atomic.Bool
-	closing   atomic.Bool
-	wg        sync.WaitGroup
-	unlisten  sync.WaitGroup // loops that still have the listener in their epoll set
-	maxHeader int
-	maxConns  int
-	idle      time.Duration // server.idle_timeout
-	write     time.Duration // server.write_timeout (0: no limit)
-	hdr       time.Duration // server.read_header_timeout
+	cfg    Config
+	ln     net.Listener
+	lfd    int
+	loops  []*eventLoop
+	Handed *handoffListener
+	// conns is the client connections the loops hold; expected those on
+	// their way to them (Expect) or queued for a loop (Adopt), not yet in
+	// conns. Conns counts both, so that a connection a TLS listener moves
+	// here is never counted by nobody.
+	conns, expected atomic.Int64
+	draining        atomic.Bool
+	closing         atomic.Bool
+	wg              sync.WaitGroup
+	unlisten        sync.WaitGroup // loops that still have the listener in their epoll set
+	maxHeader       int
+	maxConns        int
+	idle            time.Duration // server.idle_timeout
+	write           time.Duration // server.write_timeout (0: no limit)
+	hdr             time.Duration // server.read_header_timeout
 
 	next           atomic.Uint32 // Adopt's round robin
 	served, handed atomic.Uint64 // requests answered by the loops; connections handed off
@@ -190,9 +199,28 @@ func (ff *Front) Shutdown(ctx context.Context) {
 // handed off.
 func (ff *Front) Counts() (served, handed uint64) { return ff.served.Load(), ff.handed.Load() }
 
-// Conns is the client connections the loops hold now (server.max_conns
-// counts them beside the listener's others).
-func (ff *Front) Conns() int64 { return ff.conns.Load() }
+// Conns is the client connections the loops hold now, with those on
+// their way to them (Expect, Adopt): server.max_conns counts them beside
+// the listener's others. A connection moves from expected to conns by an
+// increment of conns before the decrement of expected, so expected is
+// read first: Conns never misses one in passing (it may count one twice
+// for an instant).
+func (ff *Front) Conns() int64 {
+	e := ff.expected.Load()
+	return e + ff.conns.Load()
+}
+
+// Expect counts a connection the caller is about to give the loops
+// (Adopt, AdoptH2) in Conns from now on. A caller moving a connection from
+// a count of its own calls Expect, then drops it from its own count, then
+// adopts it: a reader of both counts (max_conns) never sees it nowhere,
+// and the loops' check at adoption does not see it twice. Every Expect is
+// matched by one Adopt or AdoptH2 that reports true (the loop takes the
+// count over) or by one Unexpect.
+func (ff *Front) Expect() { ff.expected.Add(1) }
+
+// Unexpect withdraws an Expect whose connection the loops did not take.
+func (ff *Front) Unexpect() { ff.expected.Add(-1) }
 
 // IllegalTransitions is the number of illegal exchange-state transitions
 // the loops made (state.go): a bug counted, not a crash.

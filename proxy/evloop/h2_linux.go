@@ -221,9 +221,13 @@ func (l *eventLoop) h2Flush(c *cconn) {
 		// Room again: the streams that stopped for the connection's
 		// output look again (their new output is taken next round).
 		h.outWait = false
-		for _, sc := range h.streams {
-			if sc.str.blocked && sc.busy() {
-				l.flushStream(sc)
+		for i := 0; i < len(h.streams); i++ {
+			sc := h.streams[i]
+			if sc.str.blocked && (sc.busy() || sc.buffered()) {
+				l.flushStream(sc) // (may end it: streamEnd moves the last stream into i)
+				if i < len(h.streams) && h.streams[i] != sc {
+					i--
+				}
 			}
 		}
 	}
@@ -303,7 +307,7 @@ func (l *eventLoop) h2Events(c *cconn) {
 			switch {
 			case sc.str.tail:
 				l.streamEnd(sc, 0)
-			case sc.str.started && sc.busy():
+			case sc.str.started && (sc.busy() || sc.buffered()):
 				l.flushStream(sc)
 			}
 		}
@@ -433,55 +437,69 @@ func (l *eventLoop) flushStream(c *cconn) {
 	str := c.str
 	p := str.p
 	h := p.h2
-	end := !c.busy()
 	core := h.core
-	h.d.Lock()
-	if !str.ended {
-		b := c.out
-		if !str.headOut {
-			if len(b) == 0 || pipeline.ParseResponseHead(b, &l.sh) != pipeline.HeadOK {
-				if end || len(b) > 0 {
-					core.ResetStream(str.s, h2srv.InternalError)
-					str.ended = true
-				}
-				b = nil
-			} else {
-				sh := &l.sh
-				str.headOut, str.chunked = true, sh.Chunked
-				core.Headers(sh.Status)
-				for i := 0; i < sh.NFields; i++ {
-					switch sh.Kinds[i] {
-					case pipeline.KindConnection, pipeline.KindTransferEncoding, pipeline.KindUpgrade, pipeline.KindHopByHop:
-						continue
-					}
-					f := &sh.Fields[i]
-					core.Field(f.Name.Of(b), f.Value.Of(b))
-				}
-				b = l.streamBody(str, b[sh.N:])
-				if end && len(b) == 0 {
-					core.EndHeaders(str.s, true)
-					str.ended = true
-				} else {
-					core.EndHeaders(str.s, false)
-				}
-			}
-		} else {
-			b = l.streamBody(str, b)
-		}
-		if !str.ended && str.headOut && (len(b) > 0 || end) {
-			core.WriteData(str.s, b, end)
-			str.ended = end
-		}
-	}
+	var end, outFull bool
 	pend := 0
-	if !core.Closed(str.s) {
-		pend = core.Pending(str.s)
+	for {
+		// What the response buffer holds goes into the core piece by
+		// piece while the stream's window takes it (the core holds at
+		// most a window and a piece); its end is the response's end.
+		more := c.buffered()
+		end = !c.busy() && !more
+		h.d.Lock()
+		if !str.ended {
+			b := c.out
+			if !str.headOut {
+				if len(b) == 0 || pipeline.ParseResponseHead(b, &l.sh) != pipeline.HeadOK {
+					if end || len(b) > 0 {
+						core.ResetStream(str.s, h2srv.InternalError)
+						str.ended = true
+					}
+					b = nil
+				} else {
+					sh := &l.sh
+					str.headOut, str.chunked = true, sh.Chunked
+					core.Headers(sh.Status)
+					for i := 0; i < sh.NFields; i++ {
+						switch sh.Kinds[i] {
+						case pipeline.KindConnection, pipeline.KindTransferEncoding, pipeline.KindUpgrade, pipeline.KindHopByHop:
+							continue
+						}
+						f := &sh.Fields[i]
+						core.Field(f.Name.Of(b), f.Value.Of(b))
+					}
+					b = l.streamBody(str, b[sh.N:])
+					if end && len(b) == 0 {
+						core.EndHeaders(str.s, true)
+						str.ended = true
+					} else {
+						core.EndHeaders(str.s, false)
+					}
+				}
+			} else {
+				b = l.streamBody(str, b)
+			}
+			if !str.ended && str.headOut && (len(b) > 0 || end) {
+				core.WriteData(str.s, b, end)
+				str.ended = end
+			}
+		}
+		pend = 0
+		if !core.Closed(str.s) {
+			pend = core.Pending(str.s)
+		}
+		// A client whose windows are open but which reads slowly: the
+		// connection's output is bounded too (h2Flush resumes the stream).
+		outFull = len(core.Output()) >= h2OutLimit || len(p.out) >= h2OutLimit
+		h.d.Unlock()
+		c.out = c.out[:0]
+		if !more || str.ended || pend > 0 || outFull {
+			break
+		}
+		if !l.refill(c) {
+			return
+		}
 	}
-	// A client whose windows are open but which reads slowly: the
-	// connection's output is bounded too (h2Flush resumes the stream).
-	outFull := len(core.Output()) >= h2OutLimit || len(p.out) >= h2OutLimit
-	h.d.Unlock()
-	c.out = c.out[:0]
 	l.h2Dirty(p)
 	if end {
 		if pend > 0 && !str.tail {
@@ -511,13 +529,9 @@ func (l *eventLoop) flushStream(c *cconn) {
 	} else {
 		c.outAt = 0
 	}
-	if str.blocked {
-		return
-	}
-	if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.state == Relaying && bc.events&unix.EPOLLIN == 0 {
-		l.setBackendEvents(bc, bc.events|unix.EPOLLIN|unix.EPOLLRDHUP)
-		c.ex.deadline = l.nowNs + c.ex.a.Shared.Idle.Load()
-	}
+	// The backend is read again once the window took everything, or
+	// while the response buffer has room.
+	l.resumeBackend(c)
 }
 
 // stalled tells whether a stream connection whose write timeout has run
@@ -611,6 +625,7 @@ func (l *eventLoop) streamEnd(c *cconn, code h2srv.ErrCode) {
 		h.streams[len(h.streams)-1] = nil
 		h.streams = h.streams[:len(h.streams)-1]
 	}
+	l.dropResp(c)
 	l.putBuf(c.in)
 	c.in, c.n = nil, 0
 	p.lastNs = l.nowNs
@@ -667,7 +682,7 @@ func (l *eventLoop) h2Sweep(c *cconn) bool {
 	if w := int64(l.ff.write); w > 0 {
 		for i := 0; i < len(h.streams); i++ {
 			sc := h.streams[i]
-			if sc.str.tail && l.nowNs-sc.outAt > w && l.stalled(sc) {
+			if (sc.str.tail || !sc.busy() && sc.buffered()) && sc.outAt != 0 && l.nowNs-sc.outAt > w && l.stalled(sc) {
 				l.streamEnd(sc, h2srv.Cancel) // moves the last stream into i
 				i--
 			}

@@ -40,6 +40,7 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 		c.closing = true
 	}
 	ex.bkClose = rh.ConnClose || rh.Minor == 0 && !rh.ConnKeepAlive
+	ex.buffer = l.bufferable(c, data, rh)
 	// The first response byte disarms termination (one goroutine: the
 	// loop's own sweep is the only other party, so Disarm always wins
 	// here).
@@ -60,7 +61,7 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 		// (h2_linux.go), the body follows through c.out.
 		l.streamHead(c, data, rh, strip)
 		l.setState(c, Relaying)
-		l.forward(c, bc, data[rh.N:])
+		l.forward(c, bc, data[rh.N:], false)
 		return
 	}
 	out := c.out[:0]
@@ -86,7 +87,7 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte) {
 	out = append(out, "\r\n"...)
 	c.out = out
 	l.setState(c, Relaying)
-	l.forward(c, bc, data[rh.N:])
+	l.forward(c, bc, data[rh.N:], true)
 }
 
 // respField is the response header policy for every client, field i of
@@ -111,16 +112,18 @@ func (l *eventLoop) respField(data []byte, rh *pipeline.RawHead, i int, strip bo
 			return l.st, len(l.st) > 0
 		}
 	case pipeline.KindOther:
-		if pipeline.EqFoldString(f.Name.Of(data), reqID) {
-			return nil, false
+		if n := f.Name.Of(data); pipeline.EqFoldString(n, reqID) || pipeline.IsAccelBuffering(n) {
+			return nil, false // (X-Accel-Buffering is read, not passed on, as nginx does)
 		}
 	}
 	return nil, true
 }
 
 // forward relays body bytes (already in bc.in) to the client, and ends the
-// exchange at the end of the body.
-func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte) {
+// exchange at the end of the body. held says that nothing of the response
+// has gone to the client yet (its head is still in c.out): a malformed
+// body is then answered 502 instead of cut.
+func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte, held bool) {
 	ex := &c.ex
 	done := false
 	switch ex.mode {
@@ -140,6 +143,14 @@ func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte) {
 	case bodyChunked:
 		n, end, ok := ex.ct.Feed(data)
 		if !ok {
+			if held {
+				// The head has not left: the client gets a 502 (the
+				// backend connection is closed, never reused), as for
+				// a malformed head.
+				c.out = c.out[:0]
+				l.respond(c, ex.a, pipeline.OutBackendFailed, admission.Decision{})
+				return
+			}
 			l.abort(c, pipeline.OutBackendFailed)
 			return
 		}
@@ -149,40 +160,80 @@ func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte) {
 		data, done = data[:n], end
 	}
 	ex.outBytes += int64(len(data))
-	c.out = append(c.out, data...)
 	bc.n = 0
+	waiting := ex.buffer && c.waiting()
+	if waiting {
+		// The client has not taken what came before: this waits in the
+		// response buffer (room reserved it before the read).
+		l.hold(c, data)
+	} else {
+		c.out = append(c.out, data...)
+	}
 	if done {
 		// The exchange is recorded before its last bytes go out (as on
 		// the fasthttp path): a client that has the response sees it in
-		// the metrics.
+		// the metrics. The backend connection is released now, whatever
+		// still waits for the client.
 		l.finish(c)
-		if c.fd >= 0 {
+		if c.fd >= 0 && !waiting {
 			l.flush(c)
 		}
 		return
 	}
-	l.flush(c)
+	if !waiting {
+		l.flush(c)
+	}
 	if c.fd < 0 && c.str == nil {
 		return
 	}
-	if c.backlog() {
-		// The client is slower than the backend: stop reading the
-		// backend until the client has taken this.
+	if c.backlog() && ex.b == bc && !l.room(c) {
+		// The client is slower than the backend and no buffer can
+		// take more: stop reading the backend until the client has
+		// taken some (resumeBackend).
 		l.setBackendEvents(bc, bc.events&^(unix.EPOLLIN|unix.EPOLLRDHUP))
 	}
 }
 
-// flush writes c.out; on EAGAIN it waits for EPOLLOUT.
+// flush writes c.out, and after it what the response buffer holds; on
+// EAGAIN it waits for EPOLLOUT.
 func (l *eventLoop) flush(c *cconn) {
 	if c.str != nil {
 		l.flushStream(c)
 		return
 	}
-	if c.tls != nil {
-		if !l.flushTLS(c) {
+	for {
+		if c.tls != nil {
+			if !l.flushTLS(c) {
+				l.resumeBackend(c) // the buffer may have room again
+				return
+			}
+		} else if !l.writeOut(c) {
+			if c.fd >= 0 {
+				l.resumeBackend(c)
+			}
 			return
 		}
+		if !c.buffered() || !l.refill(c) {
+			break
+		}
 	}
+	if c.fd < 0 {
+		return
+	}
+	c.outAt = 0
+	if c.events&unix.EPOLLOUT != 0 {
+		l.setClientEvents(c, c.events&^unix.EPOLLOUT)
+	}
+	if c.busy() {
+		l.resumeBackend(c)
+		return
+	}
+	l.after(c)
+}
+
+// writeOut writes c.out to c's socket: true when all of it went, false
+// when the rest waits for EPOLLOUT or c was closed.
+func (l *eventLoop) writeOut(c *cconn) bool {
 	for len(c.out) > 0 {
 		m, err := l.sys.Write(c.fd, c.out)
 		if err == unix.EINTR {
@@ -193,11 +244,11 @@ func (l *eventLoop) flush(c *cconn) {
 				c.outAt = l.nowNs
 			}
 			l.setClientEvents(c, c.events|unix.EPOLLOUT)
-			return
+			return false
 		}
 		if m <= 0 {
 			l.closeClient(c)
-			return
+			return false
 		}
 		if m < len(c.out) {
 			c.outAt = l.nowNs
@@ -206,19 +257,11 @@ func (l *eventLoop) flush(c *cconn) {
 			continue
 		}
 		c.out = c.out[:0]
-	}
-	c.outAt = 0
-	if c.events&unix.EPOLLOUT != 0 {
-		l.setClientEvents(c, c.events&^unix.EPOLLOUT)
-	}
-	if c.busy() {
-		if bc := c.ex.b; bc != nil && bc.fd >= 0 && c.ex.state == Relaying && bc.events&unix.EPOLLIN == 0 {
-			l.setBackendEvents(bc, bc.events|unix.EPOLLIN|unix.EPOLLRDHUP)
-			c.ex.deadline = l.nowNs + c.ex.a.Shared.Idle.Load()
+		if c.outAt != 0 {
+			c.outAt = l.nowNs // progress: the write timeout starts again (flush may refill c.out)
 		}
-		return
 	}
-	l.after(c)
+	return true
 }
 
 // after runs when an exchange has ended and its response is written: the
@@ -233,7 +276,9 @@ func (l *eventLoop) after(c *cconn) {
 		return
 	}
 	if !c.busy() && len(c.out) == 0 {
-		// An idle connection keeps small buffers only.
+		// An idle connection keeps small buffers only (and no
+		// response buffer: its memory and file go back).
+		l.dropResp(c)
 		if cap(c.out) > 4<<10 {
 			c.out = nil
 		}
@@ -266,8 +311,22 @@ func (l *eventLoop) finish(c *cconn) {
 		ex.b, bc.c = nil, nil
 		// A backend that answered before taking the whole request (an
 		// early 413, say) still expects the rest: never reuse it.
-		if ex.bkClose || bc.fd < 0 || ex.sent < len(ex.req) {
+		if ex.bkClose || bc.fd < 0 || ex.sent < len(ex.req) || bc.u.Quiesced.Load() {
+			// (Quiesced: the operator drained the backend; no idle
+			// connection is kept to it.)
 			l.closeBackend(bc)
+		} else if ex.mode == bodyNone && bc.u.LoopWaiting.Load() > 0 {
+			// An answer without a body (HEAD, 204, 304) from a backend
+			// that wrongly sends one anyway: its bytes may come after
+			// the head. Handed straight to a waiting exchange, whose
+			// request goes out at once, they would be read as that
+			// exchange's response; closed, the connection makes room
+			// under the cap for the waiter instead. (Kept idle, a late
+			// stray body closes it: backendEvent.)
+			l.closeBackend(bc)
+			if l.othersWait(bc.u) {
+				l.wakeOthers()
+			}
 		} else if w := l.giveTo(bc.u, ex.a.Policy.MaxConnsPerBackend); w != nil {
 			// An exchange waits for a connection to this backend: it
 			// gets this one, as fasthttp's HostClient hands a released
@@ -327,6 +386,7 @@ func (l *eventLoop) abort(c *cconn, o pipeline.Outcome) {
 		l.streamEnd(c, code)
 		return
 	}
+	l.dropResp(c) // the rest of the response is not sent
 	if c.fd >= 0 && o != pipeline.OutClientGone {
 		c.out = c.out[:0]
 		l.closeClient(c)

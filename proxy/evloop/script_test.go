@@ -22,6 +22,7 @@ import (
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/sentry-proxy/sentry/proxy/respbuf"
 	"github.com/sentry-proxy/sentry/sert"
 )
 
@@ -43,13 +44,16 @@ func init() { strictStates = true }
 //	hangup c1                   the client closes
 //	writable c1 n=N|all         the client can take N more bytes (all: no limit)
 //	connected b1 [err=N]        the connect in progress ends (SO_ERROR N; 0: up)
-//	backend-recv b1 "bytes"     the backend sends
+//	backend-recv b1 [x=N] "bytes"  the backend sends (the bytes N times)
 //	backend-hangup b1 [reset]   the backend closes (or resets)
 //	advance 10ms                the clock moves; the loop sweeps its timers
 //	decide admit|reject         the parked requests' batch run decides (wakes the loop)
-//	set park=true|false client-cap=N dial=refuse|progress|now terminate=[LB,]UB|off
+//	set park=true|false client-cap=N dial=refuse|progress|now terminate=[LB,]UB|off max-conns=N
 //	term                        the class's threshold, terminations and reclaimed time
 //	state c1                    the exchange state of c1
+//	received c1                 what c1 was sent so far (lengths; the body, abbreviated)
+//	budget                      the response buffers' account
+//	set buffer-mem=N buffer-file=N buffer-mem-total=N buffer-file-total=N buffering=on|off tempfile=fail|ok
 //	failures                    each backend's passive-health failures
 func TestEvloopScripts(t *testing.T) {
 	scripttest.RunAll(t, "testdata/evloop/*.txt", func(t *testing.T, _ string) scripttest.Exec {
@@ -252,6 +256,33 @@ func (h *loopScript) exec(line int, cmd string) []string {
 				h.sys.dial = v
 			case "terminate":
 				h.terminate(line, v)
+			case "max-conns":
+				n, _ := strconv.Atoi(v)
+				h.l.ff.cfg.Routes.Load().Default.Policy.MaxConnsPerBackend = n
+			case "buffer-mem", "buffer-mem-total", "buffer-file", "buffer-file-total":
+				// Response buffering (Config.Resp), in bytes.
+				n, _ := strconv.ParseInt(v, 10, 64)
+				b := h.l.ff.cfg.Resp
+				if b == nil {
+					b = respbuf.NewBudget(respbuf.Limits{Dir: "/tmp"})
+					h.l.ff.cfg.Resp = b
+				}
+				lim := *b.Limits()
+				switch k {
+				case "buffer-mem":
+					lim.Mem = n
+				case "buffer-mem-total":
+					lim.MemTotal = n
+				case "buffer-file":
+					lim.File = n
+				case "buffer-file-total":
+					lim.FileTotal = n
+				}
+				b.SetLimits(lim)
+			case "tempfile":
+				h.sys.tmpFail = v == "fail"
+			case "buffering":
+				h.l.ff.cfg.Routes.Load().Default.Policy.ResponseBufferingOff = v == "off"
 			default:
 				h.t.Fatalf("line %d: set %s: unknown", line, k)
 			}
@@ -281,8 +312,26 @@ func (h *loopScript) exec(line int, cmd string) []string {
 		h.l.backendEvent(bc, unix.EPOLLOUT)
 	case "backend-recv":
 		bc, f := backend()
-		f.in = append(f.in, quoted()...)
+		b := quoted()
+		if x := args["x"]; x != "" {
+			n, _ := strconv.Atoi(x)
+			b = []byte(strings.Repeat(string(b), n))
+		}
+		f.in = append(f.in, b...)
 		h.l.backendEvent(bc, unix.EPOLLIN)
+	case "budget":
+		st := h.l.ff.cfg.Resp.Stats()
+		h.printf("budget: mem=%d file=%d high=%d/%d responses=%d spilled=%d full=%d/%d file-errors=%d",
+			st.Mem, st.File, st.MemHigh, st.FileHigh, st.Responses, st.Spilled, st.FullResponse, st.FullTotal, st.FileErrors)
+	case "received":
+		// What a client has been sent so far, in all: its length, and the
+		// bytes after the head.
+		_, f := client()
+		body := f.sent
+		if i := strings.Index(string(body), "\r\n\r\n"); i >= 0 {
+			body = body[i+4:]
+		}
+		h.printf("%s: %d bytes, body %d bytes %q", fields[1], len(f.sent), len(body), abbrev(body))
 	case "backend-hangup":
 		bc, f := backend()
 		if _, ok := args["reset"]; ok {
@@ -328,6 +377,11 @@ func (h *loopScript) exec(line int, cmd string) []string {
 	default:
 		h.t.Fatalf("line %d: unknown command %q", line, cmd)
 	}
+	// The end of a round, as run does it: exchanges waiting for a
+	// connection get one where the cap has room again.
+	if h.l.waitKick {
+		h.l.dialWaiters()
+	}
 	return h.out
 }
 
@@ -342,6 +396,8 @@ type scriptSys struct {
 	acceptQ   int
 	clientCap int    // what a new client connection can take (-1: no limit)
 	dial      string // "" or "progress": connect in progress; "now"; "refuse"
+	files     int    // temporary files made
+	tmpFail   bool   // TempFile fails (ENOSPC)
 	wakes     int    // unread eventfd wake-ups
 }
 
@@ -426,9 +482,18 @@ func (s *scriptSys) Write(fd int, p []byte) (int, error) {
 	if f.cap > 0 {
 		f.cap -= n
 	}
-	s.h.printf("write %s %q", f.name, p[:n])
+	s.h.printf("write %s %q", f.name, abbrev(p[:n]))
 	f.sent = append(f.sent, p[:n]...)
 	return n, nil
+}
+
+// abbrev shortens what a script prints of a long write: its length, its
+// first and last bytes.
+func abbrev(b []byte) string {
+	if len(b) <= 1024 {
+		return string(b)
+	}
+	return fmt.Sprintf("%s…(%d bytes)…%s", b[:24], len(b), b[len(b)-8:])
 }
 
 func (s *scriptSys) Close(fd int) error {
@@ -475,6 +540,42 @@ func (s *scriptSys) Dial(sa unix.Sockaddr) (int, bool, error) {
 }
 
 func (s *scriptSys) ConnectError(fd int) (int, error) { return s.fds[fd].soErr, nil }
+
+// A response buffer's temporary files (f1, f2, …) are scriptFDs too: their
+// contents in sent, each call printed.
+func (s *scriptSys) TempFile(dir string) (int, error) {
+	if s.tmpFail {
+		s.h.printf("tempfile: ENOSPC")
+		return -1, unix.ENOSPC
+	}
+	s.files++
+	name := "f" + strconv.Itoa(s.files)
+	s.h.printf("tempfile %s", name)
+	return s.open(name, -1), nil
+}
+
+func (s *scriptSys) Pwrite(fd int, p []byte, off int64) (int, error) {
+	f := s.fds[fd]
+	if f == nil || f.closed {
+		return 0, unix.EBADF
+	}
+	for int64(len(f.sent)) < off+int64(len(p)) {
+		f.sent = append(f.sent, 0)
+	}
+	copy(f.sent[off:], p)
+	s.h.printf("pwrite %s %d@%d", f.name, len(p), off)
+	return len(p), nil
+}
+
+func (s *scriptSys) Pread(fd int, p []byte, off int64) (int, error) {
+	f := s.fds[fd]
+	if f == nil || f.closed {
+		return 0, unix.EBADF
+	}
+	n := copy(p, f.sent[off:])
+	s.h.printf("pread %s %d@%d", f.name, n, off)
+	return n, nil
+}
 
 func (s *scriptSys) EpollCtl(ep, op, fd int, events uint32, tag int32) error {
 	if fd == s.h.l.ff.lfd || fd == s.h.l.efd {

@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sentry-proxy/sentry/proxy/respbuf"
 )
 
 // Sys is everything a loop asks of the kernel once it runs, so that
@@ -36,6 +38,11 @@ type Sys interface {
 	// EpollWait returns ready events: at once if any, else waits at most
 	// msec.
 	EpollWait(ep int, evs []unix.EpollEvent, msec int) (int, error)
+	// TempFile, Pwrite and Pread are a response buffer's temporary file
+	// (respbuf.Files, whose Close is the one above).
+	TempFile(dir string) (fd int, err error)
+	Pwrite(fd int, p []byte, off int64) (int, error)
+	Pread(fd int, p []byte, off int64) (int, error)
 }
 
 // Clock is the loop's clock: the time it stamps each round with;
@@ -93,6 +100,14 @@ func (RawSys) Dial(addr unix.Sockaddr) (int, bool, error) {
 	}
 	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	return fd, inProgress, nil
+}
+
+func (RawSys) TempFile(dir string) (int, error) { return respbuf.OSFiles{}.TempFile(dir) }
+func (RawSys) Pwrite(fd int, p []byte, off int64) (int, error) {
+	return respbuf.OSFiles{}.Pwrite(fd, p, off)
+}
+func (RawSys) Pread(fd int, p []byte, off int64) (int, error) {
+	return respbuf.OSFiles{}.Pread(fd, p, off)
 }
 
 func (RawSys) ConnectError(fd int) (int, error) {

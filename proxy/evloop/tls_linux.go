@@ -48,6 +48,9 @@ type adoption struct {
 // record state, cs the handshake's outcome. It reports false, keeping
 // nothing, when the front is draining or stopped; the caller then closes
 // fd. The connection goes to the loop holding the fewest clients.
+// The caller has counted it with Expect: true hands that count to the
+// loop (Conns counts it until the loop has registered it or refused it),
+// false leaves it to the caller's Unexpect.
 func (ff *Front) Adopt(fd int, peer netip.Addr, st *tls13.State, cs *tls.ConnectionState) bool {
 	return ff.adoptQ(adoption{fd: fd, peer: peer, st: st, cs: cs})
 }
@@ -81,6 +84,7 @@ func (l *eventLoop) takeAdopted() {
 		a := q[i]
 		q[i] = adoption{}
 		l.adopt(a)
+		l.ff.expected.Add(-1) // in conns now, or refused and closed
 	}
 	l.adoptSpare = q[:0]
 }
@@ -150,6 +154,7 @@ func (l *eventLoop) refuseAdopted() {
 		if a.h2 != nil {
 			a.h2.Closed()
 		}
+		l.ff.expected.Add(-1)
 	}
 }
 
@@ -307,6 +312,9 @@ func (l *eventLoop) flushTLS(c *cconn) bool {
 			continue
 		}
 		t.wire = t.wire[:0]
+		if c.outAt != 0 {
+			c.outAt = l.nowNs // progress (flush may refill c.out)
+		}
 	}
 	c.out = c.out[:0]
 	t.sealed = 0

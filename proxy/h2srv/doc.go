@@ -136,7 +136,9 @@
 // first line that is neither the preface nor an HTTP/1.x request line
 // closes the connection (proxy/h2c.go). nghttp2's h2load with
 // --header-table-size=0 and 1024 holds the table-size update to its
-// strict decoder. x/net's server (SENTRY_H2_SERVER=xnet) fails 4 h2spec
+// strict decoder. CI runs both against the binary, with grpc-go's interop
+// suite, OpenSSL and testssl (e2e/conformance, whose doc.go says what
+// each proves). x/net's server (SENTRY_H2_SERVER=xnet) fails 4 h2spec
 // cases: connection-specific and TE fields, repeated
 // INITIAL_WINDOW_SIZE settings and an oversized HEADERS frame.
 //

@@ -58,7 +58,6 @@ type App struct {
 	// only when a class of the policy declares terminate: nil is the one
 	// check a request of an app without it pays (term.go).
 	Term   *sert.Controller
-	Off    bool // admission mode off: never call Admit
 	LoopOK bool // every backend address is an IP:port (the event loops never resolve names), reached over plain HTTP/1.1
 	// H2 is package proxy's HTTP/2 client of this app's backends
 	// (*h2Client) when backends.protocol is h2c or h2; nil for HTTP/1.1.
@@ -143,6 +142,11 @@ type Upstream struct {
 	LoopWaiting atomic.Int32
 	sa          atomic.Pointer[loopAddr]
 	Closed      atomic.Bool
+	// Quiesced: the operator took the backend out of rotation (drained or
+	// disabled; lb.Options.Quiesce): no front end keeps an idle
+	// connection to it, and the event loops close theirs when they come
+	// back from an exchange.
+	Quiesced atomic.Bool
 	// Alert is a TLS alert the backend sent on a connection whose
 	// handshake had completed on sentry's side (TLS 1.3 refuses a client
 	// certificate that way, with the first response): the HTTP client

@@ -63,7 +63,8 @@ func (a *App) ClientAddr(peer netip.Addr, xff []byte) netip.Addr {
 // bytes may not stay put until the exchange ends.
 //
 // An app without a controller admits everything, uncounted; an app in
-// mode off admits everything, counted by admitted.
+// mode off admits everything (its controller says so at once), counted by
+// admitted.
 func (a *App) Decide(t *Ticket, v classify.Request, client netip.Addr, now time.Time, gone <-chan struct{}, copyKey bool, wk admission.Waker) (d admission.Decision, pend admission.Pending, decided bool) {
 	ctl := a.Controller
 	t.Req = admission.Request{Gone: gone}
@@ -87,9 +88,9 @@ func (a *App) Decide(t *Ticket, v classify.Request, client netip.Addr, now time.
 	}
 	t.Req.S, t.Req.Bucket = ctl.Estimate(class, key, now)
 	t.S = t.Req.S
-	if a.Off {
-		return admission.Decision{Verdict: admission.Admit}, nil, true
-	}
+	// Mode off is the controller's answer, at once (one atomic load):
+	// not a flag of the snapshot, so that a mode forced at run time (the
+	// admin API) reaches an app whose policy says off.
 	return ctl.Park(&t.Req, wk)
 }
 

@@ -42,10 +42,13 @@ type RawHead struct {
 	ConnOther     bool // Connection lists other tokens
 	Host          Span
 	ContentType   Span // the first Content-Type (IsGRPC); empty: none
-	HostCount     int
-	Expect        bool
-	Upgrade       bool
-	TeOther       bool // Transfer-Encoding other than exactly "chunked"
+	// AccelBuffering is the first X-Accel-Buffering's value (a backend's
+	// "no": its response streams, nginx's convention); empty: none.
+	AccelBuffering Span
+	HostCount      int
+	Expect         bool
+	Upgrade        bool
+	TeOther        bool // Transfer-Encoding other than exactly "chunked"
 }
 
 // ParseResult is what the parser says about a head.
@@ -206,7 +209,7 @@ func parseFields(b []byte, i, end int, h *RawHead) ParseResult {
 	h.ContentLength = -1
 	h.Chunked, h.ConnClose, h.ConnKeepAlive, h.ConnOther = false, false, false, false
 	h.HostCount, h.Expect, h.Upgrade, h.TeOther = 0, false, false, false
-	h.Host, h.ContentType = Span{}, Span{}
+	h.Host, h.ContentType, h.AccelBuffering = Span{}, Span{}, Span{}
 	for i < end+2 {
 		ls := i
 		for i < end && tcharTable[b[i]] {
@@ -273,8 +276,15 @@ func parseFields(b []byte, i, end int, h *RawHead) ParseResult {
 			// Kept for the answers sentry makes itself (a gRPC request
 			// gets gRPC's form), so they need not parse the head again;
 			// a length compare for every other field.
-			if ne-ls == 12 && h.ContentType == (Span{}) && EqFold(b[ls:ne], "content-type") {
-				h.ContentType = f.Value
+			switch ne - ls {
+			case 12:
+				if h.ContentType == (Span{}) && EqFold(b[ls:ne], "content-type") {
+					h.ContentType = f.Value
+				}
+			case 17:
+				if h.AccelBuffering == (Span{}) && IsAccelBuffering(b[ls:ne]) {
+					h.AccelBuffering = f.Value
+				}
 			}
 		}
 	}
@@ -345,6 +355,7 @@ const (
 	csDataLF
 	csTrailerStart
 	csTrailerLine
+	csTrailerLF
 	csEndLF
 	csDone
 )
@@ -425,15 +436,31 @@ func (t *ChunkTracker) feed(dst, b []byte, keep bool) (out []byte, n int, done, 
 			}
 			t.state = csSize
 		case csTrailerStart:
-			if c == '\r' {
+			// A trailer line ends in CRLF, as a head's line does (RFC
+			// 9112 §7.1.2, §2.2): a bare LF is not taken for a line's
+			// end -- a parser that did would read what follows as
+			// something else than we do -- and a line starts with a
+			// field name (no obs-fold, no controls).
+			switch {
+			case c == '\r':
 				t.state = csEndLF
-			} else {
+			case tcharTable[c]:
 				t.state = csTrailerLine
+			default:
+				return dst, n, false, false
 			}
 		case csTrailerLine:
-			if c == '\n' {
-				t.state = csTrailerStart
+			switch {
+			case c == '\r':
+				t.state = csTrailerLF
+			case c < 0x20 && c != '\t' || c == 0x7f:
+				return dst, n, false, false
 			}
+		case csTrailerLF:
+			if c != '\n' {
+				return dst, n, false, false
+			}
+			t.state = csTrailerStart
 		case csEndLF:
 			if c != '\n' {
 				return dst, n, false, false
@@ -522,4 +549,11 @@ func (h *RawHead) Peek(b []byte, name string) []byte {
 		}
 	}
 	return nil
+}
+
+// IsAccelBuffering tells whether a header name is X-Accel-Buffering: a
+// backend's word on whether its response may be buffered (nginx's
+// convention), which sentry reads and, as nginx, does not pass on.
+func IsAccelBuffering(name []byte) bool {
+	return len(name) == 17 && EqFold(name, "x-accel-buffering")
 }

@@ -373,6 +373,16 @@ func TestChunkTracker(t *testing.T) {
 		{"data not followed by CRLF", "1\r\nxy\r\n", "", bad},
 		{"LF only after size", "1\nx\r\n0\r\n\r\n", "", bad},
 		{"control in extension", "1;\x01\r\nx\r\n", "", bad},
+		// Trailer lines end in CRLF as the head's do (RFC 9112 §7.1.2):
+		// a bare LF, or a CR not followed by LF, is a malformed body,
+		// whichever trailer line it ends.
+		{"trailer ends in bare LF", "0\r\nX-T: 1\n\r\n", "", bad},
+		{"second trailer ends in bare LF", "0\r\nX-A: 1\r\nX-T: 1\n\r\n", "", bad},
+		{"bare LF ends the trailers", "0\r\nX-T: 1\r\n\n", "", bad},
+		{"bare LF as the last line", "0\r\n\n", "", bad},
+		{"CR without LF in a trailer", "0\r\nX-T: 1\rX\r\n\r\n", "", bad},
+		{"control in a trailer", "0\r\nX-T: \x01\r\n\r\n", "", bad},
+		{"tab in a trailer", "0\r\nX-T:\t1\r\n\r\n", "", ends},
 	}
 	for _, c := range cases {
 		b := []byte(c.body + c.after)

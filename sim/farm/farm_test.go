@@ -3,6 +3,7 @@ package farm
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sentry-proxy/sentry/internal/stall"
 )
 
 func testClient(conns int) *http.Client {
@@ -35,7 +38,12 @@ func get(c *http.Client, url string) (*http.Response, error) {
 // fixed time, and the same with exponential times (which exercises the
 // timer compensation on draws shorter than the overshoot). The rate is
 // kept modest so the test's own CPU use (client and server, under -race,
-// on 2 shared cores) does not starve the timers it measures.
+// on 2 shared cores) does not starve the timers it measures. The
+// capacity and the saturation are timings: on a machine that starved
+// this process (package internal/stall), or made the farm's timers so
+// late that its compensation reached its cap (the farm's own word that
+// it cannot hold its model there, Stats.Compensation), they are reported
+// as a skip.
 func TestFarmCapacity(t *testing.T) {
 	for _, tc := range []struct {
 		io     string
@@ -84,26 +92,31 @@ func measureCapacity(t *testing.T, cfg Config, want float64, window time.Duratio
 	}
 	time.Sleep(300 * time.Millisecond) // warm up: connections, full queues
 	s0 := f.Stats()
+	w := stall.Start()
 	time.Sleep(window)
 	s1 := f.Stats()
+	st := w.Stop()
 	cancel()
 	wg.Wait()
 
+	var checks stall.Checks
 	var done uint64
-	var el time.Duration
+	var el, comp time.Duration
 	for i := range s0 {
 		done += s1[i].Completed - s0[i].Completed
 		el = max(el, s1[i].Elapsed-s0[i].Elapsed)
+		comp = max(comp, s1[i].Compensation)
 		util := float64(s1[i].BusyTime-s0[i].BusyTime) / (float64(s1[i].Slots) * float64(s1[i].Elapsed-s0[i].Elapsed))
 		if util < 0.95 {
-			t.Errorf("server %d utilisation %.3f under saturation, want ≥ 0.95", i, util)
+			checks.Add("server %d utilisation %.3f under saturation, want ≥ 0.95", i, util)
 		}
 	}
 	got := float64(done) / el.Seconds()
-	t.Logf("measured %.0f req/s, capacity %.0f req/s (%+.1f%%); compensation %v", got, want, 100*(got-want)/want, s1[0].Compensation)
+	t.Logf("measured %.0f req/s, capacity %.0f req/s (%+.1f%%); compensation %v; %v", got, want, 100*(got-want)/want, comp, st)
 	if math.Abs(got-want) > 0.10*want {
-		t.Fatalf("measured capacity %.0f req/s, want %.0f ± 10%%", got, want)
+		checks.Add("measured capacity %.0f req/s, want %.0f ± 10%%", got, want)
 	}
+	checks.Report(t, st.Share() >= 0.1 || comp >= maxOvershoot, fmt.Sprintf("%v; compensation %v, cap %v", st, comp, maxOvershoot))
 }
 
 // Real sockets: Server-Timing, /healthz, /_farm/stats, fixed ports, and

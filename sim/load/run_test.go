@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sentry-proxy/sentry/internal/stall"
 )
 
 func fastServer(t *testing.T, h http.HandlerFunc) *httptest.Server {
@@ -37,19 +39,19 @@ func run(t *testing.T, cfg Config) (*Report, Summary) {
 // actual send time, with little lag.
 func TestOpenLoopHoldsSchedule(t *testing.T) {
 	srv := fastServer(t, nil)
-	w := watchStalls()
+	w := stall.Start()
 	rep, s := run(t, Config{
 		Targets: []string{srv.URL},
 		Classes: []Class{{Name: "u", Open: &Open{Arrivals: Uniform, Rate: Constant(500, 2*time.Second)}}},
 	})
-	stall := w.Stop()
+	st := w.Stop()
 	u, _ := s.Class("u")
-	t.Logf("sent %d completed %d errors %d p99 lag %v max lag %v elapsed %v; longest process stall %v",
-		u.Sent, u.Completed, u.Errors, u.P99Lag, u.MaxLag, s.Elapsed, stall)
+	t.Logf("sent %d completed %d errors %d p99 lag %v max lag %v elapsed %v; %v",
+		u.Sent, u.Completed, u.Errors, u.P99Lag, u.MaxLag, s.Elapsed, st)
 	if rep.Stop != StopSchedule || u.Offered != 1000 || u.Overflow != 0 || u.Errors != 0 {
 		t.Fatalf("stop %s: %+v", rep.Stop, u)
 	}
-	var c checks
+	var c stall.Checks
 	if math.Abs(float64(u.Completed)-1000) > 50 {
 		c.Add("completed %d, want 1000 ± 5%%", u.Completed)
 	}
@@ -62,7 +64,7 @@ func TestOpenLoopHoldsSchedule(t *testing.T) {
 		c.Add("elapsed %v for a 2 s schedule", s.Elapsed)
 	}
 	// A 50 ms stall shifts 25 sends (5% of a second) across a boundary.
-	c.Report(t, stall, 50*time.Millisecond)
+	c.Report(t, st.Max >= 50*time.Millisecond, st.String())
 }
 
 // Poisson arrivals at a ramp, weighted paths, headers, cookies, method,
@@ -134,6 +136,7 @@ func TestClosedLoopBackoff(t *testing.T) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	})
 	users := Constant(4, 1500*time.Millisecond)
+	w := stall.Start()
 	rep, s := run(t, Config{
 		Targets:    []string{srv.URL},
 		RetryAfter: 600 * time.Millisecond,
@@ -142,13 +145,17 @@ func TestClosedLoopBackoff(t *testing.T) {
 			{Name: "plain", Request: Request{Paths: []Path{{Path: "/plain"}}}, Closed: &Closed{Users: users, Think: 5 * time.Millisecond}},
 		},
 	})
+	st := w.Stop()
 	a, _ := s.Class("sentry")
 	b, _ := s.Class("plain")
 	// Each sentry user sends at 0 and 1 s; each plain user at 0, 0.6, 1.2 s.
-	if a.Sent != 8 || a.Rejected != 8 || a.Reasons["overload"] != 8 || a.Errors != 0 {
+	// A user that did not back off would send hundreds; one that runs
+	// late (a starved process) sends fewer: the upper bounds hold on any
+	// machine, the exact counts on one that ran the users on time.
+	if a.Sent < 4 || a.Sent > 8 || a.Rejected != a.Sent || a.Reasons["overload"] != a.Sent || a.Errors != 0 {
 		t.Errorf("sentry: %+v", a)
 	}
-	if b.Sent != 12 || b.Rejected != 0 || b.Errors != 12 || b.Statuses[429] != 12 {
+	if b.Sent < 4 || b.Sent > 12 || b.Rejected != 0 || b.Errors != b.Sent || b.Statuses[429] != b.Sent {
 		t.Errorf("plain: %+v", b)
 	}
 	for _, r := range rep.Results {
@@ -156,6 +163,12 @@ func TestClosedLoopBackoff(t *testing.T) {
 			t.Fatalf("retry-after: %+v", r)
 		}
 	}
+	var c stall.Checks
+	if a.Sent != 8 || b.Sent != 12 {
+		c.Add("sent %d and %d, want 8 (twice per sentry user) and 12 (three times per plain user)", a.Sent, b.Sent)
+	}
+	// The third plain send is due 300 ms before the schedule ends.
+	c.Report(t, st.Max >= 100*time.Millisecond || st.Share() >= 0.1, st.String())
 }
 
 // The user count follows its schedule: 2 users, then a flash crowd of 20.
@@ -172,7 +185,9 @@ func TestClosedLoopUsers(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	})
 	users := append(Constant(2, 500*time.Millisecond), Constant(20, 500*time.Millisecond)...)
+	w := stall.Start()
 	rep, _ := run(t, Config{Targets: []string{srv.URL}, Classes: []Class{{Name: "c", Closed: &Closed{Users: users}}}})
+	st := w.Stop()
 	// Concurrency at t: requests with Sent ≤ t < End, sampled every 5 ms.
 	conc := func(from, to time.Duration) (hi int) {
 		for at := from; at < to; at += 5 * time.Millisecond {
@@ -187,25 +202,37 @@ func TestClosedLoopUsers(t *testing.T) {
 		return hi
 	}
 	early, late := conc(0, 450*time.Millisecond), conc(550*time.Millisecond, time.Second)
-	t.Logf("concurrency: early %d late %d; server peak %d; %d requests", early, late, peak.Load(), len(rep.Results))
-	if early != 2 || late < 18 || late > 20 || peak.Load() > 20 {
+	t.Logf("concurrency: early %d late %d; server peak %d; %d requests; %v", early, late, peak.Load(), len(rep.Results), st)
+	// Never more than the users: on any machine.
+	if early > 2 || late > 20 || peak.Load() > 20 {
 		t.Fatalf("concurrency: early %d (want 2), late %d (want 20), server peak %d (≤ 20)", early, late, peak.Load())
 	}
+	// As many as the users, once they are up: on a machine that ran
+	// them on time.
+	var c stall.Checks
+	if early != 2 || late < 18 {
+		c.Add("concurrency: early %d (want 2), late %d (want 20)", early, late)
+	}
+	c.Report(t, st.Max >= 100*time.Millisecond || st.Share() >= 0.1, st.String())
 }
 
 // Generator overflow is counted, not hidden; MaxRequests and MaxDuration
 // bound the run.
 func TestBounds(t *testing.T) {
 	t.Parallel()
+	// slow answers after 10 s: every run below ends before it does, by
+	// MaxDuration or the request timeout. MaxDuration is 2 s beyond the
+	// schedule (the generator may run late on a loaded machine and must
+	// still offer the whole schedule) and far before slow answers.
 	slow := fastServer(t, func(w http.ResponseWriter, r *http.Request) {
 		select {
-		case <-time.After(2 * time.Second):
+		case <-time.After(10 * time.Second):
 		case <-r.Context().Done():
 		}
 	})
 	t.Run("overflow", func(t *testing.T) {
 		_, s := run(t, Config{
-			Targets: []string{slow.URL}, MaxInFlight: 5, MaxDuration: 600 * time.Millisecond,
+			Targets: []string{slow.URL}, MaxInFlight: 5, MaxDuration: 2500 * time.Millisecond,
 			Classes: []Class{{Name: "a", Open: &Open{Arrivals: Uniform, Rate: Constant(200, 500*time.Millisecond)}}},
 		})
 		a, _ := s.Class("a")
@@ -223,7 +250,8 @@ func TestBounds(t *testing.T) {
 			},
 		})
 		all, _ := s.Class(TotalClass)
-		if all.Offered != 30 || s.Stop != StopMaxRequests || s.Elapsed > time.Second {
+		// Stopped by the budget, long before the 5 s schedule's end.
+		if all.Offered != 30 || s.Stop != StopMaxRequests || s.Elapsed > 4*time.Second {
 			t.Fatalf("%+v stop %s elapsed %v", all, s.Stop, s.Elapsed)
 		}
 	})
@@ -235,15 +263,17 @@ func TestBounds(t *testing.T) {
 		closed := "http://" + ln.Addr().String()
 		ln.Close()
 		rep, s := run(t, Config{
-			Targets: []string{slow.URL, closed}, Timeout: 100 * time.Millisecond,
+			Targets: []string{slow.URL, closed}, Timeout: 100 * time.Millisecond, MaxDuration: 5 * time.Second,
 			Classes: []Class{{Name: "a", Open: &Open{Arrivals: Uniform, Rate: Constant(20, 200*time.Millisecond)}}},
 		})
 		a, _ := s.Class("a")
 		if a.Sent != 4 || a.ErrKinds[ErrTimeout] != 2 || a.ErrKinds[ErrRefused] != 2 || a.Errors != 4 || a.Admitted != 2 || s.Stop != StopSchedule {
 			t.Fatalf("%+v", a)
 		}
+		// A timeout is recorded at its timeout, not before. (A refusal
+		// is quick, but how quick is the machine's.)
 		for _, r := range rep.Results {
-			if r.Status != 0 || (r.Err == ErrTimeout) != (r.Latency >= 100*time.Millisecond) {
+			if r.Status != 0 || r.Err == ErrTimeout && r.Latency < 100*time.Millisecond {
 				t.Fatalf("%+v", r)
 			}
 		}
@@ -266,7 +296,7 @@ func TestRunNoLeak(t *testing.T) {
 		t.Fatalf("stop %s", s.Stop)
 	}
 	srv.CloseClientConnections()
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for runtime.NumGoroutine() > base {
 		if time.Now().After(deadline) {
 			buf := make([]byte, 1<<16)

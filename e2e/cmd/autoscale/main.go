@@ -9,10 +9,14 @@
 //	go run ./e2e/cmd/autoscale -short -out autoscale-out # about 2 min
 //
 // Outputs: OUT/{autoscale.png,series.csv,scale.csv,summary.txt,policy.yaml,sentry.log}.
+// With -json the result (scenario.AutoscaleResult, durations in ns) is
+// printed as one JSON object and the scaling actions go to stderr, for a
+// program to read (the e2e tests TestAutoscaleClosedLoop* run it so).
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -30,9 +34,10 @@ func run() int {
 	sentryBin := flag.String("sentry", "", "sentry binary `PATH` (default: go build ./cmd/sentry into OUT/.bin/)")
 	short := flag.Bool("short", false, "the shorter run the e2e test makes (ShortAutoscale)")
 	seed := flag.Uint64("seed", 15, "load and farm `SEED`")
+	asJSON := flag.Bool("json", false, "print the result as a JSON object (scenario.AutoscaleResult), the scaling actions on stderr")
 	flag.Parse()
 	if flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: autoscale [-out DIR] [-sentry BIN] [-short] [-seed N]")
+		fmt.Fprintln(os.Stderr, "usage: autoscale [-out DIR] [-sentry BIN] [-short] [-seed N] [-json]")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -51,11 +56,21 @@ func run() int {
 	}
 	c.Sentry, c.Dir, c.Seed = bin, *out, *seed
 	c.Progress = func(s string) { fmt.Println(s) }
+	if *asJSON {
+		c.Progress = func(s string) { fmt.Fprintln(os.Stderr, s) }
+	}
 	start := time.Now()
 	res, err := scenario.RunAutoscale(ctx, c)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "autoscale:", err)
 		return 1
+	}
+	if *asJSON {
+		if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+			fmt.Fprintln(os.Stderr, "autoscale:", err)
+			return 1
+		}
+		return 0
 	}
 	fmt.Print(res.Summary())
 	fmt.Printf("took %v; plot %s/%s\n", time.Since(start).Round(time.Second), *out, scenario.AutoscalePNG)

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package respbuf
+
+func tempFile(dir string) (int, error) { return namedTempFile(dir) }
