@@ -467,7 +467,7 @@ type FairShare struct {
 	// the least active one. 64–4194304; default 16384.
 	MaxClients int
 	// Rotate is the period over which the turns of clients over their
-	// share rotate (DAGOR's user priority). At least 1s; default 5m.
+	// share rotate (DAGOR's user priority). At least 1s; default 10m.
 	Rotate time.Duration
 }
 
