@@ -113,7 +113,7 @@ type Config struct {
 	NoIdle bool
 	// ShareRates, when set, is class's arrival rate within its clients'
 	// fair shares and that of the over-share clients in their turns, in
-	// requests per second (package fairshare; doc.go, "Fair share"): a
+	// requests per second (package fairshare; docs/algorithms.md §12): a
 	// request of the over-share tier (admission.OverShare) leaves the
 	// within-share rate's tokens in the bucket, and that share of the
 	// in-flight limit; one of the marginal tier (admission.Marginal)

@@ -197,7 +197,7 @@ func (c *Controller) at(i int) int {
 func (c *Controller) Admit(r *admission.Request) admission.Decision {
 	cl := c.class(r.Class)
 	if r.Share == admission.SpareOnly {
-		// Fair share (doc.go): a client over its share without a turn
+		// Fair share (docs/algorithms.md §12): a client over its share without a turn
 		// gets only what harms nobody; no token is taken.
 		if c.idle() {
 			c.flight.Add(1)
@@ -271,14 +271,14 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 
 // marginalHold is the share of the turns' rate whose tokens a marginal
 // request leaves in the bucket, and the share of what is left of the
-// in-flight limit it leaves (doc.go, "Fair share"): a cushion for the
+// in-flight limit it leaves (docs/algorithms.md §12): a cushion for the
 // turns' bursts, as batch mode holds its reserve floor's share of the
 // room for them; the whole rate would leave the bucket's last tokens,
 // the marginal tier's, to overflow.
 const marginalHold = 0.25
 
 // overShareLimit is the in-flight limit for a request of the over-share
-// tier of class i (doc.go, "Fair share"): the share held of the class's
+// tier of class i (docs/algorithms.md §12): the share held of the class's
 // rate (the within-share rate over the class's token rate, at most 1) is
 // held of the limit too. It marks nothing hungry: the class itself is
 // not refused.
