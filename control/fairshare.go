@@ -16,7 +16,7 @@ import (
 // §12). Before the mode decides, the request's client is looked up in the
 // app's table and the request is given its standing (admission.Share);
 // every mode reads it. When the decision is taken -- at once, or when a
-// parked request's run decides it -- the table is told (fairDone), once
+// parked request's run decides it -- the table is told (Table.Done), once
 // per request, in account. Mode off asks nothing.
 
 // startFair builds the app's fair-share table, or keeps the one it has
@@ -80,7 +80,7 @@ func (a *App) runFair(ctx context.Context, t *fairshare.Table) {
 }
 
 // share gives r its standing in its class's fair share and returns the
-// table and slot its decision is reported to (fairDone).
+// table and slot its decision is reported to (Table.Done, in account).
 func (a *App) share(r *admission.Request) (*fairshare.Table, fairshare.Slot) {
 	t := a.fair.Load()
 	if t == nil {
