@@ -623,56 +623,72 @@ func TestFairBehindProxy(t *testing.T) {
 	}
 }
 
+// goldBronze is gold (ten clients, 0.8× capacity together, /gold/) beside
+// five polite bronze clients (0.02× each) and, at flood× capacity, one
+// flooding bronze client, in mode.
+func goldBronze(mode string, flood float64, fair bool) *fairSim {
+	s := &fairSim{ctlSim: ctlSim{servers: 3, slots: 4, target: 100 * time.Millisecond, service: fixed10ms}, keyed: true,
+		yaml: fmt.Sprintf(`    classes:
+      - {name: gold, rules: [{path_prefix: /gold/}]}
+      - {name: bronze, default: true}
+    sla: {percentile: 95, targets: [{target: 100ms}]}
+    admission: {mode: %s, fair_share: {enabled: %v}}
+`, mode, fair)}
+	for i := range 10 {
+		s.clients = append(s.clients, fairClient{name: fmt.Sprintf("gold%d", i), addr: loopback(i), class: 0, rate: steady(0.08 * farm1200)})
+	}
+	for i := range 5 {
+		s.clients = append(s.clients, fairClient{name: fmt.Sprintf("bronze%d", i), addr: loopback(10 + i), class: 1, rate: steady(0.02 * farm1200)})
+	}
+	if flood > 0 {
+		s.clients = append(s.clients, fairClient{name: "flood", addr: loopback(20), class: 1, rate: steady(flood * farm1200)})
+	}
+	return s
+}
+
 // TestFairGoldInBronzeFlood: fair sharing keeps classes in order. Gold
-// (ten clients, 0.8× capacity together) beside a bronze flood from one
-// client at 10× and five polite bronze clients, in every mode: gold is
-// admitted whole; bronze's polite clients get what gold leaves before
-// the flood does.
+// beside a bronze flood from one client at 10× and five polite bronze
+// clients, in every mode: gold is admitted whole, and the polite bronze
+// clients get at least (within a point) what they get with no flood and
+// no fair sharing at all -- less than 100%: gold's reserve holds bronze
+// back (about 83% in batch mode with this mix). Judged from 5 s on:
+// adaptive mode starts at its highest rate, admits the flood's first
+// second whole, and its controller takes some seconds to recover, fair
+// sharing or not. The log also gives the calm case with fair sharing on,
+// which is lower in batch, threshold and auto (a known defect: the
+// polite clients, all just over the fair level of what the reserve lets
+// bronze admit, get turns and the class's measured capacity sinks).
 func TestFairGoldInBronzeFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulation")
 	}
+	const from, length = 5, 20
 	for _, mode := range fairModes {
 		t.Run(mode, func(t *testing.T) {
-			s := &fairSim{ctlSim: ctlSim{servers: 3, slots: 4, target: 100 * time.Millisecond, service: fixed10ms}, keyed: true,
-				yaml: fmt.Sprintf(`    classes:
-      - {name: gold, rules: [{path_prefix: /gold/}]}
-      - {name: bronze, default: true}
-    sla: {percentile: 95, targets: [{target: 100ms}]}
-    admission: {mode: %s%s}
-`, mode, "")}
-			for i := range 10 {
-				s.clients = append(s.clients, fairClient{name: fmt.Sprintf("gold%d", i), addr: loopback(i), class: 0, rate: steady(0.08 * farm1200)})
-			}
-			for i := range 5 {
-				s.clients = append(s.clients, fairClient{name: fmt.Sprintf("bronze%d", i), addr: loopback(10 + i), class: 1, rate: steady(0.02 * farm1200)})
-			}
-			s.clients = append(s.clients, fairClient{name: "flood", addr: loopback(20), class: 1, rate: steady(10 * farm1200)})
-			newFairSim(t, s)
-			const length = 20
-			s.run(t, length*time.Second, 51)
-			sum := func(from, to int) (adm, off int) {
-				for i := from; i < to; i++ {
-					a, o := s.admitted(i, 2, length)
+			share := func(s *fairSim, lo, hi int) float64 {
+				adm, off := 0, 0
+				for i := lo; i < hi; i++ {
+					a, o := s.admitted(i, from, length)
 					adm, off = adm+a, off+o
 				}
-				return
+				return float64(adm) / float64(off)
 			}
-			ga, gofr := sum(0, 10)
-			ba, bo := sum(10, 15)
-			fa, fo := sum(15, 16)
-			gold, bronze := float64(ga)/float64(gofr), float64(ba)/float64(bo)
-			good := s.goodput(2, length, farm1200)
-			t.Logf("gold admitted %.2f%%, polite bronze %.2f%%, the flood %.2f%%; goodput %.3f× capacity", 100*gold, 100*bronze, 100*float64(fa)/float64(fo), good)
-			if gold < 0.99 {
-				t.Errorf("gold admitted %.2f%%, want ≥ 99%%", 100*gold)
+			run := func(flood float64, fair bool) *fairSim {
+				s := goldBronze(mode, flood, fair)
+				newFairSim(t, s)
+				s.run(t, length*time.Second, 51)
+				return s
 			}
-			// Bronze's room is what gold's Poisson bursts leave (the
-			// reserve), so its polite clients lose some to priority, not
-			// to the flood: 82-84% here, against about 1% without fair
-			// sharing.
-			if bronze < 0.8 {
-				t.Errorf("polite bronze admitted %.2f%%, want ≥ 80%% (its clients are far below bronze's fair share)", 100*bronze)
+			calm, calmFair, s := run(0, false), run(0, true), run(10, true)
+			gold, bronze, alone := share(s, 0, 10), share(s, 10, 15), share(calm, 10, 15)
+			good := s.goodput(from, length, farm1200)
+			t.Logf("gold admitted %.2f%%, polite bronze %.2f%% (without the flood: %.2f%%; with fair sharing on %.2f%%), the flood %.2f%%; goodput %.3f× capacity",
+				100*gold, 100*bronze, 100*alone, 100*share(calmFair, 10, 15), 100*share(s, 15, 16), good)
+			if gold < 0.999 {
+				t.Errorf("gold admitted %.2f%%, want 100%%", 100*gold)
+			}
+			if bronze < alone-0.01 {
+				t.Errorf("polite bronze admitted %.2f%% beside the flood, %.2f%% without it: the flood took their share", 100*bronze, 100*alone)
 			}
 			if good < 0.9 {
 				t.Errorf("goodput %.3f× capacity, want ≥ 0.9", good)
