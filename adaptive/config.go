@@ -111,6 +111,17 @@ type Config struct {
 	// NoIdle turns the work-conserving rule off: a request without a token
 	// is refused even on an idle farm (the paper's rule). Default false.
 	NoIdle bool
+	// ShareRates, when set, is class's arrival rate within its clients'
+	// fair shares and that of the over-share clients in their turns, in
+	// requests per second (package fairshare; docs/algorithms.md §12): a
+	// request of the over-share tier (admission.OverShare) leaves the
+	// within-share rate's tokens in the bucket, and that share of the
+	// in-flight limit; one of the marginal tier (admission.Marginal)
+	// leaves a quarter of the turns' rate's tokens besides, and a quarter
+	// of what is left of the in-flight limit. Called only for such requests; must be safe for
+	// concurrent use and cheap. Nil: those tiers are decided as their
+	// class.
+	ShareRates func(class int) (within, turns float64)
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }

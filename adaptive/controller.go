@@ -196,8 +196,33 @@ func (c *Controller) at(i int) int {
 // no allocation.
 func (c *Controller) Admit(r *admission.Request) admission.Decision {
 	cl := c.class(r.Class)
+	if r.Share == admission.SpareOnly {
+		// Fair share (docs/algorithms.md §12): a client over its share without a turn
+		// gets only what harms nobody; no token is taken.
+		if c.idle() {
+			c.flight.Add(1)
+			cl.admitted.Add(1)
+			return admission.Decision{Verdict: admission.Admit}
+		}
+		return admission.Decision{Verdict: admission.RejectOverShare, RetryAfter: time.Second}
+	}
+	// held is the rate a request over its share leaves tokens for: the
+	// within-share rate, and for the marginal one the turns' too; within
+	// is the share of the in-flight limit held (the within-share rate's).
+	var held, within float64
+	if r.Share != admission.WithinShare && c.cfg.ShareRates != nil {
+		w, t := c.cfg.ShareRates(r.Class)
+		if w > 0 && !math.IsInf(w, 0) {
+			within = w
+		}
+		held = within
+		if r.Share == admission.Marginal && t > 0 && !math.IsInf(t, 0) {
+			held += marginalHold * t
+		}
+	}
 	now := c.cfg.Now().UnixNano()
-	if lim := c.limit.Load(); lim > 0 && c.overLimit(c.at(r.Class), lim) {
+	lim := c.limit.Load()
+	if lim > 0 && c.overLimit(c.at(r.Class), lim) {
 		// The in-flight limit (doc.go): the farm holds what it finishes
 		// within a share of the target; no token is taken.
 		if c.idle() {
@@ -207,26 +232,63 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 		return admission.Decision{Verdict: admission.RejectAdaptive, RetryAfter: time.Second}
 	}
 	rate := math.Float64frombits(cl.rate.Load())
+	hold := within / rate // the share of the in-flight limit held
+	if r.Share == admission.Marginal {
+		hold = 1 - (1-min(hold, 1))*(1-marginalHold) // and a cushion for the turns
+	}
+	if hold > 0 && lim > 0 && c.overShareLimit(c.at(r.Class), lim, hold) {
+		if c.idle() {
+			return c.admitOver(cl)
+		}
+		return admission.Decision{Verdict: admission.RejectOverShare, RetryAfter: time.Second}
+	}
+	need := 1 + held*c.cfg.Burst.Seconds()
 	b := &cl.bucket
 	b.Lock()
 	if dt := now - b.last; dt > 0 {
 		b.tokens = min(c.depth(rate), b.tokens+rate*float64(dt)/1e9)
 		b.last = now
 	}
-	if b.tokens >= 1 {
+	if b.tokens >= need {
 		b.tokens--
 		b.Unlock()
 		c.flight.Add(1)
 		cl.admitted.Add(1)
 		return admission.Decision{Verdict: admission.Admit}
 	}
-	wait := (1 - b.tokens) / rate // seconds until a token
+	inShare := b.tokens >= 1         // a within-share request would have had its token
+	wait := (need - b.tokens) / rate // seconds until a token
 	b.Unlock()
 	if c.idle() {
 		return c.admitOver(cl)
 	}
+	if inShare {
+		return admission.Decision{Verdict: admission.RejectOverShare, RetryAfter: c.retryAfter(wait)}
+	}
 	cl.rejected.Add(1)
 	return admission.Decision{Verdict: admission.RejectAdaptive, RetryAfter: c.retryAfter(wait)}
+}
+
+// marginalHold is the share of the turns' rate whose tokens a marginal
+// request leaves in the bucket, and the share of what is left of the
+// in-flight limit it leaves (docs/algorithms.md §12): a cushion for the
+// turns' bursts, as batch mode holds its reserve floor's share of the
+// room for them; the whole rate would leave the bucket's last tokens,
+// the marginal tier's, to overflow.
+const marginalHold = 0.25
+
+// overShareLimit is the in-flight limit for a request of the over-share
+// tier of class i (docs/algorithms.md §12): the share held of the class's
+// rate (the within-share rate over the class's token rate, at most 1) is
+// held of the limit too. It marks nothing hungry: the class itself is
+// not refused.
+func (c *Controller) overShareLimit(i int, lim int64, held float64) bool {
+	if !(held > 0) {
+		return false
+	}
+	f, n, ii := c.inFlight(), int64(len(c.classes)), int64(i)
+	free := 1 - min(held, 1)
+	return float64(f*n) >= free*float64(lim*(2*n-1-ii))
 }
 
 // idle tells whether a request refused by its token or the in-flight

@@ -1,6 +1,9 @@
 package admission
 
-import "time"
+import (
+	"net/netip"
+	"time"
+)
 
 // Verdict is the outcome of an admission decision.
 type Verdict uint8
@@ -26,6 +29,10 @@ const (
 	// RejectAdaptive: the class's token bucket (adaptive mode, SEDA's
 	// response-time controller) had no token.
 	RejectAdaptive
+	// RejectOverShare: the request's client is over its fair share of its
+	// class (package fairshare): it had no turn, or the room left was held
+	// for the class's clients within their share.
+	RejectOverShare
 	numVerdicts
 )
 
@@ -39,6 +46,7 @@ var verdictNames = [numVerdicts]string{
 	RejectGone:      "client_gone",
 	RejectPriority:  "rejected_priority",
 	RejectAdaptive:  "rejected_adaptive",
+	RejectOverShare: "over_share",
 }
 
 // String returns the metric label value for v.
@@ -75,6 +83,53 @@ type Request struct {
 	// that keeps a rejected key learning (estimator.Probe). Optional: nil
 	// makes the probe look at the class as a whole.
 	Key []byte
+	// Client is the request's client identity as a 64-bit key (package
+	// fairshare: its address after trusted_proxies, or the app's
+	// configured header, cookie or token claim); 0 when unknown, which
+	// leaves the request outside fair sharing. Addr is the client's
+	// address, kept only to name a client on the status page.
+	Client uint64
+	Addr   netip.Addr
+	// Share is the request's standing in its class's fair share, set by
+	// the fair-share filter before the mode decides (WithinShare when fair
+	// sharing is off or the class is not shedding). Every mode reads it.
+	Share Share
+}
+
+// Share is a request's standing in its class's fair share
+// (docs/algorithms.md §12). Classes still go in order; Share orders the
+// requests inside one class.
+type Share uint8
+
+const (
+	// WithinShare: the client sends at most its fair share of the class
+	// (or fair sharing is idle): the request is decided as its class.
+	WithinShare Share = iota
+	// OverShare: the client sends more than its fair share and has its
+	// turn now: the request is decided as its class with room held for
+	// the class's within-share demand, the way a class is tested with
+	// room held for the more important classes; refused where a
+	// within-share request would pass, it is RejectOverShare.
+	OverShare
+	// Marginal: the client is over its share and is the one whose turn
+	// fills what the turns leave of the class's capacity: decided as
+	// OverShare with room held for the turns' demand as well.
+	Marginal
+	// SpareOnly: the client is over its share and has no turn now: the
+	// request is admitted only where admitting it harms nobody (a free
+	// slot and nothing waiting: the work-conserving rule's condition,
+	// docs/algorithms.md §10), else RejectOverShare.
+	SpareOnly
+)
+
+// Tier is the share's rank below its class for a mode that holds room
+// per rank: 0 WithinShare, 1 OverShare, 2 Marginal (SpareOnly is decided
+// apart).
+func (s Share) Tier() int {
+	if s >= SpareOnly {
+		return 2
+	}
+	return int(s)
 }
 
 // Decision is an admission decision.

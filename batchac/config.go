@@ -48,6 +48,19 @@ type State interface {
 	Sustained() float64
 }
 
+// ShareState is an optional State method set for fair sharing inside a
+// class (doc.go, Fair share): a State that has it makes the fair-share
+// tiers (admission.OverShare, admission.Marginal) hold room for the
+// class's within-share demand. Without it those tiers are tested as
+// their class, the marginal one with the floor held for the turns.
+type ShareState interface {
+	// WithinShareDemand is class's demand within its clients' fair
+	// shares: their arrival rate times the class's mean inherent service
+	// time, in server-seconds per second; 0 while the class is not
+	// shedding. Read with Demand, every ReservePeriod.
+	WithinShareDemand(class int) float64
+}
+
 // ClassConfig is one request class. Classes are listed most important first:
 // Config.Classes[0] is C1.
 type ClassConfig struct {

@@ -59,6 +59,15 @@ type class struct {
 	// sref is the largest mean S of the more important classes (float64
 	// ns): the size at which they see the load this class leaves.
 	sref atomic.Uint64
+	// The fair-share tiers' reserve, slack and size (doc.go, Fair share):
+	// rho, slack and sref as they are for a request of this class whose
+	// client is over its fair share, [0] in its turn (admission.OverShare:
+	// the class's within-share demand is held for too) and [1] the
+	// marginal one (admission.Marginal: the turns' demand as well).
+	// dAboveOver is max(dAbove, period): the held-for requests of the
+	// class wait its own period.
+	rhoT, slackT, srefT [2]atomic.Uint64
+	dAboveOver          float64
 }
 
 func (cl *class) reserve() float64   { return math.Float64frombits(cl.rho.Load()) }
@@ -68,6 +77,26 @@ func (cl *class) fillSlack() float64 { return math.Float64frombits(cl.slack.Load
 func (m *model) bound(cl *class, d, dAbove float64) bound {
 	own, lim := m.limits(d, dAbove, cl.reserve())
 	return bound{own: own, lim: lim, slack: cl.fillSlack(), sref: math.Float64frombits(cl.sref.Load())}
+}
+
+// boundTier is bound for a request of fair-share tier 1 or 2
+// (admission.Share.Tier; doc.go, Fair share): the class's own budget, and
+// a limit that holds room for the class's within-share demand (and, for
+// the marginal tier, its turns' demand) besides the more important
+// classes'. dAbove is the period the held-for requests wait
+// (cl.dAboveOver in a test that knows periods, 0 in Room).
+func (m *model) boundTier(cl *class, tier int, d, dAbove float64) bound {
+	i := tier - 1
+	own, lim := m.limits(d, dAbove, math.Float64frombits(cl.rhoT[i].Load()))
+	return bound{own: own, lim: lim, slack: math.Float64frombits(cl.slackT[i].Load()), sref: math.Float64frombits(cl.srefT[i].Load())}
+}
+
+// boundFor is bound or boundTier by the request's tier.
+func (m *model) boundFor(cl *class, d float64, tier int) bound {
+	if tier > 0 {
+		return m.boundTier(cl, tier, d, cl.dAboveOver)
+	}
+	return m.bound(cl, d, cl.dAbove)
 }
 
 func (cl *class) queueLen() int64 {
@@ -141,6 +170,9 @@ func cascadeMark(classes []*class) int64 {
 type Controller struct {
 	st  State
 	now func() time.Time
+	// share is st's ShareState, nil when it has none (no within-share
+	// demand is held for: the over-share tier is tested as its class).
+	share ShareState
 
 	snap    atomic.Pointer[snapshot]
 	closed  atomic.Bool
@@ -161,6 +193,7 @@ type Controller struct {
 		sync.Mutex
 		batch  []*waiter
 		prefix []float64
+		overs  []*waiter // decide's scratch: the over-share waiters of a batch
 		heads  []*waiter
 		due    []bool
 		// nextReserve is when updateReserve is due next.
@@ -198,6 +231,7 @@ func New(st State, cfg Config) (*Controller, error) {
 		desc:   newDescs(cfg.ConstLabels),
 		states: make(map[string]*classState),
 	}
+	c.share, _ = st.(ShareState)
 	c.waiters.New = func() any { return &waiter{ch: make(chan admission.Decision, 1)} }
 	c.parked.New = func() any { return new(Parked) }
 	c.par.store(cfg.Parallelism)
@@ -252,6 +286,7 @@ func build(cfg Config, old *snapshot, states map[string]*classState, now time.Ti
 		}
 		cl := &class{classState: st, period: cc.Period, dAbove: float64(dAbove)}
 		dAbove = max(dAbove, cc.Period)
+		cl.dAboveOver = float64(dAbove)
 		if prev != nil {
 			// Until updateReserve runs on the new snapshot, keep the shares
 			// the class had (a new class waits for updateReserve, which New
@@ -259,6 +294,11 @@ func build(cfg Config, old *snapshot, states map[string]*classState, now time.Ti
 			cl.rho.Store(prev.rho.Load())
 			cl.slack.Store(prev.slack.Load())
 			cl.sref.Store(prev.sref.Load())
+			for i := range cl.rhoT {
+				cl.rhoT[i].Store(prev.rhoT[i].Load())
+				cl.slackT[i].Store(prev.slackT[i].Load())
+				cl.srefT[i].Store(prev.srefT[i].Load())
+			}
 		}
 		if cc.Period > 0 {
 			reuse := prev != nil && prev.period > 0
@@ -306,19 +346,23 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 			return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend})
 		}
 		sNs := float64(max(r.S, 0))
+		if r.Share == admission.SpareOnly {
+			return c.count(cl, c.spareOnly(s, idx, sNs))
+		}
+		tier := r.Share.Tier()
 		if cl.period == 0 {
-			return c.count(cl, c.testNow(s, idx, sNs))
+			return c.count(cl, c.testNow(s, idx, sNs, tier))
 		}
 		n := c.st.Healthy()
 		if n <= 0 {
 			return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend})
 		}
-		if ok, over := c.early(s, idx, n, sNs); ok {
-			return c.count(cl, admitDecision(over))
+		if ok, ot := c.early(s, idx, n, sNs, tier); ok {
+			return c.count(cl, admitDecision(ot))
 		}
 		q := cl.queues[s.bucket(r.Bucket)]
 		w := c.waiters.Get().(*waiter)
-		w.s = sNs
+		w.s, w.tier = sNs, uint8(tier)
 		start := c.now()
 		switch q.push(w) {
 		case pushRetired: // Reconfigure or Close dropped the queue: reload
@@ -399,7 +443,7 @@ func (c *Controller) parallelism(s *snapshot) float64 {
 // testNow is the immediate test of a period-0 class: a batch of one,
 // Q + max(1, (η + 1)/P)·S ≤ lim, where lim is R_sla less the room held for
 // more important classes (model.limits).
-func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decision {
+func (c *Controller) testNow(s *snapshot, idx int, sNs float64, tier int) admission.Decision {
 	n := c.st.Healthy()
 	if n <= 0 {
 		return admission.Decision{Verdict: admission.RejectNoBackend}
@@ -415,7 +459,20 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decisi
 			RetryAfter: retryAfter(max(float64(until-now), m.drain(sNs, lim))),
 		}
 	}
-	if m.admits(1, sNs, b) {
+	if tier > 0 {
+		// A fair-share tier (doc.go, Fair share): room is held for the
+		// class's within-share demand too (and the turns'). Refused where
+		// a within-share request would pass, it is over_share: not a
+		// failure of the class, no mark, and the class's own mark is left
+		// alone.
+		bo := m.boundTier(cl, tier, 0, cl.dAboveOver)
+		if m.admits(1, sNs, bo) {
+			return admission.Decision{Verdict: admission.Admit}
+		}
+		if m.admits(1, sNs, b) {
+			return admission.Decision{Verdict: admission.RejectOverShare, RetryAfter: retryAfter(m.drain(sNs, bo.lim))}
+		}
+	} else if m.admits(1, sNs, b) {
 		if cl.cascadeUntil.Load() != 0 {
 			cl.cascadeUntil.Store(0)
 		}
@@ -459,7 +516,7 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64) admission.Decisi
 // doc.go, Work conservation). A failing arrival is not rejected here: it
 // queues and its run decides, as with StrictPeriods. It allocates nothing
 // and counts nothing.
-func (c *Controller) early(s *snapshot, idx, n int, sNs float64) (ok, over bool) {
+func (c *Controller) early(s *snapshot, idx, n int, sNs float64, tier int) (ok, over bool) {
 	cl := s.classes[idx]
 	if s.strict || cl.queueLen() != 0 {
 		return false, false
@@ -469,7 +526,7 @@ func (c *Controller) early(s *snapshot, idx, n int, sNs float64) (ok, over bool)
 		return false, false
 	}
 	m := c.model(s, n)
-	b := m.bound(cl, float64(cl.period), cl.dAbove)
+	b := m.boundFor(cl, float64(cl.period), tier)
 	if m.admits(1, sNs, b) {
 		return true, false
 	}
@@ -518,6 +575,49 @@ func (c *Controller) spare(probe bool, m *model, k int, now int64) bool {
 	return probe && m.fill(k) <= c.par.probeCap(m.p, now)
 }
 
+// spareOnly decides a request of the spare-only tier (admission.SpareOnly;
+// doc.go, Fair share): its client is over its fair share and has no turn,
+// so it is admitted only where admitting it slows down nobody (FreeSlot),
+// and refused as over_share otherwise. No mark.
+func (c *Controller) spareOnly(s *snapshot, idx int, sNs float64) admission.Decision {
+	if c.st.Healthy() <= 0 {
+		return admission.Decision{Verdict: admission.RejectNoBackend}
+	}
+	if c.freeSlot(s, idx, sNs) {
+		return admitted
+	}
+	return admission.Decision{Verdict: admission.RejectOverShare, RetryAfter: minRetryAfter}
+}
+
+// FreeSlot tells whether a request of class class and estimated service
+// time sz would slow down nobody now: a backend slot is free for it
+// (η + 1 ≤ P), no request of any class waits in a queue, no more
+// important class holds a cascade mark, and it fits its class's own
+// budget there (Q + S ≤ R_sla). Unlike Spare it allows a measured queue:
+// the request is one its class's test would take on that slot, not one
+// that misses its own target. Fair sharing's spare-only tier is decided
+// by it (threshold mode asks it through package control). It decides
+// nothing, counts nothing and does not allocate.
+func (c *Controller) FreeSlot(class int, sz time.Duration) bool {
+	s := c.snap.Load()
+	return c.freeSlot(s, s.classIndex(class), float64(max(sz, 0)))
+}
+
+func (c *Controller) freeSlot(s *snapshot, idx int, sNs float64) bool {
+	n := c.st.Healthy()
+	if n <= 0 {
+		return false
+	}
+	if until := cascadeMark(s.classes[:idx]); until != 0 && until > c.now().UnixNano() {
+		return false
+	}
+	if waiting(s.classes) {
+		return false
+	}
+	m := c.model(s, n)
+	return m.free(1) && m.fits(1, sNs, m.rsla)
+}
+
 // Room tells, for one request of class class and estimated service time sz,
 // whether it would pass the immediate test now with the room held for more
 // important classes (room), and whether a free slot is waiting for it
@@ -526,18 +626,30 @@ func (c *Controller) spare(probe bool, m *model, k int, now int64) bool {
 // admits a request its (i, p) draw lets through only with room, and one
 // the draw rejects when a slot is free, so that the farm never idles
 // behind a stale probability (package control). It does not allocate.
-func (c *Controller) Room(class int, sz time.Duration) (room, free bool) {
+//
+// For a request of a fair-share tier (tier 1 or 2, admission.Share.Tier;
+// doc.go, Fair share) room also holds the class's within-share demand
+// (and the turns'); inShare then tells whether a within-share request of
+// the same size would have room, so that the caller can name a refusal
+// over_share.
+func (c *Controller) Room(class int, sz time.Duration, tier int) (room, free, inShare bool) {
 	s := c.snap.Load()
 	n := c.st.Healthy()
 	if n <= 0 {
-		return false, false
+		return false, false, false
 	}
 	cl := s.classes[s.classIndex(class)]
 	m := c.model(s, n)
 	b := m.bound(cl, 0, 0)
 	sNs := float64(max(sz, 0))
 	free = m.slowdown(1) <= 1 && m.fits(1, sNs, b.own)
-	return free || m.admits(1, sNs, b), free
+	if tier > 0 {
+		inShare = free || m.admits(1, sNs, b)
+		b = m.boundTier(cl, tier, 0, 0)
+		return free || m.admits(1, sNs, b), free, inShare
+	}
+	room = free || m.admits(1, sNs, b)
+	return room, free, room
 }
 
 // updateReserve recomputes every class's reserve share from State.Demand:
@@ -557,7 +669,6 @@ func (c *Controller) updateReserve(s *snapshot, now time.Time) {
 			cl.rho.Store(0)
 			cl.slack.Store(math.Float64bits(float64(cl.period)))
 		}
-		return
 	}
 	n := c.st.Healthy()
 	if n <= 0 {
@@ -566,21 +677,62 @@ func (c *Controller) updateReserve(s *snapshot, now time.Time) {
 	capacity := float64(n) * max(c.parallelism(s), c.st.Sustained())
 	var above, sref float64
 	for j, cl := range s.classes {
-		cl.sref.Store(math.Float64bits(sref))
-		if ms := float64(c.st.MeanS(j)); ms > sref {
-			sref = ms
-		}
+		ms := float64(c.st.MeanS(j))
+		srefJ := sref
 		rho := 0.0
-		if j > 0 {
-			rho = max(above/capacity, s.floor)
+		if s.reserve {
+			cl.sref.Store(math.Float64bits(sref))
+			if j > 0 {
+				rho = max(above/capacity, s.floor)
+			}
+			cl.rho.Store(math.Float64bits(rho))
+			idle := min(1, 2*max(0, 1-above/capacity))
+			cl.slack.Store(math.Float64bits(float64(cl.period) * idle))
+		} else {
+			srefJ = 0
 		}
-		cl.rho.Store(math.Float64bits(rho))
-		idle := min(1, 2*max(0, 1-above/capacity))
-		cl.slack.Store(math.Float64bits(float64(cl.period) * idle))
-		if d := c.st.Demand(j); d > 0 { // NaN and negatives add nothing
-			above += d
+		// The fair-share tiers (doc.go, Fair share): the over-share tier
+		// holds room for the class's own within-share demand too, judged
+		// at the larger of the sizes (without the reserve, for that
+		// demand alone); the marginal tier holds the floor's share of
+		// what is left besides, for the turns.
+		held := 0.0
+		if s.reserve {
+			held = above
+		}
+		var within float64
+		if c.share != nil {
+			within = usable(c.share.WithinShareDemand(j))
+		}
+		rhoOver := max(rho, (held+within)/capacity)
+		rhoMarg := 1 - (1-min(rhoOver, 1))*(1-s.floor)
+		sr := srefJ
+		if within > 0 {
+			sr = max(sr, ms)
+		}
+		for i, r := range [2]float64{rhoOver, rhoMarg} {
+			cl.rhoT[i].Store(math.Float64bits(r))
+			cl.slackT[i].Store(math.Float64bits(float64(cl.period) * min(1, 2*max(0, 1-r))))
+			cl.srefT[i].Store(math.Float64bits(sr))
+		}
+		if s.reserve {
+			if ms > sref {
+				sref = ms
+			}
+			if d := c.st.Demand(j); d > 0 { // NaN and negatives add nothing
+				above += d
+			}
 		}
 	}
+}
+
+// usable is a demand as the reserve takes it: NaN, ±Inf and negatives
+// add nothing.
+func usable(d float64) float64 {
+	if d > 0 && !math.IsInf(d, 0) {
+		return d
+	}
+	return 0
 }
 
 // immediateMarkHold is how long a failing period-0 class keeps blocking
@@ -706,80 +858,153 @@ func admitDecision(over bool) admission.Decision {
 // decide tests one bucket's batch (the list from head) of class cl and
 // sends every waiter its decision. It reports whether the class's own test
 // rejected anything (a rejection only for the reserve held for more
-// important classes is not a failure of cl). others tells that something
-// else waits (a later bucket of the run, a queued request of any class):
-// then the work-conserving rule does not apply. Called with c.run held and
-// no queue lock.
+// important classes, or for the class's fair-share tiers, is not a
+// failure of cl). others tells that something else waits (a later bucket
+// of the run, a queued request of any class): then the work-conserving
+// rule does not apply. Called with c.run held and no queue lock.
+//
+// Fair share (doc.go): the batch is taken in tiers (within share, over
+// share in turn, marginal), each FIFO; a tier is tested, as a batch of its
+// own against its bound on the load the tiers before it leave, only when
+// every request of those tiers passed. A request of tier 1 or 2 refused
+// where the class's own bound would have taken it is over_share.
 func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, until int64, others bool) bool {
 	batch, prefix := c.run.batch[:0], c.run.prefix[:0]
-	var sum float64
 	// Read every link before the first send: a waiter that got its
 	// decision may be reused at once.
+	var cnt [3]int
 	for w := head; w != nil; w = w.next {
-		sum += w.s
 		batch = append(batch, w)
-		prefix = append(prefix, sum)
+		cnt[w.tier]++
 	}
 	beta := len(batch)
-	k := 0
-	over := beta // batch[over:k] are admitted by the work-conserving rule
-	var reject admission.Decision
+	if cnt[0] < beta {
+		// Stable partition by tier.
+		tmp := append(c.run.overs[:0], batch...)
+		at := [3]int{0, cnt[0], cnt[0] + cnt[1]}
+		for _, w := range tmp {
+			batch[at[w.tier]] = w
+			at[w.tier]++
+		}
+		clear(tmp)
+		c.run.overs = tmp[:0]
+	}
+	// Each tier's prefix sums start afresh; start[g] is its first index.
+	start := [4]int{0, cnt[0], cnt[0] + cnt[1], beta}
+	var sum, total float64
+	for j, w := range batch {
+		if j == start[1] || j == start[2] {
+			sum = 0
+		}
+		sum += w.s
+		total += w.s
+		prefix = append(prefix, sum)
+	}
+	var got [3]int // admitted by the test: batch[start[g]:start[g]+got[g]]
+	wc := false    // the work-conserving rule admitted every other request
+	var reject [3]admission.Decision
 	var b bound
 	if !rc.noBackend {
 		b = rc.m.bound(cl, float64(cl.period), cl.dAbove)
 	}
 	own, lim := b.own, b.lim
+	test := func(m *model, pre []float64, bd bound) int {
+		if len(pre) == 0 {
+			return 0
+		}
+		if rc.allOrNothing {
+			if m.admits(len(pre), pre[len(pre)-1], bd) {
+				return len(pre)
+			}
+			return 0
+		}
+		return m.largestPrefix(pre, bd)
+	}
+	sumOf := func(g, from int) float64 { // tier g's service times from its from-th request on
+		if cnt[g] == 0 {
+			return 0
+		}
+		x := prefix[start[g+1]-1]
+		if from > 0 {
+			x -= prefix[start[g]+from-1]
+		}
+		return x
+	}
 	switch {
 	case rc.noBackend:
-		reject.Verdict = admission.RejectNoBackend
+		reject[0].Verdict = admission.RejectNoBackend
+		reject[1], reject[2] = reject[0], reject[0]
 	case cascaded:
-		reject.Verdict = admission.RejectCascade
-		wait := max(float64(until-rc.now), rc.m.drain(sum/float64(beta), lim))
-		reject.RetryAfter = retryAfter(wait)
+		reject[0].Verdict = admission.RejectCascade
+		reject[0].RetryAfter = retryAfter(max(float64(until-rc.now), rc.m.drain(total/float64(beta), lim)))
+		reject[1], reject[2] = reject[0], reject[0]
 	default:
-		if rc.allOrNothing {
-			if rc.m.admits(beta, sum, b) {
-				k = beta
+		m := rc.m
+		for g := range 3 {
+			bd := b
+			if g > 0 {
+				bd = m.boundTier(cl, g, float64(cl.period), cl.dAboveOver)
 			}
-		} else {
-			k = rc.m.largestPrefix(prefix, b)
+			got[g] = test(&m, prefix[start[g]:start[g+1]], bd)
+			m.load += int64(got[g])
+			if got[g] < cnt[g] {
+				break
+			}
 		}
+		k := got[0] + got[1] + got[2]
 		if k < beta && !others && rc.m.quiet(own) && c.spare(rc.learn && cl.reserve() <= 0, &rc.m, beta, rc.now) {
 			// The work-conserving rule (doc.go, Work conservation): the
 			// whole batch finds free slots and nothing else waits; the
 			// rest fails only its own budget. Admit it, marked.
-			over, k = k, beta
-			rc.m.load += int64(k)
-		} else if k < beta {
-			rest := sum
-			if k > 0 {
-				rest -= prefix[k-1]
-			}
-			reject.Verdict = admission.RejectTest
-			// Would the class's own test have taken the whole batch? Then
-			// only the reserve for more important classes turned the rest
-			// away.
-			if lim < own && rc.m.fits(beta, sum, own) {
-				reject.Verdict = admission.RejectPriority
-			}
-			rc.m.load += int64(k) // η grows by β'/n
-			reject.RetryAfter = retryAfter(rc.m.drain(rest/float64(beta-k), lim))
-		} else {
-			rc.m.load += int64(k)
+			wc = true
+			rc.m.load += int64(beta)
+			break
 		}
+		// m.load now counts every admission of the batch.
+		for g := range 3 {
+			if got[g] == cnt[g] {
+				continue
+			}
+			rest := cnt[g] - got[g]
+			mean := sumOf(g, got[g]) / float64(rest)
+			switch {
+			case g > 0 && m.admits(1, mean, b):
+				// A within-share request would have passed: the room
+				// left is held for the class's clients within their
+				// share (or in their turn).
+				reject[g].Verdict = admission.RejectOverShare
+				reject[g].RetryAfter = retryAfter(m.drain(mean, m.boundTier(cl, g, float64(cl.period), cl.dAboveOver).lim))
+				continue
+			case g == 0 && lim < own && rc.m.fits(cnt[0], sumOf(0, 0), own),
+				g > 0 && lim < own && m.fits(1, mean, own):
+				// The class's own test would have taken them: only the
+				// reserve for more important classes turned them away.
+				reject[g].Verdict = admission.RejectPriority
+			default:
+				reject[g].Verdict = admission.RejectTest
+			}
+			reject[g].RetryAfter = retryAfter(m.drain(mean, lim))
+		}
+		rc.m.load = m.load // η grows by β'/n
 	}
-	if k > 0 {
-		c.pending.Add(int64(k))
+	if n := got[0] + got[1] + got[2]; wc {
+		c.pending.Add(int64(beta))
+	} else if n > 0 {
+		c.pending.Add(int64(n))
 	}
+	g := 0
 	for j, w := range batch {
 		wk := w.wk // read before the send: the waiter may be reused at once
+		for j >= start[g+1] {
+			g++
+		}
 		switch {
-		case j < k && j >= over:
-			w.ch <- admittedOver
-		case j < k:
+		case j-start[g] < got[g]:
 			w.ch <- admitted
+		case wc:
+			w.ch <- admittedOver
 		default:
-			w.ch <- reject
+			w.ch <- reject[g]
 		}
 		if wk != nil {
 			c.noteWake(wk)
@@ -787,7 +1012,7 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 		batch[j] = nil
 	}
 	c.run.batch, c.run.prefix = batch[:0], prefix[:0]
-	return reject.Verdict == admission.RejectTest
+	return reject[0].Verdict == admission.RejectTest || reject[1].Verdict == admission.RejectTest || reject[2].Verdict == admission.RejectTest
 }
 
 // Run drives the policers until ctx is done or Close is called: it sleeps
@@ -973,19 +1198,23 @@ func (c *Controller) Park(r *admission.Request, wk admission.Waker) (d admission
 			return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend}), nil, true
 		}
 		sNs := float64(max(r.S, 0))
+		if r.Share == admission.SpareOnly {
+			return c.count(cl, c.spareOnly(s, idx, sNs)), nil, true
+		}
+		tier := r.Share.Tier()
 		if cl.period == 0 {
-			return c.count(cl, c.testNow(s, idx, sNs)), nil, true
+			return c.count(cl, c.testNow(s, idx, sNs, tier)), nil, true
 		}
 		n := c.st.Healthy()
 		if n <= 0 {
 			return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend}), nil, true
 		}
-		if ok, over := c.early(s, idx, n, sNs); ok {
-			return c.count(cl, admitDecision(over)), nil, true
+		if ok, ot := c.early(s, idx, n, sNs, tier); ok {
+			return c.count(cl, admitDecision(ot)), nil, true
 		}
 		q := cl.queues[s.bucket(r.Bucket)]
 		w := c.waiters.Get().(*waiter)
-		w.s, w.wk = sNs, wk
+		w.s, w.wk, w.tier = sNs, wk, uint8(tier)
 		start := c.now()
 		switch q.push(w) {
 		case pushRetired:

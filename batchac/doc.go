@@ -354,6 +354,18 @@
 // (TestAdmitAllocs, benchmarks). Counters and the wait histogram are atomics
 // observed per request; everything else is read at scrape time.
 //
+// # Fair share
+//
+// A request carries its client's standing in its class (admission.Share,
+// set by package fairshare; docs/algorithms.md §12). A batch is tested in
+// tiers, within share first, each FIFO and on the load the tiers before
+// it leave; the over-share tier's reserve share adds the class's own
+// within-share demand (ShareState) to the classes above, the marginal
+// tier holds the floor's share of what is left besides. A tier-1 or -2
+// request refused where a within-share one would pass is over_share; a
+// spare-only request is admitted only on a free slot with nothing
+// waiting (FreeSlot). Classes keep their order. testdata/fairshare.txt.
+//
 // # Metrics
 //
 // All with Config.ConstLabels: sentry_batch_decisions_total{class,verdict},

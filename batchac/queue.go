@@ -16,6 +16,9 @@ type waiter struct {
 	ch chan admission.Decision
 	// s is the request's inherent service time in nanoseconds (≥ 0).
 	s float64
+	// tier is the request's fair-share tier (admission.Share.Tier): 0
+	// within its share, 1 over it in its turn, 2 the marginal client.
+	tier uint8
 
 	// Guarded by the owning queue's mutex while the waiter is queued; owned
 	// by the policer run that took the list afterwards.

@@ -35,16 +35,17 @@ import (
 //	                          ObserveSpare (admitted by the work-conserving
 //	                          rule); prints P and the probe's ceiling
 //	reconfigure classes=... [parallelism=] [buckets=] [cap=] [all_or_nothing]
-//	arrive id=a[,b,...] class=gold s=50ms [bucket=0]
+//	arrive id=a[,b,...] class=gold s=50ms [bucket=0] [share=within|over|marginal|spare]
+//	                          share: the request's fair-share standing
 //	                          each arrival calls Admit in its own goroutine and
 //	                          waits until it is queued or decided; immediate
 //	                          decisions are printed
 //	advance 100ms             moves the clock; prints t=
 //	tick [advance=D]          Controller.Tick(now); prints which classes ran
 //	                          and every decision the run made
-//	state [inflight=] [n=] [q=] [qnow=] [rsla=] [demand=gold:0.8,...] [means=gold:10ms,...]
+//	state [inflight=] [n=] [q=] [qnow=] [rsla=] [demand=gold:0.8,...] [means=gold:10ms,...] [within=gold:0.5,...]
 //	                          demand is State.Demand in server-seconds/s,
-//	                          means State.MeanS
+//	                          means State.MeanS, within WithinShareDemand
 //	reserve                   recompute the reserve now; prints each
 //	                          class's share ρ and limit (d = 0)
 //	gone id=a                 the client disconnects
@@ -97,6 +98,7 @@ type fakeState struct {
 	demand   [MaxClasses]atomic.Uint64 // float64 bits, by class index
 	means    [MaxClasses]atomic.Int64  // ns, by class index
 	sust     atomic.Uint64             // float64 bits: Sustained
+	within   [MaxClasses]atomic.Uint64 // float64 bits: WithinShareDemand, by class index
 }
 
 func (s *fakeState) Q() time.Duration { return time.Duration(s.q.Load()) }
@@ -115,7 +117,10 @@ func (s *fakeState) Demand(class int) float64 {
 	return math.Float64frombits(s.demand[class].Load())
 }
 func (s *fakeState) MeanS(class int) time.Duration { return time.Duration(s.means[class].Load()) }
-func (s *fakeState) Sustained() float64            { return math.Float64frombits(s.sust.Load()) }
+func (s *fakeState) WithinShareDemand(class int) float64 {
+	return math.Float64frombits(s.within[class].Load())
+}
+func (s *fakeState) Sustained() float64 { return math.Float64frombits(s.sust.Load()) }
 
 type scriptArrival struct {
 	id      string
@@ -237,7 +242,13 @@ func (h *harness) exec(line string) []string {
 		var out []string
 		for _, cl := range s.classes {
 			_, lim := m.limits(float64(cl.period), cl.dAbove, cl.reserve())
-			out = append(out, fmt.Sprintf("%s: rho=%.4g limit=%v", cl.name, cl.reserve(), time.Duration(lim).Round(time.Microsecond)))
+			line := fmt.Sprintf("%s: rho=%.4g limit=%v", cl.name, cl.reserve(), time.Duration(lim).Round(time.Microsecond))
+			if rt := math.Float64frombits(cl.rhoT[0].Load()); rt != cl.reserve() {
+				// The fair-share tiers' shares (doc.go, Fair share), when
+				// the within-share demand holds more than the class's own.
+				line += fmt.Sprintf(" over=%.4g marginal=%.4g", rt, math.Float64frombits(cl.rhoT[1].Load()))
+			}
+			out = append(out, line)
 		}
 		return out
 	case "gone":
@@ -354,6 +365,15 @@ func (h *harness) setState(args map[string]string) {
 				h.fatalf("sustained: %v", err)
 			}
 			h.st.sust.Store(math.Float64bits(f))
+		case "within": // class:work,... the within-share demand (ShareState), server-seconds/s
+			for _, spec := range strings.Split(v, ",") {
+				name, w, _ := strings.Cut(spec, ":")
+				f, err := strconv.ParseFloat(w, 64)
+				if err != nil {
+					h.fatalf("within %q: %v", spec, err)
+				}
+				h.st.within[h.classIndex(name)].Store(math.Float64bits(f))
+			}
 		case "means": // class:duration,... the classes' mean S
 			for _, spec := range strings.Split(v, ",") {
 				name, d, _ := strings.Cut(spec, ":")
@@ -418,6 +438,18 @@ func (h *harness) arrive(args map[string]string) []string {
 		bucket = int(h.num(v))
 	}
 	s := h.dur(args["s"])
+	share := admission.WithinShare
+	switch args["share"] {
+	case "", "within":
+	case "over":
+		share = admission.OverShare
+	case "marginal":
+		share = admission.Marginal
+	case "spare":
+		share = admission.SpareOnly
+	default:
+		h.fatalf("share %q: want within, over, marginal or spare", args["share"])
+	}
 	var out []string
 	for _, id := range strings.Split(args["id"], ",") {
 		if _, dup := h.arrivals[id]; dup {
@@ -426,7 +458,7 @@ func (h *harness) arrive(args map[string]string) []string {
 		h.seq++
 		a := &scriptArrival{id: id, seq: h.seq, class: args["class"], at: h.clock.Now(), gone: make(chan struct{})}
 		h.arrivals[id] = a
-		req := &admission.Request{Class: class, Bucket: bucket, S: s, Gone: a.gone}
+		req := &admission.Request{Class: class, Bucket: bucket, S: s, Gone: a.gone, Share: share}
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()

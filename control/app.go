@@ -15,6 +15,7 @@ import (
 	"github.com/sentry-proxy/sentry/batchac"
 	"github.com/sentry-proxy/sentry/classify"
 	"github.com/sentry-proxy/sentry/estimator"
+	"github.com/sentry-proxy/sentry/fairshare"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/thresholdac"
 )
@@ -45,6 +46,10 @@ type App struct {
 	sw      atomic.Pointer[admission.Switch]
 	term    termination                         // selective early termination (termination.go)
 	adp     atomic.Pointer[adaptive.Controller] // adaptive mode; rebuilt on reload, rates carried by class name
+	fair    atomic.Pointer[fairshare.Table]     // fair share inside each class (fairshare.go); nil: off
+	// fairRand is the fair-share table's draw (fairshare.Config.Rand);
+	// nil: the runtime's. Set by deterministic simulations.
+	fairRand func() uint32
 
 	rsla atomic.Int64 // current R_sla, ns
 	// thrCapacity is the configured per-server capacity (float64 bits;
@@ -100,6 +105,8 @@ type App struct {
 		adpCancel context.CancelFunc
 		adpCfg    policy.AdaptiveAdmission
 		adpNames  []string
+		// fairCancel stops the fair-share table's ticker (fairshare.go).
+		fairCancel context.CancelFunc
 	}
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -164,9 +171,11 @@ func (a *App) Estimate(class int, key []byte, now time.Time) (time.Duration, int
 func (a *App) Admit(r *admission.Request) admission.Decision {
 	var d admission.Decision
 	mode := a.sw.Load().Mode()
-	switch mode {
-	case admission.ModeOff:
+	if mode == admission.ModeOff {
 		return admission.Decision{Verdict: admission.Admit, Mode: mode}
+	}
+	ft, slot := a.share(r)
+	switch mode {
 	case admission.ModeThreshold:
 		d = a.threshold(r)
 	case admission.ModeAdaptive:
@@ -174,7 +183,7 @@ func (a *App) Admit(r *admission.Request) admission.Decision {
 	default:
 		d = a.batch.Admit(r)
 	}
-	return a.account(mode, r.Class, r.Key, r.S, d)
+	return a.account(mode, r.Class, r.Key, r.S, d, fairRef{ft, slot, r.Share})
 }
 
 // Park is Admit for a caller that must not block (the event loop). Mode
@@ -188,9 +197,12 @@ func (a *App) Admit(r *admission.Request) admission.Decision {
 // itself need not. Park does not allocate: p is pooled.
 func (a *App) Park(r *admission.Request, wk admission.Waker) (d admission.Decision, p admission.Pending, decided bool) {
 	mode := a.sw.Load().Mode()
-	switch mode {
-	case admission.ModeOff:
+	if mode == admission.ModeOff {
 		return admission.Decision{Verdict: admission.Admit, Mode: mode}, nil, true
+	}
+	ft, slot := a.share(r)
+	fr := fairRef{ft, slot, r.Share}
+	switch mode {
 	case admission.ModeThreshold:
 		d = a.threshold(r)
 	case admission.ModeAdaptive:
@@ -202,11 +214,20 @@ func (a *App) Park(r *admission.Request, wk admission.Waker) (d admission.Decisi
 			if t == nil {
 				t = new(parked)
 			}
-			*t = parked{a: a, p: bp, class: r.Class, key: r.Key, s: r.S}
+			*t = parked{a: a, p: bp, class: r.Class, key: r.Key, s: r.S, fair: fr}
 			return admission.Decision{}, t, false
 		}
 	}
-	return a.account(mode, r.Class, r.Key, r.S, d), nil, true
+	return a.account(mode, r.Class, r.Key, r.S, d, fr), nil, true
+}
+
+// fairRef is where a request's decision is reported in the fair-share
+// table (fairshare.go): the table, the client's slot and the standing the
+// request was decided with.
+type fairRef struct {
+	t     *fairshare.Table
+	slot  fairshare.Slot
+	share admission.Share
 }
 
 // parked is an App's ticket for a request parked in batchac: it applies the
@@ -218,6 +239,7 @@ type parked struct {
 	class int
 	key   []byte
 	s     time.Duration
+	fair  fairRef
 }
 
 var _ admission.Pending = (*parked)(nil)
@@ -229,17 +251,20 @@ func (t *parked) Result() (admission.Decision, bool) {
 	if !ready {
 		return d, false
 	}
-	a, class, key, s := t.a, t.class, t.key, t.s
+	a, class, key, s, fr := t.a, t.class, t.key, t.s, t.fair
 	t.release()
-	return a.account(admission.ModeBatch, class, key, s, d), true
+	return a.account(admission.ModeBatch, class, key, s, d, fr), true
 }
 
 // Cancel withdraws the request (its client has gone); counted as a
 // rejection, as a blocking Admit that saw Gone fire. t is released.
 func (t *parked) Cancel() {
 	t.p.Cancel()
-	a, class := t.a, t.class
+	a, class, fr := t.a, t.class, t.fair
 	t.release()
+	if fr.t != nil {
+		fr.t.Done(fr.slot, fr.share, admission.RejectGone)
+	}
 	a.rejects.Add(1)
 	a.termReject(class)
 }
@@ -271,13 +296,28 @@ func (a *App) threshold(r *admission.Request) admission.Decision {
 	// admitted, marked, when admitting it harms nobody (batchac.Spare: a
 	// slot free, nothing queued, no mark above). The pair is not asked:
 	// it sheds load, and a free slot has none to shed.
-	room, free := a.batch.Room(r.Class, r.S)
+	//
+	// Fair share (docs/algorithms.md §12): a request of the spare-only
+	// tier is admitted only where it slows down nobody (FreeSlot); one over its
+	// share in its turn needs room with the class's within-share demand
+	// held for too (the marginal one, the turns' demand as well), and is
+	// refused as over_share where a within-share request would have had
+	// room.
 	thr := a.thr.Load()
+	if r.Share == admission.SpareOnly {
+		if a.batch.FreeSlot(r.Class, r.S) {
+			return admission.Decision{Verdict: admission.Admit}
+		}
+		return admission.Decision{Verdict: admission.RejectOverShare, RetryAfter: time.Second}
+	}
+	room, free, inShare := a.batch.Room(r.Class, r.S, r.Share.Tier())
 	switch {
 	case free:
 		return admission.Decision{Verdict: admission.Admit}
 	case !room && a.batch.Spare(r.Class):
 		return admission.Decision{Verdict: admission.Admit, OverTarget: true}
+	case !room && inShare:
+		return admission.Decision{Verdict: admission.RejectOverShare, RetryAfter: thresholdac.RetryAfter(thr.Period())}
 	case !room:
 		return admission.Decision{Verdict: admission.RejectThreshold, RetryAfter: thresholdac.RetryAfter(thr.Period())}
 	case thr.Within(r.Class):
@@ -292,12 +332,15 @@ func (a *App) threshold(r *admission.Request) admission.Decision {
 // the rejections feed the capacity learner (tick). The decision is marked
 // with mode, the mode that took it (admission.Decision.Mode): the
 // request's completion goes back to it (Done).
-func (a *App) account(mode admission.Mode, class int, key []byte, s time.Duration, d admission.Decision) admission.Decision {
+func (a *App) account(mode admission.Mode, class int, key []byte, s time.Duration, d admission.Decision, fr fairRef) admission.Decision {
 	d.Mode = mode
 	if probeable(d.Verdict) && a.est.Probe(class, key, a.now()) {
 		d = admission.Decision{Verdict: admission.Admit, Mode: mode}
 		a.probes.Add(1)
 		a.win.probes.Add(1)
+	}
+	if fr.t != nil {
+		fr.t.Done(fr.slot, fr.share, d.Verdict)
 	}
 	if d.Verdict == admission.Admit {
 		a.work.Add(int64(s))
@@ -535,6 +578,7 @@ func (a *App) Demand(class int) float64 {
 
 var (
 	_ batchac.State      = (*App)(nil)
+	_ batchac.ShareState = (*App)(nil)
 	_ thresholdac.Inputs = (*App)(nil)
 	_ admission.Admitter = (*App)(nil)
 )

@@ -300,6 +300,21 @@
 // the three controllers -- and the request path asks it for every
 // decision (off answers at once), so a forced mode reaches it too.
 //
+// # Fair share (fairshare.go)
+//
+// With admission.fair_share on (the default) each app has a
+// fairshare.Table, built with its classes and ticked every 100 ms by a
+// goroutine the app owns (kept across a reload that changes neither the
+// classes nor the table's size and rotation). Before the mode decides,
+// Admit and Park give the request its client's standing (Table.Share);
+// every mode reads it (docs/algorithms.md §12). account tells the table
+// the decision, once per request, after a probe may have turned it; a
+// parked request's Cancel tells it client_gone. Batch mode asks the
+// within-share demand through batchac.ShareState, adaptive mode the rates
+// through adaptive.Config.ShareRates; threshold mode holds the same room
+// through batchac.Room and FreeSlot. Metrics are per app and class
+// (sentry_fairshare_*); the top talkers go to the status page only.
+//
 // # Lock order
 //
 // Manager.mu, then App.mu, then provState.mu (a leaf). None is taken on

@@ -223,6 +223,7 @@ func (a *App) startAdaptive(ac *policy.App, names []string, percentile float64) 
 	// requests that got a response (adaptive.Config.InFlight).
 	cfg.InFlight = a.Inflight
 	cfg.Idle = a.Idle
+	cfg.ShareRates = a.shareRates // fair share's tiers (fairshare.go)
 	c, err := adaptive.New(cfg)
 	if err != nil {
 		return fmt.Errorf("adaptive: %w", err)

@@ -47,6 +47,9 @@ type Manager struct {
 	// own goroutines too, for simulations that tick every one of them on
 	// a manual clock (deterministic runs).
 	noLoops bool
+	// fairRand, when set, is every app's fair-share draw (deterministic
+	// simulations).
+	fairRand func() uint32
 }
 
 // NewManager returns a manager; its metrics go to opts.Registerer.
@@ -68,6 +71,9 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, err
 	}
 	if err := opts.Registerer.Register(adaptiveMetrics{m}); err != nil {
+		return nil, err
+	}
+	if err := opts.Registerer.Register(fairCollector{m}); err != nil { // fairshare.go
 		return nil, err
 	}
 	// Per-class λ and S, Q, η and the key table, at scrape time.
@@ -135,6 +141,9 @@ func (m *Manager) Build(ac *policy.App, pool Pool) (*App, error) {
 	if err := a.startAdaptive(ac, cfg.names, cfg.percentile); err != nil {
 		return nil, err
 	}
+	if err := a.startFair(ac, cfg.names); err != nil {
+		return nil, err
+	}
 	if a.mu.swCfg != ac.Admission.Switch || a.sw.Load().Configured() != mode {
 		if err := a.startSwitch(ac, mode, m.opts); err != nil {
 			return nil, err
@@ -169,7 +178,7 @@ func batchConfig(ac *policy.App, cls *classify.Classifier, est *estimator.Estima
 }
 
 func (m *Manager) create(ac *policy.App, pool Pool, cfg *appConfig, est *estimator.Estimator, bcfg batchac.Config) (*App, error) {
-	a := &App{name: ac.Name, log: m.log.With("app", ac.Name), now: m.opts.Now, est: est, noLoops: m.noLoops}
+	a := &App{name: ac.Name, log: m.log.With("app", ac.Name), now: m.opts.Now, est: est, noLoops: m.noLoops, fairRand: m.fairRand}
 	a.pool.Store(&poolRef{pool})
 	a.cfg.Store(cfg)
 	a.setClasses(cfg.names)
@@ -190,7 +199,9 @@ func (m *Manager) create(ac *policy.App, pool Pool, cfg *appConfig, est *estimat
 	a.mu.Lock()
 	if err := a.startThreshold(ac, len(cfg.names)); err == nil {
 		if err = a.startAdaptive(ac, cfg.names, cfg.percentile); err == nil {
-			err = a.startSwitch(ac, cfg.mode, m.opts)
+			if err = a.startFair(ac, cfg.names); err == nil {
+				err = a.startSwitch(ac, cfg.mode, m.opts)
+			}
 		}
 	}
 	a.mu.Unlock()

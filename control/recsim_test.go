@@ -56,6 +56,7 @@ type ctlServer struct {
 }
 
 type ctlJob struct {
+	client   int // fairSim: the client that sent it
 	tk       admission.Ticket
 	server   int
 	dispatch time.Time

@@ -111,7 +111,8 @@ func TestDefaults(t *testing.T) {
 			Switch:       ModeSwitch{CPUHigh: 0.85, CPULow: 0.6, Hold: 2 * time.Second, RevertAfter: 30 * time.Second},
 			Adaptive: AdaptiveAdmission{NReq: 100, Timeout: time.Second, Alpha: 0.7, ErrD: 0, ErrI: -0.5, AdjD: 1.2, AdjI: 2,
 				CI: -0.1, RateMin: 0.05, RateMax: 5000, AdjLo: 10, LCThresh: 20, Burst: 100 * time.Millisecond, Rule: AdaptiveRuleScaled, InFlightLimit: true},
-			Fallback: Fallback{Enabled: true, MissWindows: 3, NoTimingShare: 0.5, ReturnWindows: 3, ReturnRatio: 0.8},
+			Fallback:  Fallback{Enabled: true, MissWindows: 3, NoTimingShare: 0.5, ReturnWindows: 3, ReturnRatio: 0.8},
+			FairShare: FairShare{Enabled: true, Client: FairClientAddress, IPv6Prefix: 64, MaxClients: 16384, Rotate: 10 * time.Minute},
 		},
 		Termination: Termination{Alpha: 4, LowWater: 0.05, HighWater: 0.15, Interval: 10 * time.Second, MinArrivals: 100, MaxRise: 2},
 		Degradation: Degradation{Header: "Sentry-Load"},
@@ -263,6 +264,7 @@ apps:
         burst: 250ms
         initial_rate: 40
       fallback: {enabled: false, miss_windows: 5, no_timing_share: 0.75, return_windows: 20, return_ratio: 0.6}
+      fair_share: {enabled: true, client: header, name: X-Api-Key, ipv6_prefix: 56, max_clients: 4096, rotate: 2m}
     termination: {alpha: 2, low_water: 0, high_water: 0.5, interval: 3s, min_arrivals: 7, max_rise: 0}
     degradation: {enabled: true, header: x-farm-load}
 `
@@ -365,7 +367,8 @@ apps:
 			Switch:       ModeSwitch{CPUHigh: 1, CPULow: 0.25, Hold: 5 * time.Second, RevertAfter: time.Minute},
 			Adaptive: AdaptiveAdmission{NReq: 50, Timeout: 500 * time.Millisecond, Alpha: 0.5, ErrD: 0.1, ErrI: -0.4, AdjD: 1.5, AdjI: 3,
 				CI: -0.2, RateMin: 1, RateMax: 900, AdjLo: 4, LCThresh: 7, CutAllLower: true, Shared: true, Burst: 250 * time.Millisecond, InitialRate: 40, Rule: AdaptiveRulePaper},
-			Fallback: Fallback{MissWindows: 5, NoTimingShare: 0.75, ReturnWindows: 20, ReturnRatio: 0.6},
+			Fallback:  Fallback{MissWindows: 5, NoTimingShare: 0.75, ReturnWindows: 20, ReturnRatio: 0.6},
+			FairShare: FairShare{Enabled: true, Client: FairClientHeader, Name: "X-Api-Key", IPv6Prefix: 56, MaxClients: 4096, Rotate: 2 * time.Minute},
 		},
 		Terminate:   []*Terminate{nil, nil, {Lower: 250 * time.Millisecond, Upper: 4 * time.Second, Methods: []string{"GET", "POST"}}},
 		Termination: Termination{Alpha: 2, LowWater: 0, HighWater: 0.5, Interval: 3 * time.Second, MinArrivals: 7, MaxRise: 0},

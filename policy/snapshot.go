@@ -6,6 +6,7 @@ import (
 
 	"github.com/sentry-proxy/sentry/classify"
 	"github.com/sentry-proxy/sentry/estimator"
+	"github.com/sentry-proxy/sentry/fairshare"
 )
 
 // Snapshot is a parsed, defaulted and validated policy. It is immutable once
@@ -461,6 +462,50 @@ type Admission struct {
 	Switch       ModeSwitch
 	Adaptive     AdaptiveAdmission
 	Fallback     Fallback
+	FairShare    FairShare
+}
+
+// FairShare shares each class's capacity among its clients (package
+// fairshare; docs/algorithms.md §12): while a class sheds, clients over
+// their max-min fair share are shed first, in turns that rotate over
+// Rotate, and clients within it are shed only when the class admits less
+// than their demand.
+type FairShare struct {
+	// Enabled turns fair sharing on. Default true.
+	Enabled bool
+	// Client names where a client's identity is read: "address" (the
+	// client address after trusted_proxies; default), "header", "cookie",
+	// or "jwt_claim" (a claim of the bearer token in Authorization, read
+	// without verifying the token). A request without it is named by its
+	// address.
+	Client string
+	// Name is the header or cookie name, or the claim (jwt_claim;
+	// default "sub"). Required for header and cookie.
+	Name string
+	// IPv6Prefix: IPv6 clients are named by their first IPv6Prefix bits,
+	// 1–128. Default 64.
+	IPv6Prefix int
+	// MaxClients is the size of the client table (clients tracked at once,
+	// per class a client is active in); a new client takes the slot of
+	// the least active one. 64–4194304; default 16384.
+	MaxClients int
+	// Rotate is the period over which the turns of clients over their
+	// share rotate (DAGOR's user priority). At least 1s; default 10m.
+	Rotate time.Duration
+}
+
+// The admission.fair_share.client values.
+const (
+	FairClientAddress = "address"
+	FairClientHeader  = "header"
+	FairClientCookie  = "cookie"
+	FairClientJWT     = "jwt_claim"
+)
+
+// Identity is the client identity the section names (fairshare.Identity).
+func (f FairShare) Identity() fairshare.Identity {
+	src, _ := fairshare.ParseSource(f.Client)
+	return fairshare.Identity{From: src, Name: f.Name, IPv6Prefix: f.IPv6Prefix}
 }
 
 // AdaptiveAdmission tunes adaptive mode: SEDA's response-time controller

@@ -9,6 +9,7 @@ import (
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/batchac"
 	"github.com/sentry-proxy/sentry/estimator"
+	"github.com/sentry-proxy/sentry/fairshare"
 	"github.com/sentry-proxy/sentry/thresholdac"
 	"gopkg.in/yaml.v3"
 )
@@ -81,6 +82,14 @@ func defaultAdmission() Admission {
 			NoTimingShare: DefaultFallbackNoTimingShare,
 			ReturnWindows: DefaultFallbackReturnWindows,
 			ReturnRatio:   DefaultFallbackReturnRatio,
+		},
+		// Decision: on by default (docs/algorithms.md §12).
+		FairShare: FairShare{
+			Enabled:    true,
+			Client:     FairClientAddress,
+			IPv6Prefix: fairshare.DefaultIPv6Prefix,
+			MaxClients: fairshare.DefaultSlots,
+			Rotate:     fairshare.DefaultRotate,
 		},
 	}
 }
@@ -298,6 +307,46 @@ func (d *decoder) admissionFields(a *Admission) []field {
 		{"adaptive", d.section(func() []field { return d.adaptiveFields(&a.Adaptive, new(adaptiveState)) },
 			func(v *yaml.Node, p string) { d.adaptiveAdmission(v, p, &a.Adaptive) })},
 		{"fallback", d.section(func() []field { return d.fallbackFields(&a.Fallback) }, nil)},
+		{"fair_share", d.section(func() []field { return d.fairShareFields(&a.FairShare, new(fairState)) },
+			func(v *yaml.Node, p string) { d.fairShare(v, p, &a.FairShare) })},
+	}
+}
+
+// fairState is where admission.fair_share's client and name were written.
+type fairState struct{ client, name *yaml.Node }
+
+func (d *decoder) fairShareFields(f *FairShare, st *fairState) []field {
+	return []field{
+		{"enabled", d.boolField(&f.Enabled)},
+		{"client", noting(&st.client, d.enumField(&f.Client, FairClientAddress, FairClientHeader, FairClientCookie, FairClientJWT))},
+		{"name", noting(&st.name, d.textField(&f.Name, true, nil))},
+		{"ipv6_prefix", d.intField(&f.IPv6Prefix, 1, 128)},
+		{"max_clients", d.intField(&f.MaxClients, fairshare.MinSlots, fairshare.MaxSlots)},
+		{"rotate", d.durationField(&f.Rotate, time.Second)},
+	}
+}
+
+// fairShare decodes admission.fair_share: a header or cookie needs its
+// name; a claim's name defaults to "sub".
+func (d *decoder) fairShare(n *yaml.Node, path string, f *FairShare) {
+	mark := d.reports
+	var st fairState
+	if !d.mapping(n, path, d.fairShareFields(f, &st)) || d.reported(mark) {
+		return
+	}
+	switch f.Client {
+	case FairClientHeader, FairClientCookie:
+		if f.Name == "" {
+			at := st.name
+			if at == nil {
+				at = st.client
+			}
+			d.errorf(at, joinPath(path, "name"), "client %s needs the %s's name", f.Client, f.Client)
+		}
+	case FairClientJWT:
+		if f.Name == "" {
+			f.Name = "sub"
+		}
 	}
 }
 

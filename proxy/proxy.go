@@ -320,6 +320,10 @@ func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 		return nil, err
 	}
 	a := &pipeline.App{Policy: ac, Name: ac.Name, ReqID: ac.RequestIDHeader, Trace: pipeline.TraceModeOf(ac.TraceContext), LoadHeader: ac.Degradation.Header, Trusted: len(ac.TrustedProxies) > 0, LoopOK: true}
+	if fs := ac.Admission.FairShare; fs.Enabled {
+		id := fs.Identity()
+		a.Client = &id // fair share's client key (pipeline.Decide)
+	}
 	h2 := ac.Backends.Protocol == policy.ProtoH2C || ac.Backends.Protocol == policy.ProtoH2 // "" is http1 too
 	if tcfg != nil || h2 {
 		// The event loops relay plain HTTP/1.1 over TCP only; fasthttp's

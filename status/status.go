@@ -43,6 +43,28 @@ type Options struct {
 	// Overrides returns the runtime overrides in force (package
 	// adminapi); optional.
 	Overrides func() []Override
+	// TopClients returns each app's top talkers by app name (package
+	// fairshare, through package control); optional. They are on the
+	// page only, never metric labels.
+	TopClients func() map[string][]TopClient
+}
+
+// TopClient is one of an app's busiest clients (package fairshare):
+// shown on the status page, never a metric label.
+type TopClient struct {
+	Class string `json:"class"`
+	// Client names the client: an address it sent from and "#" and the
+	// first 32 bits of its key in hex, which tells apart clients named by
+	// a header, cookie or claim behind one address (the value is never
+	// shown).
+	Client string `json:"client"`
+	// Rate and Admitted are its smoothed arrival and admission rates,
+	// requests per second.
+	Rate     float64 `json:"rate"`
+	Admitted float64 `json:"admitted"`
+	// Standing is within (its fair share), turn (over it, with its
+	// turn), marginal or waiting (over it, without a turn).
+	Standing string `json:"standing"`
 }
 
 // Snapshot is the body of /status.json.
@@ -108,6 +130,9 @@ type App struct {
 	Requests float64   `json:"requests"`
 	Classes  []Class   `json:"classes"`
 	Backends []Backend `json:"backends"`
+	// TopClients are its busiest clients, highest rate first (at most 10;
+	// empty without fair sharing).
+	TopClients []TopClient `json:"top_clients"`
 }
 
 // Class is one priority class of an app.
@@ -160,6 +185,14 @@ func Collect(g prometheus.Gatherer, opts Options) (*Snapshot, error) {
 		snap = opts.Policy()
 	}
 	out := b.finish(now, snap)
+	if opts.TopClients != nil {
+		top := opts.TopClients()
+		for i := range out.Apps {
+			if t := top[out.Apps[i].Name]; len(t) > 0 {
+				out.Apps[i].TopClients = t
+			}
+		}
+	}
 	if opts.Overrides != nil {
 		out.Overrides = opts.Overrides()
 	}
@@ -314,7 +347,7 @@ func (b *builder) finish(now time.Time, snap *policy.Snapshot) *Snapshot {
 		if a.Percentile <= 0 || a.Percentile >= 100 {
 			a.Percentile = 95
 		}
-		a.Classes, a.Backends = []Class{}, []Backend{}
+		a.Classes, a.Backends, a.TopClients = []Class{}, []Backend{}, []TopClient{}
 		out.Apps = append(out.Apps, *a)
 	}
 	slices.SortFunc(out.Apps, func(x, y App) int {

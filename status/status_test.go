@@ -360,3 +360,29 @@ func TestCollectOverrides(t *testing.T) {
 		t.Fatalf("overrides: %s", body)
 	}
 }
+
+// TestCollectTopClients: an app's top talkers come from Options.TopClients
+// into /status.json (an empty list without them), and the page has their
+// table.
+func TestCollectTopClients(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	state := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sentry_backend_state", Help: "h"}, []string{"app", "backend", "state"})
+	reg.MustRegister(state)
+	state.WithLabelValues("shop", "10.0.0.1:80", "enabled").Set(1)
+	s, err := Collect(reg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, _ := json.Marshal(s); !strings.Contains(string(body), `"top_clients":[]`) {
+		t.Fatalf("no empty top_clients: %s", body)
+	}
+	top := map[string][]TopClient{"shop": {{Class: "web", Client: "127.0.0.2 #0a1b2c3d", Rate: 6000, Admitted: 590, Standing: "turn"}}, "gone": {{Class: "x"}}}
+	s, _ = Collect(reg, Options{TopClients: func() map[string][]TopClient { return top }})
+	body, _ := json.Marshal(s)
+	if !strings.Contains(string(body), `"top_clients":[{"class":"web","client":"127.0.0.2 #0a1b2c3d","rate":6000,"admitted":590,"standing":"turn"}]`) || len(s.Apps) != 1 {
+		t.Fatalf("top clients: %s", body)
+	}
+	if !strings.Contains(pageHTML, `class="top"`) || !strings.Contains(pageHTML, "a.top_clients") {
+		t.Fatal("the page has no top talkers' table")
+	}
+}

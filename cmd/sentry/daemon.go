@@ -262,7 +262,7 @@ func (d *daemon) serveAdmin(addr string, ln net.Listener) {
 	for p, h := range d.api.Routes() {
 		mux.Handle(p, h) // the runtime API (package adminapi): drain, log level, mode
 	}
-	for p, h := range status.Routes(d.reg, status.Options{Policy: d.proxy.Snapshot, Overrides: d.api.Overrides}) {
+	for p, h := range status.Routes(d.reg, status.Options{Policy: d.proxy.Snapshot, Overrides: d.api.Overrides, TopClients: d.topClients}) {
 		if _, dup := d.extra[p]; !dup { // the demo passes its own
 			mux.Handle(p, h)
 		}
@@ -570,4 +570,20 @@ func serverDiff(a, b policy.Server) string {
 		return ""
 	}
 	return strings.Join(out, ", ")
+}
+
+// topClients is every app's top talkers (package fairshare) for the
+// status page.
+func (d *daemon) topClients() map[string][]status.TopClient {
+	out := map[string][]status.TopClient{}
+	for app, cs := range d.ctl.TopClients() {
+		for _, c := range cs {
+			name := "#" + c.Key // the key tells apart clients named by a header, cookie or claim behind one address
+			if c.Addr.IsValid() {
+				name = c.Addr.String() + " " + name
+			}
+			out[app] = append(out[app], status.TopClient{Class: c.Class, Client: name, Rate: c.Rate, Admitted: c.Admitted, Standing: c.Standing})
+		}
+	}
+	return out
 }

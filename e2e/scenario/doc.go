@@ -112,6 +112,12 @@
 //     scenario's peers.server_timeout, a static cut hand-tuned to the
 //     workload (the plain haproxy peer keeps 30 s).
 //
+// With peers.per_source_rate the haproxy and nginx peers also get a
+// per-client-address rate limit hand-set at that rate (a stick table on
+// src; limit_req on $binary_remote_addr), the static rule their users
+// write against one flooding client; a class's source address
+// (load.Class.Source) makes it a client of its own.
+//
 // HAProxy, nginx and the limiter mark nothing, so their 503s are counted as rejections
 // with reason PeerRejectReason ("peer_503"); sentry's carry
 // X-Sentry-Reject. A peer whose binary is missing is skipped with a

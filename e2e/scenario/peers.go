@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -478,6 +479,7 @@ func HAProxyConfig(sc *Scenario, listen string, backends []string, pidFile strin
 		"ServerTimeout": serverTimeout(sc).Milliseconds(),
 		"Classes":       classes, "Ordered": ordered, "Default": def,
 		"Check": check, "Redispatch": hasKill(sc),
+		"PerSource": int(math.Ceil(sc.Peers.PerSourceRate)),
 	})
 	return b.Bytes(), err
 }
@@ -528,6 +530,14 @@ defaults
 
 frontend fe
     bind {{.Listen}}
+{{- if .PerSource}}
+    # A per-source rate limit hand-set at the fair share (peers.per_source_rate):
+    # each client address's request rate over the last second is tracked,
+    # and requests above {{.PerSource}}/s are denied with a 503.
+    stick-table type ip size 100k expire 30s store http_req_rate(1s)
+    http-request track-sc0 src
+    http-request deny deny_status 503 if { sc_http_req_rate(0) gt {{.PerSource}} }
+{{- end}}
 {{- if .Classes}}
     # Priority classes: sentry's classes in order, the most important
     # first with the lowest value. When every server is at its maxconn, the
@@ -619,6 +629,7 @@ func NginxConfig(sc *Scenario, listen string, backends []string, dir string) []b
 	nginxTmpl.Execute(&b, map[string]any{
 		"Scenario": sc.Name, "Listen": listen, "Backends": backends, "Limit": limit,
 		"Dir": dir, "KeepAlive": max(2*limit, 32),
+		"PerSource": int(math.Ceil(sc.Peers.PerSourceRate)), "Burst": max(1, int(math.Ceil(sc.Peers.PerSourceRate/10))),
 	})
 	return b.Bytes()
 }
@@ -659,12 +670,24 @@ http {
     limit_conn_zone $server_name zone=perserver:1m;
     limit_conn_status 503;
     limit_conn_log_level info;
+{{- if .PerSource}}
+
+    # A per-source rate limit hand-set at the fair share
+    # (peers.per_source_rate): {{.PerSource}} r/s per client address, a burst
+    # of a tenth of a second served at once, 503 beyond.
+    limit_req_zone $binary_remote_addr zone=persource:10m rate={{.PerSource}}r/s;
+    limit_req_status 503;
+    limit_req_log_level info;
+{{- end}}
 
     server {
         listen {{.Listen}};
         server_name farm;   # the limit_conn key: an empty key is not counted
         location / {
             limit_conn perserver {{.Limit}};
+{{- if .PerSource}}
+            limit_req zone=persource burst={{.Burst}} nodelay;
+{{- end}}
             proxy_pass http://farm;
             proxy_http_version 1.1;
             proxy_set_header Connection "";

@@ -394,3 +394,63 @@ func TestHAProxyPriorityLive(t *testing.T) {
 		}
 	}
 }
+
+// TestPerSourceLimitConfigs: peers.per_source_rate hand-sets a per-source
+// limit on the haproxy peer (a stick table on src, denied with 503 above
+// the rate) and the nginx peer (limit_req keyed by the address, 503),
+// both accepted by the real binaries; without it neither has one.
+func TestPerSourceLimitConfigs(t *testing.T) {
+	sc, err := Load("../scenarios/fairshare.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Peers.PerSourceRate != 200 {
+		t.Fatalf("per_source_rate %v, want 200", sc.Peers.PerSourceRate)
+	}
+	plain, _ := Parse("t.yaml", []byte(withSentry))
+	backends := []string{"127.0.0.1:2000", "127.0.0.1:2001"}
+	t.Run("haproxy", func(t *testing.T) {
+		dir := t.TempDir()
+		cfg, err := HAProxyConfig(sc, "127.0.0.1:1000", backends, filepath.Join(dir, "pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"stick-table type ip size 100k expire 30s store http_req_rate(1s)", "http-request track-sc0 src", "deny_status 503 if { sc_http_req_rate(0) gt 200 }"} {
+			if !strings.Contains(string(cfg), want) {
+				t.Errorf("config lacks %q:\n%s", want, cfg)
+			}
+		}
+		if c, _ := HAProxyConfig(plain, "127.0.0.1:1000", backends, filepath.Join(dir, "pid")); strings.Contains(string(c), "stick-table") {
+			t.Errorf("a stick table without per_source_rate:\n%s", c)
+		}
+		if lookBin("haproxy") != nil {
+			t.Skip("haproxy not installed")
+		}
+		p := filepath.Join(dir, "haproxy.cfg")
+		os.WriteFile(p, cfg, 0o644)
+		if out, err := exec.Command("haproxy", "-c", "-f", p).CombinedOutput(); err != nil {
+			t.Fatalf("haproxy -c: %v\n%s\n%s", err, out, cfg)
+		}
+	})
+	t.Run("nginx", func(t *testing.T) {
+		dir := t.TempDir()
+		os.MkdirAll(filepath.Join(dir, "tmp"), 0o755)
+		cfg := NginxConfig(sc, "127.0.0.1:1000", backends, dir)
+		for _, want := range []string{"limit_req_zone $binary_remote_addr zone=persource:10m rate=200r/s;", "limit_req zone=persource burst=20 nodelay;", "limit_req_status 503;"} {
+			if !strings.Contains(string(cfg), want) {
+				t.Errorf("config lacks %q:\n%s", want, cfg)
+			}
+		}
+		if c := NginxConfig(plain, "127.0.0.1:1000", backends, dir); strings.Contains(string(c), "limit_req") {
+			t.Errorf("limit_req without per_source_rate:\n%s", c)
+		}
+		if lookBin("nginx") != nil {
+			t.Skip("nginx not installed")
+		}
+		p := filepath.Join(dir, "nginx.conf")
+		os.WriteFile(p, cfg, 0o644)
+		if out, err := exec.Command("nginx", "-t", "-q", "-p", dir, "-c", p, "-e", filepath.Join(dir, "error.log")).CombinedOutput(); err != nil {
+			t.Fatalf("nginx -t: %v\n%s\n%s", err, out, cfg)
+		}
+	})
+}

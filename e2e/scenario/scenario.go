@@ -139,6 +139,13 @@ type PeerOptions struct {
 	// to the workload by hand is what the termination scenarios compare
 	// with; the haproxy-timeout peer needs it.
 	ServerTimeout time.Duration `yaml:"server_timeout,omitempty"`
+	// PerSourceRate, when > 0, is a per-client-address request rate (req/s)
+	// hand-set on the haproxy and nginx peers, as their users set one: a
+	// stick table tracking each source's http_req_rate(1s) and denying
+	// (503) above it, and limit_req with a burst of a tenth of a second
+	// (503). The fair-share scenarios compare sentry's fair share, which
+	// needs no such number, with it. Default 0: no per-source limit.
+	PerSourceRate float64 `yaml:"per_source_rate,omitempty"`
 }
 
 // Phase is a named window [Start, End) of the run, in the file's time
@@ -418,7 +425,7 @@ func (sc *Scenario) validate(root *yaml.Node) error {
 	if _, err := sc.PhaseCapacities(capa.Rate); err != nil {
 		return sc.errAt(root, err.Error(), "phases")
 	}
-	if sc.Peers.QueueTimeout < 0 || sc.Peers.ConnLimit < 0 || sc.Peers.ServerTimeout < 0 {
+	if sc.Peers.QueueTimeout < 0 || sc.Peers.ConnLimit < 0 || sc.Peers.ServerTimeout < 0 || !(sc.Peers.PerSourceRate >= 0) || math.IsInf(sc.Peers.PerSourceRate, 0) {
 		return sc.errAt(root, "peers: values must be ≥ 0", "peers")
 	}
 	if err := sc.checkFragment(root); err != nil {

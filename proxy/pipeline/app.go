@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sentry-proxy/sentry/admission"
 	"github.com/sentry-proxy/sentry/classify"
+	"github.com/sentry-proxy/sentry/fairshare"
 	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/sert"
@@ -60,8 +61,13 @@ type App struct {
 	LoopOK bool // every backend address is an IP:port (the event loops never resolve names), reached over plain HTTP/1.1
 	// H2 is package proxy's HTTP/2 client of this app's backends
 	// (*h2Client) when backends.protocol is h2c or h2; nil for HTTP/1.1.
-	H2      any
-	Reject  RejectResponse
+	H2     any
+	Reject RejectResponse
+	// Client names a request's client for fair sharing inside a class
+	// (admission.fair_share; package fairshare): Decide computes the
+	// client key once and carries it in admission.Request. Nil: fair
+	// sharing is off.
+	Client  *fairshare.Identity
 	Trusted bool // has trusted proxies
 	ReqID   string
 	// Trace is the app's trace_context (trace.go).

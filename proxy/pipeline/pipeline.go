@@ -80,6 +80,12 @@ func (a *App) Decide(t *Ticket, v classify.Request, client netip.Addr, now time.
 	}
 	t.Class, t.Key = class, key
 	t.Req.Class, t.Req.Key = class, key
+	if a.Client != nil {
+		// The client's identity for fair sharing inside its class,
+		// from the address after trusted_proxies or the app's header,
+		// cookie or claim: one hash, no allocation.
+		t.Req.Client, t.Req.Addr = a.Client.Key(v, client), client
+	}
 	t.Req.S, t.Req.Bucket = ctl.Estimate(class, key, now)
 	t.S = t.Req.S
 	// Mode off is the controller's answer, at once (one atomic load):

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -61,6 +62,11 @@ type Class struct {
 	Open *Open `yaml:"open,omitempty"`
 	// Closed makes the class closed loop.
 	Closed *Closed `yaml:"closed,omitempty"`
+	// Source is the local IP address the class's connections are made
+	// from (a client of its own, e.g. 127.0.0.2: on Linux every address of
+	// 127.0.0.0/8 is local). Default: the system's choice. The class then
+	// has a connection pool of its own.
+	Source string `yaml:"source,omitempty"`
 }
 
 // Request is a request template. Classes are told apart by what the
@@ -172,6 +178,11 @@ func (c Config) Normalize() (Config, error) {
 			return c, fmt.Errorf("%s: duplicate name", where)
 		}
 		names[k.Name] = true
+		if k.Source != "" {
+			if _, err := netip.ParseAddr(k.Source); err != nil {
+				return c, fmt.Errorf("%s: source %q is not an IP address", where, k.Source)
+			}
+		}
 		if k.SLA == 0 {
 			k.SLA = time.Second
 		}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"sort"
 	"strings"
 	"sync"
@@ -55,7 +56,11 @@ func WithClient(c *http.Client) Option { return func(g *generator) { g.client = 
 // NewClient builds the default client: HTTP/1.1 keep-alive, as many idle
 // connections per host as MaxInFlight (open loop needs one connection per
 // request in flight), no compression, no redirects, 5 s dial timeout.
-func NewClient(cfg Config) *http.Client {
+func NewClient(cfg Config) *http.Client { return newClient(cfg, nil) }
+
+// newClient is NewClient with connections made from local (nil: the
+// system's choice).
+func newClient(cfg Config, local net.Addr) *http.Client {
 	n := cfg.MaxInFlight
 	if n <= 0 {
 		n = 10000
@@ -63,7 +68,7 @@ func NewClient(cfg Config) *http.Client {
 	return &http.Client{
 		Transport: &http.Transport{
 			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, LocalAddr: local}).DialContext,
 			MaxIdleConns:        0, // no total limit
 			MaxIdleConnsPerHost: n,
 			IdleConnTimeout:     30 * time.Second,
@@ -104,6 +109,13 @@ func Run(ctx context.Context, cfg Config, opts ...Option) (*Report, error) {
 	g.classes = make([]classState, len(cfg.Classes))
 	for i := range cfg.Classes {
 		g.classes[i] = newClassState(&cfg.Classes[i].Request)
+		if src := cfg.Classes[i].Source; src != "" {
+			// A client of its own address: its own pool (the dialer binds
+			// every connection to src).
+			c := newClient(cfg, &net.TCPAddr{IP: net.IP(netip.MustParseAddr(src).AsSlice())})
+			defer c.Transport.(*http.Transport).CloseIdleConnections()
+			g.classes[i].client = c
+		}
 	}
 	g.rec.results = make([]Result, 0, min(expected(cfg), 1<<20))
 
@@ -185,8 +197,9 @@ func (r *recorder) add(res Result) {
 
 // classState is what a class's requests share, prepared once.
 type classState struct {
-	header http.Header // cloned per request
-	cum    []float64   // cumulative path weights
+	header http.Header  // cloned per request
+	cum    []float64    // cumulative path weights
+	client *http.Client // Class.Source's; nil: the generator's
 }
 
 func newClassState(r *Request) classState {
@@ -381,7 +394,11 @@ func (g *generator) do(ci, pi int, at time.Duration) Result {
 	if k.Request.Host != "" {
 		req.Host = k.Request.Host
 	}
-	resp, err := g.client.Do(req)
+	cl := g.client
+	if c := g.classes[ci].client; c != nil {
+		cl = c
+	}
+	resp, err := cl.Do(req)
 	if err != nil {
 		res.Latency = time.Since(sent)
 		res.Err = classify(err, g.runCtx.Err())

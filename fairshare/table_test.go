@@ -1,0 +1,254 @@
+package fairshare
+
+import (
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/sentry-proxy/sentry/admission"
+)
+
+func mix(z uint64) uint64 {
+	z += 0x9E3779B97F4A7C15
+	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+	z = (z ^ z>>27) * 0x94D049BB133111EB
+	return z ^ z>>31
+}
+
+func TestWaterLevel(t *testing.T) {
+	for _, tc := range []struct {
+		rates    []float64
+		capacity float64
+		want     float64
+	}{
+		{[]float64{1, 2, 3}, 10, math.Inf(1)},
+		{[]float64{1, 2, 3}, 6, math.Inf(1)},
+		{[]float64{100, 100, 100, 100, 100, 6000}, 1200, 700},
+		{[]float64{10, 10, 10}, 15, 5},
+		{[]float64{1, 5, 50}, 16, 10},
+		{nil, 5, math.Inf(1)},
+	} {
+		if got := waterLevel(tc.rates, tc.capacity); got != tc.want {
+			t.Errorf("waterLevel(%v, %v) = %v, want %v", tc.rates, tc.capacity, got, tc.want)
+		}
+	}
+}
+
+func TestNewBounds(t *testing.T) {
+	if _, err := New(Config{}); err == nil {
+		t.Error("no classes: no error")
+	}
+	if _, err := New(Config{Classes: []string{"a"}, Slots: MinSlots - 1}); err == nil {
+		t.Error("too few slots: no error")
+	}
+	if _, err := New(Config{Classes: []string{"a"}, Rotate: time.Millisecond}); err == nil {
+		t.Error("rotate below a tick: no error")
+	}
+	tb, err := New(Config{Classes: []string{"a"}, Slots: 100})
+	if err != nil || tb.Slots() != 104 || tb.Rotate() != DefaultRotate {
+		t.Errorf("Slots 100: %v slots, rotate %v, %v; want 104 (a multiple of %d), %v", tb.Slots(), tb.Rotate(), err, Ways, DefaultRotate)
+	}
+}
+
+// TestMillionClients: a million distinct clients, one request each, do
+// not grow the table (its size is fixed at New and Share allocates
+// nothing), and a steady client sending beside them keeps its entry.
+func TestMillionClients(t *testing.T) {
+	tb, err := New(Config{Classes: []string{"web"}, Slots: 1024, Rand: rand.New(rand.NewPCG(1, 2)).Uint32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	tb.Tick(now)
+	addr := netip.MustParseAddr("192.0.2.1")
+	steady := mix(0)
+	first, _ := tb.Share(0, steady, addr)
+	moved := 0
+	const n = 1_000_000
+	allocs := testing.AllocsPerRun(1, func() {
+		for i := 1; i <= n; i++ {
+			s, sh := tb.Share(0, mix(uint64(i)), addr)
+			tb.Done(s, sh, admission.Admit)
+			if i%50 == 0 {
+				s, sh := tb.Share(0, steady, addr)
+				if s != first {
+					moved++
+				}
+				tb.Done(s, sh, admission.Admit)
+			}
+			if i%10_000 == 0 {
+				now = now.Add(TickInterval)
+				tb.Tick(now)
+			}
+		}
+	})
+	if tb.Slots() != 1024 || len(tb.keys) != 1024 || len(tb.cold) != 1024 {
+		t.Errorf("the table has %d slots (%d keys, %d cold), want 1024", tb.Slots(), len(tb.keys), len(tb.cold))
+	}
+	// Tick keeps its per-class lists and publishes the top talkers about
+	// once a second: a few hundred allocations over 100 ticks, not one per
+	// client.
+	if allocs > 2000 {
+		t.Errorf("%v allocations for a million clients (100 ticks)", allocs)
+	}
+	if moved > 0 {
+		t.Errorf("the steady client lost its entry %d times of %d", moved, n/50)
+	}
+	used := 0
+	for i := range tb.keys {
+		if tb.keys[i].Load() != 0 {
+			used++
+		}
+	}
+	t.Logf("%d of %d slots used, %v allocs", used, tb.Slots(), allocs)
+}
+
+func TestShareDoneAllocs(t *testing.T) {
+	tb, _ := New(Config{Classes: []string{"a", "b"}, Slots: 64})
+	addr := netip.MustParseAddr("2001:db8::1")
+	k := AddrKey(addr, 64)
+	if n := testing.AllocsPerRun(1000, func() {
+		s, sh := tb.Share(1, k, addr)
+		tb.Done(s, sh, admission.RejectTest)
+	}); n != 0 {
+		t.Errorf("%v allocs per Share and Done", n)
+	}
+}
+
+// TestIdleFreed: an entry idle for longer than idleAfter is freed.
+func TestIdleFreed(t *testing.T) {
+	tb, _ := New(Config{Classes: []string{"a"}, Slots: 64})
+	now := time.Unix(0, 0)
+	tb.Tick(now)
+	s, sh := tb.Share(0, 42, netip.Addr{})
+	tb.Done(s, sh, admission.Admit)
+	for el := time.Duration(0); el <= idleAfter+time.Second; el += TickInterval {
+		now = now.Add(TickInterval)
+		tb.Tick(now)
+	}
+	if k := tb.keys[s].Load(); k != 0 {
+		t.Errorf("an entry idle for %v is still held", idleAfter+time.Second)
+	}
+}
+
+// floodTick sends one tick of the flood case through tb: five polite
+// clients at 120/s and one flood at 6000/s, the mode admitting up to
+// 1200/s first come and refusing the rest, spare-only requests refused
+// (no free slot). It returns per client what Share said.
+func floodTick(tb *Table, now time.Time, cap int, seen *[6][4]int) {
+	const tick = 10 // per second → per tick
+	order := make([]int, 0, 660)
+	for c := range 5 {
+		for range 120 / tick {
+			order = append(order, c)
+		}
+	}
+	for range 6000 / tick {
+		order = append(order, 5)
+	}
+	r := rand.New(rand.NewPCG(uint64(now.UnixNano()), 9))
+	r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	// The mode holds room for the tiers in order, as the real modes hold
+	// it for the within-share demand: within share first, then over share
+	// and marginal, then spare only.
+	room := cap / tick
+	type held struct {
+		s  Slot
+		sh admission.Share
+	}
+	var tiers [4][]held
+	for _, c := range order {
+		s, sh := tb.Share(0, mix(uint64(c)+100), netip.Addr{})
+		seen[c][sh]++
+		tiers[sh] = append(tiers[sh], held{s, sh})
+	}
+	for _, tier := range tiers {
+		for _, h := range tier {
+			switch {
+			case room > 0:
+				room--
+				tb.Done(h.s, h.sh, admission.Admit)
+			case h.sh == admission.SpareOnly:
+				tb.Done(h.s, h.sh, admission.RejectOverShare)
+			default:
+				tb.Done(h.s, h.sh, admission.RejectTest)
+			}
+		}
+	}
+}
+
+// TestFloodStanding: the table alone, with a mode that admits up to
+// capacity first come: after a few seconds the polite clients (far below
+// the fair level) are always within their share, the flood (above 8 f)
+// is let through at about f, the class is sharing, and the refusals are
+// counted as over share.
+func TestFloodStanding(t *testing.T) {
+	tb, _ := New(Config{Classes: []string{"web"}, Slots: 64, Rand: rand.New(rand.NewPCG(5, 6)).Uint32})
+	now := time.Unix(0, 0)
+	tb.Tick(now)
+	var warm, seen [6][4]int
+	var shedIn uint64
+	for i := range 100 { // 10 s
+		if i < 30 {
+			floodTick(tb, now, 1200, &warm)
+		} else {
+			if i == 30 {
+				shedIn = tb.Stats()[0].ShedWithin
+			}
+			floodTick(tb, now, 1200, &seen)
+		}
+		now = now.Add(TickInterval)
+		tb.Tick(now)
+	}
+	for c := range 5 {
+		if seen[c][admission.WithinShare] != 7*120 {
+			t.Errorf("polite client %d: %v (within, over, marginal, spare-only), want all %d within", c, seen[c], 7*120)
+		}
+	}
+	fl := seen[5]
+	passed := float64(fl[admission.OverShare]+fl[admission.Marginal]+fl[admission.WithinShare]) / 7 // per second
+	st := tb.Stats()[0]
+	t.Logf("flood %v → %.0f/s let through; stats %+v", fl, passed, st)
+	if !st.Sharing || st.Clients != 6 || st.Over != 1 {
+		t.Errorf("stats %+v: want sharing, 6 clients, 1 over", st)
+	}
+	// f = (1200 − 600)/1 = 600/s, the flood's share; what the mode
+	// admitted of it (the capacity) sets it, so allow 15%.
+	if math.Abs(st.Level-600) > 90 {
+		t.Errorf("fair level %.0f/s, want 600 ± 90", st.Level)
+	}
+	if math.Abs(passed-st.Level) > 0.15*st.Level {
+		t.Errorf("the flood let through at %.0f/s, want about f = %.0f/s", passed, st.Level)
+	}
+	if st.ShedOver == 0 || st.ShedWithin != shedIn {
+		t.Errorf("shed over %d, within %d after the first 3 s: want the refusals counted over share only", st.ShedOver, st.ShedWithin-shedIn)
+	}
+	top := tb.Top()
+	if len(top) == 0 || top[0].Standing == "within" || top[0].Rate < 5000 {
+		t.Errorf("top talkers %+v: want the flood first, over its share", top)
+	}
+}
+
+// TestNotSharingWithoutRefusals: a class whose mode refuses nothing does
+// not share, whatever its clients send.
+func TestNotSharingWithoutRefusals(t *testing.T) {
+	tb, _ := New(Config{Classes: []string{"web"}, Slots: 64})
+	now := time.Unix(0, 0)
+	tb.Tick(now)
+	var seen [6][4]int
+	for range 30 {
+		floodTick(tb, now, 1e6, &seen)
+		now = now.Add(TickInterval)
+		tb.Tick(now)
+	}
+	for c := range 6 {
+		if seen[c][admission.WithinShare] != seen[c][0]+seen[c][1]+seen[c][2]+seen[c][3] {
+			t.Errorf("client %d: %v, want all within", c, seen[c])
+		}
+	}
+	if st := tb.Stats()[0]; st.Sharing {
+		t.Errorf("stats %+v: sharing without a refusal", st)
+	}
+}
