@@ -43,7 +43,10 @@
 // now). A class's capacity C is its admitted rate (τ = 1 s) while the mode
 // refused some of what it was given, and never falls while the mode took
 // everything. The class shares while the mode refused something within
-// the last second. Then the max-min fair level f solves
+// the last second, and only while it has two active clients or more: a
+// lone client has no one to share with, so the mode alone decides it
+// (a filter there could only refuse what the mode would take while C
+// lags behind a start or a grown farm). Then the max-min fair level f solves
 //
 //	Σ_c min(r_c, f) = C
 //

@@ -570,6 +570,13 @@ func (t *Table) share(cs *classState, class int, slots []member, a, r, s uint64,
 	if !active && s > 0 && cs.capacity >= minCapacity {
 		active = true // still turning clients away: keep sharing until the probe covers them
 	}
+	if len(slots) < 2 {
+		// One client has no one to share with: the mode alone decides
+		// what the class admits of it. Sharing here would only refuse
+		// what the mode would take while the capacity estimate lags
+		// (a start, a farm that grew): work-conserving first.
+		active = false
+	}
 	if !active {
 		cs.active.Store(false)
 		cs.over.Store(0)

@@ -252,3 +252,36 @@ func TestNotSharingWithoutRefusals(t *testing.T) {
 		t.Errorf("stats %+v: sharing without a refusal", st)
 	}
 }
+
+// TestOneClientNeverShares: a class with a single active client (a load
+// generator, one service behind sentry) is decided by its mode alone,
+// however far its demand exceeds what the mode admits and however low
+// the capacity estimate starts: the filter never refuses for it.
+func TestOneClientNeverShares(t *testing.T) {
+	tb, _ := New(Config{Classes: []string{"web"}, Slots: 64})
+	now := time.Unix(0, 0)
+	tb.Tick(now)
+	key := mix(7)
+	var standing [4]int
+	for i := range 50 { // 5 s; the mode's room grows from 10 to 500 a tick, as at a start
+		room := min(10+10*i, 500)
+		for range 600 {
+			s, sh := tb.Share(0, key, netip.Addr{})
+			standing[sh]++
+			if room > 0 {
+				room--
+				tb.Done(s, sh, admission.Admit)
+			} else {
+				tb.Done(s, sh, admission.RejectTest)
+			}
+		}
+		now = now.Add(TickInterval)
+		tb.Tick(now)
+	}
+	if standing[admission.WithinShare] != 50*600 {
+		t.Errorf("standings %v (within, over, marginal, spare-only): want every request within its share", standing)
+	}
+	if st := tb.Stats()[0]; st.Sharing || st.Clients != 1 {
+		t.Errorf("stats %+v: want one client, not sharing", st)
+	}
+}
