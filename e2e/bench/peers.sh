@@ -15,6 +15,9 @@
 #             (no event loops), for the engine comparison; "sentry-log" is
 #             sentry with its access log on (text, to a file, sampled at
 #             the defaults: 1,000 lines/s, rejections 100/s);
+#             "sentry-logstall" is sentry-log writing to a FIFO that a
+#             process holds open and never reads (a stuck log reader),
+#             relay only;
 #             "sentry-period" is sentry in batch mode with a 20 ms class
 #             period, relay only (below overload its requests are admitted
 #             early, without waiting for their run; strict_periods would
@@ -68,11 +71,11 @@ for v in DURATION CONNS THREADS; do
 done
 for p in $PEERS; do
 	case "$p" in
-	nginx | haproxy | caddy | sentry | sentry-portable | sentry-period | sentry-log) ;;
+	nginx | haproxy | caddy | sentry | sentry-portable | sentry-period | sentry-log | sentry-logstall) ;;
 	sentry-base)
 		[ -x "${SENTRY_BASE_BIN:-}" ] || { echo "peers.sh: sentry-base needs SENTRY_BASE_BIN, an executable sentry binary" >&2; exit 2; }
 		;;
-	*) echo "peers.sh: unknown peer '$p' (known: nginx haproxy caddy sentry sentry-portable sentry-period sentry-log sentry-base)" >&2; exit 2 ;;
+	*) echo "peers.sh: unknown peer '$p' (known: nginx haproxy caddy sentry sentry-portable sentry-period sentry-log sentry-logstall sentry-base)" >&2; exit 2 ;;
 	esac
 done
 
@@ -80,8 +83,8 @@ done
 # reject port (sentry's reject instance is a second process).
 HOST=127.0.0.1
 BACKEND_PORT=18080
-declare -A RELAY_PORT=([nginx]=18081 [haproxy]=18082 [caddy]=18083 [sentry]=18084 [sentry-portable]=18084 [sentry-period]=18084 [sentry-log]=18084 [sentry-base]=18084)
-declare -A REJECT_PORT=([nginx]=18091 [haproxy]=18092 [caddy]=18093 [sentry]=18094 [sentry-portable]=18094 [sentry-period]=18094 [sentry-log]=18094 [sentry-base]=18094)
+declare -A RELAY_PORT=([nginx]=18081 [haproxy]=18082 [caddy]=18083 [sentry]=18084 [sentry-portable]=18084 [sentry-period]=18084 [sentry-log]=18084 [sentry-logstall]=18084 [sentry-base]=18084)
+declare -A REJECT_PORT=([nginx]=18091 [haproxy]=18092 [caddy]=18093 [sentry]=18094 [sentry-portable]=18094 [sentry-period]=18094 [sentry-log]=18094 [sentry-logstall]=18094 [sentry-base]=18094)
 SENTRY_ADMIN_PORT=18085
 SENTRY_REJECT_ADMIN_PORT=18095
 
@@ -325,13 +328,14 @@ apps:
 EOF
 }
 
-# The relay as the quick policy has it, with the access log on (sampled).
+# The relay as the quick policy has it, with the access log on (sampled),
+# to OUTPUT (default a file).
 write_sentry_log_policy() {
 	cat >"$TMP/sentry-log.yaml" <<EOF
 admin:
   listen: $HOST:$SENTRY_ADMIN_PORT
 log:
-  access: {enabled: true, output: $TMP/access.log}
+  access: {enabled: true, output: ${1:-$TMP/access.log}}
 apps:
   - name: default
     listen: $HOST:${RELAY_PORT[sentry]}
@@ -516,7 +520,7 @@ for peer in $PEERS; do
 		want reject && bench caddy reject "${REJECT_PORT[caddy]}" 503 "$pg"
 		stop caddy "$pg"
 		;;
-	sentry | sentry-portable | sentry-period | sentry-log | sentry-base)
+	sentry | sentry-portable | sentry-period | sentry-log | sentry-logstall | sentry-base)
 		bin="$OUT/sentry"
 		[ "$peer" = sentry-base ] && bin=$SENTRY_BASE_BIN
 		if want relay; then
@@ -525,8 +529,16 @@ for peer in $PEERS; do
 				"$bin" check -config "$TMP/sentry-period.yaml" >&2 ||
 					die "sentry check rejected $TMP/sentry-period.yaml"
 				start "$peer" "$bin" run -config "$TMP/sentry-period.yaml"
-			elif [ "$peer" = sentry-log ]; then
-				write_sentry_log_policy
+			elif [ "$peer" = sentry-log ] || [ "$peer" = sentry-logstall ]; then
+				out=""
+				if [ "$peer" = sentry-logstall ]; then
+					# A reader that opens the FIFO and never reads: the
+					# pipe fills, then every write would block.
+					out="$TMP/access.fifo"
+					rm -f "$out" && mkfifo "$out"
+					start logstall-reader sh -c "exec sleep $((DURATION + 120)) <'$out'"
+				fi
+				write_sentry_log_policy "$out"
 				"$bin" check -config "$TMP/sentry-log.yaml" >&2 ||
 					die "sentry check rejected $TMP/sentry-log.yaml"
 				start "$peer" "$bin" run -config "$TMP/sentry-log.yaml"
@@ -549,6 +561,7 @@ for peer in $PEERS; do
 		fi
 		# The reject path does not depend on periods.
 		[ "$peer" = sentry-period ] && continue
+		[ "$peer" = sentry-logstall ] && continue
 		want reject || continue
 
 		write_sentry_reject_policy
@@ -615,7 +628,7 @@ ratio() { # ratio A B: A/B with two decimals, or n/a
 		sj=$(get sentry reject 4); oj=$(get "$other" reject 4)
 		echo "| p99 sentry/$other (lower is better) | $(ratio "$(to_ms "$sp")" "$(to_ms "$op")") | $(ratio "$(to_ms "$sj")" "$(to_ms "$oj")") |"
 	done
-	for other in sentry-base sentry-period sentry-log sentry-portable; do
+	for other in sentry-base sentry-period sentry-log sentry-logstall sentry-portable; do
 		if [ -z "$(get "$other" relay 2)" ] || [ -z "$(get sentry relay 2)" ]; then continue; fi
 		echo "| req/s $other/sentry | $(ratio "$(get "$other" relay 2)" "$(get sentry relay 2)") | $(ratio "$(get "$other" reject 2)" "$(get sentry reject 2)") |"
 		if [ -n "$(get nginx relay 2)" ]; then
