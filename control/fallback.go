@@ -123,9 +123,11 @@ func (a *App) fallbackWindow(now time.Time, cfg *appConfig, n uint64, q time.Dur
 		// times, and those the backends reported agree with the
 		// estimates they were admitted with (not jumpRatio times more:
 		// the estimator has caught up with a slower farm, or the farm is
-		// fast again).
+		// fast again), and the backends are not queueing now (QNow ≤
+		// R_sla/10): batch does not take over the queue adaptive mode
+		// holds under a lasting overload (doc.go).
 		jumped := estS > 0 && float64(gotS) > jumpRatio*float64(estS)
-		calm := cn < minSamples || n > 0 && float64(q) <= f.ReturnRatio*float64(rsla) && noTimingShare <= f.NoTimingShare && !jumped
+		calm := cn < minSamples || n > 0 && float64(q) <= f.ReturnRatio*float64(rsla) && noTimingShare <= f.NoTimingShare && !jumped && a.QNow() <= rsla/10
 		if !calm {
 			a.fb.calm = 0
 			return

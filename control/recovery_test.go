@@ -72,7 +72,8 @@ func TestRecoveryScripts(t *testing.T) {
 func TestRecoveryEveryMode(t *testing.T) {
 	const seeds = 3
 	for _, rc := range recCases {
-		for _, mode := range []string{"auto", "batch", "adaptive"} {
+		misses := map[string]int{}
+		for _, mode := range []string{"adaptive", "batch", "auto"} {
 			var next, early, base float64
 			miss, baseMiss := 0, 0
 			for seed := uint64(1); seed <= seeds; seed++ {
@@ -103,6 +104,14 @@ func TestRecoveryEveryMode(t *testing.T) {
 			}
 			if early < 0.8*base {
 				t.Errorf("%s, %s: the 6 s from the end %.2f× capacity, want ≥ 0.8 × %.2f (without the event)", rc.name, mode, early, base)
+			}
+			misses[mode] = miss
+			// auto after its fall-back: the return to batch must cost no
+			// second that the fall-back's mode alone does not miss (a
+			// return into the queue adaptive mode holds under the
+			// overload; doc.go, "the return").
+			if mode == "auto" && miss > misses["adaptive"]+1 {
+				t.Errorf("%s, auto: %d seconds over the target after the end, adaptive mode alone %d", rc.name, miss, misses["adaptive"])
 			}
 			if miss > baseMiss+1 {
 				t.Errorf("%s, %s: %d seconds over the target after the end, %d without the event", rc.name, mode, miss, baseMiss)
