@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sentry-proxy/sentry/internal/freeport"
 	"github.com/sentry-proxy/sentry/policy"
 )
 
@@ -84,12 +85,12 @@ type harness struct {
 }
 
 func freeAddr(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	t.Helper()
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 func startProxy(t *testing.T, backends []string, mod func(*policy.Snapshot, *policy.App)) *harness {

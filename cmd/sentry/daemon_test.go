@@ -16,17 +16,17 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/sentry-proxy/sentry/internal/freeport"
 	"github.com/sentry-proxy/sentry/policy"
 )
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 func parse(t *testing.T, yaml string) *policy.Snapshot {

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sentry-proxy/sentry/internal/freeport"
 	"github.com/sentry-proxy/sentry/internal/testpki"
 	"golang.org/x/net/http2"
 )
@@ -337,12 +338,11 @@ func waitReady(t *testing.T, url string, within time.Duration) {
 
 func freePort(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // echoBackend is the backend of the HTTP suites, an HTTP/1.1 server on

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sentry-proxy/sentry/internal/freeport"
 )
 
 // process is a peer running as a child process in its own process group.
@@ -135,14 +136,7 @@ func waitReady(ctx context.Context, p *process, url string, within time.Duration
 }
 
 // freeAddr returns a 127.0.0.1 address with a port free right now.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+func freeAddr() (string, error) { return freeport.Addr() }
 
 var errNotInstalled = errors.New("not installed")
 
