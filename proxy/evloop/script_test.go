@@ -139,7 +139,7 @@ func (h *loopScript) terminate(line int, v string) {
 // clientOf is the client connection whose exchange ex is.
 func (h *loopScript) clientOf(ex *exchange.Exchange) *cconn {
 	for _, c := range h.l.clients {
-		if &c.ex == ex {
+		if c.ex == ex {
 			return c
 		}
 	}
