@@ -147,8 +147,9 @@ func (l *eventLoop) idleBufs(c *cconn) {
 	if h := c.h2; c.xp == xpH2 {
 		l.putOut(h.spare)
 		h.spare = nil
-		if !h.bare && h.core != nil {
-			// (A worker may be writing into it: under its lock.)
+		if !h.bare && h.core != nil && len(h.streams) == 0 {
+			// (Not while the loop runs streams: their answers come
+			// soon. A worker may be writing into it: under its lock.)
 			h.d.Lock()
 			if len(h.core.Output()) == 0 {
 				l.putOut(h.core.TakeOutput(nil))
