@@ -203,15 +203,6 @@ EOF
 }
 
 # ---------------------------------------------------------------- measure
-# rss_kb SID: VmRSS summed over every process of the session SID, in KiB.
-rss_kb() {
-	local pid total=0 r
-	for pid in $(ps -o pid= --sid "$1" 2>/dev/null); do
-		r=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null) || continue
-		total=$((total + ${r:-0}))
-	done
-	echo "$total"
-}
 # wait_up NAME PGID SCHEME PORT: bounded wait until PORT answers 200.
 wait_up() {
 	local name=$1 pg=$2 scheme=$3 port=$4 code _ opt=--http1.1
