@@ -1,4 +1,4 @@
-# lib.sh — the process and port handling tls.sh and grpc.sh share, sourced
+# lib.sh — the process and port handling tls.sh, grpc.sh and idle.sh share, sourced
 # after they set HOST, TMP's parent settings and BENCH_TAG (the log prefix).
 # Every peer runs in its own process group (start); a trap stops whatever
 # is left on any exit and keeps the logs of a failed run.
@@ -66,6 +66,15 @@ cpu_ticks() {
 	for pid in $(ps -o pid= --sid "$1" 2>/dev/null); do
 		t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat" 2>/dev/null) || continue
 		total=$((total + ${t:-0}))
+	done
+	echo "$total"
+}
+# rss_kb SID: VmRSS summed over every process of the session SID, in KiB.
+rss_kb() {
+	local pid total=0 r
+	for pid in $(ps -o pid= --sid "$1" 2>/dev/null); do
+		r=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null) || continue
+		total=$((total + ${r:-0}))
 	done
 	echo "$total"
 }

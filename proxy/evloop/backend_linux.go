@@ -23,7 +23,7 @@ import (
 // picked, an idle one or a new one, and the core's answer to how that
 // went.
 func (l *eventLoop) connect(c *cconn) exchange.Action {
-	ex := &c.ex
+	ex := c.ex
 	bc, err := l.backendConn(ex.Upstream(), ex.App())
 	switch {
 	case err == errBusy:
@@ -307,7 +307,7 @@ func (l *eventLoop) activate(c *cconn) {
 
 // send writes what is left of the request to bc.
 func (l *eventLoop) send(bc *bconn) {
-	ex := &bc.c.ex
+	ex := bc.c.ex
 	for r := ex.Unsent(); len(r) > 0; r = ex.Unsent() {
 		m, err := l.sys.Write(bc.fd, r)
 		if err == unix.EAGAIN {
@@ -371,7 +371,7 @@ func (l *eventLoop) backendBroke(bc *bconn, f pipeline.Failure) {
 
 func (l *eventLoop) readBackend(bc *bconn) {
 	c := bc.c
-	ex := &c.ex
+	ex := c.ex
 	if bc.n == len(bc.in) {
 		l.backendBroke(bc, pipeline.FailNoRetry) // a head larger than the buffer
 		return

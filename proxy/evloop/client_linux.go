@@ -69,6 +69,7 @@ func (l *eventLoop) accept() {
 // closed, when epoll refuses it. Accept and Adopt (TLS) both use it.
 func (l *eventLoop) addClient(c *cconn) bool {
 	fd := c.fd
+	c.ex = &l.noEx
 	if err := l.sys.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, c.events, int32(fd)); err != nil {
 		l.sys.Close(fd)
 		return false
@@ -112,6 +113,9 @@ func (l *eventLoop) forget(c *cconn) {
 	l.clients = l.clients[:len(l.clients)-1]
 	l.putBuf(c.in)
 	c.in = nil
+	l.putOut(c.out)
+	c.out = nil
+	l.putEx(c)
 }
 
 // lingerClose sends FIN and reads and drops what the client still sends
@@ -179,6 +183,9 @@ func (l *eventLoop) readClient(c *cconn, ev uint32) {
 	}
 	m, err := l.sys.Read(c.fd, c.in[c.n:])
 	if err == unix.EAGAIN || err == unix.EINTR {
+		if !c.inProc {
+			l.idleBufs(c) // (nothing came: an idle connection holds no buffer)
+		}
 		return
 	}
 	if m <= 0 {
@@ -220,10 +227,8 @@ func (l *eventLoop) process(c *cconn) {
 			return
 		}
 	}
-	if c.fd >= 0 && !c.busy() && c.n == 0 && c.in != nil {
-		l.putBuf(c.in)
-		c.in = nil
-		l.idleTLS(c)
+	if c.fd >= 0 {
+		l.idleBufs(c)
 	}
 }
 
@@ -250,11 +255,15 @@ func (l *eventLoop) serve(c *cconn, a *pipeline.App, hd *exchange.Head) {
 		c.closing = true
 	}
 	l.ff.served.Add(1)
-	c.ex.Init(l.ff.env, &l.sc)
+	ex := l.getEx(c)
+	if c.out == nil {
+		c.out = l.getOut()
+	}
+	ex.Init(l.ff.env, &l.sc)
 	logs := l.ff.cfg.Routes.Load().Access
 	// This engine must not block: a request whose decision is not made
 	// at once parks (Park).
-	l.act(c, c.ex.Start(a, hd, c.peer, l, logs, l.now))
+	l.act(c, ex.Start(a, hd, c.peer, l, logs, l.now))
 }
 
 // takes tells whether the loop serves the request parsed as h from b (all

@@ -62,8 +62,11 @@ type cconn struct {
 	// body), its place in the loop's lists, and the backend it waits for
 	// a connection to (counted in its LoopWaiting and the loop's waitN
 	// while it waits; waitSeq numbers its waits: its queue entries,
-	// waiter).
-	ex        exchange.Exchange
+	// waiter). ex is taken from the loop when an exchange starts (serve)
+	// and given back when it is done (done); between exchanges it is the
+	// loop's idle one (eventLoop.noEx: Idle, never started), so an idle
+	// connection holds no exchange and ex is never nil.
+	ex        *exchange.Exchange
 	b         *bconn
 	total     int
 	activeIdx int
@@ -124,8 +127,16 @@ type eventLoop struct {
 	nconn     map[*pipeline.Upstream]int      // this loop's connections to each backend (giveTo's share)
 	waitKick  bool                            // room may have come: dialWaiters this round
 	shareTurn bool                            // finish: own waiters and the other loops' in turn (giveTo)
-	bufs      [][]byte
-	rawBufs   [][]byte // TLS record buffers of idle connections (idleTLS)
+	// What connections take while an exchange runs and give back when
+	// it ends (mem_linux.go): read buffers (getBuf), TLS record buffers
+	// (idleTLS), output buffers (getOut) and exchanges (getEx); noEx is
+	// the exchange of every idle connection.
+	bufs    freeList[[]byte]
+	rawBufs freeList[[]byte]
+	outs    freeList[[]byte]
+	exs     freeList[*exchange.Exchange]
+	noEx    exchange.Exchange
+
 	now       time.Time
 	nowNs     int64
 	nextSweep int64
@@ -241,21 +252,6 @@ var wakeOne = [8]byte{1}
 
 var _ admission.Waker = (*eventLoop)(nil)
 
-func (l *eventLoop) getBuf() []byte {
-	if k := len(l.bufs); k > 0 {
-		b := l.bufs[k-1]
-		l.bufs = l.bufs[:k-1]
-		return b
-	}
-	return make([]byte, loopBufSize)
-}
-
-func (l *eventLoop) putBuf(b []byte) {
-	if b != nil && len(l.bufs) < 1024 {
-		l.bufs = append(l.bufs, b)
-	}
-}
-
 func (l *eventLoop) tick() {
 	l.now = l.clock()
 	l.nowNs = l.now.UnixNano()
@@ -338,7 +334,7 @@ func (l *eventLoop) sweep() {
 	l.shedIdle() // and look for room for this loop's waiters (the others' closes)
 	for i := 0; i < len(l.active); i++ {
 		c := l.active[i]
-		ex := &c.ex
+		ex := c.ex
 		st, dl := ex.State(), ex.Deadline()
 		if st == exchange.Waiting {
 			if l.nowNs > dl {
@@ -370,6 +366,7 @@ func (l *eventLoop) sweep() {
 		return
 	}
 	l.nextIdle = l.nowNs + int64(idleSweep)
+	l.trimPools()
 	idle := int64(l.ff.idle)
 	for i := 0; i < len(l.clients); i++ {
 		c := l.clients[i]

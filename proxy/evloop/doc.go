@@ -162,6 +162,31 @@
 // held back. The Sys interface includes the file calls, so the scripts
 // drive buffering too (testdata/evloop/buffer*.txt).
 //
+// # Memory (mem_linux.go)
+//
+// A connection holds buffers only while bytes pass. Its read buffer is
+// taken when bytes arrive (readClient, readRecords), its exchange and
+// output buffer when a request starts (serve), a TLS connection's record
+// buffer when it reads and its sealed-bytes buffer when it writes; when
+// the exchange is done and nothing is buffered -- no request bytes, no
+// response bytes unwritten, no record half read -- they all go back to
+// the loop (putEx at done, idleBufs when the connection is idle again),
+// as nginx frees a keep-alive connection's header buffers. An h2
+// connection gives back its read and record buffers after each read
+// that leaves nothing buffered, and its core's output buffer once that
+// is empty; its core (HPACK tables, settings) stays, as nginx keeps its
+// h2 connection state. An idle connection therefore holds its cconn (no
+// exchange: the loop's noEx stands for it, so c.ex is never nil) and,
+// with TLS, its record state; TestIdleConnHeap bounds its heap, and
+// e2e/bench/idle.sh measures its RSS against nginx and HAProxy.
+// Decisions: each loop keeps what is given back in free lists of its
+// own (no lock, no allocation per request once warm), bounded
+// (maxPooled each) and trimmed at every idle sweep by half of what no
+// exchange took since the last (a burst's buffers leave a loop that went
+// quiet within seconds); an exchange is a pointer taken per request, not
+// a field of the connection (840 bytes an idle connection would carry);
+// an output buffer that grew past maxOutPooled is left to the collector.
+//
 // # Usage
 //
 // Package proxy (proxy/evloop_start_linux.go) builds a Config per plain
@@ -182,7 +207,8 @@
 // neutral head, serve); xprt_linux.go the client transports;
 // backend_linux.go the backend side (pool, dialling, the wait queue);
 // response_linux.go the response relay and act, which carries out the
-// core's actions; buffer_linux.go response buffering; reply_linux.go the
+// core's actions; buffer_linux.go response buffering; mem_linux.go what
+// a connection holds and the loop's free lists; reply_linux.go the
 // answers sentry writes itself; tls_linux.go adopted TLS connections;
 // h2_linux.go HTTP/2 connections; stream_linux.go the streams the loop
 // runs; sys_linux.go the kernel.

@@ -47,6 +47,9 @@ const (
 
 const (
 	loopBufSize   = 16 << 10 // read buffer of a busy connection
+	outBufSize    = 4 << 10  // an output buffer, as a connection's exchange takes it (getOut)
+	maxOutPooled  = 16 << 10 // an output buffer that grew past this is not kept (putOut)
+	maxPooled     = 1024     // buffers and exchanges a loop keeps for its next exchanges, of each kind
 	maxAcceptOnce = 64
 	sweepEvery    = 10 * time.Millisecond
 	idleSweep     = 250 * time.Millisecond

@@ -81,6 +81,7 @@ type h2Link struct {
 	failed  bool // a connection error: close once the GOAWAY is out
 	outWait bool // a stream waits for the connection's output to be written
 	closed  bool // h2Close ran
+	bare    bool // the core holds no output buffer (idleBufs)
 	headID  uint32
 	headAt  int64
 }
@@ -172,8 +173,12 @@ func (l *eventLoop) h2Flush(c *cconn) {
 		return
 	}
 	if len(c.out) < h2OutLimit {
-		out := h.d.TakeOutput(h.spare)
-		h.spare = nil
+		spare := h.spare
+		if spare == nil {
+			spare = l.getOut()
+		}
+		out := h.d.TakeOutput(spare)
+		h.spare, h.bare = nil, false
 		switch {
 		case len(out) == 0:
 			h.spare = out
@@ -238,6 +243,10 @@ func (l *eventLoop) h2After(c *cconn) {
 	if st := h.d.Status(); !st.Busy && (st.GoingAway || c.closing) {
 		l.h2Close(c)
 		l.lingerClose(c)
+		return
+	}
+	if !c.inProc {
+		l.idleBufs(c)
 	}
 }
 
@@ -245,6 +254,17 @@ func (l *eventLoop) h2After(c *cconn) {
 // records, and acts on what came of it.
 func (l *eventLoop) h2Read(c *cconn) {
 	h := c.h2
+	if h.bare {
+		// The core gave its output buffer back while idle (idleBufs):
+		// it gets one for what this read makes it write, unless a
+		// worker's writing made it one meanwhile.
+		h.bare = false
+		h.d.Lock()
+		if cap(h.core.Output()) == 0 {
+			h.core.TakeOutput(l.getOut())
+		}
+		h.d.Unlock()
+	}
 	for c.n > 0 && !h.failed {
 		var err error
 		h.evs, err = h.d.Feed(c.in[:c.n], h.take, h.evs[:0])

@@ -19,7 +19,7 @@ import (
 // (the first n bytes of data) goes to the client, and whatever body came
 // with it.
 func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte, n int) {
-	ex := &c.ex
+	ex := c.ex
 	if ex.CloseDelimited() {
 		c.closing = true
 	}
@@ -41,7 +41,7 @@ func (l *eventLoop) startResponse(c *cconn, bc *bconn, data []byte, n int) {
 // keeps (RespField), as the backend wrote them, then the request ID and,
 // when the connection closes after it, Connection: close.
 func (l *eventLoop) h1Head(c *cconn) {
-	ex := &c.ex
+	ex := c.ex
 	data, rh := ex.Response()
 	out := c.out[:0]
 	out = append(out, "HTTP/1.1"...)
@@ -123,7 +123,7 @@ func (l *eventLoop) forward(c *cconn, bc *bconn, data []byte, act exchange.Actio
 // (or handed to an exchange that waits for one) or closed, and the
 // exchange is done.
 func (l *eventLoop) finish(c *cconn) {
-	ex := &c.ex
+	ex := c.ex
 	if bc := c.b; bc != nil {
 		c.b, bc.c = nil, nil
 		// (Quiesced: the operator drained the backend; no idle
@@ -201,6 +201,7 @@ func (l *eventLoop) done(c *cconn) {
 		now = l.clock() // the access log's duration ends here
 	}
 	c.ex.Done(now)
+	l.putEx(c)
 	l.endWait(c)
 	c.lastNs = l.nowNs
 	if c.in != nil && c.total <= c.n {
@@ -217,7 +218,7 @@ func (l *eventLoop) done(c *cconn) {
 // whole, so the connection stays usable.
 func (l *eventLoop) reply(c *cconn) {
 	l.dropBackend(c)
-	ex := &c.ex
+	ex := c.ex
 	if l.ff.draining.Load() {
 		c.closing = true
 	}
@@ -235,7 +236,7 @@ func (l *eventLoop) reply(c *cconn) {
 // for an event. (WriteHead, Forward and Finish come with response bytes:
 // readBackend and body carry them out.)
 func (l *eventLoop) act(c *cconn, act exchange.Action) {
-	ex := &c.ex
+	ex := c.ex
 	for {
 		if c.waitU != nil && ex.State() != exchange.Waiting {
 			l.endWait(c)

@@ -47,6 +47,8 @@ import (
 //	budget                      the response buffers' account
 //	set buffer-mem=N buffer-file=N buffer-mem-total=N buffer-file-total=N buffering=on|off tempfile=fail|ok
 //	failures                    each backend's passive-health failures
+//	holds c1                    what c1 holds: read buffer, output buffer, an exchange
+//	pools                       the loop's free lists' lengths
 func TestEvloopScripts(t *testing.T) {
 	scripttest.RunAll(t, "testdata/evloop/*.txt", func(t *testing.T, _ string) scripttest.Exec {
 		h := newLoopScript(t)
@@ -139,7 +141,7 @@ func (h *loopScript) terminate(line int, v string) {
 // clientOf is the client connection whose exchange ex is.
 func (h *loopScript) clientOf(ex *exchange.Exchange) *cconn {
 	for _, c := range h.l.clients {
-		if &c.ex == ex {
+		if c.ex == ex {
 			return c
 		}
 	}
@@ -311,6 +313,14 @@ func (h *loopScript) exec(line int, cmd string) []string {
 	case "state":
 		c, _ := client()
 		h.printf("%s: %v", fields[1], c.ex.State())
+	case "holds":
+		// What a client connection holds beside its cconn (mem_linux.go):
+		// a read buffer, an output buffer, an exchange of its own.
+		c, _ := client()
+		h.printf("%s: in=%v out=%v exchange=%v", fields[1], c.in != nil, c.out != nil, c.ex != &h.l.noEx)
+	case "pools":
+		// What the loop keeps for its next exchanges (mem_linux.go).
+		h.printf("pools: bufs=%d outs=%d exchanges=%d", len(h.l.bufs.items), len(h.l.outs.items), len(h.l.exs.items))
 	default:
 		h.t.Fatalf("line %d: unknown command %q", line, cmd)
 	}

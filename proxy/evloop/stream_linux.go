@@ -133,7 +133,7 @@ func (l *eventLoop) takeStream(c *cconn, s *h2srv.Stream) bool {
 	if _, ok := l.streamReqHead(s, a, &l.h); !ok {
 		return false
 	}
-	sc := &cconn{fd: -1, peer: c.peer, lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP}
+	sc := &cconn{fd: -1, peer: c.peer, lastNs: l.nowNs, events: unix.EPOLLIN | unix.EPOLLRDHUP, ex: &l.noEx}
 	sc.activeIdx, sc.parkIdx = -1, -1
 	sc.xp, sc.str = xpStream, &h2str{p: c, s: s, idx: len(h.streams)}
 	s.User = sc
@@ -354,7 +354,7 @@ func (l *eventLoop) stalled(c *cconn) bool {
 // request ID added, queued as HEADERS; with END_STREAM when no body
 // follows.
 func (l *eventLoop) streamHead(c *cconn) {
-	str, ex := c.str, &c.ex
+	str, ex := c.str, c.ex
 	h := str.p.h2
 	core := h.core
 	data, rh := ex.Response()
@@ -386,7 +386,7 @@ func (l *eventLoop) streamHead(c *cconn) {
 // with END_STREAM when it has no body (a HEAD's, gRPC's form); the body
 // goes to c.out, for flushStream.
 func (l *eventLoop) streamReply(c *cconn) {
-	str, ex := c.str, &c.ex
+	str, ex := c.str, c.ex
 	h := str.p.h2
 	core := h.core
 	r := ex.Reply()
@@ -449,6 +449,9 @@ func (l *eventLoop) streamEnd(c *cconn, code h2srv.ErrCode) {
 	l.dropResp(c)
 	l.putBuf(c.in)
 	c.in, c.n = nil, 0
+	l.putOut(c.out)
+	c.out = nil
+	l.putEx(c)
 	p.lastNs = l.nowNs
 	if p.fd >= 0 {
 		l.h2Dirty(p)

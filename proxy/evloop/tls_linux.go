@@ -159,8 +159,16 @@ func (l *eventLoop) refuseAdopted() {
 }
 
 // readTLS is readClient for a TLS connection: one read of ciphertext,
-// then every whole record opened into c.in.
+// then every whole record opened into c.in. A connection left with
+// nothing buffered and no exchange gives its buffers back (idleBufs).
 func (l *eventLoop) readTLS(c *cconn, ev uint32) {
+	l.readRecords(c, ev)
+	if c.fd >= 0 && !c.inProc {
+		l.idleBufs(c)
+	}
+}
+
+func (l *eventLoop) readRecords(c *cconn, ev uint32) {
 	t := c.tls
 	if c.in == nil {
 		c.in = l.getBuf()
@@ -181,9 +189,7 @@ func (l *eventLoop) readTLS(c *cconn, ev uint32) {
 			c.in = l.getBuf() // process gave it back: idle again
 		}
 	}
-	if k := len(l.rawBufs); k > 0 && t.st.GiveBuffer(l.rawBufs[k-1]) {
-		l.rawBufs = l.rawBufs[:k-1]
-	}
+	l.giveRaw(c)
 	sp := t.st.RawSpace()
 	if c.n == len(c.in) || len(sp) == 0 {
 		if ev&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
@@ -286,35 +292,15 @@ func (l *eventLoop) pullTLS(c *cconn) bool {
 func (l *eventLoop) flushTLS(c *cconn) bool {
 	t := c.tls
 	if t.sealed < len(c.out) || t.st.WriteDue() {
+		if t.wire == nil {
+			t.wire = l.getOut()
+		}
 		t.wire = t.st.Seal(t.wire, c.out[t.sealed:])
 		t.sealed = len(c.out)
 	}
-	for len(t.wire) > 0 {
-		m, err := l.sys.Write(c.fd, t.wire)
-		if err == unix.EINTR {
-			continue
-		}
-		if err == unix.EAGAIN {
-			if c.outAt == 0 {
-				c.outAt = l.nowNs
-			}
-			l.setClientEvents(c, c.events|unix.EPOLLOUT)
-			return false
-		}
-		if m <= 0 {
-			l.closeClient(c)
-			return false
-		}
-		if m < len(t.wire) {
-			c.outAt = l.nowNs
-			n := copy(t.wire, t.wire[m:])
-			t.wire = t.wire[:n]
-			continue
-		}
-		t.wire = t.wire[:0]
-		if c.outAt != 0 {
-			c.outAt = l.nowNs // progress (flush may refill c.out)
-		}
+	var ok bool
+	if t.wire, ok = l.writeAll(c, t.wire); !ok {
+		return false
 	}
 	c.out = c.out[:0]
 	t.sealed = 0
@@ -322,17 +308,6 @@ func (l *eventLoop) flushTLS(c *cconn) bool {
 		t.wire = nil
 	}
 	return true
-}
-
-// idleTLS takes back the record buffer of a connection with nothing
-// buffered (readTLS gives one again), as process does with c.in.
-func (l *eventLoop) idleTLS(c *cconn) {
-	if !c.xp.sealed() || len(l.rawBufs) >= 1024 {
-		return
-	}
-	if b := c.tls.st.TakeBuffer(); b != nil {
-		l.rawBufs = append(l.rawBufs, b)
-	}
 }
 
 // closeNotify sends close_notify, best effort, before the loop closes or

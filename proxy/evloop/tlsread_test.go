@@ -36,7 +36,7 @@ func (r *recH2) Feed(b []byte, _ func(*h2srv.Stream) bool, evs []h2srv.Event) ([
 func (r *recH2) Lock()                          {}
 func (r *recH2) Unlock()                        {}
 func (r *recH2) Core() *h2srv.Conn              { return r.core }
-func (r *recH2) TakeOutput(spare []byte) []byte { return spare[:0] }
+func (r *recH2) TakeOutput(spare []byte) []byte { return r.core.TakeOutput(spare) }
 func (r *recH2) Status() H2Status               { return H2Status{} }
 func (r *recH2) GoAway()                        {}
 func (r *recH2) Closed()                        {}

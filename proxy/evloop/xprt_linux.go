@@ -113,8 +113,20 @@ func (l *eventLoop) writeOut(c *cconn) bool {
 	if c.xp.sealed() {
 		return l.flushTLS(c)
 	}
-	for len(c.out) > 0 {
-		m, err := l.sys.Write(c.fd, c.out)
+	var ok bool
+	c.out, ok = l.writeAll(c, c.out)
+	return ok
+}
+
+// writeAll writes b to c's socket: the plaintext of a plain connection
+// or a TLS connection's records. It returns what is left of b (moved to
+// its start) and whether all of it went; the rest waits for EPOLLOUT
+// (c.outAt set: the write timeout runs), or c was closed (nil: its
+// buffers went back). A partial write is progress: the write timeout
+// starts again.
+func (l *eventLoop) writeAll(c *cconn, b []byte) ([]byte, bool) {
+	for len(b) > 0 {
+		m, err := l.sys.Write(c.fd, b)
 		if err == unix.EINTR {
 			continue
 		}
@@ -123,24 +135,23 @@ func (l *eventLoop) writeOut(c *cconn) bool {
 				c.outAt = l.nowNs
 			}
 			l.setClientEvents(c, c.events|unix.EPOLLOUT)
-			return false
+			return b, false
 		}
 		if m <= 0 {
 			l.closeClient(c)
-			return false
+			return nil, false
 		}
-		if m < len(c.out) {
+		if m < len(b) {
 			c.outAt = l.nowNs
-			n := copy(c.out, c.out[m:])
-			c.out = c.out[:n]
+			b = b[:copy(b, b[m:])]
 			continue
 		}
-		c.out = c.out[:0]
+		b = b[:0]
 		if c.outAt != 0 {
 			c.outAt = l.nowNs // progress: the write timeout starts again (flush may refill c.out)
 		}
 	}
-	return true
+	return b, true
 }
 
 // after runs when an exchange has ended and its response is written: the
@@ -157,13 +168,8 @@ func (l *eventLoop) after(c *cconn) {
 		return
 	}
 	if !c.busy() && len(c.out) == 0 {
-		// An idle connection keeps small buffers only (and no
-		// response buffer: its memory and file go back).
+		// (The response buffer's memory and file go back.)
 		l.dropResp(c)
-		if cap(c.out) > 4<<10 {
-			c.out = nil
-		}
-		c.ex.Trim(4 << 10)
 	}
 	if c.fd >= 0 && c.xp == xpTLS && !c.busy() && len(c.out) == 0 && c.linger == 0 && !c.closing {
 		before := c.n
@@ -180,6 +186,10 @@ func (l *eventLoop) after(c *cconn) {
 		l.lingerClose(c)
 	case c.n > 0 && !c.inProc:
 		l.process(c)
+	case !c.inProc:
+		// Idle, nothing buffered: its buffers go back (process gives
+		// them back itself when it ends).
+		l.idleBufs(c)
 	}
 }
 

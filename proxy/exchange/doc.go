@@ -195,8 +195,9 @@
 //   - One relay interface for HTTP/1.1 and h2 backends (today the loops
 //     speak HTTP/1.1 only; h2 and TLS backends use package proxy's
 //     clients).
-//   - Idle memory per connection: buffers taken when bytes arrive and
-//     given back when an exchange ends (as nginx does with its header
-//     buffers), so that an idle keep-alive connection holds about what
-//     HAProxy's does; an idle h2 connection likewise.
+//   - Idle memory per connection on the goroutine drivers: the loops
+//     take an Exchange and buffers per request and give them back when
+//     it ends (proxy/evloop's doc, "Memory"); the goroutine drivers
+//     should do the same, and e2e/bench/idle.sh measures only the
+//     loops' engine so far.
 package exchange
