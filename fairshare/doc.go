@@ -125,7 +125,11 @@
 // turns then offer it less than it would take. After C sank (a stall),
 // the over-share clients regain their share as C does, through the
 // marginal tier's probe, in a second or two; the within-share ones lose
-// nothing meanwhile.
+// nothing meanwhile. The other side of the held level: after a lasting
+// fall of the capacity (a backend lost), for some 10 s a client between
+// the new level and the held one still counts as within its share, and
+// competes with the polite clients in the mode as it would without
+// sharing.
 //
 // # Invariants
 //
