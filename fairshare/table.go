@@ -53,6 +53,9 @@ const (
 	// last seconds: a client is within its share by the fair level of
 	// the larger of the two (doc.go, Standing).
 	heldTau = 10 * time.Second
+	// riseGain: how fast, per tick, a capacity that sank regains the held
+	// level once the filter alone has been the limit for a second.
+	riseGain = 0.2
 	// keepSlack: a client in its turn keeps it while the turns' demand is
 	// within this share above their budget (the margin absorbs it), so
 	// that noise in the rates does not take turns away and give them back.
@@ -609,6 +612,15 @@ func (t *Table) share(cs *classState, class int, slots []member, a, r, p, s uint
 		// what it admitted. The marginal client, let through past the
 		// capacity, shows a capacity that grows (doc.go, The capacity).
 		cs.capacity = max(cs.capacity, cs.admitted)
+	}
+	if r == 0 && s > 0 && cs.active.Load() && nowNs-cs.lastRefused > int64(quietFor) && cs.capacity < cs.held {
+		// For a second the mode took all the filter let through while
+		// the filter turned some away: the filter, not the farm, is the
+		// limit, with a capacity that sank (a stall) below what the
+		// class held. It regains it by riseGain a tick, up to the held
+		// level, until the mode refuses again (past it, the marginal
+		// tier's probe finds more).
+		cs.capacity = min(cs.capacity*(1+riseGain), cs.held)
 	}
 	if a+r+s > 0 {
 		if cs.held == 0 {

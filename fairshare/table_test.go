@@ -139,12 +139,14 @@ func TestIdleFreed(t *testing.T) {
 // (no free slot). It returns per client what Share said.
 func floodTick(tb *Table, now time.Time, cap int, seen *[6][4]int) {
 	const tick = 10 // per second → per tick
-	countsTick(tb, now, cap, [6]int{120 / tick, 120 / tick, 120 / tick, 120 / tick, 120 / tick, 6000 / tick}, seen)
+	countsTick(tb, now, cap, [6]int{120 / tick, 120 / tick, 120 / tick, 120 / tick, 120 / tick, 6000 / tick}, seen, true)
 }
 
 // countsTick is floodTick with counts[c] requests of client c in the
-// tick.
-func countsTick(tb *Table, now time.Time, cap int, counts [6]int, seen *[6][4]int) {
+// tick; spare: spare-only requests are admitted while room is left (a
+// free slot), else always refused (the real modes take them only on a
+// free slot with nothing waiting).
+func countsTick(tb *Table, now time.Time, cap int, counts [6]int, seen *[6][4]int, spare bool) {
 	const tick = 10 // per second → per tick
 	order := make([]int, 0, 1000)
 	for c, n := range counts {
@@ -164,7 +166,7 @@ func countsTick(tb *Table, now time.Time, cap int, counts [6]int, seen *[6][4]in
 	}
 	decide := func(h held) {
 		switch {
-		case room > 0:
+		case room > 0 && (spare || h.sh != admission.SpareOnly):
 			room--
 			tb.Done(h.s, h.sh, admission.Admit)
 		case h.sh == admission.SpareOnly:
@@ -322,7 +324,7 @@ func TestBurstWithinShare(t *testing.T) {
 			counts[0] = 15 * 12 // 1.5 s of 120/s at once
 		}
 		sent += counts[0]
-		countsTick(tb, now, 1200, counts, &seen)
+		countsTick(tb, now, 1200, counts, &seen, true)
 		now = now.Add(TickInterval)
 		tb.Tick(now)
 	}
@@ -343,7 +345,7 @@ func TestBurstWithinShare(t *testing.T) {
 	// is judged over its share.
 	var rise [6][4]int
 	for range 5 {
-		countsTick(tb, now, 1200, [6]int{12, 600, 12, 12, 12, 600}, &rise)
+		countsTick(tb, now, 1200, [6]int{12, 600, 12, 12, 12, 600}, &rise, true)
 		now = now.Add(TickInterval)
 		tb.Tick(now)
 	}
@@ -353,4 +355,49 @@ func TestBurstWithinShare(t *testing.T) {
 		t.Errorf("a client that starts to flood: %d of 3000 requests within its share in 0.5 s, want at most the bucket, %d", got, limit)
 	}
 	t.Logf("bursty client %v; riser %v (f = %.0f/s)", seen[0], rise[1], f)
+}
+
+// TestCapacityRegains: the flood case's class through a stall -- for
+// 1.5 s the mode admits almost nothing of what it is given (a frozen
+// farm) -- then back at 1,200/s. Its capacity sinks with the stall; once
+// the filter alone has been the limit for a second, it regains the level
+// the class held, by riseGain a tick, within 2 s of the stall's end. (The
+// marginal tier's probe alone took about 4 s.) The mode here takes
+// spare-only requests never, as the real modes take them only on a free
+// slot with nothing waiting. The polite clients stay within their share
+// throughout.
+func TestCapacityRegains(t *testing.T) {
+	tb, _ := New(Config{Classes: []string{"web"}, Slots: 64, Rand: rand.New(rand.NewPCG(5, 6)).Uint32})
+	now := time.Unix(0, 0)
+	tb.Tick(now)
+	var seen [6][4]int
+	step := func(cap int) {
+		countsTick(tb, now, cap, [6]int{12, 12, 12, 12, 12, 600}, &seen, false)
+		now = now.Add(TickInterval)
+		tb.Tick(now)
+	}
+	for range 100 { // 10 s at capacity
+		step(1200)
+	}
+	before := tb.Stats()[0].Capacity
+	for range 15 { // the stall: 1.5 s
+		step(20)
+	}
+	low := tb.Stats()[0].Capacity
+	ticks := 0
+	for ; ticks < 60 && tb.Stats()[0].Capacity < 0.9*before; ticks++ {
+		step(1200)
+	}
+	t.Logf("capacity %.0f/s before the stall, %.0f at its end, back to 90%% after %v", before, low, time.Duration(ticks)*TickInterval)
+	if low > 0.5*before {
+		t.Fatalf("the capacity only sank to %.0f of %.0f: the case shows nothing", low, before)
+	}
+	if ticks > 20 {
+		t.Errorf("the capacity took %v to regain 90%% of %.0f/s after the stall, want ≤ 2 s", time.Duration(ticks)*TickInterval, before)
+	}
+	for c := range 5 {
+		if n := seen[c][admission.OverShare] + seen[c][admission.Marginal] + seen[c][admission.SpareOnly]; n > 0 {
+			t.Errorf("polite client %d: %v (within, over, marginal, spare-only), want all within", c, seen[c])
+		}
+	}
 }
