@@ -73,7 +73,12 @@
 // every polite client was over its share and refused as over_share for
 // up to 2 s after the farm was back (TestFairStall). Judged by the held
 // level, they stay within; the turns and the floods are still sized by
-// C, so the dip costs the over-share clients, not the polite ones.
+// C, so the dip costs the over-share clients, not the polite ones, until
+// C is back: once the filter alone has been the limit for a second (the
+// mode refused nothing while the filter shed), a C below the held level
+// regains it by 20% a tick (TestCapacityRegains: 1.4 s after a 1.5 s
+// stall, over 6 s by the marginal tier's probe alone); past the held
+// level the probe finds more, as at a start.
 //
 // A within-share client has a bucket: it refills at f_in and holds 2 s of
 // it (burstWindow); the tick's requests past what it holds are OverShare
@@ -122,10 +127,9 @@
 // it was given. A mode whose own refusals come in bursts that do not
 // shrink with the load it is offered (not the reserve, which is told
 // apart) still makes C an underestimate when every client is over f: the
-// turns then offer it less than it would take. After C sank (a stall),
-// the over-share clients regain their share as C does, through the
-// marginal tier's probe, in a second or two; the within-share ones lose
-// nothing meanwhile. The other side of the held level: after a lasting
+// turns then offer it less than it would take. A farm that grew is found
+// by the probe alone (a second or so in the simulations); the held level
+// only covers a capacity that sank and comes back. The other side of the held level: after a lasting
 // fall of the capacity (a backend lost), for some 10 s a client between
 // the new level and the held one still counts as within its share, and
 // competes with the polite clients in the mode as it would without
