@@ -430,6 +430,7 @@ func (t *Table) insert(base int, k uint64, class int, addr netip.Addr) int {
 		c.addr, c.v4, c.some = addr.As16(), addr.Is4(), true
 	}
 	t.cnt[victim].Store(0)
+	t.prio[victim].Store(0)
 	t.state[victim].Store(stIn)
 	t.score[victim].Store(0)
 	t.keys[victim].Store(k)
