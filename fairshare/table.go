@@ -692,7 +692,7 @@ func (t *Table) share(cs *classState, class int, slots []member, a, r, p, s uint
 		}
 		over = append(over, overEntry{slot: m.slot, key: m.key, rate: m.rate})
 	}
-	cs.level.Store(math.Float64bits(f))
+	cs.level.Store(math.Float64bits(fin))
 	cs.inRate.Store(math.Float64bits(in))
 	cs.over.Store(int64(len(over)))
 	allow := uint64(allowTicks * TickInterval.Seconds() * min(fin, 1e9))
