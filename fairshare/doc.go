@@ -45,7 +45,18 @@
 // now). A class's capacity C is its admitted rate (τ = 1 s) while the mode
 // refused some of what it was given, and never falls while the mode took
 // everything; a tick in which nothing arrived teaches nothing (a stalled
-// generator, an idle class: C is not forgotten). A refusal that only
+// generator, an idle class: C is not forgotten). When the mode refuses in
+// a tick C rose to, C keeps what it admitted in that tick, if that is
+// above the smoothed rate (a sample of the capacity the smoothed rate
+// lags). And once the filter alone has been the limit for a second (the
+// mode refused nothing while the filter shed), C grows by 20% a tick
+// until the mode refuses. Decision: the marginal tier's probe alone does
+// not find the capacity when C was learned low (a start, while the mode's
+// model grew; a stall): what it offers goes to the clients just over f,
+// which may have no more to send, and a flood is held at f. The class
+// then stayed at 0.6× the farm with every client at f, polite ones
+// included (TestStartSeveralClients); after a 1.5 s stall C took over
+// 6 s to regain 90%, now 1.4 s (TestCapacityRegains). A refusal that only
 // holds room for a more important class (admission.RejectPriority) counts
 // as neither: it says when the classes above burst, not what the class
 // carries between their bursts. Followed, C sank with every burst, the
@@ -74,11 +85,7 @@
 // up to 2 s after the farm was back (TestFairStall). Judged by the held
 // level, they stay within; the turns and the floods are still sized by
 // C, so the dip costs the over-share clients, not the polite ones, until
-// C is back: once the filter alone has been the limit for a second (the
-// mode refused nothing while the filter shed), a C below the held level
-// regains it by 20% a tick (TestCapacityRegains: 1.4 s after a 1.5 s
-// stall, over 6 s by the marginal tier's probe alone); past the held
-// level the probe finds more, as at a start.
+// C is back (below).
 //
 // A within-share client has a bucket: it refills at f_in and holds 2 s of
 // it (burstWindow); the tick's requests past what it holds are OverShare

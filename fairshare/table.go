@@ -53,8 +53,8 @@ const (
 	// last seconds: a client is within its share by the fair level of
 	// the larger of the two (doc.go, Standing).
 	heldTau = 10 * time.Second
-	// riseGain: how fast, per tick, a capacity that sank regains the held
-	// level once the filter alone has been the limit for a second.
+	// riseGain: how fast, per tick, the capacity grows once the filter
+	// alone has been the limit for a second.
 	riseGain = 0.2
 	// keepSlack: a client in its turn keeps it while the turns' demand is
 	// within this share above their budget (the margin absorbs it), so
@@ -594,9 +594,12 @@ func (t *Table) share(cs *classState, class int, slots []member, a, r, p, s uint
 	switch {
 	case r > p:
 		// The mode refused requests the filter let through: the class
-		// gets what it admitted.
+		// gets what it admitted -- its smoothed rate, or the tick's own
+		// if higher and below the capacity (the mode refused in the tick
+		// the capacity rose to: what it admitted then is a sample of its
+		// capacity, which the smoothed rate lags).
 		cs.lastRefused = nowNs
-		cs.capacity = cs.admitted
+		cs.capacity = max(cs.admitted, min(cs.capacity, admRate))
 	case r > 0:
 		// Its only refusals held room for a more important class
 		// (admission.RejectPriority): they say when the classes above
@@ -614,14 +617,15 @@ func (t *Table) share(cs *classState, class int, slots []member, a, r, p, s uint
 		// capacity, shows a capacity that grows (doc.go, The capacity).
 		cs.capacity = max(cs.capacity, cs.admitted)
 	}
-	if r == 0 && s > 0 && cs.active.Load() && nowNs-cs.lastRefused > int64(quietFor) && cs.capacity < cs.held {
+	if r == 0 && s > 0 && cs.active.Load() && nowNs-cs.lastRefused > int64(quietFor) {
 		// For a second the mode took all the filter let through while
 		// the filter turned some away: the filter, not the farm, is the
-		// limit, with a capacity that sank (a stall) below what the
-		// class held. It regains it by riseGain a tick, up to the held
-		// level, until the mode refuses again (past it, the marginal
-		// tier's probe finds more).
-		cs.capacity = min(cs.capacity*(1+riseGain), cs.held)
+		// limit, with a capacity that sank (a stall) or was learned low
+		// (a start, while the mode's model grew). The marginal tier's
+		// probe may not show it: the clients it goes to may have no more
+		// to send, and a flood is held at f. The capacity grows by
+		// riseGain a tick until the mode refuses again.
+		cs.capacity *= 1 + riseGain
 	}
 	if a+r+s > 0 {
 		if cs.held == 0 {

@@ -146,7 +146,7 @@ func floodTick(tb *Table, now time.Time, cap int, seen *[6][4]int) {
 // tick; spare: spare-only requests are admitted while room is left (a
 // free slot), else always refused (the real modes take them only on a
 // free slot with nothing waiting).
-func countsTick(tb *Table, now time.Time, cap int, counts [6]int, seen *[6][4]int, spare bool) {
+func countsTick(tb *Table, now time.Time, cap int, counts [6]int, seen *[6][4]int, spare bool) (admitted int) {
 	const tick = 10 // per second → per tick
 	order := make([]int, 0, 1000)
 	for c, n := range counts {
@@ -168,6 +168,7 @@ func countsTick(tb *Table, now time.Time, cap int, counts [6]int, seen *[6][4]in
 		switch {
 		case room > 0 && (spare || h.sh != admission.SpareOnly):
 			room--
+			admitted++
 			tb.Done(h.s, h.sh, admission.Admit)
 		case h.sh == admission.SpareOnly:
 			tb.Done(h.s, h.sh, admission.RejectOverShare)
@@ -190,6 +191,7 @@ func countsTick(tb *Table, now time.Time, cap int, counts [6]int, seen *[6][4]in
 			decide(h)
 		}
 	}
+	return admitted
 }
 
 // TestFloodStanding: the table alone, with a mode that admits up to
@@ -398,6 +400,46 @@ func TestCapacityRegains(t *testing.T) {
 	for c := range 5 {
 		if n := seen[c][admission.OverShare] + seen[c][admission.Marginal] + seen[c][admission.SpareOnly]; n > 0 {
 			t.Errorf("polite client %d: %v (within, over, marginal, spare-only), want all within", c, seen[c])
+		}
+	}
+}
+
+// TestStartSeveralClients: the flood case from a start, the mode's room
+// growing from 100/s to 1,200/s in a second (its model still learning),
+// and a mode that takes spare-only requests never (the real modes take
+// them only on a free slot with nothing waiting). The capacity learned
+// while the room grew was low; the marginal tier could not show more,
+// for the clients it went to (the polite ones, just over a fair level
+// that low) had nothing more to send, and the flood is held at f: the
+// class stayed at 0.6× the farm, every client at f, the polite ones over
+// their share. Once the filter alone has been the limit for a second the
+// capacity grows by riseGain a tick until the mode refuses, and a refusal
+// in the tick it rose keeps what the mode admitted then: the farm is
+// filled (≥ 0.9× over the last 5 s) and the polite clients are within
+// their share.
+func TestStartSeveralClients(t *testing.T) {
+	tb, _ := New(Config{Classes: []string{"web"}, Slots: 64, Rand: rand.New(rand.NewPCG(5, 6)).Uint32})
+	now := time.Unix(0, 0)
+	tb.Tick(now)
+	var early, seen [6][4]int
+	adm := 0
+	for i := range 100 {
+		room := min(100+100*i, 1200)
+		if i < 50 {
+			countsTick(tb, now, room, [6]int{12, 12, 12, 12, 12, 600}, &early, false)
+		} else {
+			adm += countsTick(tb, now, room, [6]int{12, 12, 12, 12, 12, 600}, &seen, false)
+		}
+		now = now.Add(TickInterval)
+		tb.Tick(now)
+	}
+	t.Logf("admitted %d/s over the last 5 s; standings %v", adm/5, seen)
+	if adm < 0.9*1200*5 {
+		t.Errorf("admitted %d/s over the last 5 s, want ≥ 0.9 × 1200", adm/5)
+	}
+	for c := range 5 {
+		if n := seen[c][admission.WithinShare]; n < 0.99*50*12 {
+			t.Errorf("polite client %d: %v (within, over, marginal, spare-only), want ≥ 99%% within", c, seen[c])
 		}
 	}
 }
