@@ -362,9 +362,9 @@ func TestBurstWithinShare(t *testing.T) {
 // TestCapacityRegains: the flood case's class through a stall -- for
 // 1.5 s the mode admits almost nothing of what it is given (a frozen
 // farm) -- then back at 1,200/s. Its capacity sinks with the stall; once
-// the filter alone has been the limit for a second, it regains the level
-// the class held, by riseGain a tick, within 2 s of the stall's end. (The
-// marginal tier's probe alone took about 4 s.) The mode here takes
+// the filter alone has been the limit for a second, it grows by riseGain
+// a tick until the mode refuses, and is back at 90% within 2 s of the
+// stall's end. (The marginal tier's probe alone took over 6 s.) The mode here takes
 // spare-only requests never, as the real modes take them only on a free
 // slot with nothing waiting. The polite clients stay within their share
 // throughout.
