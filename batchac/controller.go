@@ -652,6 +652,23 @@ func (c *Controller) Room(class int, sz time.Duration, tier int) (room, free, in
 	return room, free, room
 }
 
+// Held tells whether a request of class class and estimated service time
+// sz that Room refuses for its tier 0 fits its class's own budget, so that
+// only the room held for more important classes refuses it (what batch
+// mode names RejectPriority). It decides nothing, counts nothing and does
+// not allocate; threshold mode names such a refusal as batch mode does.
+func (c *Controller) Held(class int, sz time.Duration) bool {
+	s := c.snap.Load()
+	n := c.st.Healthy()
+	if n <= 0 {
+		return false
+	}
+	cl := s.classes[s.classIndex(class)]
+	m := c.model(s, n)
+	b := m.bound(cl, 0, 0)
+	return b.lim < b.own && m.fits(1, float64(max(sz, 0)), b.own)
+}
+
 // updateReserve recomputes every class's reserve share from State.Demand:
 // class j holds ρ_j = Σ_{i<j} Demand(i) / (n·max(P, Sustained)) for the
 // classes above it,

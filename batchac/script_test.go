@@ -251,6 +251,21 @@ func (h *harness) exec(line string) []string {
 			out = append(out, line)
 		}
 		return out
+	case "room":
+		// Room and Held for one request of class at s (threshold mode's
+		// guard, package control).
+		class := -1
+		for i, c := range h.cfg.Classes {
+			if c.Name == args["class"] {
+				class = i
+			}
+		}
+		if class < 0 {
+			h.fatalf("room: no class %q", args["class"])
+		}
+		s := h.dur(args["s"])
+		room, free, _ := h.c.Room(class, s, 0)
+		return []string{fmt.Sprintf("room=%v free=%v held=%v", room, free, h.c.Held(class, s))}
 	case "gone":
 		a := h.arrivals[args["id"]]
 		if a == nil || a.decided {

@@ -318,6 +318,11 @@ func (a *App) threshold(r *admission.Request) admission.Decision {
 		return admission.Decision{Verdict: admission.Admit, OverTarget: true}
 	case !room && inShare:
 		return admission.Decision{Verdict: admission.RejectOverShare, RetryAfter: thresholdac.RetryAfter(thr.Period())}
+	case !room && a.batch.Held(r.Class, r.S):
+		// Only the room held for more important classes refuses it: named
+		// as batch mode names it (fair sharing's capacity does not
+		// follow such refusals down, fairshare.Table.Done).
+		return admission.Decision{Verdict: admission.RejectPriority, RetryAfter: thresholdac.RetryAfter(thr.Period())}
 	case !room:
 		return admission.Decision{Verdict: admission.RejectThreshold, RetryAfter: thresholdac.RetryAfter(thr.Period())}
 	case thr.Within(r.Class):

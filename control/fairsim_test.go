@@ -35,6 +35,30 @@ type fairSim struct {
 	// keyed: the clients' keys are fixed (simKey) rather than hashed
 	// with the process's seed, so that a run repeats exactly.
 	keyed bool
+	// stall, when its end is set, freezes the box for [stall[0],
+	// stall[1]): the farm completes nothing (a job due in it completes
+	// the stall's length later), and the load generator, sharing the
+	// box, sends nothing; what it should have sent in the stall goes out
+	// in a burst after it, compressed 10× (a generator that lags sends
+	// its backlog as fast as it can). Both seen in a run of
+	// e2e/scenarios/fairshare.yaml at 10× on 2 cores.
+	stall [2]time.Duration
+	// stallSend: the generator keeps sending through the stall (only
+	// the farm is frozen: the mode refuses what it cannot serve, and the
+	// admitted rate sinks).
+	stallSend bool
+}
+
+// deliver is when an arrival due at el reaches the proxy: el, or, from
+// the stall's start until the generator has caught up, b + (el − a)/10
+// (a monotone map: the backlog first, in order, at 10× its rate).
+func (s *fairSim) deliver(el time.Duration) time.Duration {
+	if a, b := s.stall[0], s.stall[1]; b > 0 && el >= a && !s.stallSend {
+		if d := b + (el-a)/10; d > el {
+			return d
+		}
+	}
+	return el
 }
 
 // simKey is splitmix64's finaliser: fixed keys spread like hashes.
@@ -158,6 +182,12 @@ func (s *fairSim) run(t *testing.T, length time.Duration, seed uint64) {
 	complete := func(upTo time.Time) {
 		for s.events.Len() > 0 && !s.events[0].at.After(upTo) {
 			ev := heap.Pop(&s.events).(ctlEvent)
+			if a, b := start.Add(s.stall[0]), start.Add(s.stall[1]); s.stall[1] > 0 && !ev.at.Before(a) && ev.at.Before(b) {
+				// Frozen: it completes the stall's length later.
+				s.seq++
+				heap.Push(&s.events, ctlEvent{at: ev.at.Add(b.Sub(a)), seq: s.seq, job: ev.job})
+				continue
+			}
 			tickTo(ev.at)
 			s.ck.add(ev.at.Sub(s.ck.now()))
 			if ev.job.gone {
@@ -196,11 +226,12 @@ func (s *fairSim) run(t *testing.T, length time.Duration, seed uint64) {
 				i = j
 			}
 		}
-		el := nextAt[i]
-		if el >= length {
+		due := nextAt[i]
+		if due >= length {
 			break
 		}
-		nextAt[i] = draw(i, el)
+		nextAt[i] = draw(i, due)
+		el := s.deliver(due)
 		now := start.Add(el)
 		complete(now)
 		tickTo(now)
@@ -654,10 +685,12 @@ func goldBronze(mode string, flood float64, fair bool) *fairSim {
 // back (about 83% in batch mode with this mix). Judged from 5 s on:
 // adaptive mode starts at its highest rate, admits the flood's first
 // second whole, and its controller takes some seconds to recover, fair
-// sharing or not. The log also gives the calm case with fair sharing on,
-// which is lower in batch, threshold and auto (a known defect: the
-// polite clients, all just over the fair level of what the reserve lets
-// bronze admit, get turns and the class's measured capacity sinks).
+// sharing or not. And fair sharing never makes them worse off: with no
+// flood, sharing on admits them as sharing off does (within a point).
+// The reserve's refusals (rejected_priority) say when gold bursts, not
+// what bronze can carry between its bursts; followed, they sank the
+// class's capacity burst by burst (74% against 83% in batch, threshold
+// and auto modes).
 func TestFairGoldInBronzeFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulation")
@@ -690,9 +723,73 @@ func TestFairGoldInBronzeFlood(t *testing.T) {
 			if bronze < alone-0.01 {
 				t.Errorf("polite bronze admitted %.2f%% beside the flood, %.2f%% without it: the flood took their share", 100*bronze, 100*alone)
 			}
+			if cf := share(calmFair, 10, 15); cf < alone-0.01 {
+				t.Errorf("polite bronze admitted %.2f%% with fair sharing on, %.2f%% with it off (no flood): sharing made them worse off", 100*cf, 100*alone)
+			}
 			if good < 0.9 {
 				t.Errorf("goodput %.3f× capacity, want ≥ 0.9", good)
 			}
 		})
+	}
+}
+
+// TestFairStall: the 10× flood case through a stall of the box it runs
+// on, in every mode, as seen in a run of e2e/scenarios/fairshare.yaml on
+// 2 cores: the farm frozen for 1.5 s (its jobs finish that much later),
+// and either the load generator frozen with it (its arrivals of the
+// stall sent in a burst after it) or still sending (the mode refuses
+// what the frozen farm cannot serve, and the class's admitted rate
+// sinks). A polite client is within its share throughout: its share is
+// judged by the capacity the class held over the last seconds, not by
+// the dip, and its burst fits its bucket. So no polite request is ever
+// refused as over_share, and from a second after the stall the polite
+// clients are admitted ≥ 99%. (The farm's own refusals in the stall are
+// the mode's: nothing waits 1.5 s within a 100 ms SLA.) Without the fix
+// the polite clients were over their share for up to 2 s after the
+// stall: 220-390 over_share refusals.
+func TestFairStall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulation")
+	}
+	for _, send := range []bool{false, true} {
+		for _, mode := range fairModes {
+			name := mode + "-box"
+			if send {
+				name = mode + "-farm"
+			}
+			t.Run(name, func(t *testing.T) {
+				s := floodCase(mode, 10)
+				s.stall = [2]time.Duration{8 * time.Second, 9500 * time.Millisecond}
+				s.stallSend = send
+				newFairSim(t, s)
+				const length = 16
+				s.run(t, length*time.Second, 7)
+				over, adm, off := 0, 0, 0
+				for i := range 5 {
+					for _, x := range s.per[i] {
+						over += x.overShare
+					}
+					a, o := s.admitted(i, 11, length)
+					adm, off = adm+a, off+o
+				}
+				share := float64(adm) / float64(off)
+				good := s.goodput(10, length, farm1200)
+				t.Logf("polite: %d over_share refusals, admitted %.2f%% from 1 s after the stall; goodput %.3f× capacity from its end", over, 100*share, good)
+				if over > 0 {
+					t.Errorf("%d polite requests refused as over_share\n%s", over, s.table(5, length))
+				}
+				if share < 0.99 {
+					t.Errorf("polite admitted %.2f%% from 1 s after the stall, want ≥ 99%%", 100*share)
+				}
+				// The capacity the filter shares is not forgotten while
+				// nothing arrives (without that: 0.93 in the box's stall).
+				// Adaptive mode's own rate takes longer to regain after
+				// the 1.5 s the farm answered nothing (its recovery, not
+				// fair sharing's): logged only.
+				if mode != "adaptive" && good < 0.94 {
+					t.Errorf("goodput %.3f× capacity from the stall's end, want ≥ 0.94\n%s", good, s.table(5, length))
+				}
+			})
+		}
 	}
 }

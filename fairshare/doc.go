@@ -30,9 +30,11 @@
 // takes no lock, and a flood of one-off clients evicts itself, not the
 // steady clients it races with.
 //
-// Per request: Share returns the entry's standing, read from one atomic
-// word Tick wrote; Done adds the decision (admitted, refused by the mode,
-// or shed) to one packed atomic counter. No allocation, no lock.
+// Per request: Share returns the entry's standing (and, within its share,
+// its bucket for the tick), read from one atomic word Tick wrote; Done
+// adds the decision (admitted, refused by the mode, or shed) to one
+// packed atomic counter, and a refusal that held room for a more
+// important class to a second one. No allocation, no lock.
 //
 // # Tick: rates, capacity, the fair level
 //
@@ -42,11 +44,30 @@
 // they part by 2× (a client that rose or fell is judged by what it sends
 // now). A class's capacity C is its admitted rate (τ = 1 s) while the mode
 // refused some of what it was given, and never falls while the mode took
-// everything. The class shares while the mode refused something within
-// the last second, and only while it has two active clients or more: a
-// lone client has no one to share with, so the mode alone decides it
-// (a filter there could only refuse what the mode would take while C
-// lags behind a start or a grown farm). Then the max-min fair level f solves
+// everything; a tick in which nothing arrived teaches nothing (a stalled
+// generator, an idle class: C is not forgotten). When the mode refuses in
+// a tick C rose to, C keeps what it admitted in that tick, if that is
+// above the smoothed rate (a sample of the capacity the smoothed rate
+// lags). And once the filter alone has been the limit for a second (the
+// mode refused nothing while the filter shed), C grows by 20% a tick
+// until the mode refuses. Decision: the marginal tier's probe alone does
+// not find the capacity when C was learned low (a start, while the mode's
+// model grew; a stall): what it offers goes to the clients just over f,
+// which may have no more to send, and a flood is held at f. The class
+// then stayed at 0.6× the farm with every client at f, polite ones
+// included (TestStartSeveralClients); after a 1.5 s stall C took over
+// 6 s to regain 90%, now 1.4 s (TestCapacityRegains). A refusal that only
+// holds room for a more important class (admission.RejectPriority) counts
+// as neither: it says when the classes above burst, not what the class
+// carries between their bursts. Followed, C sank with every burst, the
+// filter then let through less than the mode would take between them,
+// and C sank further (polite bronze beside gold, no flood: 74% with
+// sharing against 83% without). The class shares while the mode refused
+// something for its own capacity within the last second, and only while
+// it has two active clients or more: a lone client has no one to share
+// with, so the mode alone decides it (a filter there could only refuse
+// what the mode would take while C lags behind a start or a grown farm).
+// Then the max-min fair level f solves
 //
 //	Σ_c min(r_c, f) = C
 //
@@ -54,10 +75,28 @@
 //
 // # Standing
 //
-// A client with r ≤ f is WithinShare: the mode decides it as its class.
-// One that sends more than two ticks' worth of f within a tick is
-// OverShare for the rest of it (a client that starts to flood is not
-// believed until the tick sees it). A client over f gets:
+// A client with r ≤ f_in is WithinShare: the mode decides it as its
+// class. f_in is f, or the level of the capacity the class held over the
+// last 10 s (C smoothed, τ = 10 s) when C fell below it. Decision: a
+// client's standing does not follow a dip of C. In a stall of the box
+// (the farm frozen 1.5 s, the mode refusing what it cannot serve) C falls
+// to a tenth within the stall and takes seconds to regain; judged by it,
+// every polite client was over its share and refused as over_share for
+// up to 2 s after the farm was back (TestFairStall). Judged by the held
+// level, they stay within; the turns and the floods are still sized by
+// C, so the dip costs the over-share clients, not the polite ones, until
+// C is back (below).
+//
+// A within-share client has a bucket: it refills at f_in and holds 2 s of
+// it (burstWindow); the tick's requests past what it holds are OverShare
+// (a client that starts to flood gets at most the bucket before the next
+// tick judges it by its rate). Decision: a bucket over a window, as
+// HAProxy's per-source rate over a period, not a per-tick allowance: a
+// polite client's arrivals come in bursts (a generator that lagged sends
+// its backlog at once), and two ticks of f counted a third of a 1.5 s
+// burst over share (TestBurstWithinShare). Tick keeps the bucket and
+// publishes what it holds in the slot's state word, so Share reads it
+// with the standing: no extra load. A client over f gets:
 //
 //   - OverShare while it has its turn: decided as its class with room
 //     held for the within-share demand, as a class is decided with room
@@ -92,12 +131,16 @@
 // # Limits
 //
 // The capacity C is what the mode admitted while it refused some of what
-// it was given. A mode that refuses below the class's capacity -- batch
-// and threshold with the reserve, when the classes above burst -- makes
-// C an underestimate; when every client of the class is over f, turns
-// then offer the mode less than it would take, and the class admits less
-// than without sharing (polite bronze beside gold at 0.8×: about 74%
-// against 83%, TestFairGoldInBronzeFlood's log). Open.
+// it was given. A mode whose own refusals come in bursts that do not
+// shrink with the load it is offered (not the reserve, which is told
+// apart) still makes C an underestimate when every client is over f: the
+// turns then offer it less than it would take. A farm that grew is found
+// by the probe alone (a second or so in the simulations); the held level
+// only covers a capacity that sank and comes back. The other side of the held level: after a lasting
+// fall of the capacity (a backend lost), for some 10 s a client between
+// the new level and the held one still counts as within its share, and
+// competes with the polite clients in the mode as it would without
+// sharing.
 //
 // # Invariants
 //

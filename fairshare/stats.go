@@ -107,8 +107,10 @@ type ClassStats struct {
 	Clients, Over int
 	// Sharing: the class is shedding and shares its capacity.
 	Sharing bool
-	// Level is the fair level f, requests per second per client (+Inf
-	// while every client fits); Capacity the admitted rate it shares.
+	// Level is the fair level a client is within its share by (f, or
+	// that of the held capacity while the capacity dipped; doc.go,
+	// Standing), requests per second per client (+Inf while every client
+	// fits); Capacity the admitted rate it shares.
 	Level, Capacity float64
 	// ShedOver and ShedWithin count the class's refusals of clients over
 	// their share and within it, cumulative.

@@ -49,6 +49,13 @@ const (
 	// admitTau smooths the class's admitted rate, the capacity the fair
 	// level shares out.
 	admitTau = time.Second
+	// heldTau smooths the capacity into what the class held over the
+	// last seconds: a client is within its share by the fair level of
+	// the larger of the two (doc.go, Standing).
+	heldTau = 10 * time.Second
+	// riseGain: how fast, per tick, the capacity grows once the filter
+	// alone has been the limit for a second.
+	riseGain = 0.2
 	// keepSlack: a client in its turn keeps it while the turns' demand is
 	// within this share above their budget (the margin absorbs it), so
 	// that noise in the rates does not take turns away and give them back.
@@ -79,10 +86,13 @@ const (
 	// must have for sharing to act: below it there is nothing to share,
 	// and the mode's own verdicts (cascade, priority) say why.
 	minCapacity = 1.0
-	// allowTicks: a within-share client may send its fair level's worth
-	// of that many ticks in one tick before its further requests of the
-	// tick count as over share (a client that starts to flood).
-	allowTicks = 2
+	// burstWindow: a within-share client's bucket refills at the fair
+	// level and holds that many seconds of it; once it is empty, the
+	// client's further requests of the tick count as over share (a
+	// client that starts to flood). allowTicks: a client new in the tick
+	// may send its fair level's worth of that many ticks.
+	burstWindow = 2 * time.Second
+	allowTicks  = 2
 	// topN is how many top talkers Top keeps.
 	topN = 10
 )
@@ -145,6 +155,7 @@ type Table struct {
 	cnt     []atomic.Uint64 // this tick's decisions, packed (fields)
 	state   []atomic.Uint64 // stIn, stOn, stPartial, stOff | p<<32
 	score   []atomic.Uint32 // eviction score: the smoothed rate in milli-requests/s
+	prio    []atomic.Uint32 // this tick's refusals that held room for a more important class
 	cold    []cold          // guarded by the bucket's lock
 	tk      []tickSlot      // Tick's own
 	locks   []sync.Mutex    // one per bucket: insertion and Tick
@@ -186,6 +197,11 @@ type tickSlot struct {
 	// again: noise in f/rate must not end a turn and start it again.
 	psi  float64
 	done bool
+	// allow is the within-share requests the client may send in the
+	// tick (its bucket plus the tick's refill), as published; filled:
+	// its bucket is kept (the class shares and the client is within).
+	allow  float64
+	filled bool
 }
 
 // member is an active client of a class in one tick.
@@ -193,6 +209,7 @@ type member struct {
 	slot int32
 	key  uint64
 	rate float64 // its demand (demand)
+	n    uint64  // its requests in the last tick
 }
 
 // demand is the rate a client is judged by: its slow rate, which Poisson
@@ -222,6 +239,7 @@ type classState struct {
 	fill        float64 // the marginal tier's rate beyond the turns, /s
 	lastRefused int64
 	started     bool
+	held        float64 // the capacity smoothed over heldTau
 }
 
 // overEntry is one over-share client in a tick's computation.
@@ -259,6 +277,7 @@ func New(cfg Config) (*Table, error) {
 		cnt:     make([]atomic.Uint64, cfg.Slots),
 		state:   make([]atomic.Uint64, cfg.Slots),
 		score:   make([]atomic.Uint32, cfg.Slots),
+		prio:    make([]atomic.Uint32, cfg.Slots),
 		cold:    make([]cold, cfg.Slots),
 		tk:      make([]tickSlot, cfg.Slots),
 		locks:   make([]sync.Mutex, cfg.Slots/Ways),
@@ -353,8 +372,16 @@ func (t *Table) Share(class int, client uint64, addr netip.Addr) (Slot, admissio
 	switch st & 3 {
 	case stIn:
 		if cs := t.classes[class]; cs.active.Load() {
+			// Its bucket (Tick publishes what it holds for the tick, + 1;
+			// 0: a client new in the tick, the class's allowance).
+			lim := st >> 32
+			if lim == 0 {
+				lim = cs.allow.Load()
+			} else {
+				lim--
+			}
 			a, r, s := fields(t.cnt[slot].Load())
-			if a+r+s >= cs.allow.Load() {
+			if a+r+s >= lim {
 				return Slot(slot), admission.OverShare
 			}
 		}
@@ -403,6 +430,7 @@ func (t *Table) insert(base int, k uint64, class int, addr netip.Addr) int {
 		c.addr, c.v4, c.some = addr.As16(), addr.Is4(), true
 	}
 	t.cnt[victim].Store(0)
+	t.prio[victim].Store(0)
 	t.state[victim].Store(stIn)
 	t.score[victim].Store(0)
 	t.keys[victim].Store(k)
@@ -422,6 +450,9 @@ func (t *Table) Done(slot Slot, share admission.Share, v admission.Verdict) {
 	case v == admission.Admit:
 		t.cnt[slot].Add(oneAdmit)
 	case v == admission.RejectGone, v == admission.RejectNoBackend:
+	case v == admission.RejectPriority:
+		t.cnt[slot].Add(oneRefuse)
+		t.prio[slot].Add(1)
 	case share == admission.SpareOnly:
 		t.cnt[slot].Add(oneShed)
 	default:
@@ -460,7 +491,7 @@ func (t *Table) Tick(now time.Time) {
 	nowNs := now.UnixNano()
 	ar := 1 - math.Exp(-dt/rateTau.Seconds())
 	as := 1 - math.Exp(-dt/turnTau.Seconds())
-	type tally struct{ a, r, s, shedOver, shedIn, ma, mr uint64 }
+	type tally struct{ a, r, s, p, shedOver, shedIn, ma, mr uint64 }
 	var sums [64]tally
 	tallies := sums[:0]
 	if len(t.classes) <= len(sums) {
@@ -483,6 +514,7 @@ func (t *Table) Tick(now time.Time) {
 				t.tk[s] = tickSlot{key: key}
 			}
 			a, r, sh := fields(t.cnt[s].Swap(0))
+			pr := uint64(t.prio[s].Swap(0))
 			c := &t.cold[s]
 			n := a + r + sh
 			if c.since == 0 {
@@ -515,6 +547,7 @@ func (t *Table) Tick(now time.Time) {
 			x := &tallies[cl]
 			x.a += a
 			x.r += r
+			x.p += min(pr, r)
 			x.s += sh
 			switch t.tk[s].kind {
 			case stIn:
@@ -527,7 +560,7 @@ func (t *Table) Tick(now time.Time) {
 				x.shedOver += r + sh
 			}
 			if nowNs-c.seen <= int64(activeWindow) {
-				t.tick.lists[cl] = append(t.tick.lists[cl], member{slot: int32(s), key: key, rate: demand(c.rate, c.slow)})
+				t.tick.lists[cl] = append(t.tick.lists[cl], member{slot: int32(s), key: key, rate: demand(c.rate, c.slow), n: n})
 			}
 		}
 		mu.Unlock()
@@ -537,7 +570,7 @@ func (t *Table) Tick(now time.Time) {
 		cs.shedOver.Add(x.shedOver)
 		cs.shedIn.Add(x.shedIn)
 		cs.margin(float64(x.ma)/dt, x.mr > 0)
-		t.share(cs, i, t.tick.lists[i], x.a, x.r, x.s, dt, nowNs)
+		t.share(cs, i, t.tick.lists[i], x.a, x.r, x.p, x.s, dt, nowNs)
 	}
 	if t.tick.n%10 == 1 {
 		t.publishTop(nowNs)
@@ -546,23 +579,59 @@ func (t *Table) Tick(now time.Time) {
 
 // share recomputes one class: its capacity, its fair level, and every
 // active client's standing (doc.go, The rule). Called with t.tick held.
-func (t *Table) share(cs *classState, class int, slots []member, a, r, s uint64, dt float64, nowNs int64) {
+func (t *Table) share(cs *classState, class int, slots []member, a, r, p, s uint64, dt float64, nowNs int64) {
 	admRate := float64(a) / dt
-	if !cs.started {
+	follow := 1 - math.Exp(-dt/admitTau.Seconds())
+	switch {
+	case a+r+s == 0:
+		// Nothing offered (an idle class, a stalled client): nothing
+		// learned, and the capacity is not forgotten.
+	case !cs.started:
 		cs.started, cs.admitted = true, admRate
-	} else {
-		cs.admitted += (1 - math.Exp(-dt/admitTau.Seconds())) * (admRate - cs.admitted)
+	default:
+		cs.admitted += follow * (admRate - cs.admitted)
 	}
-	if r > 0 {
+	switch {
+	case r > p:
 		// The mode refused requests the filter let through: the class
-		// gets what it admitted.
+		// gets what it admitted -- its smoothed rate, or the tick's own
+		// if higher and below the capacity (the mode refused in the tick
+		// the capacity rose to: what it admitted then is a sample of its
+		// capacity, which the smoothed rate lags).
 		cs.lastRefused = nowNs
-		cs.capacity = cs.admitted
-	} else {
+		cs.capacity = max(cs.admitted, min(cs.capacity, admRate))
+	case r > 0:
+		// Its only refusals held room for a more important class
+		// (admission.RejectPriority): they say when the classes above
+		// burst, not what the class can carry between their bursts. The
+		// class does not start to share for them, and its capacity does
+		// not follow them down. (It did: the capacity sank with every
+		// burst, the filter let through less than the mode would take
+		// between them, the mode admitted less, and the capacity sank
+		// further -- polite bronze beside gold admitted 74% with
+		// sharing, 83% without.)
+		cs.capacity = max(cs.capacity, cs.admitted)
+	default:
 		// It had room for all it was given: the capacity is at least
 		// what it admitted. The marginal client, let through past the
 		// capacity, shows a capacity that grows (doc.go, The capacity).
 		cs.capacity = max(cs.capacity, cs.admitted)
+	}
+	if r == 0 && s > 0 && cs.active.Load() && nowNs-cs.lastRefused > int64(quietFor) {
+		// For a second the mode took all the filter let through while
+		// the filter turned some away: the filter, not the farm, is the
+		// limit, with a capacity that sank (a stall) or was learned low
+		// (a start, while the mode's model grew). The marginal tier's
+		// probe may not show it: the clients it goes to may have no more
+		// to send, and a flood is held at f. The capacity grows by
+		// riseGain a tick until the mode refuses again.
+		cs.capacity *= 1 + riseGain
+	}
+	if a+r+s > 0 {
+		if cs.held == 0 {
+			cs.held = cs.capacity
+		}
+		cs.held += (1 - math.Exp(-dt/heldTau.Seconds())) * (cs.capacity - cs.held)
 	}
 	cs.capa.Store(math.Float64bits(cs.capacity))
 	cs.clients.Store(int64(len(slots)))
@@ -585,6 +654,7 @@ func (t *Table) share(cs *classState, class int, slots []member, a, r, s uint64,
 		cs.level.Store(math.Float64bits(math.Inf(1)))
 		for _, m := range slots {
 			t.setState(m.slot, stIn, 0)
+			t.tk[m.slot].filled = false
 		}
 		return
 	}
@@ -595,21 +665,41 @@ func (t *Table) share(cs *classState, class int, slots []member, a, r, s uint64,
 	}
 	slices.Sort(rates)
 	f := waterLevel(rates, cs.capacity)
+	// Within its share by the level of the capacity the class held over
+	// the last seconds, if that is higher: a capacity that sank for a
+	// moment (a stall: the mode refused while the farm was frozen, and
+	// the capacity takes seconds to regain) does not make a client over
+	// its share that was within it, and within-share requests are
+	// decided as their class (doc.go, Standing).
+	fin := f
+	if cs.held > cs.capacity {
+		fin = waterLevel(rates, cs.held)
+	}
 	t.tick.rates = rates[:0]
 	var in float64
 	over := t.tick.over[:0]
+	refill, depth := fin*dt, fin*burstWindow.Seconds()
 	for _, m := range slots {
-		if m.rate <= f {
+		if m.rate <= fin {
 			in += m.rate
-			t.setState(m.slot, stIn, 0)
+			// Its bucket: what the last tick allowed less what it sent,
+			// refilled at the fair level, at most burstWindow of it; full
+			// when the client comes within its share or the class starts
+			// to share.
+			x := &t.tk[m.slot]
+			tokens := depth
+			if x.filled && x.kind == stIn {
+				tokens = min(depth, max(x.allow-float64(m.n), 0))
+			}
+			t.setAllow(m.slot, tokens+refill)
 			continue
 		}
 		over = append(over, overEntry{slot: m.slot, key: m.key, rate: m.rate})
 	}
-	cs.level.Store(math.Float64bits(f))
+	cs.level.Store(math.Float64bits(fin))
 	cs.inRate.Store(math.Float64bits(in))
 	cs.over.Store(int64(len(over)))
-	allow := uint64(allowTicks * TickInterval.Seconds() * min(f, 1e9))
+	allow := uint64(allowTicks * TickInterval.Seconds() * min(fin, 1e9))
 	cs.allow.Store(allow + 2)
 	cs.active.Store(true)
 	on := 0.0
@@ -745,6 +835,19 @@ func (t *Table) turns(over []overEntry, f, budget, fill float64, nowNs int64) fl
 		left -= p * e.rate
 	}
 	return on
+}
+
+// setAllow publishes a within-share slot's allowance for the tick: the
+// requests it may send within its share (Share reads it, + 1, from the
+// state word's high half).
+func (t *Table) setAllow(slot int32, allow float64) {
+	if t.keys[slot].Load() != t.tk[slot].key {
+		return
+	}
+	t.state[slot].Store(stIn | uint64(uint32(min(allow, math.MaxUint32-2))+1)<<32)
+	x := &t.tk[slot]
+	x.kind, x.on = stIn, false
+	x.allow, x.filled = allow, true
 }
 
 // setState publishes a slot's standing (p: a partial client's pass

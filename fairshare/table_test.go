@@ -139,44 +139,59 @@ func TestIdleFreed(t *testing.T) {
 // (no free slot). It returns per client what Share said.
 func floodTick(tb *Table, now time.Time, cap int, seen *[6][4]int) {
 	const tick = 10 // per second → per tick
-	order := make([]int, 0, 660)
-	for c := range 5 {
-		for range 120 / tick {
+	countsTick(tb, now, cap, [6]int{120 / tick, 120 / tick, 120 / tick, 120 / tick, 120 / tick, 6000 / tick}, seen, true)
+}
+
+// countsTick is floodTick with counts[c] requests of client c in the
+// tick; spare: spare-only requests are admitted while room is left (a
+// free slot), else always refused (the real modes take them only on a
+// free slot with nothing waiting).
+func countsTick(tb *Table, now time.Time, cap int, counts [6]int, seen *[6][4]int, spare bool) (admitted int) {
+	const tick = 10 // per second → per tick
+	order := make([]int, 0, 1000)
+	for c, n := range counts {
+		for range n {
 			order = append(order, c)
 		}
-	}
-	for range 6000 / tick {
-		order = append(order, 5)
 	}
 	r := rand.New(rand.NewPCG(uint64(now.UnixNano()), 9))
 	r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	// The mode holds room for the tiers in order, as the real modes hold
-	// it for the within-share demand: within share first, then over share
-	// and marginal, then spare only.
+	// it for the within-share demand: within share first (decided as
+	// they arrive), then over share and marginal, then spare only.
 	room := cap / tick
 	type held struct {
 		s  Slot
 		sh admission.Share
 	}
+	decide := func(h held) {
+		switch {
+		case room > 0 && (spare || h.sh != admission.SpareOnly):
+			room--
+			admitted++
+			tb.Done(h.s, h.sh, admission.Admit)
+		case h.sh == admission.SpareOnly:
+			tb.Done(h.s, h.sh, admission.RejectOverShare)
+		default:
+			tb.Done(h.s, h.sh, admission.RejectTest)
+		}
+	}
 	var tiers [4][]held
 	for _, c := range order {
 		s, sh := tb.Share(0, mix(uint64(c)+100), netip.Addr{})
 		seen[c][sh]++
+		if sh == admission.WithinShare {
+			decide(held{s, sh})
+			continue
+		}
 		tiers[sh] = append(tiers[sh], held{s, sh})
 	}
 	for _, tier := range tiers {
 		for _, h := range tier {
-			switch {
-			case room > 0:
-				room--
-				tb.Done(h.s, h.sh, admission.Admit)
-			case h.sh == admission.SpareOnly:
-				tb.Done(h.s, h.sh, admission.RejectOverShare)
-			default:
-				tb.Done(h.s, h.sh, admission.RejectTest)
-			}
+			decide(h)
 		}
 	}
+	return admitted
 }
 
 // TestFloodStanding: the table alone, with a mode that admits up to
@@ -283,5 +298,148 @@ func TestOneClientNeverShares(t *testing.T) {
 	}
 	if st := tb.Stats()[0]; st.Sharing || st.Clients != 1 {
 		t.Errorf("stats %+v: want one client, not sharing", st)
+	}
+}
+
+// TestBurstWithinShare: a polite client far below the fair level whose
+// arrivals come in bursts -- nothing for 1.5 s, then the 1.5 s it should
+// have sent in one tick, as from a load generator that lagged -- beside
+// a flood, is within its share for every request: its bucket (the fair
+// level, burstWindow deep) holds the burst. (A per-tick allowance of two
+// ticks of f counted a third of each burst over share.) A client that
+// starts to flood gets no more than the bucket holds before it is over
+// its share.
+func TestBurstWithinShare(t *testing.T) {
+	tb, _ := New(Config{Classes: []string{"web"}, Slots: 64, Rand: rand.New(rand.NewPCG(5, 6)).Uint32})
+	now := time.Unix(0, 0)
+	tb.Tick(now)
+	var warm, seen [6][4]int
+	for range 30 { // 3 s: the class shares, f ≈ 600/s
+		floodTick(tb, now, 1200, &warm)
+		now = now.Add(TickInterval)
+		tb.Tick(now)
+	}
+	sent := 0
+	for i := range 100 { // 10 s
+		counts := [6]int{0, 12, 12, 12, 12, 600}
+		if i%15 == 14 {
+			counts[0] = 15 * 12 // 1.5 s of 120/s at once
+		}
+		sent += counts[0]
+		countsTick(tb, now, 1200, counts, &seen, true)
+		now = now.Add(TickInterval)
+		tb.Tick(now)
+	}
+	st := tb.Stats()[0]
+	if !st.Sharing || st.Level < 300 {
+		t.Fatalf("stats %+v: want the class sharing, f ≈ 600/s", st)
+	}
+	if got := seen[0][admission.WithinShare]; got != sent {
+		t.Errorf("bursty polite client: %v (within, over, marginal, spare-only) of %d sent, want all within its share", seen[0], sent)
+	}
+	for c := 1; c < 5; c++ {
+		if seen[c][admission.WithinShare] != 100*12 {
+			t.Errorf("polite client %d: %v, want all within", c, seen[c])
+		}
+	}
+	// Client 1 starts to flood: 600 a tick. Its bucket holds at most
+	// burstWindow of f (plus a tick's refill a tick) before the tick it
+	// is judged over its share.
+	var rise [6][4]int
+	for range 5 {
+		countsTick(tb, now, 1200, [6]int{12, 600, 12, 12, 12, 600}, &rise, true)
+		now = now.Add(TickInterval)
+		tb.Tick(now)
+	}
+	f := tb.Stats()[0].Level
+	limit := int(f*(burstWindow.Seconds()+5*TickInterval.Seconds())) + 1
+	if got := rise[1][admission.WithinShare]; got > limit {
+		t.Errorf("a client that starts to flood: %d of 3000 requests within its share in 0.5 s, want at most the bucket, %d", got, limit)
+	}
+	t.Logf("bursty client %v; riser %v (f = %.0f/s)", seen[0], rise[1], f)
+}
+
+// TestCapacityRegains: the flood case's class through a stall -- for
+// 1.5 s the mode admits almost nothing of what it is given (a frozen
+// farm) -- then back at 1,200/s. Its capacity sinks with the stall; once
+// the filter alone has been the limit for a second, it grows by riseGain
+// a tick until the mode refuses, and is back at 90% within 2 s of the
+// stall's end. (The marginal tier's probe alone took over 6 s.) The mode here takes
+// spare-only requests never, as the real modes take them only on a free
+// slot with nothing waiting. The polite clients stay within their share
+// throughout.
+func TestCapacityRegains(t *testing.T) {
+	tb, _ := New(Config{Classes: []string{"web"}, Slots: 64, Rand: rand.New(rand.NewPCG(5, 6)).Uint32})
+	now := time.Unix(0, 0)
+	tb.Tick(now)
+	var seen [6][4]int
+	step := func(cap int) {
+		countsTick(tb, now, cap, [6]int{12, 12, 12, 12, 12, 600}, &seen, false)
+		now = now.Add(TickInterval)
+		tb.Tick(now)
+	}
+	for range 100 { // 10 s at capacity
+		step(1200)
+	}
+	before := tb.Stats()[0].Capacity
+	for range 15 { // the stall: 1.5 s
+		step(20)
+	}
+	low := tb.Stats()[0].Capacity
+	ticks := 0
+	for ; ticks < 60 && tb.Stats()[0].Capacity < 0.9*before; ticks++ {
+		step(1200)
+	}
+	t.Logf("capacity %.0f/s before the stall, %.0f at its end, back to 90%% after %v", before, low, time.Duration(ticks)*TickInterval)
+	if low > 0.5*before {
+		t.Fatalf("the capacity only sank to %.0f of %.0f: the case shows nothing", low, before)
+	}
+	if ticks > 20 {
+		t.Errorf("the capacity took %v to regain 90%% of %.0f/s after the stall, want ≤ 2 s", time.Duration(ticks)*TickInterval, before)
+	}
+	for c := range 5 {
+		if n := seen[c][admission.OverShare] + seen[c][admission.Marginal] + seen[c][admission.SpareOnly]; n > 0 {
+			t.Errorf("polite client %d: %v (within, over, marginal, spare-only), want all within", c, seen[c])
+		}
+	}
+}
+
+// TestStartSeveralClients: the flood case from a start, the mode's room
+// growing from 100/s to 1,200/s in a second (its model still learning),
+// and a mode that takes spare-only requests never (the real modes take
+// them only on a free slot with nothing waiting). The capacity learned
+// while the room grew was low; the marginal tier could not show more,
+// for the clients it went to (the polite ones, just over a fair level
+// that low) had nothing more to send, and the flood is held at f: the
+// class stayed at 0.6× the farm, every client at f, the polite ones over
+// their share. Once the filter alone has been the limit for a second the
+// capacity grows by riseGain a tick until the mode refuses, and a refusal
+// in the tick it rose keeps what the mode admitted then: the farm is
+// filled (≥ 0.9× over the last 5 s) and the polite clients are within
+// their share.
+func TestStartSeveralClients(t *testing.T) {
+	tb, _ := New(Config{Classes: []string{"web"}, Slots: 64, Rand: rand.New(rand.NewPCG(5, 6)).Uint32})
+	now := time.Unix(0, 0)
+	tb.Tick(now)
+	var early, seen [6][4]int
+	adm := 0
+	for i := range 100 {
+		room := min(100+100*i, 1200)
+		if i < 50 {
+			countsTick(tb, now, room, [6]int{12, 12, 12, 12, 12, 600}, &early, false)
+		} else {
+			adm += countsTick(tb, now, room, [6]int{12, 12, 12, 12, 12, 600}, &seen, false)
+		}
+		now = now.Add(TickInterval)
+		tb.Tick(now)
+	}
+	t.Logf("admitted %d/s over the last 5 s; standings %v", adm/5, seen)
+	if adm < 0.9*1200*5 {
+		t.Errorf("admitted %d/s over the last 5 s, want ≥ 0.9 × 1200", adm/5)
+	}
+	for c := range 5 {
+		if n := seen[c][admission.WithinShare]; n < 0.99*50*12 {
+			t.Errorf("polite client %d: %v (within, over, marginal, spare-only), want ≥ 99%% within", c, seen[c])
+		}
 	}
 }
