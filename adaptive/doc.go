@@ -253,26 +253,39 @@
 // (20 at the 95th: the fewest whose p-th percentile is not their
 // largest) is judged and a new one begins; a smaller one carries over to
 // the next Tick (a class at 30 requests a second is judged about every
-// three Ticks, one at 1,600 at every Tick). The class's rate is
-// multiplied by
+// three Ticks, one at 1,600 at every Tick). The class's rate becomes
 //
-//	g = L / max(1, X·R̄, F)
+//	r' = min(max(r, a)·g, ceil),   g = L / max(1, X·R̄, F)
 //
-// (at most to its ceiling, Headroom × its offered rate + HeadroomMin, or
-// its rate if higher), where L is the in-flight limit, X the farm's
-// completion rate since the class's last run, R̄ the mean of the counted
-// times and F the farm's in-flight count now -- X·R̄ its mean in-flight
-// count by Little's law, F the check that it is not higher now -- when
-// all of:
+// where r is its rate, a what it was admitted at over the window (with a
+// token and by the work-conserving rule), ceil its ceiling (Headroom ×
+// its offered rate + HeadroomMin, or r if higher), L the in-flight limit,
+// X the farm's completion rate over the window (or over the last Tick,
+// if higher), R̄ the mean of the counted times and F the farm's in-flight
+// count now -- X·R̄ its mean in-flight count by Little's law, F the check
+// that it is not higher now -- when all of:
 //
 //   - the window's p-th percentile by rank is at most the bound (at
 //     least ⌈p/100·n⌉ of them under it): far under the target;
 //   - g > SlowStartRoom (2): the farm holds under half of what the limit
 //     allows;
-//   - the class was refused something since its last run (by its bucket
-//     or the limit; an admission over target counts): it asks for more;
-//   - the farm's queue is not growing (QueueGrowth, as the increase);
+//   - the class was refused something in the window (by its bucket or
+//     the limit; an admission over target counts): it asks for more;
+//   - the farm's queue is not growing over the window (QueueGrowth, as
+//     the increase);
 //   - no more important class is over its target (§3.3).
+//
+// The climb stops where the farm starts queueing (Config.Queueing:
+// sentry's is the queue the latest completions met, estimator.QNow,
+// over a tenth of the target). Let C be what the farm completes per
+// second: the larger of its completion rates over the last ¾ and ½ of a
+// Timeout (farmCapacity). A step taken while the backends do not queue
+// is a trial; the first Tick that finds them queueing holds a trial rate
+// to C (r = min(r, C); the bucket keeps its tokens: a ceiling, not a
+// cut). A step taken while they queue, and every increase of a run
+// (the proportional and the band increase) while they queue at the run
+// or did at the last Tick, goes no higher than max(r, C). TCP's ssthresh
+// is the same idea: the window at the first loss.
 //
 // Then its smoothed percentile restarts at no more than the bound (it
 // described the overload, as a stale average does), and the samples
@@ -290,8 +303,40 @@
 // So the rate never outruns the brake, and the brake follows the farm:
 // L is Little's law on the farm's completions over the last second, and
 // grows as they do. Once the farm holds half the limit, the rule stops,
-// and the increase and the cuts above govern again. Why the
-// work-conserving rule's completions count: when the rate was cut low,
+// and the increase and the cuts above govern again. Why from a, what the
+// class was admitted at: F was measured at that rate, not at r; with r
+// cut to a few dozen a second the work-conserving rule admits most of
+// what gets through, and r·g took three or four Ticks to reach the
+// farm's capacity after a size shift's end, where a·g ≈ L/R̄ (for one
+// class, X ≈ a) is the throughput the limit allows at once. Why the
+// window for the refusal and queue tests: a class runs every NReq
+// completions (every 60 ms at 1,600/s), and since its last run a dozen
+// admissions against nine completions read as a growing queue, or no
+// refusal at all, and held the step back for most of a second.
+//
+// Why C once the backends queue: a full farm completes its capacity, so
+// C is a lower bound on it (the larger of two windows the closer, as
+// doneOver argues), and a rate above it only fills the queue up to the
+// in-flight limit; with r·g unbounded after an overload's end the rate
+// sat at RateMax with the limit alone holding the farm, and a second
+// with more slow requests than the limit's last second had put the p95
+// over the target before a cut from RateMax came. Not the last Tick's
+// window alone: a quarter of a second without a slow request reads 1.5×
+// the capacity on a farm with a heavy tail. Decisions on the stricter
+// forms: a ceiling at C on every rate at every Tick the backends queue
+// (not only a trial's) held a capacity shift's undoing at the old
+// capacity -- the farm still queues the shift's backlog while its
+// capacity has tripled, and what it completes lags -- and cost the fair
+// share's flood (docs/algorithms.md §12) a twentieth of its goodput: the
+// over-share tier leaves the within-share rate's tokens, so the rate must
+// stand above the capacity for the flood to fill what the polite clients
+// leave, and the in-flight limit is the brake there. Without
+// Config.Queueing the rule never holds (the controller knows no slot
+// count, and a busy farm is not a queueing one: an in-flight test, more
+// than X·target/10, read the capacity shift's 16 busy slots as a queue
+// and held its rate at 0.85× the new capacity).
+//
+// Why the work-conserving rule's completions count: when the rate was cut low,
 // most of what completes was admitted over target (an idle backend), and
 // with the token samples alone a class at 30/s would wait seconds for 20
 // of them; such a request met no queue, so it says nothing of what the
@@ -307,7 +352,10 @@
 // (sentry's defaults): without a limit nothing brakes a step.
 // testdata/slowstart.txt pins the step and its conditions;
 // TestSizeShiftEnd and control/testdata/recovery-size.txt check the
-// second after a size shift's end in every mode.
+// second after a size shift's end in every mode, and control's
+// TestSizeShiftEndPerSecond checks it second by second: the farm's
+// utilisation, the p95 against the run without the event, and the rate
+// while the backends queue.
 //
 // # Terminated requests
 //
