@@ -145,7 +145,7 @@ func TestRecoveryEveryMode(t *testing.T) {
 // completes 1,605 requests on average, but one with a few more of them
 // 1,300 (the run without the event has seconds at 0.8×).
 func TestSizeShiftEndPerSecond(t *testing.T) {
-	const seeds = 8
+	const seeds = 6
 	rc, _ := recCaseNamed("size-shift")
 	for _, mode := range []string{"adaptive", "auto", "batch"} {
 		util := make([]float64, 7)
