@@ -118,7 +118,8 @@ type Config struct {
 	// (doc.go, "Slow start"); while they are, no increase takes a rate
 	// above what the farm completes. Nil: never (the controller knows no
 	// slot count, and a busy farm is not a queueing one). Called at Ticks
-	// and runs only; must be safe for concurrent use.
+	// and runs, with the controller's lock held: it must not call the
+	// controller, and must be safe for concurrent use.
 	Queueing func() bool
 	// ShareRates, when set, is class's arrival rate within its clients'
 	// fair shares and that of the over-share clients in their turns, in
