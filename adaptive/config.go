@@ -111,6 +111,16 @@ type Config struct {
 	// NoIdle turns the work-conserving rule off: a request without a token
 	// is refused even on an idle farm (the paper's rule). Default false.
 	NoIdle bool
+	// Queueing, when set, tells whether the farm's backends are queueing
+	// now (sentry: the queue the latest completions met, estimator.QNow,
+	// is over a tenth of the target). The slow start climbs only while
+	// they are not, and ends at the farm's completion rate once they are
+	// (doc.go, "Slow start"); while they are, no increase takes a rate
+	// above what the farm completes. Nil: never (the controller knows no
+	// slot count, and a busy farm is not a queueing one). Called at Ticks
+	// and runs, with the controller's lock held: it must not call the
+	// controller, and must be safe for concurrent use.
+	Queueing func() bool
 	// ShareRates, when set, is class's arrival rate within its clients'
 	// fair shares and that of the over-share clients in their turns, in
 	// requests per second (package fairshare; docs/algorithms.md §12): a

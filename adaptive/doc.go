@@ -235,79 +235,71 @@
 //
 // # Slow start
 //
-// A rule beyond the paper, for the end of an overload: the
-// farm's capacity is back (a size shift or a slowdown is over, a backend
+// A rule beyond the paper, for the end of an overload: the farm's
+// capacity is back (a size shift or a slowdown is over, a backend
 // returned), the class's rate is still where the overload cut it, and
-// the increase above climbs back at most ×1.5 a second, once per run, on
-// samples that for a while still include the requests the overload left
-// in flight: seconds of idle capacity.
+// the increase above climbs back at most ×1.5 a second, on samples that
+// for a while still include the requests the overload left in flight.
 // TCP's answer is a slow start: a window that doubles each round trip
 // until loss. Here the in-flight limit plays the window's ceiling, and
 // the step is as large as the limit allows.
 //
-// For each class, its completions -- with a token (Observe) and by the
-// work-conserving rule (ObserveIdle: no sample of the percentile, but a
-// response time) -- are counted in a window: n, those over the bound
-// (1 + err_i)·target (half the target), and the sum of their times. At
-// each Tick (every Timeout/4) a window of at least 1/(1 − p/100) of them
-// (20 at the 95th: the fewest whose p-th percentile is not their
-// largest) is judged and a new one begins; a smaller one carries over to
-// the next Tick (a class at 30 requests a second is judged about every
-// three Ticks, one at 1,600 at every Tick). The class's rate is
-// multiplied by
+// Each class's completions with a response time (Observe, and
+// ObserveIdle: no sample, but a time) are counted in a window: n, those
+// over the bound (1 + err_i)·target, and the sum of their times. At each
+// Tick a window of at least 1/(1 − p/100) of them (20 at the 95th: the
+// fewest whose p-th percentile is not their largest) is judged and a new
+// one begins; a smaller one carries over. The rate becomes
 //
-//	g = L / max(1, X·R̄, F)
+//	r' = min(max(r, a)·g, ceil),   g = L / max(1, X·R̄, F)
 //
-// (at most to its ceiling, Headroom × its offered rate + HeadroomMin, or
-// its rate if higher), where L is the in-flight limit, X the farm's
-// completion rate since the class's last run, R̄ the mean of the counted
-// times and F the farm's in-flight count now -- X·R̄ its mean in-flight
-// count by Little's law, F the check that it is not higher now -- when
-// all of:
+// r the rate, a what the class was admitted at over the window (tokens
+// and the work-conserving rule), ceil the ceiling (Headroom × offered +
+// HeadroomMin, or r), L the in-flight limit, X the farm's completion rate
+// over the window (or the last Tick, if higher), R̄ the window's mean
+// time, F the in-flight count now (X·R̄ the mean one by Little's law),
+// when all of: the window's p-th percentile by rank is at most the bound;
+// g > SlowStartRoom (2); the class was refused something in the window
+// (an admission over target counts); the farm's queue did not grow over
+// it (QueueGrowth); no more important class is over its target (§3.3).
+// Its smoothed percentile then restarts at no more than the bound, the
+// samples from before the window are dropped (the requests in flight
+// when the overload ended), and it makes no run at that Tick.
 //
-//   - the window's p-th percentile by rank is at most the bound (at
-//     least ⌈p/100·n⌉ of them under it): far under the target;
-//   - g > SlowStartRoom (2): the farm holds under half of what the limit
-//     allows;
-//   - the class was refused something since its last run (by its bucket
-//     or the limit; an admission over target counts): it asks for more;
-//   - the farm's queue is not growing (QueueGrowth, as the increase);
-//   - no more important class is over its target (§3.3).
+// The climb stops where the backends start queueing (Config.Queueing;
+// sentry: QNow over a tenth of the target). With C what the farm
+// completes per second (the larger of its rates over the last ¾ and ½
+// Timeout), a step taken while they do not queue is a trial that the
+// first Tick finding them queueing holds to C (r = min(r, C), tokens
+// kept: TCP's ssthresh); a step taken while they queue, and a run's
+// increase while they queue, goes no higher than max(r, C).
 //
-// Then its smoothed percentile restarts at no more than the bound (it
-// described the overload, as a stale average does), and the samples
-// waiting for its next run that came before the window are dropped
-// (those of the requests in flight when the overload ended). The run
-// marks stay: the next
-// run measures since the last. Where the Tick steps, it makes no run.
-// The window is short at high rates, so that the stragglers of an
-// overload's end leave it within a Tick, and as long as 20 completions
-// take at low rates (a flash crowd's class, cut to a few dozen requests
-// a second).
+// Why g: a step to L/F is what the limit would let through anyway at the
+// measured response times, so the rate never outruns the brake, and L
+// grows with the completions. Why from a: F was measured at a, not r,
+// and with r cut low the work-conserving rule admits most of what gets
+// through (a·g ≈ L/R̄ for one class; r·g took three or four Ticks). Why
+// the window for the tests: a class runs every NReq completions (60 ms
+// at 1,600/s), and over that span noise read as a growing queue. Why C:
+// a queueing farm is full, so C bounds its capacity from below, and a
+// rate above it only fills the queue to the limit (unbounded, the rate
+// sat at RateMax after a size shift's end, and a second of more slow
+// requests put the p95 over). Decisions (docs/algorithms.md §11): no
+// ceiling at C on every rate whenever the backends queue (it held a
+// capacity shift's undoing at the old capacity and cost the fair share's
+// flood goodput); without Config.Queueing no hold (a busy farm is not a
+// queueing one, and the controller knows no slots). Why the
+// work-conserving rule's completions count: with the rate cut low they
+// are most of what completes; such a request met no queue (no sample),
+// but its time says the farm is fast. Why the percentile by rank: it is
+// the controller's own test; a stricter count refused the window after a
+// size shift's end on a couple of stray heavy requests.
 //
-// Why g: a step to L/F is what the in-flight limit would let through
-// anyway at the measured response times; beyond it the limit refuses.
-// So the rate never outruns the brake, and the brake follows the farm:
-// L is Little's law on the farm's completions over the last second, and
-// grows as they do. Once the farm holds half the limit, the rule stops,
-// and the increase and the cuts above govern again. Why the
-// work-conserving rule's completions count: when the rate was cut low,
-// most of what completes was admitted over target (an idle backend), and
-// with the token samples alone a class at 30/s would wait seconds for 20
-// of them; such a request met no queue, so it says nothing of what the
-// rate does to a queue (no sample), but its time does say that the farm
-// is fast now. Why the percentile by rank over a Tick's completions: it
-// is the controller's own test; a farm where a tenth of the requests
-// take twice the target can read as far under in some windows, and then
-// the room test holds the rule back (the in-flight count is at the
-// limit while the slow requests hold it); a stricter count refused the
-// window after a size shift's end on a couple of stray heavy requests.
-//
-// The rule acts only with the scaled rule and the in-flight limit
-// (sentry's defaults): without a limit nothing brakes a step.
-// testdata/slowstart.txt pins the step and its conditions;
-// TestSizeShiftEnd and control/testdata/recovery-size.txt check the
-// second after a size shift's end in every mode.
+// The rule acts only with the scaled rule and the in-flight limit:
+// without a limit nothing brakes a step. testdata/slowstart.txt pins it;
+// TestSizeShiftEnd, control/testdata/recovery-size.txt and control's
+// TestSizeShiftEndPerSecond check a size shift's end, the last second by
+// second (utilisation, p95, the rate while the backends queue).
 //
 // # Terminated requests
 //

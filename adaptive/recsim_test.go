@@ -36,6 +36,10 @@ type recSim struct {
 	pending recHeap
 	flight  int64
 	secs    []recSecond
+	// queue is the queueing delay the latest completion met (what
+	// sentry's estimator.QNow follows): Config.Queueing is queue over a
+	// tenth of the target.
+	queue time.Duration
 }
 
 type recSecond struct {
@@ -46,8 +50,8 @@ type recSecond struct {
 }
 
 type recDone struct {
-	arrive, end time.Time
-	over        bool
+	arrive, begin, end time.Time
+	over               bool
 }
 
 type recHeap []recDone
@@ -73,6 +77,7 @@ func newRecSim(t *testing.T, s *recSim, cfg Config) {
 	}
 	cfg.InFlight = func() int64 { return s.flight }
 	cfg.Idle = func() bool { return s.flight < int64(s.backends) }
+	cfg.Queueing = func() bool { return s.flight > 0 && s.queue > s.target/10 }
 	s.c, s.ck = newCtl(t, cfg)
 	s.free = make([]time.Time, s.workers)
 	for i := range s.free {
@@ -104,6 +109,7 @@ func (s *recSim) run(length time.Duration, seed uint64) {
 			tick(d.end)
 			s.ck.add(d.end.Sub(s.ck.now()))
 			s.flight--
+			s.queue = d.begin.Sub(d.arrive)
 			rt := d.end.Sub(d.arrive)
 			if d.over {
 				s.c.ObserveIdle(0, rt)
@@ -154,7 +160,7 @@ func (s *recSim) run(length time.Duration, seed uint64) {
 		end := begin.Add(s.service(svc, el))
 		s.free[i] = end
 		s.flight++
-		heap.Push(&s.pending, recDone{arrive: now, end: end, over: d.OverTarget})
+		heap.Push(&s.pending, recDone{arrive: now, begin: begin, end: end, over: d.OverTarget})
 	}
 	complete(start.Add(length))
 	tick(start.Add(length))

@@ -548,6 +548,16 @@ func (a *App) Idle() bool {
 	}
 	return a.QNow() <= time.Duration(a.rsla.Load())/10
 }
+
+// Queueing tells adaptive mode whether the backends are queueing now
+// (adaptive.Config.Queueing): QNow, the queue the latest completions
+// met, is over a tenth of R_sla -- batchac's quiet test and auto's
+// return test, negated. Adaptive mode's slow start climbs only while it
+// is false, and ends at the farm's completion rate once it is true.
+func (a *App) Queueing() bool {
+	return a.QNow() > time.Duration(a.rsla.Load())/10
+}
+
 func (a *App) Healthy() int           { return a.pool.Load().Healthy() }
 func (a *App) RSLA() time.Duration    { return time.Duration(a.rsla.Load()) }
 func (a *App) Rate(class int) float64 { return a.est.Rate(class, a.now()) }

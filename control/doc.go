@@ -208,13 +208,20 @@
 // backend back, η as the farm drains. Adaptive mode's rate, cut during
 // the event, climbs back by its slow start (package adaptive), which
 // counts the completions the work-conserving rule admitted (Done reports
-// them as ObserveIdle) as evidence that the farm is fast. Auto returns
-// to batch as above. recsim_test.go simulates the whole App on a manual
-// clock in front of a farm through an event and its end;
-// testdata/recovery-*.txt print the climb second by second for every
-// mode, and TestRecoveryEveryMode holds the second after the end at
-// about the capacity, with no more seconds over the target than the
-// same run without the event.
+// them as ObserveIdle) as evidence that the farm is fast, and stops
+// climbing where the backends start queueing: App.Queueing
+// (adaptive.Config.Queueing) is QNow over R_sla/10, the negation of the
+// quiet test batch mode and auto's return use, and a rate the slow start
+// raised comes back to what the farm completes once it is true. Auto
+// returns to batch as above. recsim_test.go simulates the whole App on a
+// manual clock in front of a farm through an event and its end, with the
+// farm's utilisation per second; testdata/recovery-*.txt print the climb
+// second by second for every mode, TestRecoveryEveryMode holds the
+// second after the end at about the capacity, with no more seconds over
+// the target than the same run without the event, and
+// TestSizeShiftEndPerSecond checks the size shift's end second by second:
+// the farm full, the p95 against the run without the event, adaptive
+// mode's rate while the backends queue.
 //
 // # Decisions
 //

@@ -225,6 +225,7 @@ func (a *App) startAdaptive(ac *policy.App, names []string, percentile float64) 
 	// requests that got a response (adaptive.Config.InFlight).
 	cfg.InFlight = a.Inflight
 	cfg.Idle = a.Idle
+	cfg.Queueing = a.Queueing
 	cfg.ShareRates = a.shareRates // fair share's tiers (fairshare.go)
 	c, err := adaptive.New(cfg)
 	if err != nil {

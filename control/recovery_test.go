@@ -119,3 +119,90 @@ func TestRecoveryEveryMode(t *testing.T) {
 		}
 	}
 }
+
+// TestSizeShiftEndPerSecond checks the size shift's end (recCases'
+// size-shift, e2e/scenarios/recover-size.yaml) second by second in every
+// mode, over seeds:
+//
+//   - from the second after the end on, the farm is full: its
+//     utilisation (the share of its slots' time spent serving) at least
+//     0.95 on average over the seeds, every second; and its goodput in
+//     the second after the end at least 0.95× the capacity on average;
+//   - the p95 of the admitted requests is within the target in every
+//     second after the end that the run without the event meets (batch
+//     mode, which misses about a third of the seconds at this load with
+//     or without the event: no more seconds than that run misses);
+//   - adaptive mode's rate (adaptive and auto) at a second's end while
+//     the backends queue is never at its ceiling (at most 2.5× the
+//     capacity; RateMax is 3.1×), and at most 1.25× the capacity in
+//     three quarters of those seconds: the slow start climbs only while
+//     the farm is not queueing, and what it raised comes back to what
+//     the farm completes once it queues (adaptive's doc.go, "Slow
+//     start").
+//
+// Utilisation is the check that separates admission from the farm's own
+// noise: at 0.5% of 500 ms requests a second at full utilisation
+// completes 1,605 requests on average, but one with a few more of them
+// 1,300 (the run without the event has seconds at 0.8×).
+func TestSizeShiftEndPerSecond(t *testing.T) {
+	const seeds = 6
+	rc, _ := recCaseNamed("size-shift")
+	for _, mode := range []string{"adaptive", "auto", "batch"} {
+		util := make([]float64, 7)
+		good := make([]float64, 7)
+		miss, baseMiss, queued, high := 0, 0, 0, 0
+		for seed := uint64(1); seed <= seeds; seed++ {
+			s := rc.build(true)
+			newCtlSim(t, s, mode)
+			s.run(t, rc.length, seed)
+			b := rc.build(false)
+			newCtlSim(t, b, mode)
+			b.run(t, rc.length, seed)
+			for k := range util {
+				i := rc.end + k
+				util[k] += s.util(i) / seeds
+				good[k] += float64(s.secs[i].good) / rc.capacity / seeds
+				if k == 0 {
+					continue // the end's own second: the slow requests admitted before it
+				}
+				over, baseOver := s.p95(i) > s.target, b.p95(i) > b.target
+				if over {
+					miss++
+				}
+				if baseOver {
+					baseMiss++
+				}
+				if over && !baseOver && mode == "adaptive" {
+					t.Errorf("%s, seed %d, second %d after the end: p95 %v over the target %v (the run without the event: %v)",
+						mode, seed, k, s.p95(i), s.target, b.p95(i))
+				}
+				if x := s.secs[i]; mode != "batch" && x.queueing {
+					queued++
+					if x.rate > 1.25*rc.capacity {
+						high++
+					}
+					if x.rate > 2.5*rc.capacity {
+						t.Errorf("%s, seed %d, second %d after the end: rate %.0f/s while the backends queue, over 2.5× the capacity (%.0f/s)",
+							mode, seed, k, x.rate, rc.capacity)
+					}
+				}
+			}
+		}
+		t.Logf("%s: seconds from the end's: utilisation %.2f, goodput/capacity %.2f; p95 over the target in %d seconds after it (%d without the event); rate over 1.25× the capacity in %d of %d seconds ending with the backends queueing",
+			mode, util, good, miss, baseMiss, high, queued)
+		for k := 1; k < len(util); k++ {
+			if util[k] < 0.95 {
+				t.Errorf("%s: second %d after the end: utilisation %.2f on average, want ≥ 0.95", mode, k, util[k])
+			}
+		}
+		if good[1] < 0.95 {
+			t.Errorf("%s: the second after the end: goodput %.2f× the capacity on average, want ≥ 0.95", mode, good[1])
+		}
+		if miss > baseMiss {
+			t.Errorf("%s: p95 over the target in %d seconds after the end, %d without the event", mode, miss, baseMiss)
+		}
+		if 4*high > queued {
+			t.Errorf("%s: rate over 1.25× the capacity in %d of %d seconds ending with the backends queueing, want at most a quarter", mode, high, queued)
+		}
+	}
+}

@@ -45,6 +45,7 @@ type ctlSim struct {
 	flight  atomic.Int64
 	healthy atomic.Int64
 	secs    []ctlSecond
+	start   time.Time // the run's start
 	seq     int
 	dbg     func(el time.Duration)
 }
@@ -68,9 +69,15 @@ type ctlJob struct {
 
 type ctlSecond struct {
 	offered, admitted, over, good, done int
-	lat                                 []time.Duration
-	mode                                admission.Mode
-	rate                                float64
+	// busy is the slot time the farm's servers spent serving in the
+	// second; busy / (servers × slots × 1 s) is its utilisation.
+	busy time.Duration
+	lat  []time.Duration
+	mode admission.Mode
+	rate float64
+	// queueing: the backends were queueing at the second's end
+	// (App.Queueing).
+	queueing bool
 }
 
 type ctlEvent struct {
@@ -147,6 +154,7 @@ func (s *ctlSim) run(t *testing.T, length time.Duration, seed uint64) {
 	arr := rand.New(rand.NewPCG(seed, 1))
 	svc := rand.New(rand.NewPCG(seed, 2))
 	start := s.ck.now()
+	s.start = start
 	s.secs = make([]ctlSecond, int(length/time.Second))
 	key := []byte("/search")
 	var next50 time.Time = start
@@ -167,6 +175,7 @@ func (s *ctlSim) run(t *testing.T, length time.Duration, seed uint64) {
 				if i := int(el/time.Second) - 1; i < len(s.secs) {
 					s.secs[i].mode = s.a.Mode()
 					s.secs[i].rate = s.a.adp.Load().State(0).Rate
+					s.secs[i].queueing = s.a.Queueing()
 				}
 			}
 			next50 = next50.Add(50 * time.Millisecond)
@@ -270,6 +279,7 @@ func (s *ctlSim) dispatch(j *ctlJob, now time.Time, svc *rand.Rand, el time.Dura
 func (s *ctlSim) startJob(j *ctlJob, now time.Time) {
 	s.srv[j.server].busy++
 	j.start = now
+	s.addBusy(now, now.Add(j.svc))
 	s.seq++
 	heap.Push(&s.events, ctlEvent{at: now.Add(j.svc), seq: s.seq, job: j})
 }
@@ -295,6 +305,29 @@ func (s *ctlSim) finish(j *ctlJob, now, start time.Time) {
 			x.good++
 		}
 	}
+}
+
+// addBusy counts the slot time [from, to) to the seconds it falls in.
+func (s *ctlSim) addBusy(from, to time.Time) {
+	if s.secs == nil {
+		return
+	}
+	el, end := from.Sub(s.start), to.Sub(s.start)
+	for el < end {
+		i := int(el / time.Second)
+		if i >= len(s.secs) {
+			return
+		}
+		next := min(end, time.Duration(i+1)*time.Second)
+		s.secs[i].busy += next - el
+		el = next
+	}
+}
+
+// util is the farm's utilisation in second i: the share of its slots'
+// time spent serving.
+func (s *ctlSim) util(i int) float64 {
+	return float64(s.secs[i].busy) / float64(time.Duration(s.servers*s.slots)*time.Second)
 }
 
 func (s *ctlSim) p95(i int) time.Duration {
