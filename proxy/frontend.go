@@ -57,6 +57,9 @@ type frontend struct {
 		mu       sync.Mutex
 		conns    map[*ownConn]struct{}
 		draining bool
+		// illegal counts the h2 streams' illegal phase moves
+		// (h2phase.go; sentry_h2_illegal_transitions_total).
+		illegal atomic.Uint64
 	}
 	h2Workers h2Workers
 	done      chan struct{}
