@@ -56,9 +56,12 @@ func (fe *frontend) serveH2Stream(x *ownStream) {
 		case <-t.C:
 		}
 	}
-	start := time.Now()
 	p := fe.p
 	rt := fe.route.Load()
+	if fe.serveCore(x, rt) {
+		return
+	}
+	start := time.Now()
 	peer := x.peer()
 	hr := h2ReqPool.Get().(*h2Req)
 	defer hr.release()
@@ -194,6 +197,28 @@ func (fe *frontend) serveH2Stream(x *ownStream) {
 		p.recordCtx(a, rt.Access, ctx, o, u, start, &ae)
 	}
 	x.finish(truncated)
+}
+
+// serveCore serves x on the exchange core's goroutine driver (gdrive.go)
+// when the driver covers what the stream needs; false leaves it to
+// serveH2Stream's own path.
+func (fe *frontend) serveCore(x *ownStream, rt *pipeline.Route) bool {
+	w, s := x.w, x.s
+	if w == nil || !s.EndedByHead() || x.Err() != nil {
+		return false
+	}
+	a := rt.Lookup(s.Authority())
+	if a == nil || !a.LoopOK {
+		return false
+	}
+	if w.d == nil {
+		w.d = newGdriver(&fe.genv, fe.p.resp)
+	}
+	if !w.d.takesStream(x, a, fe.p.cur.Load().snap.Server.MaxHeaderBytes) {
+		return false
+	}
+	w.d.serve(x, a, rt.Access)
+	return true
 }
 
 // s2b is s's bytes, not copied (read only).

@@ -28,6 +28,7 @@ import (
 type ownStream struct {
 	oc *ownConn
 	s  *h2srv.Stream
+	w  *h2Worker // the worker running it
 	// dataSig (body bytes, the body's end, a reset) and writeSig (queued
 	// response data sent, a reset) are made under ownConn.mu by the first
 	// wait that needs one (most streams never wait); signalling a nil one

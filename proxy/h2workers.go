@@ -31,6 +31,7 @@ type h2Workers struct {
 type h2Worker struct {
 	ch     chan *ownStream // nil: end
 	parked int64           // when it went idle (Unix ns)
+	d      *gdriver        // the exchange core's driver, made at its first use (ownStream.driver)
 }
 
 const h2WorkerIdle = 10 * time.Second
@@ -86,6 +87,7 @@ func (ws *h2Workers) loop(w *h2Worker, st *ownStream) {
 	defer ws.live.Add(-1)
 	h2GrowStack(0)
 	for st != nil {
+		st.w = w
 		ws.serve(st)
 		ws.mu.Lock()
 		if ws.stopped {

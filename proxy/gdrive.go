@@ -1,0 +1,723 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sentry-proxy/sentry/proxy/exchange"
+	"github.com/sentry-proxy/sentry/proxy/h2srv"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/sentry-proxy/sentry/proxy/respbuf"
+)
+
+// gdrive.go: the exchange core's blocking driver on a goroutine. It runs
+// the loop every driver runs -- event in, action out -- with blocking
+// I/O between the calls: a dial, a write, a read under the core's
+// deadline, a wait for a batch run. It serves the h2 workers' streams
+// the core covers (takesStream); the rest stay on serveH2Stream.
+//
+// What the driver owns: the backend connection (gpool keeps it between
+// exchanges), the deadlines (read and write deadlines at the core's
+// Deadline and TermAt: no timer goroutine), the wait at
+// max_conns_per_backend (gwaitPoll), the client's side (the stream's h2
+// core: h2core.go). What the core owns is package exchange's doc.
+
+// gwaitPoll is how often an exchange waiting for a connection at
+// max_conns_per_backend looks again: a connection freed by the loops or
+// fasthttp does not wake it.
+const gwaitPoll = 2 * time.Millisecond
+
+// gbufSize is the backend read buffer: a response head must fit in it
+// (as on the loops), body bytes pass through it.
+const gbufSize = backendHeaderBytes
+
+var errGone = errors.New("client gone")
+
+// gfield is one field of an answer sentry writes itself.
+type gfield struct{ name, value []byte }
+
+// gdriver is one goroutine's driver: an Exchange and what its steps
+// use, kept and reused by an h2 worker (one per worker, so making an ID
+// takes no lock).
+type gdriver struct {
+	ex   exchange.Exchange
+	sc   exchange.Scratch
+	rh   pipeline.RawHead
+	hd   exchange.Head
+	wake chanWaker
+
+	// mu guards bc and gone against the stream's cut (interrupt), which
+	// runs on another goroutine.
+	mu   sync.Mutex
+	bc   net.Conn           // the backend connection bound (nil: none)
+	bu   *pipeline.Upstream // the backend bc counts against
+	gone bool               // the client reset the stream
+	intr func()             // interrupt, bound once
+
+	buf     []byte // the backend's bytes: a head until whole, then body
+	n       int
+	dec     []byte // a chunked body decoded
+	ct      pipeline.ChunkTracker
+	chunked bool
+	rid     []byte // the app's request-ID header name
+	num     []byte
+	date    []byte
+	dateSec int64
+	fields  []gfield
+	cur     *ownStream // the stream being served (set under mu)
+
+	// Response buffering (docs/buffering.md): once the client cannot
+	// take the body as fast as the backend sends it, the body goes into
+	// rb (under the process's budget), so that the backend is read to the
+	// end and released; the client then takes it from rb at its pace.
+	bud       *respbuf.Budget
+	rb        respbuf.Buffer
+	buffering bool
+	out       []byte // what is read from rb for the client
+	pend      []byte // of out, what the client has not taken yet
+
+	// What waits for Finish: the body's last bytes (last), or the whole
+	// head of a response without a body (held: status and fields, their
+	// bytes in arena).
+	last   []byte
+	held   bool
+	status int
+	arena  []byte
+}
+
+func newGdriver(env *exchange.Env, bud *respbuf.Budget) *gdriver {
+	d := &gdriver{wake: make(chanWaker, 1), buf: make([]byte, gbufSize), bud: bud}
+	d.ex.Init(env, &d.sc)
+	d.intr = d.interrupt
+	return d
+}
+
+// takesStream tells whether the core's driver serves st for app a, and
+// fills d.hd with its neutral head: a request that ended with its head
+// (the body's buffering, timeouts and rate stay serveH2Stream's), for an
+// app the core relays (plain HTTP/1.1 backends at IP:port: LoopOK), with
+// a head the HTTP/1.1 path would serve (exchange.StreamHead).
+func (d *gdriver) takesStream(st *ownStream, a *pipeline.App, maxHeader int) bool {
+	s := st.s
+	if a == nil || !a.LoopOK || !s.EndedByHead() || string(s.Method()) == "CONNECT" {
+		return false
+	}
+	hd, ok := exchange.StreamHead(s, a, &d.rh, maxHeader)
+	if !ok {
+		return false
+	}
+	hd.TLS = st.isTLS()
+	d.hd = hd
+	return true
+}
+
+// serve runs the exchange of st (its head in d.hd, for app a) to its end.
+func (d *gdriver) serve(st *ownStream, a *pipeline.App, logs bool) {
+	d.mu.Lock()
+	d.gone, d.cur = false, st
+	d.mu.Unlock()
+	defer d.done()
+	stop := st.afterCut(d.intr)
+	defer stop()
+	d.rid = append(d.rid[:0], a.ReqID...)
+	ex := &d.ex
+	act := ex.Start(a, &d.hd, st.peer(), d.wake, logs, time.Now())
+	for act != exchange.None {
+		act = d.step(st, act)
+	}
+}
+
+// step carries out one action and returns the next (None: the exchange
+// is done).
+func (d *gdriver) step(st *ownStream, act exchange.Action) exchange.Action {
+	ex := &d.ex
+	switch act {
+	case exchange.Park:
+		return d.park(st)
+	case exchange.Connect:
+		return d.connect(st)
+	case exchange.Wait:
+		return d.wait(st)
+	case exchange.Send:
+		return d.send()
+	case exchange.Cut:
+		d.drop()
+		return ex.Terminate(time.Now())
+	case exchange.Reply:
+		d.drop()
+		d.reply(st)
+	case exchange.Finish:
+		// Recorded before the response's last bytes go out (see reply):
+		// they wait in d.last, rb, or, for a response without a body,
+		// its whole head in d.held.
+		d.release()
+		ex.Done(time.Now())
+		switch {
+		case d.held:
+			d.held = false
+			st.coreReply(d.status, d.fields, nil)
+		case d.buffering:
+			d.unbuffer(st)
+		case st.phase == phHead:
+			st.coreData(d.last, true)
+		}
+		d.last = nil
+		st.coreDrain()
+	case exchange.Abort:
+		d.drop()
+		d.stopBuffering()
+		gone := ex.Outcome() == pipeline.OutClientGone
+		ex.Done(time.Now())
+		if !gone {
+			st.coreReset(h2srv.InternalError)
+		}
+	default:
+		// (WriteHead, Forward: carried out where the read returns them.)
+		panic("gdrive: unexpected action " + act.String())
+	}
+	return exchange.None
+}
+
+// park waits for the batch run's decision, or the client's reset.
+func (d *gdriver) park(st *ownStream) exchange.Action {
+	ex := &d.ex
+	pend := ex.Pending()
+	done := st.Done()
+	for {
+		select {
+		case <-d.wake:
+			if dec, ok := pend.Result(); ok {
+				return ex.Resume(dec, &d.hd, time.Now())
+			}
+		case <-done:
+			return ex.Abort(pipeline.OutClientGone)
+		}
+	}
+}
+
+// connect binds a connection to the core's Upstream: a kept one, or a new
+// one (dialled within the connect timeout), or Capped.
+func (d *gdriver) connect(st *ownStream) exchange.Action {
+	d.drop() // (a retry's: the connection of the attempt that failed)
+	ex := &d.ex
+	u := ex.Upstream()
+	now := time.Now()
+	if c := connsOf(u).take(now); c != nil {
+		if !d.bind(c) {
+			return ex.Abort(pipeline.OutClientGone)
+		}
+		return ex.Bound(false, true, now)
+	}
+	if capped(ex.App(), u) {
+		return ex.Capped(now)
+	}
+	ex.Bound(true, false, now)
+	c, err := gdial(st, u, time.Duration(ex.App().Shared.Connect.Load()))
+	now = time.Now()
+	switch {
+	case st.Err() != nil:
+		if c != nil {
+			closeConn(u, c)
+		}
+		return ex.Abort(pipeline.OutClientGone)
+	case err != nil:
+		return ex.ConnectFailed(err, now)
+	}
+	if !d.bind(c) {
+		return ex.Abort(pipeline.OutClientGone)
+	}
+	if t := ex.TermAt(); t != 0 && now.UnixNano() >= t {
+		if act := ex.Tick(now); act != exchange.None {
+			return act
+		}
+	}
+	return ex.Connected(now)
+}
+
+// wait waits, at max_conns_per_backend, for room under the cap (Bound
+// with a new connection's connect) until the core's Deadline (Expire),
+// or the client's reset.
+func (d *gdriver) wait(st *ownStream) exchange.Action {
+	ex := &d.ex
+	u := ex.Upstream()
+	t := time.NewTicker(gwaitPoll)
+	defer t.Stop()
+	done := st.Done()
+	for {
+		select {
+		case <-done:
+			return ex.Abort(pipeline.OutClientGone)
+		case now := <-t.C:
+			if connsOf(u).peek() || !capped(ex.App(), u) {
+				return exchange.Connect // (the same attempt: connect takes it)
+			}
+			if dl := ex.Deadline(); dl != 0 && now.UnixNano() >= dl {
+				return ex.Expire(now)
+			}
+		}
+	}
+}
+
+// done ends the driver's hold on its stream.
+func (d *gdriver) done() {
+	d.mu.Lock()
+	d.cur = nil
+	d.mu.Unlock()
+}
+
+// bind makes c the exchange's backend connection; false if the client
+// went meanwhile (c is closed).
+func (d *gdriver) bind(c net.Conn) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gone {
+		closeConn(d.ex.Upstream(), c)
+		return false
+	}
+	d.bc, d.bu = c, d.ex.Upstream()
+	return true
+}
+
+// interrupt is the stream's cut: a blocked read or write on the backend
+// returns at once.
+func (d *gdriver) interrupt() {
+	d.mu.Lock()
+	if d.cur == nil || d.cur.Err() == nil {
+		// A cut of a stream served before (the cut runs on a goroutine
+		// of its own): not this one's.
+		d.mu.Unlock()
+		return
+	}
+	d.gone = true
+	if d.bc != nil {
+		_ = d.bc.SetDeadline(time.Unix(1, 0))
+	}
+	d.mu.Unlock()
+}
+
+// setDeadline sets the backend connection's deadlines to the core's
+// next: the earlier of Deadline and TermAt (none when neither is set),
+// unless the client went (the interrupt's deadline stays).
+func (d *gdriver) setDeadline() {
+	ex := &d.ex
+	dl := ex.Deadline()
+	if t := ex.TermAt(); t != 0 && (dl == 0 || t < dl) {
+		dl = t
+	}
+	var at time.Time
+	if dl != 0 {
+		at = time.Unix(0, dl)
+	}
+	d.mu.Lock()
+	if !d.gone {
+		_ = d.bc.SetDeadline(at)
+	}
+	d.mu.Unlock()
+}
+
+// drop closes the backend connection bound, if any (never kept).
+func (d *gdriver) drop() {
+	d.mu.Lock()
+	c, u := d.bc, d.bu
+	d.bc, d.bu = nil, nil
+	d.mu.Unlock()
+	if c != nil {
+		closeConn(u, c)
+	}
+	d.n = 0
+}
+
+// release gives the backend connection back at Finish: kept when the
+// core says so.
+func (d *gdriver) release() {
+	d.mu.Lock()
+	c, u := d.bc, d.bu
+	d.bc, d.bu = nil, nil
+	d.mu.Unlock()
+	d.n = 0
+	if c == nil {
+		return
+	}
+	if !d.ex.Reusable() {
+		closeConn(u, c)
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	connsOf(u).put(u, c, time.Now())
+}
+
+// timedOut acts on a backend read or write that returned a timeout: the
+// client's reset, the termination timer (Tick), the core's Deadline
+// (Expire), or none of them yet (None: go on).
+func (d *gdriver) timedOut(now time.Time) exchange.Action {
+	ex := &d.ex
+	d.mu.Lock()
+	gone := d.gone
+	d.mu.Unlock()
+	switch {
+	case gone:
+		return ex.Abort(pipeline.OutClientGone)
+	case ex.TermAt() != 0 && now.UnixNano() >= ex.TermAt():
+		return ex.Tick(now)
+	case ex.Deadline() != 0 && now.UnixNano() >= ex.Deadline():
+		return ex.Expire(now)
+	}
+	return exchange.None
+}
+
+// send writes the request to the backend, then reads its answer.
+func (d *gdriver) send() exchange.Action {
+	ex := &d.ex
+	for len(ex.Unsent()) > 0 {
+		d.setDeadline()
+		n, err := d.bc.Write(ex.Unsent())
+		ex.Wrote(n)
+		if err == nil {
+			continue
+		}
+		now := time.Now()
+		if isTimeout(err) {
+			if act := d.timedOut(now); act != exchange.None {
+				return act
+			}
+			continue
+		}
+		return ex.Broke(pipeline.FailBroken, now)
+	}
+	return d.read()
+}
+
+// read reads the backend's answer until the exchange's next action that
+// is not the driver's to carry out alone.
+func (d *gdriver) read() exchange.Action {
+	ex := &d.ex
+	for {
+		if d.n == len(d.buf) {
+			// A response head larger than the buffer.
+			return ex.Broke(pipeline.FailNoRetry, time.Now())
+		}
+		d.setDeadline()
+		n, err := d.bc.Read(d.buf[d.n:])
+		now := time.Now()
+		if n > 0 {
+			d.n += n
+			k, act := ex.Read(d.buf[:d.n], now)
+			switch act {
+			case exchange.None:
+				continue
+			case exchange.WriteHead:
+				act = d.writeHead(k)
+			case exchange.Forward, exchange.Finish:
+				act = d.forward(d.buf[:k], act)
+			}
+			if act != exchange.Forward {
+				return act
+			}
+			continue
+		}
+		switch {
+		case err == nil:
+		case isTimeout(err):
+			if act := d.timedOut(now); act != exchange.None {
+				return act
+			}
+		case ex.State() == exchange.Relaying:
+			act := ex.Closed()
+			if act == exchange.Finish {
+				act = d.forward(nil, act)
+			}
+			return act
+		default:
+			return ex.Broke(pipeline.FailBroken, now)
+		}
+	}
+}
+
+// writeHead carries out WriteHead: the head is k bytes of d.buf; the
+// measured time ends now (Relay), the head goes to the client as HEADERS,
+// and the body bytes that came with it follow (Body).
+func (d *gdriver) writeHead(k int) exchange.Action {
+	ex := &d.ex
+	ex.Relay(time.Now())
+	st := d.cur
+	_, rh := ex.Response()
+	d.chunked, d.ct = rh.Chunked, pipeline.ChunkTracker{}
+	if ex.NoBody() {
+		d.holdHead()
+	} else if !st.coreHead(ex, d.rid) {
+		return ex.Abort(pipeline.OutClientGone)
+	}
+	rest := d.buf[k:d.n]
+	n, act := ex.Body(rest, false)
+	switch act {
+	case exchange.Forward, exchange.Finish:
+		return d.forward(rest[:n], act)
+	}
+	return act
+}
+
+// forward passes body bytes b on as DATA (a chunked body decoded), with
+// END_STREAM at Finish, or into the response buffer; Forward means "read
+// on". The read buffer is free again after it.
+func (d *gdriver) forward(b []byte, act exchange.Action) exchange.Action {
+	ex := &d.ex
+	st := d.cur
+	d.n = 0
+	if d.chunked && len(b) > 0 {
+		d.dec, _, _, _ = d.ct.Decode(d.dec[:0], b)
+		b = d.dec
+	}
+	end := act == exchange.Finish
+	if d.held {
+		return act // (no body goes: the head goes alone at Finish)
+	}
+	if !d.buffering && len(b) > 0 && !end && ex.MayBuffer() && d.bud.On() {
+		// The client takes it now, or the buffer does.
+		queued, ok := st.coreTry(b)
+		if !ok {
+			return ex.Abort(pipeline.OutClientGone)
+		}
+		if queued {
+			return act
+		}
+		d.buffering = true
+		d.rb.Start(d.bud, respbuf.OSFiles{})
+	}
+	if d.buffering {
+		// (At Finish the rest goes from rb: unbuffer.)
+		if !d.hold(st, b) || !d.push(st) {
+			return ex.Abort(pipeline.OutClientGone)
+		}
+		return act
+	}
+	if end {
+		d.last = b // (it goes with the end, at Finish)
+		return act
+	}
+	if len(b) > 0 && !st.coreData(b, false) {
+		return ex.Abort(pipeline.OutClientGone)
+	}
+	ex.ReadAgain(time.Now()) // a write that waited held the idle deadline off
+	return act
+}
+
+// holdHead keeps the head of a response without a body (its fields
+// copied into d.arena) for Finish, where it goes, with END_STREAM, after
+// the exchange is recorded: as coreHead writes it.
+func (d *gdriver) holdHead() {
+	ex := &d.ex
+	data, rh := ex.Response()
+	d.held, d.status = true, rh.Status
+	ar := d.arena[:0]
+	type at struct{ n0, n1, v0, v1 int }
+	var spans [pipeline.MaxRawFields + 1]at
+	k := 0
+	for i := 0; i < rh.NFields; i++ {
+		v, keep := ex.RespField(i)
+		if !keep {
+			continue
+		}
+		f := &rh.Fields[i]
+		if v == nil {
+			v = f.Value.Of(data)
+		}
+		n0 := len(ar)
+		ar = append(ar, f.Name.Of(data)...)
+		v0 := len(ar)
+		ar = append(ar, v...)
+		spans[k] = at{n0, v0, v0, len(ar)}
+		k++
+	}
+	n0 := len(ar)
+	ar = append(ar, d.rid...)
+	v0 := len(ar)
+	ar = append(ar, ex.ID()...)
+	spans[k] = at{n0, v0, v0, len(ar)}
+	k++
+	d.arena = ar
+	fs := d.fields[:0]
+	for _, sp := range spans[:k] {
+		fs = append(fs, gfield{ar[sp.n0:sp.n1], ar[sp.v0:sp.v1]})
+	}
+	d.fields = fs
+}
+
+// hold puts b in the response buffer; when the buffer's limits refuse
+// part of it, the client takes from the buffer at its pace until the rest
+// fits (the response then goes as unbuffered). False: the client went.
+func (d *gdriver) hold(st *ownStream, b []byte) bool {
+	for len(b) > 0 {
+		k := d.rb.Write(b)
+		if b = b[k:]; len(b) == 0 {
+			break
+		}
+		if len(d.pend) == 0 && d.rb.Len() == 0 {
+			// Nothing ahead of it: the rest goes at the client's pace.
+			if !st.coreData(b, false) {
+				return false
+			}
+			break
+		}
+		if !d.sendBuffered(st, false) {
+			return false
+		}
+		d.ex.ReadAgain(time.Now())
+	}
+	return true
+}
+
+// next is the next piece of the buffered body for the client (empty:
+// none); false if the buffer's file failed.
+func (d *gdriver) next() ([]byte, bool) {
+	if len(d.pend) > 0 || d.rb.Len() == 0 {
+		return d.pend, true
+	}
+	if d.out == nil {
+		d.out = make([]byte, gbufSize)
+	}
+	n, err := d.rb.Read(d.out)
+	if err != nil {
+		return nil, false
+	}
+	d.pend = d.out[:n]
+	return d.pend, true
+}
+
+// push passes buffered pieces to the client while it takes them without
+// a wait. False: the client went.
+func (d *gdriver) push(st *ownStream) bool {
+	for {
+		p, ok := d.next()
+		if !ok {
+			return false
+		}
+		if len(p) == 0 {
+			return true
+		}
+		queued, ok := st.coreTry(p)
+		if !ok {
+			return false
+		}
+		if !queued {
+			return true
+		}
+		d.pend = nil
+	}
+}
+
+// sendBuffered passes buffered pieces to the client, waiting for it as
+// coreData does: all of them (all), or one. False: the client went.
+func (d *gdriver) sendBuffered(st *ownStream, all bool) bool {
+	for {
+		p, ok := d.next()
+		if !ok {
+			return false
+		}
+		if len(p) == 0 {
+			return true
+		}
+		if !st.coreData(p, false) {
+			return false
+		}
+		d.pend = nil
+		if !all {
+			return true
+		}
+	}
+}
+
+// unbuffer sends the rest of a buffered response, and its end, once the
+// backend's part is over.
+func (d *gdriver) unbuffer(st *ownStream) {
+	ok := d.sendBuffered(st, true)
+	d.stopBuffering()
+	if ok {
+		st.coreData(nil, true)
+	} else {
+		st.coreReset(h2srv.InternalError)
+	}
+}
+
+// stopBuffering gives the response buffer back.
+func (d *gdriver) stopBuffering() {
+	if d.buffering {
+		d.rb.Close()
+		d.buffering, d.pend = false, nil
+	}
+}
+
+// reply writes the core's Reply (sentry's own answer) and completes the
+// exchange.
+func (d *gdriver) reply(st *ownStream) {
+	ex := &d.ex
+	r := ex.Reply()
+	body := r.Body
+	if ex.HeadRequest() {
+		body = nil
+	}
+	fs := d.replyFields(r, ex.ID())
+	// Recorded before its bytes go out (as on the loops and the fasthttp
+	// path): a client that has the answer finds it in the metrics and the
+	// access log.
+	ex.Done(time.Now())
+	if st.coreReply(r.Status, fs, body) {
+		st.coreDrain()
+	}
+}
+
+// replyFields lists the fields of r as the event loops write them on a
+// stream (and fasthttp's writeReply sets them): Date, then gRPC's form
+// or content-type and content-length, Retry-After, X-Sentry-Reject, and
+// the request ID. Valid until the next call.
+func (d *gdriver) replyFields(r *pipeline.Reply, id []byte) []gfield {
+	f, num := d.fields[:0], d.num[:0]
+	f = append(f, gfield{hdrDate, d.httpDate()})
+	if r.GRPC != 0 {
+		num = strconv.AppendInt(num, r.Pushback, 10)
+		f = append(f, gfield{hdrContentType, strGRPC}, gfield{hdrContentLength, strZero},
+			gfield{hdrGRPCStatus, pipeline.GRPCStatusBytes(r.GRPC)}, gfield{hdrGRPCMessage, r.GRPCMessage},
+			gfield{hdrGRPCPushback, num})
+	} else {
+		num = strconv.AppendInt(num, int64(len(r.Body)), 10)
+		f = append(f, gfield{hdrContentType, strTextPlain}, gfield{hdrContentLength, num})
+	}
+	if r.Retry >= 0 {
+		f = append(f, gfield{hdrRetryAfter, pipeline.RetryAfterBytes(r.Retry)})
+	}
+	if r.Verdict != nil {
+		f = append(f, gfield{hdrReject, r.Verdict})
+	}
+	if len(id) > 0 {
+		f = append(f, gfield{d.rid, id})
+	}
+	d.fields, d.num = f, num
+	return f
+}
+
+var (
+	hdrDate          = []byte("Date")
+	hdrContentType   = []byte("Content-Type")
+	hdrContentLength = []byte("Content-Length")
+	strZero          = []byte("0")
+)
+
+// httpDate is the Date field's value, made once a second.
+func (d *gdriver) httpDate() []byte {
+	now := time.Now()
+	if s := now.Unix(); s != d.dateSec || d.date == nil {
+		d.dateSec = s
+		d.date = now.UTC().AppendFormat(d.date[:0], http1Date)
+	}
+	return d.date
+}
+
+const http1Date = "Mon, 02 Jan 2006 15:04:05 GMT"
+
+// isTimeout tells whether err is a deadline's.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
