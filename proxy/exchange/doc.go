@@ -187,8 +187,7 @@
 // server's (TLS 1.2, h2c, the portable engine) and the loops' (the
 // streams a loop leaves to the workers: a suspect connection's, a head
 // larger than a loop buffer). StreamHead is the one reader of a stream's
-// head for both drivers' needs (the loops still carry their own copy,
-// evloop's streamReqHead, to be replaced by it).
+// head for both.
 //
 // Not yet on it, and so still carrying their own copy of the steps:
 //
