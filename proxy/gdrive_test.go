@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -122,5 +124,59 @@ func TestH2WorkerStreamsOnTheCore(t *testing.T) {
 				t.Errorf("backend connections %v: the connection was not kept", be.conn)
 			}
 		})
+	}
+}
+
+// TestH2WorkerStreamParks: on the goroutine driver (h2c, the portable
+// engine), a stream whose class waits for its batch run parks (its
+// Waker is the driver's channel) and is relayed after the run; a stream
+// reset while parked leaves the queue, counted client_gone, and nothing
+// reaches the backend.
+func TestH2WorkerStreamParks(t *testing.T) {
+	h, rb := startParkedWith(t, policy.EnginePortable, func(p string) string {
+		return strings.Replace(p, "    listen: ", "    h2c: true\n    listen: ", 1)
+	})
+	cl := h2cClient(nil)
+	decided := func(class, verdict string) float64 {
+		return metricValue(t, h.reg, "sentry_admission_decisions_total", map[string]string{"class": class, "verdict": verdict})
+	}
+	for i := range 2 {
+		path := "/a" + strconv.Itoa(i)
+		resp, err := cl.Get("http://" + h.addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "ok "+path {
+			t.Fatalf("%s: %d %q", path, resp.StatusCode, body)
+		}
+	}
+	if v := metricValue(t, h.reg, "sentry_batch_wait_seconds", map[string]string{"class": "fast"}); v != 2 {
+		t.Errorf("batch waits of fast = %v, want 2 (each stream waited for a run)", v)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+h.addr+"/hold/gone", nil)
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := cl.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	waitUntil(t, "the stream waits in hold's queue", func() bool {
+		return metricValue(t, h.reg, "sentry_batch_queue_length", map[string]string{"class": "hold"}) == 1
+	})
+	cancel() // RST_STREAM
+	<-errc
+	waitUntil(t, "client_gone is counted", func() bool { return decided("hold", "client_gone") == 1 })
+	waitUntil(t, "the queue is empty", func() bool {
+		return metricValue(t, h.reg, "sentry_batch_queue_length", map[string]string{"class": "hold"}) == 0
+	})
+	for _, q := range rb.all() {
+		if strings.HasPrefix(q.target, "/hold") {
+			t.Errorf("the backend saw %s", q.target)
+		}
 	}
 }
