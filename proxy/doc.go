@@ -30,8 +30,9 @@
 // sans-IO state machine, events in and actions out, with the one writer
 // of a backend's request and the response header policy); the event
 // loops -- plain, TLS and h2 streams -- are its drivers, and so is a
-// blocking goroutine driver (gdrive.go) for the h2 workers' streams
-// without a request body to apps with plain HTTP/1.1 backends. fasthttp's
+// blocking goroutine driver (gdrive.go) for the h2 workers' streams to
+// apps with plain HTTP/1.1 backends whose body, if any, is held whole.
+// fasthttp's
 // handle and serve, and the rest of the workers' streams, still call the
 // pipeline's steps in their own order (the exchange package's doc lists
 // what is left). Package
@@ -150,8 +151,9 @@
 // ready in one TLS record and one write. Decision: not x/net/http2's
 // server, whose goroutine per stream and per flush cost about half the
 // requests per CPU second; x/net is the HTTP/2 backends' transport only
-// (h2backend.go). A worker runs a stream whose request ended with its
-// head, for an app with plain HTTP/1.1 backends, on the exchange core's
+// (h2backend.go). A worker runs a stream for an app with plain HTTP/1.1
+// backends, without a body or with one of a declared length that
+// request_buffer holds (read whole first), on the exchange core's
 // goroutine driver (gdrive.go: the core's events and actions with
 // blocking I/O between them, the backend connections kept in a gpool
 // counted against max_conns_per_backend with the loops' and fasthttp's,

@@ -96,13 +96,12 @@ func newGdriver(env *exchange.Env, bud *respbuf.Budget) *gdriver {
 }
 
 // takesStream tells whether the core's driver serves st for app a, and
-// fills d.hd with its neutral head: a request that ended with its head
-// (the body's buffering, timeouts and rate stay serveH2Stream's), for an
-// app the core relays (plain HTTP/1.1 backends at IP:port: LoopOK), with
-// a head the HTTP/1.1 path would serve (exchange.StreamHead).
+// fills d.hd with its neutral head: for an app the core relays (plain
+// HTTP/1.1 backends at IP:port: LoopOK), a head the HTTP/1.1 path would
+// serve (exchange.StreamHead). The body is the caller's to judge.
 func (d *gdriver) takesStream(st *ownStream, a *pipeline.App, maxHeader int) bool {
 	s := st.s
-	if a == nil || !a.LoopOK || !s.EndedByHead() || string(s.Method()) == "CONNECT" {
+	if a == nil || !a.LoopOK || string(s.Method()) == "CONNECT" {
 		return false
 	}
 	hd, ok := exchange.StreamHead(s, a, &d.rh, maxHeader)
@@ -114,8 +113,10 @@ func (d *gdriver) takesStream(st *ownStream, a *pipeline.App, maxHeader int) boo
 	return true
 }
 
-// serve runs the exchange of st (its head in d.hd, for app a) to its end.
-func (d *gdriver) serve(st *ownStream, a *pipeline.App, logs bool) {
+// serve runs the exchange of st (its head in d.hd, for app a) to its end;
+// refused (not OutRelayed) says the driver refuses it before its decision
+// (exchange.Refuse).
+func (d *gdriver) serve(st *ownStream, a *pipeline.App, logs bool, refused pipeline.Outcome) {
 	d.mu.Lock()
 	d.gone, d.cur = false, st
 	d.mu.Unlock()
@@ -124,10 +125,16 @@ func (d *gdriver) serve(st *ownStream, a *pipeline.App, logs bool) {
 	defer stop()
 	d.rid = append(d.rid[:0], a.ReqID...)
 	ex := &d.ex
-	act := ex.Start(a, &d.hd, st.peer(), d.wake, logs, time.Now())
+	var act exchange.Action
+	if refused != pipeline.OutRelayed {
+		act = ex.Refuse(a, &d.hd, st.peer(), refused, logs, time.Now())
+	} else {
+		act = ex.Start(a, &d.hd, st.peer(), d.wake, logs, time.Now())
+	}
 	for act != exchange.None {
 		act = d.step(st, act)
 	}
+	ex.Trim(gbufSize) // (a body's request is not kept by an idle worker)
 }
 
 // step carries out one action and returns the next (None: the exchange

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -58,8 +59,18 @@ func startCoreBackend(t *testing.T, resp string) *coreBackend {
 							break
 						}
 					}
+					rq := head.String()
+					if i := strings.Index(strings.ToLower(rq), "\r\ncontent-length: "); i >= 0 {
+						var cl int
+						fmt.Sscanf(rq[i+len("\r\ncontent-length: "):], "%d", &cl)
+						body := make([]byte, cl)
+						if _, err := io.ReadFull(br, body); err != nil {
+							return
+						}
+						rq += string(body)
+					}
 					b.mu.Lock()
-					b.reqs, b.conn = append(b.reqs, head.String()), append(b.conn, n)
+					b.reqs, b.conn = append(b.reqs, rq), append(b.conn, n)
 					b.mu.Unlock()
 					if _, err := io.WriteString(c, resp); err != nil {
 						return
@@ -122,6 +133,42 @@ func TestH2WorkerStreamsOnTheCore(t *testing.T) {
 			}
 			if be.conn[0] != be.conn[1] || be.conn[1] != be.conn[2] {
 				t.Errorf("backend connections %v: the connection was not kept", be.conn)
+			}
+		})
+	}
+}
+
+// TestH2WorkerStreamBodyOnTheCore: a stream with a body of declared
+// length that request_buffer holds goes to the goroutine driver too: the
+// body is read whole before the decision and sent after the head, on the
+// kept connection, with the client's content-length.
+func TestH2WorkerStreamBodyOnTheCore(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e, func(t *testing.T) {
+			be := startCoreBackend(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			h := startEngine(t, e, []string{be.addr}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+			cl := h2cClient(nil)
+			for i := range 2 {
+				resp, err := cl.Post("http://"+h.addr+"/up", "text/plain", strings.NewReader("hello"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || string(body) != "ok" {
+					t.Fatalf("post %d: %d %q", i, resp.StatusCode, body)
+				}
+			}
+			be.mu.Lock()
+			defer be.mu.Unlock()
+			if len(be.reqs) != 2 || be.conn[0] != be.conn[1] {
+				t.Fatalf("backend requests %q on connections %v", be.reqs, be.conn)
+			}
+			for i, r := range be.reqs {
+				if !strings.HasPrefix(r, "POST /up HTTP/1.1\r\nHost: ") || !strings.Contains(r, "content-length: 5\r\n") ||
+					!strings.HasSuffix(r, "\r\n\r\nhello") {
+					t.Errorf("request %d: %q", i, r)
+				}
 			}
 		})
 	}

@@ -51,6 +51,7 @@
 //
 //	events (driver -> core)              actions (core -> driver)
 //	Start(app, head)  a head arrived     Park       keep it; Resume on wake
+//	Refuse(app, head, o)  refused first
 //	Resume(decision)  a batch run woke   Connect    get a conn to Upstream()
 //	Bound, Capped, ConnectFailed         Wait       queue at max_conns
 //	Connected         connect finished   Send       write Unsent()
@@ -181,9 +182,11 @@
 // # What is on the core, and what is not yet
 //
 // On the core: every exchange of the event loops (plain, TLS, h2 stream
-// connections), and the h2 workers' streams whose request ended with its
-// head, for an app with plain HTTP/1.1 backends at IP:port (LoopOK), with
-// a head StreamHead takes -- on every h2 connection, the goroutine
+// connections), and the h2 workers' streams for an app with plain
+// HTTP/1.1 backends at IP:port (LoopOK), with a head StreamHead takes and
+// no body or one of a declared length that server.request_buffer holds
+// (read whole before the decision; a body that cannot be read is the
+// Refuse event) -- on every h2 connection, the goroutine
 // server's (TLS 1.2, h2c, the portable engine) and the loops' (the
 // streams a loop leaves to the workers: a suspect connection's, a head
 // larger than a loop buffer). StreamHead is the one reader of a stream's
@@ -191,13 +194,14 @@
 //
 // Not yet on it, and so still carrying their own copy of the steps:
 //
-//   - h2 worker streams with a request body, and those of apps with
-//     HTTP/2, TLS or named backends: serveH2Stream (proxy/h2.go) copies
-//     them into a pooled fake fasthttp.RequestCtx and runs Proxy.serve
-//     (proxy/handler.go). Next: request bodies on the goroutine driver
-//     (Head.Body whole up to request_buffer, then a streamed body event),
-//     then one relay interface for HTTP/1.1, TLS and h2 backends, after
-//     which the fake RequestCtx goes.
+//   - h2 worker streams whose body streams (no content-length, larger
+//     than request_buffer, buffering off), whose body a cap refuses
+//     (413, 411), and those of apps with HTTP/2, TLS or named backends:
+//     serveH2Stream (proxy/h2.go) copies them into a pooled fake
+//     fasthttp.RequestCtx and runs Proxy.serve (proxy/handler.go). Next:
+//     the caps as Refuse reasons; a streamed body (events for body bytes
+//     after Start); then one relay interface for HTTP/1.1, TLS and h2
+//     backends, after which the fake RequestCtx goes.
 //   - fasthttp's front end (handle and serve, with proxy/headcheck.go and
 //     proxy/body.go): the portable engine's HTTP/1.1 and what the loops
 //     hand off. Then fasthttp's duplicates go (its HostClient relay where
