@@ -210,32 +210,7 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 		// Stop on a connection error, a failed write, or once a drained
 		// connection (GOAWAY sent) has no stream left.
 		stop := ferr != nil || oc.werr != nil || oc.core.GoingAway() && oc.held == 0 && oc.core.Active() == 0
-		woken := oc.woken
-		oc.woken = false
-		if rerr != nil {
-			var ne net.Error
-			timeout := errors.As(rerr, &ne) && ne.Timeout()
-			switch {
-			case !timeout:
-				stop = true
-			case !woken && (oc.idleSet || first):
-				// Idle (or no preface) for idle_timeout: GOAWAY, close.
-				oc.core.GoAway()
-				oc.kickLocked()
-				stop = true
-			}
-			// Otherwise a wake-up (drain, a stream's end): read on.
-		}
-		if !stop && !first {
-			oc.setIdleLocked(idle, woken)
-		} else if !stop && woken {
-			// Woken before the preface came: its deadline again.
-			var dl time.Time
-			if sv.ReadHeaderTimeout > 0 {
-				dl = time.Now().Add(sv.ReadHeaderTimeout)
-			}
-			_ = c.SetReadDeadline(dl)
-		}
+		stop = oc.afterReadLocked(rerr, stop, first, idle, sv.ReadHeaderTimeout)
 		oc.mu.Unlock()
 		for _, st := range cut {
 			st.cancel()
@@ -250,6 +225,40 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 			return
 		}
 	}
+}
+
+// afterReadLocked is the reader's part after a read that returned rerr:
+// stop (already decided) or a read error or the idle timeout stops the
+// connection; otherwise the read deadline is set again (first: the
+// preface has not come yet, under read_header_timeout hdr).
+func (oc *ownConn) afterReadLocked(rerr error, stop, first bool, idle, hdr time.Duration) bool {
+	woken := oc.woken
+	oc.woken = false
+	if rerr != nil {
+		var ne net.Error
+		timeout := errors.As(rerr, &ne) && ne.Timeout()
+		switch {
+		case !timeout:
+			stop = true
+		case !woken && (oc.idleSet || first):
+			// Idle (or no preface) for idle_timeout: GOAWAY, close.
+			oc.core.GoAway()
+			oc.kickLocked()
+			stop = true
+		}
+		// Otherwise a wake-up (drain, a stream's end): read on.
+	}
+	if !stop && !first {
+		oc.setIdleLocked(idle, woken)
+	} else if !stop && woken {
+		// Woken before the preface came: its deadline again.
+		var dl time.Time
+		if hdr > 0 {
+			dl = time.Now().Add(hdr)
+		}
+		_ = oc.c.SetReadDeadline(dl)
+	}
+	return stop
 }
 
 // eventsLocked acts on the core's events: new streams to start, streams
