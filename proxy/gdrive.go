@@ -35,9 +35,6 @@ const gbufSize = backendHeaderBytes
 
 var errGone = errors.New("client gone")
 
-// gfield is one field of an answer sentry writes itself.
-type gfield struct{ name, value []byte }
-
 // gdriver is one goroutine's driver: an Exchange and what its steps
 // use, kept and reused by an h2 worker (one per worker, so making an ID
 // takes no lock).

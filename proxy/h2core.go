@@ -11,6 +11,9 @@ import (
 // body bytes as DATA, as on the event loops' stream connections -- never
 // through a fasthttp.Response.
 
+// gfield is one field of a head the stream is given whole (coreReply).
+type gfield struct{ name, value []byte }
+
 // coreHead queues the head of a response with a body that the core
 // relays (WriteHead): the backend's status and the fields its policy
 // keeps (RespField), the request ID added (reqID: the app's header name).
