@@ -48,9 +48,11 @@ import (
 // fails (errTermCut, idleConn.Read), so an exchange the timer cuts never
 // returns its connection to the pool (TestReadLosingToTheCutFails).
 //
-// Cost: an h2 request's body always goes as a stream (one small object),
-// so a body-less request carries Content-Length: 0 to the backend, and no
-// h2 request takes fasthttp's own retry of a stale keep-alive connection
+// Cost: an h2 request's body on this path always goes as a stream (one
+// small object), so a body-less request here (one the exchange core's
+// driver does not take: an app with HTTP/2, TLS or named backends)
+// carries Content-Length: 0 to the backend, and no h2 request takes
+// fasthttp's own retry of a stale keep-alive connection
 // (sentry's retry policy, pipeline.TryAgain, still applies: a body held whole is
 // replayable).
 

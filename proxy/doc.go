@@ -29,10 +29,13 @@
 // record). Their order is the exchange core's (package proxy/exchange: a
 // sans-IO state machine, events in and actions out, with the one writer
 // of a backend's request and the response header policy); the event
-// loops -- plain, TLS and h2 streams -- are its drivers. The goroutine
-// engines (fasthttp's handle and serve, the h2 workers) still call the
-// pipeline's steps in their own order; moving them onto the core is the
-// next stage (the exchange package's doc lists what is left). Package
+// loops -- plain, TLS and h2 streams -- are its drivers, and so is a
+// blocking goroutine driver (gdrive.go) for the h2 workers' streams to
+// apps with plain HTTP/1.1 backends whose body, if any, is held whole.
+// fasthttp's
+// handle and serve, and the rest of the workers' streams, still call the
+// pipeline's steps in their own order (the exchange package's doc lists
+// what is left). Package
 // evloop never imports this package, the core imports no driver, and
 // pipeline imports neither engine nor fasthttp: TestImportGraph in each
 // pins it.
@@ -148,9 +151,16 @@
 // ready in one TLS record and one write. Decision: not x/net/http2's
 // server, whose goroutine per stream and per flush cost about half the
 // requests per CPU second; x/net is the HTTP/2 backends' transport only
-// (h2backend.go). A stream runs the fasthttp path's serve(): the
-// worker builds a pooled fasthttp request from the stream's head
-// (serveH2Stream, h2.go).
+// (h2backend.go). A worker runs a stream for an app with plain HTTP/1.1
+// backends, without a body or with one of a declared length that
+// request_buffer holds (read whole first), on the exchange core's
+// goroutine driver (gdrive.go: the core's events and actions with
+// blocking I/O between them, the backend connections kept in a gpool
+// counted against max_conns_per_backend with the loops' and fasthttp's,
+// the response into the h2 core as HEADERS and DATA, h2core.go, and
+// buffered under response_buffer for a client slower than its backend).
+// Every other stream still runs the fasthttp path's serve() on a pooled
+// fasthttp request built from the stream's head (serveH2Stream, h2.go).
 //
 // # HTTP/2 over TLS on the event loops
 //
@@ -170,11 +180,11 @@
 // body as DATA. Decision: a stream connection, not a second relay, because
 // the exchange reaches its client through the connection's transport
 // (evloop's xprt); only the transport looks at the stream. Every other stream
-// (a request body, h2 or gRPC backends, an app the loops do not serve) runs
-// on the workers through the same core, and a worker that leaves output
-// wakes the loop. Bodies stay on the workers because their buffering,
-// timeouts and minimum rate live there. TLS 1.2, h2c and the portable
-// engine stay on the goroutine driver.
+// (a request body, h2 or gRPC backends, an app the loops do not serve, a
+// suspect connection's) runs on the workers through the same h2 core, and
+// a worker that leaves output wakes the loop. Bodies stay on the workers
+// because their buffering, timeouts and minimum rate live there. TLS 1.2,
+// h2c and the portable engine stay on the goroutine h2 server.
 //
 // # h2c on plain listeners
 //

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy/evloop"
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
 )
@@ -57,10 +58,16 @@ type frontend struct {
 		mu       sync.Mutex
 		conns    map[*ownConn]struct{}
 		draining bool
+		// illegal counts the h2 streams' illegal phase moves
+		// (h2phase.go; sentry_h2_illegal_transitions_total).
+		illegal atomic.Uint64
 	}
 	h2Workers h2Workers
-	done      chan struct{}
-	err       error
+	// genv is the exchange core's environment for the goroutine driver
+	// (gdrive.go) on the h2 workers.
+	genv exchange.Env
+	done chan struct{}
+	err  error
 }
 
 // Serve starts serving the listener for policy address addr (which must be
@@ -75,6 +82,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	sv := st.snap.Server
 	fe := &frontend{p: p, addr: addr, done: make(chan struct{})}
 	fe.h2Workers.serve = fe.serveOwnStream
+	fe.genv = exchange.Env{Log: p.log, Access: p.accessEntry, Illegal: &fe.own.illegal, Strict: strictStates}
 	fe.route.Store(rt)
 	fe.body = bodyLimits{buffer: sv.RequestBuffer, minRate: sv.BodyMinRate, grace: sv.ReadHeaderTimeout, timeout: sv.BodyTimeout}
 	fe.writeIdle = sv.WriteTimeout

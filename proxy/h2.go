@@ -56,9 +56,12 @@ func (fe *frontend) serveH2Stream(x *ownStream) {
 		case <-t.C:
 		}
 	}
-	start := time.Now()
 	p := fe.p
 	rt := fe.route.Load()
+	if fe.serveCore(x, rt) {
+		return
+	}
+	start := time.Now()
 	peer := x.peer()
 	hr := h2ReqPool.Get().(*h2Req)
 	defer hr.release()
@@ -194,6 +197,53 @@ func (fe *frontend) serveH2Stream(x *ownStream) {
 		p.recordCtx(a, rt.Access, ctx, o, u, start, &ae)
 	}
 	x.finish(truncated)
+}
+
+// serveCore serves x on the exchange core's goroutine driver (gdrive.go)
+// when the driver covers what the stream needs: an app with plain
+// HTTP/1.1 backends (LoopOK), a head exchange.StreamHead takes, and no
+// body or one of a declared length that server.request_buffer holds
+// whole (read here, as h2Body reads it, before the decision). False
+// leaves it to serveH2Stream's own path.
+func (fe *frontend) serveCore(x *ownStream, rt *pipeline.Route) bool {
+	w, s := x.w, x.s
+	if w == nil || x.Err() != nil {
+		return false
+	}
+	a := rt.Lookup(s.Authority())
+	if a == nil || !a.LoopOK {
+		return false
+	}
+	body := !s.EndedByHead()
+	cl := s.ContentLength()
+	if body && (cl < 0 || cl > fe.body.buffer || a.Policy.RequestBufferingOff || a.BodyCap(cl) != pipeline.OutRelayed) {
+		return false
+	}
+	if w.d == nil {
+		w.d = newGdriver(&fe.genv, fe.p.resp)
+	}
+	d := w.d
+	if !d.takesStream(x, a, fe.p.cur.Load().snap.Server.MaxHeaderBytes) {
+		return false
+	}
+	o := pipeline.OutRelayed
+	if body {
+		var bb bodyBuf
+		defer bb.done(fe.p, nil)
+		if fe.bodyTimeout > 0 {
+			x.setBodyDeadline(time.Now().Add(fe.bodyTimeout))
+		}
+		var b []byte
+		b, _, o = fe.p.fillBody(x.body(), cl, &bb, false)
+		if o == pipeline.OutRelayed && int64(len(b)) != cl {
+			o = pipeline.OutClientGone
+		}
+		d.hd.Body = b
+		d.hd.Size += int64(len(b))
+	}
+	d.serve(x, a, rt.Access, o)
+	d.hd.Body = nil
+	return true
 }
 
 // s2b is s's bytes, not copied (read only).

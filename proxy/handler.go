@@ -15,9 +15,9 @@ import (
 	"github.com/sentry-proxy/sentry/sert"
 )
 
-// exchange is the per-request scratch space, pooled so the request path
+// fhExchange is the fasthttp path's per-request scratch space, pooled so the request path
 // does not allocate.
-type exchange struct {
+type fhExchange struct {
 	t     pipeline.Ticket // the request's admission (package pipeline)
 	ctx   *fasthttp.RequestCtx
 	buf   []byte              // forwarding headers and the request ID
@@ -44,14 +44,14 @@ type exchange struct {
 	bresp *fasthttp.Response
 }
 
-// exchange is the classifier's view of the request (classify.Request).
-func (x *exchange) Method() []byte            { return x.ctx.Method() }
-func (x *exchange) Path() []byte              { return x.ctx.Path() }
-func (x *exchange) Host() []byte              { return x.ctx.Host() }
-func (x *exchange) Peek(h string) []byte      { return x.ctx.Request.Header.Peek(h) }
-func (x *exchange) Cookie(name string) []byte { return x.ctx.Request.Header.Cookie(name) }
+// fhExchange is the classifier's view of the request (classify.Request).
+func (x *fhExchange) Method() []byte            { return x.ctx.Method() }
+func (x *fhExchange) Path() []byte              { return x.ctx.Path() }
+func (x *fhExchange) Host() []byte              { return x.ctx.Host() }
+func (x *fhExchange) Peek(h string) []byte      { return x.ctx.Request.Header.Peek(h) }
+func (x *fhExchange) Cookie(name string) []byte { return x.ctx.Request.Header.Cookie(name) }
 
-var exchangePool = sync.Pool{New: func() any { return &exchange{buf: make([]byte, 0, 128), wake: make(chanWaker, 1)} }}
+var exchangePool = sync.Pool{New: func() any { return &fhExchange{buf: make([]byte, 0, 128), wake: make(chanWaker, 1)} }}
 
 // chanWaker is the fasthttp path's admission.Waker: a channel with room for
 // one wake-up, so Wake never blocks. A pooled exchange keeps its channel; a
@@ -262,7 +262,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 		gone = cut.done
 	}
 
-	x := exchangePool.Get().(*exchange)
+	x := exchangePool.Get().(*fhExchange)
 	x.ctx = ctx
 	defer func() {
 		x.dropBackendResp()

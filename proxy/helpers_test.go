@@ -155,6 +155,9 @@ func startProxySnap(t testing.TB, addr string, snap *policy.Snapshot, opts Optio
 			if ff := fe.loops.Load(); ff != nil && ff.IllegalTransitions() != 0 {
 				t.Errorf("listener %s: %d illegal state transitions on the loops", a, ff.IllegalTransitions())
 			}
+			if n := fe.own.illegal.Load(); n != 0 {
+				t.Errorf("listener %s: %d illegal h2 stream transitions", a, n)
+			}
 		}
 		p.mu.Unlock()
 		ctx, cancel := contextWithTimeout(3 * time.Second)

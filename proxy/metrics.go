@@ -167,6 +167,7 @@ var (
 	descLoopReqs = prometheus.NewDesc("sentry_evloop_requests_total", "Requests answered by a listener's event loops (the rest are served by fasthttp after a hand-off).", []string{"listener"}, nil)
 	descLoopHand = prometheus.NewDesc("sentry_evloop_handoffs_total", "Connections a listener's event loops handed off to fasthttp.", []string{"listener"}, nil)
 	descLoopBad  = prometheus.NewDesc("sentry_evloop_illegal_transitions_total", "Exchange state transitions the event loops made that their state machine does not allow (a bug; should stay 0).", []string{"listener"}, nil)
+	descH2Bad    = prometheus.NewDesc("sentry_h2_illegal_transitions_total", "Phase changes of h2 streams on the h2 workers that their state machine does not allow (a bug; should stay 0).", []string{"listener"}, nil)
 )
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -177,11 +178,13 @@ func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLoopReqs
 	ch <- descLoopHand
 	ch <- descLoopBad
+	ch <- descH2Bad
 }
 
 func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	c.p.mu.Lock()
 	for addr, fe := range c.p.mu.fronts {
+		ch <- prometheus.MustNewConstMetric(descH2Bad, prometheus.CounterValue, float64(fe.own.illegal.Load()), addr)
 		if ff := fe.loops.Load(); ff != nil {
 			served, handed := ff.Counts()
 			ch <- prometheus.MustNewConstMetric(descLoopReqs, prometheus.CounterValue, float64(served), addr)

@@ -421,6 +421,7 @@ func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
 		Attach: func(addr string) any {
 			u := &pipeline.Upstream{Addr: addr}
 			u.Client = newHostClient(addr, maxConns, connect, idle, &sh.TLS, &u.Alert)
+			u.Conns = &gpool{u: u}
 			for c := range u.Reqs {
 				u.Reqs[c] = p.metrics.requests.WithLabelValues(appName, addr, pipeline.CodeClassNames[c])
 			}
@@ -430,6 +431,7 @@ func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
 			if u, ok := v.(*pipeline.Upstream); ok {
 				u.Closed.Store(true)
 				hostClient(u).CloseIdleConnections()
+				connsOf(u).closeIdle()
 			}
 			p.metrics.deleteBackend(appName, addr)
 		},
@@ -450,6 +452,7 @@ func (p *Proxy) poolOptions(sh *pipeline.AppShared, ac *policy.App) lb.Options {
 				return
 			}
 			hostClient(u).CloseIdleConnections()
+			connsOf(u).closeIdle()
 			if c, _ := sh.H2.Load().(*h2Client); c != nil {
 				c.tr.CloseIdleConnections()
 			}

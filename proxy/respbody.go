@@ -41,7 +41,7 @@ import (
 var hdrAccel = []byte("X-Accel-Buffering")
 
 // backendResp is the exchange's Response for the backend's answer.
-func (x *exchange) backendResp() *fasthttp.Response {
+func (x *fhExchange) backendResp() *fasthttp.Response {
 	if x.bresp == nil {
 		x.bresp = fasthttp.AcquireResponse()
 	}
@@ -53,7 +53,7 @@ func (x *exchange) backendResp() *fasthttp.Response {
 // handed to a reader that owns the backend's Response from then on.
 // cut is an h2 stream's hold on the backend connection: it ends when the
 // connection goes back (abort.go).
-func (p *Proxy) takeResponse(ctx *fasthttp.RequestCtx, x *exchange, a *pipeline.App, cut *abortable) {
+func (p *Proxy) takeResponse(ctx *fasthttp.RequestCtx, x *fhExchange, a *pipeline.App, cut *abortable) {
 	br := x.bresp
 	resp := &ctx.Response
 	br.Header.CopyTo(&resp.Header)
@@ -74,7 +74,7 @@ func (p *Proxy) takeResponse(ctx *fasthttp.RequestCtx, x *exchange, a *pipeline.
 
 // dropBackendResp lets go of an answer that is not relayed: a body that
 // streams closes its connection (never reused half read).
-func (x *exchange) dropBackendResp() {
+func (x *fhExchange) dropBackendResp() {
 	br := x.bresp
 	if br == nil {
 		return

@@ -45,7 +45,7 @@ func (ab *abortable) reset() {
 
 // armTerm starts the termination clock at dispatch for class cl; the
 // timer cuts hold.
-func (x *exchange) armTerm(cl *sert.Class, dispatch time.Time, hold *abortable) {
+func (x *fhExchange) armTerm(cl *sert.Class, dispatch time.Time, hold *abortable) {
 	x.tmu.Lock()
 	wait := x.term.Arm(cl, dispatch)
 	x.tOn, x.tCut = true, hold
@@ -60,7 +60,7 @@ func (x *exchange) armTerm(cl *sert.Class, dispatch time.Time, hold *abortable) 
 
 // stopTerm ends the timer's part: after it, the latch is decided (a
 // timer that runs late finds tOn false and does nothing).
-func (x *exchange) stopTerm() {
+func (x *fhExchange) stopTerm() {
 	x.tmu.Lock()
 	if x.tCut != nil {
 		x.tCut.track(nil)
@@ -72,7 +72,7 @@ func (x *exchange) stopTerm() {
 
 // fireTerm is the timer: it re-arms when the class's threshold has risen
 // since it was armed, or wins the latch and cuts the backend connection.
-func (x *exchange) fireTerm() {
+func (x *fhExchange) fireTerm() {
 	x.tmu.Lock()
 	defer x.tmu.Unlock()
 	if !x.tOn {

@@ -20,7 +20,7 @@
 // # Layers
 //
 //	drivers   proxy/evloop (plain, TLS, h2 streams)      own: sockets, epoll,
-//	          [stage 2: fasthttp, the h2 workers]          TLS, h2 framing,
+//	          proxy's gdriver (h2 worker streams)          TLS, h2 framing,
 //	             │ events ▲ actions                        buffers, pool,
 //	             ▼        │                                wait queue, timers
 //	core      proxy/exchange: Exchange, Head, Scratch, State
@@ -51,6 +51,7 @@
 //
 //	events (driver -> core)              actions (core -> driver)
 //	Start(app, head)  a head arrived     Park       keep it; Resume on wake
+//	Refuse(app, head, o)  refused first
 //	Resume(decision)  a batch run woke   Connect    get a conn to Upstream()
 //	Bound, Capped, ConnectFailed         Wait       queue at max_conns
 //	Connected         connect finished   Send       write Unsent()
@@ -65,10 +66,11 @@
 // do its part, feed the next event, until an action leaves the exchange
 // waiting for the world (Park, Wait, Send, an unfinished connect).
 // Deadline and TermAt say when the driver owes the core an Expire or a
-// Tick; the driver owns the timers and only asks. The API is meant for a
-// blocking driver on a goroutine too: the same loop, blocking between
-// events, its Waker a channel; no such driver exists yet (see the last
-// section).
+// Tick; the driver owns the timers and only asks. A blocking driver on a
+// goroutine (package proxy's gdriver, gdrive.go) runs the same loop,
+// blocking between events: a dial, a write or a read under a socket
+// deadline at the earlier of Deadline and TermAt, a wait on its Waker (a
+// channel) while Parked; no timer goroutine.
 //
 // Who decides what:
 //
@@ -177,24 +179,35 @@
 // and its body as DATA. A TLS connection differs only in how bytes reach
 // the socket (evloop's transport, xprt_linux.go).
 //
-// # What stage 2 still has to do
+// # What is on the core, and what is not yet
 //
-// The event loops (plain, TLS, h2 streams) are the core's first driver.
+// On the core: every exchange of the event loops (plain, TLS, h2 stream
+// connections), and the h2 workers' streams for an app with plain
+// HTTP/1.1 backends at IP:port (LoopOK), with a head StreamHead takes and
+// no body or one of a declared length that server.request_buffer holds
+// (read whole before the decision; a body that cannot be read is the
+// Refuse event) -- on every h2 connection, the goroutine
+// server's (TLS 1.2, h2c, the portable engine) and the loops' (the
+// streams a loop leaves to the workers: a suspect connection's, a head
+// larger than a loop buffer). StreamHead is the one reader of a stream's
+// head for both.
+//
 // Not yet on it, and so still carrying their own copy of the steps:
 //
-//   - The goroutine drivers: fasthttp's front end (Proxy.serve in
-//     proxy/handler.go, with proxy/headcheck.go and proxy/body.go) and the
-//     h2 workers (proxy/h2own.go, proxy/h2.go) should run the same
-//     Exchange with blocking calls between events, so that the request
-//     path is written once for every engine and engines_test.go's
-//     knownDifferences can go.
-//   - Then fasthttp's duplicates go: its HostClient relay where the core's
-//     does the same, and the pooled fake fasthttp.RequestCtx an h2 stream
-//     is copied into (serveH2Stream); what stays is kept only where a
-//     measurement says it earns its place, written in package proxy's doc.
-//   - One relay interface for HTTP/1.1 and h2 backends (today the loops
-//     speak HTTP/1.1 only; h2 and TLS backends use package proxy's
-//     clients).
+//   - h2 worker streams whose body streams (no content-length, larger
+//     than request_buffer, buffering off), whose body a cap refuses
+//     (413, 411), and those of apps with HTTP/2, TLS or named backends:
+//     serveH2Stream (proxy/h2.go) copies them into a pooled fake
+//     fasthttp.RequestCtx and runs Proxy.serve (proxy/handler.go). Next:
+//     the caps as Refuse reasons; a streamed body (events for body bytes
+//     after Start); then one relay interface for HTTP/1.1, TLS and h2
+//     backends, after which the fake RequestCtx goes.
+//   - fasthttp's front end (handle and serve, with proxy/headcheck.go and
+//     proxy/body.go): the portable engine's HTTP/1.1 and what the loops
+//     hand off. Then fasthttp's duplicates go (its HostClient relay where
+//     the core's does the same); what stays is kept only where a
+//     measurement says it earns its place, written in package proxy's
+//     doc.
 //   - Idle memory per connection on the goroutine drivers: the loops
 //     take an Exchange and buffers per request and give them back when
 //     it ends (proxy/evloop's doc, "Memory"); the goroutine drivers

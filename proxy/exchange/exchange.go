@@ -238,6 +238,38 @@ func (ex *Exchange) setState(to State) {
 // admission) and, once admitted, plans the forwarding and picks a
 // backend: Park, Connect or Reply.
 func (ex *Exchange) Start(a *pipeline.App, h *Head, peer netip.Addr, wk admission.Waker, logs bool, now time.Time) Action {
+	ex.begin(a, h, peer, logs, now)
+	// The decide step (package pipeline, pipeline.go). The core never
+	// blocks: a request whose decision is not made at once parks.
+	d, pend, decided := a.Decide(&ex.t, ex.sc.View(h), ex.client, now, nil, true, wk)
+	ex.setState(Admitting)
+	if !decided {
+		ex.pend = pend
+		ex.setState(Parked)
+		return Park
+	}
+	return ex.admitted(d, h, now)
+}
+
+// Refuse is the event "a request head arrived, and the driver refuses
+// the request before its decision" for the reason o: its body could not
+// be read (pipeline.OutBodyTimeout, OutBufferFull; OutClientGone when
+// the client went). Nothing is decided (the ticket is never asked, the
+// access record has no class): Reply with sentry's answer for o, or
+// Abort when the client went.
+func (ex *Exchange) Refuse(a *pipeline.App, h *Head, peer netip.Addr, o pipeline.Outcome, logs bool, now time.Time) Action {
+	ex.begin(a, h, peer, logs, now)
+	ex.t = pipeline.Ticket{}
+	ex.t.Class = -1
+	ex.setState(Admitting)
+	if o == pipeline.OutClientGone {
+		return ex.abort(o)
+	}
+	return ex.reply(o, admission.Decision{})
+}
+
+// begin takes the facts of a request that arrived (Start, Refuse).
+func (ex *Exchange) begin(a *pipeline.App, h *Head, peer netip.Addr, logs bool, now time.Time) {
 	ex.a, ex.start, ex.peer = a, now, peer
 	ex.status, ex.released, ex.lbb, ex.u = 0, true, nil, nil
 	ex.id = ex.id[:0]
@@ -257,16 +289,6 @@ func (ex *Exchange) Start(a *pipeline.App, h *Head, peer netip.Addr, wk admissio
 		readTrace(&ex.trace, h)
 	}
 	ex.upstrm, ex.outBytes = 0, 0
-	// The decide step (package pipeline, pipeline.go). The core never
-	// blocks: a request whose decision is not made at once parks.
-	d, pend, decided := a.Decide(&ex.t, ex.sc.View(h), ex.client, now, nil, true, wk)
-	ex.setState(Admitting)
-	if !decided {
-		ex.pend = pend
-		ex.setState(Parked)
-		return Park
-	}
-	return ex.admitted(d, h, now)
 }
 
 // Resume is the event "a parked request's decision d came"; h is its

@@ -132,9 +132,13 @@ type Upstream struct {
 	// this package does not import fasthttp; reading it is a type
 	// assertion to a concrete type, not an interface call.
 	Client any
-	Reqs   [6]prometheus.Counter // by code class
-	// Event-loop front ends (package proxy/evloop): their connections to this
-	// backend (counted against max_conns_per_backend with Client's), its
+	// Conns is the goroutine drivers' connections to this backend
+	// (package proxy's *gpool), held as any for the same reason.
+	Conns any
+	Reqs  [6]prometheus.Counter // by code class
+	// Event-loop front ends (package proxy/evloop), and the goroutine
+	// drivers' (Conns): their connections to this backend (counted
+	// against max_conns_per_backend with Client's), its
 	// resolved address, and whether it has left the pool.
 	LoopConns atomic.Int32
 	// LoopWaiting is the loops' exchanges waiting for a connection to
