@@ -49,8 +49,15 @@
 // a tick C rose to, C keeps what it admitted in that tick, if that is
 // above the smoothed rate (a sample of the capacity the smoothed rate
 // lags). And once the filter alone has been the limit for a second (the
-// mode refused nothing while the filter shed), C grows by 20% a tick
-// until the mode refuses. Decision: the marginal tier's probe alone does
+// mode refused nothing while the filter shed), C doubles a tick until
+// the mode refuses, as TCP's slow start does: the mode guards the SLA,
+// so a C that overshoots only stops the filter being the limit, and the
+// mode's first refusal sets C back to what was admitted. (At 20% a tick,
+// a flood from the first second, with C learned at a few requests a
+// second, held polite clients over their share for 3-4 s;
+// TestStartFloodFillsFast.) A shorter wait than a second let C overshoot
+// in adaptive mode, whose refusals come seldom, and the flood took
+// polite bronze's room beside gold (TestFairGoldInBronzeFlood). Decision: the marginal tier's probe alone does
 // not find the capacity when C was learned low (a start, while the mode's
 // model grew; a stall): what it offers goes to the clients just over f,
 // which may have no more to send, and a flood is held at f. The class

@@ -54,8 +54,22 @@ const (
 	// the larger of the two (doc.go, Standing).
 	heldTau = 10 * time.Second
 	// riseGain: how fast, per tick, the capacity grows once the filter
-	// alone has been the limit for a second.
-	riseGain = 0.2
+	// alone has been the limit for riseAfter: it doubles, as TCP's slow
+	// start does. The mode is the guard of the SLA, not the capacity
+	// estimate: a capacity that overshoots stops the filter being the
+	// limit, and the mode's first refusal sets it back to what the class
+	// admitted. At 20% a tick, a flood from the first second (the mode's
+	// model still learning, the capacity learned at a few requests a
+	// second) held every client, polite ones included, over its share for
+	// 3-4 s (fairshare.yaml's start).
+	riseGain = 1.0
+	// riseAfter: how long the mode must have taken all the filter let
+	// through, while the filter turned some away, before the capacity
+	// grows. A second: with less (300 ms), adaptive mode's refusals come
+	// too seldom to stop a rise in time, the capacity overshot, and the
+	// flood took polite bronze's room beside gold (TestFairGoldInBronzeFlood,
+	// 96.5% against 100%).
+	riseAfter = time.Second
 	// keepSlack: a client in its turn keeps it while the turns' demand is
 	// within this share above their budget (the margin absorbs it), so
 	// that noise in the rates does not take turns away and give them back.
@@ -617,8 +631,8 @@ func (t *Table) share(cs *classState, class int, slots []member, a, r, p, s uint
 		// capacity, shows a capacity that grows (doc.go, The capacity).
 		cs.capacity = max(cs.capacity, cs.admitted)
 	}
-	if r == 0 && s > 0 && cs.active.Load() && nowNs-cs.lastRefused > int64(quietFor) {
-		// For a second the mode took all the filter let through while
+	if r == 0 && s > 0 && cs.active.Load() && nowNs-cs.lastRefused > int64(riseAfter) {
+		// For riseAfter the mode took all the filter let through while
 		// the filter turned some away: the filter, not the farm, is the
 		// limit, with a capacity that sank (a stall) or was learned low
 		// (a start, while the mode's model grew). The marginal tier's

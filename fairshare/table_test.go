@@ -443,3 +443,43 @@ func TestStartSeveralClients(t *testing.T) {
 		}
 	}
 }
+
+// TestStartFloodFillsFast: fairshare.yaml's start. A flood at 5× from the
+// first tick beside five polite clients, and a mode that admits a few
+// requests a second for its first half second (its model still
+// learning), then all the farm holds: the capacity is learned at a few
+// requests a second, every client, polite ones included, is over its
+// share, and the mode refuses nothing the filter lets through. The
+// capacity doubles a tick once the filter alone has been the limit for
+// riseAfter, so by 2.5 s the farm is full and the polite clients are
+// within their share. At 20% a tick it took 3-4 s (polite clients
+// admitted 87-89% over the 5× phase's first seconds, end to end).
+func TestStartFloodFillsFast(t *testing.T) {
+	tb, _ := New(Config{Classes: []string{"web"}, Slots: 64, Rand: rand.New(rand.NewPCG(7, 8)).Uint32})
+	now := time.Unix(0, 0)
+	tb.Tick(now)
+	var early, seen [6][4]int
+	adm := 0
+	for i := range 50 {
+		room := 1200
+		if i < 5 {
+			room = 50
+		}
+		if i < 25 {
+			countsTick(tb, now, room, [6]int{12, 12, 12, 12, 12, 600}, &early, false)
+		} else {
+			adm += countsTick(tb, now, room, [6]int{12, 12, 12, 12, 12, 600}, &seen, false)
+		}
+		now = now.Add(TickInterval)
+		tb.Tick(now)
+	}
+	t.Logf("admitted %d/s from 2.5 s to 5 s; standings %v", adm*10/25, seen)
+	if adm < 0.95*1200*2.5 {
+		t.Errorf("admitted %d/s from 2.5 s to 5 s, want ≥ 0.95 × 1200", adm*10/25)
+	}
+	for c := range 5 {
+		if n := seen[c][admission.WithinShare]; n < 0.99*25*12 {
+			t.Errorf("polite client %d: %v (within, over, marginal, spare-only), want ≥ 99%% within", c, seen[c])
+		}
+	}
+}
