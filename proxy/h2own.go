@@ -51,7 +51,7 @@ import (
 // goroutine; stream cancellation (abortable.abort, context callbacks) runs
 // after it is released.
 
-// The h2 server's limits (doc.go, "HTTP/2 limits"). Rapid reset
+// The h2 server's limits (docs/request-path.md, "HTTP/2 limits"). Rapid reset
 // (CVE-2023-44487) and its paced variant are the core's to detect
 // (h2srv.ResetMeter: counts of streams opened and reset that decay with
 // time constant h2ResetWindow; past h2ResetLimit resets that are more than

@@ -509,7 +509,7 @@ func (d *daemon) shutdown(timeout time.Duration, handover bool) {
 
 // h2cTurnedOn lists the listeners kept open by a reload (not in opened)
 // whose h2c the new policy turns on: the h2c split is put in front of a
-// listener when it is first served (proxy/doc.go, "h2c on plain
+// listener when it is first served (docs/request-path.md, "h2c on plain
 // listeners"). Turning it off applies at once, so is not listed.
 func h2cTurnedOn(cur, next *policy.Snapshot, opened map[string]net.Listener) []string {
 	was := map[string]bool{}

@@ -2,7 +2,7 @@
 // crypto/tls has done: the event loops (package proxy/evloop) serve
 // HTTP/1.1 and HTTP/2 over TLS on their own sockets, sealing and opening
 // records themselves, instead of a goroutine per connection reading
-// through a *tls.Conn (see "TLS and HTTP/2" in proxy/doc.go for why).
+// through a *tls.Conn (see "Engines" in proxy/doc.go for why).
 //
 // # Structure
 //

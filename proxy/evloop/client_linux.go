@@ -271,7 +271,7 @@ func (l *eventLoop) serve(c *cconn, a *pipeline.App, hd *exchange.Head) {
 func (l *eventLoop) takes(c *cconn, b []byte, h *pipeline.RawHead) (*pipeline.App, int64, bool) {
 	// Connection lists other than close/keep-alive, Upgrade, and a Host
 	// that is not plainly uri-host[:port] go to fasthttp, where the header
-	// policy's checks answer them (pipeline/headers.go; proxy/doc.go "The header policy").
+	// policy's checks answer them (pipeline/headers.go; docs/request-path.md "The header policy").
 	if h.HostCount != 1 || h.Chunked || h.TeOther || h.Expect || h.Upgrade || h.ConnOther || h.N > l.ff.maxHeader ||
 		!pipeline.ValidHost(h.Host.Of(b)) {
 		return nil, 0, false

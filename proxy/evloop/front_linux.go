@@ -18,7 +18,7 @@ import (
 
 // front_linux.go is the event-loop front end for HTTP/1.1 listeners (TLS
 // ones through Adopt, tls_linux.go)
-// (see "Engine decision" in proxy/doc.go). A few loops (one per GOMAXPROCS), each
+// (see "Engines" in proxy/doc.go). A few loops (one per GOMAXPROCS), each
 // one goroutine around its own epoll set, share the listening socket and
 // serve the common request themselves, client and backend sockets alike,
 // with no goroutine per connection: a whole, plain HTTP/1.1 head (and any

@@ -10,7 +10,7 @@ import (
 
 // request.go: the header policy and forwarding of a request, and the one
 // writer of the request a backend gets (HTTP/1.1), from a neutral head
-// (pipeline/headers.go has the table of names; proxy/doc.go, "The header
+// (pipeline/headers.go has the table of names; docs/request-path.md, "The header
 // policy", says what the policy does and why).
 
 // Forwarded reads what a trusted proxy sent (step 4 of the header policy,
