@@ -13,7 +13,7 @@ import (
 	"github.com/sentry-proxy/sentry/policy"
 )
 
-// backendtls.go: TLS to backends (backends.tls; doc.go, "Backends over
+// backendtls.go: TLS to backends (backends.tls; docs/request-path.md, "Backends over
 // TLS and HTTP/2").
 
 // backendTLSConfig builds the client TLS configuration of an app's

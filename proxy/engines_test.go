@@ -33,7 +33,7 @@ import (
 // Where the engines must differ, knownDifferences (below) says so, in one
 // place, and a test pins each entry; no case of the table differs: what a
 // loop does not serve itself it hands to fasthttp, and what it serves
-// follows the same header table (doc.go, "The header policy").
+// follows the same header table (docs/request-path.md, "The header policy").
 
 type sendMode int
 

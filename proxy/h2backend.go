@@ -21,7 +21,7 @@ import (
 )
 
 // h2backend.go: HTTP/2 to backends, cleartext (h2c, prior knowledge) or
-// over TLS (h2): backends.protocol (doc.go, "Backends over HTTP/2").
+// over TLS (h2): backends.protocol (docs/request-path.md, "Backends over HTTP/2").
 
 // h2Client is an app's HTTP/2 client to its backends: one
 // golang.org/x/net/http2 Transport, whose connection pool keeps a

@@ -120,7 +120,7 @@ func peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 }
 
 // handle is the HTTP/1.1 request path. The head checks and the first
-// steps of the header policy (doc.go, "The header policy") run here, on
+// steps of the header policy (docs/request-path.md, "The header policy") run here, on
 // the raw head fasthttp keeps; serve does the rest for HTTP/1.1 and h2.
 func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
@@ -431,7 +431,7 @@ func (p *Proxy) serve(a *pipeline.App, ctx *fasthttp.RequestCtx, peer netip.Addr
 	// Selective early termination (term.go): never a body that streams
 	// from the client (cb), never an upgrade (returned above).
 	var tcl *sert.Class
-	if cb == nil && a.H2 == nil { // not an HTTP/2 backend: see doc.go, "Backends over HTTP/2"
+	if cb == nil && a.H2 == nil { // not an HTTP/2 backend: see docs/request-path.md, "Backends over HTTP/2"
 		tcl = a.TermClass(&x.t, h.Method())
 	}
 	if tcl != nil && ab == nil {

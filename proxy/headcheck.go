@@ -8,7 +8,7 @@ import (
 )
 
 // headcheck.go: the fasthttp front end's checks of a request head and
-// its framing, before the pipeline (doc.go, "The header policy").
+// its framing, before the pipeline (docs/request-path.md, "The header policy").
 
 // checkTarget checks the request line. CONNECT is refused (405: sentry is
 // not a forward proxy), and so is PRI (an HTTP/2 preface on a listener

@@ -328,7 +328,7 @@ func (p *Proxy) buildApp(ac *policy.App) (*pipeline.App, error) {
 	if tcfg != nil || h2 {
 		// The event loops relay plain HTTP/1.1 over TCP only; fasthttp's
 		// HostClient reads and writes the TLS connection dialer makes,
-		// and relayH2 speaks HTTP/2 (doc.go, "Backends over TLS",
+		// and relayH2 speaks HTTP/2 (docs/request-path.md, "Backends over TLS",
 		// "Backends over HTTP/2").
 		a.LoopOK = false
 	}
