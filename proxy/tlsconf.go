@@ -9,8 +9,8 @@ import (
 	"github.com/sentry-proxy/sentry/policy"
 )
 
-// tlsConfig is a TLS listener's configuration. Decisions (doc.go, "TLS
-// and HTTP/2"):
+// tlsConfig is a TLS listener's configuration. Decisions (docs/request-path.md,
+// "TLS"):
 //
 //   - The certificate comes from fe.cert through GetCertificate, so a
 //     reload (SIGHUP re-reads the files, whether or not their names
