@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sentry-proxy/sentry/lb"
 	"github.com/sentry-proxy/sentry/policy"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
@@ -296,25 +297,7 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 		return pipeline.OutBadRequest, nil, 0
 	}
 	target.Scheme = c.scheme
-	hdr := make(http.Header, 16)
-	req.Header.VisitAll(func(k, v []byte) {
-		switch pipeline.FieldKind(k) {
-		case pipeline.KindHost, pipeline.KindContentLength, pipeline.KindTransferEncoding,
-			pipeline.KindConnection, pipeline.KindUpgrade, pipeline.KindHopByHop, pipeline.KindExpect:
-			return
-		}
-		hdr.Add(string(k), string(v))
-	})
-	if _, ok := hdr["User-Agent"]; !ok {
-		// None from the client: none to the backend (http2.Transport
-		// would add its own, as HostClient does not: NoDefaultUserAgentHeader).
-		hdr["User-Agent"] = []string{""}
-	}
-	if pipeline.IsGRPC(req.Header.ContentType()) {
-		// gRPC requires "te: trailers" (the one TE value HTTP/2 allows);
-		// the header policy dropped the client's as hop-by-hop.
-		hdr.Set("Te", "trailers")
-	}
+	hdr := h2RequestHeader(req)
 	host := string(req.Header.Host())
 	method := string(req.Header.Method())
 	cl := int64(req.Header.ContentLength())
@@ -352,17 +335,7 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 			Method: method, URL: &t, Host: host, Header: hdr,
 			Proto: "HTTP/2.0", ProtoMajor: 2,
 		}).WithContext(ctx)
-		switch {
-		case rb != nil:
-			hreq.Body, hreq.ContentLength = rb, -1
-			if cl >= 0 {
-				hreq.ContentLength = cl
-			}
-		case len(body) > 0:
-			hreq.Body, hreq.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-		default:
-			hreq.Body, hreq.ContentLength = http.NoBody, 0
-		}
+		setH2Body(hreq, rb, body, cl)
 		timer := newRespTimer(time.Duration(a.Shared.Idle.Load()), cancel, rb == nil)
 		if rb != nil {
 			rb.setOnEnd(timer.start)
@@ -371,38 +344,12 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 		if err == nil && cb != nil {
 			cb.headAt = time.Now().UnixNano()
 		}
-		if err == nil && rb != nil && !stream {
-			// An HTTP/1.1 client's body is sent to its end (or until the
-			// transport stops reading it: the backend answered >299 or
-			// reset the stream) before the response is relayed, within
-			// timeouts.response from the head on (or from the body's end,
-			// when it came first). Its client connection's reader is then
-			// free again, and nothing of the body is read after the
-			// handler lets the request and its buffer go.
-			timer.start()
-			select {
-			case <-rb.fin:
-			case <-ctx.Done():
-			}
-			if ctx.Err() != nil || rb.clientFailed() {
-				hresp.Body.Close() // the stream is abandoned, its reading stopped
-				cancel()
-				err = errH2BodyAbandoned
-			}
+		if rb != nil && err == nil && !stream {
+			err = awaitH2Body(ctx, cancel, rb, hresp, timer)
 		}
 		timer.stop()
-		if rb != nil && !isDialError(err) && (err != nil || !stream) {
-			// No read of the client's body is under way or to come: the
-			// transport is done with it or never will be (Close waits
-			// for a Read in progress). A failed dial never reached the
-			// body, which the next backend then gets whole.
-			rb.Close()
-			if err == nil && !rb.complete() {
-				// Left unread in the client's connection, the rest of the
-				// body would be read as the next request: the connection
-				// closes after this response.
-				cb.unread = true
-			}
+		if rb != nil {
+			closeH2Body(rb, cb, err, stream)
 		}
 		if err == nil {
 			a.Pool.Release(b, true)
@@ -416,8 +363,6 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 			return pipeline.OutRelayed, u, inService
 		}
 		cancel()
-		dial := isDialError(err)
-		var o pipeline.Outcome
 		switch {
 		case parent.Err() != nil:
 			a.Pool.Release(b, true)
@@ -427,31 +372,125 @@ func (p *Proxy) relayH2(a *pipeline.App, c *h2Client, req *fasthttp.Request, res
 			// malformed): its outcome, and no fault of the backend's.
 			a.Pool.Release(b, true)
 			return rb.outcome(), u, 0
-		case timer.fired.Load():
-			err, o = errH2Timeout, pipeline.OutBackendTimeout
-		default:
-			o = pipeline.OutBackendFailed
 		}
-		if dial {
-			a.Pool.Eject(b)
-		} else {
-			a.Pool.Release(b, !pipeline.CountsAsFailure(o))
-		}
-		if dial && u.Unreachable() {
-			p.log.Warn("backend unreachable; ejected until it answers again",
-				pipeline.LogRequest([]any{"app", a.Name, "backend", u.Addr, "error", err}, req.Header.Peek(a.ReqID), tr)...)
-		} else if p.log.IsDebug() {
-			p.log.Debug("relay failed", pipeline.LogRequest([]any{"app", a.Name, "backend", u.Addr, "error", err}, req.Header.Peek(a.ReqID), tr)...)
-		}
-		f := pipeline.FailNoRetry
-		if dial {
-			f = pipeline.FailConnect
-		}
-		if !pipeline.TryAgain(f, replay, attempt, false) {
+		o, again := p.h2Failed(a, b, req, tr, err, timer.fired.Load(), replay, attempt)
+		if !again {
 			return o, u, 0
 		}
 		last = u
 	}
+}
+
+// awaitH2Body sends an HTTP/1.1 client's streamed body rb to its end
+// (or until the transport stops reading it: the backend answered >299 or
+// reset the stream) before the response is relayed, within
+// timeouts.response from the head on (or from the body's end, when it
+// came first). Its client connection's reader is then free again, and
+// nothing of the body is read after the handler lets the request and its
+// buffer go. errH2BodyAbandoned: the body did not end.
+func awaitH2Body(ctx context.Context, cancel context.CancelFunc, rb *h2ReqBody, hresp *http.Response, timer *respTimer) error {
+	timer.start()
+	select {
+	case <-rb.fin:
+	case <-ctx.Done():
+	}
+	if ctx.Err() != nil || rb.clientFailed() {
+		hresp.Body.Close() // the stream is abandoned, its reading stopped
+		cancel()
+		return errH2BodyAbandoned
+	}
+	return nil
+}
+
+// closeH2Body closes rb once no read of the client's body is under way or
+// to come in an attempt that ended with err: the transport is done with
+// it or never will be (Close waits for a Read in progress). A failed dial
+// never reached the body, which the next backend then gets whole; an h2
+// client's body (stream) of an answered attempt is read while the
+// response streams.
+func closeH2Body(rb *h2ReqBody, cb *clientBody, err error, stream bool) {
+	if isDialError(err) || err == nil && stream {
+		return
+	}
+	rb.Close()
+	if err == nil && !rb.complete() {
+		// Left unread in the client's connection, the rest of the body
+		// would be read as the next request: the connection closes after
+		// this response.
+		cb.unread = true
+	}
+}
+
+// h2RequestHeader is the header set an HTTP/2 backend gets for req: its
+// fields less the framing and hop-by-hop ones (the header policy ran
+// before), no User-Agent where the client sent none, and te: trailers for
+// gRPC.
+func h2RequestHeader(req *fasthttp.Request) http.Header {
+	hdr := make(http.Header, 16)
+	req.Header.VisitAll(func(k, v []byte) {
+		switch pipeline.FieldKind(k) {
+		case pipeline.KindHost, pipeline.KindContentLength, pipeline.KindTransferEncoding,
+			pipeline.KindConnection, pipeline.KindUpgrade, pipeline.KindHopByHop, pipeline.KindExpect:
+			return
+		}
+		hdr.Add(string(k), string(v))
+	})
+	if _, ok := hdr["User-Agent"]; !ok {
+		// None from the client: none to the backend (http2.Transport
+		// would add its own, as HostClient does not: NoDefaultUserAgentHeader).
+		hdr["User-Agent"] = []string{""}
+	}
+	if pipeline.IsGRPC(req.Header.ContentType()) {
+		// gRPC requires "te: trailers" (the one TE value HTTP/2 allows);
+		// the header policy dropped the client's as hop-by-hop.
+		hdr.Set("Te", "trailers")
+	}
+	return hdr
+}
+
+// setH2Body gives hreq its body: the streamed one (rb, of declared length
+// cl or -1), the one held whole, or none.
+func setH2Body(hreq *http.Request, rb *h2ReqBody, body []byte, cl int64) {
+	switch {
+	case rb != nil:
+		hreq.Body, hreq.ContentLength = rb, -1
+		if cl >= 0 {
+			hreq.ContentLength = cl
+		}
+	case len(body) > 0:
+		hreq.Body, hreq.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	default:
+		hreq.Body, hreq.ContentLength = http.NoBody, 0
+	}
+}
+
+// h2Failed settles an attempt on backend b that failed with err (not the
+// client's doing): the outcome, the backend's health (a failed dial ejects
+// it), the log line, and whether the one retry policy allows another
+// attempt.
+func (p *Proxy) h2Failed(a *pipeline.App, b *lb.Backend, req *fasthttp.Request, tr *pipeline.Trace, err error, timedOut, replay bool, attempt int) (pipeline.Outcome, bool) {
+	u := b.Attachment.(*pipeline.Upstream)
+	dial := isDialError(err)
+	o := pipeline.OutBackendFailed
+	if timedOut {
+		err, o = errH2Timeout, pipeline.OutBackendTimeout
+	}
+	if dial {
+		a.Pool.Eject(b)
+	} else {
+		a.Pool.Release(b, !pipeline.CountsAsFailure(o))
+	}
+	if dial && u.Unreachable() {
+		p.log.Warn("backend unreachable; ejected until it answers again",
+			pipeline.LogRequest([]any{"app", a.Name, "backend", u.Addr, "error", err}, req.Header.Peek(a.ReqID), tr)...)
+	} else if p.log.IsDebug() {
+		p.log.Debug("relay failed", pipeline.LogRequest([]any{"app", a.Name, "backend", u.Addr, "error", err}, req.Header.Peek(a.ReqID), tr)...)
+	}
+	f := pipeline.FailNoRetry
+	if dial {
+		f = pipeline.FailConnect
+	}
+	return o, pipeline.TryAgain(f, replay, attempt, false)
 }
 
 // copyH2Response sets the backend's response head on resp and its body as
