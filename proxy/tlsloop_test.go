@@ -658,8 +658,19 @@ func TestTLSLoopTrickledRecord(t *testing.T) {
 // TestH2WriteTimeoutCutsStuckClient see its connection gone at once). A
 // sampler reads both counts, as the accept loop does, from each
 // handshake until the loops have taken it.
+//
+// The connections send nothing, so the timeouts that would close them
+// (read_header_timeout, idle_timeout) are far longer than the test: on a
+// loaded machine its 40 hand-overs may take seconds, and a connection the
+// proxy closed meanwhile would read as one it failed to count.
 func TestTLSHandOverKeepsConnCounted(t *testing.T) {
-	h := tlsLoopProxy(t, policy.EngineLoops, func(*http.Request) string { return "ok" })
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	cf, kf := writeTestCert(t)
+	h := startEngine(t, policy.EngineLoops, []string{be}, Options{}, func(s *policy.Snapshot, a *policy.App) {
+		a.TLS = &policy.TLS{CertFile: cf, KeyFile: kf}
+		s.Server.ReadHeaderTimeout = 5 * time.Minute
+		s.Server.IdleTimeout = 5 * time.Minute
+	})
 	h.p.mu.Lock()
 	fe := h.p.mu.fronts[h.addr]
 	h.p.mu.Unlock()
