@@ -90,21 +90,7 @@ check_grpc() {
 }
 
 # ---------------------------------------------------------------- tools
-need=()
-for p in $PEERS; do
-	case "$p" in
-	nginx) [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || need+=(nginx) ;;
-	haproxy) [ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null || need+=(haproxy) ;;
-	esac
-done
-if [ ${#need[@]} -gt 0 ]; then
-	[ "$(id -u)" -eq 0 ] || die "missing ${need[*]}; run as root so that apt-get can install them"
-	log "installing: ${need[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	timeout 600 apt-get update -q >/dev/null || die "apt-get update failed"
-	timeout 900 apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null || die "apt-get install ${need[*]} failed"
-fi
-export PATH="$PATH:/usr/sbin:/sbin"
+need_tools $PEERS --
 
 TMP=$(mktemp -d /tmp/sentry-grpc.XXXXXX)
 mkdir -p "$OUT"

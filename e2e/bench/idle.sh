@@ -74,23 +74,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 [ "$(ulimit -n)" = unlimited ] || [ "$(ulimit -n)" -ge $((N + 100)) ] ||
 	die "ulimit -n is $(ulimit -n) (hard $(ulimit -Hn)); N=$N needs $((N + 100)) or more"
 
-need=()
-command -v curl >/dev/null || need+=(curl)
-command -v openssl >/dev/null || need+=(openssl)
-for p in $PEERS $H2_PEERS; do
-	case "$p" in
-	nginx) [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || need+=(nginx) ;;
-	haproxy) [ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null || need+=(haproxy) ;;
-	esac
-done
-if [ ${#need[@]} -gt 0 ]; then
-	[ "$(id -u)" -eq 0 ] || die "missing ${need[*]}; run as root so that apt-get can install them"
-	log "installing: ${need[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	timeout 600 apt-get update -q >/dev/null || die "apt-get update failed"
-	timeout 900 apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null || die "apt-get install ${need[*]} failed"
-fi
-export PATH="$PATH:/usr/sbin:/sbin"
+need_tools $PEERS $H2_PEERS -- curl:curl openssl:openssl
 
 TMP=$(mktemp -d /tmp/sentry-idle.XXXXXX)
 mkdir -p "$OUT"

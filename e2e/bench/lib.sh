@@ -6,6 +6,32 @@
 log() { printf '[%s] %s\n' "$BENCH_TAG" "$*" >&2; }
 die() { printf '[%s] ERROR: %s\n' "$BENCH_TAG" "$*" >&2; exit 1; }
 
+# need_tools PEERS -- CMD:PKG...: installs with apt-get (as root, bounded
+# in time) the Debian packages of the peers (nginx, haproxy) and of the
+# commands that are missing, then puts /usr/sbin on PATH.
+need_tools() {
+	local need=() p
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do
+		case "$1" in
+		nginx) [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || need+=(nginx) ;;
+		haproxy) [ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null || need+=(haproxy) ;;
+		esac
+		shift
+	done
+	[ $# -gt 0 ] && shift
+	for p in "$@"; do
+		command -v "${p%%:*}" >/dev/null || need+=("${p#*:}")
+	done
+	if [ ${#need[@]} -gt 0 ]; then
+		[ "$(id -u)" -eq 0 ] || die "missing ${need[*]}; run as root so that apt-get can install them"
+		log "installing: ${need[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		timeout 600 apt-get update -q >/dev/null || die "apt-get update failed"
+		timeout 900 apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null || die "apt-get install ${need[*]} failed"
+	fi
+	export PATH="$PATH:/usr/sbin:/sbin"
+}
+
 PGIDS=()
 TMP=""
 LOAD_PID=""

@@ -103,25 +103,7 @@ check_alpn() {
 }
 
 # ---------------------------------------------------------------- tools
-need=()
-command -v wrk >/dev/null || need+=(wrk)
-command -v h2load >/dev/null || need+=(nghttp2-client)
-command -v curl >/dev/null || need+=(curl)
-command -v openssl >/dev/null || need+=(openssl)
-for p in $PEERS; do
-	case "$p" in
-	nginx) [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || need+=(nginx) ;;
-	haproxy) [ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null || need+=(haproxy) ;;
-	esac
-done
-if [ ${#need[@]} -gt 0 ]; then
-	[ "$(id -u)" -eq 0 ] || die "missing ${need[*]}; run as root so that apt-get can install them"
-	log "installing: ${need[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	timeout 600 apt-get update -q >/dev/null || die "apt-get update failed"
-	timeout 900 apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null || die "apt-get install ${need[*]} failed"
-fi
-export PATH="$PATH:/usr/sbin:/sbin"
+need_tools $PEERS -- wrk:wrk h2load:nghttp2-client curl:curl openssl:openssl
 
 TMP=$(mktemp -d /tmp/sentry-tls.XXXXXX)
 mkdir -p "$OUT"
