@@ -26,8 +26,7 @@
 //	                 ▼
 //	drivers       proxy/evloop: plain, TLS 1.3 and h2 stream connections
 //	              on event loops; the goroutine driver (gdrive.go) for the
-//	              h2 workers' streams; fasthttp's handle (handler.go) for
-//	              what neither takes yet
+//	              h2 workers' streams
 //	                 │ events ▲ actions
 //	                 ▼        │
 //	core          proxy/exchange: one exchange's order of steps, sans-IO
@@ -39,8 +38,15 @@
 //	                 │
 //	                 ▼
 //	relay         the loops' raw sockets and the goroutine driver's gpool
-//	              (HTTP/1.1 to IP:port); fasthttp's HostClient (backends
-//	              over TLS or by name); x/net's Transport (HTTP/2 backends)
+//	              (HTTP/1.1 to IP:port); fasthttp's HostClient; x/net's
+//	              Transport (HTTP/2 backends)
+//
+// Not yet a driver of the core: fasthttp's handle and serve (handler.go:
+// what the loops hand off, and the portable engine's HTTP/1.1) and
+// serveH2Stream (h2.go: the h2 worker streams the goroutine driver does
+// not take). They call the pipeline's steps in their own order and relay
+// through fasthttp's HostClient, the only client for backends over TLS or
+// by name; package proxy/exchange's doc lists what is left to move.
 //
 // A request's path, on Linux with the default engine:
 //
@@ -64,24 +70,24 @@
 //
 // # Interfaces
 //
-//   - admission.Controller: the only way the request path knows the
-//     algorithms (batch, threshold, adaptive, auto). Park returns a
-//     decision or a Pending that a Waker resumes; a driver never blocks a
-//     loop on it.
-//   - exchange.Exchange: events in (Start, Resume, Connected, Capped,
-//     ConnectFailed, Wrote, Read, Body, Closed, Broke, Expire, Terminate,
-//     Abort, Refuse) and actions out (park, dial, send, write head or
-//     body, reply, close). Time is an argument,
-//     never read, so the core's rules are script tests on a manual clock
-//     (proxy/exchange/testdata).
+//   - pipeline.Controller (proxy.Controller), which package control
+//     implements: the only way the request path knows the algorithms
+//     (batch, threshold, adaptive, auto, off). Park returns a decision or
+//     a Pending that a Waker resumes; a driver never blocks a loop on it.
+//   - exchange.Exchange: events in (Start, Refuse, Resume, Bound, Capped,
+//     ConnectFailed, Connected, Wrote, Read, Body, Closed, Broke, Expire,
+//     Tick, Abort) and actions out (Park, Connect, Wait, Send, WriteHead,
+//     Forward, Finish, Reply, Abort, Cut), as package proxy/exchange's doc
+//     tabulates them. Time is an argument, never read, so the core's rules
+//     are script tests on a manual clock (proxy/exchange/testdata).
 //   - evloop.Sys and evloop.Clock: the loops reach the kernel and the
 //     time only through them, so the loops' logic is script-tested too
 //     (proxy/evloop/testdata).
 //   - The client transport of a loop connection (evloop's xprt: plain,
-//     TLS, h2, h2 stream), which flush, after, abort and closeClient
-//     switch on. Only they know what the bytes ride on.
-//   - lb.Pool: Pick, Done and the health state, one pool per app that
-//     every driver picks from.
+//     TLS, h2, h2 stream), which read, flush, after, cut and closeClient
+//     switch on (xprt_linux.go). Only they know what the bytes ride on.
+//   - lb.Pool: Pick, Release, Eject and the health and operator state,
+//     one pool per app that every driver picks from.
 //
 // # Engines
 //
@@ -123,27 +129,34 @@
 // available where sentry was built.
 //
 // HTTP/2 is sentry's own server: a sans-IO core (package proxy/h2srv:
-// bytes in, events and frames out) with two drivers, the loops (h2 over
-// TLS 1.3) and goroutines (h2own.go: one reader, pooled workers, one
-// writer). Decision: not x/net/http2's server, whose goroutine per stream
+// bytes in, events and frames out, no goroutine, no lock) with two
+// drivers, the loops (h2 over TLS 1.3) and goroutines (h2own.go: one
+// reader, pooled workers, one writer; TLS 1.2, h2c and the portable
+// engine). Decision: not x/net/http2's server, whose goroutine per stream
 // and per flush cost about half the requests per CPU second; x/net is
 // the HTTP/2 backends' transport only (h2backend.go). On the loops, a
 // stream whose request ended with its head becomes a stream connection:
 // a loop connection with no socket whose exchange is the plain path's,
 // unchanged, with the response going into the h2 core as HEADERS and
-// DATA; only the transport looks at the stream. Other streams run on the
+// DATA; only the transport looks at the stream. Decision: a stream
+// connection, not a second relay, because the exchange reaches its
+// client through the connection's transport. That is so for an app the
+// loops serve (pipeline.App.LoopOK: plain HTTP/1.1 backends at IP:port)
+// on a connection not suspect of rapid reset. Other streams run on the
 // h2 workers, on the goroutine driver when their app has plain HTTP/1.1
 // backends and their body, if any, is held whole; the rest still run
 // fasthttp's serve on a pooled fasthttp request built from the stream
-// (serveH2Stream, h2.go). package proxy/exchange's doc lists what is not
-// yet on the core.
+// (serveH2Stream, h2.go). Request bodies stay on the workers because
+// their buffering, timeouts and minimum rate live there.
 //
 // # Invariants
 //
-//   - A loop never blocks: not on admission (a request parks and its
-//     batch run wakes the loop through an eventfd), not on a backend (a
-//     connection at max_conns_per_backend waits in the loop's queue, up to
-//     timeouts.connect), not on the access log.
+//   - A loop never waits on admission (a request parks and its batch run
+//     wakes the loop through an eventfd), on a backend (an exchange at
+//     max_conns_per_backend waits in the loop's queue, up to
+//     timeouts.connect, then 503 backend_busy) or on the access log. It
+//     stalls only when fasthttp's hand-off queue is full (backpressure)
+//     and for the temporary-file reads and writes of response buffering.
 //   - Every exchange ends exactly once (exchange.State's checked
 //     transitions; an h2 stream's streamPhase likewise): one outcome to
 //     the controller's ticket, one access entry, one set of metrics.
@@ -154,11 +167,13 @@
 //     response buffers under their process-wide totals, an idle loop
 //     connection holding no buffer and no exchange (proxy/evloop's doc,
 //     Memory), streams per h2 connection capped at 128.
-//   - Counts are held once: server.max_conns over every holder of a
-//     listener's connections (a connection the loops adopt is counted by
-//     them before it leaves the listener's count), and
-//     max_conns_per_backend over the loops', the goroutine driver's and
-//     fasthttp's connections to a backend together.
+//   - server.max_conns counts every holder of a listener's connections:
+//     a connection the loops adopt is counted by them before it leaves the
+//     listener's count; the hand-off to fasthttp, which counts a
+//     connection only after its Accept, may miss it for that instant.
+//     max_conns_per_backend: the loops and the goroutine driver count
+//     each other's and fasthttp's connections to a backend; fasthttp's
+//     HostClient caps only its own.
 //   - Imports run down only: package evloop never imports this package,
 //     the core imports no driver, and pipeline imports neither engine nor
 //     fasthttp (TestImportGraph in each).
@@ -166,8 +181,10 @@
 // # Decisions
 //
 //   - A request's body is read before it is admitted (docs/buffering.md):
-//     a slow upload costs memory, never a backend connection, and a body
-//     past request_buffer_total is refused, not streamed.
+//     whole up to request_buffer, a larger one's first request_buffer
+//     bytes before the rest streams (gRPC and request_buffering: off
+//     stream from the start); a body past request_buffer_total is
+//     refused, not streamed.
 //   - A response is read at the backend's speed and held for a slow
 //     client, under response_buffer and its total, as nginx's
 //     proxy_buffering does.

@@ -887,7 +887,7 @@ func TestLoadHeaderEveryEngine(t *testing.T) {
 }
 
 // knownDifferences are the behaviours where the engines differ on
-// purpose; doc.go lists them with these tests.
+// purpose; docs/operations.md ("Engines") lists them with these tests.
 var knownDifferences = map[string]string{
 	"half-close": "a loop takes a FIN from the client while its request is relayed as the client leaving " +
 		"(499, as nginx does by default) and closes; fasthttp answers the request",

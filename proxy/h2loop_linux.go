@@ -9,8 +9,8 @@ import (
 	"github.com/sentry-proxy/sentry/proxy/h2srv"
 )
 
-// h2loop_linux.go: HTTP/2 over TLS on the event loops (see "HTTP/2 over TLS
-// on the event loops" in doc.go). A TLS 1.3 connection that negotiated h2 is
+// h2loop_linux.go: HTTP/2 over TLS on the event loops (see "Engines" in
+// doc.go). A TLS 1.3 connection that negotiated h2 is
 // given to the loops like an HTTP/1.1 one, with an ownConn in loop mode as
 // its shared side (evloop.H2Conn): the loop reads, feeds the core, writes
 // and times the connection, and runs the streams it can finish itself;

@@ -15,8 +15,8 @@ import (
 	"github.com/sentry-proxy/sentry/proxy/evloop"
 )
 
-// tlsloop_linux.go: HTTP/1.1 over TLS on the event loops (see "TLS and
-// HTTP/2" in doc.go). A TLS listener's handshakes stay in tlsListener's
+// tlsloop_linux.go: HTTP/1.1 over TLS on the event loops (see "Engines" in
+// doc.go). A TLS listener's handshakes stay in tlsListener's
 // goroutines; a TLS 1.3 connection that did not negotiate h2 is then
 // given to a Front of loops of its own (no listening socket: Adopt), which
 // seals and opens its records (package internal/tls13). TLS 1.2, h2 and

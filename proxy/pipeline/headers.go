@@ -11,7 +11,7 @@ import (
 // (App.ReqID) and the degradation signal's load header (App.LoadHeader,
 // load.go), which is dropped from client input in every spelling. The event loops (rawhead.go, package proxy/evloop), the
 // fasthttp handler (handler.go) and HTTP/2 (h2.go) all classify names with
-// FieldKind and apply the policy below; doc.go ("The header policy") says
+// FieldKind and apply the policy below; docs/request-path.md ("The header policy") says
 // what it does and why.
 
 // Header names the request path looks at, by their fixed index.

@@ -8,8 +8,8 @@ import (
 	"github.com/sentry-proxy/sentry/classify"
 )
 
-// The request pipeline, once for every engine (proxy/doc.go, "The
-// request path"). An engine parses and checks the head, routes it to an app, and
+// The request pipeline, once for every engine (proxy/doc.go, "Layers"
+// and "Engines"). An engine parses and checks the head, routes it to an app, and
 // then runs these steps in this order, supplying only a view of the
 // request (classify.Request), the client's address as the header policy
 // read it (ClientAddr), and its own way to wait and to write headers:
