@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
 )
@@ -202,9 +203,10 @@ func (fe *frontend) serveH2Stream(x *ownStream) {
 // serveCore serves x on the exchange core's goroutine driver (gdrive.go)
 // when the driver covers what the stream needs: an app with plain
 // HTTP/1.1 backends (LoopOK), a head exchange.StreamHead takes, and no
-// body or one of a declared length that server.request_buffer holds
-// whole (read here, as h2Body reads it, before the decision). False
-// leaves it to serveH2Stream's own path.
+// body, one of a declared length that server.request_buffer holds whole
+// (read here, as h2Body reads it, before the decision), or one a cap
+// refuses (max_body_bytes: the core's Refuse). False leaves it to
+// serveH2Stream's own path.
 func (fe *frontend) serveCore(x *ownStream, rt *pipeline.Route) bool {
 	w, s := x.w, x.s
 	if w == nil || x.Err() != nil {
@@ -216,7 +218,11 @@ func (fe *frontend) serveCore(x *ownStream, rt *pipeline.Route) bool {
 	}
 	body := !s.EndedByHead()
 	cl := s.ContentLength()
-	if body && (cl < 0 || cl > fe.body.buffer || a.Policy.RequestBufferingOff || a.BodyCap(cl) != pipeline.OutRelayed) {
+	o := pipeline.OutRelayed
+	if body {
+		o = a.BodyCap(cl)
+	}
+	if o == pipeline.OutRelayed && body && (cl < 0 || cl > fe.body.buffer || a.Policy.RequestBufferingOff) {
 		return false
 	}
 	if w.d == nil {
@@ -226,24 +232,38 @@ func (fe *frontend) serveCore(x *ownStream, rt *pipeline.Route) bool {
 	if !d.takesStream(x, a, fe.p.cur.Load().snap.Server.MaxHeaderBytes) {
 		return false
 	}
-	o := pipeline.OutRelayed
-	if body {
+	switch {
+	case o != pipeline.OutRelayed:
+		// Refused before anything of the body is read, as HTTP/1.1's
+		// checkFraming refuses it; a body without content-length is
+		// refused like a chunked one (411), though buffering would learn
+		// its size. The access log counts the declared length in, as
+		// fasthttp's record does.
+		d.hd.Size += max(cl, 0)
+	case body:
 		var bb bodyBuf
 		defer bb.done(fe.p, nil)
-		if fe.bodyTimeout > 0 {
-			x.setBodyDeadline(time.Now().Add(fe.bodyTimeout))
-		}
-		var b []byte
-		b, _, o = fe.p.fillBody(x.body(), cl, &bb, false)
-		if o == pipeline.OutRelayed && int64(len(b)) != cl {
-			o = pipeline.OutClientGone
-		}
-		d.hd.Body = b
-		d.hd.Size += int64(len(b))
+		o = fe.readWhole(x, cl, &bb, &d.hd)
 	}
 	d.serve(x, a, rt.Access, o)
 	d.hd.Body = nil
 	return true
+}
+
+// readWhole reads x's body of declared length cl (server.request_buffer
+// holds it) into bb under body_timeout, as h2Body does, and hands it to
+// hd: a body that came short is the client gone.
+func (fe *frontend) readWhole(x *ownStream, cl int64, bb *bodyBuf, hd *exchange.Head) pipeline.Outcome {
+	if fe.bodyTimeout > 0 {
+		x.setBodyDeadline(time.Now().Add(fe.bodyTimeout))
+	}
+	b, _, o := fe.p.fillBody(x.body(), cl, bb, false)
+	if o == pipeline.OutRelayed && int64(len(b)) != cl {
+		o = pipeline.OutClientGone
+	}
+	hd.Body = b
+	hd.Size += int64(len(b))
+	return o
 }
 
 // s2b is s's bytes, not copied (read only).
