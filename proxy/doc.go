@@ -31,8 +31,8 @@
 // of a backend's request and the response header policy); the event
 // loops -- plain, TLS and h2 streams -- are its drivers, and so is a
 // blocking goroutine driver (gdrive.go) for the h2 workers' streams to
-// apps with plain HTTP/1.1 backends whose body, if any, is held whole.
-// fasthttp's
+// apps with plain HTTP/1.1 backends whose body, if any, is held whole or
+// refused by max_body_bytes. fasthttp's
 // handle and serve, and the rest of the workers' streams, still call the
 // pipeline's steps in their own order (the exchange package's doc lists
 // what is left). Package
@@ -152,15 +152,16 @@
 // server, whose goroutine per stream and per flush cost about half the
 // requests per CPU second; x/net is the HTTP/2 backends' transport only
 // (h2backend.go). A worker runs a stream for an app with plain HTTP/1.1
-// backends, without a body or with one of a declared length that
-// request_buffer holds (read whole first), on the exchange core's
-// goroutine driver (gdrive.go: the core's events and actions with
+// backends, without a body, with one of a declared length that
+// request_buffer holds (read whole first) or with one max_body_bytes
+// refuses (413, 411: the core's Refuse, nothing of the body read), on
+// the exchange core's goroutine driver (gdrive.go: the core's events and actions with
 // blocking I/O between them, the backend connections kept in a gpool
 // counted against max_conns_per_backend with the loops' and fasthttp's,
 // the response into the h2 core as HEADERS and DATA, h2core.go, and
 // buffered under response_buffer for a client slower than its backend).
 // Every other stream still runs the fasthttp path's serve() on a pooled
-// fasthttp request built from the stream's head (serveH2Stream, h2.go).
+// fasthttp request built from the stream's head (serveCtx, h2.go).
 //
 // # HTTP/2 over TLS on the event loops
 //
