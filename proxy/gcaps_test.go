@@ -24,15 +24,7 @@ import (
 // DATA, END_STREAM and any RST_STREAM.
 func h2Transcript(t *testing.T, addr string, body []byte, fields ...string) string {
 	t.Helper()
-	_, fr := h2cRaw(t, addr)
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	for i := 0; i+1 < len(fields); i += 2 {
-		enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
-	}
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: body == nil, EndHeaders: true}); err != nil {
-		t.Fatal(err)
-	}
+	fr := h2cHead(t, addr, body == nil, fields...)
 	if len(body) > 0 {
 		// (A cap refuses before reading: the body may meet a closed stream.)
 		_ = fr.WriteData(1, true, body)

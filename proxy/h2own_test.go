@@ -264,9 +264,9 @@ func TestH2WorkersReuseRetireStop(t *testing.T) {
 	waitGoroutines(base)
 }
 
-// h2cExchange1 sends one request as raw frames on a fresh h2c connection
-// and returns the response's status and head.
-func h2cExchange1(t *testing.T, addr string, fields ...string) (int, http.Header) {
+// h2cHead sends a request head (fields: name, value, ...) as stream 1 of
+// a fresh h2c connection; end: the head ends the stream.
+func h2cHead(t *testing.T, addr string, end bool, fields ...string) *http2.Framer {
 	t.Helper()
 	_, fr := h2cRaw(t, addr)
 	var hb bytes.Buffer
@@ -274,9 +274,17 @@ func h2cExchange1(t *testing.T, addr string, fields ...string) (int, http.Header
 	for i := 0; i+1 < len(fields); i += 2 {
 		enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
 	}
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: end, EndHeaders: true}); err != nil {
 		t.Fatal(err)
 	}
+	return fr
+}
+
+// h2cExchange1 sends one request as raw frames on a fresh h2c connection
+// and returns the response's status and head.
+func h2cExchange1(t *testing.T, addr string, fields ...string) (int, http.Header) {
+	t.Helper()
+	fr := h2cHead(t, addr, true, fields...)
 	dec := hpack.NewDecoder(4096, nil)
 	status := 0
 	hdr := http.Header{}
