@@ -251,8 +251,8 @@ func (c *h2Call) respond(p *Proxy, access bool) {
 // HTTP/1.1 backends (LoopOK), a head exchange.StreamHead takes, and no
 // body, one of a declared length that server.request_buffer holds whole
 // (read here, as h2Body reads it, before the decision), or one a cap
-// refuses (max_body_bytes: the core's Refuse). False leaves it to
-// serveH2Stream's own path.
+// refuses (max_body_bytes: the core's Refuse). False leaves it to the
+// fake-RequestCtx path (serveCtx).
 func (fe *frontend) serveCore(x *ownStream, rt *pipeline.Route) bool {
 	w, s := x.w, x.s
 	if w == nil || x.Err() != nil {
