@@ -209,11 +209,16 @@
 //     declared content-length; a body without one that ends within
 //     request_buffer gets one, as h2Body gives it; else chunked, each
 //     piece framed by the core); the first request_buffer bytes read
-//     before the decision and sent with the head (Head.Body); no retry
-//     once a byte of the body past Head.Body was written (as the fasthttp
-//     relay's replay rule, pipeline.TryAgain); no measured sample for
+//     before the decision and sent with the head (Head.Body); a failed
+//     connect retried as now, but a connection that broke never (not
+//     replayable, pipeline.TryAgain: the fasthttp relay replays only a
+//     body held whole, not even on a stale kept connection); a client's read
+//     failure while it streams answered as clientBody.outcome answers
+//     it (408 body_timeout, or gone); no measured sample for
 //     Observe (the upload's time is the client's; only Server-Timing
-//     counts, as handler.go's serve); the backend's idle deadline not
+//     counts, as handler.go's serve); no early termination (TermClass
+//     is never asked for a body that streams, as serve asks it only
+//     for a body held whole); the backend's idle deadline not
 //     running while the driver waits for the client (body_timeout is the
 //     driver's); and a response head before the body's end ending the
 //     upload (the rest refused, RST_STREAM NO_ERROR; the connection not
