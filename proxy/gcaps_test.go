@@ -16,19 +16,15 @@ import (
 	"github.com/sentry-proxy/sentry/policy"
 )
 
-// h2Transcript sends one request on a fresh h2c connection to addr --
-// fields, then body (nil: none; the head ends the stream) -- and writes
+// h2Transcript sends one request on a fresh h2c connection to addr
+// (h2cRequest: fields, then body) and writes
 // down everything the client gets on its stream until the server has
 // nothing more for it (a PING's answer after the stream's end): the
 // head's fields in order (date and the request ID's value masked), the
 // DATA, END_STREAM and any RST_STREAM.
 func h2Transcript(t *testing.T, addr string, body []byte, fields ...string) string {
 	t.Helper()
-	fr := h2cHead(t, addr, body == nil, fields...)
-	if len(body) > 0 {
-		// (A cap refuses before reading: the body may meet a closed stream.)
-		_ = fr.WriteData(1, true, body)
-	}
+	fr := h2cRequest(t, addr, body, fields...)
 	dec := hpack.NewDecoder(4096, nil)
 	var out strings.Builder
 	ended, pinged := false, false
