@@ -62,7 +62,7 @@ type abortable struct {
 	done <-chan struct{} // the stream's context: closed on reset
 	// ctx is the stream's context itself, for an HTTP/2 backend stream
 	// (relayH2) to end with it; h2resp is that backend's response, whose
-	// trailers serveH2Stream copies after the body.
+	// trailers serveCtx copies after the body (h2Call.respond).
 	ctx    context.Context
 	h2resp *http.Response
 

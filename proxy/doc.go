@@ -43,8 +43,8 @@
 //
 // Not yet a driver of the core: fasthttp's handle and serve (handler.go:
 // what the loops hand off, and the portable engine's HTTP/1.1) and
-// serveH2Stream (h2.go: the h2 worker streams the goroutine driver does
-// not take). They call the pipeline's steps in their own order and relay
+// serveCtx (h2.go: the h2 worker streams the goroutine driver does not
+// take). They call the pipeline's steps in their own order and relay
 // through fasthttp's HostClient, the only client for backends over TLS or
 // by name; package proxy/exchange's doc lists what is left to move.
 //
@@ -144,9 +144,10 @@
 // loops serve (pipeline.App.LoopOK: plain HTTP/1.1 backends at IP:port)
 // on a connection not suspect of rapid reset. Other streams run on the
 // h2 workers, on the goroutine driver when their app has plain HTTP/1.1
-// backends and their body, if any, is held whole; the rest still run
-// fasthttp's serve on a pooled fasthttp request built from the stream
-// (serveH2Stream, h2.go). Request bodies stay on the workers because
+// backends and their body, if any, is held whole or refused by
+// max_body_bytes (413, 411: the core's Refuse, nothing of the body
+// read); the rest still run fasthttp's serve on a pooled fasthttp
+// request built from the stream (serveCtx, h2.go). Request bodies stay on the workers because
 // their buffering, timeouts and minimum rate live there.
 //
 // # Invariants

@@ -123,7 +123,7 @@ func writeReply(resp *fasthttp.Response, r pipeline.Reply) {
 	resp.SetStatusCode(r.Status)
 	if r.GRPC != 0 {
 		// gRPC's form (pipeline.Reply.GRPC): all in the head. On h2,
-		// serveH2Stream copies it into the one HEADERS frame of a
+		// serveCtx copies it into the one HEADERS frame of a
 		// Trailers-Only answer.
 		resp.Header.SetContentTypeBytes(strGRPC)
 		resp.Header.SetBytesKV(hdrGRPCStatus, pipeline.GRPCStatusBytes(r.GRPC))

@@ -16,7 +16,7 @@ import (
 // the loop every driver runs -- event in, action out -- with blocking
 // I/O between the calls: a dial, a write, a read under the core's
 // deadline, a wait for a batch run. It serves the h2 workers' streams
-// the core covers (takesStream); the rest stay on serveH2Stream.
+// the core covers (takesStream); the rest stay on serveCtx (h2.go).
 //
 // What the driver owns: the backend connection (gpool keeps it between
 // exchanges), the deadlines (read and write deadlines at the core's

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
 	"github.com/valyala/fasthttp"
 )
@@ -42,34 +43,111 @@ func h2RequestLineOK(req *fasthttp.Request) bool {
 }
 
 // serveH2Stream runs one h2 stream through the request path: the same
-// routing, admission, balancing, headers and metrics as HTTP/1.1 (serve).
+// routing, admission, balancing, headers and metrics as HTTP/1.1 (serve),
+// on the exchange core's goroutine driver where it covers the stream
+// (serveCore), else on the fake RequestCtx (serveCtx).
 func (fe *frontend) serveH2Stream(x *ownStream) {
 	// On a connection that resets many of its streams, wait a moment for
 	// this one's reset before spending anything on it (h2SuspectDelay).
-	sctx := x.context()
 	if x.suspect() {
 		t := time.NewTimer(h2SuspectDelay)
 		select {
-		case <-sctx.Done():
+		case <-x.Done():
 			t.Stop()
 			return
 		case <-t.C:
 		}
 	}
-	p := fe.p
 	rt := fe.route.Load()
 	if fe.serveCore(x, rt) {
 		return
 	}
-	start := time.Now()
-	peer := x.peer()
+	fe.serveCtx(x, rt)
+}
+
+// h2Call is what the steps of one stream on the fake-RequestCtx path
+// share (serveCtx). It lives on serveCtx's stack.
+type h2Call struct {
+	x     *ownStream
+	a     *pipeline.App
+	ctx   *fasthttp.RequestCtx
+	start time.Time
+	o     pipeline.Outcome
+	u     *pipeline.Upstream
+	cut   *abortable           // the stream's hold on its backend exchange (abort.go)
+	ae    pipeline.AccessEntry // what the access log is told
+}
+
+// serveCtx runs x through the fake-RequestCtx path: the stream copied
+// into a pooled fasthttp.RequestCtx (h2Req), Proxy.serve, and the
+// response copied back into the stream (respond).
+func (fe *frontend) serveCtx(x *ownStream, rt *pipeline.Route) {
+	p := fe.p
+	c := h2Call{x: x, start: time.Now(), ae: pipeline.AccessEntry{Class: -1, Proto: "HTTP/2.0"}}
 	hr := h2ReqPool.Get().(*h2Req)
 	defer hr.release()
-	hr.peer.ip = peer.As16()
+	c.a = hr.fill(x, rt, fe.srv.Logger)
+	c.ctx = &hr.ctx
+	req := &c.ctx.Request
+	switch o, refused := h2Refusal(x, req, c.a); {
+	case refused:
+		// Counted as on HTTP/1.1: a client error, not an app's request.
+		p.writeError(c.ctx, c.a, o)
+		p.metrics.clientErrors.WithLabelValues(fe.addr, pipeline.OutcomeReason[o]).Inc()
+		c.a = nil
+	case o == pipeline.OutNoApp:
+		c.o = o
+		p.writeError(c.ctx, nil, o)
+	case x.Err() != nil:
+		// Reset before it got here: no answer, nothing dispatched.
+		x.finish(false)
+		return
+	default:
+		ready := c.start
+		var bb bodyBuf
+		hasBody, cl := x.bodyInfo()
+		if c.o = c.a.BodyCap(cl); hasBody && c.o != pipeline.OutRelayed {
+			// As HTTP/1.1's checkFraming: refused before anything of the
+			// body is read; a body without content-length is refused like
+			// a chunked one (411), though buffering would learn its size.
+			p.writeError(c.ctx, c.a, c.o)
+			break
+		}
+		c.o = pipeline.OutRelayed
+		var body *bodyBuf
+		if hasBody {
+			hr.body, body = true, &bb
+			defer bb.done(p, req)
+			c.o = fe.h2ReadBody(x, c.a, cl, req, body)
+			ready = time.Now()
+		}
+		if c.o == pipeline.OutRelayed {
+			c.cut = &abortable{done: x.Done(), ctx: x}
+			stop := x.afterCut(c.cut.abort)
+			defer stop()
+			c.o, c.u = p.serve(c.a, c.ctx, x.peer(), x.isTLS(), ready, c.cut, false, false, body, &c.ae)
+		} else {
+			p.writeError(c.ctx, c.a, c.o)
+		}
+		if c.o == pipeline.OutClientGone {
+			// The stream was reset: nothing to write.
+			_ = c.ctx.Response.CloseBodyStream()
+			c.a.Complete(c.o, pipeline.StatusOf(c.o), c.u, c.start, c.ae.Class) // metrics only: no access line for a reset stream
+			x.finish(false)
+			return
+		}
+	}
+	c.respond(p, rt.Access)
+}
+
+// fill copies x's head into hr's request -- the pseudo-fields, then the
+// fields the header policy passes on from h2 -- with the peer's address
+// for RemoteAddr, and returns the app rt routes it to (nil: none).
+func (hr *h2Req) fill(x *ownStream, rt *pipeline.Route, log fasthttp.Logger) *pipeline.App {
+	hr.peer.ip = x.peer().As16()
 	hr.peer.addr.IP = hr.peer.ip[:]
-	ctx := &hr.ctx
-	ctx.Init2(&hr.peer, fe.srv.Logger, false)
-	req := &ctx.Request
+	hr.ctx.Init2(&hr.peer, log, false)
+	req := &hr.ctx.Request
 	x.head(req)
 	a := rt.Lookup(req.Header.Host())
 	reqID, load := "", ""
@@ -77,90 +155,59 @@ func (fe *frontend) serveH2Stream(x *ownStream) {
 		reqID, load = a.ReqID, a.LoadHeader
 	}
 	x.fields(req, reqID, load)
+	return a
+}
 
-	var o pipeline.Outcome
-	ae := pipeline.AccessEntry{Class: -1, Proto: "HTTP/2.0"} // what the access log is told
-	var u *pipeline.Upstream
-	var cut *abortable // the stream's hold on its backend exchange (abort.go)
-	refused := false
+// h2Refusal is the outcome of the checks a stream's head gets before its
+// app's: refused true for a client error (400, 405); OutNoApp when no app
+// serves its host; OutRelayed when it goes on.
+func h2Refusal(x *ownStream, req *fasthttp.Request, a *pipeline.App) (o pipeline.Outcome, refused bool) {
 	switch {
 	case !pipeline.ValidHost(req.Header.Host()):
 		// Missing, or with userinfo (which fasthttp would turn into an
 		// Authorization header); the same check as HTTP/1.1's.
-		o, refused = pipeline.OutBadRequest, true
+		return pipeline.OutBadRequest, true
 	case !h2RequestLineOK(req):
 		// A method or target that would not make one HTTP/1.1 request
 		// line. (A field value with whitespace at an end never gets here:
 		// h2srv resets its stream, RFC 9113 §8.2.1.)
-		o, refused = pipeline.OutBadRequest, true
+		return pipeline.OutBadRequest, true
 	case string(x.method()) == http.MethodConnect:
-		o, refused = pipeline.OutMethodNotAllowed, true
+		return pipeline.OutMethodNotAllowed, true
 	case a == nil:
-		o = pipeline.OutNoApp
-		p.writeError(ctx, nil, o)
-	case sctx.Err() != nil:
-		// Reset before it got here: no answer, nothing dispatched.
-		x.finish(false)
-		return
-	default:
-		ready := start
-		var body *bodyBuf
-		hasBody, cl := x.bodyInfo()
-		if c := a.BodyCap(cl); hasBody && c != pipeline.OutRelayed {
-			// As HTTP/1.1's checkFraming: refused before anything of the
-			// body is read; a body without content-length is refused like
-			// a chunked one (411), though buffering would learn its size.
-			o = c
-			p.writeError(ctx, a, o)
-			break
-		}
-		if hasBody {
-			hr.body = true
-			var bb bodyBuf
-			body = &bb
-			defer bb.done(p, req)
-			if a.H2 != nil {
-				// An HTTP/2 backend: the body streams from the start,
-				// without server.body_timeout, for as long as the stream
-				// lives (a gRPC stream sends while it receives; waiting
-				// for its end would deadlock it). Flow control is the
-				// transports'.
-				bb.client, bb.cl, bb.streamed = &clientBody{r: x.body(), stop: x.stopBody}, int(cl), true
-			} else {
-				if fe.bodyTimeout > 0 {
-					x.setBodyDeadline(time.Now().Add(fe.bodyTimeout))
-				}
-				o = fe.h2Body(a, cl, x.body(), req, body)
-			}
-			ready = time.Now()
-		}
-		if o == pipeline.OutRelayed {
-			cut = &abortable{done: sctx.Done(), ctx: sctx}
-			stop := x.afterCut(cut.abort)
-			defer stop()
-			o, u = p.serve(a, ctx, peer, x.isTLS(), ready, cut, false, false, body, &ae)
-		} else {
-			p.writeError(ctx, a, o)
-		}
-		if o == pipeline.OutClientGone {
-			// The stream was reset: nothing to write.
-			_ = ctx.Response.CloseBodyStream()
-			a.Complete(o, pipeline.StatusOf(o), u, start, ae.Class) // metrics only: no access line for a reset stream
-			x.finish(false)
-			return
-		}
+		return pipeline.OutNoApp, false
 	}
-	if refused {
-		// Counted as on HTTP/1.1: a client error, not an app's request.
-		p.writeError(ctx, a, o)
-		p.metrics.clientErrors.WithLabelValues(fe.addr, pipeline.OutcomeReason[o]).Inc()
-		a = nil
+	return pipeline.OutRelayed, false
+}
+
+// h2ReadBody takes x's request body (declared length cl; -1: none) for
+// app a into bb: for an HTTP/2 backend it streams from the start,
+// without server.body_timeout, for as long as the stream lives (a gRPC
+// stream sends while it receives; waiting for its end would deadlock
+// it; flow control is the transports'); otherwise as h2Body reads it,
+// under body_timeout.
+func (fe *frontend) h2ReadBody(x *ownStream, a *pipeline.App, cl int64, req *fasthttp.Request, bb *bodyBuf) pipeline.Outcome {
+	if a.H2 != nil {
+		bb.client, bb.cl, bb.streamed = &clientBody{r: x.body(), stop: x.stopBody}, int(cl), true
+		return pipeline.OutRelayed
 	}
-	resp := &ctx.Response
+	if fe.bodyTimeout > 0 {
+		x.setBodyDeadline(time.Now().Add(fe.bodyTimeout))
+	}
+	return fe.h2Body(a, cl, x.body(), req, bb)
+}
+
+// respond copies the RequestCtx's response into the stream -- the head,
+// the body (streamed from the backend, or sentry's own in one DATA
+// frame), an HTTP/2 backend's trailers -- then records it (when an app
+// served it) and ends the stream: reset when the backend's side cut the
+// body short.
+func (c *h2Call) respond(p *Proxy, access bool) {
+	x, resp := c.x, &c.ctx.Response
 	truncated := false
 	var h2resp *http.Response
-	if cut != nil {
-		h2resp = cut.h2resp
+	if c.cut != nil {
+		h2resp = c.cut.h2resp
 	}
 	x.respond(resp.StatusCode(), &resp.Header, h2resp)
 	if string(x.method()) != http.MethodHead {
@@ -180,9 +227,9 @@ func (fe *frontend) serveH2Stream(x *ownStream) {
 			ww.writeLast(resp.Body())
 		}
 	}
-	if cut != nil {
-		cut.unbind()
-		if cut.wasCut() {
+	if c.cut != nil {
+		c.cut.unbind()
+		if c.cut.wasCut() {
 			resp.SetConnectionClose()
 		}
 	}
@@ -192,9 +239,9 @@ func (fe *frontend) serveH2Stream(x *ownStream) {
 		x.trailers(h2resp)
 	}
 	_ = resp.CloseBodyStream()
-	if a != nil {
-		quiescedEnd(a, u)
-		p.recordCtx(a, rt.Access, ctx, o, u, start, &ae)
+	if c.a != nil {
+		quiescedEnd(c.a, c.u)
+		p.recordCtx(c.a, access, c.ctx, c.o, c.u, c.start, &c.ae)
 	}
 	x.finish(truncated)
 }
@@ -202,9 +249,10 @@ func (fe *frontend) serveH2Stream(x *ownStream) {
 // serveCore serves x on the exchange core's goroutine driver (gdrive.go)
 // when the driver covers what the stream needs: an app with plain
 // HTTP/1.1 backends (LoopOK), a head exchange.StreamHead takes, and no
-// body or one of a declared length that server.request_buffer holds
-// whole (read here, as h2Body reads it, before the decision). False
-// leaves it to serveH2Stream's own path.
+// body, one of a declared length that server.request_buffer holds whole
+// (read here, as h2Body reads it, before the decision), or one a cap
+// refuses (max_body_bytes: the core's Refuse). False leaves it to the
+// fake-RequestCtx path (serveCtx).
 func (fe *frontend) serveCore(x *ownStream, rt *pipeline.Route) bool {
 	w, s := x.w, x.s
 	if w == nil || x.Err() != nil {
@@ -216,7 +264,11 @@ func (fe *frontend) serveCore(x *ownStream, rt *pipeline.Route) bool {
 	}
 	body := !s.EndedByHead()
 	cl := s.ContentLength()
-	if body && (cl < 0 || cl > fe.body.buffer || a.Policy.RequestBufferingOff || a.BodyCap(cl) != pipeline.OutRelayed) {
+	o := pipeline.OutRelayed
+	if body {
+		o = a.BodyCap(cl)
+	}
+	if o == pipeline.OutRelayed && body && (cl < 0 || cl > fe.body.buffer || a.Policy.RequestBufferingOff) {
 		return false
 	}
 	if w.d == nil {
@@ -226,24 +278,38 @@ func (fe *frontend) serveCore(x *ownStream, rt *pipeline.Route) bool {
 	if !d.takesStream(x, a, fe.p.cur.Load().snap.Server.MaxHeaderBytes) {
 		return false
 	}
-	o := pipeline.OutRelayed
-	if body {
+	switch {
+	case o != pipeline.OutRelayed:
+		// Refused before anything of the body is read, as HTTP/1.1's
+		// checkFraming refuses it; a body without content-length is
+		// refused like a chunked one (411), though buffering would learn
+		// its size. The access log counts the declared length in, as
+		// fasthttp's record does.
+		d.hd.Size += max(cl, 0)
+	case body:
 		var bb bodyBuf
 		defer bb.done(fe.p, nil)
-		if fe.bodyTimeout > 0 {
-			x.setBodyDeadline(time.Now().Add(fe.bodyTimeout))
-		}
-		var b []byte
-		b, _, o = fe.p.fillBody(x.body(), cl, &bb, false)
-		if o == pipeline.OutRelayed && int64(len(b)) != cl {
-			o = pipeline.OutClientGone
-		}
-		d.hd.Body = b
-		d.hd.Size += int64(len(b))
+		o = fe.readWhole(x, cl, &bb, &d.hd)
 	}
 	d.serve(x, a, rt.Access, o)
 	d.hd.Body = nil
 	return true
+}
+
+// readWhole reads x's body of declared length cl (server.request_buffer
+// holds it) into bb under body_timeout, as h2Body does, and hands it to
+// hd: a body that came short is the client gone.
+func (fe *frontend) readWhole(x *ownStream, cl int64, bb *bodyBuf, hd *exchange.Head) pipeline.Outcome {
+	if fe.bodyTimeout > 0 {
+		x.setBodyDeadline(time.Now().Add(fe.bodyTimeout))
+	}
+	b, _, o := fe.p.fillBody(x.body(), cl, bb, false)
+	if o == pipeline.OutRelayed && int64(len(b)) != cl {
+		o = pipeline.OutClientGone
+	}
+	hd.Body = b
+	hd.Size += int64(len(b))
+	return o
 }
 
 // s2b is s's bytes, not copied (read only).

@@ -264,19 +264,34 @@ func TestH2WorkersReuseRetireStop(t *testing.T) {
 	waitGoroutines(base)
 }
 
-// h2cExchange1 sends one request as raw frames on a fresh h2c connection
-// and returns the response's status and head.
-func h2cExchange1(t *testing.T, addr string, fields ...string) (int, http.Header) {
+// h2cRequest sends a request (fields: name, value, ...) as stream 1 of
+// a fresh h2c connection, in one write: the head, then body as one DATA
+// frame that ends the stream (nil: the head ends it; empty: the stream
+// is left open).
+func h2cRequest(t *testing.T, addr string, body []byte, fields ...string) *http2.Framer {
 	t.Helper()
-	_, fr := h2cRaw(t, addr)
-	var hb bytes.Buffer
+	c, fr := h2cRaw(t, addr)
+	var hb, out bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
 	for i := 0; i+1 < len(fields); i += 2 {
 		enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
 	}
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+	w := http2.NewFramer(&out, nil)
+	w.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: body == nil, EndHeaders: true})
+	if len(body) > 0 {
+		w.WriteData(1, true, body)
+	}
+	if _, err := c.Write(out.Bytes()); err != nil {
 		t.Fatal(err)
 	}
+	return fr
+}
+
+// h2cExchange1 sends one request as raw frames on a fresh h2c connection
+// and returns the response's status and head.
+func h2cExchange1(t *testing.T, addr string, fields ...string) (int, http.Header) {
+	t.Helper()
+	fr := h2cRequest(t, addr, nil, fields...)
 	dec := hpack.NewDecoder(4096, nil)
 	status := 0
 	hdr := http.Header{}

@@ -251,7 +251,7 @@ func (b *bufBody) Read(p []byte) (int, error) {
 }
 
 // CloseWithError ends the body for the writer (fasthttp, with its write's
-// error; serveH2Stream): a pump still reading is stopped (the backend
+// error; serveCtx): a pump still reading is stopped (the backend
 // connection closes, as nginx closes it when its client goes), and
 // whichever of the two ends last gives the buffer and the backend's
 // Response back.

@@ -382,7 +382,7 @@ func TestSlowReadersSpareTheFarmH2(t *testing.T) {
 	} {
 		// On the loops (their stream connections) and on the h2 workers
 		// (the portable engine keeps TLS and h2 off the loops:
-		// serveH2Stream, the fasthttp path's serve).
+		// serveCtx, the fasthttp path's serve).
 		for _, e := range engines {
 			t.Run(c.name+"/"+e, func(t *testing.T) { slowH2Readers(t, e, c.clients, c.size, c.mc) })
 		}

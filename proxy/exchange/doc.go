@@ -184,9 +184,12 @@
 // On the core: every exchange of the event loops (plain, TLS, h2 stream
 // connections), and the h2 workers' streams for an app with plain
 // HTTP/1.1 backends at IP:port (LoopOK), with a head StreamHead takes and
-// no body or one of a declared length that server.request_buffer holds
+// no body, one of a declared length that server.request_buffer holds
 // (read whole before the decision; a body that cannot be read is the
-// Refuse event) -- on every h2 connection, the goroutine
+// Refuse event), or one max_body_bytes refuses (413 over it, 411 without
+// a content-length: Refuse, before anything of the body is read; the
+// access record counts the declared length in bytes in) -- on every h2
+// connection, the goroutine
 // server's (TLS 1.2, h2c, the portable engine) and the loops' (the
 // streams a loop leaves to the workers: a suspect connection's, a head
 // larger than a loop buffer). StreamHead is the one reader of a stream's
@@ -195,13 +198,34 @@
 // Not yet on it, and so still carrying their own copy of the steps:
 //
 //   - h2 worker streams whose body streams (no content-length, larger
-//     than request_buffer, buffering off), whose body a cap refuses
-//     (413, 411), and those of apps with HTTP/2, TLS or named backends:
-//     serveH2Stream (proxy/h2.go) copies them into a pooled fake
-//     fasthttp.RequestCtx and runs Proxy.serve (proxy/handler.go). Next:
-//     the caps as Refuse reasons; a streamed body (events for body bytes
-//     after Start); then one relay interface for HTTP/1.1, TLS and h2
-//     backends, after which the fake RequestCtx goes.
+//     than request_buffer, buffering off), and those of apps with
+//     HTTP/2, TLS or named backends: serveCtx (proxy/h2.go) copies them
+//     into a pooled fake fasthttp.RequestCtx and runs Proxy.serve
+//     (proxy/handler.go). Next, a streamed body on the goroutine
+//     driver. No driver streams a request body through the core yet
+//     (the loops hand such a request to fasthttp; Body is the
+//     response's), so it needs a new event, request body bytes after
+//     Start, and with it: the framing AppendRequest writes (the
+//     declared content-length; a body without one that ends within
+//     request_buffer gets one, as h2Body gives it; else chunked, each
+//     piece framed by the core); the first request_buffer bytes read
+//     before the decision and sent with the head (Head.Body); a failed
+//     connect retried as now, but a connection that broke never (not
+//     replayable, pipeline.TryAgain: the fasthttp relay replays only a
+//     body held whole, not even on a stale kept connection); a client's read
+//     failure while it streams answered as clientBody.outcome answers
+//     it (408 body_timeout, or gone); no measured sample for
+//     Observe (the upload's time is the client's; only Server-Timing
+//     counts, as handler.go's serve); no early termination (TermClass
+//     is never asked for a body that streams, as serve asks it only
+//     for a body held whole); the backend's idle deadline not
+//     running while the driver waits for the client (body_timeout is the
+//     driver's); and a response head before the body's end ending the
+//     upload (the rest refused, RST_STREAM NO_ERROR; the connection not
+//     kept). Scripts in testdata/exchange for each; the driver copies the
+//     DATA to the backend connection under both deadlines. Then one
+//     relay interface for HTTP/1.1, TLS and h2 backends, after which the
+//     fake RequestCtx goes.
 //   - fasthttp's front end (handle and serve, with proxy/headcheck.go and
 //     proxy/body.go): the portable engine's HTTP/1.1 and what the loops
 //     hand off. Then fasthttp's duplicates go (its HostClient relay where

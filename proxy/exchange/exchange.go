@@ -252,9 +252,10 @@ func (ex *Exchange) Start(a *pipeline.App, h *Head, peer netip.Addr, wk admissio
 }
 
 // Refuse is the event "a request head arrived, and the driver refuses
-// the request before its decision" for the reason o: its body could not
-// be read (pipeline.OutBodyTimeout, OutBufferFull; OutClientGone when
-// the client went). Nothing is decided (the ticket is never asked, the
+// the request before its decision" for the reason o: a cap refuses its
+// body (pipeline.OutBodyTooLarge, OutLengthRequired: max_body_bytes), or
+// its body could not be read (OutBodyTimeout, OutBufferFull;
+// OutClientGone when the client went). Nothing is decided (the ticket is never asked, the
 // access record has no class): Reply with sentry's answer for o, or
 // Abort when the client went.
 func (ex *Exchange) Refuse(a *pipeline.App, h *Head, peer netip.Addr, o pipeline.Outcome, logs bool, now time.Time) Action {

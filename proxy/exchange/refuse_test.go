@@ -12,7 +12,8 @@ import (
 )
 
 // TestRefuse: a request the driver refuses before its decision (its body
-// timed out, or its client went while it was read) is answered with
+// timed out, a cap refused it, or its client went while it was read) is
+// answered with
 // sentry's reply for the reason, or aborted, without asking admission;
 // its access record has no class, and the exchange is idle after Done.
 func TestRefuse(t *testing.T) {
@@ -39,11 +40,27 @@ func TestRefuse(t *testing.T) {
 		t.Fatalf("after Done: busy %v, records %+v", ex.Busy(), got)
 	}
 
+	// The body caps (max_body_bytes): 413 over it, 411 without a length.
+	for _, c := range []struct {
+		o      pipeline.Outcome
+		status int
+	}{{pipeline.OutBodyTooLarge, 413}, {pipeline.OutLengthRequired, 411}} {
+		n := len(got)
+		if act := ex.Refuse(a, h, peer, c.o, true, now); act != Reply || ex.Reply().Status != c.status {
+			t.Fatalf("%v: %v %d, want reply %d", c.o, act, ex.Reply().Status, c.status)
+		}
+		ex.Done(now)
+		if len(got) != n+1 || got[n].Class != -1 || got[n].Status != c.status || got[n].Outcome != c.o || got[n].Backend != nil {
+			t.Errorf("%v: records %+v", c.o, got[n:])
+		}
+	}
+
+	n := len(got)
 	if act := ex.Refuse(a, h, peer, pipeline.OutClientGone, true, now); act != Abort {
 		t.Fatalf("client gone: %v, want abort", act)
 	}
 	ex.Done(now)
-	if ex.Busy() || len(got) != 1 {
-		t.Errorf("a reset stream's refusal: busy %v, %d records (want no line)", ex.Busy(), len(got))
+	if ex.Busy() || len(got) != n {
+		t.Errorf("a reset stream's refusal: busy %v, %d records (want no line)", ex.Busy(), len(got)-n)
 	}
 }
