@@ -308,6 +308,10 @@ type fhCall struct {
 // (relayed or generated) is left in ctx.Response. It returns the outcome
 // and the upstream that served it (nil if none).
 //
+// Its steps, in order, below it: identify, decide (and park), the
+// answers that spend no backend, forward, then an upgrade's tunnel
+// (upgrade.go) or relayAdmitted: outRequest, send, observe, reply.
+//
 // body (nil: no streamed body) says how the body was read. ae receives
 // what the access log needs that only serve knows: the client's address,
 // the class and verdict, the backend's time.
