@@ -86,38 +86,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	fe.route.Store(rt)
 	fe.body = bodyLimits{buffer: sv.RequestBuffer, minRate: sv.BodyMinRate, grace: sv.ReadHeaderTimeout, timeout: sv.BodyTimeout}
 	fe.writeIdle = sv.WriteTimeout
-	fe.srv = &fasthttp.Server{
-		Handler:      fe.handle,
-		ErrorHandler: fe.handleError,
-		ConnState:    fe.connState,
-		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-			// The read-header timeout covers the head only; a body gets
-			// its own budget so a long upload is not cut at 10 s.
-			// body_min_rate applies on top, read by read, from the
-			// request's start to the end of its body (drainConn.Read).
-			if cl := h.ContentLength(); cl != 0 && cl != -2 {
-				return fasthttp.RequestConfig{ReadTimeout: fe.body.timeout}
-			}
-			return fasthttp.RequestConfig{}
-		},
-		Name:                  "",
-		NoDefaultServerHeader: true,
-		NoDefaultContentType:  true,
-		ReadBufferSize:        sv.MaxHeaderBytes,
-		WriteBufferSize:       16 << 10,
-		ReadTimeout:           sv.ReadHeaderTimeout,
-		IdleTimeout:           sv.IdleTimeout,
-		// server.write_timeout is an idle timeout, applied by drainConn.
-		WriteTimeout:                  0,
-		Concurrency:                   sv.MaxConns,
-		MaxRequestBodySize:            noBodyLimit,
-		StreamRequestBody:             true,
-		DisablePreParseMultipartForm:  true,
-		CloseOnShutdown:               true,
-		SecureErrorLogMessage:         true,
-		Logger:                        fasthttpLogger{p.log.Named("http")},
-		DisableHeaderNamesNormalizing: false,
-	}
+	fe.srv = fe.newServer(&sv)
 	if rt.TLS != nil {
 		cert, stale, err := policy.LoadCertificate(rt.TLS, time.Now())
 		if err != nil {
@@ -176,6 +145,43 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 	}()
 	p.log.Info("listening", "addr", addr, "tls", rt.TLS != nil)
 	return nil
+}
+
+// newServer is the listener's fasthttp server: the HTTP/1.1 front end
+// (handle), its timeouts and limits from the policy's server section sv.
+func (fe *frontend) newServer(sv *policy.Server) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:      fe.handle,
+		ErrorHandler: fe.handleError,
+		ConnState:    fe.connState,
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			// The read-header timeout covers the head only; a body gets
+			// its own budget so a long upload is not cut at 10 s.
+			// body_min_rate applies on top, read by read, from the
+			// request's start to the end of its body (drainConn.Read).
+			if cl := h.ContentLength(); cl != 0 && cl != -2 {
+				return fasthttp.RequestConfig{ReadTimeout: fe.body.timeout}
+			}
+			return fasthttp.RequestConfig{}
+		},
+		Name:                  "",
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		ReadBufferSize:        sv.MaxHeaderBytes,
+		WriteBufferSize:       16 << 10,
+		ReadTimeout:           sv.ReadHeaderTimeout,
+		IdleTimeout:           sv.IdleTimeout,
+		// server.write_timeout is an idle timeout, applied by drainConn.
+		WriteTimeout:                  0,
+		Concurrency:                   sv.MaxConns,
+		MaxRequestBodySize:            noBodyLimit,
+		StreamRequestBody:             true,
+		DisablePreParseMultipartForm:  true,
+		CloseOnShutdown:               true,
+		SecureErrorLogMessage:         true,
+		Logger:                        fasthttpLogger{fe.p.log.Named("http")},
+		DisableHeaderNamesNormalizing: false,
+	}
 }
 
 // heldElsewhere is the listener's client connections that fasthttp and

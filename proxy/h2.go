@@ -93,7 +93,7 @@ func (fe *frontend) serveCtx(x *ownStream, rt *pipeline.Route) {
 	case refused:
 		// Counted as on HTTP/1.1: a client error, not an app's request.
 		p.writeError(c.ctx, c.a, o)
-		p.metrics.clientErrors.WithLabelValues(fe.addr, pipeline.OutcomeReason[o]).Inc()
+		fe.clientError(o)
 		c.a = nil
 	case o == pipeline.OutNoApp:
 		c.o = o
@@ -125,7 +125,7 @@ func (fe *frontend) serveCtx(x *ownStream, rt *pipeline.Route) {
 			c.cut = &abortable{done: x.Done(), ctx: x}
 			stop := x.afterCut(c.cut.abort)
 			defer stop()
-			c.o, c.u = p.serve(c.a, c.ctx, x.peer(), x.isTLS(), ready, c.cut, false, false, body, &c.ae)
+			c.o, c.u = p.serve(c.a, c.ctx, fhReq{peer: x.peer(), isTLS: x.isTLS(), ready: ready, cut: c.cut}, body, &c.ae)
 		} else {
 			p.writeError(c.ctx, c.a, c.o)
 		}

@@ -167,29 +167,55 @@ func (p *Proxy) Snapshot() *policy.Snapshot { return p.cur.Load().snap }
 // Apply swaps in a new snapshot. Backend pools, health and in-flight counts
 // survive for apps and addresses that still exist. Listener changes are the
 // caller's: Serve new addresses, Close removed ones.
+//
+// It runs in two parts: prepare, which may refuse the policy, and commit,
+// which cannot fail.
 func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := p.cur.Load()
+	pr, err := p.prepare(snap, old)
+	if err != nil {
+		return err
+	}
+	p.commit(snap, old, &pr)
+	return nil
+}
+
+// applyPrep is what Apply's prepare made for its commit.
+type applyPrep struct {
+	st     *state
+	byName map[string]*pipeline.App
+	names  []string                    // the apps' names
+	certs  map[string]*tls.Certificate // by listener address
+	newOut io.Writer                   // the access log's output, opened anew (nil: none)
+	oldAcc *accessLog                  // the access log in force
+}
+
+// prepare is the part of Apply that can refuse snap: the access log's
+// output, the certificates, the temporary files' directory and the apps.
+// It sets the request and response buffers' limits before the apps are
+// built. When it fails, it closes the output it opened.
+func (p *Proxy) prepare(snap *policy.Snapshot, old *state) (pr applyPrep, err error) {
 	// The access log first: a file that cannot be opened refuses the
 	// policy before anything changed.
-	var newOut io.Writer // the access log's output, opened anew
-	oldAcc := p.access.Load()
-	if snap.Log.Access && (oldAcc == nil || oldAcc.cfg != snap.Log.AccessLog) {
+	pr.oldAcc = p.access.Load()
+	if snap.Log.Access && (pr.oldAcc == nil || pr.oldAcc.cfg != snap.Log.AccessLog) {
 		w, err := openOutput(snap.Log.AccessLog.Output)
 		if err != nil {
-			return fmt.Errorf("log.access: %w", err)
+			return pr, fmt.Errorf("log.access: %w", err)
 		}
-		newOut = w
+		pr.newOut = w
 	}
+	defer func() {
+		if err != nil && pr.newOut != nil {
+			closeOutput(pr.newOut)
+		}
+	}()
 	// Certificates next, for the same reason: a pair that no longer loads
 	// refuses the policy; the new ones are stored only once it applies.
-	certs, err := p.loadCerts(snap)
-	if err != nil {
-		if newOut != nil {
-			closeOutput(newOut)
-		}
-		return err
+	if pr.certs, err = p.loadCerts(snap); err != nil {
+		return pr, err
 	}
 	// The temporary files' directory must take one (a policy whose
 	// directory cannot is refused before anything changed).
@@ -197,24 +223,25 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 	rl := respbuf.Limits{Mem: sv.ResponseBuffer, MemTotal: sv.ResponseBufferTotal,
 		File: sv.ResponseTempFile, FileTotal: sv.ResponseTempFileTotal, Dir: sv.ResponseTempDir}
 	if rl.Mem > 0 && rl.File > 0 && (old == nil || *p.resp.Limits() != rl) {
-		if err := respbuf.CheckDir(rl.Dir); err != nil {
-			if newOut != nil {
-				closeOutput(newOut)
-			}
-			return fmt.Errorf("server.response_temp_dir: cannot make a temporary file there: %w", err)
+		if derr := respbuf.CheckDir(rl.Dir); derr != nil {
+			return pr, fmt.Errorf("server.response_temp_dir: cannot make a temporary file there: %w", derr)
 		}
 	}
-	st := &state{snap: snap, routes: map[string]*pipeline.Route{}}
 	p.bufs.cap.Store(snap.Server.RequestBufferTotal)
 	p.resp.SetLimits(rl)
+	err = p.buildState(snap, &pr)
+	return pr, err
+}
+
+// buildState builds snap's apps, by name, and its listeners' routes into
+// pr. An app that cannot be built refuses the policy.
+func (p *Proxy) buildState(snap *policy.Snapshot, pr *applyPrep) error {
+	st := &state{snap: snap, routes: map[string]*pipeline.Route{}}
 	byName := map[string]*pipeline.App{}
 	names := make([]string, 0, len(snap.Apps))
 	for _, ac := range snap.Apps {
 		a, err := p.buildApp(ac)
 		if err != nil {
-			if newOut != nil {
-				closeOutput(newOut)
-			}
 			return fmt.Errorf("app %s: %w", ac.Name, err)
 		}
 		st.apps = append(st.apps, a)
@@ -233,27 +260,20 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 		}
 		st.routes[l.Addr] = rt
 	}
-	p.pools.Retain(names)
+	pr.st, pr.byName, pr.names = st, byName, names
+	return nil
+}
+
+// commit is the part of Apply that cannot fail: the pools and their
+// loops, what dropped apps and classes leave behind, the access log, then
+// the new state and the listeners' routes and certificates.
+func (p *Proxy) commit(snap *policy.Snapshot, old *state, pr *applyPrep) {
+	st, byName := pr.st, pr.byName
+	p.pools.Retain(pr.names)
 	if p.opts.Control != nil {
-		p.opts.Control.Retain(names)
+		p.opts.Control.Retain(pr.names)
 	}
-	// Start health/DNS loops for new pools; stop loops of dropped pools.
-	live := map[*lb.Pool]bool{}
-	for _, a := range st.apps {
-		live[a.Pool] = true
-		if _, ok := p.mu.running[a.Pool]; !ok {
-			ctx, cancel := context.WithCancel(p.mu.poolCtx)
-			p.mu.running[a.Pool] = cancel
-			p.wg.Add(1)
-			go func(pl *lb.Pool) { defer p.wg.Done(); pl.Run(ctx) }(a.Pool)
-		}
-	}
-	for pl, cancel := range p.mu.running {
-		if !live[pl] {
-			cancel()
-			delete(p.mu.running, pl)
-		}
-	}
+	p.runPools(st)
 	for name, sh := range p.mu.shared {
 		if byName[name] == nil {
 			// A dropped app's HTTP/2 connections: the idle ones close now,
@@ -273,10 +293,48 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 			}
 		}
 	}
-	// The access log: one writer for the Proxy's life; a new output is
-	// handed to it, and it closes the old one after any write to it in
-	// progress. A request that loaded the old accessLog a moment ago still
-	// writes through the same writer.
+	p.swapAccessLog(snap, pr.newOut, pr.oldAcc)
+	p.cur.Store(st)
+	for addr, fe := range p.mu.fronts {
+		if rt, ok := st.routes[addr]; ok {
+			fe.route.Store(rt)
+		}
+		if c := pr.certs[addr]; c != nil && fe.tls != nil {
+			fe.cert.Store(c)
+		}
+	}
+	if old != nil {
+		p.log.Info("policy applied", "source", snap.Source, "apps", len(snap.Apps))
+	}
+}
+
+// runPools starts the health and DNS loops of st's new pools and stops
+// those of the pools it dropped. Under p.mu.
+func (p *Proxy) runPools(st *state) {
+	live := map[*lb.Pool]bool{}
+	for _, a := range st.apps {
+		live[a.Pool] = true
+		if _, ok := p.mu.running[a.Pool]; !ok {
+			ctx, cancel := context.WithCancel(p.mu.poolCtx)
+			p.mu.running[a.Pool] = cancel
+			p.wg.Add(1)
+			go func(pl *lb.Pool) { defer p.wg.Done(); pl.Run(ctx) }(a.Pool)
+		}
+	}
+	for pl, cancel := range p.mu.running {
+		if !live[pl] {
+			cancel()
+			delete(p.mu.running, pl)
+		}
+	}
+}
+
+// swapAccessLog puts snap's access log in force: one writer for the
+// Proxy's life; a new output (newOut) is handed to it, and it closes the
+// old one after any write to it in progress. A request that loaded the
+// old accessLog a moment ago still writes through the same writer.
+// oldAcc is the access log in force before.
+func (p *Proxy) swapAccessLog(snap *policy.Snapshot, newOut io.Writer, oldAcc *accessLog) {
 	switch out := p.accessOut.Load(); {
 	case newOut != nil && out == nil:
 		out = logwriter.New(newOut, logwriter.Options{})
@@ -291,19 +349,6 @@ func (p *Proxy) Apply(snap *policy.Snapshot) error {
 			out.SetOutput(io.Discard) // closes a file output
 		}
 	}
-	p.cur.Store(st)
-	for addr, fe := range p.mu.fronts {
-		if rt, ok := st.routes[addr]; ok {
-			fe.route.Store(rt)
-		}
-		if c := certs[addr]; c != nil && fe.tls != nil {
-			fe.cert.Store(c)
-		}
-	}
-	if old != nil {
-		p.log.Info("policy applied", "source", snap.Source, "apps", len(snap.Apps))
-	}
-	return nil
 }
 
 // terminator is what package control's App offers for termination
