@@ -466,3 +466,26 @@ func TestH2BackendTLSVerification(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusedPolicyChangesNoLimit: a policy refused because an app cannot
+// be built (a CA file that does not exist) leaves the buffers' limits of
+// the policy in force, as it leaves everything else.
+func TestRefusedPolicyChangesNoLimit(t *testing.T) {
+	be := backend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	h := startProxy(t, []string{be}, nil)
+	reqTotal, resp := h.p.bufs.cap.Load(), *h.p.resp.Limits()
+	bad := testSnap(h.addr, []string{be}, func(s *policy.Snapshot, a *policy.App) {
+		s.Server.RequestBufferTotal = reqTotal / 2
+		s.Server.ResponseBufferTotal = resp.MemTotal / 2
+		a.Backends.TLS = &policy.BackendTLS{CAFile: filepath.Join(t.TempDir(), "missing.pem")}
+	})
+	if err := h.p.Apply(bad); err == nil {
+		t.Fatal("a policy with a missing CA file was applied")
+	}
+	if got := h.p.bufs.cap.Load(); got != reqTotal {
+		t.Errorf("request_buffer_total %d after the refused policy, want %d", got, reqTotal)
+	}
+	if got := *h.p.resp.Limits(); got != resp {
+		t.Errorf("response buffer limits %+v after the refused policy, want %+v", got, resp)
+	}
+}

@@ -190,6 +190,7 @@ type applyPrep struct {
 	certs  map[string]*tls.Certificate // by listener address
 	newOut io.Writer                   // the access log's output, opened anew (nil: none)
 	oldAcc *accessLog                  // the access log in force
+	resp   respbuf.Limits              // the response buffers' limits (set by commit)
 }
 
 // prepare is the part of Apply that can refuse snap: the access log's
@@ -227,8 +228,7 @@ func (p *Proxy) prepare(snap *policy.Snapshot, old *state) (pr applyPrep, err er
 			return pr, fmt.Errorf("server.response_temp_dir: cannot make a temporary file there: %w", derr)
 		}
 	}
-	p.bufs.cap.Store(snap.Server.RequestBufferTotal)
-	p.resp.SetLimits(rl)
+	pr.resp = rl
 	err = p.buildState(snap, &pr)
 	return pr, err
 }
@@ -269,6 +269,9 @@ func (p *Proxy) buildState(snap *policy.Snapshot, pr *applyPrep) error {
 // the new state and the listeners' routes and certificates.
 func (p *Proxy) commit(snap *policy.Snapshot, old *state, pr *applyPrep) {
 	st, byName := pr.st, pr.byName
+	// The buffers' limits only now: a refused policy changes nothing.
+	p.bufs.cap.Store(snap.Server.RequestBufferTotal)
+	p.resp.SetLimits(pr.resp)
 	p.pools.Retain(pr.names)
 	if p.opts.Control != nil {
 		p.opts.Control.Retain(pr.names)
