@@ -22,6 +22,7 @@ type fhExchange struct {
 	ctx   *fasthttp.RequestCtx
 	buf   []byte              // forwarding headers and the request ID
 	tp    []byte              // the traceparent sentry started (trace_context generate)
+	load  []byte              // sentry's load header's value (apps[].load)
 	chain []byte              // a trusted proxy's X-Forwarded-For lines, merged
 	in    pipeline.TrustedFwd // what a trusted proxy sent
 	st    []byte              // stripped Server-Timing
@@ -460,8 +461,10 @@ func (c *fhCall) forward(p *Proxy, ae *pipeline.AccessEntry) {
 	// carries sentry's (a client's copy went with the header policy:
 	// handle on HTTP/1.1, H2Skip on h2).
 	if a.Load != nil {
-		var lb [64]byte
-		h.SetBytesV(a.LoadHeader, a.AppendLoad(lb[:0], x.t.Class, time.Now()))
+		// (through the pooled exchange's buffer: a local array would
+		// move to the heap)
+		x.load = a.AppendLoad(x.load[:0], x.t.Class, time.Now())
+		h.SetBytesV(a.LoadHeader, x.load)
 	}
 }
 
