@@ -532,23 +532,21 @@ func equalTick(tb *Table, now time.Time, room int, counts []int, standing [][4]i
 }
 
 // TestTurnsAfterLowStart: fair100.yaml's start. 100 equal clients at
-// 18/s each (3× a farm of 600/s) from the first tick, and a mode whose
-// room grows from 60/s to 600/s over the first 2 s (its model still
-// learning; end to end it admitted 277, then 437, then 600 a second).
-// While the capacity is learned low the fair level f is low, so each
-// client's turn, the first f/rate of the rotation, is short: most of the
-// clients whose turn is due once the capacity is known are given the
-// marginal tier instead. A marginal client whose place was past its
-// short turn was marked as having had its turn, until its place came
-// round again, up to a rotation later: end to end, 13 clients had turns
-// and some 40 shared the rest at about half of what they sent for the
-// first 2 minutes (every 10 s window then saw 40% of the clients neither
-// admitted nor refused). At a low f every client is also over 8 f, a
-// flood let through at f, and a flood that stopped being one counted as
-// a client whose turn had ended. Only a turn that was given (the client
-// admitted whole) ends one: from 10 s on, about a third of the clients
-// (the fair level's share of their demand) are in their turn (18 to 20
-// before), and fewer are marginal (24 to 32 before).
+// 18/s each (3× a farm of 600/s), joining over the first second, and a
+// mode whose room grows from 60/s to 600/s over the first 2 s (its model
+// still learning; end to end it admitted 277, then 437, then 600 a
+// second). While the capacity is learned low the fair level f is low:
+// every client is over 8 f, a flood let through at f, and then each
+// client's turn, the first f/rate of the rotation, is short, so most of
+// the clients whose turn is due once the capacity is known were given
+// the marginal tier past their short turn. Both were counted as turns
+// that had ended: those clients were "done" until their place came
+// round, up to a rotation later. This test then saw 13 to 15 clients in
+// their turn and 35 to 42 marginal (end to end: 13 admitted whole and
+// some 40 at about half, for two minutes). Only a turn given (admitted
+// whole) ends one: 27 to 29 in their turn, 7 to 19 marginal. (The
+// budget holds 32: the rest are clients whose place a shift of ranks,
+// as clients joined, pushed past a turn they had for a few ticks.)
 func TestTurnsAfterLowStart(t *testing.T) {
 	const n = 100
 	tb, _ := New(Config{Classes: []string{"web"}, Slots: 256, Rand: rand.New(rand.NewPCG(9, 10)).Uint32})
@@ -561,6 +559,9 @@ func TestTurnsAfterLowStart(t *testing.T) {
 	for i := range 200 { // 20 s
 		for c := range counts {
 			counts[c] = poisson(draw, 1.8)
+			if c%20 > 2*i { // the clients join over the first second
+				counts[c] = 0
+			}
 		}
 		room := min(60+30*i, 600)
 		equalTick(tb, now, room, counts, standing)
@@ -585,8 +586,8 @@ func TestTurnsAfterLowStart(t *testing.T) {
 		// The turns' budget, (1 − 3%) × 600/s, holds 32 clients at 18/s;
 		// the marginal tier covers the rest and its probe, some 100/s
 		// (doc.go, Turns).
-		if inTurn[i] < 28 || marginal[i] > 15 {
-			t.Errorf("at %d s: %d clients in their turn, %d marginal; want about 32 (≥ 28) and at most 15", 10+i, inTurn[i], marginal[i])
+		if inTurn[i] < 25 || marginal[i] > 20 {
+			t.Errorf("at %d s: %d clients in their turn, %d marginal; want at least 25 (the budget holds 32) and at most 20", 10+i, inTurn[i], marginal[i])
 		}
 	}
 }
