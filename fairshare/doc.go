@@ -130,8 +130,10 @@
 // turns away and give them back. What the turns leave, and a probe of 3%
 // of C, goes to as few clients as cover it (the marginal tier), those
 // marginal at the last tick first. Only a turn given (admitted whole)
-// ends one: neither a share of the marginal tier nor being let through
-// as a flood is a turn. (Counted as turns, a start with the capacity
+// ends one, as the clock turns its place past it: neither a share of the
+// marginal tier nor being let through as a flood is a turn, and a shift
+// of ranks (clients joining) that pushes a place past its turn does not
+// end it. (Counted as turns, a start with the capacity
 // learned low, f low and every client over 8f, left most clients "done"
 // until their place came round, up to a rotation later: half as many
 // turns as the capacity held, the rest spread over the marginal tier,
