@@ -129,8 +129,17 @@
 // its turn keeps it within 3% over the budget, so noise does not take
 // turns away and give them back. What the turns leave, and a probe of 3%
 // of C, goes to as few clients as cover it (the marginal tier), those
-// marginal at the last tick first. Decision: a rank, not a hash, so turns
-// are spread evenly and their sum stays near the budget; a 10 min
+// marginal at the last tick first. Only a turn given (admitted whole)
+// ends one, as the clock turns its place past it: neither a share of the
+// marginal tier nor being let through as a flood is a turn, and a shift
+// of ranks (clients joining) that pushes a place past its turn does not
+// end it. (Counted as turns, a start with the capacity
+// learned low, f low and every client over 8f, left most clients "done"
+// until their place came round, up to a rotation later: half as many
+// turns as the capacity held, the rest spread over the marginal tier,
+// 40% of the clients neither admitted nor refused in any 10 s window
+// for two minutes; TestTurnsAfterLowStart.) Decision: a rank, not a
+// hash, so turns are spread evenly and their sum stays near the budget; a 10 min
 // rotation, not an hour, so that a client's long-run share reaches f
 // within minutes while any 10 s window sees almost every client either
 // admitted or not.

@@ -48,6 +48,20 @@
 // runPeer owns, and listed in the peer's summary notes with the time each
 // was applied.
 //
+// Many equal clients are one entry: `clients: N` with the first
+// client's `source` (127.0.0.0/8) expands, at parse time, into classes
+// NAME-001 … on consecutive addresses, each with 1/N of the entry's
+// open-loop schedule (ExpandClients). Decision: expanded in the loader,
+// not in package load, so every class is an ordinary class afterwards
+// (series, summaries, the HAProxy per-source limit), and errors still
+// name the entry's line. `fairness:` asks the summary for issue 30's
+// figures over a span (fairness.go): the spread of the clients'
+// admitted requests against their mean, and, for every window of
+// `window` seconds a second apart, the share of clients admitted ≥ 95%
+// or ≤ 5% of what they sent in it (its worst window, its mean, and the
+// clients all-or-nothing in every window). The span scales with the
+// run's time factor; the window does not (it is the target's).
+//
 // Capacity is servers × slots / mean service time of a request mix
 // (farm.Config.Capacity for one path); by default the mix of every
 // open-loop class's paths weighted by the class's expected arrivals.

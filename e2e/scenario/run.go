@@ -96,6 +96,12 @@ func Run(ctx context.Context, sc *Scenario, o Options) ([]PeerResult, error) {
 			t := res.Summary.Total()
 			fmt.Fprintf(o.Progress, "peer %s: goodput %.1f/s (%.2f× capacity), rejected %s, errors %s, p95 %v\n",
 				name, t.GoodputRate, res.Summary.GoodputOverCapacity, pct(t.RejectedFrac), pct(t.ErrorFrac), fmtDur(t.P95, t.Samples))
+			if f := res.Summary.Fairness; f != nil {
+				fmt.Fprintf(o.Progress, "peer %s: fairness: %s\n", name, f)
+			}
+			for _, n := range res.Summary.Notes {
+				fmt.Fprintf(o.Progress, "peer %s: note: %s\n", name, n)
+			}
 		}
 		results = append(results, res)
 	}
@@ -285,6 +291,12 @@ func runPeer(ctx context.Context, sc *Scenario, peer Peer, dir string, capa Capa
 		}
 	}
 	sum.Phases = SummarizePhases(rep, series, slas, capa.Rate, phases)
+	if sc.Fairness != nil {
+		from, to, window, clients := sc.fairnessSpan(o.Scaling.norm().Time)
+		if f, ok := ComputeFairness(series, clients, from, to, window, capa.Rate); ok {
+			sum.Fairness = &f
+		}
+	}
 	sum.Scenario, sum.Peer, sum.Key, sum.Started = sc.Name, peer.Name(), sc.Key(o.Scaling), started
 	sum.FarmCompensationMax = comp
 	for _, a := range played {

@@ -2,10 +2,12 @@ package scenario
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net/netip"
 	"os"
 	"regexp"
 	"strconv"
@@ -65,6 +67,10 @@ type Scenario struct {
 	// share, a server's speed, a server killed and restarted (events.go).
 	// Optional; none by default.
 	Events []Event `yaml:"events,omitempty"`
+	// Fairness, when given, has the summary report how evenly the
+	// classes (the clients) were admitted, and how consistently
+	// (fairness.go). Optional.
+	Fairness *FairnessSpec `yaml:"fairness,omitempty"`
 
 	// Source is the file name errors refer to (not in YAML).
 	Source string `yaml:"-"`
@@ -82,6 +88,17 @@ type Class struct {
 	// scenario scales with the farm). Closed-loop levels are users:
 	// "users" (the default) is the only unit allowed.
 	Unit Unit `yaml:"unit,omitempty"`
+	// Clients, when > 1, makes the entry that many equal clients, each a
+	// class of its own on its own source address: Parse replaces the
+	// entry by classes NAME-001, NAME-002, … (ExpandClients) whose
+	// sources are Source, Source+1, … (Source is required, in
+	// 127.0.0.0/8), each with the entry's schedule divided by Clients, so
+	// the entry's rate is the clients' total. Open loop only. Default 0
+	// (or 1): the entry is one class.
+	Clients int `yaml:"clients,omitempty"`
+	// Group is the name of the entry a class was expanded from (set by
+	// ExpandClients; not in YAML).
+	Group string `yaml:"-"`
 }
 
 // Unit is the unit of a class's schedule levels.
@@ -327,12 +344,21 @@ func (sc *Scenario) validate(root *yaml.Node) error {
 	if len(sc.Classes) == 0 {
 		return sc.errAt(root, "classes: at least one class", "classes")
 	}
+	classes, origin, err := ExpandClients(sc.Classes)
+	if err != nil {
+		var ce *clientsError
+		if errors.As(err, &ce) {
+			return sc.errAt(root, ce.msg, "classes", ce.index, ce.key)
+		}
+		return sc.errAt(root, err.Error(), "classes")
+	}
+	sc.Classes = classes
 	names := map[string]bool{}
 	var longest time.Duration
 	for i := range sc.Classes {
 		c := &sc.Classes[i]
 		at := func(msg string, path ...any) error {
-			return sc.errAt(root, fmt.Sprintf("class %q: %s", c.Name, msg), append([]any{"classes", i}, path...)...)
+			return sc.errAt(root, fmt.Sprintf("class %q: %s", c.Name, msg), append([]any{"classes", origin[i]}, path...)...)
 		}
 		if names[c.Name] {
 			return at("duplicate name", "name")
@@ -395,7 +421,7 @@ func (sc *Scenario) validate(root *yaml.Node) error {
 	}
 	for i, c := range sc.Classes {
 		if c.Unit == UnitCapacity && (math.IsInf(capa.Rate, 0) || capa.Rate <= 0) {
-			return sc.errAt(root, fmt.Sprintf("class %q: unit capacity, but the capacity is %v (routes without service time); give capacity.rate", c.Name, capa.Rate), "classes", i, "unit")
+			return sc.errAt(root, fmt.Sprintf("class %q: unit capacity, but the capacity is %v (routes without service time); give capacity.rate", c.Name, capa.Rate), "classes", origin[i], "unit")
 		}
 	}
 	phases := map[string]bool{}
@@ -420,6 +446,9 @@ func (sc *Scenario) validate(root *yaml.Node) error {
 		phases[ph.Name] = true
 	}
 	if err := sc.validateEvents(root); err != nil {
+		return err
+	}
+	if err := sc.validateFairness(root); err != nil {
 		return err
 	}
 	if _, err := sc.PhaseCapacities(capa.Rate); err != nil {
@@ -452,6 +481,70 @@ func (sc *Scenario) checkFragment(root *yaml.Node) error {
 		}
 	}
 	return nil
+}
+
+// MaxClients bounds Class.Clients: each client is a class of the load
+// generator with a connection pool of its own.
+const MaxClients = 1000
+
+type clientsError struct {
+	index int    // the entry in the file's classes
+	key   string // its key at fault
+	msg   string
+}
+
+func (e *clientsError) Error() string { return e.msg }
+
+// ExpandClients replaces every class with Clients > 1 by that many
+// classes, one per client: NAME-001, NAME-002, … (zero-padded to the
+// width of Clients, so they sort in order), with sources Source,
+// Source+1, … and the entry's open-loop schedule divided by Clients
+// (the entry's rate is the clients' total). Each expanded class has
+// Group set to the entry's name and Clients 0. origin[i] is the index
+// in classes of the entry output class i came from. Classes without
+// Clients are copied as they are.
+func ExpandClients(classes []Class) (out []Class, origin []int, err error) {
+	for i, c := range classes {
+		if c.Clients == 0 || c.Clients == 1 {
+			c.Clients = 0
+			out, origin = append(out, c), append(origin, i)
+			continue
+		}
+		fail := func(key, msg string) ([]Class, []int, error) {
+			return nil, nil, &clientsError{index: i, key: key, msg: fmt.Sprintf("class %q: %s", c.Name, msg)}
+		}
+		switch {
+		case c.Clients < 0 || c.Clients > MaxClients:
+			return fail("clients", fmt.Sprintf("clients %d: want 1–%d", c.Clients, MaxClients))
+		case c.Open == nil:
+			return fail("clients", "clients: open-loop classes only (a closed loop's users are not split)")
+		case c.Source == "":
+			return fail("source", "clients: give the first client's source address (127.0.0.x)")
+		}
+		first, perr := netip.ParseAddr(c.Source)
+		if perr != nil || !first.Is4() || first.As4()[0] != 127 {
+			return fail("source", fmt.Sprintf("source %q: clients need an IPv4 loopback address (127.0.0.0/8)", c.Source))
+		}
+		base := binary.BigEndian.Uint32(first.AsSlice())
+		if last := uint64(base) + uint64(c.Clients) - 1; last >= 0x7fffffff { // 127.255.255.255 is the broadcast address
+			return fail("source", fmt.Sprintf("source %q: %d clients run past 127.255.255.254", c.Source, c.Clients))
+		}
+		width := len(strconv.Itoa(c.Clients))
+		rate := c.Open.Rate.Scale(1 / float64(c.Clients))
+		for j := range c.Clients {
+			k := c
+			k.Name = fmt.Sprintf("%s-%0*d", c.Name, width, j+1)
+			k.Group, k.Clients = c.Name, 0
+			var a [4]byte
+			binary.BigEndian.PutUint32(a[:], base+uint32(j))
+			k.Source = netip.AddrFrom4(a).String()
+			o := *c.Open
+			o.Rate = rate
+			k.Open = &o
+			out, origin = append(out, k), append(origin, i)
+		}
+	}
+	return out, origin, nil
 }
 
 // pathOnly strips a query.

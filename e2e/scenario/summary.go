@@ -61,6 +61,8 @@ type PeerSummary struct {
 	Priority *PriorityCheck `json:",omitempty"`
 	// Phases are the scenario's phases, each summarised on its own.
 	Phases []PhaseSummary `json:",omitempty"`
+	// Fairness is set when the scenario asks for it (Scenario.Fairness).
+	Fairness *Fairness `json:",omitempty"`
 	// MeanUtil is the farm's mean utilisation over the seconds of the
 	// scenario's duration (-1 when not sampled).
 	MeanUtil float64
@@ -572,23 +574,29 @@ func WriteMarkdown(w io.Writer, info SummaryInfo, peers []PeerSummary) error {
 		}
 	}
 
+	// Per-class columns only for a few classes (not for a hundred clients:
+	// the per-peer tables list every class).
+	cols := sc.Classes
+	if len(cols) > maxClassColumns {
+		cols = nil
+	}
 	if len(peers) > 0 {
 		b.WriteString("\n## Comparison\n\n")
 		b.WriteString("Goodput is 2xx answers within the class SLA, per second of the scenario. ")
 		fmt.Fprintf(b, "\"p95 ok\" counts the seconds whose admitted p95 met the SLA among those with ≥ %d samples.\n\n", MinSamples)
 		b.WriteString("| peer | goodput/s | goodput / capacity |")
-		for _, k := range sc.Classes {
+		for _, k := range cols {
 			fmt.Fprintf(b, " %s goodput/s |", k.Name)
 		}
 		b.WriteString(" rejected | errors | p95 ok (all classes) | mean util |\n|---|---|---|")
-		for range sc.Classes {
+		for range cols {
 			b.WriteString("---|")
 		}
 		b.WriteString("---|---|---|---|\n")
 		for _, p := range peers {
 			t := p.Total()
 			fmt.Fprintf(b, "| %s | %.1f | %.2f |", p.Peer, t.GoodputRate, p.GoodputOverCapacity)
-			for i := range sc.Classes {
+			for i := range cols {
 				if i < len(p.Classes)-1 {
 					fmt.Fprintf(b, " %.1f |", p.Classes[i].GoodputRate)
 				} else {
@@ -598,8 +606,11 @@ func WriteMarkdown(w io.Writer, info SummaryInfo, peers []PeerSummary) error {
 			fmt.Fprintf(b, " %s | %s | %d / %d | %s |\n", pct(t.RejectedFrac), pct(t.ErrorFrac), t.SecondsMet, t.SecondsJudged, fmtUtil(p.MeanUtil))
 		}
 	}
-	if len(peers) > 0 && (len(sc.Classes) > 1 || len(sc.Phases) > 0) {
+	if len(peers) > 0 && (len(sc.Classes) > 1 || len(sc.Phases) > 0) && len(sc.Classes) <= maxClassColumns {
 		writePriority(b, sc, peers)
+	}
+	if len(peers) > 0 && sc.Fairness != nil {
+		writeFairness(b, sc, peers)
 	}
 	if len(peers) > 0 {
 		writeRecovery(b, sc, peers)
@@ -628,6 +639,10 @@ func WriteMarkdown(w io.Writer, info SummaryInfo, peers []PeerSummary) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// maxClassColumns is the most classes summary.md gives a column each in
+// the comparison and priority tables.
+const maxClassColumns = 12
 
 // writePriority writes the figures of issue 11's targets: per class the
 // admitted share, the p95 of admitted and goodput / capacity; total goodput
