@@ -102,9 +102,7 @@ if [[ " $PEERS " == *" sentry"* ]]; then
 	(cd "$ROOT" && go build -o "$OUT/sentry" ./cmd/sentry) || die "go build ./cmd/sentry failed"
 fi
 (cd "$ROOT" && go build -o "$OUT/grpcload" ./e2e/cmd/grpcload) || die "go build ./e2e/cmd/grpcload failed"
-for port in $BACKEND_PORT "${PORT[@]}" $ADMIN_PORT; do
-	port_free "$port" || die "port $HOST:$port is already in use"
-done
+ports_free $BACKEND_PORT "${PORT[@]}" $ADMIN_PORT
 
 # ---------------------------------------------------------------- configs
 write_nginx_conf() {

@@ -67,6 +67,23 @@ start() {
 	PGIDS+=("$STARTED_PGID")
 }
 port_free() { ! (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+# ports_free PORT...: dies if any is in use.
+ports_free() {
+	local port
+	for port in "$@"; do
+		port_free "$port" || die "port $HOST:$port is already in use"
+	done
+}
+
+# bench_cert: a fresh self-signed P-256 certificate for 127.0.0.1 in
+# $TMP (cert.pem, key.pem, and haproxy.pem, the two in one file).
+bench_cert() {
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+		-subj "/CN=sentry-bench" -addext "subjectAltName=IP:127.0.0.1" \
+		-keyout "$TMP/key.pem" -out "$TMP/cert.pem" 2>/dev/null || die "openssl could not make a certificate"
+	cat "$TMP/cert.pem" "$TMP/key.pem" >"$TMP/haproxy.pem"
+}
 # wait_free PORT: bounded wait until nothing listens on PORT.
 wait_free() {
 	local _

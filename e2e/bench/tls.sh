@@ -115,15 +115,9 @@ if [[ " $PEERS " == *" sentry "* ]] || [[ " $PEERS " == *" sentry-portable "* ]]
 	(cd "$ROOT" && go build -o "$OUT/sentry" ./cmd/sentry) || die "go build ./cmd/sentry failed"
 fi
 (cd "$ROOT" && go build -o "$OUT/backend" ./e2e/bench/backend) || die "go build backend failed"
-for port in $BACKEND_PORT "${PORT[@]}" $ADMIN_PORT; do
-	port_free "$port" || die "port $HOST:$port is already in use"
-done
+ports_free $BACKEND_PORT "${PORT[@]}" $ADMIN_PORT
 
-# A self-signed P-256 certificate for 127.0.0.1.
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-	-subj "/CN=sentry-bench" -addext "subjectAltName=IP:127.0.0.1" \
-	-keyout "$TMP/key.pem" -out "$TMP/cert.pem" 2>/dev/null || die "openssl could not make a certificate"
-cat "$TMP/cert.pem" "$TMP/key.pem" >"$TMP/haproxy.pem"
+bench_cert
 
 # ---------------------------------------------------------------- configs
 write_nginx_conf() {
