@@ -21,7 +21,6 @@ type gfield struct{ name, value []byte }
 // without a body waits for the exchange's record: gdriver.holdHead.)
 func (st *ownStream) coreHead(ex *exchange.Exchange, reqID []byte) bool {
 	oc := st.oc
-	data, rh := ex.Response()
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
 	if oc.waitRoomLocked() != nil {
@@ -29,19 +28,9 @@ func (st *ownStream) coreHead(ex *exchange.Exchange, reqID []byte) bool {
 		return false
 	}
 	core := oc.core
+	_, rh := ex.Response()
 	core.Headers(rh.Status)
-	for i := 0; i < rh.NFields; i++ {
-		v, keep := ex.RespField(i)
-		if !keep {
-			continue
-		}
-		f := &rh.Fields[i]
-		if v == nil {
-			v = f.Value.Of(data)
-		}
-		core.Field(f.Name.Of(data), v)
-	}
-	core.Field(reqID, ex.ID())
+	ex.PutRespFields(core, reqID)
 	ok := core.EndHeaders(st.s, false)
 	oc.kickLocked()
 	if !ok {

@@ -294,23 +294,12 @@ func (l *eventLoop) streamHead(c *cconn) {
 	str, ex := c.str, c.ex
 	h := str.p.h2
 	core := h.core
-	data, rh := ex.Response()
+	_, rh := ex.Response()
 	noBody := ex.NoBody()
 	l.reqID = append(l.reqID[:0], ex.App().ReqID...)
 	h.d.Lock()
 	core.Headers(rh.Status)
-	for i := 0; i < rh.NFields; i++ {
-		v, keep := ex.RespField(i)
-		if !keep {
-			continue
-		}
-		f := &rh.Fields[i]
-		if v == nil {
-			v = f.Value.Of(data)
-		}
-		core.Field(f.Name.Of(data), v)
-	}
-	core.Field(l.reqID, ex.ID())
+	ex.PutRespFields(core, l.reqID)
 	core.EndHeaders(str.s, noBody)
 	h.d.Unlock()
 	str.chunked = rh.Chunked

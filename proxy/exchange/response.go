@@ -116,6 +116,31 @@ func (ex *Exchange) Relay(now time.Time) {
 // Read; Status is its status.
 func (ex *Exchange) Response() ([]byte, *pipeline.RawHead) { return ex.sc.resp, &ex.sc.rh }
 
+// FieldSink takes a response head's fields one at a time (an h2 core's
+// Field, which HPACK-encodes each into the stream's HEADERS).
+type FieldSink interface{ Field(name, value []byte) }
+
+// PutRespFields gives w the response head an h2 stream's HEADERS carry:
+// every field of the backend's head the response policy keeps
+// (RespField, with its replaced value where it has one), then reqID (the
+// app's request ID header) with the exchange's ID. The status is the
+// caller's. Every h2 driver writes the head through it.
+func (ex *Exchange) PutRespFields(w FieldSink, reqID []byte) {
+	data, rh := ex.sc.resp, &ex.sc.rh
+	for i := 0; i < rh.NFields; i++ {
+		v, keep := ex.RespField(i)
+		if !keep {
+			continue
+		}
+		f := &rh.Fields[i]
+		if v == nil {
+			v = f.Value.Of(data)
+		}
+		w.Field(f.Name.Of(data), v)
+	}
+	w.Field(reqID, ex.ID())
+}
+
 // Status is the response's status (0 before its head).
 func (ex *Exchange) Status() int { return ex.status }
 
