@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/sentry-proxy/sentry/proxy/exchange"
@@ -120,7 +119,7 @@ func (d *gdriver) holdHead() {
 	d.arena = ar
 	fs := d.fields[:0]
 	for _, sp := range spans[:k] {
-		fs = append(fs, gfield{ar[sp.n0:sp.n1], ar[sp.v0:sp.v1]})
+		fs = append(fs, gfield{Name: ar[sp.n0:sp.n1], Value: ar[sp.v0:sp.v1]})
 	}
 	d.fields = fs
 }
@@ -248,41 +247,13 @@ func (d *gdriver) reply(st *ownStream) {
 	}
 }
 
-// replyFields lists the fields of r as the event loops write them on a
-// stream (and fasthttp's writeReply sets them): Date, then gRPC's form
-// or content-type and content-length, Retry-After, X-Sentry-Reject, and
-// the request ID. Valid until the next call.
+// replyFields lists the fields of r as every driver writes them
+// (pipeline.AppendReplyFields), with the request ID. Valid until the
+// next call.
 func (d *gdriver) replyFields(r *pipeline.Reply, id []byte) []gfield {
-	f, num := d.fields[:0], d.num[:0]
-	f = append(f, gfield{hdrDate, d.httpDate()})
-	if r.GRPC != 0 {
-		num = strconv.AppendInt(num, r.Pushback, 10)
-		f = append(f, gfield{hdrContentType, strGRPC}, gfield{hdrContentLength, strZero},
-			gfield{hdrGRPCStatus, pipeline.GRPCStatusBytes(r.GRPC)}, gfield{hdrGRPCMessage, r.GRPCMessage},
-			gfield{hdrGRPCPushback, num})
-	} else {
-		num = strconv.AppendInt(num, int64(len(r.Body)), 10)
-		f = append(f, gfield{hdrContentType, strTextPlain}, gfield{hdrContentLength, num})
-	}
-	if r.Retry >= 0 {
-		f = append(f, gfield{hdrRetryAfter, pipeline.RetryAfterBytes(r.Retry)})
-	}
-	if r.Verdict != nil {
-		f = append(f, gfield{hdrReject, r.Verdict})
-	}
-	if len(id) > 0 {
-		f = append(f, gfield{d.rid, id})
-	}
-	d.fields, d.num = f, num
-	return f
+	d.fields, d.num = pipeline.AppendReplyFields(d.fields[:0], d.num, r, d.httpDate(), d.rid, id)
+	return d.fields
 }
-
-var (
-	hdrDate          = []byte("Date")
-	hdrContentType   = []byte("Content-Type")
-	hdrContentLength = []byte("Content-Length")
-	strZero          = []byte("0")
-)
 
 // httpDate is the Date field's value, made once a second.
 func (d *gdriver) httpDate() []byte {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/sentry-proxy/sentry/proxy/exchange"
 	"github.com/sentry-proxy/sentry/proxy/h2srv"
+	"github.com/sentry-proxy/sentry/proxy/pipeline"
 )
 
 // h2core.go: a worker's stream answered by the exchange core's goroutine
@@ -12,7 +13,7 @@ import (
 // through a fasthttp.Response.
 
 // gfield is one field of a head the stream is given whole (coreReply).
-type gfield struct{ name, value []byte }
+type gfield = pipeline.Field
 
 // coreHead queues the head of a response with a body that the core
 // relays (WriteHead): the backend's status and the fields its policy
@@ -54,7 +55,7 @@ func (st *ownStream) coreReply(status int, fields []gfield, body []byte) bool {
 	core := oc.core
 	core.Headers(status)
 	for _, f := range fields {
-		core.Field(f.name, f.value)
+		core.Field(f.Name, f.Value)
 	}
 	ok := core.EndHeaders(st.s, len(body) == 0)
 	oc.kickLocked()

@@ -44,7 +44,7 @@ func TestStreamReplyMatchesText(t *testing.T) {
 				}
 				var got []string
 				for _, f := range l.replyFields(&r, a.ReqID, id) {
-					got = append(got, fmt.Sprintf("%s: %s", f.name, f.value))
+					got = append(got, fmt.Sprintf("%s: %s", f.Name, f.Value))
 				}
 				if fmt.Sprint(got) != fmt.Sprint(want) || rh.Status != r.Status || string(text[rh.N:]) != string(r.Body) {
 					t.Errorf("%v grpc=%v: fields\n%q\nthe text's\n%q", o, grpc, got, want)

@@ -324,7 +324,7 @@ func (l *eventLoop) streamReply(c *cconn) {
 	h.d.Lock()
 	core.Headers(r.Status)
 	for _, f := range fs {
-		core.Field(f.name, f.value)
+		core.Field(f.Name, f.Value)
 	}
 	core.EndHeaders(str.s, len(body) == 0)
 	h.d.Unlock()

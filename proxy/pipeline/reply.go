@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sentry-proxy/sentry/admission"
@@ -29,6 +30,53 @@ type Reply struct {
 	GRPC        int
 	GRPCMessage []byte // shared and never written to
 	Pushback    int64  // grpc-retry-pushback-ms
+}
+
+// Field is one field of a head, as spans of bytes it does not own.
+type Field struct{ Name, Value []byte }
+
+var (
+	hdrDate          = []byte("Date")
+	hdrContentType   = []byte("Content-Type")
+	hdrContentLength = []byte("Content-Length")
+	hdrRetryAfter    = []byte("Retry-After")
+	hdrReject        = []byte("X-Sentry-Reject")
+	hdrGRPCStatus    = []byte("Grpc-Status")
+	hdrGRPCMessage   = []byte("Grpc-Message")
+	hdrGRPCPushback  = []byte("Grpc-Retry-Pushback-Ms")
+	strGRPC          = []byte("application/grpc")
+	strTextPlain     = []byte("text/plain; charset=utf-8")
+	strZero          = []byte("0")
+)
+
+// AppendReplyFields appends the fields of r in the order every driver
+// writes them, as fasthttp's writeReply sets them: Date (date), then
+// gRPC's form (content-type, an empty body, grpc-status, grpc-message,
+// grpc-retry-pushback-ms) or the plain one's content-type and length,
+// Retry-After, X-Sentry-Reject, and the request ID (rid: id) when id is
+// not empty. num is scratch for the numbers; f and num are returned for
+// the caller to keep, and the fields are valid until it reuses them.
+func AppendReplyFields(f []Field, num []byte, r *Reply, date, rid, id []byte) ([]Field, []byte) {
+	f = append(f, Field{Name: hdrDate, Value: date})
+	if r.GRPC != 0 {
+		num = strconv.AppendInt(num[:0], r.Pushback, 10)
+		f = append(f, Field{Name: hdrContentType, Value: strGRPC}, Field{Name: hdrContentLength, Value: strZero},
+			Field{Name: hdrGRPCStatus, Value: GRPCStatusBytes(r.GRPC)}, Field{Name: hdrGRPCMessage, Value: r.GRPCMessage},
+			Field{Name: hdrGRPCPushback, Value: num})
+	} else {
+		num = strconv.AppendInt(num[:0], int64(len(r.Body)), 10)
+		f = append(f, Field{Name: hdrContentType, Value: strTextPlain}, Field{Name: hdrContentLength, Value: num})
+	}
+	if r.Retry >= 0 {
+		f = append(f, Field{Name: hdrRetryAfter, Value: RetryAfterBytes(r.Retry)})
+	}
+	if r.Verdict != nil {
+		f = append(f, Field{Name: hdrReject, Value: r.Verdict})
+	}
+	if len(id) > 0 {
+		f = append(f, Field{Name: rid, Value: id})
+	}
+	return f, num
 }
 
 // ReplyFor returns the response for outcome o (never OutRelayed). d is the
