@@ -82,6 +82,7 @@ type gdriver struct {
 	held   bool
 	status int
 	arena  []byte
+	spans  []fieldSpan // each held field's name and value in arena
 }
 
 func newGdriver(env *exchange.Env, bud *respbuf.Budget) *gdriver {

@@ -227,3 +227,31 @@ func TestH2WorkerStreamParks(t *testing.T) {
 		}
 	}
 }
+
+// TestH2WorkerStreamBodilessHeadOnTheCore: the head of a response without
+// a body, which the goroutine driver holds until the exchange is recorded
+// (holdHead), reaches the client whole: the backend's fields under the
+// response policy and the request ID.
+func TestH2WorkerStreamBodilessHeadOnTheCore(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e, func(t *testing.T) {
+			be := startCoreBackend(t, "HTTP/1.1 204 No Content\r\nX-B: 2\r\nX-C: three\r\nKeep-Alive: timeout=5\r\n\r\n")
+			h := startEngine(t, e, []string{be.addr}, Options{}, func(_ *policy.Snapshot, a *policy.App) { a.H2C = true })
+			cl := h2cClient(nil)
+			for i := range 2 {
+				resp, err := cl.Get("http://" + h.addr + "/none")
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 204 || len(body) != 0 {
+					t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+				}
+				if resp.Header.Get("X-B") != "2" || resp.Header.Get("X-C") != "three" || resp.Header.Get("Keep-Alive") != "" || resp.Header.Get("X-Request-Id") == "" {
+					t.Errorf("request %d: response head %v", i, resp.Header)
+				}
+			}
+		})
+	}
+}

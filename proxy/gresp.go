@@ -88,40 +88,32 @@ func (d *gdriver) forward(b []byte, act exchange.Action) exchange.Action {
 // the exchange is recorded: as coreHead writes it.
 func (d *gdriver) holdHead() {
 	ex := &d.ex
-	data, rh := ex.Response()
+	_, rh := ex.Response()
 	d.held, d.status = true, rh.Status
-	ar := d.arena[:0]
-	type at struct{ n0, n1, v0, v1 int }
-	var spans [pipeline.MaxRawFields + 1]at
-	k := 0
-	for i := 0; i < rh.NFields; i++ {
-		v, keep := ex.RespField(i)
-		if !keep {
-			continue
-		}
-		f := &rh.Fields[i]
-		if v == nil {
-			v = f.Value.Of(data)
-		}
-		n0 := len(ar)
-		ar = append(ar, f.Name.Of(data)...)
-		v0 := len(ar)
-		ar = append(ar, v...)
-		spans[k] = at{n0, v0, v0, len(ar)}
-		k++
-	}
-	n0 := len(ar)
-	ar = append(ar, d.rid...)
-	v0 := len(ar)
-	ar = append(ar, ex.ID()...)
-	spans[k] = at{n0, v0, v0, len(ar)}
-	k++
-	d.arena = ar
-	fs := d.fields[:0]
-	for _, sp := range spans[:k] {
-		fs = append(fs, gfield{Name: ar[sp.n0:sp.n1], Value: ar[sp.v0:sp.v1]})
+	d.arena, d.spans = d.arena[:0], d.spans[:0]
+	ex.PutRespFields((*heldHead)(d), d.rid)
+	fs, ar := d.fields[:0], d.arena
+	for _, sp := range d.spans {
+		fs = append(fs, gfield{Name: ar[sp.n0:sp.v0], Value: ar[sp.v0:sp.v1]})
 	}
 	d.fields = fs
+}
+
+// fieldSpan is where a held field's name (n0:v0) and value (v0:v1) are in
+// the driver's arena: cut once every field is in, since the arena may
+// move as it grows.
+type fieldSpan struct{ n0, v0, v1 int }
+
+// heldHead is the driver as the exchange.FieldSink that copies a head's
+// fields into its arena (holdHead).
+type heldHead gdriver
+
+func (h *heldHead) Field(name, value []byte) {
+	n0 := len(h.arena)
+	h.arena = append(h.arena, name...)
+	v0 := len(h.arena)
+	h.arena = append(h.arena, value...)
+	h.spans = append(h.spans, fieldSpan{n0, v0, len(h.arena)})
 }
 
 // hold puts b in the response buffer; when the buffer's limits refuse
