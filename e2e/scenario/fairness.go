@@ -168,19 +168,25 @@ func ComputeFairness(s *Series, clients []int, from, to, window int, capacity fl
 	return f, true
 }
 
+// bounds is the spec's end (the run's duration when unset) and window
+// (DefaultWindow when unset).
+func (fs *FairnessSpec) bounds(duration time.Duration) (end, window time.Duration) {
+	end, window = fs.End, fs.Window
+	if end == 0 {
+		end = duration
+	}
+	if window == 0 {
+		window = DefaultWindow
+	}
+	return end, window
+}
+
 // fairnessSpan returns the spec's span in whole seconds of the run
 // (scaled by the time factor k), its window in seconds (not scaled: it
 // is the target's), and the indices of its clients.
 func (sc *Scenario) fairnessSpan(k float64) (from, to, window int, clients []int) {
 	fs := sc.Fairness
-	end := fs.End
-	if end == 0 {
-		end = sc.Duration
-	}
-	w := fs.Window
-	if w == 0 {
-		w = DefaultWindow
-	}
+	end, w := fs.bounds(sc.Duration)
 	sec := func(d time.Duration) int { return int(math.Round(float64(d) * k / float64(time.Second))) }
 	// The window is the target's, not the schedule's: not scaled.
 	from, to, window = sec(fs.Start), sec(end), int(w/time.Second)
@@ -198,14 +204,7 @@ func (sc *Scenario) validateFairness(root *yaml.Node) error {
 		return nil
 	}
 	at := func(msg, key string) error { return sc.errAt(root, "fairness: "+msg, "fairness", key) }
-	end := fs.End
-	if end == 0 {
-		end = sc.Duration
-	}
-	w := fs.Window
-	if w == 0 {
-		w = DefaultWindow
-	}
+	end, w := fs.bounds(sc.Duration)
 	whole := func(d time.Duration) bool { return d%time.Second == 0 }
 	switch {
 	case fs.Start < 0 || !whole(fs.Start):
