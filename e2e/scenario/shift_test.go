@@ -103,7 +103,8 @@ func TestRecovery(t *testing.T) {
 
 // TestRecoveryToCapacity: the seconds from a phase's start to the first
 // second whose goodput (by completion) reached 95% of the phase's
-// capacity, and the goodput over its first 6 seconds against it.
+// capacity, and the goodput over its first 6 seconds against it; and
+// the seconds to the first second the farm was 95% busy.
 func TestRecoveryToCapacity(t *testing.T) {
 	ms := time.Millisecond
 	var rs []load.Result
@@ -131,8 +132,30 @@ func TestRecoveryToCapacity(t *testing.T) {
 			t.Errorf("phase %s: %+v, want to capacity %d s, first 6 s %.3f", ps[i].Name, r, want.to, want.early)
 		}
 	}
-	if r := SummarizePhases(rep, s, slas, 20, []Phase{{Name: "x", Start: 0, End: 8 * time.Second, Recovery: true}})[0].Recovery; r.ToCapacity != -1 {
-		t.Errorf("capacity 20/s never reached: %+v", r)
+	if r := SummarizePhases(rep, s, slas, 20, []Phase{{Name: "x", Start: 0, End: 8 * time.Second, Recovery: true}})[0].Recovery; r.ToCapacity != -1 || r.ToBusy != -1 {
+		t.Errorf("capacity 20/s never reached, no farm samples: %+v", r)
+	}
+
+	// The farm's utilisation per second (8 slots): 0.5, 0.9, 0.97, 0.6,
+	// 1, 1, 1, 1. "busy" is the first second at 95% or more, counted from
+	// each phase's start; before the farm is full, and when it never is.
+	var samples []FarmSample
+	var busy time.Duration
+	for sec, u := range []float64{0.5, 0.9, 0.97, 0.6, 1, 1, 1, 1} {
+		samples = append(samples, FarmSample{At: time.Duration(sec) * time.Second, BusyTime: busy})
+		busy += time.Duration(u * 8 * float64(time.Second))
+	}
+	samples = append(samples, FarmSample{At: 8 * time.Second, BusyTime: busy})
+	sf := Aggregate(rep, slas, samples, 8, 8)
+	ps = SummarizePhases(rep, sf, slas, 10, []Phase{
+		{Name: "all", Start: 0, End: 8 * time.Second, Recovery: true},
+		{Name: "late", Start: 3 * time.Second, End: 8 * time.Second, Recovery: true},
+		{Name: "early", Start: 0, End: 2 * time.Second, Recovery: true},
+	})
+	for i, want := range []int{2, 1, -1} {
+		if r := ps[i].Recovery; r == nil || r.ToBusy != want {
+			t.Errorf("phase %s: %+v, want busy after %d s", ps[i].Name, r, want)
+		}
 	}
 }
 

@@ -326,6 +326,13 @@ type Recovery struct {
 	// 0 when the phase's first second reached it; -1 never, or no
 	// capacity.
 	ToCapacity int
+	// ToBusy: seconds from the phase's start to the first second whose
+	// farm utilisation reached RecoveryShare: the farm full, beyond which
+	// no admission gives more goodput. Where the farm's capacity varies
+	// second to second (a rare heavy request holds a slot for 100 light
+	// ones), ToCapacity may come later than the farm was full; ToBusy
+	// tells the two apart. -1 never, or the farm not sampled.
+	ToBusy int
 	// Early is the goodput over the phase's first RecoveryWindow seconds
 	// (fewer when the phase or the run is shorter), per second, over the
 	// phase's capacity; 0 without a capacity.
@@ -350,7 +357,13 @@ const (
 // unknown).
 func recovery(s *Series, t0, t1 int, capacity float64) *Recovery {
 	nc := len(s.Classes)
-	r := &Recovery{Seconds: -1, First: -1, ToCapacity: -1}
+	r := &Recovery{Seconds: -1, First: -1, ToCapacity: -1, ToBusy: -1}
+	for t := max(t0, 0); t < min(t1, s.Seconds); t++ {
+		if u := s.At(t, nc).Util; !math.IsNaN(u) && u >= RecoveryShare {
+			r.ToBusy = t - t0
+			break
+		}
+	}
 	if capacity > 0 {
 		good, n := 0, 0
 		for t := max(t0, 0); t < min(t1, s.Seconds); t++ {
@@ -729,9 +742,9 @@ func writeRecovery(b *strings.Builder, sc *Scenario, peers []PeerSummary) {
 		if ph.Capacity == PhaseCapacityEvents {
 			b.WriteString(" (the farm's after the events up to the phase's start)")
 		}
-		fmt.Fprintf(b, ". \"To %.0f%%\" is the seconds from the phase's start to the first second whose goodput (counted when the responses finished) reached %.0f%% of that capacity (0: the phase's first second did); \"first %d s\" the goodput over the phase's first %d seconds against it.",
-			100*RecoveryShare, 100*RecoveryShare, RecoveryWindow, RecoveryWindow)
-		b.WriteString("\n\n| peer | back within SLA | for good | missed / judged s | worst p95 / SLA | to 95% | first 6 s | goodput/s | capacity | goodput / capacity |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(b, ". \"To %.0f%%\" is the seconds from the phase's start to the first second whose goodput (counted when the responses finished) reached %.0f%% of that capacity (0: the phase's first second did); \"busy\" the seconds to the first second whose farm utilisation reached %.0f%% (the farm full: no admission gives more); \"first %d s\" the goodput over the phase's first %d seconds against it.",
+			100*RecoveryShare, 100*RecoveryShare, 100*RecoveryShare, RecoveryWindow, RecoveryWindow)
+		b.WriteString("\n\n| peer | back within SLA | for good | missed / judged s | worst p95 / SLA | to 95% | busy | first 6 s | goodput/s | capacity | goodput / capacity |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for i := range peers {
 			var p *PhaseSummary
 			for j := range peers[i].Phases {
@@ -742,8 +755,12 @@ func writeRecovery(b *strings.Builder, sc *Scenario, peers []PeerSummary) {
 			if p == nil {
 				continue
 			}
-			back, good, missed, worst, toCap, early := "–", "–", "–", "–", "–", "–"
+			back, good, missed, worst, toCap, busy, early := "–", "–", "–", "–", "–", "–", "–"
 			if r := p.Recovery; r != nil {
+				busy = "never"
+				if r.ToBusy >= 0 {
+					busy = fmt.Sprintf("%d s", r.ToBusy)
+				}
 				if p.Capacity > 0 {
 					toCap, early = "never", fmt.Sprintf("%.2f", r.Early)
 					if r.ToCapacity >= 0 {
@@ -762,7 +779,7 @@ func writeRecovery(b *strings.Builder, sc *Scenario, peers []PeerSummary) {
 					worst = fmt.Sprintf("%.2f×", r.WorstP95Ratio)
 				}
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %.1f | %.0f | %.2f |\n", peers[i].Peer, back, good, missed, worst, toCap, early,
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %.0f | %.2f |\n", peers[i].Peer, back, good, missed, worst, toCap, busy, early,
 				p.Total().GoodputRate, p.Capacity, p.GoodputOverCapacity)
 		}
 	}
