@@ -1,4 +1,4 @@
-# lib.sh — the process and port handling tls.sh, grpc.sh and idle.sh share, sourced
+# lib.sh — the process and port handling peers.sh, tls.sh, grpc.sh and idle.sh share, sourced
 # after they set HOST, TMP's parent settings and BENCH_TAG (the log prefix).
 # Every peer runs in its own process group (start); a trap stops whatever
 # is left on any exit and keeps the logs of a failed run.
@@ -7,7 +7,7 @@ log() { printf '[%s] %s\n' "$BENCH_TAG" "$*" >&2; }
 die() { printf '[%s] ERROR: %s\n' "$BENCH_TAG" "$*" >&2; exit 1; }
 
 # need_tools PEERS -- CMD:PKG...: installs with apt-get (as root, bounded
-# in time) the Debian packages of the peers (nginx, haproxy) and of the
+# in time) the Debian packages of the peers (nginx, haproxy, caddy) and of the
 # commands that are missing, then puts /usr/sbin on PATH.
 need_tools() {
 	local need=() p
@@ -15,6 +15,7 @@ need_tools() {
 		case "$1" in
 		nginx) [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || need+=(nginx) ;;
 		haproxy) [ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null || need+=(haproxy) ;;
+		caddy) command -v caddy >/dev/null || need+=(caddy) ;;
 		esac
 		shift
 	done

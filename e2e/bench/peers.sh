@@ -88,51 +88,9 @@ declare -A REJECT_PORT=([nginx]=18091 [haproxy]=18092 [caddy]=18093 [sentry]=180
 SENTRY_ADMIN_PORT=18085
 SENTRY_REJECT_ADMIN_PORT=18095
 
-log() { printf '[peers] %s\n' "$*" >&2; }
-die() { printf '[peers] ERROR: %s\n' "$*" >&2; exit 1; }
-
-# ---------------------------------------------------------------- cleanup
-PGIDS=()   # process groups we started (each peer runs under setsid)
-TMP=""
-
-stop_group() { # stop_group PGID: TERM the group, wait up to 5s, then KILL
-	local pg=$1 _
-	kill -TERM -- "-$pg" 2>/dev/null || return 0
-	for _ in $(seq 50); do
-		kill -0 -- "-$pg" 2>/dev/null || return 0
-		sleep 0.1
-	done
-	log "process group $pg did not stop on TERM; killing"
-	kill -KILL -- "-$pg" 2>/dev/null || true
-}
-
-cleanup() {
-	local rc=$? pg
-	trap - EXIT INT TERM
-	if [ -n "${WRK_PID:-}" ]; then kill -TERM "$WRK_PID" 2>/dev/null || true; fi
-	for pg in "${PGIDS[@]}"; do stop_group "$pg"; done
-	wait 2>/dev/null || true
-	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
-		if [ "$rc" -ne 0 ] && [ -n "$(ls -A "$TMP")" ]; then
-			log "logs kept in $TMP"
-		else
-			rm -rf "$TMP"
-		fi
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# start NAME CMD...: run CMD in its own session/process group, output to
-# $TMP/NAME.log; sets STARTED_PGID.
-start() {
-	local name=$1; shift
-	setsid "$@" >"$TMP/$name.log" 2>&1 </dev/null &
-	STARTED_PGID=$!
-	PGIDS+=("$STARTED_PGID")
-}
+BENCH_TAG=peers
+# shellcheck source=e2e/bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 stop() { # stop NAME PGID: stop one group, forget it, keep its log in $OUT
 	local name=$1 pg=$2 keep=() x
@@ -164,28 +122,8 @@ wait_http() {
 	die "$name not ready"
 }
 
-port_free() { ! (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
-
 # ---------------------------------------------------------------- tools
-need_install=()
-command -v wrk >/dev/null || need_install+=(wrk)
-command -v curl >/dev/null || need_install+=(curl)
-for p in $PEERS; do
-	case "$p" in
-	nginx) [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || need_install+=(nginx) ;;
-	haproxy) [ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null || need_install+=(haproxy) ;;
-	caddy) command -v caddy >/dev/null || need_install+=(caddy) ;;
-	esac
-done
-if [ ${#need_install[@]} -gt 0 ]; then
-	[ "$(id -u)" -eq 0 ] || die "missing ${need_install[*]}; run as root so they can be installed with apt-get"
-	log "installing: ${need_install[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	timeout 600 apt-get update -q >/dev/null || die "apt-get update failed"
-	timeout 900 apt-get install -y -q --no-install-recommends "${need_install[@]}" >/dev/null ||
-		die "apt-get install ${need_install[*]} failed"
-fi
-export PATH="$PATH:/usr/sbin:/sbin"
+need_tools $PEERS -- wrk:wrk curl:curl
 command -v go >/dev/null || die "go not found in PATH"
 
 TMP=$(mktemp -d /tmp/sentry-peers.XXXXXX)
@@ -389,14 +327,13 @@ to_ms() {
 # run_wrk SECONDS OUTFILE ARGS...: wrk ARGS, bounded to SECONDS+30 s. It runs
 # in the background and is waited for, so that a signal to this script is
 # handled at once (cleanup kills it) instead of after the run.
-WRK_PID=""
 run_wrk() {
 	local secs=$1 out=$2 rc=0
 	shift 2
 	timeout $((secs + 30)) wrk "$@" >"$out" 2>&1 &
-	WRK_PID=$!
-	wait "$WRK_PID" || rc=$?
-	WRK_PID=""
+	LOAD_PID=$!
+	wait "$LOAD_PID" || rc=$?
+	LOAD_PID=""
 	return "$rc"
 }
 
