@@ -158,6 +158,15 @@
 // competes with the polite clients in the mode as it would without
 // sharing.
 //
+// Consistency has a floor the rotation sets. N over-share clients make 2N
+// turn changes a rotation T, so a window of W seconds holds about 2N·W/T
+// of them (100 clients, 10 s, 10 min: 3.3), each client partial in that
+// window unless its change falls at an edge; the marginal tier adds the
+// one or two clients it goes to. A longer Rotate lowers the first term in
+// proportion and delays the long-run share by as much; the default keeps
+// both within minutes. What noise in the mode's refusals and in the
+// clients' rates adds on top is what separates a window from that floor.
+//
 // # Invariants
 //
 //   - Within-share clients are never refused for an over-share client's
