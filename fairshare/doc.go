@@ -163,9 +163,10 @@
 // of them (100 clients, 10 s, 10 min: 3.3), each client partial in that
 // window unless its change falls at an edge; the marginal tier adds the
 // one or two clients it goes to. A longer Rotate lowers the first term in
-// proportion and delays the long-run share by as much; the default keeps
-// both within minutes. What noise in the mode's refusals and in the
-// clients' rates adds on top is what separates a window from that floor.
+// proportion, and delays by as much the time a client takes to reach its
+// long-run share f (one rotation); the default keeps that within
+// minutes. Noise in the mode's refusals and in the clients' rates adds
+// to the floor.
 //
 // # Invariants
 //
