@@ -22,6 +22,9 @@
 #             second reading (default 3)
 #   SENTRY_BASE_BIN  a sentry binary, e.g. a build of an earlier commit:
 #             the peer "sentry-base" runs it (add it to PEERS/H2_PEERS)
+#   The peer "sentry-portable" is sentry with server.engine: portable
+#   (goroutines: fasthttp, crypto/tls and the HTTP/2 server's goroutine
+#   driver); add it to PEERS/H2_PEERS.
 #   OUT       output dir                  (default e2e/bench/out-idle)
 #
 # Memory is not a speed figure: other work on the machine does not change
@@ -44,7 +47,7 @@ while [ $# -gt 0 ]; do
 	--quick) N=1000 ;;
 	--out) OUT=$2; shift ;;
 	--out=*) OUT=${1#--out=} ;;
-	-h | --help) sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,34p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "idle.sh: unknown argument: $1 (try --help)" >&2; exit 2 ;;
 	esac
 	shift
@@ -54,15 +57,15 @@ for v in N SETTLE; do
 done
 for p in $PEERS $H2_PEERS; do
 	case "$p" in
-	nginx | haproxy | sentry) ;;
+	nginx | haproxy | sentry | sentry-portable) ;;
 	sentry-base) [ -x "${SENTRY_BASE_BIN:-}" ] || { echo "idle.sh: sentry-base needs SENTRY_BASE_BIN" >&2; exit 2; } ;;
-	*) echo "idle.sh: unknown peer '$p' (known: nginx haproxy sentry sentry-base)" >&2; exit 2 ;;
+	*) echo "idle.sh: unknown peer '$p' (known: nginx haproxy sentry sentry-portable sentry-base)" >&2; exit 2 ;;
 	esac
 done
 
 HOST=127.0.0.1
 BACKEND_PORT=18280
-declare -A PORT=([nginx]=18281 [haproxy]=18282 [sentry]=18284 [sentry-base]=18284)
+declare -A PORT=([nginx]=18281 [haproxy]=18282 [sentry]=18284 [sentry-portable]=18284 [sentry-base]=18284)
 ADMIN_PORT=18285
 MAXCONN=$((N + 100))
 
@@ -160,9 +163,12 @@ backend bench_backend
     server b1 $HOST:$BACKEND_PORT
 EOF
 }
-# write_sentry_policy PROTO: the default engine (loops).
+# write_sentry_policy PROTO [ENGINE]: the default engine (loops), or
+# ENGINE (portable).
 write_sentry_policy() {
-	local tls=""
+	local tls="" engine=""
+	[ -n "${2:-}" ] && engine="
+  engine: $2"
 	[ "$1" = h2 ] && tls="
     tls:
       cert: $TMP/cert.pem
@@ -172,7 +178,7 @@ admin:
   listen: $HOST:$ADMIN_PORT
 server:
   idle_timeout: 300s
-  max_conns: $MAXCONN
+  max_conns: $MAXCONN$engine
 apps:
   - name: bench
     listen: $HOST:${PORT[sentry]}$tls
@@ -253,10 +259,12 @@ run_peer() { # run_peer PEER PROTO
 		haproxy -c -q -f "$TMP/haproxy.cfg" || die "haproxy -c rejected $TMP/haproxy.cfg"
 		start haproxy haproxy -db -f "$TMP/haproxy.cfg"
 		;;
-	sentry | sentry-base)
+	sentry | sentry-base | sentry-portable)
 		bin="$OUT/sentry"
 		[ "$peer" = sentry-base ] && bin=$SENTRY_BASE_BIN
-		write_sentry_policy "$proto"
+		engine=""
+		[ "$peer" = sentry-portable ] && engine=portable
+		write_sentry_policy "$proto" "$engine"
 		"$bin" check -config "$TMP/sentry.yaml" >&2 || die "sentry check rejected $TMP/sentry.yaml"
 		start "$peer" "$bin" run -config "$TMP/sentry.yaml"
 		;;
