@@ -147,6 +147,18 @@ func floodTick(tb *Table, now time.Time, cap int, seen *[6][4]int) {
 // free slot), else always refused (the real modes take them only on a
 // free slot with nothing waiting).
 func countsTick(tb *Table, now time.Time, cap int, counts [6]int, seen *[6][4]int, spare bool) (admitted int) {
+	return modeTick(tb, now, cap, counts[:], seen[:], 100, 9, spare)
+}
+
+// modeTick sends one tick of requests through tb and a mode that has room
+// for room requests a second: client c (keyed mix(c+keyBase)) sends
+// counts[c] requests in an order shuffled by seed; seen[c] counts its
+// standings. The mode holds room for the tiers in order, as the real
+// modes hold it for the within-share demand: within share first (decided
+// as they arrive), then over share and marginal, then spare only, which
+// is admitted while room is left only with spare (a free slot), else
+// always refused. It returns the requests admitted.
+func modeTick(tb *Table, now time.Time, room int, counts []int, seen [][4]int, keyBase, seed uint64, spare bool) (admitted int) {
 	const tick = 10 // per second → per tick
 	order := make([]int, 0, 1000)
 	for c, n := range counts {
@@ -154,20 +166,17 @@ func countsTick(tb *Table, now time.Time, cap int, counts [6]int, seen *[6][4]in
 			order = append(order, c)
 		}
 	}
-	r := rand.New(rand.NewPCG(uint64(now.UnixNano()), 9))
+	r := rand.New(rand.NewPCG(uint64(now.UnixNano()), seed))
 	r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	// The mode holds room for the tiers in order, as the real modes hold
-	// it for the within-share demand: within share first (decided as
-	// they arrive), then over share and marginal, then spare only.
-	room := cap / tick
+	left := room / tick
 	type held struct {
 		s  Slot
 		sh admission.Share
 	}
 	decide := func(h held) {
 		switch {
-		case room > 0 && (spare || h.sh != admission.SpareOnly):
-			room--
+		case left > 0 && (spare || h.sh != admission.SpareOnly):
+			left--
 			admitted++
 			tb.Done(h.s, h.sh, admission.Admit)
 		case h.sh == admission.SpareOnly:
@@ -178,7 +187,7 @@ func countsTick(tb *Table, now time.Time, cap int, counts [6]int, seen *[6][4]in
 	}
 	var tiers [4][]held
 	for _, c := range order {
-		s, sh := tb.Share(0, mix(uint64(c)+100), netip.Addr{})
+		s, sh := tb.Share(0, mix(uint64(c)+keyBase), netip.Addr{})
 		seen[c][sh]++
 		if sh == admission.WithinShare {
 			decide(held{s, sh})
@@ -484,51 +493,10 @@ func TestStartFloodFillsFast(t *testing.T) {
 	}
 }
 
-// equalTick is countsTick for any number of clients: client c sends
-// counts[c] requests in the tick (keyed mix(c+1000)); the mode has room
-// for room requests a second, held for the tiers in order; spare-only
-// requests are always refused. standing[c] counts the tick's standings
-// of client c.
+// equalTick is modeTick for any number of clients, keyed mix(c+1000),
+// spare-only requests always refused.
 func equalTick(tb *Table, now time.Time, room int, counts []int, standing [][4]int) {
-	order := make([]int, 0, 1000)
-	for c, n := range counts {
-		for range n {
-			order = append(order, c)
-		}
-	}
-	r := rand.New(rand.NewPCG(uint64(now.UnixNano()), 11))
-	r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	left := room / 10
-	type held struct {
-		s  Slot
-		sh admission.Share
-	}
-	decide := func(h held) {
-		switch {
-		case left > 0 && h.sh != admission.SpareOnly:
-			left--
-			tb.Done(h.s, h.sh, admission.Admit)
-		case h.sh == admission.SpareOnly:
-			tb.Done(h.s, h.sh, admission.RejectOverShare)
-		default:
-			tb.Done(h.s, h.sh, admission.RejectTest)
-		}
-	}
-	var tiers [4][]held
-	for _, c := range order {
-		s, sh := tb.Share(0, mix(uint64(c)+1000), netip.Addr{})
-		standing[c][sh]++
-		if sh == admission.WithinShare {
-			decide(held{s, sh})
-			continue
-		}
-		tiers[sh] = append(tiers[sh], held{s, sh})
-	}
-	for _, tier := range tiers {
-		for _, h := range tier {
-			decide(h)
-		}
-	}
+	modeTick(tb, now, room, counts, standing, 1000, 11, false)
 }
 
 // TestTurnsAfterLowStart: fair100.yaml's start. 100 equal clients at
