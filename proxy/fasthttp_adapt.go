@@ -125,23 +125,23 @@ func writeReply(resp *fasthttp.Response, r pipeline.Reply) {
 		// gRPC's form (pipeline.Reply.GRPC): all in the head. On h2,
 		// serveCtx copies it into the one HEADERS frame of a
 		// Trailers-Only answer.
-		resp.Header.SetContentTypeBytes(strGRPC)
-		resp.Header.SetBytesKV(hdrGRPCStatus, pipeline.GRPCStatusBytes(r.GRPC))
-		resp.Header.SetBytesKV(hdrGRPCMessage, r.GRPCMessage)
+		resp.Header.SetContentTypeBytes(pipeline.StrGRPC)
+		resp.Header.SetBytesKV(pipeline.HdrGRPCStatus, pipeline.GRPCStatusBytes(r.GRPC))
+		resp.Header.SetBytesKV(pipeline.HdrGRPCMessage, r.GRPCMessage)
 		var b [20]byte
-		resp.Header.SetBytesKV(hdrGRPCPushback, strconv.AppendInt(b[:0], r.Pushback, 10))
+		resp.Header.SetBytesKV(pipeline.HdrGRPCPushback, strconv.AppendInt(b[:0], r.Pushback, 10))
 		if r.Verdict != nil {
-			resp.Header.SetBytesKV(hdrReject, r.Verdict)
+			resp.Header.SetBytesKV(pipeline.HdrReject, r.Verdict)
 		}
 		resp.SetBodyRaw(nil)
 		return
 	}
-	resp.Header.SetContentTypeBytes(strTextPlain)
+	resp.Header.SetContentTypeBytes(pipeline.StrTextPlain)
 	if r.Retry >= 0 {
-		resp.Header.SetBytesKV(hdrRetryAfter, pipeline.RetryAfterBytes(r.Retry))
+		resp.Header.SetBytesKV(pipeline.HdrRetryAfter, pipeline.RetryAfterBytes(r.Retry))
 	}
 	if r.Verdict != nil {
-		resp.Header.SetBytesKV(hdrReject, r.Verdict)
+		resp.Header.SetBytesKV(pipeline.HdrReject, r.Verdict)
 	}
 	resp.SetBodyRaw(r.Body)
 }

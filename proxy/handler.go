@@ -85,16 +85,8 @@ func awaitPending(p admission.Pending, wake chanWaker, gone <-chan struct{}) adm
 }
 
 var (
-	hdrRetryAfter   = []byte("Retry-After")
-	hdrReject       = []byte("X-Sentry-Reject")
 	hdrServerTiming = []byte("Server-Timing")
 	strHTTP         = []byte("http")
-	strHTTPS        = []byte("https")
-	strTextPlain    = []byte("text/plain; charset=utf-8")
-	strGRPC         = []byte("application/grpc")
-	hdrGRPCStatus   = []byte("Grpc-Status")
-	hdrGRPCMessage  = []byte("Grpc-Message")
-	hdrGRPCPushback = []byte("Grpc-Retry-Pushback-Ms")
 )
 
 // closeIfBodyUnread closes the connection after a response sentry made

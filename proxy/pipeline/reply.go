@@ -35,17 +35,19 @@ type Reply struct {
 // Field is one field of a head, as spans of bytes it does not own.
 type Field struct{ Name, Value []byte }
 
+// The names and values of sentry's own answers' fields, shared with the
+// fasthttp front end's writeReply (which sets them through fasthttp).
 var (
 	hdrDate          = []byte("Date")
 	hdrContentType   = []byte("Content-Type")
 	hdrContentLength = []byte("Content-Length")
-	hdrRetryAfter    = []byte("Retry-After")
-	hdrReject        = []byte("X-Sentry-Reject")
-	hdrGRPCStatus    = []byte("Grpc-Status")
-	hdrGRPCMessage   = []byte("Grpc-Message")
-	hdrGRPCPushback  = []byte("Grpc-Retry-Pushback-Ms")
-	strGRPC          = []byte("application/grpc")
-	strTextPlain     = []byte("text/plain; charset=utf-8")
+	HdrRetryAfter    = []byte("Retry-After")
+	HdrReject        = []byte("X-Sentry-Reject")
+	HdrGRPCStatus    = []byte("Grpc-Status")
+	HdrGRPCMessage   = []byte("Grpc-Message")
+	HdrGRPCPushback  = []byte("Grpc-Retry-Pushback-Ms")
+	StrGRPC          = []byte("application/grpc")
+	StrTextPlain     = []byte("text/plain; charset=utf-8")
 	strZero          = []byte("0")
 )
 
@@ -60,18 +62,18 @@ func AppendReplyFields(f []Field, num []byte, r *Reply, date, rid, id []byte) ([
 	f = append(f, Field{Name: hdrDate, Value: date})
 	if r.GRPC != 0 {
 		num = strconv.AppendInt(num[:0], r.Pushback, 10)
-		f = append(f, Field{Name: hdrContentType, Value: strGRPC}, Field{Name: hdrContentLength, Value: strZero},
-			Field{Name: hdrGRPCStatus, Value: GRPCStatusBytes(r.GRPC)}, Field{Name: hdrGRPCMessage, Value: r.GRPCMessage},
-			Field{Name: hdrGRPCPushback, Value: num})
+		f = append(f, Field{Name: hdrContentType, Value: StrGRPC}, Field{Name: hdrContentLength, Value: strZero},
+			Field{Name: HdrGRPCStatus, Value: GRPCStatusBytes(r.GRPC)}, Field{Name: HdrGRPCMessage, Value: r.GRPCMessage},
+			Field{Name: HdrGRPCPushback, Value: num})
 	} else {
 		num = strconv.AppendInt(num[:0], int64(len(r.Body)), 10)
-		f = append(f, Field{Name: hdrContentType, Value: strTextPlain}, Field{Name: hdrContentLength, Value: num})
+		f = append(f, Field{Name: hdrContentType, Value: StrTextPlain}, Field{Name: hdrContentLength, Value: num})
 	}
 	if r.Retry >= 0 {
-		f = append(f, Field{Name: hdrRetryAfter, Value: RetryAfterBytes(r.Retry)})
+		f = append(f, Field{Name: HdrRetryAfter, Value: RetryAfterBytes(r.Retry)})
 	}
 	if r.Verdict != nil {
-		f = append(f, Field{Name: hdrReject, Value: r.Verdict})
+		f = append(f, Field{Name: HdrReject, Value: r.Verdict})
 	}
 	if len(id) > 0 {
 		f = append(f, Field{Name: rid, Value: id})
