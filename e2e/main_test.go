@@ -19,7 +19,7 @@ import (
 // sentriesBin and autoscaleBin are e2e/cmd/sentries and e2e/cmd/autoscale,
 // the harnesses of the several-sentries and closed-loop experiments,
 // built with it (without -race: see TestSeveralSentriesShareAFarm).
-var sentryBin, sentriesBin, autoscaleBin string
+var sentryBin, sentriesBin, autoscaleBin, farmBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sentry-e2e-")
@@ -27,8 +27,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	sentryBin, sentriesBin, autoscaleBin = filepath.Join(dir, "sentry"), filepath.Join(dir, "sentries"), filepath.Join(dir, "autoscale")
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../cmd/sentry", "./cmd/sentries", "./cmd/autoscale")
+	sentryBin, sentriesBin, autoscaleBin, farmBin = filepath.Join(dir, "sentry"), filepath.Join(dir, "sentries"), filepath.Join(dir, "autoscale"), filepath.Join(dir, "farm")
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../cmd/sentry", "./cmd/sentries", "./cmd/autoscale", "./cmd/farm")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building sentry:", err)

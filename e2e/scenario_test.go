@@ -56,7 +56,7 @@ func TestScenarioFig5Off(t *testing.T) {
 	defer cancel()
 	var progress strings.Builder
 	res, err := scenario.Run(ctx, sc, scenario.Options{
-		Peers: []string{"off"}, OutDir: out, SentryBin: sentryBin,
+		Peers: []string{"off"}, OutDir: out, SentryBin: sentryBin, FarmBin: farmBin,
 		Scaling: scenario.Scaling{Time: 0.1}, Progress: &progress,
 	})
 	t.Logf("runner:\n%s", progress.String())

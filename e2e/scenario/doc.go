@@ -73,12 +73,35 @@
 // # The runner
 //
 // Run takes the peers one at a time. For each it starts a fresh farm (same
-// seed) in process, starts the peer in front of it as a child process in
-// its own process group (killed with the runner: Pdeathsig), waits until a
-// request through it answers, runs the load while sampling farm.Stats
-// every second, collects (sentry's /metrics), stops the peer (SIGTERM, then
-// SIGKILL to its group) and closes the farm. Nothing is left running when
-// Run returns.
+// seed) in a process of its own (below), starts the peer in front of it as
+// a child process in its own process group (killed with the runner:
+// Pdeathsig), waits until a request through it answers, runs the load
+// while sampling the farm's stats every second, collects (sentry's
+// /metrics), stops the peer (SIGTERM, then SIGKILL to its group) and
+// closes the farm. Nothing is left running when Run returns.
+//
+// # The farm's process
+//
+// The farm runs as `farm -control` (e2e/cmd/farm, Options.FarmBin; the
+// scenario command builds it): the runner writes its configuration, then
+// "stats" and "event" requests, as JSON lines on the child's stdin and
+// reads one reply line for each (farmproc.go). The child exits when its
+// stdin closes, so it cannot outlive the runner. Its log goes to
+// OUT/<scenario>/<peer>/farm.log.
+//
+// Decision: not in the runner's process. The load generator sends one
+// goroutine per arrival, and at a flood's start it opens thousands of
+// connections; the farm's handlers then wait in the same Go scheduler's
+// run queue behind them. Measured on fairshare.yaml cut to 12 s, on 2
+// cores: with the farm in process, a request sent straight to a farm
+// server took 0.17–1.7 s in the first 3 s of the flood while the runner's
+// process used 1.6 cores, and the proxy in front was judged by a farm
+// that was not the model (a 10 ms server answering in a second). In its
+// own process the same request took 10–57 ms throughout. The
+// generator's own lateness is not removed by this: it is in every
+// summary's notes (send lag), and a run whose generator p99 send lag is
+// hundreds of milliseconds measured the generator's start as much as the
+// peer.
 //
 // Peers:
 //
@@ -173,7 +196,8 @@
 // generator; RunSentries one goroutine per wrk or one for the load run,
 // each waited for before the next count starts. Run is sequential; during a peer's run it owns one sampler goroutine
 // (ticker plus context, bounded by a sample count), one event player
-// (bounded by the events list) and, per child process,
-// one goroutine waiting for it. Both end before runPeer returns. The load
+// (bounded by the events list) and, per child process (the peer, the
+// farm), one goroutine waiting for it; each exchange with the farm's
+// process has a goroutine of its own, bounded by farmTimeout. Both end before runPeer returns. The load
 // generator's goroutines are owned by load.Run.
 package scenario

@@ -216,11 +216,13 @@ func (sc *Scenario) validateEvents(root *yaml.Node) error {
 	return nil
 }
 
-// applyEvent makes one event happen on f, or with upgrade on the peer.
-func applyEvent(f *farm.Farm, e Event, upgrade func() error) error {
+// ApplyFarmEvent makes one farm event (Route, Speed, Kill or Restart)
+// happen on f; an upgrade is the peer's, not the farm's, and is an error
+// here.
+func ApplyFarmEvent(f *farm.Farm, e Event) error {
 	switch {
 	case e.Upgrade:
-		return upgrade()
+		return fmt.Errorf("an upgrade is not a farm event")
 	case e.Route != nil:
 		return f.UpdateRoute(e.Route.Path, e.Route.Prefix, e.Route.apply)
 	case e.Speed != nil:
@@ -251,8 +253,9 @@ type eventPlayer struct {
 }
 
 // playEvents starts playing events (times multiplied by timeScale) from
-// start; upgrade upgrades the peer; progress gets one line per event.
-func playEvents(ctx context.Context, f *farm.Farm, events []Event, timeScale float64, start time.Time, upgrade func() error, progress func(string)) *eventPlayer {
+// start; onFarm applies a farm event, upgrade upgrades the peer; progress
+// gets one line per event.
+func playEvents(ctx context.Context, onFarm func(Event) error, events []Event, timeScale float64, start time.Time, upgrade func() error, progress func(string)) *eventPlayer {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &eventPlayer{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -266,7 +269,12 @@ func playEvents(ctx context.Context, f *farm.Farm, events []Event, timeScale flo
 				return
 			case <-t.C:
 			}
-			err := applyEvent(f, e, upgrade)
+			var err error
+			if e.Upgrade {
+				err = upgrade()
+			} else {
+				err = onFarm(e)
+			}
 			a := AppliedEvent{Event: e, At: time.Since(start), Err: err}
 			p.mu.Lock()
 			p.played = append(p.played, a)

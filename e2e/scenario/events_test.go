@@ -96,7 +96,7 @@ func TestPlayEvents(t *testing.T) {
 	}
 	var lines []string
 	upgrades := 0
-	p := playEvents(context.Background(), f, events, 1, time.Now(), func() error { upgrades++; return nil }, func(s string) { lines = append(lines, s) })
+	p := playEvents(context.Background(), func(e Event) error { return ApplyFarmEvent(f, e) }, events, 1, time.Now(), func() error { upgrades++; return nil }, func(s string) { lines = append(lines, s) })
 	deadline := time.Now().Add(10 * time.Second)
 	for f.Alive(0) {
 		if time.Now().After(deadline) {
@@ -150,7 +150,7 @@ func TestPlayEvents(t *testing.T) {
 
 	// A restart later in the run; the player stops early on cancel and
 	// reports only what it played.
-	p = playEvents(context.Background(), f, []Event{{At: 0, Restart: &zero}, {At: time.Hour, Kill: &zero}}, 1, time.Now(), nil, func(string) {})
+	p = playEvents(context.Background(), func(e Event) error { return ApplyFarmEvent(f, e) }, []Event{{At: 0, Restart: &zero}, {At: time.Hour, Kill: &zero}}, 1, time.Now(), nil, func(string) {})
 	for !f.Alive(0) {
 		if time.Now().After(deadline) {
 			t.Fatal("restart not played")

@@ -143,19 +143,32 @@ var errNotInstalled = errors.New("not installed")
 // BuildSentry builds ./cmd/sentry of the module the working directory is
 // in, into out/.bin/sentry, and returns its absolute path.
 func BuildSentry(ctx context.Context, out string) (string, error) {
+	return buildCommand(ctx, out, "sentry", "./cmd/sentry", "-sentry")
+}
+
+// BuildFarm builds the farm (e2e/cmd/farm) into out/.bin/farm, as
+// BuildSentry does sentry.
+func BuildFarm(ctx context.Context, out string) (string, error) {
+	return buildCommand(ctx, out, "farm", "./e2e/cmd/farm", "-farm")
+}
+
+// buildCommand builds the module's package pkg into out/.bin/name; flag
+// names the option that gives a binary instead, for the error outside the
+// module.
+func buildCommand(ctx context.Context, out, name, pkg, flag string) (string, error) {
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", err
 	}
 	root := filepath.Dir(strings.TrimSpace(string(gomod)))
 	if strings.TrimSpace(string(gomod)) == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
-		return "", errors.New("not inside the sentry module; give -sentry PATH")
+		return "", errors.New("not inside the sentry module; give " + flag + " PATH")
 	}
-	abs, err := filepath.Abs(filepath.Join(out, ".bin", "sentry"))
+	abs, err := filepath.Abs(filepath.Join(out, ".bin", name))
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", abs, "./cmd/sentry")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", abs, pkg)
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

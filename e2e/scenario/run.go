@@ -26,6 +26,9 @@ type Options struct {
 	OutDir string
 	// SentryBin is the sentry binary for the sentry and off peers.
 	SentryBin string
+	// FarmBin is the farm binary (e2e/cmd/farm), run with -control in a
+	// process of its own (doc.go, "The farm's process"). Required.
+	FarmBin string
 	// Scaling changes the load for this run.
 	Scaling Scaling
 	// Progress gets one line per step (nil: none).
@@ -68,6 +71,9 @@ func Run(ctx context.Context, sc *Scenario, o Options) ([]PeerResult, error) {
 	capa, err := sc.ComputeCapacity()
 	if err != nil {
 		return nil, err
+	}
+	if o.FarmBin == "" {
+		return nil, errors.New("scenario: no farm binary (Options.FarmBin)")
 	}
 	fmt.Fprintf(o.Progress, "scenario %s: capacity %.0f req/s (%s), duration %v\n", sc.Name, capa.Rate, capa.Source, sc.ScaledDuration(o.Scaling))
 	var results []PeerResult
@@ -164,11 +170,17 @@ type sampler struct {
 	comp    time.Duration
 }
 
-func (s *sampler) take(f *farm.Farm) {
+func (s *sampler) take(stats func() ([]farm.Stats, error)) {
 	now := time.Now()
+	sts, err := stats()
+	if err != nil {
+		// No sample for this second: the series shows the gap (the
+		// farm's process is stuck or gone; the run's outcome says why).
+		return
+	}
 	var fs FarmSample
 	var comp time.Duration
-	for _, st := range f.Stats() {
+	for _, st := range sts {
 		fs.BusyTime += st.BusyTime
 		fs.Completed += st.Completed
 		fs.Abandoned += st.Abandoned
@@ -183,17 +195,17 @@ func (s *sampler) take(f *farm.Farm) {
 	s.mu.Unlock()
 }
 
-func (s *sampler) run(ctx context.Context, f *farm.Farm, maxSamples int) {
+func (s *sampler) run(ctx context.Context, stats func() ([]farm.Stats, error), maxSamples int) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	s.take(f)
+	s.take(stats)
 	for i := 1; i < maxSamples; i++ {
 		select {
 		case <-ctx.Done():
-			s.take(f)
+			s.take(stats)
 			return
 		case <-t.C:
-			s.take(f)
+			s.take(stats)
 		}
 	}
 }
@@ -218,7 +230,12 @@ func runPeer(ctx context.Context, sc *Scenario, peer Peer, dir string, capa Capa
 	for _, f := range []string{"series.csv", "summary.json", ArrivalPNG, P95PNG, UtilPNG, "metrics.txt"} {
 		os.Remove(filepath.Join(dir, f))
 	}
-	f, err := farm.Start(sc.Farm)
+	flog, err := os.Create(filepath.Join(dir, "farm.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer flog.Close()
+	f, err := startFarmProc(ctx, o.FarmBin, sc.Farm, flog)
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +259,7 @@ func runPeer(ctx context.Context, sc *Scenario, peer Peer, dir string, capa Capa
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		smp.run(sctx, f, int(cfg.MaxDuration/time.Second)+10)
+		smp.run(sctx, f.Stats, int(cfg.MaxDuration/time.Second)+10)
 	}()
 	started := time.Now()
 	upgrade := func() error { return fmt.Errorf("peer %s cannot upgrade", peer.Name()) }
@@ -258,7 +275,7 @@ func runPeer(ctx context.Context, sc *Scenario, peer Peer, dir string, capa Capa
 			}
 		}
 	}
-	player := playEvents(ctx, f, events, o.Scaling.norm().Time, started, upgrade, func(m string) { fmt.Fprintln(o.Progress, m) })
+	player := playEvents(ctx, f.Apply, events, o.Scaling.norm().Time, started, upgrade, func(m string) { fmt.Fprintln(o.Progress, m) })
 	rep, err := load.Run(ctx, cfg)
 	played := player.stop()
 	stopSampler()

@@ -7,6 +7,13 @@
 //
 // It prints one "host:port" line per server on stdout, then serves until
 // SIGINT or SIGTERM. Logs go to stderr.
+//
+//	farm -control
+//
+// is the scenario runner's farm (package e2e/scenario, "The farm's
+// process"): it reads the configuration and then requests (stats, events)
+// as JSON lines on stdin, answers each on stdout, and exits when stdin
+// closes.
 package main
 
 import (
@@ -19,6 +26,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/sentry-proxy/sentry/e2e/scenario"
 	"github.com/sentry-proxy/sentry/sim/farm"
 )
 
@@ -38,11 +46,31 @@ func run(args []string) int {
 		bytes    = fs.Int("bytes", 0, "response body bytes")
 		seed     = fs.Uint64("seed", 0, "RNG seed")
 		logLevel = fs.String("log-level", "info", "trace, debug, info, warn or error")
+		control  = fs.Bool("control", false, "the scenario runner's farm: configuration and requests as JSON lines on stdin (excludes every flag but -log-level)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	log := hclog.New(&hclog.LoggerOptions{Level: hclog.LevelFromString(*logLevel), Output: os.Stderr})
+
+	if *control {
+		ok := true
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name != "control" && f.Name != "log-level" {
+				log.Error("-control excludes -" + f.Name)
+				ok = false
+			}
+		})
+		if !ok {
+			return 2
+		}
+		start := func(cfg farm.Config) (*farm.Farm, error) { return farm.Start(cfg, farm.WithLogger(log)) }
+		if err := scenario.ServeFarmControl(os.Stdin, os.Stdout, start); err != nil {
+			log.Error("control", "error", err)
+			return 1
+		}
+		return 0
+	}
 
 	var cfg farm.Config
 	if *config != "" {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -30,13 +31,15 @@ func run() int {
 	peers := flag.String("peers", strings.Join(scenario.PeerNames, ","), "comma-separated `PEERS` to run, in order: "+strings.Join(scenario.PeerNames, ", "))
 	out := flag.String("out", "scenario-out", "output `DIR`")
 	sentryBin := flag.String("sentry", "", "sentry binary `PATH` (default: go build ./cmd/sentry into OUT/.bin/)")
+	farmBin := flag.String("farm", "", "farm binary `PATH`, run in its own process (default: go build ./e2e/cmd/farm into OUT/.bin/)")
 	level := flag.Float64("scale", 1, "multiply every load level (rates, users) by `K`")
 	timeScale := flag.Float64("time-scale", 1, "multiply every schedule duration by `K` (0.2: a 90 s scenario in 18 s)")
 	check := flag.Bool("check", false, "parse the scenario files, run sentry check on their policies, print their capacity and exit")
 	skipUpgrades := flag.Bool("skip-upgrades", false, "play no upgrade event: the control run of an upgrade scenario")
+	cpuProfile := flag.String("cpuprofile", "", "write the runner's own CPU profile (load generator and event player) to `FILE`")
 	flag.Parse()
 	if len(files) == 0 || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: scenario -f FILE [-f FILE ...] [-peers sentry,off,haproxy,nginx] [-out DIR] [-sentry BIN] [-scale K] [-time-scale K]")
+		fmt.Fprintln(os.Stderr, "usage: scenario -f FILE [-f FILE ...] [-peers sentry,off,haproxy,nginx] [-out DIR] [-sentry BIN] [-farm BIN] [-scale K] [-time-scale K]")
 		return 2
 	}
 	if !(*level > 0) || !(*timeScale > 0) {
@@ -51,6 +54,19 @@ func run() int {
 			return 1
 		}
 		scs = append(scs, sc)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "scenario:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "scenario:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	sl := scenario.Scaling{Level: *level, Time: *timeScale}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -100,10 +116,18 @@ func run() int {
 			return 1
 		}
 	}
+	fbin := *farmBin
+	if fbin == "" {
+		var err error
+		if fbin, err = scenario.BuildFarm(ctx, *out); err != nil {
+			fmt.Fprintln(os.Stderr, "scenario: building the farm:", err)
+			return 1
+		}
+	}
 	code := 0
 	for _, sc := range scs {
 		res, err := scenario.Run(ctx, sc, scenario.Options{
-			Peers: names, OutDir: *out, SentryBin: bin, Scaling: sl, Progress: os.Stdout, SkipUpgrades: *skipUpgrades,
+			Peers: names, OutDir: *out, SentryBin: bin, FarmBin: fbin, Scaling: sl, Progress: os.Stdout, SkipUpgrades: *skipUpgrades,
 		})
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "scenario %s: %v\n", sc.Name, err)
