@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -176,9 +175,7 @@ func (dl *demoLoad) offered(t time.Duration) (mult, rate float64) {
 // loop runs cycles until ctx ends; each cycle is a bounded load.Run.
 func (dl *demoLoad) loop(ctx context.Context, log hclog.Logger, cycle *atomic.Int64, started *atomic.Int64) {
 	client := load.NewClient(dl.cfg)
-	if tr, ok := client.Transport.(*http.Transport); ok {
-		defer tr.CloseIdleConnections()
-	}
+	defer client.CloseIdle()
 	for n := int64(1); ctx.Err() == nil; n++ {
 		cfg := dl.cfg
 		cfg.Seed = uint64(n)

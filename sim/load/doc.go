@@ -63,12 +63,33 @@
 // (offered, goodput, admitted latency) in one place next to the tests
 // that pin them down.
 //
-// It uses net/http with a tuned Transport (keep-alive, MaxIdleConnsPerHost
-// = MaxInFlight, no compression, no redirects) rather than
-// fasthttp.Client: it needs per-request context cancellation and
-// errors.Is-friendly errors, and at the rates a 2-core machine can
-// sustain the client's cost is not the limit. WithClient substitutes
-// another client.
+// # The client
+//
+// Client is the generator's own HTTP/1.1 client (client.go): per target a
+// LIFO pool of keep-alive connections (as many idle as MaxInFlight; a
+// class with a Source has a Client of its own, every connection bound to
+// that address), each request written from bytes prepared once per class,
+// path and target with http.Request.Write (so the server sees what
+// net/http's Transport would send), and its response read with
+// http.ReadResponse on the arrival's goroutine, the body discarded and
+// counted. The run's deadline and cancellation are connection deadlines.
+// A GET or HEAD that a reused connection lost before any response byte
+// (the server had closed it while idle) is sent once more on a new
+// connection, as the Transport does; a POST is not. https targets get a
+// TLS client with the system's roots.
+//
+// Decision: not net/http's Transport. Per request the Transport runs two
+// goroutines per connection and hands the request and the response
+// between them through channels; measured on fairshare.yaml cut to 12 s
+// (5× a 1,200 req/s farm, about 6,600 req/s offered) on 2 cores, the
+// runner's process spent 0.65 of a core on it, and at a flood's start its
+// sends ran up to a second late, so in-flight requests and connections
+// grew into the thousands and the farm and the proxy were measured
+// through a generator that was behind. This client spends 0.30-0.32 of a
+// core on the same run, with no late sends. Not fasthttp's client either:
+// errors must stay net errors (classify tells refused, reset, timeout and
+// EOF apart with errors.Is), and the framing must be net/http's, which the
+// peers' responses are judged by.
 //
 // # Configuration
 //

@@ -3,7 +3,6 @@ package load
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -49,35 +48,9 @@ type Report struct {
 // Option changes how Run runs (not what load it offers).
 type Option func(*generator)
 
-// WithClient sets the HTTP client. The default is NewClient(cfg). The
-// client's own Timeout should be zero: Run applies Config.Timeout.
-func WithClient(c *http.Client) Option { return func(g *generator) { g.client = c } }
-
-// NewClient builds the default client: HTTP/1.1 keep-alive, as many idle
-// connections per host as MaxInFlight (open loop needs one connection per
-// request in flight), no compression, no redirects, 5 s dial timeout.
-func NewClient(cfg Config) *http.Client { return newClient(cfg, nil) }
-
-// newClient is NewClient with connections made from local (nil: the
-// system's choice).
-func newClient(cfg Config, local net.Addr) *http.Client {
-	n := cfg.MaxInFlight
-	if n <= 0 {
-		n = 10000
-	}
-	return &http.Client{
-		Transport: &http.Transport{
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, LocalAddr: local}).DialContext,
-			MaxIdleConns:        0, // no total limit
-			MaxIdleConnsPerHost: n,
-			IdleConnTimeout:     30 * time.Second,
-			DisableCompression:  true,
-			ForceAttemptHTTP2:   false,
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-}
+// WithClient sets the client, so that several runs share its
+// connections. The default is a NewClient(cfg) of the run's own.
+func WithClient(c *Client) Option { return func(g *generator) { g.client = c } }
 
 // Run offers the configured load and returns every request's result. It
 // returns when every class's schedule has ended (or MaxRequests arrivals
@@ -98,9 +71,7 @@ func Run(ctx context.Context, cfg Config, opts ...Option) (*Report, error) {
 	}
 	if g.client == nil {
 		g.client = NewClient(cfg)
-		if tr, ok := g.client.Transport.(*http.Transport); ok {
-			defer tr.CloseIdleConnections()
-		}
+		defer g.client.CloseIdle()
 	}
 	for _, t := range cfg.Targets {
 		g.targets = append(g.targets, strings.TrimRight(t, "/"))
@@ -108,12 +79,14 @@ func Run(ctx context.Context, cfg Config, opts ...Option) (*Report, error) {
 	g.budget.Store(cfg.MaxRequests)
 	g.classes = make([]classState, len(cfg.Classes))
 	for i := range cfg.Classes {
-		g.classes[i] = newClassState(&cfg.Classes[i].Request)
+		if g.classes[i], err = newClassState(&cfg.Classes[i].Request, g.targets); err != nil {
+			return nil, fmt.Errorf("load: class %s: %w", cfg.Classes[i].Name, err)
+		}
 		if src := cfg.Classes[i].Source; src != "" {
 			// A client of its own address: its own pool (the dialer binds
 			// every connection to src).
 			c := newClient(cfg, &net.TCPAddr{IP: net.IP(netip.MustParseAddr(src).AsSlice())})
-			defer c.Transport.(*http.Transport).CloseIdleConnections()
+			defer c.CloseIdle()
 			g.classes[i].client = c
 		}
 	}
@@ -167,7 +140,7 @@ func expected(cfg Config) int {
 
 type generator struct {
 	cfg     Config
-	client  *http.Client
+	client  *Client
 	targets []string
 	classes []classState
 	start   time.Time
@@ -197,12 +170,14 @@ func (r *recorder) add(res Result) {
 
 // classState is what a class's requests share, prepared once.
 type classState struct {
-	header http.Header  // cloned per request
-	cum    []float64    // cumulative path weights
-	client *http.Client // Class.Source's; nil: the generator's
+	wire   [][][]byte // [target][path]: the request's bytes
+	head   bool       // HEAD: responses have no body
+	retry  bool       // an idempotent method (Client.do)
+	cum    []float64  // cumulative path weights
+	client *Client    // Class.Source's; nil: the generator's
 }
 
-func newClassState(r *Request) classState {
+func newClassState(r *Request, targets []string) (classState, error) {
 	h := http.Header{}
 	keys := make([]string, 0, len(r.Headers))
 	for k := range r.Headers {
@@ -224,13 +199,29 @@ func newClassState(r *Request) classState {
 		}
 		h.Set("Cookie", strings.Join(parts, "; "))
 	}
-	cs := classState{header: h, cum: make([]float64, len(r.Paths))}
+	cs := classState{cum: make([]float64, len(r.Paths)), wire: make([][][]byte, len(targets))}
+	switch r.Method {
+	case http.MethodHead:
+		cs.head, cs.retry = true, true
+	case "", http.MethodGet, http.MethodOptions, http.MethodTrace:
+		cs.retry = true
+	}
 	sum := 0.0
 	for i, p := range r.Paths {
 		sum += p.Weight
 		cs.cum[i] = sum
 	}
-	return cs
+	for t, target := range targets {
+		cs.wire[t] = make([][]byte, len(r.Paths))
+		for i, p := range r.Paths {
+			w, err := requestWire(r.Method, target, p.Path, r.Host, h, r.Body)
+			if err != nil {
+				return cs, err
+			}
+			cs.wire[t][i] = w
+		}
+	}
+	return cs, nil
 }
 
 // pick draws a path index by weight.
@@ -374,50 +365,28 @@ func (g *generator) user(ctx context.Context, ci, idx int, target *atomic.Int64)
 
 // do sends one request and reads the whole response.
 func (g *generator) do(ci, pi int, at time.Duration) Result {
-	k := &g.cfg.Classes[ci]
+	cs := &g.classes[ci]
 	res := Result{Class: ci, Path: pi, Start: at, RetryAfter: -1}
-	target := g.targets[int(g.rr.Add(1)%uint64(len(g.targets)))]
-	ctx, cancel := context.WithTimeout(g.runCtx, g.cfg.Timeout)
-	defer cancel()
-	var body io.Reader
-	if k.Request.Body != "" {
-		body = strings.NewReader(k.Request.Body)
-	}
+	ti := int(g.rr.Add(1) % uint64(len(g.targets)))
 	sent := time.Now()
 	res.Lag = max(sent.Sub(g.start)-at, 0)
-	req, err := http.NewRequestWithContext(ctx, k.Request.Method, target+k.Request.Paths[pi].Path, body)
-	if err != nil {
-		res.Err = ErrOther
-		return res
-	}
-	req.Header = g.classes[ci].header.Clone()
-	if k.Request.Host != "" {
-		req.Host = k.Request.Host
-	}
 	cl := g.client
-	if c := g.classes[ci].client; c != nil {
-		cl = c
+	if cs.client != nil {
+		cl = cs.client
 	}
-	resp, err := cl.Do(req)
-	if err != nil {
-		res.Latency = time.Since(sent)
-		res.Err = classify(err, g.runCtx.Err())
-		return res
-	}
-	n, err := io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	ex, err := cl.do(g.runCtx, g.targets[ti], cs.wire[ti][pi], cs.head, cs.retry, sent.Add(g.cfg.Timeout))
 	res.Latency = time.Since(sent)
-	res.Bytes = n
+	res.Bytes = ex.bytes
 	if err != nil {
 		res.Err = classify(err, g.runCtx.Err())
 		return res
 	}
-	res.Status = resp.StatusCode
+	res.Status = ex.status
 	if res.Status == http.StatusServiceUnavailable || res.Status == http.StatusTooManyRequests {
-		res.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), sent.Add(res.Latency))
-		if reason := resp.Header.Get(RejectHeader); reason != "" {
+		res.RetryAfter = parseRetryAfter(ex.retryAfter, sent.Add(res.Latency))
+		if ex.reject != "" {
 			res.Rejected = true
-			res.Reason = reason
+			res.Reason = ex.reject
 		}
 	}
 	return res
