@@ -68,9 +68,16 @@ type pool struct {
 }
 
 type clientConn struct {
-	nc net.Conn
-	br *bufio.Reader
+	nc   net.Conn
+	br   *bufio.Reader
+	idle time.Time // when it went back to the pool
 }
+
+// idleTimeout is how long a connection may wait in the pool before it is
+// closed instead of used (net/http's IdleConnTimeout in the Transport the
+// generator used before): a server's own idle timeout is usually longer,
+// so a request seldom meets a connection the server has closed.
+const idleTimeout = 30 * time.Second
 
 func (c *Client) pool(target string) (*pool, error) {
 	c.mu.Lock()
@@ -97,18 +104,28 @@ func (c *Client) pool(target string) (*pool, error) {
 	return p, nil
 }
 
+// get takes the warmest idle connection; those idle too long are closed.
 func (p *pool) get() *clientConn {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if n := len(p.idle); n > 0 {
+	now := time.Now()
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			return nil
+		}
 		cc := p.idle[n-1]
 		p.idle = p.idle[:n-1]
-		return cc
+		p.mu.Unlock()
+		if now.Sub(cc.idle) < idleTimeout {
+			return cc
+		}
+		cc.nc.Close()
 	}
-	return nil
 }
 
 func (p *pool) put(cc *clientConn) {
+	cc.idle = time.Now()
 	p.mu.Lock()
 	if len(p.idle) < p.c.maxIdle {
 		p.idle = append(p.idle, cc)

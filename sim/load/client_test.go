@@ -181,3 +181,30 @@ func TestClientErrors(t *testing.T) {
 		t.Fatalf("cancelled: %v (%s) after %v", err, k, time.Since(start))
 	}
 }
+
+// TestClientIdleTimeout: a connection idle in the pool for idleTimeout is
+// closed instead of used; a fresher one is used.
+func TestClientIdleTimeout(t *testing.T) {
+	cl := newClient(Config{}, nil)
+	p, err := cl.pool("http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := net.Pipe()
+	defer b.Close()
+	c, d := net.Pipe()
+	defer d.Close()
+	stale, fresh := &clientConn{nc: a}, &clientConn{nc: c}
+	p.put(fresh)
+	p.put(stale)
+	stale.idle = time.Now().Add(-idleTimeout)
+	if got := p.get(); got != fresh {
+		t.Fatalf("got %p, want the fresh connection %p", got, fresh)
+	}
+	if _, err := a.Write([]byte("x")); err == nil {
+		t.Fatal("the stale connection is still open")
+	}
+	if p.get() != nil {
+		t.Fatal("the pool is not empty")
+	}
+}
