@@ -305,3 +305,22 @@ func TestRunNoLeak(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestRecorderChunks: results added past several chunks come back whole
+// and in order.
+func TestRecorderChunks(t *testing.T) {
+	var r recorder
+	n := 2*recordChunk + 3
+	for i := 0; i < n; i++ {
+		r.add(Result{Class: i})
+	}
+	all := r.all()
+	if len(all) != n || len(r.chunks) != 3 {
+		t.Fatalf("%d results in %d chunks, want %d in 3", len(all), len(r.chunks), n)
+	}
+	for i, res := range all {
+		if res.Class != i {
+			t.Fatalf("result %d is %d", i, res.Class)
+		}
+	}
+}
