@@ -101,7 +101,9 @@
 // generator's own lateness is not removed by this: it is in every
 // summary's notes (send lag), and a run whose generator p99 send lag is
 // hundreds of milliseconds measured the generator's start as much as the
-// peer.
+// peer. A farm sample the child does not answer is a gap in the series
+// and a note in the summary, as is a child that failed. RunSentries and
+// RunAutoscale (below) still hold their farms in process.
 //
 // Peers:
 //

@@ -43,6 +43,7 @@ type farmReply struct {
 // closing it when in ends. start is farm.Start with the child's options.
 func ServeFarmControl(in io.Reader, out io.Writer, start func(farm.Config) (*farm.Farm, error)) error {
 	dec := json.NewDecoder(bufio.NewReader(in))
+	dec.DisallowUnknownFields() // a runner newer than this binary is an error, not a silent default
 	enc := json.NewEncoder(out)
 	var f *farm.Farm
 	defer func() {
@@ -87,10 +88,14 @@ func ServeFarmControl(in io.Reader, out io.Writer, start func(farm.Config) (*far
 
 // farmProc is the runner's side: a farm in a child process.
 type farmProc struct {
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	dec  *json.Decoder
-	done chan struct{} // closed when the child has exited
+	cmd     *exec.Cmd
+	in      io.WriteCloser
+	dec     *json.Decoder
+	done    chan struct{} // closed when the child has exited
+	waitErr error         // cmd.Wait's, once done is closed
+
+	closeOnce sync.Once
+	closeErr  error
 
 	mu    sync.Mutex // one request and its reply at a time
 	addrs []string
@@ -117,8 +122,9 @@ func startFarmProc(ctx context.Context, bin string, cfg farm.Config, logw io.Wri
 		return nil, fmt.Errorf("farm %s: %w", bin, err)
 	}
 	p := &farmProc{cmd: cmd, in: in, dec: json.NewDecoder(bufio.NewReader(out)), done: make(chan struct{})}
+	p.dec.DisallowUnknownFields()
 	go func() {
-		cmd.Wait()
+		p.waitErr = cmd.Wait()
 		close(p.done)
 	}()
 	rep, err := p.call(farmRequest{Op: "start", Config: &cfg})
@@ -193,14 +199,21 @@ func (p *farmProc) Apply(e Event) error {
 }
 
 // Close closes the child's stdin, which closes its farm and ends it, and
-// waits for it (killing it after farmTimeout).
+// waits for it (killing it after farmTimeout). Its error says the child
+// failed or had to be killed. Later calls return the first's.
 func (p *farmProc) Close() error {
-	p.in.Close()
-	select {
-	case <-p.done:
-	case <-time.After(farmTimeout):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
-	return nil
+	p.closeOnce.Do(func() {
+		p.in.Close()
+		select {
+		case <-p.done:
+			if p.waitErr != nil {
+				p.closeErr = fmt.Errorf("farm process: %w", p.waitErr)
+			}
+		case <-time.After(farmTimeout):
+			p.cmd.Process.Kill()
+			<-p.done
+			p.closeErr = fmt.Errorf("farm process: still running %v after its input closed; killed", farmTimeout)
+		}
+	})
+	return p.closeErr
 }

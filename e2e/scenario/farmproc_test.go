@@ -70,4 +70,19 @@ func TestFarmProc(t *testing.T) {
 	if _, err := c.Get("http://" + p.Addrs()[0] + "/x"); err == nil {
 		t.Fatal("a server answered after Close")
 	}
+
+	// A farm process that dies: its stats fail at once, and Close says
+	// it failed.
+	q, err := startFarmProc(ctx, bin, farm.Config{Servers: 1}, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.cmd.Process.Kill()
+	<-q.done
+	if _, err := q.Stats(); err == nil {
+		t.Fatal("stats of a dead farm: no error")
+	}
+	if err := q.Close(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("Close of a dead farm: %v", err)
+	}
 }

@@ -168,14 +168,22 @@ type sampler struct {
 	at      []time.Time
 	samples []FarmSample
 	comp    time.Duration
+	missed  int   // samples the farm did not answer
+	err     error // the first of their errors
 }
 
 func (s *sampler) take(stats func() ([]farm.Stats, error)) {
 	now := time.Now()
 	sts, err := stats()
 	if err != nil {
-		// No sample for this second: the series shows the gap (the
-		// farm's process is stuck or gone; the run's outcome says why).
+		// No sample for this second: the series shows the gap, and the
+		// summary's notes the count and the first error.
+		s.mu.Lock()
+		s.missed++
+		if s.err == nil {
+			s.err = err
+		}
+		s.mu.Unlock()
 		return
 	}
 	var fs FarmSample
@@ -328,6 +336,12 @@ func runPeer(ctx context.Context, sc *Scenario, peer Peer, dir string, capa Capa
 	}
 	if len(events) < len(sc.Events) {
 		sum.Notes = append(sum.Notes, fmt.Sprintf("%d upgrade events skipped (-skip-upgrades): the control run", len(sc.Events)-len(events)))
+	}
+	if smp.missed > 0 {
+		sum.Notes = append(sum.Notes, fmt.Sprintf("%d farm samples missing (the series has gaps): %v", smp.missed, smp.err))
+	}
+	if err := f.Close(); err != nil {
+		sum.Notes = append(sum.Notes, err.Error())
 	}
 	if comp >= 10*time.Millisecond {
 		sum.Notes = append(sum.Notes, fmt.Sprintf("farm timer compensation reached %v: the machine was too loaded for the farm to hold its service times", comp.Round(time.Millisecond)))

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -74,10 +75,11 @@ type clientConn struct {
 }
 
 // idleTimeout is how long a connection may wait in the pool before it is
-// closed instead of used (net/http's IdleConnTimeout in the Transport the
-// generator used before): a server's own idle timeout is usually longer,
-// so a request seldom meets a connection the server has closed.
-const idleTimeout = 30 * time.Second
+// closed instead of used (net/http's IdleConnTimeout was 30 s in the
+// Transport the generator used before): under the peers' own idle
+// timeouts (the haproxy and nginx peers' 30 s, sentry's 60 s), so that a
+// request seldom meets a connection the server has closed.
+const idleTimeout = 25 * time.Second
 
 func (c *Client) pool(target string) (*pool, error) {
 	c.mu.Lock()
@@ -124,16 +126,29 @@ func (p *pool) get() *clientConn {
 	}
 }
 
+// put returns cc to the pool, and closes those at the pool's bottom (the
+// longest idle) that have waited idleTimeout.
 func (p *pool) put(cc *clientConn) {
-	cc.idle = time.Now()
+	now := time.Now()
+	cc.idle = now
+	var expired []*clientConn
 	p.mu.Lock()
-	if len(p.idle) < p.c.maxIdle {
+	for len(p.idle) > 0 && now.Sub(p.idle[0].idle) >= idleTimeout {
+		expired = append(expired, p.idle[0])
+		p.idle[0] = nil
+		p.idle = p.idle[1:]
+	}
+	full := len(p.idle) >= p.c.maxIdle
+	if !full {
 		p.idle = append(p.idle, cc)
-		p.mu.Unlock()
-		return
 	}
 	p.mu.Unlock()
-	cc.nc.Close()
+	if full {
+		cc.nc.Close()
+	}
+	for _, e := range expired {
+		e.nc.Close()
+	}
 }
 
 func (p *pool) closeIdle() {
@@ -173,35 +188,33 @@ type exchange struct {
 // headRequest tells http.ReadResponse that a HEAD's response has no body.
 var headRequest = &http.Request{Method: http.MethodHead}
 
-// do sends wire (a whole HTTP/1.1 request) to target and reads the
-// response, its body discarded and counted, by deadline; ctx cancels it
-// early. With retry (an idempotent method), a request that a reused
-// keep-alive connection lost before any response byte (the server had
-// closed it) is sent once more on a new connection, as net/http's
-// Transport does.
-func (c *Client) do(ctx context.Context, target string, wire []byte, head, retry bool, deadline time.Time) (exchange, error) {
-	p, err := c.pool(target)
-	if err != nil {
-		return exchange{}, err
-	}
+// do sends wire (a whole HTTP/1.1 request) on a connection of p and
+// reads the response, its body discarded and counted, by deadline; ctx
+// cancels it early. With retry (an idempotent method), a request that a
+// reused keep-alive connection lost before any response byte because the
+// server had closed it (EOF, reset, broken pipe: not a timeout) is sent
+// once more on a newly dialled connection, as net/http's Transport does.
+func (p *pool) do(ctx context.Context, wire []byte, head, retry bool, deadline time.Time) (exchange, error) {
+	cc := p.get()
 	for attempt := 0; ; attempt++ {
-		cc := p.get()
 		reused := cc != nil
 		if cc == nil {
 			dctx, cancel := context.WithDeadline(ctx, deadline)
+			var err error
 			cc, err = p.dial(dctx)
 			cancel()
 			if err != nil {
 				return exchange{}, err
 			}
 		}
-		ex, keep, sentNothing, err := cc.exchange(ctx, wire, head, deadline)
+		ex, keep, lost, err := cc.exchange(ctx, wire, head, deadline)
 		if err == nil && keep {
 			p.put(cc)
 		} else {
 			cc.nc.Close()
 		}
-		if err != nil && retry && reused && sentNothing && attempt == 0 && ctx.Err() == nil {
+		if err != nil && retry && reused && lost && attempt == 0 && ctx.Err() == nil {
+			cc = nil // a new connection: the pool may hold more the server closed
 			continue
 		}
 		return ex, err
@@ -209,25 +222,36 @@ func (c *Client) do(ctx context.Context, target string, wire []byte, head, retry
 }
 
 // exchange writes wire on cc and reads the response. keep says the
-// connection can carry another request; sentNothing that it failed
-// before any byte of a response arrived (the server had closed it).
-func (cc *clientConn) exchange(ctx context.Context, wire []byte, head bool, deadline time.Time) (ex exchange, keep, sentNothing bool, err error) {
+// connection can carry another request; lost that it failed before any
+// byte of a response arrived because the server had closed it.
+func (cc *clientConn) exchange(ctx context.Context, wire []byte, head bool, deadline time.Time) (ex exchange, keep, lost bool, err error) {
 	cc.nc.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { cc.nc.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	defer func() {
+		if !stop() {
+			keep = false // the cancellation may yet set a deadline on it
+		}
+	}()
 	if _, err = cc.nc.Write(wire); err != nil {
-		return ex, false, true, ctxErr(ctx, err)
+		return ex, false, closedByPeer(err), ctxErr(ctx, err)
 	}
 	if _, err = cc.br.Peek(1); err != nil {
-		return ex, false, true, ctxErr(ctx, err)
+		return ex, false, closedByPeer(err), ctxErr(ctx, err)
 	}
 	var req *http.Request
 	if head {
 		req = headRequest
 	}
-	resp, err := http.ReadResponse(cc.br, req)
-	if err != nil {
-		return ex, false, false, ctxErr(ctx, err)
+	var resp *http.Response
+	for {
+		if resp, err = http.ReadResponse(cc.br, req); err != nil {
+			return ex, false, false, ctxErr(ctx, err)
+		}
+		// An interim 1xx (100 Continue, 103 Early Hints) precedes the
+		// answer; 101 ends HTTP/1.1 on the connection.
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
 	}
 	ex.status = resp.StatusCode
 	ex.retryAfter = resp.Header.Get("Retry-After")
@@ -237,7 +261,13 @@ func (cc *clientConn) exchange(ctx context.Context, wire []byte, head bool, dead
 	if err != nil {
 		return ex, false, false, ctxErr(ctx, err)
 	}
-	return ex, !resp.Close && cc.br.Buffered() == 0, false, nil
+	return ex, !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols && cc.br.Buffered() == 0, false, nil
+}
+
+// closedByPeer says err is the server having closed the connection, not
+// a timeout or a cancellation.
+func closedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // ctxErr is err, or the context's error when ctx ended it (the deadline

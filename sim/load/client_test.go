@@ -42,6 +42,15 @@ func readRequest(br *bufio.Reader) (*http.Request, error) {
 	return http.ReadRequest(br)
 }
 
+func poolOf(t *testing.T, cl *Client, target string) *pool {
+	t.Helper()
+	p, err := cl.pool(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func wireFor(t *testing.T, method, target string) []byte {
 	t.Helper()
 	w, err := requestWire(method, target, "/x", "", http.Header{"X-Tier": {"gold"}}, "")
@@ -90,7 +99,7 @@ func TestClientKeepAliveAndRetry(t *testing.T) {
 		// The closing server's FIN must have arrived for the retry path
 		// to be the one taken, not a lucky race.
 		time.Sleep(5 * time.Millisecond)
-		ex, err := cl.do(context.Background(), target, wire, false, true, time.Now().Add(5*time.Second))
+		ex, err := poolOf(t, cl, target).do(context.Background(), wire, false, true, time.Now().Add(5*time.Second))
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
@@ -119,7 +128,7 @@ func TestClientErrors(t *testing.T) {
 	ln.Close()
 	cl := newClient(Config{}, nil)
 	defer cl.CloseIdle()
-	_, err = cl.do(context.Background(), refused, wireFor(t, "GET", refused), false, true, time.Now().Add(time.Second))
+	_, err = poolOf(t, cl, refused).do(context.Background(), wireFor(t, "GET", refused), false, true, time.Now().Add(time.Second))
 	if k := classify(err, nil); k != ErrRefused {
 		t.Fatalf("refused: %v (%s)", err, k)
 	}
@@ -147,26 +156,26 @@ func TestClientErrors(t *testing.T) {
 			}
 		}
 	})
-	ex, err := cl.do(context.Background(), target, wireFor(t, http.MethodHead, target), true, true, time.Now().Add(5*time.Second))
+	ex, err := poolOf(t, cl, target).do(context.Background(), wireFor(t, http.MethodHead, target), true, true, time.Now().Add(5*time.Second))
 	if err != nil || ex.status != 200 || ex.bytes != 0 {
 		t.Fatalf("HEAD: %+v, %v", ex, err)
 	}
 	start := time.Now()
-	_, err = cl.do(context.Background(), target, wireFor(t, http.MethodGet, target), false, true, time.Now().Add(100*time.Millisecond))
+	_, err = poolOf(t, cl, target).do(context.Background(), wireFor(t, http.MethodGet, target), false, true, time.Now().Add(100*time.Millisecond))
 	if k := classify(err, nil); k != ErrTimeout || time.Since(start) > 800*time.Millisecond {
 		t.Fatalf("timeout: %v (%s) after %v", err, k, time.Since(start))
 	}
-	_, err = cl.do(context.Background(), target, wireFor(t, http.MethodDelete, target), false, false, time.Now().Add(5*time.Second))
+	_, err = poolOf(t, cl, target).do(context.Background(), wireFor(t, http.MethodDelete, target), false, false, time.Now().Add(5*time.Second))
 	if k := classify(err, nil); k != ErrReset && k != ErrEOF {
 		t.Fatalf("reset: %v (%s)", err, k)
 	}
 	post := wireFor(t, http.MethodPost, target)
-	if _, err := cl.do(context.Background(), target, post, false, false, time.Now().Add(5*time.Second)); err != nil {
+	if _, err := poolOf(t, cl, target).do(context.Background(), post, false, false, time.Now().Add(5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
 	before := requests.Load()
-	if _, err = cl.do(context.Background(), target, post, false, false, time.Now().Add(5*time.Second)); err == nil {
+	if _, err = poolOf(t, cl, target).do(context.Background(), post, false, false, time.Now().Add(5*time.Second)); err == nil {
 		t.Fatal("a POST on a connection the server closed: no error (sent again?)")
 	}
 	if requests.Load() != before {
@@ -176,7 +185,7 @@ func TestClientErrors(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	start = time.Now()
-	_, err = cl.do(ctx, target, wireFor(t, http.MethodGet, target), false, true, time.Now().Add(5*time.Second))
+	_, err = poolOf(t, cl, target).do(ctx, wireFor(t, http.MethodGet, target), false, true, time.Now().Add(5*time.Second))
 	if k := classify(err, ctx.Err()); k != ErrCanceled || time.Since(start) > 800*time.Millisecond || !strings.Contains(err.Error(), "canceled") {
 		t.Fatalf("cancelled: %v (%s) after %v", err, k, time.Since(start))
 	}
@@ -206,5 +215,72 @@ func TestClientIdleTimeout(t *testing.T) {
 	}
 	if p.get() != nil {
 		t.Fatal("the pool is not empty")
+	}
+}
+
+// TestClientRetryDialsAndTimeoutKeepsPool: a GET that a reused connection
+// lost is sent again on a new connection, not on the next pooled one,
+// which the server may have closed too; a timeout is no loss: it is not
+// sent again and costs the pool no other connection.
+func TestClientRetryDialsAndTimeoutKeepsPool(t *testing.T) {
+	var slow atomic.Bool
+	target, conns := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := readRequest(br); err != nil {
+			return
+		}
+		if slow.Load() {
+			time.Sleep(500 * time.Millisecond)
+			return
+		}
+		// One answer, then the connection closes without saying so.
+		c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+	})
+	cl := newClient(Config{}, nil)
+	defer cl.CloseIdle()
+	p := poolOf(t, cl, target)
+	wire := wireFor(t, http.MethodGet, target)
+	stale := func() {
+		t.Helper()
+		cc, err := p.dial(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, keep, _, err := cc.exchange(context.Background(), wire, false, time.Now().Add(5*time.Second)); err != nil || !keep {
+			t.Fatalf("exchange: keep %v, %v", keep, err)
+		}
+		p.put(cc)
+	}
+	stale()
+	stale()
+	time.Sleep(20 * time.Millisecond) // both FINs in
+	ex, err := p.do(context.Background(), wire, false, true, time.Now().Add(5*time.Second))
+	if err != nil || ex.status != 200 {
+		t.Fatalf("GET after two stale connections: %+v, %v", ex, err)
+	}
+	if n := conns.Load(); n != 3 {
+		t.Fatalf("%d connections, want 3 (two stale, one dialled for the retry)", n)
+	}
+
+	// The pool now holds the stale second one and the retry's: replace
+	// them with two live connections to a slow answer.
+	cl.CloseIdle()
+	slow.Store(true)
+	for i := 0; i < 2; i++ {
+		cc, err := p.dial(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.put(cc)
+	}
+	before := conns.Load()
+	_, err = p.do(context.Background(), wire, false, true, time.Now().Add(100*time.Millisecond))
+	if k := classify(err, nil); k != ErrTimeout {
+		t.Fatalf("slow GET: %v (%s)", err, k)
+	}
+	p.mu.Lock()
+	left := len(p.idle)
+	p.mu.Unlock()
+	if left != 1 || conns.Load() != before {
+		t.Fatalf("after a timeout: %d pooled (want 1), %d new connections (want 0)", left, conns.Load()-before)
 	}
 }

@@ -72,11 +72,16 @@
 // path and target with http.Request.Write (so the server sees what
 // net/http's Transport would send), and its response read with
 // http.ReadResponse on the arrival's goroutine, the body discarded and
-// counted. The run's deadline and cancellation are connection deadlines.
-// A GET or HEAD that a reused connection lost before any response byte
-// (the server had closed it while idle) is sent once more on a new
-// connection, as the Transport does; a POST is not. https targets get a
-// TLS client with the system's roots.
+// counted (past any interim 1xx). The request's timeout and the run's
+// cancellation are connection deadlines. A GET, HEAD, OPTIONS or TRACE
+// that a reused connection lost before any response byte because the
+// server had closed it (EOF, reset; a timeout is no loss) is sent once
+// more on a newly dialled connection, as the Transport does; a POST is
+// not. A connection idle 25 s in the pool is closed (under the peers' own
+// idle timeouts). https targets get a TLS client with the system's roots.
+// Unlike the Transport, the response head's size is not capped and a
+// body a server sends after a bodiless answer (HEAD, 204, 304) is not
+// detected unless it has arrived when the answer is read.
 //
 // Decision: not net/http's Transport. Per request the Transport runs two
 // goroutines per connection and hands the request and the response

@@ -89,6 +89,17 @@ func Run(ctx context.Context, cfg Config, opts ...Option) (*Report, error) {
 			defer c.CloseIdle()
 			g.classes[i].client = c
 		}
+		cl := g.client
+		if c := g.classes[i].client; c != nil {
+			cl = c
+		}
+		for _, t := range g.targets {
+			p, err := cl.pool(t)
+			if err != nil {
+				return nil, fmt.Errorf("load: target %s: %w", t, err)
+			}
+			g.classes[i].pools = append(g.classes[i].pools, p)
+		}
 	}
 
 	runCtx, cancel := context.WithTimeout(ctx, cfg.MaxDuration)
@@ -142,26 +153,31 @@ type generator struct {
 	rec recorder
 }
 
-// recorder collects results. One short mutex; appends only.
-// recorder keeps every Result, in chunks of recordChunk: appending to one
-// slice doubled it now and then under the lock, and at a million results
-// (fair100.yaml's 582nd second) that copy of 110 MB held every sender
-// for half a second, which the proxy's series showed as a stall of the
-// box.
+// recorder keeps every Result under one short mutex, in chunks of at most
+// recordChunk. Decision: not one slice. Its append doubled it now and
+// then under the lock; at 2^20 results (fair100.yaml's 582nd second, at
+// 1,800 req/s) that is a copy of about 110 MB while every sender waits,
+// and the fair100 runs showed a stall at that second (the farm at 42%
+// utilisation, the proxy refusing in bursts after it).
 type recorder struct {
 	mu     sync.Mutex
 	chunks [][]Result
 	n      int
 }
 
-// recordChunk is the Results of one chunk (about 7 MB).
+// recordChunk is the most Results of one chunk (about 7 MB); the first
+// chunks are smaller (1,024, doubling), so a short run allocates little.
 const recordChunk = 1 << 16
 
 func (r *recorder) add(res Result) {
 	r.mu.Lock()
 	k := len(r.chunks) - 1
-	if k < 0 || len(r.chunks[k]) == recordChunk {
-		r.chunks = append(r.chunks, make([]Result, 0, recordChunk))
+	if k < 0 || len(r.chunks[k]) == cap(r.chunks[k]) {
+		size := 1024
+		if k >= 0 {
+			size = min(2*cap(r.chunks[k]), recordChunk)
+		}
+		r.chunks = append(r.chunks, make([]Result, 0, size))
 		k++
 	}
 	r.chunks[k] = append(r.chunks[k], res)
@@ -188,6 +204,7 @@ type classState struct {
 	retry  bool       // an idempotent method (Client.do)
 	cum    []float64  // cumulative path weights
 	client *Client    // Class.Source's; nil: the generator's
+	pools  []*pool    // [target]: the class's client's connections to it
 }
 
 func newClassState(r *Request, targets []string) (classState, error) {
@@ -383,11 +400,7 @@ func (g *generator) do(ci, pi int, at time.Duration) Result {
 	ti := int(g.rr.Add(1) % uint64(len(g.targets)))
 	sent := time.Now()
 	res.Lag = max(sent.Sub(g.start)-at, 0)
-	cl := g.client
-	if cs.client != nil {
-		cl = cs.client
-	}
-	ex, err := cl.do(g.runCtx, g.targets[ti], cs.wire[ti][pi], cs.head, cs.retry, sent.Add(g.cfg.Timeout))
+	ex, err := cs.pools[ti].do(g.runCtx, cs.wire[ti][pi], cs.head, cs.retry, sent.Add(g.cfg.Timeout))
 	res.Latency = time.Since(sent)
 	res.Bytes = ex.bytes
 	if err != nil {

@@ -315,12 +315,37 @@ func TestRecorderChunks(t *testing.T) {
 		r.add(Result{Class: i})
 	}
 	all := r.all()
-	if len(all) != n || len(r.chunks) != 3 {
-		t.Fatalf("%d results in %d chunks, want %d in 3", len(all), len(r.chunks), n)
+	if len(all) != n || cap(r.chunks[0]) != 1024 {
+		t.Fatalf("%d results, first chunk %d; want %d, 1024", len(all), cap(r.chunks[0]), n)
+	}
+	for _, c := range r.chunks {
+		if cap(c) > recordChunk {
+			t.Fatalf("a chunk of %d", cap(c))
+		}
 	}
 	for i, res := range all {
 		if res.Class != i {
 			t.Fatalf("result %d is %d", i, res.Class)
+		}
+	}
+}
+
+// TestClassRetry: only the idempotent methods are sent again after a
+// reused connection was lost, and only HEAD reads no body.
+func TestClassRetry(t *testing.T) {
+	for _, c := range []struct {
+		method      string
+		retry, head bool
+	}{
+		{"", true, false}, {"GET", true, false}, {"HEAD", true, true}, {"OPTIONS", true, false}, {"TRACE", true, false},
+		{"POST", false, false}, {"PUT", false, false}, {"DELETE", false, false}, {"PATCH", false, false},
+	} {
+		cs, err := newClassState(&Request{Method: c.method, Paths: []Path{{Path: "/", Weight: 1}}}, []string{"http://127.0.0.1:1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cs.retry != c.retry || cs.head != c.head {
+			t.Errorf("%q: retry %v head %v, want %v %v", c.method, cs.retry, cs.head, c.retry, c.head)
 		}
 	}
 }
