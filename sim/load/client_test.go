@@ -37,11 +37,6 @@ func rawServer(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) (string, 
 	return "http://" + ln.Addr().String(), &conns
 }
 
-// readRequest reads one request head (and no body: the tests send none).
-func readRequest(br *bufio.Reader) (*http.Request, error) {
-	return http.ReadRequest(br)
-}
-
 func poolOf(t *testing.T, cl *Client, target string) *pool {
 	t.Helper()
 	p, err := cl.pool(target)
@@ -68,7 +63,7 @@ func TestClientKeepAliveAndRetry(t *testing.T) {
 	var served atomic.Int64
 	target, conns := rawServer(t, func(c net.Conn, br *bufio.Reader) {
 		for {
-			req, err := readRequest(br)
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
@@ -136,7 +131,7 @@ func TestClientErrors(t *testing.T) {
 	var requests atomic.Int64
 	target, _ := rawServer(t, func(c net.Conn, br *bufio.Reader) {
 		for {
-			req, err := readRequest(br)
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
@@ -225,7 +220,7 @@ func TestClientIdleTimeout(t *testing.T) {
 func TestClientRetryDialsAndTimeoutKeepsPool(t *testing.T) {
 	var slow atomic.Bool
 	target, conns := rawServer(t, func(c net.Conn, br *bufio.Reader) {
-		if _, err := readRequest(br); err != nil {
+		if _, err := http.ReadRequest(br); err != nil {
 			return
 		}
 		if slow.Load() {

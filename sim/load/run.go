@@ -82,16 +82,12 @@ func Run(ctx context.Context, cfg Config, opts ...Option) (*Report, error) {
 		if g.classes[i], err = newClassState(&cfg.Classes[i].Request, g.targets); err != nil {
 			return nil, fmt.Errorf("load: class %s: %w", cfg.Classes[i].Name, err)
 		}
+		cl := g.client
 		if src := cfg.Classes[i].Source; src != "" {
 			// A client of its own address: its own pool (the dialer binds
 			// every connection to src).
-			c := newClient(cfg, &net.TCPAddr{IP: net.IP(netip.MustParseAddr(src).AsSlice())})
-			defer c.CloseIdle()
-			g.classes[i].client = c
-		}
-		cl := g.client
-		if c := g.classes[i].client; c != nil {
-			cl = c
+			cl = newClient(cfg, &net.TCPAddr{IP: net.IP(netip.MustParseAddr(src).AsSlice())})
+			defer cl.CloseIdle()
 		}
 		for _, t := range g.targets {
 			p, err := cl.pool(t)
@@ -199,12 +195,11 @@ func (r *recorder) all() []Result {
 
 // classState is what a class's requests share, prepared once.
 type classState struct {
-	wire   [][][]byte // [target][path]: the request's bytes
-	head   bool       // HEAD: responses have no body
-	retry  bool       // an idempotent method (Client.do)
-	cum    []float64  // cumulative path weights
-	client *Client    // Class.Source's; nil: the generator's
-	pools  []*pool    // [target]: the class's client's connections to it
+	wire  [][][]byte // [target][path]: the request's bytes
+	head  bool       // HEAD: responses have no body
+	retry bool       // an idempotent method (pool.do)
+	cum   []float64  // cumulative path weights
+	pools []*pool    // [target]: the class's client's connections to it
 }
 
 func newClassState(r *Request, targets []string) (classState, error) {
