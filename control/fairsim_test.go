@@ -682,17 +682,19 @@ func goldBronze(mode string, flood float64, fair bool) *fairSim {
 // clients, in every mode: gold is admitted whole, and the polite bronze
 // clients get within two points (three in adaptive mode) of what they
 // get with no flood and no fair sharing at all -- less than 100%: gold's
-// reserve holds bronze back (about 83% in batch mode with this mix). The
-// flood is let through at the fair level beside them, and the room the
-// mode holds for them is a rate, so its bursts cost them a little (about
-// 1.5 points in batch mode, 2 in threshold mode). Each case is the mean
-// of four seeds: one seed alone reads half a point better or worse by
-// chance. Judged from 5 s on, and from 10 s in adaptive mode: it starts
-// at its highest rate, admits the flood's first second whole, and its
-// controller takes some seconds to recover, fair sharing or not (from
-// 5 s the polite bronze clients lose 6 points to the flood, from 10 s
-// under 3). And fair sharing never makes them worse off: with no flood,
-// sharing on admits them as sharing off does (within a point).
+// reserve holds bronze back (about 83% in batch mode with this mix).
+// Over these four seeds the flood costs them 1.5 points in batch mode,
+// 1.9 in threshold mode and 2.7 in adaptive mode (the room the mode holds
+// for them is a rate, and the controllers' paths part in the first
+// seconds, while the class's capacity is learned). The polite bronze share is
+// the mean of four seeds (one seed's share spreads over 76-86% in batch
+// mode, and its cost of the flood by half a point either way), gold's the
+// worst of them. Judged from 5 s on, and from 10 s in adaptive mode: it
+// starts at its highest rate, admits the flood's first second whole, and
+// its controller takes some seconds to recover, fair sharing or not (from
+// 5 s the polite bronze clients lose 6 points to the flood). And fair
+// sharing never makes them worse off: with no flood, sharing on admits
+// them as sharing off does (within a point).
 // The reserve's refusals (rejected_priority) say when gold bursts, not
 // what bronze can carry between its bursts; followed, they sank the
 // class's capacity burst by burst (74% against 83% in batch, threshold

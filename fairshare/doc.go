@@ -91,8 +91,8 @@
 // every polite client was over its share and refused as over_share for
 // up to 2 s after the farm was back (TestFairStall). Judged by the held
 // level, they stay within; the turns and the floods are still sized by
-// C, so the dip costs the over-share clients, not the polite ones, until
-// C is back (below).
+// C and the admitted rate, so the dip costs the over-share clients, not
+// the polite ones, until C is back (below).
 //
 // A within-share client has a bucket: it refills at f_in and holds 2 s of
 // it (burstWindow); the tick's requests past what it holds are OverShare
@@ -108,8 +108,8 @@
 //   - OverShare while it has its turn: decided as its class with room
 //     held for the within-share demand, as a class is decided with room
 //     held for the classes above it;
-//   - Marginal, with a probability, if it is the client that fills what
-//     the turns leave: room held for the turns' demand too;
+//   - Marginal, with a probability, if it is one of the few clients that
+//     fill what the turns leave: room held for the turns' demand too;
 //   - SpareOnly otherwise: admitted only where it harms nobody (a free
 //     slot, nothing waiting), else RejectOverShare (over_share).
 //
@@ -125,13 +125,14 @@
 // rotation (Rotate, 10 min by default). Its turn is the first f/r of
 // each revolution: over one rotation it is admitted at f, and within its
 // turn it is admitted whole. Turns are granted in order within a budget,
-// (1 − 3%) of what the class admits (C, or its smoothed admitted rate if
-// lower) less the within-share demand and the floods' f; a client in its
-// turn keeps it within 3% over the budget, so noise does not take turns
-// away and give them back. What C leaves past the turns, and a probe of
-// 3% of C past that, goes to as few clients as cover it (the marginal
-// tier), in order: a due client waiting for room first, then the one
-// whose turn ended last. Only a turn given (admitted whole)
+// (1 − 3%) of what the class admits (its smoothed admitted rate, never
+// above C) less the within-share demand and the floods' f; a client in
+// its turn keeps it within 3% over the budget, so noise does not take
+// turns away and give them back. What C leaves past the turns, and a
+// probe of 3% of C past that, goes to as few clients as cover it (the
+// marginal tier), in order: a client cut from its turn as the budget
+// shrank, a due client waiting for room, then the one whose turn ended
+// last. Only a turn given (admitted whole)
 // ends one, as the clock turns its place past it: neither a share of the
 // marginal tier nor being let through as a flood is a turn, and a shift
 // of ranks (clients joining) that pushes a place past its turn does not
@@ -150,15 +151,16 @@
 // mode admitted of it. The mode admits a marginal request only where the
 // turns leave room, so every client it goes to is admitted part of the
 // time: the tier must go to as few clients as it can. Sized by what the
-// mode took of it (widened a tenth a tick while the mode took all, and
-// added to what the budget left), it swung between 0.03 C and 0.3 C and
-// went to five clients at a time, four of them let through whole and
-// refused half the time; in fair100.yaml most clients partial in a 10 s
-// window were such clients. Sized by C it covers the turns' margin and
-// the probe: two to five clients of an equal hundred. And in order, not
-// "the clients marginal at the last tick first": the order moves only as
-// turns start and end, while that rule kept one client marginal for as
-// long as the tier lasted (1.13× the mean share in TestFairEqualShares).
+// mode took of it (widened while the mode took all, and added to what
+// the budget left), it swung by a factor of ten and went to about five
+// clients at a time, each admitted about half the time: in fair100.yaml
+// most of the clients partial in a 10 s window (docs/performance.md).
+// Sized by C it covers the turns' margin, what the admitted rate trails
+// C by, and the probe: two to five clients of an equal hundred. And in
+// order, not "the clients marginal at the last tick first": the order
+// moves only as turns start and end, while that rule kept one client
+// marginal for as long as the tier lasted, over its share
+// (TestFairEqualShares).
 //
 // Decision: the budget follows what the class admits, not C alone. C
 // doubles a tick once the filter alone has been the limit for a second

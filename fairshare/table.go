@@ -77,15 +77,13 @@ const (
 	// probeGain is how far past the capacity the marginal tier is let
 	// through, a share of the capacity: the mode refuses the marginal tier
 	// first, so the excess costs no one in a turn; it keeps the mode
-	// refusing a little in steady state (else the capacity's slow start
-	// would take a second without refusals for a start, and lend turns
-	// for a tick to clients out of them), and a capacity that grows shows
+	// refusing a little in steady state, and a capacity that grows shows
 	// in what the marginal tier gets.
 	probeGain = 0.03
-	// turnMargin is the share of the capacity the turns leave to the
-	// marginal tier: the turns fill the farm to just under its capacity,
-	// so the mode seldom has to refuse a request of a client in its turn,
-	// and the marginal clients fill the rest.
+	// turnMargin is the share of the admitted rate the turns leave to the
+	// marginal tier: the turns fill the farm to just under what it
+	// carries, so the mode seldom has to refuse a request of a client in
+	// its turn, and the marginal clients fill the rest.
 	turnMargin = 0.03
 	// quietFor is how long a class keeps sharing after its last refusal.
 	quietFor = time.Second
@@ -712,12 +710,12 @@ func (t *Table) share(cs *classState, class int, slots []member, a, r, p, s uint
 	cs.active.Store(true)
 	on := 0.0
 	if len(over) > 0 {
-		// The turns' budget is sized by what the class admits, not by a
-		// capacity still rising (its slow start, below the mode's first
-		// refusal): what the rise offers goes to the marginal tier, which
-		// the mode refuses first, not to turns that compete with the
-		// turns already given (doc.go, Turns).
-		budget := (1-turnMargin)*min(cs.capacity, cs.admitted) - in
+		// The turns' budget is sized by what the class admits (never
+		// above C), not by a C still rising (its slow start, until the
+		// mode's first refusal): what the rise offers goes to the
+		// marginal tier, which the mode refuses first, not to turns that
+		// compete with the turns already given (doc.go, Turns).
+		budget := (1-turnMargin)*cs.admitted - in
 		on = t.turns(over, f, budget, cs.capacity-in, probeGain*cs.capacity, dt, nowNs)
 	}
 	cs.onRate.Store(math.Float64bits(on))
@@ -831,19 +829,14 @@ func (t *Table) turns(over []overEntry, f, budget, spare, probe, dt float64, now
 	}
 	on += turns
 	// Then the marginal tier: what the capacity leaves past the turns,
-	// and the probe past it, to as few clients as cover it, in the order
-	// above (a due client waiting, else the one whose turn ended last),
-	// each let through with the probability its share of it is. Sized by
-	// the capacity, not by what the mode took of it: grown while the mode
-	// took all of it and added to what the budget left, it spread over
-	// four or five clients at a time, each admitted about half the time
-	// (fair100.yaml: 4.7 clients a window neither admitted nor refused).
-	// And in order, not those marginal at the last tick first: the order
-	// moves only as turns start and end, while that rule kept a client
-	// marginal for as long as the tier lasted (1.13× the mean share in
-	// TestFairEqualShares).
+	// and the probe past it (nothing while the within-share demand and the
+	// turns take more than C, as in a stall), to as few clients as cover
+	// it, in the order above (a client cut from its turn as the budget
+	// shrank, a due client waiting, then the one whose turn ended last),
+	// each let through with the probability its share of it is (doc.go,
+	// Turns).
 	rest := over[i:]
-	left = max(spare-on, 0) + probe
+	left = max(spare-on+probe, 0)
 	for _, e := range rest {
 		if left <= 0 {
 			t.setState(e.slot, stOff, 0)

@@ -515,9 +515,9 @@ func equalTick(tb *Table, now time.Time, room int, counts []int, standing [][4]i
 // whole) ends one; and only as the clock turns its place past its end,
 // not a shift of ranks as clients join. The marginal tier is what the
 // capacity leaves past the turns and a probe of 3%, to as few clients as
-// cover it in order: some 80/s, five clients at 18/s (sized by what the
-// mode took of it, grown while the mode took all and added to what the
-// budget left, it went to 4 to 12).
+// cover it in order: the turns' margin (3% of the admitted rate, and up
+// to a client's 18/s more before a due client fits), the probe, and what
+// the admitted rate trails C by, some 80/s here, five clients.
 func TestTurnsAfterLowStart(t *testing.T) {
 	const n = 100
 	tb, _ := New(Config{Classes: []string{"web"}, Slots: 256, Rand: rand.New(rand.NewPCG(9, 10)).Uint32})
