@@ -192,7 +192,12 @@
 // proportion, and delays by as much the time a client takes to reach its
 // long-run share f (one rotation); the default keeps that within
 // minutes. Noise in the mode's refusals and in the clients' rates adds
-// to the floor.
+// to the floor. Of that noise, the part the mode adds is the larger: in
+// batch mode the marginal tier holds for the turns only the reserve
+// floor's share of the room left (package batchac, Fair share), not
+// their demand, so the marginal clients' admissions fill the queue the
+// turns' next bursts then find full, and the mode refuses clients in
+// their turns now and then (docs/performance.md, fair100.yaml).
 //
 // # Invariants
 //
