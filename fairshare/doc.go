@@ -195,9 +195,10 @@
 // to the floor. Of that noise, the part the mode adds is the larger: in
 // batch mode the marginal tier holds for the turns only the reserve
 // floor's share of the room left (package batchac, Fair share), not
-// their demand, so the marginal clients' admissions fill the queue the
-// turns' next bursts then find full, and the mode refuses clients in
-// their turns now and then (docs/performance.md, fair100.yaml).
+// their demand, so it can admit marginal requests into room the turns'
+// next burst needs; it refuses clients in their turns now and then
+// (docs/performance.md, fair100.yaml), and that is the likely cause,
+// not yet tested.
 //
 // # Invariants
 //
