@@ -94,6 +94,13 @@ type Request struct {
 	// the fair-share filter before the mode decides (WithinShare when fair
 	// sharing is off or the class is not shedding). Every mode reads it.
 	Share Share
+	// Rank orders the marginal tier (Share Marginal): the client's place
+	// in the order the filter gave the tier to its clients, 0 first. A
+	// mode that tests a batch admits the lower rank first, so that what
+	// it refuses of the tier falls on as few clients as it can, the
+	// last, rather than on every client of the tier at random (DAGOR's
+	// user priority, inside the tier). 0 for every other Share.
+	Rank uint8
 }
 
 // Share is a request's standing in its class's fair share
@@ -111,9 +118,10 @@ const (
 	// room held for the more important classes; refused where a
 	// within-share request would pass, it is RejectOverShare.
 	OverShare
-	// Marginal: the client is over its share and is the one whose turn
-	// fills what the turns leave of the class's capacity: decided as
-	// OverShare with room held for the turns' demand as well.
+	// Marginal: the client is over its share and is one of the few that
+	// fill what the turns leave of the class's capacity: decided as
+	// OverShare with room held for the turns as well, and more for each
+	// rank before its own (Request.Rank).
 	Marginal
 	// SpareOnly: the client is over its share and has no turn now: the
 	// request is admitted only where admitting it harms nobody (a free

@@ -63,7 +63,8 @@ type class struct {
 	// rho, slack and sref as they are for a request of this class whose
 	// client is over its fair share, [0] in its turn (admission.OverShare:
 	// the class's within-share demand is held for too) and [1] the
-	// marginal one (admission.Marginal: the turns' demand as well).
+	// marginal one (admission.Marginal: the floor's share of what is left
+	// besides, for the turns; boundTier holds more for a rank past 0).
 	// dAboveOver is max(dAbove, period): the held-for requests of the
 	// class wait its own period.
 	rhoT, slackT, srefT [2]atomic.Uint64
@@ -82,19 +83,32 @@ func (m *model) bound(cl *class, d, dAbove float64) bound {
 // boundTier is bound for a request of fair-share tier 1 or 2
 // (admission.Share.Tier; doc.go, Fair share): the class's own budget, and
 // a limit that holds room for the class's within-share demand (and, for
-// the marginal tier, its turns' demand) besides the more important
-// classes'. dAbove is the period the held-for requests wait
-// (cl.dAboveOver in a test that knows periods, 0 in Room).
-func (m *model) boundTier(cl *class, tier int, d, dAbove float64) bound {
+// the marginal tier, the floor's share of what is left besides) besides
+// the more important classes'. A marginal request of rank k > 0
+// (admission.Request.Rank) holds the floor's share again of what each
+// rank before it leaves: ρ = 1 − (1 − ρ₂)(1 − floor)^k. dAbove is the
+// period the held-for requests wait (cl.dAboveOver in a test that knows
+// periods, 0 in Room).
+func (m *model) boundTier(cl *class, tier int, rank uint8, d, dAbove float64) bound {
 	i := tier - 1
-	own, lim := m.limits(d, dAbove, math.Float64frombits(cl.rhoT[i].Load()))
-	return bound{own: own, lim: lim, slack: math.Float64frombits(cl.slackT[i].Load()), sref: math.Float64frombits(cl.srefT[i].Load())}
+	rho := math.Float64frombits(cl.rhoT[i].Load())
+	slack := math.Float64frombits(cl.slackT[i].Load())
+	if tier == 2 && rank > 0 {
+		free := 1 - min(rho, 1)
+		for range min(rank, 64) {
+			free *= 1 - m.floor
+		}
+		rho = 1 - free
+		slack = float64(cl.period) * min(1, 2*free)
+	}
+	own, lim := m.limits(d, dAbove, rho)
+	return bound{own: own, lim: lim, slack: slack, sref: math.Float64frombits(cl.srefT[i].Load())}
 }
 
-// boundFor is bound or boundTier by the request's tier.
-func (m *model) boundFor(cl *class, d float64, tier int) bound {
+// boundFor is bound or boundTier by the request's tier and rank.
+func (m *model) boundFor(cl *class, d float64, tier int, rank uint8) bound {
 	if tier > 0 {
-		return m.boundTier(cl, tier, d, cl.dAboveOver)
+		return m.boundTier(cl, tier, rank, d, cl.dAboveOver)
 	}
 	return m.bound(cl, d, cl.dAbove)
 }
@@ -351,18 +365,18 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 		}
 		tier := r.Share.Tier()
 		if cl.period == 0 {
-			return c.count(cl, c.testNow(s, idx, sNs, tier))
+			return c.count(cl, c.testNow(s, idx, sNs, tier, r.Rank))
 		}
 		n := c.st.Healthy()
 		if n <= 0 {
 			return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend})
 		}
-		if ok, ot := c.early(s, idx, n, sNs, tier); ok {
+		if ok, ot := c.early(s, idx, n, sNs, tier, r.Rank); ok {
 			return c.count(cl, admitDecision(ot))
 		}
 		q := cl.queues[s.bucket(r.Bucket)]
 		w := c.waiters.Get().(*waiter)
-		w.s, w.tier = sNs, uint8(tier)
+		w.s, w.tier, w.rank = sNs, uint8(tier), r.Rank
 		start := c.now()
 		switch q.push(w) {
 		case pushRetired: // Reconfigure or Close dropped the queue: reload
@@ -420,12 +434,13 @@ func (c *Controller) count(cl *class, d admission.Decision) admission.Decision {
 // model reads the State for one test; n > 0.
 func (c *Controller) model(s *snapshot, n int) model {
 	m := model{
-		n:    n,
-		load: max(c.st.Inflight(), 0) + c.pending.Load(),
-		q:    float64(c.st.Q()),
-		qNow: float64(c.st.QNow()),
-		rsla: float64(c.st.RSLA()),
-		p:    c.parallelism(s),
+		n:     n,
+		load:  max(c.st.Inflight(), 0) + c.pending.Load(),
+		q:     float64(c.st.Q()),
+		qNow:  float64(c.st.QNow()),
+		rsla:  float64(c.st.RSLA()),
+		p:     c.parallelism(s),
+		floor: s.floor,
 	}
 	if s.impliedQ {
 		m.qp = max(m.p, math.Float64frombits(c.sustained.Load()))
@@ -443,7 +458,7 @@ func (c *Controller) parallelism(s *snapshot) float64 {
 // testNow is the immediate test of a period-0 class: a batch of one,
 // Q + max(1, (η + 1)/P)·S ≤ lim, where lim is R_sla less the room held for
 // more important classes (model.limits).
-func (c *Controller) testNow(s *snapshot, idx int, sNs float64, tier int) admission.Decision {
+func (c *Controller) testNow(s *snapshot, idx int, sNs float64, tier int, rank uint8) admission.Decision {
 	n := c.st.Healthy()
 	if n <= 0 {
 		return admission.Decision{Verdict: admission.RejectNoBackend}
@@ -465,7 +480,7 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64, tier int) admiss
 		// a within-share request would pass, it is over_share: not a
 		// failure of the class, no mark, and the class's own mark is left
 		// alone.
-		bo := m.boundTier(cl, tier, 0, cl.dAboveOver)
+		bo := m.boundTier(cl, tier, rank, 0, cl.dAboveOver)
 		if m.admits(1, sNs, bo) {
 			return admission.Decision{Verdict: admission.Admit}
 		}
@@ -516,7 +531,7 @@ func (c *Controller) testNow(s *snapshot, idx int, sNs float64, tier int) admiss
 // doc.go, Work conservation). A failing arrival is not rejected here: it
 // queues and its run decides, as with StrictPeriods. It allocates nothing
 // and counts nothing.
-func (c *Controller) early(s *snapshot, idx, n int, sNs float64, tier int) (ok, over bool) {
+func (c *Controller) early(s *snapshot, idx, n int, sNs float64, tier int, rank uint8) (ok, over bool) {
 	cl := s.classes[idx]
 	if s.strict || cl.queueLen() != 0 {
 		return false, false
@@ -526,7 +541,7 @@ func (c *Controller) early(s *snapshot, idx, n int, sNs float64, tier int) (ok, 
 		return false, false
 	}
 	m := c.model(s, n)
-	b := m.boundFor(cl, float64(cl.period), tier)
+	b := m.boundFor(cl, float64(cl.period), tier, rank)
 	if m.admits(1, sNs, b) {
 		return true, false
 	}
@@ -632,7 +647,7 @@ func (c *Controller) freeSlot(s *snapshot, idx int, sNs float64) bool {
 // (and the turns'); inShare then tells whether a within-share request of
 // the same size would have room, so that the caller can name a refusal
 // over_share.
-func (c *Controller) Room(class int, sz time.Duration, tier int) (room, free, inShare bool) {
+func (c *Controller) Room(class int, sz time.Duration, tier int, rank uint8) (room, free, inShare bool) {
 	s := c.snap.Load()
 	n := c.st.Healthy()
 	if n <= 0 {
@@ -645,7 +660,7 @@ func (c *Controller) Room(class int, sz time.Duration, tier int) (room, free, in
 	free = m.slowdown(1) <= 1 && m.fits(1, sNs, b.own)
 	if tier > 0 {
 		inShare = free || m.admits(1, sNs, b)
-		b = m.boundTier(cl, tier, 0, 0)
+		b = m.boundTier(cl, tier, rank, 0, 0)
 		return free || m.admits(1, sNs, b), free, inShare
 	}
 	room = free || m.admits(1, sNs, b)
@@ -739,6 +754,17 @@ func (c *Controller) updateReserve(s *snapshot, now time.Time) {
 			if d := c.st.Demand(j); d > 0 { // NaN and negatives add nothing
 				above += d
 			}
+		}
+	}
+}
+
+// byRank orders a batch's marginal tier by its clients' ranks
+// (admission.Request.Rank), lowest first, stably: an insertion sort, as
+// a batch holds few marginal requests.
+func byRank(ws []*waiter) {
+	for i := 1; i < len(ws); i++ {
+		for j := i; j > 0 && ws[j].rank < ws[j-1].rank; j-- {
+			ws[j], ws[j-1] = ws[j-1], ws[j]
 		}
 	}
 }
@@ -881,7 +907,8 @@ func admitDecision(over bool) admission.Decision {
 // rule does not apply. Called with c.run held and no queue lock.
 //
 // Fair share (doc.go): the batch is taken in tiers (within share, over
-// share in turn, marginal), each FIFO; a tier is tested, as a batch of its
+// share in turn, marginal), each FIFO but the marginal tier, which goes
+// by rank (each rank tested on its own bound); a tier is tested, as a batch of its
 // own against its bound on the load the tiers before it leave, only when
 // every request of those tiers passed. A request of tier 1 or 2 refused
 // where the class's own bound would have taken it is over_share.
@@ -905,12 +932,14 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 		}
 		clear(tmp)
 		c.run.overs = tmp[:0]
+		byRank(batch[cnt[0]+cnt[1]:])
 	}
-	// Each tier's prefix sums start afresh; start[g] is its first index.
+	// Each tier's prefix sums start afresh, and each rank's of the
+	// marginal tier; start[g] is tier g's first index.
 	start := [4]int{0, cnt[0], cnt[0] + cnt[1], beta}
 	var sum, total float64
 	for j, w := range batch {
-		if j == start[1] || j == start[2] {
+		if j == start[1] || j == start[2] || j > start[2] && w.rank != batch[j-1].rank {
 			sum = 0
 		}
 		sum += w.s
@@ -938,12 +967,9 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 		return m.largestPrefix(pre, bd)
 	}
 	sumOf := func(g, from int) float64 { // tier g's service times from its from-th request on
-		if cnt[g] == 0 {
-			return 0
-		}
-		x := prefix[start[g+1]-1]
-		if from > 0 {
-			x -= prefix[start[g]+from-1]
+		var x float64
+		for _, w := range batch[start[g]+from : start[g+1]] {
+			x += w.s
 		}
 		return x
 	}
@@ -957,16 +983,31 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 		reject[1], reject[2] = reject[0], reject[0]
 	default:
 		m := rc.m
-		for g := range 3 {
+		for g := range 2 {
 			bd := b
 			if g > 0 {
-				bd = m.boundTier(cl, g, float64(cl.period), cl.dAboveOver)
+				bd = m.boundTier(cl, g, 0, float64(cl.period), cl.dAboveOver)
 			}
 			got[g] = test(&m, prefix[start[g]:start[g+1]], bd)
 			m.load += int64(got[g])
 			if got[g] < cnt[g] {
 				break
 			}
+		}
+		// The marginal tier, rank by rank (lowest first), each against
+		// its own bound on the load the ranks before it leave.
+		for lo := start[2]; got[0]+got[1] == start[2] && lo < beta; {
+			hi := lo + 1
+			for hi < beta && batch[hi].rank == batch[lo].rank {
+				hi++
+			}
+			k := test(&m, prefix[lo:hi], m.boundTier(cl, 2, batch[lo].rank, float64(cl.period), cl.dAboveOver))
+			got[2] += k
+			m.load += int64(k)
+			if k < hi-lo {
+				break
+			}
+			lo = hi
 		}
 		k := got[0] + got[1] + got[2]
 		if k < beta && !others && rc.m.quiet(own) && c.spare(rc.learn && cl.reserve() <= 0, &rc.m, beta, rc.now) {
@@ -990,7 +1031,7 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 				// left is held for the class's clients within their
 				// share (or in their turn).
 				reject[g].Verdict = admission.RejectOverShare
-				reject[g].RetryAfter = retryAfter(m.drain(mean, m.boundTier(cl, g, float64(cl.period), cl.dAboveOver).lim))
+				reject[g].RetryAfter = retryAfter(m.drain(mean, m.boundTier(cl, g, 0, float64(cl.period), cl.dAboveOver).lim))
 				continue
 			case g == 0 && lim < own && rc.m.fits(cnt[0], sumOf(0, 0), own),
 				g > 0 && lim < own && m.fits(1, mean, own):
@@ -1220,13 +1261,13 @@ func (c *Controller) Park(r *admission.Request, wk admission.Waker) (d admission
 		}
 		tier := r.Share.Tier()
 		if cl.period == 0 {
-			return c.count(cl, c.testNow(s, idx, sNs, tier)), nil, true
+			return c.count(cl, c.testNow(s, idx, sNs, tier, r.Rank)), nil, true
 		}
 		n := c.st.Healthy()
 		if n <= 0 {
 			return c.count(cl, admission.Decision{Verdict: admission.RejectNoBackend}), nil, true
 		}
-		if ok, ot := c.early(s, idx, n, sNs, tier); ok {
+		if ok, ot := c.early(s, idx, n, sNs, tier, r.Rank); ok {
 			return c.count(cl, admitDecision(ot)), nil, true
 		}
 		q := cl.queues[s.bucket(r.Bucket)]

@@ -358,13 +358,16 @@
 //
 // A request carries its client's standing in its class (admission.Share,
 // set by package fairshare; docs/algorithms.md §12). A batch is tested in
-// tiers, within share first, each FIFO and on the load the tiers before
-// it leave; the over-share tier's reserve share adds the class's own
-// within-share demand (ShareState) to the classes above, the marginal
-// tier holds the floor's share of what is left besides. A tier-1 or -2
-// request refused where a within-share one would pass is over_share; a
-// spare-only request is admitted only on a free slot with nothing
-// waiting (FreeSlot). Classes keep their order. testdata/fairshare.txt.
+// tiers, within share first, each on the load the tiers before it leave;
+// the over-share tier's reserve adds the class's own within-share demand
+// (ShareState) to the classes above, the marginal tier holds the floor's
+// share of what is left besides, and its rank k (admission.Request.Rank)
+// that again k times, ρ_k = 1 − (1 − ρ₂)(1 − floor)^k, tested rank by
+// rank: the mode's refusals of the tier fall on its last clients
+// (fairshare_rank.txt). A tier-1 or -2 request refused where a
+// within-share one would pass is over_share; a spare-only one is admitted
+// only on a free slot with nothing waiting (FreeSlot). Classes keep their
+// order (fairshare.txt).
 //
 // # Metrics
 //
@@ -373,17 +376,13 @@
 // (histogram), sentry_batch_eta, sentry_batch_queue_delay_seconds (Q),
 // sentry_batch_rsla_seconds, sentry_batch_parallelism (P in use),
 // sentry_batch_admitted_pending, sentry_batch_reserve_ratio{class} (ρ_j).
-// Class labels come from the configuration.
 //
 // # Usage
 //
 //	ctl, err := batchac.New(farm, batchac.Config{ // farm implements batchac.State
-//		Classes: []batchac.ClassConfig{
-//			{Name: "gold", Period: 50 * time.Millisecond},
-//			{Name: "bronze", Period: 200 * time.Millisecond},
-//		},
-//		Parallelism: 8,
-//		ConstLabels: prometheus.Labels{"app": "shop"},
+//		Classes: []batchac.ClassConfig{{Name: "gold", Period: 50 * time.Millisecond},
+//			{Name: "bronze", Period: 200 * time.Millisecond}},
+//		Parallelism: 8, ConstLabels: prometheus.Labels{"app": "shop"},
 //	})
 //	if err != nil {
 //		return err

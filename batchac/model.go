@@ -19,6 +19,10 @@ type model struct {
 	// implies drains: max(P, State.Sustained()). 0 turns the implied
 	// queue off (Config.NoImpliedQueue): Q alone, the paper's test.
 	qp float64
+	// floor is Config.ReserveFloor: each rank of the marginal tier past
+	// the first holds its share of the room the rank before it leaves
+	// (model.boundTier).
+	floor float64
 }
 
 // tolerance absorbs float64 rounding so that hand-computed boundary cases

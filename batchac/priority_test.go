@@ -373,7 +373,7 @@ func runSim(t *testing.T, sc simCase) *simResult {
 				// admits; no room rejects; with room, a class at or above
 				// the threshold class is admitted and the pair sheds the
 				// classes below it.
-				room, free, _ := ctl.Room(e.class, sc.sOf(e.class), 0)
+				room, free, _ := ctl.Room(e.class, sc.sOf(e.class), 0, 0)
 				if free || room && (thr.Within(e.class) || thr.Admit(&r).Verdict == admission.Admit) {
 					dispatch(j)
 				}

@@ -19,6 +19,8 @@ type waiter struct {
 	// tier is the request's fair-share tier (admission.Share.Tier): 0
 	// within its share, 1 over it in its turn, 2 the marginal client.
 	tier uint8
+	// rank orders tier 2 in a batch (admission.Request.Rank).
+	rank uint8
 
 	// Guarded by the owning queue's mutex while the waiter is queued; owned
 	// by the policer run that took the list afterwards.

@@ -35,8 +35,9 @@ import (
 //	                          ObserveSpare (admitted by the work-conserving
 //	                          rule); prints P and the probe's ceiling
 //	reconfigure classes=... [parallelism=] [buckets=] [cap=] [all_or_nothing]
-//	arrive id=a[,b,...] class=gold s=50ms [bucket=0] [share=within|over|marginal|spare]
-//	                          share: the request's fair-share standing
+//	arrive id=a[,b,...] class=gold s=50ms [bucket=0] [share=within|over|marginal|spare] [rank=0]
+//	                          share: the request's fair-share standing;
+//	                          rank: a marginal request's (Request.Rank)
 //	                          each arrival calls Admit in its own goroutine and
 //	                          waits until it is queued or decided; immediate
 //	                          decisions are printed
@@ -264,7 +265,7 @@ func (h *harness) exec(line string) []string {
 			h.fatalf("room: no class %q", args["class"])
 		}
 		s := h.dur(args["s"])
-		room, free, _ := h.c.Room(class, s, 0)
+		room, free, _ := h.c.Room(class, s, 0, 0)
 		return []string{fmt.Sprintf("room=%v free=%v held=%v", room, free, h.c.Held(class, s))}
 	case "gone":
 		a := h.arrivals[args["id"]]
@@ -465,6 +466,10 @@ func (h *harness) arrive(args map[string]string) []string {
 	default:
 		h.fatalf("share %q: want within, over, marginal or spare", args["share"])
 	}
+	var rank uint8
+	if v, ok := args["rank"]; ok {
+		rank = uint8(h.num(v))
+	}
 	var out []string
 	for _, id := range strings.Split(args["id"], ",") {
 		if _, dup := h.arrivals[id]; dup {
@@ -473,7 +478,7 @@ func (h *harness) arrive(args map[string]string) []string {
 		h.seq++
 		a := &scriptArrival{id: id, seq: h.seq, class: args["class"], at: h.clock.Now(), gone: make(chan struct{})}
 		h.arrivals[id] = a
-		req := &admission.Request{Class: class, Bucket: bucket, S: s, Gone: a.gone, Share: share}
+		req := &admission.Request{Class: class, Bucket: bucket, S: s, Gone: a.gone, Share: share, Rank: rank}
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()

@@ -310,7 +310,7 @@ func (a *App) threshold(r *admission.Request) admission.Decision {
 		}
 		return admission.Decision{Verdict: admission.RejectOverShare, RetryAfter: time.Second}
 	}
-	room, free, inShare := a.batch.Room(r.Class, r.S, r.Share.Tier())
+	room, free, inShare := a.batch.Room(r.Class, r.S, r.Share.Tier(), r.Rank)
 	switch {
 	case free:
 		return admission.Decision{Verdict: admission.Admit}

@@ -89,6 +89,9 @@ func (a *App) share(r *admission.Request) (*fairshare.Table, fairshare.Slot) {
 	}
 	slot, sh := t.Share(r.Class, r.Client, r.Addr)
 	r.Share = sh
+	if sh == admission.Marginal {
+		r.Rank = t.Rank(slot)
+	}
 	return t, slot
 }
 

@@ -140,21 +140,21 @@ func TestPeerInflight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, free, _ := a.batch.Room(0, 10*time.Millisecond, 0); !free {
+	if _, free, _ := a.batch.Room(0, 10*time.Millisecond, 0, 0); !free {
 		t.Fatal("an idle farm has no free slot")
 	}
 	m.SetPeerInflight("shop", 5)
 	if n, _ := m.Inflight("shop"); n != 5 {
 		t.Errorf("in flight %d, want 5", n)
 	}
-	if _, free, _ := a.batch.Room(0, 10*time.Millisecond, 0); free {
+	if _, free, _ := a.batch.Room(0, 10*time.Millisecond, 0, 0); free {
 		t.Error("a free slot while the other process has 5 in flight")
 	}
 	if own := m.OwnInflight()["shop"]; own != 0 {
 		t.Errorf("own in flight %d", own)
 	}
 	m.SetPeerInflight("shop", 0)
-	if _, free, _ := a.batch.Room(0, 10*time.Millisecond, 0); !free {
+	if _, free, _ := a.batch.Room(0, 10*time.Millisecond, 0, 0); !free {
 		t.Error("no free slot once the upgrade is over")
 	}
 }

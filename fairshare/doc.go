@@ -109,7 +109,8 @@
 //     held for the within-share demand, as a class is decided with room
 //     held for the classes above it;
 //   - Marginal, with a probability, if it is one of the few clients that
-//     fill what the turns leave: room held for the turns' demand too;
+//     fill what the turns leave: room held for the turns too, and more
+//     for each client ranked before it in the tier (Rank, below);
 //   - SpareOnly otherwise: admitted only where it harms nobody (a free
 //     slot, nothing waiting), else RejectOverShare (over_share).
 //
@@ -162,6 +163,27 @@
 // marginal for as long as the tier lasted, over its share
 // (TestFairEqualShares).
 //
+// Decision: the marginal tier is ranked. Its clients are given it in the
+// order above, and each carries its place in it (Rank, published in the
+// slot's state word beside the probability; admission.Request.Rank). A
+// mode admits the tier rank by rank: rank k holds the reserve floor's
+// share again of the room rank k − 1 leaves (package batchac, Fair
+// share), so what the mode refuses of the tier, which it must (the probe
+// keeps C honest), falls on the last clients instead of on every
+// client of the tier at random. Unranked, the mode admitted under a
+// third of the tier, spread over all its clients, so each was partial in
+// every window it held the tier; ranked, the first client of the tier
+// is admitted nearly whole and the last nearly not at all, and fewer
+// clients hold the tier at all, as the tier's share of the admitted
+// load stays with the first. The cost is a little goodput: the last
+// ranks are admitted only while the farm has room past the first ones'
+// (control's fair100 simulation, TestFairConsistentFarm600). DAGOR
+// does the same with its user priority: an admission level is a
+// business priority and a user priority below which requests pass.
+// Adaptive mode does not rank (package adaptive): its token bucket
+// holds one share for the whole tier, and holding more per rank there
+// starved the heavy clients of TestFairHeavyTail.
+//
 // Decision: the budget follows what the class admits, not C alone. C
 // doubles a tick once the filter alone has been the limit for a second
 // (its slow start, above), and that also happens in steady overload
@@ -188,17 +210,12 @@
 // turn changes a rotation T, so a window of W seconds holds about 2N·W/T
 // of them (100 clients, 10 s, 10 min: 3.3), each client partial in that
 // window unless its change falls at an edge; the marginal tier adds the
-// two to five clients it goes to. A longer Rotate lowers the first term in
-// proportion, and delays by as much the time a client takes to reach its
-// long-run share f (one rotation); the default keeps that within
-// minutes. Noise in the mode's refusals and in the clients' rates adds
-// to the floor. Of that noise, the part the mode adds is the larger: in
-// batch mode the marginal tier holds for the turns only the reserve
-// floor's share of the room left (package batchac, Fair share), not
-// their demand, so it can admit marginal requests into room the turns'
-// next burst needs; it refuses clients in their turns now and then
-// (docs/performance.md, fair100.yaml), and that is the likely cause,
-// not yet tested.
+// clients it goes to, one or two of which the ranks leave partial. A
+// longer Rotate lowers the first term in proportion, and delays by as
+// much the time a client takes to reach its long-run share f (one
+// rotation); the default keeps that within minutes. Noise in the mode's
+// refusals and in the clients' rates adds to the floor: now and then the
+// mode refuses a client in its turn (docs/performance.md, fair100.yaml).
 //
 // # Invariants
 //

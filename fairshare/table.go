@@ -837,13 +837,13 @@ func (t *Table) turns(over []overEntry, f, budget, spare, probe, dt float64, now
 	// Turns).
 	rest := over[i:]
 	left = max(spare-on+probe, 0)
-	for _, e := range rest {
+	for rank, e := range rest {
 		if left <= 0 {
 			t.setState(e.slot, stOff, 0)
 			continue
 		}
 		p := min(1, left/e.rate)
-		t.setState(e.slot, stPartial, p)
+		t.setPartial(e.slot, p, rank)
 		left -= p * e.rate
 	}
 	return on
@@ -860,6 +860,30 @@ func (t *Table) setAllow(slot int32, allow float64) {
 	x := &t.tk[slot]
 	x.kind, x.on = stIn, false
 	x.allow, x.filled = allow, true
+}
+
+// setPartial publishes a marginal client's standing: its pass
+// probability p and its rank in the marginal tier (Rank), in bits 8-15
+// of the state word.
+func (t *Table) setPartial(slot int32, p float64, rank int) {
+	t.setState(slot, stPartial, p)
+	if t.keys[slot].Load() == t.tk[slot].key {
+		t.state[slot].Store(t.state[slot].Load() | uint64(min(rank, 255))<<8)
+	}
+}
+
+// Rank is the place in the marginal tier of the client in slot, 0 for
+// the first (admission.Request.Rank), read after Share gave it Marginal;
+// 0 for any other standing.
+func (t *Table) Rank(slot Slot) uint8 {
+	if slot < 0 {
+		return 0
+	}
+	st := t.state[slot].Load()
+	if st&3 != stPartial {
+		return 0
+	}
+	return uint8(st >> 8)
 }
 
 // setState publishes a slot's standing (p: a partial client's pass

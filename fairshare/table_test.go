@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -573,4 +574,55 @@ func poisson(r *rand.Rand, m float64) int {
 		k++
 	}
 	return k
+}
+
+// TestMarginalRanks: the marginal tier's clients are ranked in the order
+// the tier was given to them, 0 first (Rank, admission.Request.Rank), so
+// that a mode admits them in that order; every other standing has rank 0.
+// 100 equal clients at 3× a farm of 600/s, from 10 s on.
+func TestMarginalRanks(t *testing.T) {
+	const n = 100
+	tb, _ := New(Config{Classes: []string{"web"}, Slots: 256, Rand: rand.New(rand.NewPCG(9, 10)).Uint32})
+	now := time.Unix(0, 0)
+	tb.Tick(now)
+	draw := rand.New(rand.NewPCG(1, 2))
+	counts := make([]int, n)
+	standing := make([][4]int, n)
+	checked := 0
+	for i := range 200 {
+		for c := range counts {
+			counts[c] = poisson(draw, 1.8)
+		}
+		equalTick(tb, now, 600, counts, standing)
+		now = now.Add(TickInterval)
+		tb.Tick(now)
+		if i < 100 {
+			continue
+		}
+		var ranks []int
+		for s := range tb.tk {
+			x := &tb.tk[s]
+			if x.key == 0 {
+				continue
+			}
+			r := int(tb.Rank(Slot(s)))
+			if x.kind == stPartial {
+				ranks = append(ranks, r)
+			} else if r != 0 {
+				t.Fatalf("tick %d: slot %d of standing %d has rank %d", i, s, x.kind, r)
+			}
+		}
+		slices.Sort(ranks)
+		for k, r := range ranks {
+			if r != k {
+				t.Fatalf("tick %d: marginal ranks %v, want 0 … %d", i, ranks, len(ranks)-1)
+			}
+		}
+		if len(ranks) > 1 {
+			checked++
+		}
+	}
+	if checked < 50 {
+		t.Errorf("a marginal tier of two clients or more in %d of 100 ticks, want most", checked)
+	}
 }

@@ -58,8 +58,9 @@
 // figures over a span (fairness.go): the spread of the clients'
 // admitted requests against their mean, and, for every window of
 // `window` seconds a second apart, the share of clients admitted ≥ 95%
-// or ≤ 5% of what they sent in it (its worst window, its mean, and the
-// clients all-or-nothing in every window). The span scales with the
+// or ≤ 5% of what they sent in it (its worst window, the windows under
+// the target of 90%, its mean, and the clients all-or-nothing in every
+// window). The span scales with the
 // run's time factor; the window does not (it is the target's).
 //
 // Capacity is servers × slots / mean service time of a request mix

@@ -145,8 +145,8 @@ func TestComputeFairness(t *testing.T) {
 		t.Errorf("spread: min %v max %v dev %v outside %d", f.MinRatio, f.MaxRatio, f.MaxDeviation, f.Outside)
 	}
 	// Windows 0 and 3: all four; windows 1 and 2: a and d only.
-	if f.Window != 3 || f.Windows != 4 || !near(f.WorstConsistent, 0.5) || f.WorstWindow != 1 || !near(f.MeanConsistent, 0.75) || !near(f.AlwaysConsistent, 0.5) {
-		t.Errorf("consistency: window %d, %d windows, worst %v at %d, mean %v, always %v", f.Window, f.Windows, f.WorstConsistent, f.WorstWindow, f.MeanConsistent, f.AlwaysConsistent)
+	if f.Window != 3 || f.Windows != 4 || !near(f.WorstConsistent, 0.5) || f.WorstWindow != 1 || f.Under != 2 || !near(f.MeanConsistent, 0.75) || !near(f.AlwaysConsistent, 0.5) {
+		t.Errorf("consistency: window %d, %d windows, worst %v at %d, %d under the target, mean %v, always %v", f.Window, f.Windows, f.WorstConsistent, f.WorstWindow, f.Under, f.MeanConsistent, f.AlwaysConsistent)
 	}
 	if !near(f.GoodputOverCapacity, 0.5) {
 		t.Errorf("goodput / capacity %v, want 20/40", f.GoodputOverCapacity)
