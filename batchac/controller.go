@@ -1,6 +1,7 @@
 package batchac
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -376,7 +377,7 @@ func (c *Controller) Admit(r *admission.Request) admission.Decision {
 		}
 		q := cl.queues[s.bucket(r.Bucket)]
 		w := c.waiters.Get().(*waiter)
-		w.s, w.tier, w.rank = sNs, uint8(tier), r.Rank
+		w.fill(r, sNs)
 		start := c.now()
 		switch q.push(w) {
 		case pushRetired: // Reconfigure or Close dropped the queue: reload
@@ -644,7 +645,8 @@ func (c *Controller) freeSlot(s *snapshot, idx int, sNs float64) bool {
 //
 // For a request of a fair-share tier (tier 1 or 2, admission.Share.Tier;
 // doc.go, Fair share) room also holds the class's within-share demand
-// (and the turns'); inShare then tells whether a within-share request of
+// (and, for the marginal tier, the floor's share of what is left, more
+// for its rank: admission.Request.Rank); inShare then tells whether a within-share request of
 // the same size would have room, so that the caller can name a refusal
 // over_share.
 func (c *Controller) Room(class int, sz time.Duration, tier int, rank uint8) (room, free, inShare bool) {
@@ -759,14 +761,10 @@ func (c *Controller) updateReserve(s *snapshot, now time.Time) {
 }
 
 // byRank orders a batch's marginal tier by its clients' ranks
-// (admission.Request.Rank), lowest first, stably: an insertion sort, as
-// a batch holds few marginal requests.
+// (admission.Request.Rank), lowest first, keeping arrival order within a
+// rank. In place, no allocation.
 func byRank(ws []*waiter) {
-	for i := 1; i < len(ws); i++ {
-		for j := i; j > 0 && ws[j].rank < ws[j-1].rank; j-- {
-			ws[j], ws[j-1] = ws[j-1], ws[j]
-		}
-	}
+	slices.SortStableFunc(ws, func(a, b *waiter) int { return cmp.Compare(a.rank, b.rank) })
 }
 
 // usable is a demand as the reserve takes it: NaN, ±Inf and negatives
@@ -1031,7 +1029,8 @@ func (c *Controller) decide(rc *runCtx, cl *class, head *waiter, cascaded bool, 
 				// left is held for the class's clients within their
 				// share (or in their turn).
 				reject[g].Verdict = admission.RejectOverShare
-				reject[g].RetryAfter = retryAfter(m.drain(mean, m.boundTier(cl, g, 0, float64(cl.period), cl.dAboveOver).lim))
+				rank := batch[start[g]+got[g]].rank // the first refused (0 but in the marginal tier)
+				reject[g].RetryAfter = retryAfter(m.drain(mean, m.boundTier(cl, g, rank, float64(cl.period), cl.dAboveOver).lim))
 				continue
 			case g == 0 && lim < own && rc.m.fits(cnt[0], sumOf(0, 0), own),
 				g > 0 && lim < own && m.fits(1, mean, own):
@@ -1272,7 +1271,8 @@ func (c *Controller) Park(r *admission.Request, wk admission.Waker) (d admission
 		}
 		q := cl.queues[s.bucket(r.Bucket)]
 		w := c.waiters.Get().(*waiter)
-		w.s, w.wk, w.tier = sNs, wk, uint8(tier)
+		w.fill(r, sNs)
+		w.wk = wk
 		start := c.now()
 		switch q.push(w) {
 		case pushRetired:

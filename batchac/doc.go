@@ -376,6 +376,7 @@
 // (histogram), sentry_batch_eta, sentry_batch_queue_delay_seconds (Q),
 // sentry_batch_rsla_seconds, sentry_batch_parallelism (P in use),
 // sentry_batch_admitted_pending, sentry_batch_reserve_ratio{class} (ρ_j).
+// Class labels come from the configuration.
 //
 // # Usage
 //

@@ -132,3 +132,39 @@ func TestParkAllocs(t *testing.T) {
 		t.Fatalf("%v allocs per park/run/result", a)
 	}
 }
+
+// TestParkRanks: Park queues a marginal request with its rank, as Admit
+// does (testdata/fairshare_rank.txt, the same batch): the run takes the
+// marginal tier by rank, not by arrival. Both of rank 0 pass, one of
+// rank 1, none of rank 2, which came first.
+func TestParkRanks(t *testing.T) {
+	clock := &manualClock{t: time.Unix(1000, 0)}
+	st := newFakeState(1, 4, 0, time.Second)
+	st.means[0].Store(int64(200 * time.Millisecond))
+	c, err := New(st, Config{Now: clock.Now, StrictPeriods: true, Parallelism: 4, ReserveFloor: 0.25,
+		Classes: []ClassConfig{{Name: "bronze", Period: 100 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	wk := &countWaker{}
+	ranks := []uint8{2, 2, 1, 1, 0, 0}
+	var ps []*Parked
+	for i, r := range ranks {
+		d, p, decided := c.Park(&admission.Request{Class: 0, S: 200 * time.Millisecond, Share: admission.Marginal, Rank: r}, wk)
+		if decided || p == nil {
+			t.Fatalf("request %d: decided %v (%v), want parked", i, decided, d)
+		}
+		ps = append(ps, p)
+	}
+	clock.Advance(100 * time.Millisecond)
+	c.Tick(clock.Now())
+	want := []admission.Verdict{admission.RejectOverShare, admission.RejectOverShare, admission.Admit,
+		admission.RejectOverShare, admission.Admit, admission.Admit}
+	for i, p := range ps {
+		d, ready := p.Result()
+		if !ready || d.Verdict != want[i] {
+			t.Errorf("rank %d (arrival %d): %v ready=%v, want %v", ranks[i], i, d.Verdict, ready, want[i])
+		}
+	}
+}

@@ -33,6 +33,12 @@ type waiter struct {
 	wk admission.Waker
 }
 
+// fill sets what a waiter carries of r (service time sNs in ns): Admit
+// and Park queue the same request alike.
+func (w *waiter) fill(r *admission.Request, sNs float64) {
+	w.s, w.tier, w.rank = sNs, uint8(r.Share.Tier()), r.Rank
+}
+
 // queue is one (class, bucket) wait queue: an intrusive FIFO list, so push,
 // removal by a departing client and taking the whole list are O(1) under the
 // lock. Nothing is allocated per request.

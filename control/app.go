@@ -300,7 +300,8 @@ func (a *App) threshold(r *admission.Request) admission.Decision {
 	// Fair share (docs/algorithms.md §12): a request of the spare-only
 	// tier is admitted only where it slows down nobody (FreeSlot); one over its
 	// share in its turn needs room with the class's within-share demand
-	// held for too (the marginal one, the turns' demand as well), and is
+	// held for too (the marginal one, the floor's share of what is left
+	// as well, and more for each rank before its own), and is
 	// refused as over_share where a within-share request would have had
 	// room.
 	thr := a.thr.Load()

@@ -87,11 +87,8 @@ func (a *App) share(r *admission.Request) (*fairshare.Table, fairshare.Slot) {
 		r.Share = admission.WithinShare
 		return nil, fairshare.NoSlot
 	}
-	slot, sh := t.Share(r.Class, r.Client, r.Addr)
-	r.Share = sh
-	if sh == admission.Marginal {
-		r.Rank = t.Rank(slot)
-	}
+	slot, sh, rank := t.Share(r.Class, r.Client, r.Addr)
+	r.Share, r.Rank = sh, rank
 	return t, slot
 }
 

@@ -490,10 +490,11 @@ func TestFairConsistent(t *testing.T) {
 // farm of 3 × 2 slots × 10 ms (600/s) and 100 clients at 18/s each, for
 // 400 s of the default rotation: in every 10 s window from 10 s on, at
 // least 90% of the clients are all-or-nothing, and the marginal tier,
-// ranked (fairshare's doc, Turns), goes to few clients: unranked, the
-// mode refused most of it, spread over every client it went to, and 6.3
-// clients a second held it, each partial. Batch (auto, the default) and
-// threshold mode; adaptive mode does not rank its marginal tier.
+// ranked (fairshare's doc, Turns), is held by at most 5 clients a
+// second: what the mode refuses of it falls on its last ranks, not
+// spread over every client it goes to (docs/performance.md). Batch
+// (auto, the default) and threshold mode; adaptive mode does not rank
+// its marginal tier.
 func TestFairConsistentFarm600(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulation")

@@ -28,7 +28,7 @@ func BenchmarkShareDone(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		s, sh := tb.Share(0, k, addr)
+		s, sh, _ := tb.Share(0, k, addr)
 		tb.Done(s, sh, admission.RejectTest)
 	}
 }

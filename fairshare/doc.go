@@ -110,7 +110,7 @@
 //     held for the classes above it;
 //   - Marginal, with a probability, if it is one of the few clients that
 //     fill what the turns leave: room held for the turns too, and more
-//     for each client ranked before it in the tier (Rank, below);
+//     for each client ranked before it in the tier (its rank, below);
 //   - SpareOnly otherwise: admitted only where it harms nobody (a free
 //     slot, nothing waiting), else RejectOverShare (over_share).
 //
@@ -164,11 +164,11 @@
 // (TestFairEqualShares).
 //
 // Decision: the marginal tier is ranked. Its clients are given it in the
-// order above, and each carries its place in it (Rank, published in the
-// slot's state word beside the probability; admission.Request.Rank). A
-// mode admits the tier rank by rank: rank k holds the reserve floor's
-// share again of the room rank k − 1 leaves (package batchac, Fair
-// share), so what the mode refuses of the tier, which it must (the probe
+// order above, and each carries its place in it (Share's third result,
+// kept in the slot's state word beside the probability;
+// admission.Request.Rank). A mode admits the tier rank by rank: rank k
+// holds the reserve floor's share again of the room rank k − 1 leaves
+// (package batchac, Fair share), so what the mode refuses of the tier, which it must (the probe
 // keeps C honest), falls on the last clients instead of on every
 // client of the tier at random. Unranked, the mode admitted under a
 // third of the tier, spread over all its clients, so each was partial in
@@ -238,8 +238,8 @@
 //
 //	t, _ := fairshare.New(fairshare.Config{Classes: []string{"gold", "bronze"}})
 //	go func() { for now := range ticker.C { t.Tick(now) } }()
-//	slot, share := t.Share(class, id.Key(req, addr), addr)
-//	r.Share = share                    // the mode reads it
+//	slot, share, rank := t.Share(class, id.Key(req, addr), addr)
+//	r.Share, r.Rank = share, rank      // the mode reads them
 //	d := mode.Admit(r)
 //	t.Done(slot, share, d.Verdict)
 package fairshare

@@ -123,7 +123,9 @@ func fields(x uint64) (a, r, s uint64) {
 }
 
 // A slot's state, written by Tick, read per request: the kind in the low
-// two bits, a partial client's pass probability (× 2³²) in the high 32.
+// two bits; a marginal client's rank in the tier in bits 8-15; in the
+// high 32, a marginal client's or a flood's pass probability (× 2³²), or
+// a within-share client's allowance for the tick (+ 1).
 const (
 	stIn      = 0 // within its share: WithinShare
 	stOn      = 1 // over its share, has its turn: OverShare (a flood: with a probability, else SpareOnly)
@@ -162,7 +164,7 @@ type Table struct {
 	buckets uint64
 	keys    []atomic.Uint64 // 0: empty
 	cnt     []atomic.Uint64 // this tick's decisions, packed (fields)
-	state   []atomic.Uint64 // stIn, stOn, stPartial, stOff | p<<32
+	state   []atomic.Uint64 // stIn, stOn, stPartial, stOff | rank<<8 | p<<32
 	score   []atomic.Uint32 // eviction score: the smoothed rate in milli-requests/s
 	prio    []atomic.Uint32 // this tick's refusals that held room for a more important class
 	cold    []cold          // guarded by the bucket's lock
@@ -357,14 +359,16 @@ func mulhi(a, b uint64) (hi, lo uint64) {
 // Share finds (or makes) the entry of client in class and returns it with
 // the request's standing (admission.Share): WithinShare while the class
 // is not shedding or the client sends at most its share; OverShare while
-// an over-share client has its turn (the marginal client: with the
-// probability that fills the class's capacity); SpareOnly otherwise. A
-// request without a client (0) is WithinShare, NoSlot. addr names a new
+// an over-share client has its turn; Marginal, with the probability that
+// fills the class's capacity, for a client of the marginal tier, with
+// its rank in the tier (admission.Request.Rank; 0 for every other
+// standing); SpareOnly otherwise. A request without a client (0) is
+// WithinShare, NoSlot. addr names a new
 // client on the status page. Share does not allocate; it takes a bucket
 // lock only for a client without an entry.
-func (t *Table) Share(class int, client uint64, addr netip.Addr) (Slot, admission.Share) {
+func (t *Table) Share(class int, client uint64, addr netip.Addr) (Slot, admission.Share, uint8) {
 	if client == 0 {
-		return NoSlot, admission.WithinShare
+		return NoSlot, admission.WithinShare, 0
 	}
 	class = t.classIndex(class)
 	k := entryKey(client, class)
@@ -393,20 +397,20 @@ func (t *Table) Share(class int, client uint64, addr netip.Addr) (Slot, admissio
 			}
 			a, r, s := fields(t.cnt[slot].Load())
 			if a+r+s >= lim {
-				return Slot(slot), admission.OverShare
+				return Slot(slot), admission.OverShare, 0
 			}
 		}
-		return Slot(slot), admission.WithinShare
+		return Slot(slot), admission.WithinShare, 0
 	case stOn:
 		if p := uint32(st >> 32); p == 0 || t.rand() < p {
-			return Slot(slot), admission.OverShare
+			return Slot(slot), admission.OverShare, 0
 		}
 	case stPartial:
 		if t.rand() < uint32(st>>32) {
-			return Slot(slot), admission.Marginal
+			return Slot(slot), admission.Marginal, uint8(st >> 8)
 		}
 	}
-	return Slot(slot), admission.SpareOnly
+	return Slot(slot), admission.SpareOnly, 0
 }
 
 // insert puts key k of class into the bucket at base: an empty way, else
@@ -843,8 +847,8 @@ func (t *Table) turns(over []overEntry, f, budget, spare, probe, dt float64, now
 			continue
 		}
 		p := min(1, left/e.rate)
-		t.setPartial(e.slot, p, rank)
-		left -= p * e.rate
+		t.setRanked(e.slot, stPartial, p, rank)
+		left -= e.rate // past 0 once p < 1: the last of the tier
 	}
 	return on
 }
@@ -862,40 +866,20 @@ func (t *Table) setAllow(slot int32, allow float64) {
 	x.allow, x.filled = allow, true
 }
 
-// setPartial publishes a marginal client's standing: its pass
-// probability p and its rank in the marginal tier (Rank), in bits 8-15
-// of the state word.
-func (t *Table) setPartial(slot int32, p float64, rank int) {
-	t.setState(slot, stPartial, p)
-	if t.keys[slot].Load() == t.tk[slot].key {
-		t.state[slot].Store(t.state[slot].Load() | uint64(min(rank, 255))<<8)
-	}
-}
-
-// Rank is the place in the marginal tier of the client in slot, 0 for
-// the first (admission.Request.Rank), read after Share gave it Marginal;
-// 0 for any other standing.
-func (t *Table) Rank(slot Slot) uint8 {
-	if slot < 0 {
-		return 0
-	}
-	st := t.state[slot].Load()
-	if st&3 != stPartial {
-		return 0
-	}
-	return uint8(st >> 8)
-}
-
 // setState publishes a slot's standing (p: a partial client's pass
 // probability).
-func (t *Table) setState(slot int32, kind uint8, p float64) {
+func (t *Table) setState(slot int32, kind uint8, p float64) { t.setRanked(slot, kind, p, 0) }
+
+// setRanked is setState with a marginal client's rank in the tier
+// (Share's third result), in one store.
+func (t *Table) setRanked(slot int32, kind uint8, p float64, rank int) {
 	if t.keys[slot].Load() != t.tk[slot].key {
 		return // taken by another client since the pass: it starts within
 	}
 	w := uint64(kind)
 	switch {
 	case kind == stPartial:
-		w |= uint64(uint32(min(p, 1)*math.MaxUint32)) << 32
+		w |= uint64(uint32(min(p, 1)*math.MaxUint32))<<32 | uint64(min(rank, 255))<<8
 	case kind == stOn && p > 0 && p < 1: // a flood; 0 is always
 		w |= uint64(max(1, uint32(p*math.MaxUint32))) << 32
 	}

@@ -4,7 +4,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/netip"
-	"slices"
 	"testing"
 	"time"
 
@@ -65,15 +64,15 @@ func TestMillionClients(t *testing.T) {
 	tb.Tick(now)
 	addr := netip.MustParseAddr("192.0.2.1")
 	steady := mix(0)
-	first, _ := tb.Share(0, steady, addr)
+	first, _, _ := tb.Share(0, steady, addr)
 	moved := 0
 	const n = 1_000_000
 	allocs := testing.AllocsPerRun(1, func() {
 		for i := 1; i <= n; i++ {
-			s, sh := tb.Share(0, mix(uint64(i)), addr)
+			s, sh, _ := tb.Share(0, mix(uint64(i)), addr)
 			tb.Done(s, sh, admission.Admit)
 			if i%50 == 0 {
-				s, sh := tb.Share(0, steady, addr)
+				s, sh, _ := tb.Share(0, steady, addr)
 				if s != first {
 					moved++
 				}
@@ -111,7 +110,7 @@ func TestShareDoneAllocs(t *testing.T) {
 	addr := netip.MustParseAddr("2001:db8::1")
 	k := AddrKey(addr, 64)
 	if n := testing.AllocsPerRun(1000, func() {
-		s, sh := tb.Share(1, k, addr)
+		s, sh, _ := tb.Share(1, k, addr)
 		tb.Done(s, sh, admission.RejectTest)
 	}); n != 0 {
 		t.Errorf("%v allocs per Share and Done", n)
@@ -123,7 +122,7 @@ func TestIdleFreed(t *testing.T) {
 	tb, _ := New(Config{Classes: []string{"a"}, Slots: 64})
 	now := time.Unix(0, 0)
 	tb.Tick(now)
-	s, sh := tb.Share(0, 42, netip.Addr{})
+	s, sh, _ := tb.Share(0, 42, netip.Addr{})
 	tb.Done(s, sh, admission.Admit)
 	for el := time.Duration(0); el <= idleAfter+time.Second; el += TickInterval {
 		now = now.Add(TickInterval)
@@ -188,7 +187,7 @@ func modeTick(tb *Table, now time.Time, room int, counts []int, seen [][4]int, k
 	}
 	var tiers [4][]held
 	for _, c := range order {
-		s, sh := tb.Share(0, mix(uint64(c)+keyBase), netip.Addr{})
+		s, sh, _ := tb.Share(0, mix(uint64(c)+keyBase), netip.Addr{})
 		seen[c][sh]++
 		if sh == admission.WithinShare {
 			decide(held{s, sh})
@@ -291,7 +290,7 @@ func TestOneClientNeverShares(t *testing.T) {
 	for i := range 50 { // 5 s; the mode's room grows from 10 to 500 a tick, as at a start
 		room := min(10+10*i, 500)
 		for range 600 {
-			s, sh := tb.Share(0, key, netip.Addr{})
+			s, sh, _ := tb.Share(0, key, netip.Addr{})
 			standing[sh]++
 			if room > 0 {
 				room--
@@ -577,9 +576,12 @@ func poisson(r *rand.Rand, m float64) int {
 }
 
 // TestMarginalRanks: the marginal tier's clients are ranked in the order
-// the tier was given to them, 0 first (Rank, admission.Request.Rank), so
-// that a mode admits them in that order; every other standing has rank 0.
-// 100 equal clients at 3× a farm of 600/s, from 10 s on.
+// the tier was given to them, 0 first (Share's third result,
+// admission.Request.Rank), so that a mode admits them in that order: the
+// ranks are 0 … m−1, every other standing has rank 0, and the pass
+// probability does not rise with the rank, with only the last below 1
+// (the tier goes to as few clients as cover it). 100 equal clients at 3×
+// a farm of 600/s, from 10 s on.
 func TestMarginalRanks(t *testing.T) {
 	const n = 100
 	tb, _ := New(Config{Classes: []string{"web"}, Slots: 256, Rand: rand.New(rand.NewPCG(9, 10)).Uint32})
@@ -599,30 +601,55 @@ func TestMarginalRanks(t *testing.T) {
 		if i < 100 {
 			continue
 		}
-		var ranks []int
+		pass := map[int]uint32{} // by rank
 		for s := range tb.tk {
 			x := &tb.tk[s]
 			if x.key == 0 {
 				continue
 			}
-			r := int(tb.Rank(Slot(s)))
-			if x.kind == stPartial {
-				ranks = append(ranks, r)
-			} else if r != 0 {
-				t.Fatalf("tick %d: slot %d of standing %d has rank %d", i, s, x.kind, r)
+			st := tb.state[s].Load()
+			r := int(uint8(st >> 8))
+			if x.kind != stPartial {
+				if r != 0 {
+					t.Fatalf("tick %d: slot %d of standing %d has rank %d", i, s, x.kind, r)
+				}
+				continue
+			}
+			if _, dup := pass[r]; dup {
+				t.Fatalf("tick %d: rank %d twice", i, r)
+			}
+			pass[r] = uint32(st >> 32)
+		}
+		for r := range len(pass) {
+			p, ok := pass[r]
+			if !ok {
+				t.Fatalf("tick %d: marginal ranks %v, want 0 … %d", i, pass, len(pass)-1)
+			}
+			if r < len(pass)-1 && p != math.MaxUint32 {
+				t.Fatalf("tick %d: rank %d of %d passes with %d/2³², want all but the last whole", i, r, len(pass), p)
 			}
 		}
-		slices.Sort(ranks)
-		for k, r := range ranks {
-			if r != k {
-				t.Fatalf("tick %d: marginal ranks %v, want 0 … %d", i, ranks, len(ranks)-1)
-			}
-		}
-		if len(ranks) > 1 {
+		if len(pass) > 1 {
 			checked++
 		}
 	}
 	if checked < 50 {
 		t.Errorf("a marginal tier of two clients or more in %d of 100 ticks, want most", checked)
+	}
+}
+
+// TestShareRank: Share returns a marginal client's rank with its
+// standing, read from the same state word.
+func TestShareRank(t *testing.T) {
+	tb, _ := New(Config{Classes: []string{"web"}, Rand: func() uint32 { return 0 }})
+	slot, _, _ := tb.Share(0, 42, netip.Addr{})
+	tb.tk[slot].key = tb.keys[slot].Load()
+	tb.setRanked(int32(slot), stPartial, 1, 3)
+	if _, sh, r := tb.Share(0, 42, netip.Addr{}); sh != admission.Marginal || r != 3 {
+		t.Errorf("Share = %v rank %d, want Marginal rank 3", sh, r)
+	}
+	tb.setRanked(int32(slot), stOn, 0, 3)
+	if _, sh, r := tb.Share(0, 42, netip.Addr{}); sh != admission.OverShare || r != 0 {
+		t.Errorf("Share = %v rank %d, want OverShare rank 0", sh, r)
 	}
 }
