@@ -138,7 +138,10 @@ func writeReply(resp *fasthttp.Response, r pipeline.Reply) {
 	}
 	resp.Header.SetContentTypeBytes(pipeline.StrTextPlain)
 	if r.Retry >= 0 {
-		resp.Header.SetBytesKV(pipeline.HdrRetryAfter, pipeline.RetryAfterBytes(r.Retry))
+		// On the stack: RetryAfterBytes allocates past its table (a
+		// retry_after or a threshold period over two minutes).
+		var b [20]byte
+		resp.Header.SetBytesKV(pipeline.HdrRetryAfter, pipeline.AppendRetryAfter(b[:0], r.Retry))
 	}
 	if r.Verdict != nil {
 		resp.Header.SetBytesKV(pipeline.HdrReject, r.Verdict)

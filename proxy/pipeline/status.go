@@ -105,11 +105,18 @@ func CodeClass(status int) int {
 
 var CodeClassNames = [6]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx"}
 
-func RetryAfterValue(secs int) []byte {
+// RetryAfterValue is Retry-After's value for secs seconds, in new bytes
+// (at least 1).
+func RetryAfterValue(secs int) []byte { return AppendRetryAfter(nil, secs) }
+
+// AppendRetryAfter appends Retry-After's value for secs seconds (at least
+// 1) to dst: what a writer with scratch space uses for a wait past
+// RetryAfterBytes' table, so that no reply allocates.
+func AppendRetryAfter(dst []byte, secs int) []byte {
 	if secs < 1 {
 		secs = 1
 	}
-	return strconv.AppendInt(nil, int64(secs), 10)
+	return strconv.AppendInt(dst, int64(secs), 10)
 }
 
 // OutcomeReason is each outcome's reason, as the metrics
