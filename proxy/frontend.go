@@ -169,8 +169,13 @@ func (fe *frontend) newServer(sv *policy.Server) *fasthttp.Server {
 		NoDefaultContentType:  true,
 		ReadBufferSize:        sv.MaxHeaderBytes,
 		WriteBufferSize:       16 << 10,
-		ReadTimeout:           sv.ReadHeaderTimeout,
-		IdleTimeout:           sv.IdleTimeout,
+		// The write buffer and the bodies' buffers go back to their
+		// pools when a response has been written, not held while the
+		// connection waits (proxy's doc, Invariants: memory). The read
+		// buffer stays: fasthttp keeps it with StreamRequestBody.
+		ReduceMemoryUsage: true,
+		ReadTimeout:       sv.ReadHeaderTimeout,
+		IdleTimeout:       sv.IdleTimeout,
 		// server.write_timeout is an idle timeout, applied by drainConn.
 		WriteTimeout:                  0,
 		Concurrency:                   sv.MaxConns,
