@@ -82,15 +82,23 @@ const (
 	// ownReadLimit: the reader stops reading while this much output
 	// waits (what a client's frames make the server answer is bounded).
 	ownReadLimit = 4 * ownOutLimit
-	// ownReadBuf is the reader's buffer (a TLS record's plaintext is at
-	// most 16 KiB).
+	// ownReadBuf is the reader's buffer while bytes keep coming (a TLS
+	// record's plaintext is at most 16 KiB), taken from ownReadPool for
+	// one read and given back after it.
 	ownReadBuf = 16 << 10
+	// ownIdleBuf is the reader's own buffer, the one it waits on: a
+	// request's HEADERS and a client's SETTINGS and PINGs fit; a read
+	// that fills it is followed by one into an ownReadBuf.
+	ownIdleBuf = 1 << 10
 	// ownSpare: the largest output buffer kept for the next batch.
 	ownSpare = 32 << 10
 	// ownCloseWait: at teardown, what is buffered (a GOAWAY, the end of
 	// the last response) is written for at most this long.
 	ownCloseWait = time.Second
 )
+
+// ownReadPool holds the readers' ownReadBuf buffers.
+var ownReadPool = sync.Pool{New: func() any { return new([ownReadBuf]byte) }}
 
 var (
 	errOwnStreamClosed = errors.New("h2: stream closed")
@@ -138,6 +146,8 @@ type ownConn struct {
 	loopAll   []h2srv.Event
 	loopStart []*ownStream
 	loopCut   []*ownStream
+
+	idleBuf [ownIdleBuf]byte // the reader's (serveOwnConn)
 }
 
 // serveOwnConn serves one h2 connection (TLS with ALPN h2, or h2c with its
@@ -171,7 +181,11 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 	oc.kickLocked()
 	oc.mu.Unlock()
 
-	buf := make([]byte, ownReadBuf)
+	// The reader waits on its small buffer, so that a connection with
+	// nothing to read holds no large one; a read that filled its buffer
+	// says more is likely there, and the next goes into a pooled one.
+	var big *[ownReadBuf]byte
+	full := false
 	var evs []h2srv.Event
 	var start []*ownStream
 	var cut []*ownStream
@@ -185,7 +199,13 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 			oc.cond.Wait()
 		}
 		oc.mu.Unlock()
+		buf := oc.idleBuf[:]
+		if full {
+			big = ownReadPool.Get().(*[ownReadBuf]byte)
+			buf = big[:]
+		}
 		n, rerr := c.Read(buf)
+		full = n == len(buf)
 		oc.mu.Lock()
 		var ferr error
 		if n > 0 {
@@ -211,7 +231,15 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 		// connection (GOAWAY sent) has no stream left.
 		stop := ferr != nil || oc.werr != nil || oc.core.GoingAway() && oc.held == 0 && oc.core.Active() == 0
 		stop = oc.afterReadLocked(rerr, stop, first, idle, sv.ReadHeaderTimeout)
+		if !full {
+			oc.shedIfIdleLocked()
+		}
 		oc.mu.Unlock()
+		if big != nil {
+			// The core keeps nothing of what it was fed.
+			ownReadPool.Put(big)
+			big = nil
+		}
 		for _, st := range cut {
 			st.cancel()
 		}
@@ -389,11 +417,24 @@ func (oc *ownConn) writer() {
 		}
 	}
 	oc.writing = false
+	oc.shedIfIdleLocked()
 	if oc.werr != nil {
 		oc.wakeLocked() // the reader ends the connection
 	}
 	oc.cond.Broadcast()
 	oc.mu.Unlock()
+}
+
+// shedIfIdleLocked gives back the output buffers (the core's and the
+// writer's spare) and the core's partial-frame buffer once the connection
+// has no stream and nothing to write: an idle connection holds no buffer
+// but the reader's small one. Not in loop mode: the loop keeps its own.
+func (oc *ownConn) shedIfIdleLocked() {
+	if oc.loop || oc.writing || oc.held > 0 || oc.core.Active() > 0 || len(oc.core.Output()) > 0 {
+		return
+	}
+	oc.spare = nil
+	oc.core.ShedBuffers()
 }
 
 // wakeLocked makes the reader's Read return at once (a timeout it takes
@@ -545,6 +586,7 @@ func (oc *ownConn) release(st *ownStream) {
 			// Idle from now: the reader's Read times out at
 			// idle_timeout (no wake-up per request).
 			oc.setIdleLocked(oc.idle, false)
+			oc.shedIfIdleLocked()
 		}
 	}
 	oc.mu.Unlock()

@@ -230,6 +230,20 @@ func (c *Conn) TakeOutput(spare []byte) []byte {
 	return b
 }
 
+// ShedBuffers gives back the buffers the connection keeps between calls
+// when nothing is in them: the partial frame's (empty between frames) and
+// the output's (empty once taken). A driver calls it when the connection
+// waits with no stream, so that an idle connection holds neither; the
+// next bytes in or out allocate afresh.
+func (c *Conn) ShedBuffers() {
+	if len(c.in) == 0 {
+		c.in = nil
+	}
+	if len(c.out) == 0 {
+		c.out = nil
+	}
+}
+
 // TakeEvents appends the events since the last call to dst.
 func (c *Conn) TakeEvents(dst []Event) []Event {
 	for _, e := range c.events {

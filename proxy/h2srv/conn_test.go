@@ -929,3 +929,49 @@ func TestSuspicionFades(t *testing.T) {
 		t.Errorf("still suspect after 100 s without a reset")
 	}
 }
+
+// TestShedBuffers: ShedBuffers keeps a partial frame and output not yet
+// taken, gives the buffers back once they are empty, and the connection
+// reads and writes on as before.
+func TestShedBuffers(t *testing.T) {
+	cl := newClient(t, Config{})
+	cl.start()
+	cl.get(1, false)
+	cl.fr.WriteData(1, true, bytes.Repeat([]byte("d"), 4000))
+	b := append([]byte(nil), cl.buf.Bytes()...)
+	cl.buf.Reset()
+	cut := len(b) - 1000 // inside the DATA frame
+	if err := cl.c.Feed(b[:cut]); err != nil {
+		t.Fatal(err)
+	}
+	cl.c.ShedBuffers() // the partial frame and the output (a WINDOW_UPDATE, if any) stay
+	if len(cl.c.in) == 0 {
+		t.Fatal("the partial frame was dropped")
+	}
+	if err := cl.c.Feed(b[cut:]); err != nil {
+		t.Fatal(err)
+	}
+	var s *Stream
+	for _, e := range cl.events() {
+		if e.Kind == EvRequest {
+			s = e.S
+		}
+	}
+	if s == nil {
+		t.Fatal("no request")
+	}
+	body := make([]byte, 8000)
+	if n, end := cl.c.ReadBody(s, body); n != 4000 || !end {
+		t.Fatalf("body %d bytes (end %v), want 4000 and its end", n, end)
+	}
+	cl.out()
+	cl.c.ShedBuffers()
+	if cl.c.in != nil || cl.c.out != nil {
+		t.Fatalf("idle, still holding in %d, out %d bytes of capacity", cap(cl.c.in), cap(cl.c.out))
+	}
+	cl.c.Headers(200)
+	cl.c.EndHeaders(s, true)
+	if fs := cl.out(); len(fs) != 1 || fs[0].typ != http2.FrameHeaders || fs[0].stream != 1 {
+		t.Fatalf("after shedding, output %+v", fs)
+	}
+}
