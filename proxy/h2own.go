@@ -92,13 +92,31 @@ const (
 	ownIdleBuf = 1 << 10
 	// ownSpare: the largest output buffer kept for the next batch.
 	ownSpare = 32 << 10
+	// ownOutBuf: an output buffer from ownOutPool, given to a connection
+	// that has none (after shedIfIdleLocked) and back when it goes idle.
+	ownOutBuf = 4 << 10
 	// ownCloseWait: at teardown, what is buffered (a GOAWAY, the end of
 	// the last response) is written for at most this long.
 	ownCloseWait = time.Second
 )
 
-// ownReadPool holds the readers' ownReadBuf buffers.
-var ownReadPool = sync.Pool{New: func() any { return new([ownReadBuf]byte) }}
+// ownReadPool holds the readers' ownReadBuf buffers, ownOutPool the
+// output's ownOutBuf ones.
+var (
+	ownReadPool = sync.Pool{New: func() any { return new([ownReadBuf]byte) }}
+	ownOutPool  = sync.Pool{New: func() any { return new([ownOutBuf]byte) }}
+)
+
+// ownOut is an output buffer from ownOutPool, empty.
+func ownOut() []byte { return ownOutPool.Get().(*[ownOutBuf]byte)[:0] }
+
+// ownOutPut gives b back to ownOutPool if it is one of its buffers (an
+// output that outgrew it was reallocated, and is left to the collector).
+func ownOutPut(b []byte) {
+	if cap(b) == ownOutBuf {
+		ownOutPool.Put((*[ownOutBuf]byte)(b[:ownOutBuf]))
+	}
+}
 
 var (
 	errOwnStreamClosed = errors.New("h2: stream closed")
@@ -209,6 +227,9 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 		oc.mu.Lock()
 		var ferr error
 		if n > 0 {
+			if cap(oc.core.Output()) == 0 {
+				oc.core.TakeOutput(ownOut()) // shed while idle: a pooled one
+			}
 			ferr = oc.core.Feed(buf[:n])
 		}
 		if first && n > 0 {
@@ -403,6 +424,9 @@ func (oc *ownConn) writer() {
 	runtime.Gosched()
 	oc.mu.Lock()
 	for len(oc.core.Output()) > 0 && oc.werr == nil {
+		if oc.spare == nil {
+			oc.spare = ownOut()
+		}
 		b := oc.core.TakeOutput(oc.spare)
 		oc.spare = nil
 		oc.cond.Broadcast() // room for waiting workers
@@ -433,7 +457,9 @@ func (oc *ownConn) shedIfIdleLocked() {
 	if oc.loop || oc.writing || oc.held > 0 || oc.core.Active() > 0 || len(oc.core.Output()) > 0 {
 		return
 	}
+	ownOutPut(oc.spare)
 	oc.spare = nil
+	ownOutPut(oc.core.TakeOutput(nil)) // empty
 	oc.core.ShedBuffers()
 }
 
