@@ -168,6 +168,20 @@
 //     response buffers under their process-wide totals, an idle loop
 //     connection holding no buffer and no exchange (proxy/evloop's doc,
 //     Memory), streams per h2 connection capped at 128.
+//   - An idle connection on goroutines holds as little as its library
+//     lets it. An h2 connection (h2own.go) waits on its reader's 1 KiB
+//     buffer; the 16 KiB one is pooled and taken for one read after a
+//     read that filled the small one, and with no stream and nothing to
+//     write the output buffers go back to a pool and the partial-frame
+//     one to the collector (h2srv's ShedBuffers). Its cost: pool gets
+//     and puts per request on a connection that idles between requests,
+//     and a read of more than 1 KiB is two reads. fasthttp runs with
+//     ReduceMemoryUsage: its write buffer and the bodies' go back to
+//     their pools when a response is written (a pool get and put per
+//     request, and a flush per response on a client that pipelines),
+//     but it keeps its read buffer (server.max_header_bytes) while a
+//     connection waits, as it does whenever request bodies stream
+//     (StreamRequestBody).
 //   - server.max_conns counts every holder of a listener's connections:
 //     a connection the loops adopt is counted by them before it leaves the
 //     listener's count; the hand-off to fasthttp, which counts a

@@ -234,7 +234,16 @@
 //     doc.
 //   - Idle memory per connection on the goroutine drivers: the loops
 //     take an Exchange and buffers per request and give them back when
-//     it ends (proxy/evloop's doc, "Memory"); the goroutine drivers
-//     should do the same, and e2e/bench/idle.sh measures only the
-//     loops' engine so far.
+//     it ends (proxy/evloop's doc, "Memory"). The h2 goroutine driver
+//     now waits on a 1 KiB read buffer and gives its output and
+//     partial-frame buffers back with no stream (proxy's doc,
+//     Invariants); what an idle h2 connection still holds is its
+//     reader's goroutine stack, crypto/tls's record and handshake
+//     buffers and its h2 core. fasthttp gives back its write buffer
+//     (ReduceMemoryUsage) but keeps its read buffer, 16 KiB by default,
+//     while an HTTP/1.1 connection waits, since request bodies stream:
+//     the portable engine's HTTP/1.1 stays far above 1.5 KiB per idle
+//     connection until a driver of its own, on the core, reads into a
+//     buffer taken when bytes arrive. e2e/bench/idle.sh measures both
+//     engines (the peer sentry-portable).
 package exchange
