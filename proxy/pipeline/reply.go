@@ -70,7 +70,17 @@ func AppendReplyFields(f []Field, num []byte, r *Reply, date, rid, id []byte) ([
 		f = append(f, Field{Name: hdrContentType, Value: StrTextPlain}, Field{Name: hdrContentLength, Value: num})
 	}
 	if r.Retry >= 0 {
-		f = append(f, Field{Name: HdrRetryAfter, Value: RetryAfterBytes(r.Retry)})
+		var v []byte
+		if r.Retry < len(smallInts) {
+			v = RetryAfterBytes(r.Retry)
+		} else {
+			// Past the table: in num, after the length (a num that
+			// grows leaves the length's bytes where they were).
+			k := len(num)
+			num = AppendRetryAfter(num, r.Retry)
+			v = num[k:]
+		}
+		f = append(f, Field{Name: HdrRetryAfter, Value: v})
 	}
 	if r.Verdict != nil {
 		f = append(f, Field{Name: HdrReject, Value: r.Verdict})
