@@ -164,8 +164,6 @@ type ownConn struct {
 	loopAll   []h2srv.Event
 	loopStart []*ownStream
 	loopCut   []*ownStream
-
-	idleBuf [ownIdleBuf]byte // the reader's (serveOwnConn)
 }
 
 // serveOwnConn serves one h2 connection (TLS with ALPN h2, or h2c with its
@@ -202,6 +200,7 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 	// The reader waits on its small buffer, so that a connection with
 	// nothing to read holds no large one; a read that filled its buffer
 	// says more is likely there, and the next goes into a pooled one.
+	small := make([]byte, ownIdleBuf) // not in ownConn: loop mode has no reader
 	var big *[ownReadBuf]byte
 	full := false
 	var evs []h2srv.Event
@@ -217,7 +216,7 @@ func (fe *frontend) serveOwnConn(c net.Conn) {
 			oc.cond.Wait()
 		}
 		oc.mu.Unlock()
-		buf := oc.idleBuf[:]
+		buf := small
 		if full {
 			big = ownReadPool.Get().(*[ownReadBuf]byte)
 			buf = big[:]
