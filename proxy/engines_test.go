@@ -894,9 +894,6 @@ var knownDifferences = map[string]string{
 	"latency-to-last-byte": "a loop observes a relayed request's latency at the last byte it reads from the " +
 		"backend (with response buffering, the backend's pace, not the client's); fasthttp at the response head " +
 		"when the body streams (over 64 KiB)",
-	"drain-parked": "a drain that runs out of time closes a loop's connection with a request parked for its " +
-		"batch run, which cancels it (client_gone); fasthttp's shutdown leaves its handler waiting until the " +
-		"run, or the controller's Close, decides it",
 	"trailer-bare-lf": "a loop refuses a backend's chunked trailer line that ends in a bare LF (502, the " +
 		"connection closed): it passes the backend's bytes on as they are; fasthttp's parser reads a bare LF " +
 		"as a line's end and writes its own framing and trailers, so its client gets a well-formed answer " +

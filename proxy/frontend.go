@@ -52,6 +52,10 @@ type frontend struct {
 	// (drainConn).
 	draining  atomic.Bool
 	lingering atomic.Int64 // connections in a lingering close
+	// expired is closed when a drain runs out of time with fasthttp's
+	// handlers still running: a request parked for its batch run then
+	// leaves its queue as client_gone (awaitPending), as on the loops.
+	expired chan struct{}
 	// own: the connections of sentry's own h2 server (h2own.go), for
 	// the drain's GOAWAY; h2Workers runs their streams.
 	own struct {
@@ -80,7 +84,7 @@ func (p *Proxy) Serve(addr string, ln net.Listener) error {
 		return fmt.Errorf("listener %s is not in the policy", addr)
 	}
 	sv := st.snap.Server
-	fe := &frontend{p: p, addr: addr, done: make(chan struct{})}
+	fe := &frontend{p: p, addr: addr, done: make(chan struct{}), expired: make(chan struct{})}
 	fe.h2Workers.serve = fe.serveOwnStream
 	fe.genv = exchange.Env{Log: p.log, Access: p.accessEntry, Illegal: &fe.own.illegal, Strict: strictStates}
 	fe.route.Store(rt)
@@ -260,7 +264,7 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		} else {
 			h2cDone <- nil
 		}
-		err = fe.srv.ShutdownWithContext(ctx)
+		err = fe.shutdownFast(ctx)
 		if loopsDone != nil {
 			<-loopsDone
 		}
@@ -280,7 +284,7 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		}
 		fe.tls.Close()
 		errc := make(chan error, 1)
-		go func() { errc <- fe.srv.ShutdownWithContext(ctx) }()
+		go func() { errc <- fe.shutdownFast(ctx) }()
 		err = fe.tls.drain(ctx, fe.ownGoAway)
 		if herr := <-errc; herr != nil {
 			err = herr
@@ -305,6 +309,18 @@ func (p *Proxy) Shutdown(ctx context.Context, addr string) error {
 		case <-ctx.Done():
 			return err
 		}
+	}
+	return err
+}
+
+// shutdownFast drains fasthttp's connections until ctx is done. When it
+// runs out of time, the requests still parked for their batch run are
+// cancelled (fe.expired): they end as client_gone and their connections
+// close, as a loop's do when its drain runs out.
+func (fe *frontend) shutdownFast(ctx context.Context) error {
+	err := fe.srv.ShutdownWithContext(ctx)
+	if ctx.Err() != nil {
+		close(fe.expired)
 	}
 	return err
 }

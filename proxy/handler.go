@@ -68,19 +68,22 @@ func (w chanWaker) Wake() {
 	}
 }
 
-// awaitPending blocks until p's decision is made (woken through wake) or
-// the client goes (gone fires; nil: never), which withdraws the request.
-func awaitPending(p admission.Pending, wake chanWaker, gone <-chan struct{}) admission.Decision {
+// awaitPending blocks until p's decision is made (woken through wake),
+// the client goes (gone fires; nil: never) or a drain runs out of time
+// (expired; nil: never); either of the last two withdraws the request.
+func awaitPending(p admission.Pending, wake chanWaker, gone, expired <-chan struct{}) admission.Decision {
 	for {
 		select {
 		case <-wake:
 			if d, ok := p.Result(); ok {
 				return d
 			}
+			continue
 		case <-gone:
-			p.Cancel()
-			return admission.Decision{Verdict: admission.RejectGone}
+		case <-expired:
 		}
+		p.Cancel()
+		return admission.Decision{Verdict: admission.RejectGone}
 	}
 }
 
@@ -179,7 +182,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		}
 		ready = time.Now()
 	}
-	in := fhReq{peer: peerAddr(ctx), isTLS: ctx.IsTLS(), ready: ready, upgrade: upgrade, clientClose: clientClose || f.Close}
+	in := fhReq{peer: peerAddr(ctx), isTLS: ctx.IsTLS(), ready: ready, expired: fe.expired, upgrade: upgrade, clientClose: clientClose || f.Close}
 	o, b := p.serve(a, ctx, in, body, &ae)
 	closeIfBodyUnread(ctx, o)
 	if o == pipeline.OutBadRequest {
@@ -277,6 +280,9 @@ type fhReq struct {
 	// whose done closes when the client resets the stream. nil on
 	// HTTP/1.1, whose connection is checked after a wait instead.
 	cut *abortable
+	// expired is closed when the front end's drain runs out of time
+	// (frontend.expired); nil: never.
+	expired <-chan struct{}
 	// upgrade: the request keeps its Upgrade header for a tunnel.
 	upgrade bool
 	// clientClose: the client asked to close the connection.
@@ -399,7 +405,7 @@ func (c *fhCall) decide(client netip.Addr, ae *pipeline.AccessEntry) (admission.
 				g, unwatch = ch, stop
 			}
 		}
-		d = awaitPending(pend, x.wake, g)
+		d = awaitPending(pend, x.wake, g, c.expired)
 		if unwatch != nil {
 			unwatch()
 		}
