@@ -45,8 +45,8 @@
 // what the loops hand off, and the portable engine's HTTP/1.1) and
 // serveCtx (h2.go: the h2 worker streams the goroutine driver does not
 // take). They call the pipeline's steps in their own order and relay
-// through fasthttp's HostClient, the only client for backends over TLS or
-// by name; package proxy/exchange's doc lists what is left to move.
+// through fasthttp's HostClient (relay.go), the only client for backends
+// over TLS or by name; package proxy/exchange's doc lists what is left.
 //
 // A request's path, on Linux with the default engine:
 //
