@@ -80,6 +80,34 @@ type drainConn struct {
 	}
 	writeSet int64 // when the write deadline was last pushed (monoBase ns; 0: never)
 	peerEOF  bool  // a Read returned io.EOF: the client closed its side
+
+	// fin: the watch of the client's FIN while a request is relayed
+	// (fin_linux.go). fd, gen and over are the watcher's, under its lock.
+	fin struct {
+		tried    atomic.Bool // watchFIN ran (the conn's goroutine, at its first relay)
+		seen     atomic.Bool // the client closed its side, or its socket failed
+		relaying atomic.Bool // a request of this conn is being relayed
+		fd, gen  int32       // the registration (gen 0: none)
+		over     bool        // the conn closes: never watched again
+	}
+}
+
+// relayStart tells the FIN watch that a request of c is relayed from
+// now on (the first one adds c to the watch). gone: the client has
+// closed its side already, and the request is not to be sent.
+func (c *drainConn) relayStart() (gone bool) {
+	if !c.fin.tried.Load() {
+		c.watchFIN()
+	}
+	c.fin.relaying.Store(true)
+	return c.fin.seen.Load()
+}
+
+// relayEnd tells it that the relay is over. gone: the client closed its
+// side before it ended, and its request ends as client_gone.
+func (c *drainConn) relayEnd() (gone bool) {
+	c.fin.relaying.Store(false)
+	return c.fin.seen.Load()
 }
 
 // peerClosed reports whether the client has closed its side (rateConn).
@@ -214,6 +242,7 @@ func (c *drainConn) linger(force bool) error {
 		// close first): close for real.
 		c.closed = true
 		c.fe.lingering.Add(-1)
+		c.unwatchFIN()
 		return c.Conn.Close()
 	case !force && !c.deferred && c.idle.Load():
 		c.deferred = true
@@ -223,6 +252,7 @@ func (c *drainConn) linger(force bool) error {
 	cw, ok := c.Conn.(interface{ CloseWrite() error })
 	if !ok || cw.CloseWrite() != nil {
 		c.closed = true
+		c.unwatchFIN()
 		return c.Conn.Close()
 	}
 	c.lingering = true
@@ -245,6 +275,7 @@ func (c *drainConn) closeNow() error {
 	if c.lingering {
 		c.fe.lingering.Add(-1)
 	}
+	c.unwatchFIN()
 	return c.Conn.Close()
 }
 

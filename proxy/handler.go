@@ -484,11 +484,24 @@ func (c *fhCall) relayAdmitted(p *Proxy, body *bodyBuf, ae *pipeline.AccessEntry
 		default:
 		}
 	}
+	// HTTP/1.1: a client that closes its side while its request is
+	// relayed is gone, as on the loops (fin_linux.go): it gets no answer.
+	fc := c.finConn()
+	if fc != nil && fc.relayStart() {
+		fc.relayEnd()
+		hangUp(c.ctx)
+		return pipeline.OutClientGone, nil
+	}
 	out := c.outRequest(body)
 	if out != req {
 		defer fasthttp.ReleaseRequest(out)
 	}
 	o, u, dispatch, inService := c.send(p, out, body, &ae.Trace)
+	if fc != nil && fc.relayEnd() {
+		c.x.dropBackendResp()
+		hangUp(c.ctx)
+		return pipeline.OutClientGone, u
+	}
 	clientClose := c.clientClose
 	if c.cb != nil && c.cb.unread {
 		clientClose = true // the rest of the body must not be read as a request
@@ -498,6 +511,21 @@ func (c *fhCall) relayAdmitted(p *Proxy, body *bodyBuf, ae *pipeline.AccessEntry
 	}
 	c.reply(p, o, u, clientClose)
 	return o, u
+}
+
+// finConn is the HTTP/1.1 connection whose FIN ends the request while
+// it is relayed (fin_linux.go); nil for an h2 stream, whose reset does.
+func (c *fhCall) finConn() *drainConn {
+	if c.cut != nil {
+		return nil
+	}
+	switch x := c.ctx.Conn().(type) {
+	case *drainConn:
+		return x
+	case drainTLSConn:
+		return x.drainConn
+	}
+	return nil
 }
 
 // outRequest is the request that goes to the backend: the client's, or,
