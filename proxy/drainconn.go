@@ -103,6 +103,9 @@ func (c *drainConn) relayStart() (gone bool) {
 	return c.fin.seen.Load()
 }
 
+// finSeen reports whether the client has closed its side.
+func (c *drainConn) finSeen() bool { return c.fin.seen.Load() }
+
 // relayEnd tells it that the relay is over. gone: the client closed its
 // side before it ended, and its request ends as client_gone.
 func (c *drainConn) relayEnd() (gone bool) {

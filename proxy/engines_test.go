@@ -890,9 +890,6 @@ func TestLoadHeaderEveryEngine(t *testing.T) {
 // knownDifferences are the behaviours where the engines differ on
 // purpose; docs/operations.md ("Engines") lists them with these tests.
 var knownDifferences = map[string]string{
-	"latency-to-last-byte": "a loop observes a relayed request's latency at the last byte it reads from the " +
-		"backend (with response buffering, the backend's pace, not the client's); fasthttp at the response head " +
-		"when the body streams (over 64 KiB)",
 	"trailer-bare-lf": "a loop refuses a backend's chunked trailer line that ends in a bare LF (502, the " +
 		"connection closed): it passes the backend's bytes on as they are; fasthttp's parser reads a bare LF " +
 		"as a line's end and writes its own framing and trailers, so its client gets a well-formed answer " +
@@ -983,48 +980,49 @@ func relayedCount(t *testing.T, h *harness) uint64 {
 	return 0
 }
 
-// TestLatencyToLastByte pins knownDifferences["latency-to-last-byte"]: the
-// backend sends the head and part of a 100 KB body, then waits. Once the
-// client has some of those bytes, fasthttp has already observed the request (its
-// handler ended at the head) and a loop has not (it observes at the end).
+// TestLatencyToLastByte: every engine observes a relayed request's
+// latency at the last byte it reads from the backend. The backend sends
+// the head and part of a 100 KB body, then waits: once the client has
+// some of those bytes, the request is not observed yet; it is once the
+// body is through. Also when the loops hand the connection to fasthttp.
 func TestLatencyToLastByte(t *testing.T) {
 	for _, e := range engines {
-		t.Run(e, func(t *testing.T) {
-			// first is more than fasthttp's 16 KiB write buffer, so its
-			// front end flushes the head before the body is complete.
-			const size, first = 100000, 20000
-			rb, release := slowDownload(t, size, first)
-			h := startEngine(t, e, []string{rb.addr}, Options{}, nil)
-			c := dialProxy(t, h.addr)
-			c.write("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
-			resp, err := http.ReadResponse(c.br, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := io.ReadFull(resp.Body, make([]byte, 1000)); err != nil { // of the first bytes
-				t.Fatal(err)
-			}
-			want := uint64(0) // loops: not yet
-			if e == policy.EnginePortable {
-				want = 1
-			}
-			if n := relayedCount(t, h); n != want {
-				t.Errorf("relayed requests observed with the body in flight: %d, want %d (%s)", n, want, knownDifferences["latency-to-last-byte"])
-			}
-			close(release)
-			if b, err := io.ReadAll(resp.Body); err != nil || len(b) != size-1000 {
-				t.Fatalf("rest of the body: %d bytes, %v", len(b), err)
-			}
-			resp.Body.Close()
-			// Both have observed it once the body is through (bounded wait:
-			// the loop observes after its last write).
-			deadline := time.Now().Add(3 * time.Second)
-			for relayedCount(t, h) != 1 && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
-			if n := relayedCount(t, h); n != 1 {
-				t.Errorf("relayed requests observed after the body: %d, want 1", n)
-			}
-		})
+		for _, mode := range []sendMode{oneWrite, splitLine} {
+			t.Run(e+"/"+mode.String(), func(t *testing.T) { latencyToLastByte(t, e, mode) })
+		}
+	}
+}
+
+func latencyToLastByte(t *testing.T, e string, mode sendMode) {
+	// first is more than fasthttp's 16 KiB write buffer, so its
+	// front end flushes the head before the body is complete.
+	const size, first = 100000, 20000
+	rb, release := slowDownload(t, size, first)
+	h := startEngine(t, e, []string{rb.addr}, Options{}, nil)
+	r := &rig{h: h, rb: rb, engine: e}
+	c := r.send(t, mode, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1000)); err != nil { // of the first bytes
+		t.Fatal(err)
+	}
+	if n := relayedCount(t, h); n != 0 {
+		t.Errorf("relayed requests observed with the body in flight: %d, want 0", n)
+	}
+	close(release)
+	if b, err := io.ReadAll(resp.Body); err != nil || len(b) != size-1000 {
+		t.Fatalf("rest of the body: %d bytes, %v", len(b), err)
+	}
+	resp.Body.Close()
+	// Observed once the body is through (bounded wait: the
+	// engine observes after its last read).
+	deadline := time.Now().Add(3 * time.Second)
+	for relayedCount(t, h) != 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := relayedCount(t, h); n != 1 {
+		t.Errorf("relayed requests observed after the body: %d, want 1", n)
 	}
 }

@@ -14,12 +14,15 @@ import (
 // not read its connection while the handler runs, so a second epoll
 // instance watches for it: a connection is added (EPOLLRDHUP, one shot)
 // at its first relayed request and stays until it closes, one epoll_ctl
-// each way per connection, none per request. A FIN seen while a request
-// is relayed shuts the socket down at once (the client reads the end of
-// the stream), and the request ends as client_gone when its relay
-// returns; one seen before the relay starts ends it before it is sent.
-// HostClient does not say which backend connection it took, so the
-// backend's exchange is not cut: its answer is read and dropped.
+// each way per connection, none per request. A request is relayed from
+// its dispatch to the last byte read from the backend (bodyEnd, when the
+// body streams). A FIN seen then shuts the socket down at once (the
+// client reads the end of the stream), and the request ends as
+// client_gone: when its relay returns, or at its body's end, which the
+// failed write brings; one seen before the relay starts ends it before
+// it is sent. HostClient does not say which backend connection it took,
+// so before the response head the backend's exchange is not cut: its
+// head is read and dropped.
 type finWatcher struct {
 	epfd int
 	mu   struct {

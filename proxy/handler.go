@@ -188,6 +188,9 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		// A chunk malformed past the buffer, found while it streamed.
 		fe.clientError(o)
 	}
+	if o == pipeline.OutRelayed && ctx.Response.IsBodyStream() && p.endAtBody(a, rt.Access, ctx, b, start, finConnOf(ctx.Conn()), &ae) {
+		return // completed at the body's end (bodyEnd)
+	}
 	p.recordCtx(a, rt.Access, ctx, o, b, start, &ae)
 }
 
@@ -486,6 +489,8 @@ func (c *fhCall) relayAdmitted(p *Proxy, body *bodyBuf, ae *pipeline.AccessEntry
 	}
 	// HTTP/1.1: a client that closes its side while its request is
 	// relayed is gone, as on the loops (fin_linux.go): it gets no answer.
+	// The relay lasts to the body's end when the response streams
+	// (bodyEnd), else to here.
 	fc := c.finConn()
 	if fc != nil && fc.relayStart() {
 		fc.relayEnd()
@@ -497,7 +502,8 @@ func (c *fhCall) relayAdmitted(p *Proxy, body *bodyBuf, ae *pipeline.AccessEntry
 		defer fasthttp.ReleaseRequest(out)
 	}
 	o, u, dispatch, inService := c.send(p, out, body, &ae.Trace)
-	if fc != nil && fc.relayEnd() {
+	if fc != nil && fc.finSeen() {
+		fc.relayEnd()
 		c.x.dropBackendResp()
 		hangUp(c.ctx)
 		return pipeline.OutClientGone, u
@@ -510,6 +516,9 @@ func (c *fhCall) relayAdmitted(p *Proxy, body *bodyBuf, ae *pipeline.AccessEntry
 		c.observe(body, dispatch, inService, ae)
 	}
 	c.reply(p, o, u, clientClose)
+	if fc != nil && (o != pipeline.OutRelayed || !c.ctx.Response.IsBodyStream()) {
+		fc.relayEnd()
+	}
 	return o, u
 }
 
@@ -519,7 +528,12 @@ func (c *fhCall) finConn() *drainConn {
 	if c.cut != nil {
 		return nil
 	}
-	switch x := c.ctx.Conn().(type) {
+	return finConnOf(c.ctx.Conn())
+}
+
+// finConnOf is the drainConn of fasthttp's connection nc, if any.
+func finConnOf(nc net.Conn) *drainConn {
+	switch x := nc.(type) {
 	case *drainConn:
 		return x
 	case drainTLSConn:

@@ -227,15 +227,21 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 func (p *Proxy) recordCtx(a *pipeline.App, access bool, ctx *fasthttp.RequestCtx, o pipeline.Outcome, u *pipeline.Upstream, start time.Time, e *pipeline.AccessEntry) {
 	status := ctx.Response.StatusCode()
 	a.Complete(o, status, u, start, e.Class)
-	if !access {
-		return
+	if access && p.fillAccess(a, ctx, o, u, start, status, e) {
+		e.Duration = time.Since(start)
+		p.accessEntry(e)
 	}
-	l := p.access.Load()
-	if l == nil {
-		return
+}
+
+// fillAccess fills e's access-log fields from ctx, but the duration; it
+// reads ctx, so it runs on the goroutine that serves it. false: no
+// access log is written now.
+func (p *Proxy) fillAccess(a *pipeline.App, ctx *fasthttp.RequestCtx, o pipeline.Outcome, u *pipeline.Upstream, start time.Time, status int, e *pipeline.AccessEntry) bool {
+	if p.access.Load() == nil {
+		return false
 	}
 	req, resp := &ctx.Request, &ctx.Response
-	e.Start, e.Duration, e.Status, e.App, e.Outcome, e.Backend = start, time.Since(start), status, a, o, u
+	e.Start, e.Status, e.App, e.Outcome, e.Backend = start, status, a, o, u
 	if !e.Client.IsValid() {
 		e.Client = peerAddr(ctx)
 	}
@@ -268,7 +274,7 @@ func (p *Proxy) recordCtx(a *pipeline.App, access bool, ctx *fasthttp.RequestCtx
 	if o == pipeline.OutClientGone || req.Header.IsHead() {
 		e.BytesOut = 0
 	}
-	l.write(e)
+	return true
 }
 
 // accessEntry is the event loops' access-log call (evloop.Config.Access).

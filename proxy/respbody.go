@@ -3,6 +3,7 @@ package proxy
 import (
 	"io"
 	"sync"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -88,14 +89,23 @@ func (x *fhExchange) dropBackendResp() {
 
 // passBody is a backend's body relayed as the client takes it.
 type passBody struct {
-	br  *fasthttp.Response
-	eof bool
+	br   *fasthttp.Response
+	eof  bool
+	got  int64 // bytes read from the backend
+	rerr error // the backend's read error
+	end  bodyEnd
 }
 
 func (b *passBody) Read(p []byte) (int, error) {
 	n, err := b.br.BodyStream().Read(p)
-	if err == io.EOF {
+	b.got += int64(n)
+	switch {
+	case err == io.EOF:
 		b.eof = true
+		b.end.finish(pipeline.OutRelayed, b.got)
+	case err != nil:
+		b.rerr = err
+		b.end.finish(relayError(err), b.got)
 	}
 	return n, err
 }
@@ -104,6 +114,7 @@ func (b *passBody) Read(p []byte) (int, error) {
 // written or abandoned, with the write's error): the backend connection
 // goes back when the body was read to its end, else it is closed.
 func (b *passBody) CloseWithError(err error) error {
+	b.end.finish(pipeline.OutClientGone, b.got) // (when the body did not end first)
 	if err != nil || !b.eof {
 		b.br.SetConnectionClose()
 	}
@@ -136,6 +147,9 @@ type bufBody struct {
 	reading bool  // the pump may be in a read of the backend (stop may interrupt it)
 	done    bool  // the pump ended
 	rwait   bool  // the writer waits for bytes
+	got     int64 // bytes read from the backend
+	perr    error // the pump's last read error, once it stopped reading
+	end     bodyEnd
 }
 
 func newBufBody(bud *respbuf.Budget, br *fasthttp.Response, cut *abortable) *bufBody {
@@ -166,6 +180,7 @@ func (b *bufBody) pump() {
 		var n int
 		n, err = src.Read(chunk)
 		b.mu.Lock()
+		b.got += int64(n)
 		if n > 0 && !b.closed {
 			data := chunk[:n]
 			k := b.buf.Write(data)
@@ -188,7 +203,11 @@ func (b *bufBody) pump() {
 	// From here the connection may go back to the pool: nobody stops a
 	// read on it any more.
 	b.reading = false
+	b.perr = err
 	closed := b.closed
+	if !closed {
+		b.end.finishRead(err, b.got) // the backend's last byte (or its failure)
+	}
 	b.mu.Unlock()
 	// The backend's part is over: its connection goes back now (read to
 	// the end) or is closed, whatever the client still has to take.
@@ -262,6 +281,7 @@ func (b *bufBody) CloseWithError(error) error {
 		return nil
 	}
 	b.closed = true
+	b.end.finish(pipeline.OutClientGone, b.got) // (when the body did not end first)
 	b.cond.Broadcast()
 	done, reading := b.done, b.reading
 	if reading && b.stop != nil {
@@ -284,4 +304,93 @@ func (b *bufBody) release() {
 	b.chunk = nil
 	fasthttp.ReleaseResponse(b.br)
 	b.br = nil
+}
+
+// bodyEnd is the complete step (metrics, access line) of a relayed
+// HTTP/1.1 response whose body streams, as the loops do it: the exchange
+// ends at the last byte read from the backend (with response buffering,
+// at the backend's pace), or earlier when the client goes (499) or the
+// backend fails; a client's FIN before that end is its going
+// (fin_linux.go). handle sets it (endAtBody) before the client's writer
+// starts; until then it does nothing.
+type bodyEnd struct {
+	p      *Proxy
+	a      *pipeline.App
+	u      *pipeline.Upstream
+	start  time.Time
+	status int
+	fc     *drainConn // the client's connection, relaying since the relay began (nil: not watched)
+	logged bool       // e is filled (fillAccess)
+	set    bool
+	ended  bool
+	e      pipeline.AccessEntry
+}
+
+// finishRead ends the exchange at the backend's last read: err is io.EOF
+// when the body was read to its end.
+func (r *bodyEnd) finishRead(err error, n int64) {
+	if err == io.EOF {
+		r.finish(pipeline.OutRelayed, n)
+	} else {
+		r.finish(relayError(err), n)
+	}
+}
+
+// finish records the exchange's end once: o is how it ended, n the bytes
+// read from the backend.
+func (r *bodyEnd) finish(o pipeline.Outcome, n int64) {
+	if !r.set || r.ended {
+		return
+	}
+	r.ended = true
+	if r.fc != nil && r.fc.relayEnd() && o == pipeline.OutRelayed {
+		o = pipeline.OutClientGone
+	}
+	status := r.status
+	if o != pipeline.OutRelayed {
+		status = pipeline.StatusOf(o)
+	}
+	r.a.Complete(o, status, r.u, r.start, r.e.Class)
+	if r.logged {
+		e := &r.e
+		e.Outcome, e.Status, e.Duration, e.BytesOut = o, status, time.Since(r.start), n
+		if o == pipeline.OutClientGone {
+			e.BytesOut = 0
+		}
+		r.p.accessEntry(e)
+	}
+}
+
+// endAtBody hands the complete step of a relayed response whose body
+// streams to the body's end (bodyEnd); false when the response does not
+// stream, and the caller completes it now. fc (nil: none) is the client's
+// connection, still relaying when the body streams.
+func (p *Proxy) endAtBody(a *pipeline.App, access bool, ctx *fasthttp.RequestCtx, u *pipeline.Upstream, start time.Time, fc *drainConn, e *pipeline.AccessEntry) bool {
+	var end *bodyEnd
+	var bb *bufBody
+	switch s := ctx.Response.BodyStream().(type) {
+	case *passBody:
+		end = &s.end
+	case *bufBody:
+		end, bb = &s.end, s
+	default:
+		if fc != nil {
+			fc.relayEnd()
+		}
+		return false
+	}
+	status := ctx.Response.StatusCode()
+	*end = bodyEnd{p: p, a: a, u: u, start: start, status: status, fc: fc, e: *e}
+	end.logged = access && p.fillAccess(a, ctx, pipeline.OutRelayed, u, start, status, &end.e)
+	if bb == nil {
+		end.set = true
+		return true
+	}
+	bb.mu.Lock()
+	end.set = true
+	if !bb.reading {
+		end.finishRead(bb.perr, bb.got) // the pump read it all already
+	}
+	bb.mu.Unlock()
+	return true
 }
