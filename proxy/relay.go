@@ -2,17 +2,244 @@ package proxy
 
 import (
 	"errors"
+	"net"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sentry-proxy/sentry/admission"
+	"github.com/sentry-proxy/sentry/estimator"
 	"github.com/sentry-proxy/sentry/proxy/pipeline"
+	"github.com/sentry-proxy/sentry/sert"
 )
 
-// relay.go: the relay through fasthttp's HostClient, the client for
-// backends over TLS or by name and the fasthttp front end's: one backend
-// picked per attempt, the one retry policy (pipeline.TryAgain), and the
-// end of an exchange for a backend the operator took out of rotation.
-// An app with HTTP/2 backends goes to relayH2 (h2backend.go).
+// relay.go: an admitted request's relay on the fasthttp path (serve's
+// last steps: relayAdmitted, then outRequest, send, observe, reply), and
+// the relay through fasthttp's HostClient, the client for backends over
+// TLS or by name and the fasthttp front end's: one backend picked per
+// attempt, the one retry policy (pipeline.TryAgain), and the end of an
+// exchange for a backend the operator took out of rotation. An app with
+// HTTP/2 backends goes to relayH2 (h2backend.go).
+
+// relayAdmitted relays an admitted request that is not an upgrade, tells
+// the ticket how it went (observe) and leaves the client's answer in
+// ctx.Response (reply).
+func (c *fhCall) relayAdmitted(p *Proxy, body *bodyBuf, ae *pipeline.AccessEntry) (pipeline.Outcome, *pipeline.Upstream) {
+	req := &c.ctx.Request
+	req.Header.ResetConnectionClose()
+	if c.isTLS {
+		// The backend hop is plain HTTP; fasthttp's HostClient refuses a
+		// request whose URI says https.
+		req.URI().SetSchemeBytes(strHTTP)
+	}
+	// A stream cancelled by now (h2: reset) is not sent to a backend.
+	if c.gone != nil {
+		select {
+		case <-c.gone:
+			return pipeline.OutClientGone, nil
+		default:
+		}
+	}
+	// HTTP/1.1: a client that closes its side while its request is
+	// relayed is gone, as on the loops (fin_linux.go): it gets no answer.
+	// The relay lasts to the body's end when the response streams
+	// (bodyEnd), else to here.
+	fc := c.finConn()
+	if fc != nil && fc.relayStart() {
+		fc.relayEnd()
+		hangUp(c.ctx)
+		return pipeline.OutClientGone, nil
+	}
+	out := c.outRequest(body)
+	if out != req {
+		defer fasthttp.ReleaseRequest(out)
+	}
+	o, u, dispatch, inService := c.send(p, out, body, &ae.Trace)
+	if fc != nil && fc.finSeen() {
+		fc.relayEnd()
+		c.x.dropBackendResp()
+		hangUp(c.ctx)
+		return pipeline.OutClientGone, u
+	}
+	clientClose := c.clientClose
+	if c.cb != nil && c.cb.unread {
+		clientClose = true // the rest of the body must not be read as a request
+	}
+	if o == pipeline.OutRelayed {
+		c.observe(body, dispatch, inService, ae)
+	}
+	c.reply(p, o, u, clientClose)
+	if fc != nil && (o != pipeline.OutRelayed || !c.ctx.Response.IsBodyStream()) {
+		fc.relayEnd()
+	}
+	return o, u
+}
+
+// finConn is the HTTP/1.1 connection whose FIN ends the request while
+// it is relayed (fin_linux.go); nil for an h2 stream, whose reset does.
+func (c *fhCall) finConn() *drainConn {
+	if c.cut != nil {
+		return nil
+	}
+	return finConnOf(c.ctx.Conn())
+}
+
+// finConnOf is the drainConn of fasthttp's connection nc, if any.
+func finConnOf(nc net.Conn) *drainConn {
+	switch x := nc.(type) {
+	case *drainConn:
+		return x
+	case drainTLSConn:
+		return x.drainConn
+	}
+	return nil
+}
+
+// outRequest is the request that goes to the backend: the client's, or,
+// for a body that streams from the client (c.cb, set here), a copy. fasthttp
+// owns the request's stream (and releases it with the request), so the
+// copy carries it, wrapped to tell the client's read errors from the
+// backend's: for a chunked body larger than the buffer, the part read
+// first and then the rest of the stream. The caller releases a copy.
+func (c *fhCall) outRequest(body *bodyBuf) *fasthttp.Request {
+	req := &c.ctx.Request
+	if body == nil || body.client == nil {
+		return req
+	}
+	c.cb = body.client
+	if c.cut == nil && c.a.H2 != nil {
+		c.cb.stop = readUnblocker(c.ctx.Conn()) // relayH2 may abandon it halfway
+	}
+	out := fasthttp.AcquireRequest()
+	req.CopyTo(out)
+	out.SetBodyStream(c.cb, body.cl)
+	return out
+}
+
+// send relays out (relay, with its retries) under what may cut it: an h2
+// stream's reset (abort.go) and selective early termination (term.go),
+// never for a body that streams from the client nor an upgrade. It
+// returns relay's outcome, or OutTerminated when the termination timer
+// won; the upstream; when the request was dispatched; and the backend's
+// in-flight count then.
+func (c *fhCall) send(p *Proxy, out *fasthttp.Request, body *bodyBuf, tr *pipeline.Trace) (pipeline.Outcome, *pipeline.Upstream, time.Time, int) {
+	x, a, req := c.x, c.a, &c.ctx.Request
+	var ab *abortBody
+	if c.cut != nil {
+		// An h2 stream: its reset cuts the backend exchange (abort.go).
+		ab = &abortBody{ab: c.cut, resp: x.backendResp(), b: req.Body(), cl: len(req.Body())}
+		if c.cb != nil {
+			ab.b, ab.src, ab.cl = nil, c.cb, body.cl
+		}
+	}
+	var tcl *sert.Class
+	if c.cb == nil && a.H2 == nil { // not an HTTP/2 backend: see docs/request-path.md, "Backends over HTTP/2"
+		tcl = a.TermClass(&x.t, req.Header.Method())
+	}
+	if tcl != nil && ab == nil {
+		// HTTP/1.1: the exchange's own hold on the backend connection,
+		// bound the way an h2 stream's is (abort.go).
+		x.ab.reset()
+		x.abody = abortBody{ab: &x.ab, resp: x.backendResp(), b: req.Body(), cl: len(req.Body())}
+		ab = &x.abody
+	}
+	dispatch := time.Now()
+	if tcl != nil {
+		x.armTerm(tcl, dispatch, ab.ab)
+	}
+	o, u, inService := p.relay(a, out, x.backendResp(), c.cb, ab, tr)
+	if tcl != nil {
+		x.stopTerm()
+		if c.cut == nil {
+			x.ab.unbind() // the timer is stopped: nothing cuts this hold any more
+		}
+		if x.term.Cut() {
+			// The timer won the latch (term.go): the backend connection
+			// was closed; whatever came back is dropped, and the request
+			// is not retried (relay saw the cut).
+			a.Terminated(&x.t, &x.term, time.Now(), inService)
+			o = pipeline.OutTerminated
+		} else {
+			x.term.Disarm()
+			x.term.Off()
+		}
+	}
+	return o, u, dispatch, inService
+}
+
+// observe is the complete step (package pipeline) of a relayed request:
+// the ticket is told the outcome, with the service time measured from
+// dispatch and the backend's Server-Timing, which loses sentry's metric
+// when Observe says so.
+func (c *fhCall) observe(body *bodyBuf, dispatch time.Time, inService int, ae *pipeline.AccessEntry) {
+	now := time.Now()
+	rh := &c.x.backendResp().Header
+	st := rh.PeekBytes(hdrServerTiming)
+	// Measured service time runs from dispatch, when the body is in
+	// sentry. A body that streams to the backend (larger than the
+	// buffer, or buffering off) would add the client's upload time to
+	// it, so such a request gives no measured sample: only the
+	// backend's Server-Timing counts (the estimator cannot be
+	// poisoned by a slow upload).
+	measured, busy := now.Sub(dispatch), inService
+	ae.Upstrm = measured
+	if body != nil && body.streamed {
+		measured, busy = 0, 0
+		if cb := c.cb; cb != nil {
+			// An HTTP/2 backend's: a body all sent before the response
+			// head (a unary gRPC call; an HTTP/1.1 client's, sent whole)
+			// gives the time from its end to the head. One still
+			// streaming at the head (a bidirectional call) gives none.
+			if at := cb.sentAt.Load(); at != 0 && at <= cb.headAt {
+				measured, busy = time.Duration(cb.headAt-at), inService
+			}
+		}
+	}
+	x := c.x
+	if c.a.Observe(&x.t, admission.Result{ServerTiming: st, Measured: measured, InService: busy, End: now}) && len(st) > 0 {
+		x.st = estimator.StripServerTiming(x.st[:0], st)
+		if len(x.st) == 0 {
+			rh.DelBytes(hdrServerTiming)
+		} else {
+			rh.SetBytesKV(hdrServerTiming, x.st)
+		}
+	}
+}
+
+// reply leaves the client's answer in ctx.Response: the backend's, its
+// hop-by-hop fields stripped, or the error outcome o calls for; either
+// with the request ID, and closing the connection when clientClose says
+// so.
+func (c *fhCall) reply(p *Proxy, o pipeline.Outcome, u *pipeline.Upstream, clientClose bool) {
+	ctx, a, x := c.ctx, c.a, c.x
+	if o != pipeline.OutRelayed {
+		x.dropBackendResp()
+		p.writeError(ctx, a, o)
+	} else {
+		// A body of known size up to the stream threshold was read whole
+		// by the client; fasthttp still hands it over as a stream, which
+		// holds the backend connection until the client write ends and
+		// costs a wrapper per response. Turn it back into a plain body:
+		// the backend connection goes back to the pool now and the
+		// response is written in one piece.
+		br := x.backendResp()
+		if cl := br.Header.ContentLength(); cl >= 0 && cl <= streamThreshold && br.IsBodyStream() {
+			if c.cut != nil {
+				c.cut.unbind() // Body() hands the connection back
+			}
+			br.Body()
+		}
+		p.takeResponse(ctx, x, a, c.cut)
+		stripHopByHopResponse(&ctx.Response.Header)
+		if !ctx.Response.IsBodyStream() {
+			quiescedEnd(a, u)
+		}
+	}
+	ctx.Response.Header.SetBytesV(a.ReqID, c.id)
+	if clientClose {
+		ctx.SetConnectionClose()
+	}
+}
 
 // quiescedEnd closes the idle connections to u when the operator took it
 // out of rotation (lb's doc.go, "Operator state") while this exchange was

@@ -216,7 +216,7 @@
 //     failure while it streams answered as clientBody.outcome answers
 //     it (408 body_timeout, or gone); no measured sample for
 //     Observe (the upload's time is the client's; only Server-Timing
-//     counts, as handler.go's serve); no early termination (TermClass
+//     counts, as serve's observe, relay.go); no early termination (TermClass
 //     is never asked for a body that streams, as serve asks it only
 //     for a body held whole); the backend's idle deadline not
 //     running while the driver waits for the client (body_timeout is the
