@@ -89,11 +89,10 @@ func (x *fhExchange) dropBackendResp() {
 
 // passBody is a backend's body relayed as the client takes it.
 type passBody struct {
-	br   *fasthttp.Response
-	eof  bool
-	got  int64 // bytes read from the backend
-	rerr error // the backend's read error
-	end  bodyEnd
+	br  *fasthttp.Response
+	eof bool
+	got int64 // bytes read from the backend
+	end bodyEnd
 }
 
 func (b *passBody) Read(p []byte) (int, error) {
@@ -104,7 +103,6 @@ func (b *passBody) Read(p []byte) (int, error) {
 		b.eof = true
 		b.end.finish(pipeline.OutRelayed, b.got)
 	case err != nil:
-		b.rerr = err
 		b.end.finish(relayError(err), b.got)
 	}
 	return n, err
