@@ -344,8 +344,10 @@ func (r *bodyEnd) finish(o pipeline.Outcome, n int64) {
 	if r.fc != nil && r.fc.relayEnd() && o == pipeline.OutRelayed {
 		o = pipeline.OutClientGone
 	}
+	// The head was sent: the status is the one the client got, but for
+	// client_gone (499), as on the loops.
 	status := r.status
-	if o != pipeline.OutRelayed {
+	if o == pipeline.OutClientGone {
 		status = pipeline.StatusOf(o)
 	}
 	r.a.Complete(o, status, r.u, r.start, r.e.Class)
@@ -378,14 +380,16 @@ func (p *Proxy) endAtBody(a *pipeline.App, access bool, ctx *fasthttp.RequestCtx
 		return false
 	}
 	status := ctx.Response.StatusCode()
-	*end = bodyEnd{p: p, a: a, u: u, start: start, status: status, fc: fc, e: *e}
-	end.logged = access && p.fillAccess(a, ctx, pipeline.OutRelayed, u, start, status, &end.e)
+	// Filled aside: the pump (bufBody) reads end under bb.mu.
+	r := bodyEnd{p: p, a: a, u: u, start: start, status: status, fc: fc, e: *e}
+	r.logged = access && p.fillAccess(a, ctx, pipeline.OutRelayed, u, start, status, &r.e)
+	r.set = true
 	if bb == nil {
-		end.set = true
+		*end = r
 		return true
 	}
 	bb.mu.Lock()
-	end.set = true
+	*end = r
 	if !bb.reading {
 		end.finishRead(bb.perr, bb.got) // the pump read it all already
 	}
