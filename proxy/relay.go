@@ -57,6 +57,11 @@ func (c *fhCall) relayAdmitted(p *Proxy, body *bodyBuf, ae *pipeline.AccessEntry
 	o, u, dispatch, inService := c.send(p, out, body, &ae.Trace)
 	if fc != nil && fc.finSeen() {
 		fc.relayEnd()
+		if o == pipeline.OutRelayed {
+			// The backend answered: the ticket is told, as the loops
+			// do at the head.
+			c.observe(body, dispatch, inService, ae)
+		}
 		c.x.dropBackendResp()
 		hangUp(c.ctx)
 		return pipeline.OutClientGone, u
@@ -69,8 +74,12 @@ func (c *fhCall) relayAdmitted(p *Proxy, body *bodyBuf, ae *pipeline.AccessEntry
 		c.observe(body, dispatch, inService, ae)
 	}
 	c.reply(p, o, u, clientClose)
-	if fc != nil && (o != pipeline.OutRelayed || !c.ctx.Response.IsBodyStream()) {
-		fc.relayEnd()
+	// A FIN while observe and reply ran (reply may read a body whole)
+	// ends it too, unanswered. A body that streams ends its relay at its
+	// end (bodyEnd).
+	if fc != nil && (o != pipeline.OutRelayed || !c.ctx.Response.IsBodyStream()) && fc.relayEnd() {
+		hangUp(c.ctx)
+		return pipeline.OutClientGone, u
 	}
 	return o, u
 }
