@@ -958,6 +958,72 @@ func TestHalfCloseDuringRelay(t *testing.T) {
 	}
 }
 
+// TestHalfCloseDuringBodyRead: on fasthttp's HTTP/1.1 front end, a
+// client that closes its side after the backend's head came, while the
+// rest of a body up to the stream threshold is read whole (reply), is
+// gone too: the request counts once, as a 499, and the connection closes
+// unanswered. An h2c backend's body is read there (an HTTP/1.1 backend's
+// that small is read with its head).
+func TestHalfCloseDuringBodyRead(t *testing.T) {
+	const size, first = 60000, 10000
+	headSent := make(chan struct{}, 1)
+	release := make(chan struct{})
+	be := h2cBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(size))
+		_, _ = io.WriteString(w, strings.Repeat("x", first))
+		w.(http.Flusher).Flush()
+		headSent <- struct{}{}
+		select {
+		case <-release:
+		case <-time.After(5 * time.Second):
+		}
+		_, _ = io.WriteString(w, strings.Repeat("x", size-first))
+	})
+	h := startEngine(t, policy.EnginePortable, []string{be}, Options{}, func(_ *policy.Snapshot, a *policy.App) {
+		a.Backends.Protocol = policy.ProtoH2C
+	})
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-headSent:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the request did not reach the backend")
+	}
+	// Give the proxy the head, so the FIN comes while the body is read;
+	// seen earlier, it ends the same way.
+	time.Sleep(50 * time.Millisecond)
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free()
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	var b [1]byte
+	if n, err := c.Read(b[:]); err != io.EOF {
+		t.Fatalf("want the connection closed unanswered, got %d bytes, %v", n, err)
+	}
+	free()
+	deadline := time.Now().Add(3 * time.Second)
+	var res map[string]uint64
+	for {
+		res = resultCounts(t, h)
+		if res["code=4xx"] == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if res["code=4xx"] != 1 || res["relayed"] != 0 {
+		t.Errorf("results %v, want one 499 and nothing relayed", res)
+	}
+}
+
 // relayedCount is the number of relayed requests in the latency histogram.
 func relayedCount(t *testing.T, h *harness) uint64 {
 	t.Helper()
