@@ -8,8 +8,11 @@ import (
 
 // connAlive reports whether the client is still connected: a non-blocking
 // MSG_PEEK that reads 0 bytes means the peer closed. Pipelined bytes waiting
-// in the socket count as alive. Used only after a request waited for
-// admission, so its cost (one syscall) is off the common path.
+// in the socket count as alive, even with a FIN behind them. Used only
+// after a request waited for admission, so its cost (one syscall) is off
+// the common path. While a request is relayed on fasthttp's HTTP/1.1
+// path, the FIN watch (fin_linux.go) applies another policy: any FIN is
+// the client leaving, pipelined bytes or not.
 func connAlive(c net.Conn) bool {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()

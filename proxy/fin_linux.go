@@ -13,16 +13,23 @@ import (
 // by default (proxy_ignore_client_abort off). fasthttp's goroutine does
 // not read its connection while the handler runs, so a second epoll
 // instance watches for it: a connection is added (EPOLLRDHUP, one shot)
-// at its first relayed request and stays until it closes, one epoll_ctl
-// each way per connection, none per request. A request is relayed from
-// its dispatch to the last byte read from the backend (bodyEnd, when the
-// body streams). A FIN seen then shuts the socket down at once (the
-// client reads the end of the stream), and the request ends as
-// client_gone: when its relay returns, or at its body's end, which the
-// failed write brings; one seen before the relay starts ends it before
-// it is sent. HostClient does not say which backend connection it took,
-// so before the response head the backend's exchange is not cut: its
-// head is read and dropped.
+// at its first relayed request and removed at its first FIN or hang-up
+// event (or when it closes, if none came): at most one add and one
+// delete per connection, none per request. What the event leaves is
+// fin.seen, which stays set for the connection's later requests. A
+// request is relayed from its dispatch to the last byte read from the
+// backend (bodyEnd, when the body streams). A FIN seen then shuts the
+// socket down at once (the client reads the end of the stream), and the
+// request ends as client_gone: when its relay returns, or at its body's
+// end, which the failed write brings. A request that starts with
+// fin.seen already set is not sent. On a connection's first relayed
+// request the watch is only added in relayStart and its events come
+// asynchronously, so a FIN that came before is seen after the request
+// was sent, and ends it as one during the relay. The watch takes any FIN
+// as the client leaving, with pipelined requests unread or not (unlike
+// connAlive after an admission wait, alive_linux.go). HostClient does
+// not say which backend connection it took, so before the response
+// head the backend's exchange is not cut: its head is read and dropped.
 type finWatcher struct {
 	epfd int
 	mu   struct {
