@@ -63,6 +63,45 @@ func slowDownload(t *testing.T, size, first int) (*rawBackend, chan struct{}) {
 	return rb, release
 }
 
+// TestBackendFailsMidBody: a backend that closes its connection halfway
+// through a chunked body whose head the client already has is counted,
+// on every engine, with the status the client got (200), not as relayed.
+func TestBackendFailsMidBody(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e, func(t *testing.T) {
+			const first = 20000
+			rb := startRawBackend(t, func(_ *rawBackend, _, _ int, _ *beReq, c net.Conn, _ *bufio.Reader) bool {
+				_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", first, strings.Repeat("a", first))
+				return false // no last chunk
+			})
+			h := startEngine(t, e, []string{rb.addr}, Options{}, nil)
+			c := dialProxy(t, h.addr)
+			defer c.c.Close()
+			_ = c.c.SetDeadline(time.Now().Add(5 * time.Second))
+			c.write("GET /cut HTTP/1.1\r\nHost: x\r\n\r\n")
+			resp, err := http.ReadResponse(c.br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, err := io.ReadAll(resp.Body); err == nil || resp.StatusCode != 200 {
+				t.Fatalf("%d, %d bytes, %v: want 200 and the body cut short", resp.StatusCode, len(b), err)
+			}
+			deadline := time.Now().Add(3 * time.Second)
+			var res map[string]uint64
+			for {
+				res = resultCounts(t, h)
+				if res["code=2xx"]+res["code=5xx"] == 1 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if res["code=2xx"] != 1 || res["code=5xx"] != 0 || res["relayed"] != 0 {
+				t.Errorf("results %v, want one 200 not relayed", res)
+			}
+		})
+	}
+}
+
 // TestAbandonedDownload: a client that reads the head and the first bytes
 // of a large download and leaves is counted as gone on every engine (499,
 // result "error" in the latency histogram): the exchange runs to the last
