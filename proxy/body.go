@@ -164,13 +164,10 @@ type rateConn interface {
 
 // rateConnOf finds the rateConn under a fasthttp connection.
 func rateConnOf(c net.Conn) rateConn {
-	switch x := c.(type) {
-	case *drainConn:
-		return x
-	case drainTLSConn:
-		return x.drainConn
+	if d := finConnOf(c); d != nil {
+		return d
 	}
-	return nil
+	return nil // not a typed nil in the interface
 }
 
 // errBufferFull: the process-wide buffer cap is reached.
