@@ -116,11 +116,8 @@ type clientBody struct {
 // the body is abandoned halfway, and the connection then closes after its
 // response (clientBody.unread).
 func readUnblocker(c net.Conn) func() {
-	switch x := c.(type) {
-	case *drainConn:
-		c = x.Conn
-	case drainTLSConn:
-		c = x.drainConn.Conn
+	if d := drainConnOf(c); d != nil {
+		c = d.Conn
 	}
 	if c == nil {
 		return nil
@@ -164,7 +161,7 @@ type rateConn interface {
 
 // rateConnOf finds the rateConn under a fasthttp connection.
 func rateConnOf(c net.Conn) rateConn {
-	if d := finConnOf(c); d != nil {
+	if d := drainConnOf(c); d != nil {
 		return d
 	}
 	return nil // not a typed nil in the interface

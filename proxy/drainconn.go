@@ -192,15 +192,22 @@ func (c *drainConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// connState is the front end's fasthttp Server.ConnState hook.
-func (fe *frontend) connState(nc net.Conn, st fasthttp.ConnState) {
-	var c *drainConn
+// drainConnOf is the drainConn under fasthttp's connection nc (plain or
+// TLS), if any.
+func drainConnOf(nc net.Conn) *drainConn {
 	switch x := nc.(type) {
 	case *drainConn:
-		c = x
+		return x
 	case drainTLSConn:
-		c = x.drainConn
-	default:
+		return x.drainConn
+	}
+	return nil
+}
+
+// connState is the front end's fasthttp Server.ConnState hook.
+func (fe *frontend) connState(nc net.Conn, st fasthttp.ConnState) {
+	c := drainConnOf(nc)
+	if c == nil {
 		return
 	}
 	switch st {

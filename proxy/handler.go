@@ -186,7 +186,7 @@ func (fe *frontend) handle(ctx *fasthttp.RequestCtx) {
 		// A chunk malformed past the buffer, found while it streamed.
 		fe.clientError(o)
 	}
-	if o == pipeline.OutRelayed && ctx.Response.IsBodyStream() && p.endAtBody(a, rt.Access, ctx, b, start, finConnOf(ctx.Conn()), &ae) {
+	if o == pipeline.OutRelayed && ctx.Response.IsBodyStream() && p.endAtBody(a, rt.Access, ctx, b, start, drainConnOf(ctx.Conn()), &ae) {
 		return // completed at the body's end (bodyEnd)
 	}
 	p.recordCtx(a, rt.Access, ctx, o, b, start, &ae)

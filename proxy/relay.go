@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"errors"
-	"net"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -90,18 +89,7 @@ func (c *fhCall) finConn() *drainConn {
 	if c.cut != nil {
 		return nil
 	}
-	return finConnOf(c.ctx.Conn())
-}
-
-// finConnOf is the drainConn of fasthttp's connection nc, if any.
-func finConnOf(nc net.Conn) *drainConn {
-	switch x := nc.(type) {
-	case *drainConn:
-		return x
-	case drainTLSConn:
-		return x.drainConn
-	}
-	return nil
+	return drainConnOf(c.ctx.Conn())
 }
 
 // outRequest is the request that goes to the backend: the client's, or,
